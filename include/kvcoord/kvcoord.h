@@ -1,0 +1,278 @@
+/*
+ * kvcoord.h - the node's shared-memory coordinator: segment, rank table.
+ *
+ * One POSIX shared-memory segment per coordinator instance holds the rank
+ * table (each TP rank's transfer-engine info: session_id and
+ * weights_info_dict) behind robust process-shared mutexes.  Co-located
+ * processes attach to it with kvc_open(); kvcoordd serves the same table over
+ * HTTP (the API of sglang's engine-info bootstrap server).
+ *
+ * Conventions for every function in this header:
+ *  - Return a kvc_err; KVC_OK (0) is success.  On failure a human-readable
+ *    message naming the cause is available from kvc_last_error() in the
+ *    calling thread until that thread's next failing call.
+ *  - The library never prints, never exits, never installs signal handlers.
+ *  - A kvc_segment handle may be used by several threads of one process at
+ *    once; all cross-process safety comes from the robust mutexes and
+ *    seqlocks inside the segment.  kvc_close() must not race other calls on
+ *    the same handle.
+ *  - Times are CLOCK_REALTIME nanoseconds since the Unix epoch unless noted;
+ *    timeouts are milliseconds.
+ */
+#ifndef KVCOORD_KVCOORD_H
+#define KVCOORD_KVCOORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this library (semantic versioning), as a string "X.Y.Z". */
+#define KVC_VERSION "0.1.0"
+
+/* Layout version of the shared-memory segment this build reads and writes.
+ * Bumped on any change to the segment's structures; a segment with another
+ * layout version is never read (kvc_open fails with KVC_E_VERSION). */
+#define KVC_LAYOUT_VERSION 1u
+
+/* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
+#define KVC_DEFAULT_PORT 6789
+
+/* Longest segment name accepted, in bytes, excluding the NUL. */
+#define KVC_NAME_MAX 200
+
+/* Longest session_id accepted, in bytes, excluding the NUL. */
+#define KVC_SESSION_ID_MAX 255
+
+/* Longest withdrawal note kept for a rank, in bytes, excluding the NUL. */
+#define KVC_NOTE_MAX 127
+
+/* Error codes.  kvc_strerror() gives a short fixed description of each;
+ * kvc_last_error() gives the message of the last failure with its context. */
+typedef enum kvc_err {
+    KVC_OK = 0,
+    KVC_E_INVAL = 1,           /* invalid argument: bad name, NULL pointer, bad rank,
+                                  weights_info_dict not a JSON object, ... */
+    KVC_E_NOENT = 2,           /* no such segment (attach), or rank never registered */
+    KVC_E_WITHDRAWN = 3,       /* rank was registered, then withdrawn (by a call or
+                                  because its process exited); see the note */
+    KVC_E_CAPACITY = 4,        /* rank >= the segment's max ranks */
+    KVC_E_TOOBIG = 5,          /* info larger than max info bytes, or session_id
+                                  longer than KVC_SESSION_ID_MAX */
+    KVC_E_FULL = 6,            /* a table or the info arena is full */
+    KVC_E_VERSION = 7,         /* segment built with another layout version */
+    KVC_E_CORRUPT = 8,         /* segment header invalid or file truncated */
+    KVC_E_SYS = 9,             /* a system call failed; the message names it and errno */
+    KVC_E_TIMEDOUT = 10,       /* a wait ran out of time */
+    KVC_E_BUSY = 11,           /* a lock could not be taken within the lock timeout
+                                  (held by a live, stuck process) */
+    KVC_E_NOTRECOVERABLE = 12, /* a mutex is ENOTRECOVERABLE (should never happen:
+                                  reported, never spun on) */
+    KVC_E_EXISTS = 13          /* a live segment of another layout version exists */
+} kvc_err;
+
+/* Short fixed description of an error code (static storage, never NULL;
+ * unknown codes give "unknown error").  Thread-safe. */
+const char *kvc_strerror(kvc_err err);
+
+/* Message of the last failing call made by the calling thread, with its
+ * context (e.g. "rank 2000 exceeds the segment's max ranks (1024)").
+ * Thread-local storage owned by the library, valid until the same thread's
+ * next failing call; "" when none failed yet.  Never NULL. */
+const char *kvc_last_error(void);
+
+/* Opaque handle on an attached segment.  Created by kvc_open(), destroyed by
+ * kvc_close(). */
+typedef struct kvc_segment kvc_segment;
+
+/* Role recorded for an attached process in the segment's process table. */
+typedef enum kvc_role {
+    KVC_ROLE_NONE = 0,   /* not recorded (diagnostic tools, short-lived readers) */
+    KVC_ROLE_WORKER = 1, /* a TP worker; its ranks are withdrawn when it dies */
+    KVC_ROLE_DAEMON = 2, /* kvcoordd */
+    KVC_ROLE_CLIENT = 3  /* any other attached process */
+} kvc_role;
+
+/* How kvc_open() treats an existing or missing segment. */
+typedef enum kvc_open_mode {
+    KVC_OPEN_ATTACH = 0, /* attach to an existing valid segment; KVC_E_NOENT if none */
+    KVC_OPEN_CREATE = 1, /* reuse a valid segment (its registrations survive), else
+                            create it; an invalid one is recreated under the same
+                            name; one of another layout version is recreated
+                            only when its creator is dead (else KVC_E_EXISTS) */
+    KVC_OPEN_FRESH = 2   /* remove any existing segment of that name, then create */
+} kvc_open_mode;
+
+/* Options for kvc_open().  Initialise with kvc_options_init(), then change
+ * fields.  Capacities only matter when a segment is created; attaching uses
+ * the capacities stored in the segment. */
+typedef struct kvc_options {
+    const char *name;        /* segment name ([A-Za-z0-9._-], 1..KVC_NAME_MAX bytes);
+                                NULL: "kvcoord-6789".  Borrowed for the call only. */
+    kvc_open_mode mode;      /* default KVC_OPEN_ATTACH */
+    kvc_role role;           /* default KVC_ROLE_CLIENT */
+    int32_t rank;            /* rank this process serves, -1 if none (default -1);
+                                recorded in the process table */
+    uint32_t max_ranks;      /* rank table entries; default 1024 */
+    uint64_t max_info_bytes; /* per rank: session_id + weights_info_dict JSON, bytes;
+                                default 16 MiB */
+    uint64_t arena_bytes;    /* info arena shared by all ranks, bytes; sparse on tmpfs,
+                                so untouched pages cost nothing; default 1 GiB */
+    uint32_t max_procs;      /* process table entries; default 4096 */
+    uint32_t world_size;     /* TP group size on this node; default 8 */
+    mode_t perm;             /* segment file mode on creation; default 0600 */
+    uint32_t lock_timeout_ms;/* bound on every lock wait; default 2000 ms */
+} kvc_options;
+
+/* Fill *opts with the defaults documented above.  Never fails. */
+void kvc_options_init(kvc_options *opts);
+
+/* Write the default segment name for an HTTP port ("kvcoord-<port>") into
+ * buf (cap bytes, including the NUL).
+ * Errors: KVC_E_INVAL if buf is NULL or cap is too small. */
+kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap);
+
+/* Check a segment name: 1..KVC_NAME_MAX bytes of [A-Za-z0-9._-], not "." or
+ * "..".  Returns KVC_OK or KVC_E_INVAL (with a message naming the bad byte). */
+kvc_err kvc_name_check(const char *name);
+
+/* Open (create, reuse or attach to) the segment named in opts, as opts->mode
+ * says, and record this process in its process table unless the role is
+ * KVC_ROLE_NONE.  The segment is /dev/shm/<name>, mode opts->perm.
+ * On success *out owns the mapping until kvc_close().
+ * Errors: KVC_E_INVAL (bad name or options), KVC_E_NOENT (attach and no
+ * segment), KVC_E_VERSION (attach to another layout version: the message
+ * names both versions), KVC_E_EXISTS (create over a live segment of another
+ * layout version), KVC_E_CORRUPT (attach to an invalid or truncated segment),
+ * KVC_E_FULL (process table full), KVC_E_SYS (shm_open, ftruncate, mmap,
+ * flock failed). */
+kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
+
+/* Remove this process from the process table, unmap and free the handle.
+ * Registrations made through it stay (withdraw them explicitly if wanted).
+ * NULL is accepted and ignored.  Errors: none reported (always KVC_OK). */
+kvc_err kvc_close(kvc_segment *seg);
+
+/* Remove the segment named name from /dev/shm.  Processes attached keep
+ * their mapping.  Errors: KVC_E_INVAL (bad name), KVC_E_NOENT (no such
+ * segment), KVC_E_SYS. */
+kvc_err kvc_unlink(const char *name);
+
+/* The segment's name (owned by the handle, valid until kvc_close). */
+const char *kvc_segment_name(const kvc_segment *seg);
+
+/* Capacities and identity of an open segment, as stored in its header. */
+typedef struct kvc_segment_info {
+    uint32_t layout_version;
+    uint32_t max_ranks;
+    uint32_t max_procs;
+    uint32_t world_size;
+    uint64_t max_info_bytes;  /* bytes */
+    uint64_t arena_bytes;     /* bytes */
+    uint64_t arena_used;      /* bytes in use by published rank info (blocks) */
+    uint64_t total_bytes;     /* size of the segment file, bytes */
+    int32_t creator_pid;
+    uint64_t created_ns;
+    uint64_t updated_ns;
+    uint64_t lock_recoveries; /* EOWNERDEAD recoveries since creation */
+    uint32_t ranks_registered;
+} kvc_segment_info;
+
+/* Fill *out from the header (reads only; no lock taken).  Errors: KVC_E_INVAL. */
+kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out);
+
+/* ---- Rank table ------------------------------------------------------ */
+
+/* State of a rank entry. */
+typedef enum kvc_rank_state {
+    KVC_RANK_EMPTY = 0,      /* never registered */
+    KVC_RANK_REGISTERED = 1,
+    KVC_RANK_WITHDRAWN = 2   /* withdrawn; note says why */
+} kvc_rank_state;
+
+/* A rank's entry as read by kvc_rank_lookup()/kvc_rank_wait()/kvc_rank_list().
+ * Zero-initialise before first use.  info is a buffer owned by the caller
+ * that the library grows with realloc() when needed (info_cap bytes); it is
+ * NUL-terminated after a successful lookup; release it with
+ * kvc_rank_info_free() or free(). */
+typedef struct kvc_rank_info {
+    uint32_t rank;
+    kvc_rank_state state;
+    uint64_t generation;      /* bumped by every change of the entry; 0 = never */
+    uint64_t registered_ns;   /* time of the last registration or withdrawal */
+    int32_t pid;              /* process that made the last change */
+    uint32_t entries;         /* top-level keys of weights_info_dict */
+    char session_id[KVC_SESSION_ID_MAX + 1]; /* verbatim, NUL-terminated */
+    char note[KVC_NOTE_MAX + 1];             /* why withdrawn, else "" */
+    char *info;               /* weights_info_dict JSON text (lookup only) */
+    size_t info_len;          /* bytes of JSON in info, excluding the NUL */
+    size_t info_cap;          /* allocated bytes behind info */
+} kvc_rank_info;
+
+/* Free the info buffer of *ri and reset the buffer fields.  NULL is ignored. */
+void kvc_rank_info_free(kvc_rank_info *ri);
+
+/* Register (or re-register) rank with its transfer-engine info.
+ * session_id: NUL-terminated, 1..KVC_SESSION_ID_MAX bytes, stored verbatim
+ * (IPv6 literals included).  info_json/info_len: the weights_info_dict, a
+ * JSON object (validated), stored byte for byte.  Re-registration overwrites
+ * and bumps the generation; an identical one (same bytes, entry registered)
+ * changes nothing and succeeds.  The new info is written to the inactive
+ * half of the entry and published by one store: a crash at any instruction
+ * leaves the old or the new value, never a mix.  *gen_out (may be NULL)
+ * receives the entry's generation afterwards.  Wakes kvc_rank_wait()ers.
+ * Errors: KVC_E_INVAL (NULL, empty session_id, info not a JSON object: the
+ * message gives jansson's reason and position), KVC_E_CAPACITY (rank >=
+ * max ranks), KVC_E_TOOBIG (session_id too long, or session_id + info >
+ * max info bytes), KVC_E_FULL (arena full), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_id,
+                          const char *info_json, size_t info_len, uint64_t *gen_out);
+
+/* Read rank's entry into *out without taking a lock (seqlock: copy,
+ * re-check, retry; a writer that died mid-publish is recovered by taking the
+ * lock).  On KVC_OK the entry is registered and out->info holds its
+ * weights_info_dict.  On KVC_E_WITHDRAWN the metadata (generation, note)
+ * is filled and info is not.
+ * Errors: KVC_E_INVAL, KVC_E_CAPACITY (rank >= max ranks), KVC_E_NOENT
+ * (never registered), KVC_E_WITHDRAWN, KVC_E_SYS (realloc failed),
+ * KVC_E_BUSY / KVC_E_NOTRECOVERABLE (recovery needed the lock). */
+kvc_err kvc_rank_lookup(kvc_segment *seg, uint32_t rank, kvc_rank_info *out);
+
+/* As kvc_rank_lookup(), but when the rank is not registered waits up to
+ * timeout_ms for it to be (re-)registered, sleeping on the rank table's
+ * shared futex epoch (no polling).  timeout_ms 0 is one lookup.
+ * Errors: those of kvc_rank_lookup(), KVC_E_TIMEDOUT when the time ran out
+ * (out then holds the last state seen). */
+kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_ms,
+                      kvc_rank_info *out);
+
+/* List entries that are registered (and withdrawn ones too when
+ * include_withdrawn is non-zero), ascending by rank, into out[0..cap-1]
+ * without their info (info fields untouched).  *count receives the number
+ * of matching entries, which may exceed cap (then only cap are written).
+ * Errors: KVC_E_INVAL. */
+kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, size_t *count,
+                      int include_withdrawn);
+
+/* Withdraw rank: lookups then return KVC_E_WITHDRAWN with note (may be NULL,
+ * truncated to KVC_NOTE_MAX bytes).  Frees its info; bumps the generation.
+ * Errors: KVC_E_INVAL, KVC_E_CAPACITY, KVC_E_NOENT (not registered),
+ * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note);
+
+/* Current value of the rank table's change epoch (a 32-bit counter bumped
+ * on every change, wrapping).  Use with kvc_rank_wait_change(). */
+uint32_t kvc_rank_epoch(kvc_segment *seg);
+
+/* Sleep until the rank table's epoch differs from seen or timeout_ms passes
+ * (shared futex).  Errors: KVC_E_TIMEDOUT. */
+kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVCOORD_KVCOORD_H */
