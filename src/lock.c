@@ -1,0 +1,72 @@
+/*
+ * lock.c - the segment's robust process-shared mutexes.
+ *
+ * Every lock path goes through kvc__lock(): a bounded timed wait; on
+ * EOWNERDEAD the lock's recovery function repairs the shared state the dead
+ * owner may have half-written, and only then is the mutex marked consistent
+ * (LMDB's order: repair first, then pthread_mutex_consistent).
+ * ENOTRECOVERABLE is reported, never spun on.
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static const char *const lock_names[KVC_LOCK_COUNT] = {"ranks", "procs"};
+
+static void recover(kvc_segment *seg, int id)
+{
+    switch (id) {
+    case KVC_LOCK_RANKS: kvc__ranks_recover(seg); break;
+    case KVC_LOCK_PROCS: kvc__procs_recover(seg); break;
+    }
+}
+
+static void note_owner(kvc_segment *seg, kvc_lock *l)
+{
+    atomic_store(&l->owner_start, seg->start);
+    atomic_store(&l->owner_pid, seg->pid);
+}
+
+kvc_err kvc__lock(kvc_segment *seg, int id)
+{
+    kvc_lock *l = &seg->hdr->locks[id];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += seg->lock_timeout_ms / 1000;
+    ts.tv_nsec += (long)(seg->lock_timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    int r = pthread_mutex_timedlock(&l->mutex, &ts);
+    if (r == 0) {
+        note_owner(seg, l);
+        return KVC_OK;
+    }
+    if (r == EOWNERDEAD) {
+        recover(seg, id);
+        atomic_fetch_add(&l->recoveries, 1);
+        pthread_mutex_consistent(&l->mutex);
+        note_owner(seg, l);
+        return KVC_OK;
+    }
+    if (r == ETIMEDOUT)
+        return kvc__fail(KVC_E_BUSY, "%s lock of segment %s held for over %u ms by pid %d",
+                         lock_names[id], seg->name, seg->lock_timeout_ms,
+                         (int)atomic_load(&l->owner_pid));
+    if (r == ENOTRECOVERABLE)
+        return kvc__fail(KVC_E_NOTRECOVERABLE, "%s lock of segment %s is not recoverable",
+                         lock_names[id], seg->name);
+    return kvc__fail(KVC_E_SYS, "%s lock of segment %s: pthread_mutex_timedlock: %s",
+                     lock_names[id], seg->name, strerror(r));
+}
+
+void kvc__unlock(kvc_segment *seg, int id)
+{
+    kvc_lock *l = &seg->hdr->locks[id];
+    atomic_store(&l->owner_pid, 0);
+    atomic_store(&l->owner_start, 0);
+    pthread_mutex_unlock(&l->mutex);
+}

@@ -1,0 +1,80 @@
+/*
+ * procs.c - the process table: every attached process's pid, start time,
+ * role and rank.  Liveness is (pid, start time): a pid alone is reused.
+ *
+ * An entry is filled, then published by storing its pid last; it is freed
+ * by storing pid 0 first.  A writer that dies at any instruction therefore
+ * leaves either a free slot or a complete entry, and recovery has nothing to
+ * roll back.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void kvc__procs_recover(kvc_segment *seg)
+{
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+}
+
+static int32_t find_slot(kvc_segment *seg)
+{
+    const kvc_header *h = seg->hdr;
+    for (uint32_t i = 0; i < h->max_procs; i++)
+        if (atomic_load(&seg->procs[i].pid) == 0)
+            return (int32_t)i;
+    /* Table full: reuse the entry of a process that is gone. */
+    for (uint32_t i = 0; i < h->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        if (!kvc__proc_alive(atomic_load(&p->pid), p->start)) {
+            atomic_store(&p->pid, 0);
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank)
+{
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
+    if (e)
+        return e;
+    int32_t i = find_slot(seg);
+    if (i < 0) {
+        kvc__unlock(seg, KVC_LOCK_PROCS);
+        return kvc__fail(KVC_E_FULL, "process table of segment %s is full (%u live processes)",
+                         seg->name, seg->hdr->max_procs);
+    }
+    kvc_proc *p = &seg->procs[i];
+    p->role = (int32_t)role;
+    p->rank = rank;
+    p->start = seg->start;
+    p->attached_ns = kvc__now_ns();
+    atomic_store_explicit(&p->pid, seg->pid, memory_order_release);
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    seg->proc_slot = i;
+    return KVC_OK;
+}
+
+void kvc__proc_detach(kvc_segment *seg)
+{
+    /* A child that inherited the handle across fork() is not the process
+     * the entry names: leave the parent's entry alone. */
+    if (seg->proc_slot < 0 || !seg->hdr || (int32_t)getpid() != seg->pid)
+        return;
+    if (kvc__lock(seg, KVC_LOCK_PROCS) != KVC_OK)
+        return;
+    kvc_proc *p = &seg->procs[seg->proc_slot];
+    if (atomic_load(&p->pid) == seg->pid && p->start == seg->start)
+        atomic_store(&p->pid, 0);
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    seg->proc_slot = -1;
+}
+
+void kvc__proc_set_rank(kvc_segment *seg, int32_t rank)
+{
+    if (seg->proc_slot >= 0)
+        seg->procs[seg->proc_slot].rank = rank;
+}

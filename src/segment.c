@@ -1,0 +1,432 @@
+/*
+ * segment.c - create, attach, validate and remove the shared-memory segment.
+ *
+ * Creation: shm_open(O_EXCL) → flock(LOCK_EX) → fchmod → ftruncate → mmap →
+ * initialise → store the magic last → unlock.  An attacher takes
+ * flock(LOCK_SH), so it never sees a half-initialised segment while its
+ * creator runs; a creator that died mid-way released its flock with its
+ * last fd and left no magic, so the segment is seen as invalid and
+ * recreated under the same name (the count of segments never grows).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define ALIGN_UP(x, a) (((x) + (uint64_t)(a)-1) / (uint64_t)(a) * (uint64_t)(a))
+
+KVC_API void kvc_options_init(kvc_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->name = NULL;
+    o->mode = KVC_OPEN_ATTACH;
+    o->role = KVC_ROLE_CLIENT;
+    o->rank = -1;
+    o->max_ranks = 1024;
+    o->max_info_bytes = 16ull << 20;
+    o->arena_bytes = 1ull << 30;
+    o->max_procs = 4096;
+    o->world_size = 8;
+    o->perm = 0600;
+    o->lock_timeout_ms = 2000;
+}
+
+KVC_API kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap)
+{
+    if (!buf)
+        return kvc__fail(KVC_E_INVAL, "kvc_name_for_port: buf is NULL");
+    int n = snprintf(buf, cap, "kvcoord-%u", (unsigned)port);
+    if (n < 0 || (size_t)n >= cap)
+        return kvc__fail(KVC_E_INVAL, "kvc_name_for_port: buffer of %zu bytes too small", cap);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_name_check(const char *name)
+{
+    if (!name || !*name)
+        return kvc__fail(KVC_E_INVAL, "segment name is empty");
+    size_t len = strlen(name);
+    if (len > KVC_NAME_MAX)
+        return kvc__fail(KVC_E_INVAL, "segment name is %zu bytes, the limit is %d", len, KVC_NAME_MAX);
+    if (!strcmp(name, ".") || !strcmp(name, ".."))
+        return kvc__fail(KVC_E_INVAL, "segment name '%s' is not allowed", name);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return kvc__fail(KVC_E_INVAL,
+                             "segment name has byte 0x%02x at offset %zu; allowed: A-Z a-z 0-9 . _ -",
+                             c, i);
+    }
+    return KVC_OK;
+}
+
+/* The layout computed from capacities: the creator stores it, an attacher
+ * recomputes it and compares, so a header with inconsistent numbers is
+ * refused rather than trusted. */
+struct geometry {
+    uint64_t ranks_off, procs_off, bitmap_off, arena_off, arena_blocks, total;
+};
+
+static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint64_t arena_bytes)
+{
+    struct geometry g;
+    g.arena_blocks = (arena_bytes + KVC_BLOCK - 1) / KVC_BLOCK;
+    g.ranks_off = ALIGN_UP(sizeof(kvc_header), KVC_ALIGN);
+    g.procs_off = ALIGN_UP(g.ranks_off + (uint64_t)max_ranks * sizeof(kvc_rank_entry), KVC_ALIGN);
+    g.bitmap_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
+    g.arena_off = ALIGN_UP(g.bitmap_off + (g.arena_blocks + 63) / 64 * 8, KVC_ALIGN);
+    g.total = g.arena_off + g.arena_blocks * KVC_BLOCK;
+    return g;
+}
+
+static kvc_err check_options(const kvc_options *o)
+{
+    if (o->max_ranks < 1 || o->max_ranks > (1u << 20))
+        return kvc__fail(KVC_E_INVAL, "max ranks %u out of range 1..1048576", o->max_ranks);
+    if (o->max_procs < 1 || o->max_procs > (1u << 20))
+        return kvc__fail(KVC_E_INVAL, "max procs %u out of range 1..1048576", o->max_procs);
+    if (o->world_size < 1 || o->world_size > o->max_ranks)
+        return kvc__fail(KVC_E_INVAL, "world size %u out of range 1..%u (max ranks)", o->world_size,
+                         o->max_ranks);
+    if (o->arena_bytes < KVC_BLOCK || o->arena_bytes > (1ull << 40))
+        return kvc__fail(KVC_E_INVAL, "arena of %llu bytes out of range %u..2^40",
+                         (unsigned long long)o->arena_bytes, KVC_BLOCK);
+    if (o->max_info_bytes < 64 || o->max_info_bytes > o->arena_bytes / 2)
+        return kvc__fail(KVC_E_INVAL,
+                         "max info bytes %llu out of range 64..%llu (half the arena: a "
+                         "re-registration holds old and new info at once)",
+                         (unsigned long long)o->max_info_bytes, (unsigned long long)o->arena_bytes / 2);
+    if (o->lock_timeout_ms < 1)
+        return kvc__fail(KVC_E_INVAL, "lock timeout must be at least 1 ms");
+    return KVC_OK;
+}
+
+static kvc_err init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    int r = pthread_mutexattr_init(&a);
+    if (!r)
+        r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (!r)
+        r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (!r)
+        r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    if (r)
+        return kvc__fail(KVC_E_SYS, "pthread_mutex_init (robust, process-shared): %s", strerror(r));
+    return KVC_OK;
+}
+
+static void bind_regions(kvc_segment *seg)
+{
+    kvc_header *h = seg->hdr;
+    seg->ranks = (kvc_rank_entry *)(seg->base + h->ranks_off);
+    seg->procs = (kvc_proc *)(seg->base + h->procs_off);
+    seg->bitmap = (_Atomic uint64_t *)(seg->base + h->bitmap_off);
+    seg->arena = seg->base + h->arena_off;
+}
+
+static kvc_err map_fd(kvc_segment *seg, size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+    if (p == MAP_FAILED)
+        return kvc__fail(KVC_E_SYS, "mmap of segment %s (%zu bytes): %s", seg->name, size,
+                         strerror(errno));
+    seg->base = p;
+    seg->size = size;
+    seg->hdr = p;
+    return KVC_OK;
+}
+
+static void unmap(kvc_segment *seg)
+{
+    if (seg->base)
+        munmap(seg->base, seg->size);
+    seg->base = NULL;
+    seg->hdr = NULL;
+    if (seg->fd >= 0)
+        close(seg->fd);
+    seg->fd = -1;
+}
+
+static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct geometry *g)
+{
+    kvc_header *h = seg->hdr;
+    h->layout_version = KVC_LAYOUT_VERSION;
+    h->header_size = sizeof(kvc_header);
+    h->creator_pid = seg->pid;
+    h->creator_start = seg->start;
+    h->rank_entry_size = sizeof(kvc_rank_entry);
+    h->proc_size = sizeof(kvc_proc);
+    h->lock_size = sizeof(kvc_lock);
+    h->block_size = KVC_BLOCK;
+    h->total_size = g->total;
+    h->max_ranks = o->max_ranks;
+    h->max_procs = o->max_procs;
+    h->world_size = o->world_size;
+    h->max_info_bytes = o->max_info_bytes;
+    h->arena_blocks = g->arena_blocks;
+    h->arena_bytes = g->arena_blocks * KVC_BLOCK;
+    h->ranks_off = g->ranks_off;
+    h->procs_off = g->procs_off;
+    h->bitmap_off = g->bitmap_off;
+    h->arena_off = g->arena_off;
+    h->created_ns = kvc__now_ns();
+    atomic_store(&h->updated_ns, h->created_ns);
+    for (int i = 0; i < KVC_LOCK_COUNT; i++) {
+        kvc_err e = init_mutex(&h->locks[i].mutex);
+        if (e)
+            return e;
+    }
+    /* The file was zero-filled by ftruncate: every rank entry is EMPTY with
+     * an even sequence, every process slot free, the bitmap clear. */
+    atomic_store_explicit(&h->magic, KVC_MAGIC, memory_order_release);
+    return KVC_OK;
+}
+
+/* Create a new segment; KVC_E_EXISTS (no message) when the name is taken. */
+static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
+{
+    struct geometry g = geometry_of(o->max_ranks, o->max_procs, o->arena_bytes);
+    seg->fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o->perm);
+    if (seg->fd < 0) {
+        if (errno == EEXIST)
+            return KVC_E_EXISTS;
+        return kvc__fail(KVC_E_SYS, "shm_open(%s, O_CREAT|O_EXCL): %s", seg->name, strerror(errno));
+    }
+    kvc_err e = KVC_OK;
+    if (flock(seg->fd, LOCK_EX) < 0)
+        e = kvc__fail(KVC_E_SYS, "flock(%s): %s", seg->name, strerror(errno));
+    else if (fchmod(seg->fd, o->perm) < 0) /* exact mode, whatever the umask */
+        e = kvc__fail(KVC_E_SYS, "fchmod(%s, %o): %s", seg->name, (unsigned)o->perm, strerror(errno));
+    else if (ftruncate(seg->fd, (off_t)g.total) < 0)
+        e = kvc__fail(KVC_E_SYS, "ftruncate(%s, %llu bytes): %s", seg->name,
+                      (unsigned long long)g.total, strerror(errno));
+    if (!e)
+        e = map_fd(seg, g.total);
+    if (!e)
+        e = init_header(seg, o, &g);
+    if (e) {
+        shm_unlink(seg->name);
+        unmap(seg);
+        return e;
+    }
+    flock(seg->fd, LOCK_UN);
+    bind_regions(seg);
+    return KVC_OK;
+}
+
+static kvc_err validate(kvc_segment *seg, uint64_t file_size)
+{
+    const kvc_header *h = seg->hdr;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != KVC_MAGIC)
+        return kvc__fail(KVC_E_CORRUPT, "segment %s has no valid magic (not a kvcoord segment, or "
+                         "its creator died while initialising it)", seg->name);
+    if (h->layout_version != KVC_LAYOUT_VERSION)
+        return kvc__fail(KVC_E_VERSION,
+                         "segment %s has layout version %u; this build of kvcoord uses layout "
+                         "version %u", seg->name, h->layout_version, KVC_LAYOUT_VERSION);
+    if (h->header_size != sizeof(kvc_header) || h->rank_entry_size != sizeof(kvc_rank_entry) ||
+        h->proc_size != sizeof(kvc_proc) || h->lock_size != sizeof(kvc_lock) ||
+        h->block_size != KVC_BLOCK)
+        return kvc__fail(KVC_E_VERSION,
+                         "segment %s (layout version %u) was built with other structure sizes "
+                         "(header %u, rank entry %u, proc %u, lock %u, block %u) than this build "
+                         "(layout version %u: %zu, %zu, %zu, %zu, %u)",
+                         seg->name, h->layout_version, h->header_size, h->rank_entry_size,
+                         h->proc_size, h->lock_size, h->block_size, KVC_LAYOUT_VERSION,
+                         sizeof(kvc_header), sizeof(kvc_rank_entry), sizeof(kvc_proc),
+                         sizeof(kvc_lock), KVC_BLOCK);
+    struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->arena_bytes);
+    if (h->max_ranks < 1 || h->max_procs < 1 || g.total != h->total_size ||
+        g.ranks_off != h->ranks_off || g.procs_off != h->procs_off ||
+        g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
+        g.arena_blocks != h->arena_blocks)
+        return kvc__fail(KVC_E_CORRUPT, "segment %s has an inconsistent header (capacities do "
+                         "not match region offsets)", seg->name);
+    if (file_size != h->total_size)
+        return kvc__fail(KVC_E_CORRUPT, "segment %s is %llu bytes but its header says %llu "
+                         "(truncated or extended)", seg->name, (unsigned long long)file_size,
+                         (unsigned long long)h->total_size);
+    return KVC_OK;
+}
+
+/* Attach to an existing segment.  KVC_E_NOENT (with message) if missing. */
+static kvc_err attach(kvc_segment *seg)
+{
+    seg->fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0);
+    if (seg->fd < 0) {
+        if (errno == ENOENT)
+            return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm (is kvcoordd running?)",
+                             seg->name);
+        return kvc__fail(KVC_E_SYS, "shm_open(%s): %s", seg->name, strerror(errno));
+    }
+    /* Waits only while a live creator initialises; a dead one's flock is gone. */
+    if (flock(seg->fd, LOCK_SH) < 0) {
+        kvc_err e = kvc__fail(KVC_E_SYS, "flock(%s): %s", seg->name, strerror(errno));
+        unmap(seg);
+        return e;
+    }
+    struct stat st;
+    kvc_err e = KVC_OK;
+    /* A size of 0 is a creator between shm_open(O_EXCL) and its flock: give
+     * it the lock timeout to take the lock before calling the file invalid. */
+    for (uint32_t waited = 0;; waited++) {
+        if (fstat(seg->fd, &st) < 0 || st.st_size != 0 || waited >= seg->lock_timeout_ms)
+            break;
+        flock(seg->fd, LOCK_UN);
+        usleep(1000);
+        flock(seg->fd, LOCK_SH);
+    }
+    if (fstat(seg->fd, &st) < 0)
+        e = kvc__fail(KVC_E_SYS, "fstat(%s): %s", seg->name, strerror(errno));
+    else if ((uint64_t)st.st_size < sizeof(kvc_header))
+        e = kvc__fail(KVC_E_CORRUPT, "segment %s is %lld bytes, shorter than a header (%zu)",
+                      seg->name, (long long)st.st_size, sizeof(kvc_header));
+    if (!e)
+        e = map_fd(seg, (size_t)st.st_size);
+    if (!e)
+        e = validate(seg, (uint64_t)st.st_size);
+    if (e) {
+        unmap(seg);
+        return e;
+    }
+    flock(seg->fd, LOCK_UN);
+    bind_regions(seg);
+    return KVC_OK;
+}
+
+/* Read the stable header prefix of an existing segment: whether its
+ * creator is alive.  False when unreadable. */
+static bool creator_alive(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    kvc_header h;
+    bool alive = false;
+    if (pread(fd, &h, offsetof(kvc_header, creator_start) + sizeof h.creator_start, 0) > 0)
+        alive = kvc__proc_alive(h.creator_pid, h.creator_start);
+    close(fd);
+    return alive;
+}
+
+static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        kvc_err e = create_new(seg, o);
+        if (e != KVC_E_EXISTS)
+            return e;
+        e = attach(seg);
+        if (e == KVC_OK || e == KVC_E_SYS)
+            return e;
+        if (e == KVC_E_NOENT)
+            continue; /* removed under us: create again */
+        if (e == KVC_E_VERSION && creator_alive(seg->name))
+            return kvc__fail(KVC_E_EXISTS, "%s; its creator is still running, so it is left "
+                             "alone (stop it, or remove the segment with kvcoord-diag unlink)",
+                             kvc_last_error());
+        /* Invalid, or another layout version whose creator is dead: replace
+         * it under the same name. */
+        shm_unlink(seg->name);
+    }
+    return kvc__fail(KVC_E_SYS, "could not create segment %s: it kept being replaced", seg->name);
+}
+
+KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
+{
+    if (!opts || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: NULL argument");
+    *out = NULL;
+    const char *name = opts->name ? opts->name : "kvcoord-6789";
+    kvc_err e = kvc_name_check(name);
+    if (e)
+        return e;
+    if (opts->mode != KVC_OPEN_ATTACH && (e = check_options(opts)))
+        return e;
+    kvc_segment *seg = calloc(1, sizeof *seg);
+    if (!seg)
+        return kvc__fail(KVC_E_SYS, "kvc_open: out of memory");
+    snprintf(seg->name, sizeof seg->name, "%s", name);
+    seg->fd = -1;
+    seg->proc_slot = -1;
+    seg->pid = (int32_t)getpid();
+    seg->start = kvc__proc_start(seg->pid);
+    seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
+    switch (opts->mode) {
+    case KVC_OPEN_ATTACH: e = attach(seg); break;
+    case KVC_OPEN_CREATE: e = open_create(seg, opts); break;
+    case KVC_OPEN_FRESH:
+        shm_unlink(name);
+        e = create_new(seg, opts);
+        if (e == KVC_E_EXISTS)
+            e = kvc__fail(KVC_E_SYS, "segment %s was created by another process meanwhile", name);
+        break;
+    default: e = kvc__fail(KVC_E_INVAL, "kvc_open: unknown mode %d", (int)opts->mode);
+    }
+    if (!e && opts->role != KVC_ROLE_NONE)
+        e = kvc__proc_attach(seg, opts->role, opts->rank);
+    if (e) {
+        unmap(seg);
+        free(seg);
+        return e;
+    }
+    *out = seg;
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_close(kvc_segment *seg)
+{
+    if (!seg)
+        return KVC_OK;
+    kvc__proc_detach(seg);
+    unmap(seg);
+    free(seg);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_unlink(const char *name)
+{
+    kvc_err e = kvc_name_check(name);
+    if (e)
+        return e;
+    if (shm_unlink(name) < 0) {
+        if (errno == ENOENT)
+            return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm", name);
+        return kvc__fail(KVC_E_SYS, "shm_unlink(%s): %s", name, strerror(errno));
+    }
+    return KVC_OK;
+}
+
+KVC_API const char *kvc_segment_name(const kvc_segment *seg) { return seg ? seg->name : ""; }
+
+KVC_API kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out)
+{
+    if (!seg || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_segment_stat: NULL argument");
+    const kvc_header *h = seg->hdr;
+    memset(out, 0, sizeof *out);
+    out->layout_version = h->layout_version;
+    out->max_ranks = h->max_ranks;
+    out->max_procs = h->max_procs;
+    out->world_size = h->world_size;
+    out->max_info_bytes = h->max_info_bytes;
+    out->arena_bytes = h->arena_bytes;
+    out->arena_used = atomic_load(&h->arena_used_blocks) * KVC_BLOCK;
+    out->total_bytes = h->total_size;
+    out->creator_pid = h->creator_pid;
+    out->created_ns = h->created_ns;
+    out->updated_ns = atomic_load(&h->updated_ns);
+    for (int i = 0; i < KVC_LOCK_COUNT; i++)
+        out->lock_recoveries += atomic_load(&h->locks[i].recoveries);
+    out->ranks_registered = atomic_load(&h->ranks_registered);
+    return KVC_OK;
+}
