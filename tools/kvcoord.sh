@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# kvcoord.sh - the README's two commands: `run` (build and start a node's
+# coordinator with 8 stand-in TP workers of a real model, then query it as a
+# remote instance would) and `test` (build and run the whole test suite, then
+# again under AddressSanitizer + UndefinedBehaviorSanitizer).  Plus `stop`.
+#
+# Meant for a fresh Debian 12 machine, as root: missing Debian packages are
+# installed first (nothing is installed when all are present).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=/usr/bin/python3
+JOBS=${KVCOORD_JOBS:-2}
+RUN_DIR=$ROOT/build/run
+TP=8
+PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
+          libcmocka-dev libibverbs-dev rdma-core python3 python3-requests curl wrk nginx-light)
+
+usage() {
+    cat <<EOF
+Usage: tools/kvcoord.sh COMMAND [OPTIONS]
+
+Commands:
+  run [--model M] [--port P]
+        Install missing Debian packages, build (build/, RelWithDebInfo), write the
+        transfer-engine info of model M's $TP TP ranks to build/run/M/, start
+        kvcoordd on 127.0.0.1:P with a fresh segment (kvcoord-P), start $TP
+        kvcoord-worker processes that register those ranks and stay attached,
+        then query every rank over HTTP as a remote instance would and print a
+        summary.  Everything keeps running until 'tools/kvcoord.sh stop'.
+          --model M   llama-3.1-8b (default), qwen2.5-72b or stress
+          --port P    HTTP port (default 6789)
+        Logs and pid files: build/run/kvcoordd.log, build/run/worker-N.log,
+        build/run/kvcoordd.pid, build/run/workers.pid.
+  stop  Stop what 'run' started: SIGTERM the workers, then kvcoordd.
+  test [--sanitize]
+        Install missing Debian packages, build build/ and run its ctest suite,
+        then build build-asan/ (-DKVCOORD_SANITIZE=ON: ASan + UBSan) and run the
+        whole suite again.  --sanitize: the sanitizer build and suite only.
+        Exits non-zero if any build or test fails.
+  help  Print this help (also -h, --help).
+
+Environment: KVCOORD_JOBS (parallel build jobs, default 2).
+Installing packages needs root; as another user the commands work when the
+packages are already there.
+EOF
+}
+
+log() { printf '==> %s\n' "$*"; }
+die() { printf 'kvcoord.sh: %s\n' "$*" >&2; exit 1; }
+
+# ---- packages --------------------------------------------------------------
+
+missing_packages() {
+    local p status
+    for p in "${PACKAGES[@]}"; do
+        status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+        [[ $status == installed ]] || printf '%s\n' "$p"
+    done
+}
+
+install_packages() {
+    command -v dpkg-query >/dev/null || die "dpkg-query not found: this script expects Debian 12"
+    local missing
+    mapfile -t missing < <(missing_packages)
+    if ((${#missing[@]} == 0)); then
+        log "Debian packages: all ${#PACKAGES[@]} present"
+        return
+    fi
+    log "Debian packages missing: ${missing[*]}"
+    ((EUID == 0)) || die "installing packages needs root: run as root, or install: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# ---- build -----------------------------------------------------------------
+
+build() { # build DIR [cmake options...]
+    local dir=$1
+    shift
+    log "configure and build $dir/"
+    cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    cmake --build "$ROOT/$dir" -j"$JOBS"
+}
+
+# ---- run / stop ------------------------------------------------------------
+
+alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+
+# True if pid is alive and runs one of our binaries (pids are reused: never
+# signal a pid from a stale file that now belongs to something else).
+ours() {
+    local pid=$1 exe
+    alive "$pid" || return 1
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+    [[ $exe == "$ROOT"/build*/kvcoordd || $exe == "$ROOT"/build*/kvcoord-worker ]]
+}
+
+stop_pids() { # stop_pids WHAT PID... : SIGTERM, wait up to 5 s, then SIGKILL
+    local what=$1 pid n
+    shift
+    local live=()
+    for pid in "$@"; do ours "$pid" && live+=("$pid"); done
+    ((${#live[@]})) || return 0
+    log "stopping $what (pid ${live[*]})"
+    kill -TERM "${live[@]}" 2>/dev/null || true
+    for ((n = 0; n < 50; n++)); do
+        local left=()
+        for pid in "${live[@]}"; do alive "$pid" && left+=("$pid"); done
+        ((${#left[@]})) || return 0
+        sleep 0.1
+    done
+    log "$what still alive after 5 s: SIGKILL ${left[*]}"
+    kill -KILL "${left[@]}" 2>/dev/null || true
+}
+
+cmd_stop() {
+    local workers=() daemon=""
+    [[ -f $RUN_DIR/workers.pid ]] && mapfile -t workers <"$RUN_DIR/workers.pid"
+    [[ -f $RUN_DIR/kvcoordd.pid ]] && daemon=$(<"$RUN_DIR/kvcoordd.pid")
+    if ((${#workers[@]} == 0)) && [[ -z $daemon ]]; then
+        log "nothing to stop (no pid files in build/run/)"
+        return 0
+    fi
+    stop_pids "workers" "${workers[@]}"
+    [[ -n $daemon ]] && stop_pids "kvcoordd" "$daemon"
+    rm -f "$RUN_DIR/workers.pid" "$RUN_DIR/kvcoordd.pid"
+    log "stopped"
+}
+
+wait_health() { # wait_health URL DAEMON_PID
+    local n
+    for ((n = 0; n < 100; n++)); do
+        if curl -fsS --max-time 1 "$1/health" >/dev/null 2>&1; then
+            return 0
+        fi
+        alive "$2" || break
+        sleep 0.1
+    done
+    tail -n 20 "$RUN_DIR/kvcoordd.log" >&2 || true
+    die "kvcoordd did not answer $1/health (log: build/run/kvcoordd.log)"
+}
+
+start_daemon() { # start_daemon PORT SEGMENT
+    log "starting kvcoordd on 127.0.0.1:$1 (segment $2, fresh)"
+    setsid "$ROOT/build/kvcoordd" --listen "127.0.0.1:$1" --segment "$2" --fresh \
+        </dev/null >"$RUN_DIR/kvcoordd.log" 2>&1 &
+    echo $! >"$RUN_DIR/kvcoordd.pid"
+    wait_health "http://127.0.0.1:$1" "$!"
+}
+
+start_workers() { # start_workers SEGMENT INFO_DIR
+    local rank
+    : >"$RUN_DIR/workers.pid"
+    for ((rank = 0; rank < TP; rank++)); do
+        setsid "$ROOT/build/kvcoord-worker" --segment "$1" --rank "$rank" \
+            --info "$2/rank-$rank.json" --linger --timeout-ms 10000 \
+            </dev/null >"$RUN_DIR/worker-$rank.log" 2>&1 &
+        echo $! >>"$RUN_DIR/workers.pid"
+    done
+    log "started $TP kvcoord-worker processes (pids in build/run/workers.pid)"
+}
+
+wait_workers() { # every worker prints its line once registered
+    local pids rank n
+    mapfile -t pids <"$RUN_DIR/workers.pid"
+    for ((n = 0; n < 300; n++)); do
+        local done_count=0
+        for ((rank = 0; rank < TP; rank++)); do
+            if grep -q "rank=$rank generation=" "$RUN_DIR/worker-$rank.log" 2>/dev/null; then
+                ((++done_count))
+            elif ! alive "${pids[$rank]}"; then
+                cat "$RUN_DIR/worker-$rank.log" >&2 || true
+                die "worker for rank $rank exited before registering (build/run/worker-$rank.log)"
+            fi
+        done
+        if ((done_count == TP)); then
+            cat "$RUN_DIR"/worker-*.log
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "workers did not all register within 30 s (build/run/worker-*.log)"
+}
+
+cmd_run() {
+    local model=llama-3.1-8b port=6789
+    while (($#)); do
+        case $1 in
+        --model) model=${2:?--model needs a value}; shift 2 ;;
+        --model=*) model=${1#*=}; shift ;;
+        --port) port=${2:?--port needs a value}; shift 2 ;;
+        --port=*) port=${1#*=}; shift ;;
+        -h | --help) usage; return 0 ;;
+        *) usage >&2; exit 2 ;;
+        esac
+    done
+    case $model in llama-3.1-8b | qwen2.5-72b | stress) ;; *) die "unknown model '$model'" ;; esac
+    if ! [[ $port =~ ^[1-9][0-9]{0,4}$ ]] || ((port > 65535)); then
+        die "bad port '$port'"
+    fi
+
+    install_packages
+    build build
+    mkdir -p "$RUN_DIR"
+    cmd_stop >/dev/null # a previous run's processes, if any
+    local segment=kvcoord-$port info_dir=$RUN_DIR/$model t0 t1
+    log "writing $model transfer-engine info for $TP TP ranks to build/run/$model/"
+    "$PY" "$ROOT/tools/gen_model_info.py" --model "$model" --tp "$TP" --out "$info_dir"
+    t0=$(date +%s%N)
+    start_daemon "$port" "$segment"
+    start_workers "$segment" "$info_dir"
+    wait_workers
+    t1=$(date +%s%N)
+    log "kvcoordd up and $TP ranks registered in $(((t1 - t0) / 1000000)) ms"
+    log "querying every rank over HTTP as a remote instance would"
+    "$PY" "$ROOT/tools/query_ranks.py" --url "http://127.0.0.1:$port" --ranks "$TP" \
+        --expect-dir "$info_dir" --worker-logs "$RUN_DIR"
+    cat <<EOF
+
+kvcoordd is serving http://127.0.0.1:$port (log: build/run/kvcoordd.log), with $TP
+workers attached to segment /dev/shm/$segment. Try:
+  curl -s 'http://127.0.0.1:$port/get_transfer_engine_info?rank=0' | head -c 300
+Stop everything with:
+  tools/kvcoord.sh stop
+EOF
+}
+
+# ---- test ------------------------------------------------------------------
+
+run_suite() { # run_suite DIR : ctest; returns its status
+    log "ctest --test-dir $1"
+    ctest --test-dir "$ROOT/$1" --output-on-failure
+}
+
+cmd_test() {
+    local sanitize=0 status=0
+    while (($#)); do
+        case $1 in
+        --sanitize) sanitize=1; shift ;;
+        -h | --help) usage; return 0 ;;
+        *) usage >&2; exit 2 ;;
+        esac
+    done
+    install_packages
+    if ((!sanitize)); then
+        build build
+        run_suite build || status=1
+    fi
+    build build-asan -DKVCOORD_SANITIZE=ON
+    run_suite build-asan || status=1
+    if ((status)); then
+        log "FAILED: see the ctest output above"
+    else
+        log "all test suites passed"
+    fi
+    return "$status"
+}
+
+main() {
+    local cmd=${1:-help}
+    (($#)) && shift
+    case $cmd in
+    run) cmd_run "$@" ;;
+    stop) cmd_stop "$@" ;;
+    test) cmd_test "$@" ;;
+    help | -h | --help) usage ;;
+    *) printf 'kvcoord.sh: unknown command %s\n\n' "$cmd" >&2; usage >&2; exit 2 ;;
+    esac
+}
+
+main "$@"
