@@ -188,7 +188,10 @@ static int load_info(const char *path, worker_info *wi)
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
-        fail("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        if (jerr.line > 0) /* a parse error; -1 when the file could not be read */
+            fail("%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        else
+            fail("%s", jerr.text);
         return -1;
     }
     int rc = -1;
