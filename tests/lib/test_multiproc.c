@@ -1,0 +1,102 @@
+/* test_multiproc.c - real forked processes sharing one segment. */
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+#define WORKERS 8
+
+static int worker(const char *name, uint32_t rank, int gate_fd)
+{
+    kvc_options o;
+    kvc_options_init(&o);
+    o.name = name;
+    o.role = KVC_ROLE_WORKER;
+    o.rank = (int32_t)rank;
+    kvc_segment *s;
+    if (kvc_open(&o, &s))
+        return 10;
+    char c;
+    if (read(gate_fd, &c, 1) != 0) /* wait until the parent opens the gate */
+        return 11;
+    char sid[32], *mine = tu_info(40 + (int)rank, rank);
+    snprintf(sid, sizeof sid, "127.0.0.1:%u", 16000 + rank);
+    if (kvc_rank_register(s, rank, sid, mine, strlen(mine), NULL))
+        return 12;
+    free(mine);
+    kvc_rank_info ri = {0};
+    for (uint32_t j = 0; j < WORKERS; j++) {
+        if (kvc_rank_wait(s, j, 30000, &ri))
+            return 13;
+        char *want = tu_info(40 + (int)j, j);
+        snprintf(sid, sizeof sid, "127.0.0.1:%u", 16000 + j);
+        if (strcmp(ri.info, want) || strcmp(ri.session_id, sid) || ri.entries != 40 + j)
+            return 14;
+        free(want);
+    }
+    kvc_rank_info_free(&ri);
+    kvc_close(s);
+    return 0;
+}
+
+static void test_eight_workers_register_and_read_all(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    pid_t pids[WORKERS];
+    for (uint32_t i = 0; i < WORKERS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            close(gate[1]);
+            _exit(worker(name, i, gate[0]));
+        }
+    }
+    close(gate[0]);
+    close(gate[1]); /* all workers start registering at once */
+    for (int i = 0; i < WORKERS; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    kvc_segment_info si;
+    kvc_segment_stat(s, &si);
+    assert_int_equal(si.ranks_registered, WORKERS);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+static void test_reader_in_other_process_wakes(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_CLIENT);
+        kvc_rank_info ri = {0};
+        kvc_err e = kvc_rank_wait(c, 30, 60000, &ri);
+        _exit(e == KVC_OK && !strcmp(ri.session_id, "[::1]:16030") ? 0 : 1);
+    }
+    usleep(200000);
+    int status;
+    assert_int_equal(waitpid(child, &status, WNOHANG), 0); /* still blocked */
+    assert_int_equal(kvc_rank_register(s, 30, "[::1]:16030", "{}", 2, NULL), KVC_OK);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eight_workers_register_and_read_all),
+        cmocka_unit_test(test_reader_in_other_process_wakes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
