@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""End-to-end test of kvcoord-worker: eight stand-in TP workers of
+Llama-3.1-8B register through libkvcoord in a segment served by a real
+kvcoordd, and a remote client reads every rank back over HTTP with Python
+`requests`, equal to what the workers were given.
+
+Usage: test_worker_http.py --daemon PATH --worker PATH --gen PATH --query PATH
+                           --work DIR [unittest args]
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+import requests
+
+ARGS = None
+TP = 8
+STRESS_RANK = 100
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_body(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def stop(proc, sig=signal.SIGTERM, timeout=10):
+    """Signal proc and reap it; SIGKILL if it outlives timeout.  Returns its status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def run_worker(*args, timeout=60):
+    return subprocess.run([ARGS.worker] + list(args), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+class Worker:
+    """A lingering kvcoord-worker with its output in a file."""
+
+    def __init__(self, name, segment, rank, info, *extra):
+        self.log = os.path.join(ARGS.work, "%s.log" % name)
+        with open(self.log, "w", encoding="utf-8") as out:
+            self.proc = subprocess.Popen(
+                [ARGS.worker, "--segment", segment, "--rank", str(rank), "--info", info,
+                 "--linger"] + list(extra),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def output(self):
+        with open(self.log, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def wait_registered(self, timeout=60):
+        """Wait for the worker's one line; return its key=value fields."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.output()
+            if "generation=" in text:
+                line = [l for l in text.splitlines() if "generation=" in l][0]
+                return dict(f.split("=", 1) for f in line.split()[1:])
+            if self.proc.poll() is not None:
+                raise AssertionError("worker exited %d before registering: %s"
+                                     % (self.proc.returncode, text))
+            time.sleep(0.02)
+        raise AssertionError("worker did not register in %ds: %s" % (timeout, self.output()))
+
+
+class WorkerCliTest(unittest.TestCase):
+    """Exit codes and messages, no daemon needed."""
+
+    def test_help(self):
+        p = run_worker("--help")
+        self.assertEqual(p.returncode, 0)
+        for word in ("--segment", "--rank", "--info", "--linger", "--timeout-ms", "Exit status"):
+            self.assertIn(word, p.stdout)
+
+    def test_usage_errors_exit_2(self):
+        info = os.path.join(ARGS.work, "llama", "rank-0.json")
+        for args in ([], ["--rank", "-1", "--info", info], ["--rank", "x", "--info", info],
+                     ["--info", info, "--timeout-ms", "soon"], ["--info", info, "extra"],
+                     ["--info", info, "--segment", "../etc"], ["--bogus"]):
+            p = run_worker(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertTrue(p.stderr.strip(), args)
+
+    def test_runtime_errors_exit_1(self):
+        missing = os.path.join(ARGS.work, "no-such-file.json")
+        p = run_worker("--info", missing, "--segment", "kvctest-none")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no-such-file.json", p.stderr)
+
+        bad = os.path.join(ARGS.work, "not-info.json")
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write('{"rank": 0, "transfer_engine_info": {"session_id": "h:1"}}')
+        p = run_worker("--info", bad, "--segment", "kvctest-none")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("weights_info_dict", p.stderr)
+
+        info = os.path.join(ARGS.work, "llama", "rank-0.json")
+        segment = "kvctest-tools-absent-%d" % os.getpid()
+        t0 = time.monotonic()
+        p = run_worker("--info", info, "--segment", segment, "--timeout-ms", "300")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(segment, p.stderr)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)  # it retried until the deadline
+
+    def test_signal_while_waiting_for_segment(self):
+        info = os.path.join(ARGS.work, "llama", "rank-0.json")
+        w = Worker("wait-signal", "kvctest-tools-never-%d" % os.getpid(), 0, info,
+                   "--timeout-ms", "60000")
+        time.sleep(0.2)
+        self.assertEqual(stop(w.proc, signal.SIGINT), 1)
+        self.assertIn("stopped by", w.output())
+
+
+class WorkerHttpTest(unittest.TestCase):
+    """Workers register through libkvcoord; a remote client reads over HTTP."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.segment = "kvctest-tools-%d" % os.getpid()
+        cls.daemon = None
+        cls.workers = []
+        cls.info_dir = os.path.join(ARGS.work, "llama")
+        # Rank 0 starts before kvcoordd exists, as a worker may: it must wait.
+        cls.workers.append(Worker("worker-0", cls.segment, 0,
+                                  os.path.join(cls.info_dir, "rank-0.json"),
+                                  "--timeout-ms", "60000"))
+        try:
+            cls.start_daemon()
+            for r in range(1, TP):
+                cls.workers.append(Worker("worker-%d" % r, cls.segment, r,
+                                          os.path.join(cls.info_dir, "rank-%d.json" % r)))
+            cls.lines = [w.wait_registered() for w in cls.workers]
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def start_daemon(cls):
+        for _ in range(3):  # the free port may be taken between probe and bind
+            cls.port = free_port()
+            cls.url = "http://127.0.0.1:%d" % cls.port
+            cls.daemon_log = open(os.path.join(ARGS.work, "kvcoordd.log"), "w",
+                                  encoding="utf-8")
+            cls.daemon = subprocess.Popen(
+                [ARGS.daemon, "--fresh", "--segment", cls.segment,
+                 "--listen", "127.0.0.1:%d" % cls.port],
+                stdout=cls.daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and cls.daemon.poll() is None:
+                try:
+                    if requests.get(cls.url + "/health", timeout=1).status_code == 200:
+                        return
+                except requests.RequestException:
+                    pass
+                time.sleep(0.05)
+            stop(cls.daemon)
+            cls.daemon_log.close()
+        with open(os.path.join(ARGS.work, "kvcoordd.log"), encoding="utf-8") as f:
+            raise AssertionError("kvcoordd did not become healthy: " + f.read()[-2000:])
+
+    @classmethod
+    def tearDownClass(cls):
+        for w in cls.workers:
+            stop(w.proc)
+        if cls.daemon is not None:
+            stop(cls.daemon)
+            cls.daemon_log.close()
+        try:
+            os.unlink("/dev/shm/" + cls.segment)
+        except FileNotFoundError:
+            pass
+
+    def lookup(self, rank):
+        r = requests.get(self.url + "/get_transfer_engine_info", params={"rank": rank},
+                         timeout=30)
+        self.assertEqual(r.status_code, 200, r.text[:300])
+        return r.json()
+
+    def test_1_worker_lines(self):
+        for r, line in enumerate(self.lines):
+            body = read_body(os.path.join(self.info_dir, "rank-%d.json" % r))
+            tei = body["transfer_engine_info"]
+            self.assertEqual(int(line["rank"]), r)
+            self.assertGreaterEqual(int(line["generation"]), 1)
+            self.assertEqual(int(line["entries"]), 195)
+            self.assertEqual(int(line["bytes"]),
+                             len(json.dumps(tei["weights_info_dict"], separators=(",", ":"))))
+            self.assertEqual(line["segment"], self.segment)
+            self.assertEqual(line["session_id"], tei["session_id"])
+
+    def test_2_every_rank_over_http_equals_the_file(self):
+        for r in range(TP):
+            body = read_body(os.path.join(self.info_dir, "rank-%d.json" % r))
+            tei = body["transfer_engine_info"]
+            data = self.lookup(r)
+            self.assertEqual(data["rank"], r)
+            self.assertEqual(data["remote_instance_transfer_engine_info"],
+                             [tei["session_id"], tei["weights_info_dict"]])
+
+    def test_3_unregistered_rank_is_404(self):
+        r = requests.get(self.url + "/get_transfer_engine_info", params={"rank": TP},
+                         timeout=30)
+        self.assertEqual(r.status_code, 404)
+
+    def test_4_query_ranks_tool(self):
+        p = subprocess.run([sys.executable, ARGS.query, "--url", self.url, "--ranks", str(TP),
+                            "--expect-dir", self.info_dir, "--worker-logs", ARGS.work],
+                           capture_output=True, text=True, timeout=120, check=False)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        rows = [l for l in p.stdout.splitlines() if l.strip().endswith("yes")]
+        self.assertEqual(len(rows), TP, p.stdout)
+        self.assertIn("127.0.0.1:16007", p.stdout)
+        self.assertIn("8 of 8 ranks answered", p.stdout)
+
+    def test_5_stress_rank_with_rank_override(self):
+        """A 50,000-entry (about 4 MB) weights_info_dict round-trips intact,
+        registered under --rank rather than the file's rank."""
+        info = os.path.join(ARGS.work, "stress", "rank-0.json")
+        w = Worker("worker-stress", self.segment, STRESS_RANK, info)
+        try:
+            line = w.wait_registered()
+            self.assertEqual(int(line["rank"]), STRESS_RANK)
+            self.assertEqual(int(line["entries"]), 50_000)
+            tei = read_body(info)["transfer_engine_info"]
+            data = self.lookup(STRESS_RANK)
+            self.assertEqual(data["rank"], STRESS_RANK)
+            self.assertEqual(data["remote_instance_transfer_engine_info"],
+                             [tei["session_id"], tei["weights_info_dict"]])
+        finally:
+            self.assertEqual(stop(w.proc), 0)
+
+    def test_6_same_registration_again_is_accepted(self):
+        """A worker restarted with the same info registers again (exit 0)."""
+        info = os.path.join(self.info_dir, "rank-3.json")
+        p = run_worker("--segment", self.segment, "--info", info)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("rank=3 ", p.stdout)
+        tei = read_body(info)["transfer_engine_info"]
+        self.assertEqual(self.lookup(3)["remote_instance_transfer_engine_info"],
+                         [tei["session_id"], tei["weights_info_dict"]])
+
+    def test_9_lingering_workers_exit_0_on_sigterm(self):
+        for w in self.workers:
+            self.assertIsNone(w.proc.poll(), "a lingering worker exited early")
+        for w in self.workers:
+            self.assertEqual(stop(w.proc), 0, w.output())
+
+
+def generate(model, out, *extra):
+    subprocess.run([sys.executable, ARGS.gen, "--model", model, "--out", out, "--quiet"]
+                   + list(extra), check=True, timeout=300)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    for opt in ("--daemon", "--worker", "--gen", "--query", "--work"):
+        ap.add_argument(opt, required=True)
+    ARGS, rest = ap.parse_known_args()
+    os.makedirs(ARGS.work, exist_ok=True)
+    generate("llama-3.1-8b", os.path.join(ARGS.work, "llama"))
+    generate("stress", os.path.join(ARGS.work, "stress"), "--tp", "1")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
