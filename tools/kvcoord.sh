@@ -88,13 +88,14 @@ build() { # build DIR [cmake options...]
 
 alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
 
-# True if pid is alive and runs one of our binaries (pids are reused: never
-# signal a pid from a stale file that now belongs to something else).
+# True if pid is alive and was started from this checkout's build as
+# kvcoordd or kvcoord-worker (pids are reused: never signal a pid from a
+# stale file that now belongs to something else).
 ours() {
-    local pid=$1 exe
+    local pid=$1 cmd
     alive "$pid" || return 1
-    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-    [[ $exe == "$ROOT"/build*/kvcoordd || $exe == "$ROOT"/build*/kvcoord-worker ]]
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ $cmd == *"$ROOT"/build/kvcoordd\ * || $cmd == *"$ROOT"/build/kvcoord-worker\ * ]]
 }
 
 stop_pids() { # stop_pids WHAT PID... : SIGTERM, wait up to 5 s, then SIGKILL
@@ -127,6 +128,13 @@ cmd_stop() {
     [[ -n $daemon ]] && stop_pids "kvcoordd" "$daemon"
     rm -f "$RUN_DIR/workers.pid" "$RUN_DIR/kvcoordd.pid"
     log "stopped"
+    if [[ -f $RUN_DIR/segment ]]; then
+        local segment
+        segment=$(<"$RUN_DIR/segment")
+        [[ -e /dev/shm/$segment ]] &&
+            log "segment /dev/shm/$segment kept (registrations survive a restart; rm it to discard)"
+    fi
+    return 0
 }
 
 wait_health() { # wait_health URL DAEMON_PID
@@ -206,6 +214,7 @@ cmd_run() {
     mkdir -p "$RUN_DIR"
     cmd_stop >/dev/null # a previous run's processes, if any
     local segment=kvcoord-$port info_dir=$RUN_DIR/$model t0 t1
+    echo "$segment" >"$RUN_DIR/segment"
     log "writing $model transfer-engine info for $TP TP ranks to build/run/$model/"
     "$PY" "$ROOT/tools/gen_model_info.py" --model "$model" --tp "$TP" --out "$info_dir"
     t0=$(date +%s%N)
