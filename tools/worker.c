@@ -201,9 +201,10 @@ static int load_info(const char *path, worker_info *wi)
     if (!json_is_object(tei))
         fail("%s: no \"transfer_engine_info\" object", path);
     else if (!json_is_string(sid) || json_string_length(sid) == 0 ||
-             json_string_length(sid) > KVC_SESSION_ID_MAX)
-        fail("%s: transfer_engine_info.session_id must be a string of 1..%d bytes",
-             path, KVC_SESSION_ID_MAX);
+             json_string_length(sid) > KVC_SESSION_ID_MAX ||
+             strlen(json_string_value(sid)) != json_string_length(sid))
+        fail("%s: transfer_engine_info.session_id must be a string of 1..%d bytes "
+             "without NUL", path, KVC_SESSION_ID_MAX);
     else if (!json_is_object(dict))
         fail("%s: transfer_engine_info.weights_info_dict must be an object", path);
     else if (!(wi->dict_json = json_dumps(dict, JSON_COMPACT)))
