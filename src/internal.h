@@ -26,12 +26,15 @@ struct kvc_segment {
     kvc_header *hdr;
     kvc_rank_entry *ranks;
     kvc_proc *procs;
+    kvc_room *rooms;
+    kvc_failure_rec *failures;
     _Atomic uint64_t *bitmap;
     unsigned char *arena;
     int32_t proc_slot;  /* our process table entry, -1 if none */
     int32_t pid;
     uint64_t start;     /* our start time, ticks since boot */
     uint32_t lock_timeout_ms;
+    kvc_role role;
 };
 
 /* errors.c: set the calling thread's last error message; returns err. */
@@ -41,7 +44,11 @@ kvc_err kvc__fail(kvc_err err, const char *fmt, ...) __attribute__((format(print
 uint64_t kvc__now_ns(void);                 /* CLOCK_REALTIME ns */
 uint64_t kvc__mono_ns(void);                /* CLOCK_MONOTONIC ns */
 uint64_t kvc__proc_start(int32_t pid);      /* ticks since boot; 0 if no such process */
+/* Alive: the pid exists with that start time (0: any) and is not a zombie. */
 bool kvc__proc_alive(int32_t pid, uint64_t start);
+/* How a dead process ended, into buf: from its zombie's exit code when it
+ * is still a zombie, else "exit status unknown". */
+void kvc__proc_how(int32_t pid, char *buf, size_t cap);
 /* Shared (not private) futex wait on word while it equals val, up to
  * timeout_ms; returns 0 when woken or the value differs, ETIMEDOUT, EINTR. */
 int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms);
@@ -55,6 +62,13 @@ void kvc__unlock(kvc_segment *seg, int id);
 /* Recovery functions called with the lock held after EOWNERDEAD. */
 void kvc__ranks_recover(kvc_segment *seg);
 void kvc__procs_recover(kvc_segment *seg);
+void kvc__rooms_recover(kvc_segment *seg);
+/* rooms.c: fail every non-terminal room pid participates in (own lock). */
+kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                             size_t *failed);
+/* ranks.c: withdraw the worker-owned ranks registered by (pid, start). */
+kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *note_how,
+                                 size_t *withdrawn);
 
 /* arena.c (rank lock held) */
 kvc_err kvc__arena_alloc(kvc_segment *seg, uint64_t bytes, uint64_t *off, uint64_t *blocks);

@@ -4,6 +4,7 @@
  * offsets (each process maps the segment at its own address).
  *
  *   [kvc_header | kvc_rank_entry x max_ranks | kvc_proc x max_procs |
+ *    kvc_room x room_slots | kvc_failure_rec x KVC_FAILURE_RING |
  *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
  *
  * Any change here must bump KVC_LAYOUT_VERSION (kvcoord.h); the header also
@@ -35,7 +36,7 @@ typedef struct kvc_lock {
     _Atomic uint64_t recoveries;  /* EOWNERDEAD recoveries of this lock */
 } kvc_lock;
 
-enum kvc_lock_id { KVC_LOCK_RANKS = 0, KVC_LOCK_PROCS = 1, KVC_LOCK_COUNT = 2 };
+enum kvc_lock_id { KVC_LOCK_RANKS = 0, KVC_LOCK_PROCS = 1, KVC_LOCK_ROOMS = 2, KVC_LOCK_COUNT = 3 };
 
 /* One half of a rank entry's double buffer.  Written only while inactive,
  * under the rank lock; published by storing its index into entry->active. */
@@ -50,6 +51,8 @@ typedef struct kvc_rank_slot {
     uint64_t blob_off;       /* offset of the blob from the arena start, bytes */
     uint64_t blob_blocks;    /* KVC_BLOCK blocks held by the blob; 0 = none */
     uint64_t info_len;       /* bytes, blob[session_len..session_len+info_len) */
+    uint32_t owned;          /* 1: registered by a worker, withdrawn when it dies */
+    uint32_t pad;
     char note[KVC_NOTE_MAX + 1];
 } kvc_rank_slot;
 
@@ -73,6 +76,62 @@ typedef struct kvc_proc {
     uint64_t attached_ns;
 } kvc_proc;
 
+/* ---- rooms ---- */
+enum { KVC_SLOT_FREE = 0, KVC_SLOT_USED = 1, KVC_SLOT_TOMB = 2 };
+
+typedef struct kvc_room_part {
+    int32_t pid;      /* 0: has not opened the room */
+    int8_t state;     /* local KVPoll, -1 unwritten (counts as Bootstrapping) */
+    uint8_t role;     /* kvc_room_role */
+    uint8_t released;
+    uint8_t pad;
+    uint64_t start;   /* the participant's start time, ticks since boot */
+} kvc_room_part;
+
+typedef struct kvc_failure_rec {
+    uint64_t room;
+    uint64_t time_ns;
+    int32_t origin_rank;
+    int32_t origin_pid;
+    int32_t code;
+    uint32_t pad;
+    char reason[KVC_REASON_MAX + 1];
+} kvc_failure_rec;
+
+/* A slot of the open-addressing room table (linear probing, tombstones
+ * turned back into free slots whenever the next slot is free). */
+typedef struct kvc_room {
+    uint32_t slot;        /* KVC_SLOT_* */
+    uint32_t participants;
+    uint64_t id;
+    uint64_t opened_ns;
+    uint64_t updated_ns;
+    int32_t terminal;     /* -1, KVC_POLL_FAILED or KVC_POLL_SUCCESS: sticky */
+    uint32_t has_failure;
+    kvc_failure_rec failure;
+    kvc_room_part part[KVC_ROOM_MAX_PARTICIPANTS];
+} kvc_room;
+
+/* Room counters, saved in every undo record with the slots it covers. */
+typedef struct kvc_room_counters {
+    uint64_t failures_total; /* records appended to the ring, ever */
+    uint32_t rooms_live;     /* USED slots */
+    uint32_t pad;
+} kvc_room_counters;
+
+/* Undo record of the rooms lock: the bytes an update is about to change,
+ * saved first and marked valid last; recovery under EOWNERDEAD copies them
+ * back.  Two regions at most (a room slot and a failure ring slot) plus
+ * the counters. */
+typedef struct kvc_undo {
+    _Atomic uint32_t valid;
+    uint32_t nregions;
+    uint64_t off[2];  /* from the segment start, bytes */
+    uint64_t len[2];
+    kvc_room_counters counters;
+    unsigned char data[sizeof(kvc_room) + sizeof(kvc_failure_rec)];
+} kvc_undo;
+
 typedef struct kvc_header {
     /* Prefix kept identical in every layout version, so that any build can
      * name the other's version and tell whether its creator still runs. */
@@ -87,6 +146,8 @@ typedef struct kvc_header {
     uint32_t proc_size;
     uint32_t lock_size;
     uint32_t block_size;
+    uint32_t room_size;
+    uint32_t pad_sizes;
     uint64_t total_size;     /* bytes of the segment file */
     /* capacities, chosen at creation */
     uint32_t max_ranks;
@@ -108,7 +169,16 @@ typedef struct kvc_header {
     _Atomic uint32_t proc_epoch;
     _Atomic uint64_t arena_used_blocks; /* derived; rebuilt by recovery */
     _Atomic uint32_t ranks_registered;  /* derived; rebuilt by recovery */
-    uint32_t pad2;
+    _Atomic uint32_t room_epoch;        /* futex word: bumped on every room change */
+    /* rooms */
+    uint32_t max_rooms;
+    uint32_t room_slots;     /* power of two >= max_rooms * 5 / 4 */
+    uint32_t room_ttl_ms;
+    uint32_t pad3;
+    uint64_t rooms_off;
+    uint64_t failures_off;   /* ring of KVC_FAILURE_RING kvc_failure_rec */
+    kvc_room_counters room_counters;
+    kvc_undo room_undo;
     kvc_lock locks[KVC_LOCK_COUNT];
 } kvc_header;
 

@@ -13,13 +13,14 @@
 
 #include "internal.h"
 
-static const char *const lock_names[KVC_LOCK_COUNT] = {"ranks", "procs"};
+static const char *const lock_names[KVC_LOCK_COUNT] = {"ranks", "procs", "rooms"};
 
 static void recover(kvc_segment *seg, int id)
 {
     switch (id) {
     case KVC_LOCK_RANKS: kvc__ranks_recover(seg); break;
     case KVC_LOCK_PROCS: kvc__procs_recover(seg); break;
+    case KVC_LOCK_ROOMS: kvc__rooms_recover(seg); break;
     }
 }
 

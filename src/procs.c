@@ -78,3 +78,89 @@ void kvc__proc_set_rank(kvc_segment *seg, int32_t rank)
     if (seg->proc_slot >= 0)
         seg->procs[seg->proc_slot].rank = rank;
 }
+
+KVC_API uint32_t kvc_proc_epoch(kvc_segment *seg)
+{
+    return atomic_load(&seg->hdr->proc_epoch);
+}
+
+KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count)
+{
+    if (!seg || !count || (cap && !out))
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_list: NULL argument");
+    size_t n = 0;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        const kvc_proc *p = &seg->procs[i];
+        int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+        if (pid == 0)
+            continue;
+        if (n < cap) {
+            kvc_proc_info *o = &out[n];
+            o->pid = pid;
+            o->role = (kvc_role)p->role;
+            o->rank = p->rank;
+            o->start = p->start;
+            o->attached_ns = p->attached_ns;
+            o->alive = kvc__proc_alive(pid, p->start);
+        }
+        n++;
+    }
+    *count = n;
+    return KVC_OK;
+}
+
+/* Remove (pid, start)'s process entry. */
+static kvc_err forget(kvc_segment *seg, int32_t pid, uint64_t start)
+{
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
+    if (e)
+        return e;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        if (atomic_load(&p->pid) == pid && (!start || p->start == start))
+            atomic_store(&p->pid, 0);
+    }
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                              size_t *rooms_failed, size_t *ranks_withdrawn)
+{
+    if (!seg || pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: bad segment or pid %d", (int)pid);
+    char found[96];
+    if (!how) {
+        kvc__proc_how(pid, found, sizeof found);
+        how = found;
+    }
+    if (rooms_failed)
+        *rooms_failed = 0;
+    kvc_err e = kvc__rooms_fail_proc(seg, pid, start, how, rooms_failed);
+    if (!e)
+        e = kvc__ranks_withdraw_proc(seg, pid, start, how, ranks_withdrawn);
+    if (!e)
+        e = forget(seg, pid, start);
+    return e;
+}
+
+KVC_API kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap_dead: NULL segment");
+    size_t n = 0;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        int32_t pid = atomic_load(&p->pid);
+        if (pid == 0 || kvc__proc_alive(pid, p->start))
+            continue;
+        kvc_err e = kvc_proc_reap(seg, pid, p->start, NULL, NULL, NULL);
+        if (e)
+            return e;
+        n++;
+    }
+    if (reaped)
+        *reaped = n;
+    return KVC_OK;
+}

@@ -345,6 +345,7 @@ static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *s
     nxt->blob_off = off;
     nxt->blob_blocks = blocks;
     nxt->info_len = info_len;
+    nxt->owned = seg->role == KVC_ROLE_WORKER;
     KVC_INJECT("reg.slot_written");
     int delta = cur->state == KVC_RANK_REGISTERED ? 0 : 1;
     publish(e, a ^ 1);
@@ -392,20 +393,14 @@ KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *s
     return err;
 }
 
-KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note)
+/* Publish a withdrawal of rank (lock held). */
+static kvc_err withdraw_locked(kvc_segment *seg, uint32_t rank, const char *note)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_rank_withdraw: NULL argument");
-    kvc_err err = check_rank(seg, rank);
-    if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
-        return err;
     kvc_rank_entry *e = &seg->ranks[rank];
     uint32_t a = atomic_load(&e->active) & 1;
     kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
-    if (cur->state != KVC_RANK_REGISTERED) {
-        kvc__unlock(seg, KVC_LOCK_RANKS);
+    if (cur->state != KVC_RANK_REGISTERED)
         return kvc__fail(KVC_E_NOENT, "rank %u is not registered", rank);
-    }
     memset(nxt, 0, sizeof *nxt);
     nxt->state = KVC_RANK_WITHDRAWN;
     nxt->generation = cur->generation + 1;
@@ -415,7 +410,45 @@ KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *n
     snprintf(nxt->note, sizeof nxt->note, "%s", note ? note : "withdrawn");
     publish(e, a ^ 1);
     retire(seg, cur, -1);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_withdraw: NULL argument");
+    kvc_err err = check_rank(seg, rank);
+    if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
+        return err;
+    err = withdraw_locked(seg, rank, note);
     kvc__unlock(seg, KVC_LOCK_RANKS);
-    kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    if (!err)
+        kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    return err;
+}
+
+kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                                 size_t *withdrawn)
+{
+    kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
+    if (err)
+        return err;
+    size_t n = 0;
+    for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
+        kvc_rank_entry *e = &seg->ranks[r];
+        const kvc_rank_slot *cur = &e->slot[atomic_load(&e->active) & 1];
+        if (cur->state != KVC_RANK_REGISTERED || !cur->owned || cur->pid != pid ||
+            (start && cur->pid_start != start))
+            continue;
+        char note[KVC_NOTE_MAX + 1];
+        snprintf(note, sizeof note, "rank %u's process %d %s", r, (int)pid, how);
+        if (withdraw_locked(seg, r, note) == KVC_OK)
+            n++;
+    }
+    kvc__unlock(seg, KVC_LOCK_RANKS);
+    if (n)
+        kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    if (withdrawn)
+        *withdrawn = n;
     return KVC_OK;
 }

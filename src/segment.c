@@ -36,6 +36,8 @@ KVC_API void kvc_options_init(kvc_options *o)
     o->world_size = 8;
     o->perm = 0600;
     o->lock_timeout_ms = 2000;
+    o->max_rooms = 32768;
+    o->room_ttl_ms = 600000;
 }
 
 KVC_API kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap)
@@ -72,16 +74,25 @@ KVC_API kvc_err kvc_name_check(const char *name)
  * recomputes it and compares, so a header with inconsistent numbers is
  * refused rather than trusted. */
 struct geometry {
-    uint64_t ranks_off, procs_off, bitmap_off, arena_off, arena_blocks, total;
+    uint64_t ranks_off, procs_off, rooms_off, failures_off, bitmap_off, arena_off, arena_blocks,
+        total;
+    uint32_t room_slots;
 };
 
-static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint64_t arena_bytes)
+static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint32_t max_rooms,
+                                   uint64_t arena_bytes)
 {
     struct geometry g;
     g.arena_blocks = (arena_bytes + KVC_BLOCK - 1) / KVC_BLOCK;
+    g.room_slots = 16;
+    while (g.room_slots < (uint64_t)max_rooms * 5 / 4)
+        g.room_slots *= 2;
     g.ranks_off = ALIGN_UP(sizeof(kvc_header), KVC_ALIGN);
     g.procs_off = ALIGN_UP(g.ranks_off + (uint64_t)max_ranks * sizeof(kvc_rank_entry), KVC_ALIGN);
-    g.bitmap_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
+    g.rooms_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
+    g.failures_off = ALIGN_UP(g.rooms_off + (uint64_t)g.room_slots * sizeof(kvc_room), KVC_ALIGN);
+    g.bitmap_off =
+        ALIGN_UP(g.failures_off + (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_rec), KVC_ALIGN);
     g.arena_off = ALIGN_UP(g.bitmap_off + (g.arena_blocks + 63) / 64 * 8, KVC_ALIGN);
     g.total = g.arena_off + g.arena_blocks * KVC_BLOCK;
     return g;
@@ -104,6 +115,10 @@ static kvc_err check_options(const kvc_options *o)
                          "max info bytes %llu out of range 64..%llu (half the arena: a "
                          "re-registration holds old and new info at once)",
                          (unsigned long long)o->max_info_bytes, (unsigned long long)o->arena_bytes / 2);
+    if (o->max_rooms < 1 || o->max_rooms > (1u << 22))
+        return kvc__fail(KVC_E_INVAL, "max rooms %u out of range 1..4194304", o->max_rooms);
+    if (o->room_ttl_ms < 1)
+        return kvc__fail(KVC_E_INVAL, "room TTL must be at least 1 ms");
     if (o->lock_timeout_ms < 1)
         return kvc__fail(KVC_E_INVAL, "lock timeout must be at least 1 ms");
     return KVC_OK;
@@ -130,6 +145,8 @@ static void bind_regions(kvc_segment *seg)
     kvc_header *h = seg->hdr;
     seg->ranks = (kvc_rank_entry *)(seg->base + h->ranks_off);
     seg->procs = (kvc_proc *)(seg->base + h->procs_off);
+    seg->rooms = (kvc_room *)(seg->base + h->rooms_off);
+    seg->failures = (kvc_failure_rec *)(seg->base + h->failures_off);
     seg->bitmap = (_Atomic uint64_t *)(seg->base + h->bitmap_off);
     seg->arena = seg->base + h->arena_off;
 }
@@ -168,6 +185,12 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     h->proc_size = sizeof(kvc_proc);
     h->lock_size = sizeof(kvc_lock);
     h->block_size = KVC_BLOCK;
+    h->room_size = sizeof(kvc_room);
+    h->max_rooms = o->max_rooms;
+    h->room_slots = g->room_slots;
+    h->room_ttl_ms = o->room_ttl_ms;
+    h->rooms_off = g->rooms_off;
+    h->failures_off = g->failures_off;
     h->total_size = g->total;
     h->max_ranks = o->max_ranks;
     h->max_procs = o->max_procs;
@@ -195,7 +218,7 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
 /* Create a new segment; KVC_E_EXISTS (no message) when the name is taken. */
 static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
 {
-    struct geometry g = geometry_of(o->max_ranks, o->max_procs, o->arena_bytes);
+    struct geometry g = geometry_of(o->max_ranks, o->max_procs, o->max_rooms, o->arena_bytes);
     seg->fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o->perm);
     if (seg->fd < 0) {
         if (errno == EEXIST)
@@ -236,18 +259,20 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
                          "version %u", seg->name, h->layout_version, KVC_LAYOUT_VERSION);
     if (h->header_size != sizeof(kvc_header) || h->rank_entry_size != sizeof(kvc_rank_entry) ||
         h->proc_size != sizeof(kvc_proc) || h->lock_size != sizeof(kvc_lock) ||
-        h->block_size != KVC_BLOCK)
+        h->block_size != KVC_BLOCK || h->room_size != sizeof(kvc_room))
         return kvc__fail(KVC_E_VERSION,
                          "segment %s (layout version %u) was built with other structure sizes "
-                         "(header %u, rank entry %u, proc %u, lock %u, block %u) than this build "
-                         "(layout version %u: %zu, %zu, %zu, %zu, %u)",
+                         "(header %u, rank entry %u, proc %u, lock %u, block %u, room %u) than "
+                         "this build (layout version %u: %zu, %zu, %zu, %zu, %u, %zu)",
                          seg->name, h->layout_version, h->header_size, h->rank_entry_size,
-                         h->proc_size, h->lock_size, h->block_size, KVC_LAYOUT_VERSION,
-                         sizeof(kvc_header), sizeof(kvc_rank_entry), sizeof(kvc_proc),
-                         sizeof(kvc_lock), KVC_BLOCK);
-    struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->arena_bytes);
-    if (h->max_ranks < 1 || h->max_procs < 1 || g.total != h->total_size ||
+                         h->proc_size, h->lock_size, h->block_size, h->room_size,
+                         KVC_LAYOUT_VERSION, sizeof(kvc_header), sizeof(kvc_rank_entry),
+                         sizeof(kvc_proc), sizeof(kvc_lock), KVC_BLOCK, sizeof(kvc_room));
+    struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->max_rooms, h->arena_bytes);
+    if (h->max_ranks < 1 || h->max_procs < 1 || h->max_rooms < 1 || g.total != h->total_size ||
         g.ranks_off != h->ranks_off || g.procs_off != h->procs_off ||
+        g.rooms_off != h->rooms_off || g.failures_off != h->failures_off ||
+        g.room_slots != h->room_slots || h->room_ttl_ms < 1 ||
         g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
         g.arena_blocks != h->arena_blocks)
         return kvc__fail(KVC_E_CORRUPT, "segment %s has an inconsistent header (capacities do "
@@ -361,6 +386,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     seg->pid = (int32_t)getpid();
     seg->start = kvc__proc_start(seg->pid);
     seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
+    seg->role = opts->role;
     switch (opts->mode) {
     case KVC_OPEN_ATTACH: e = attach(seg); break;
     case KVC_OPEN_CREATE: e = open_create(seg, opts); break;
@@ -428,5 +454,9 @@ KVC_API kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out)
     for (int i = 0; i < KVC_LOCK_COUNT; i++)
         out->lock_recoveries += atomic_load(&h->locks[i].recoveries);
     out->ranks_registered = atomic_load(&h->ranks_registered);
+    out->max_rooms = h->max_rooms;
+    out->rooms_live = h->room_counters.rooms_live;
+    out->room_ttl_ms = h->room_ttl_ms;
+    out->failures_total = h->room_counters.failures_total;
     return KVC_OK;
 }

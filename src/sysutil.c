@@ -7,6 +7,8 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -28,48 +30,89 @@ uint64_t kvc__mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Field 22 of /proc/<pid>/stat (proc(5)); the command name (field 2) may
- * hold spaces and parentheses, so parsing starts after its last ')'. */
-uint64_t kvc__proc_start(int32_t pid)
+/* Fields of /proc/<pid>/stat (proc(5)): 3 state, 22 start time, 52 exit
+ * code.  The command name (field 2) may hold spaces and parentheses, so
+ * parsing starts after its last ')'.  Returns false if unreadable. */
+static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
 {
-    char path[64], buf[1024];
+    char path[64], buf[2048];
     if (pid <= 0)
-        return 0;
+        return false;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return false;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return false;
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    p++;
-    /* p is at " S ppid ..." : state is field 3; skip to field 22. */
-    for (int field = 2; field < 22 && *p; p++)
-        if (*p == ' ')
-            field++;
-    unsigned long long start = 0;
-    if (sscanf(p, "%llu", &start) != 1)
-        return 0;
-    return (uint64_t)start;
+    if (!p || p[1] != ' ')
+        return false;
+    p += 2; /* field 3 */
+    *state = *p;
+    unsigned long long v = 0;
+    for (int field = 3; *p; p++) {
+        if (*p != ' ')
+            continue;
+        field++;
+        if (field == 22 && sscanf(p + 1, "%llu", &v) == 1)
+            *start = (uint64_t)v;
+        if (field == 52) {
+            *exit_code = atoi(p + 1);
+            break;
+        }
+    }
+    return true;
+}
+
+uint64_t kvc__proc_start(int32_t pid)
+{
+    char st = 0;
+    uint64_t start = 0;
+    int code = 0;
+    return proc_stat(pid, &st, &start, &code) ? start : 0;
 }
 
 bool kvc__proc_alive(int32_t pid, uint64_t start)
 {
     if (pid <= 0)
         return false;
-    uint64_t now = kvc__proc_start(pid);
-    if (now == 0) {
+    char st = 0;
+    uint64_t now = 0;
+    int code = 0;
+    if (!proc_stat(pid, &st, &now, &code)) {
         /* Unreadable /proc (hidepid) but the pid exists: trust kill(0). */
         if (syscall(SYS_kill, pid, 0) == 0 || errno == EPERM)
-            return start == 0;
+            return true;
         return false;
     }
+    if (st == 'Z' || st == 'X')
+        return false;
     return start == 0 || now == start;
+}
+
+void kvc__proc_how(int32_t pid, char *buf, size_t cap)
+{
+    char st = 0;
+    uint64_t start = 0;
+    int code = -1;
+    if (proc_stat(pid, &st, &start, &code) && (st == 'Z' || st == 'X') && code >= 0)
+        kvc_wait_status_text(code, buf, cap);
+    else
+        snprintf(buf, cap, "exited (exit status unknown)");
+}
+
+KVC_API char *kvc_wait_status_text(int status, char *buf, size_t cap)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status))
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(buf, cap, "ended with wait status 0x%x", (unsigned)status);
+    return buf;
 }
 
 int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms)

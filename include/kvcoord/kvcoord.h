@@ -36,7 +36,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 1u
+#define KVC_LAYOUT_VERSION 2u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -125,6 +125,9 @@ typedef struct kvc_options {
     uint32_t world_size;     /* TP group size on this node; default 8 */
     mode_t perm;             /* segment file mode on creation; default 0600 */
     uint32_t lock_timeout_ms;/* bound on every lock wait; default 2000 ms */
+    uint32_t max_rooms;      /* active bootstrap rooms; default 32768 */
+    uint32_t room_ttl_ms;    /* a room idle this long fails and is reclaimed;
+                                default 600000 ms (10 min) */
 } kvc_options;
 
 /* Fill *opts with the defaults documented above.  Never fails. */
@@ -179,6 +182,10 @@ typedef struct kvc_segment_info {
     uint64_t updated_ns;
     uint64_t lock_recoveries; /* EOWNERDEAD recoveries since creation */
     uint32_t ranks_registered;
+    uint32_t max_rooms;
+    uint32_t rooms_live;      /* rooms in the table */
+    uint32_t room_ttl_ms;
+    uint64_t failures_total;  /* failure records ever kept */
 } kvc_segment_info;
 
 /* Fill *out from the header (reads only; no lock taken).  Errors: KVC_E_INVAL. */
@@ -271,6 +278,187 @@ uint32_t kvc_rank_epoch(kvc_segment *seg);
 /* Sleep until the rank table's epoch differs from seen or timeout_ms passes
  * (shared futex).  Errors: KVC_E_TIMEDOUT. */
 kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
+
+/* ---- Rooms: KVPoll state and failure records -------------------------
+ *
+ * A bootstrap room is one request's KV transfer, followed by every TP rank
+ * of the instance.  Each participant writes its local KVPoll state; the
+ * room's state is the minimum over participants (one that has not written
+ * counts as Bootstrapping), so Failed from any rank wins and Success needs
+ * all - the answer sglang gets from an all-reduce with MIN.  Terminal states
+ * are sticky.  The first failure recorded wins and every rank reads that
+ * same record.  All room calls are process- and thread-safe: they take the
+ * rooms lock (bounded by the lock timeout), and every update keeps an undo
+ * record that recovery rolls back if the writer dies mid-way.
+ */
+
+/* KVPoll states, with the numbers sglang uses. */
+typedef enum kvc_poll {
+    KVC_POLL_FAILED = 0,
+    KVC_POLL_BOOTSTRAPPING = 1,
+    KVC_POLL_WAITING_FOR_INPUT = 2,
+    KVC_POLL_TRANSFERRING = 3,
+    KVC_POLL_SUCCESS = 4
+} kvc_poll;
+
+/* Name of a KVPoll state ("Failed", "Bootstrapping", "WaitingForInput",
+ * "Transferring", "Success"; "Unknown" otherwise).  Static storage. */
+const char *kvc_poll_name(kvc_poll state);
+
+/* Role of a participant in a room. */
+typedef enum kvc_room_role {
+    KVC_ROOM_ROLE_UNSPECIFIED = 0,
+    KVC_ROOM_ROLE_PREFILL = 1, /* sender of KV pages */
+    KVC_ROOM_ROLE_DECODE = 2   /* receiver of KV pages */
+} kvc_room_role;
+
+/* Most participants a room can have (TP ranks of one instance on a node). */
+#define KVC_ROOM_MAX_PARTICIPANTS 32
+
+/* Longest failure reason kept, in bytes, excluding the NUL; longer reasons
+ * are truncated on a UTF-8 character boundary. */
+#define KVC_REASON_MAX 255
+
+/* A failure record as a rank sees it. */
+typedef struct kvc_failure_info {
+    uint64_t room;               /* bootstrap room id */
+    uint32_t origin_rank;        /* rank that recorded the failure */
+    int32_t origin_pid;          /* process that recorded it (0 if over HTTP) */
+    int32_t code;                /* errno, RDMA WC status, or 0 */
+    uint64_t time_ns;            /* when it was recorded */
+    int is_from_another_rank;    /* 1 when the asking rank is not the origin */
+    char reason[KVC_REASON_MAX + 1];
+} kvc_failure_info;
+
+/* A room as read by kvc_room_get(). */
+typedef struct kvc_room_info {
+    uint64_t room;
+    kvc_poll state;              /* the room's state (minimum, terminal sticky) */
+    uint32_t participants;
+    uint32_t joined;             /* participants that opened the room */
+    uint32_t released;           /* participants that released it */
+    uint64_t opened_ns;
+    uint64_t updated_ns;
+    int8_t local[KVC_ROOM_MAX_PARTICIPANTS]; /* each rank's own KVPoll; -1 unwritten */
+    int has_failure;
+    kvc_failure_info failure;    /* valid when has_failure */
+} kvc_room_info;
+
+/* Open bootstrap room `room` as participant `rank` (0..participants-1) with
+ * a role.  participants 0 means the segment's world size.  The first opener
+ * creates the room; later openers must give the same count (or 0).  Opening
+ * again from the same rank is a no-op.  Records this process (pid + start
+ * time) as the rank's participant, for liveness checks.
+ * Errors: KVC_E_INVAL (participants > KVC_ROOM_MAX_PARTICIPANTS, rank out of
+ * range, count differing from the room's), KVC_E_FULL (as many active rooms
+ * as the segment's max rooms: no active room is ever evicted), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, uint32_t rank,
+                      kvc_room_role role);
+
+/* Set rank's local KVPoll state in room.  Setting KVC_POLL_FAILED without a
+ * failure recorded records one ("rank N reported Failed", code 0).  Once
+ * the room is terminal (Failed, or Success from all) further writes are
+ * accepted and ignored.  Wakes kvc_room_wait()ers.
+ * Errors: KVC_E_INVAL (state out of 0..4, rank out of range), KVC_E_NOENT
+ * (no such room), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state);
+
+/* Record a failure of room from origin_rank: reason (NUL-terminated, may be
+ * NULL; truncated to KVC_REASON_MAX bytes), code (errno or RDMA WC status).
+ * The first record wins; later ones change nothing.  Creates the room (with
+ * the world size as participant count) if it does not exist, so a failure
+ * reported from another node is not lost.  *kept (may be NULL) is 1 when
+ * this call's record is the one kept.  Wakes waiters.
+ * Errors: KVC_E_FULL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
+                      const char *reason, int *kept);
+
+/* Read room as asking_rank sees it (asking_rank only sets
+ * failure.is_from_another_rank; pass -1 for an outside observer, which
+ * counts as another rank).  Before answering, checks the liveness (pid +
+ * start time) of every participant that has not released the room; a dead
+ * one fails the room with a reason naming its rank, pid and how it ended,
+ * so detection does not depend on kvcoordd.  A room idle for longer than
+ * the TTL fails with a timeout reason.
+ * Errors: KVC_E_INVAL, KVC_E_NOENT (no such room, or reclaimed),
+ * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_room_info *out);
+
+/* Wait until room's state differs from `known` (or it gains a failure
+ * record), up to timeout_ms, sleeping on the rooms' shared futex epoch (no
+ * polling); *out receives the room as kvc_room_get() reads it.
+ * Errors: those of kvc_room_get(), KVC_E_TIMEDOUT. */
+kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
+                      uint32_t timeout_ms, kvc_room_info *out);
+
+/* Write into buf (cap bytes, always NUL-terminated when cap > 0) the error
+ * text a rank raises for a failed room, naming the room, the origin rank
+ * and the real reason, e.g. "KV transfer of room 42 failed on rank 5
+ * (another rank; code 110): timed out".  Returns the length it would have
+ * written, as snprintf. */
+int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap);
+
+/* Release room for rank.  Once every participant released it the room is
+ * reclaimed.  Errors: KVC_E_INVAL, KVC_E_NOENT, KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_release(kvc_segment *seg, uint64_t room, uint32_t rank);
+
+/* Reclaim rooms idle for longer than the segment's room TTL (a non-terminal
+ * one is first failed with a timeout reason).  *reclaimed (may be NULL)
+ * receives how many.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed);
+
+/* List live rooms into out[0..cap-1] (no liveness check), optionally only
+ * those in state_filter (-1: all).  *count receives the number matching,
+ * which may exceed cap.  Errors: KVC_E_INVAL, KVC_E_BUSY. */
+kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
+                      size_t *count);
+
+/* The most recent failure records, newest first, from a ring of the last
+ * KVC_FAILURE_RING records kept even after their rooms are reclaimed.
+ * *count receives how many were written (<= cap).
+ * Errors: KVC_E_INVAL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+#define KVC_FAILURE_RING 1024
+kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap, size_t *count);
+
+/* ---- Attached processes -------------------------------------------- */
+
+/* An entry of the process table. */
+typedef struct kvc_proc_info {
+    int32_t pid;
+    kvc_role role;
+    int32_t rank;             /* last rank it registered or declared, -1 if none */
+    uint64_t start;           /* start time, clock ticks since boot (proc(5) field 22) */
+    uint64_t attached_ns;
+    int alive;                /* pid exists with the same start time, not a zombie */
+} kvc_proc_info;
+
+/* List the process table into out[0..cap-1]; *count receives the number of
+ * entries, which may exceed cap.  Errors: KVC_E_INVAL. */
+kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count);
+
+/* Change counter of the process table (bumped on attach and detach). */
+uint32_t kvc_proc_epoch(kvc_segment *seg);
+
+/* Handle the death of process (pid, start): every non-terminal room it
+ * participates in fails with a reason naming the rank, the pid and `how`
+ * (e.g. "killed by signal 9"; NULL: determined here, from /proc if the
+ * process is a zombie, else "exit status unknown"), the ranks it
+ * registered are withdrawn with a note saying so, and its process entry is
+ * removed.  Safe to call more than once.  *rooms_failed and *ranks_withdrawn
+ * (may be NULL) receive counts.
+ * Errors: KVC_E_INVAL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                      size_t *rooms_failed, size_t *ranks_withdrawn);
+
+/* kvc_proc_reap() every process of the table that is not alive.  *reaped
+ * (may be NULL) receives how many.  Errors: those of kvc_proc_reap(). */
+kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped);
+
+/* Describe a wait(2) status: "exited with status N" or "killed by signal N
+ * (NAME)".  Writes at most cap bytes into buf; returns buf. */
+char *kvc_wait_status_text(int status, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }
