@@ -1,0 +1,511 @@
+/* test_rooms.c - rooms across real processes: the first failure seen by
+ * every rank, Success from all, death of a participant, crash injection
+ * inside room updates, table load and capacity, TTL, and a randomised
+ * multi-process run checked against a reference model. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+#define N 8
+#define ROOM 0x5eed00000000beefull
+
+static kvc_segment *open_seg(const char *name, kvc_open_mode mode, kvc_role role,
+                             uint32_t max_rooms, uint32_t ttl_ms)
+{
+    kvc_options o;
+    kvc_options_init(&o);
+    o.name = name;
+    o.mode = mode;
+    o.role = role;
+    o.max_ranks = 64;
+    o.arena_bytes = 1 << 20;
+    o.max_info_bytes = 1 << 16;
+    o.max_rooms = max_rooms;
+    o.room_ttl_ms = ttl_ms;
+    kvc_segment *s = NULL;
+    kvc_err e = kvc_open(&o, &s);
+    if (e)
+        fail_msg("kvc_open(%s): %s", name, kvc_last_error());
+    return s;
+}
+
+static int wait_child(pid_t pid)
+{
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+/* ---- one failure, seen the same by all 8 ranks ---------------------- */
+
+static int rank_main(const char *name, uint32_t rank, int ready_fd, int go_fd)
+{
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+    if (kvc_room_open(s, ROOM, N, rank, rank < 4 ? KVC_ROOM_ROLE_PREFILL : KVC_ROOM_ROLE_DECODE))
+        return 10;
+    if (kvc_room_set_state(s, ROOM, rank, KVC_POLL_TRANSFERRING))
+        return 11;
+    char c = 'r';
+    kvc_room_info ri;
+    if (rank == 5) {
+        if (read(go_fd, &c, 1) != 1)
+            return 12;
+        int kept = 0;
+        if (kvc_room_fail(s, ROOM, 5, 12, "ibv_post_send: Cannot allocate memory (RLIMIT_MEMLOCK "
+                                          "8388608 bytes)", &kept) || !kept)
+            return 13;
+    } else {
+        if (write(ready_fd, &c, 1) != 1)
+            return 14;
+        /* Block until the room changes away from Bootstrapping (its min). */
+        kvc_err e = kvc_room_wait(s, ROOM, (int32_t)rank, KVC_POLL_BOOTSTRAPPING, 60000, &ri);
+        while (!e && !ri.has_failure)
+            e = kvc_room_wait(s, ROOM, (int32_t)rank, ri.state, 60000, &ri);
+        if (e)
+            return 15;
+    }
+    if (kvc_room_get(s, ROOM, (int32_t)rank, &ri))
+        return 16;
+    if (ri.state != KVC_POLL_FAILED || !ri.has_failure || ri.failure.origin_rank != 5 ||
+        ri.failure.code != 12 || ri.failure.is_from_another_rank != (rank != 5) ||
+        strcmp(ri.failure.reason, "ibv_post_send: Cannot allocate memory (RLIMIT_MEMLOCK "
+                                  "8388608 bytes)"))
+        return 17;
+    char text[512];
+    kvc_failure_text(&ri.failure, text, sizeof text);
+    if (!strstr(text, "room 6840123409045700335") || !strstr(text, "rank 5") ||
+        !strstr(text, "Cannot allocate memory") || strstr(text, "unknown reason"))
+        return 18;
+    kvc_close(s);
+    return 0;
+}
+
+static void test_failure_seen_by_all_ranks(void **st)
+{
+    (void)st;
+    const char *name = strdup(tu_name());
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pids[N];
+    for (uint32_t r = 0; r < N; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(rank_main(name, r, ready[1], go[0]));
+    char c;
+    for (int i = 0; i < N - 1; i++)
+        assert_int_equal(read(ready[0], &c, 1), 1);
+    usleep(100000); /* let the 7 waiters reach the futex */
+    assert_int_equal(write(go[1], "g", 1), 1);
+    for (int r = 0; r < N; r++)
+        assert_int_equal(wait_child(pids[r]), 0);
+    /* A second failure from another rank changes nothing. */
+    int kept = 1;
+    assert_int_equal(kvc_room_fail(s, ROOM, 2, 110, "timed out", &kept), KVC_OK);
+    assert_int_equal(kept, 0);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, ROOM, 2, &ri), KVC_OK);
+    assert_int_equal(ri.failure.origin_rank, 5);
+    assert_int_equal(ri.failure.code, 12);
+    assert_true(ri.failure.is_from_another_rank);
+    kvc_failure_info recent[4];
+    size_t n = 0;
+    assert_int_equal(kvc_failures_recent(s, recent, 4, &n), KVC_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(recent[0].room, ROOM);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+static void test_success_needs_all_and_is_sticky(void **st)
+{
+    (void)st;
+    const char *name = strdup(tu_name());
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
+    kvc_room_info ri;
+    for (uint32_t r = 0; r < N; r++)
+        assert_int_equal(kvc_room_open(s, 7, 0, r, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    assert_int_equal(kvc_room_open(s, 7, 4, 0, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
+    assert_int_equal(kvc_room_open(s, 7, 0, N, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_OK);
+    assert_int_equal(ri.participants, N); /* default: world size */
+    assert_int_equal(ri.state, KVC_POLL_BOOTSTRAPPING);
+    assert_int_equal(kvc_room_set_state(s, 7, 0, KVC_POLL_WAITING_FOR_INPUT), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_BOOTSTRAPPING); /* others unwritten */
+    for (uint32_t r = 0; r < N - 1; r++)
+        assert_int_equal(kvc_room_set_state(s, 7, r, KVC_POLL_SUCCESS), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_BOOTSTRAPPING);
+    assert_int_equal(kvc_room_set_state(s, 7, N - 1, KVC_POLL_TRANSFERRING), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_TRANSFERRING);
+    assert_int_equal(kvc_room_set_state(s, 7, N - 1, KVC_POLL_SUCCESS), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_SUCCESS);
+    /* Sticky: later writes and failures change nothing. */
+    assert_int_equal(kvc_room_set_state(s, 7, 3, KVC_POLL_TRANSFERRING), KVC_OK);
+    int kept = 1;
+    assert_int_equal(kvc_room_fail(s, 7, 3, 5, "late", &kept), KVC_OK);
+    assert_int_equal(kept, 0);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_SUCCESS);
+    assert_false(ri.has_failure);
+    /* set_state(Failed) records a failure naming the rank. */
+    assert_int_equal(kvc_room_open(s, 8, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    assert_int_equal(kvc_room_set_state(s, 8, 1, KVC_POLL_FAILED), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 8, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    assert_string_equal(ri.failure.reason, "rank 1 reported Failed");
+    assert_int_equal(kvc_room_set_state(s, 8, 1, (kvc_poll)9), KVC_E_INVAL);
+    assert_int_equal(kvc_room_set_state(s, 99, 1, KVC_POLL_SUCCESS), KVC_E_NOENT);
+    /* Release by all reclaims the room. */
+    assert_int_equal(kvc_room_release(s, 8, 0), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 8, 0, &ri), KVC_OK);
+    assert_int_equal(ri.released, 1);
+    assert_int_equal(kvc_room_release(s, 8, 1), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 8, 0, &ri), KVC_E_NOENT);
+    /* Long reasons are cut on a character boundary. */
+    char reason[600];
+    size_t at = 0;
+    while (at + 3 < sizeof reason - 1)
+        at += (size_t)snprintf(reason + at, sizeof reason - at, "\xc3\xa9"); /* é */
+    assert_int_equal(kvc_room_fail(s, 9, 0, 1, reason, &kept), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 9, 0, &ri), KVC_OK);
+    assert_int_equal(strlen(ri.failure.reason) % 2, 0);
+    assert_true(strlen(ri.failure.reason) <= KVC_REASON_MAX);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* ---- a participant killed with SIGKILL, no daemon --------------------- */
+
+static void test_dead_participant_fails_room(void **st)
+{
+    (void)st;
+    const char *name = strdup(tu_name());
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 128, 60000);
+    assert_int_equal(kvc_room_open(s, 42, 4, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    assert_int_equal(kvc_rank_register(s, 0, "h:0", "{}", 2, NULL), KVC_OK);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        kvc_room_open(c, 42, 4, 2, KVC_ROOM_ROLE_PREFILL);
+        kvc_room_set_state(c, 42, 2, KVC_POLL_TRANSFERRING);
+        kvc_rank_register(c, 2, "h:2", "{\"w\":[1,2,2]}", 13, NULL);
+        (void)!write(fds[1], "x", 1);
+        for (;;)
+            pause();
+    }
+    char c;
+    assert_int_equal(read(fds[0], &c, 1), 1);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 42, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_BOOTSTRAPPING);
+    kill(child, SIGKILL);
+    /* Not reaped yet (a zombie): the library reads how it ended. */
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(kvc_room_get(s, 42, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    char want[64];
+    snprintf(want, sizeof want, "rank 2 (pid %d) killed by signal 9", (int)child);
+    assert_non_null(strstr(ri.failure.reason, want));
+    assert_int_equal(ri.failure.origin_rank, 2);
+    assert_true(ri.failure.is_from_another_rank);
+    /* Reaping withdraws the ranks it registered. */
+    size_t reaped = 0;
+    assert_int_equal(kvc_proc_reap_dead(s, &reaped), KVC_OK);
+    assert_int_equal(reaped, 1);
+    kvc_rank_info rk = {0};
+    assert_int_equal(kvc_rank_lookup(s, 2, &rk), KVC_E_WITHDRAWN);
+    snprintf(want, sizeof want, "rank 2's process %d killed by signal 9", (int)child);
+    assert_non_null(strstr(rk.note, want));
+    assert_int_equal(kvc_rank_lookup(s, 0, &rk), KVC_OK); /* ours is untouched */
+    kvc_proc_info procs[8];
+    size_t np = 0;
+    assert_int_equal(kvc_proc_list(s, procs, 8, &np), KVC_OK);
+    assert_int_equal(np, 1);
+    assert_int_equal(procs[0].pid, getpid());
+    waitpid(child, NULL, 0);
+    kvc_rank_info_free(&rk);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* ---- crash injection inside room updates ---------------------------- */
+
+static const char *target;
+static void die_at(const char *point)
+{
+    if (!strcmp(point, target))
+        raise(SIGKILL);
+}
+
+enum op { OP_STATE, OP_FAIL, OP_CREATE, OP_RELEASE };
+
+static void crash_room_op(const char *name, const char *point, enum op op)
+{
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
+    kvc_room_info before, after;
+    kvc_segment_info sb, sa;
+    int have = kvc_room_get(s, 100, 0, &before) == KVC_OK;
+    kvc_segment_stat(s, &sb);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
+        target = point;
+        kvc_test_set_inject(die_at);
+        switch (op) {
+        case OP_STATE: kvc_room_set_state(c, 100, 1, KVC_POLL_TRANSFERRING); break;
+        case OP_FAIL: kvc_room_fail(c, 100, 1, 5, "crashing writer", NULL); break;
+        case OP_CREATE: kvc_room_open(c, 101, 2, 0, KVC_ROOM_ROLE_PREFILL); break;
+        case OP_RELEASE: kvc_room_release(c, 100, 1); break;
+        }
+        _exit(3);
+    }
+    assert_int_equal(wait_child(child), 100 + SIGKILL);
+    /* Rolled back: the room reads exactly as before the update. */
+    assert_int_equal(kvc_room_get(s, 100, 0, &after) == KVC_OK, have);
+    if (have) {
+        assert_int_equal(after.state, before.state);
+        assert_memory_equal(after.local, before.local, sizeof before.local);
+        assert_int_equal(after.has_failure, before.has_failure);
+        assert_int_equal(after.released, before.released);
+    }
+    assert_int_equal(kvc_room_get(s, 101, 0, &after), KVC_E_NOENT);
+    kvc_segment_stat(s, &sa);
+    assert_int_equal(sa.lock_recoveries, sb.lock_recoveries + 1);
+    assert_int_equal(sa.rooms_live, sb.rooms_live);
+    assert_int_equal(sa.failures_total, sb.failures_total);
+    kvc_close(s);
+}
+
+static void test_crash_inside_room_updates(void **st)
+{
+    (void)st;
+    const char *name = strdup(tu_name());
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 128, 60000);
+    assert_int_equal(kvc_room_open(s, 100, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    assert_int_equal(kvc_room_open(s, 100, 2, 1, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    const char *points[] = {"room.undo_saved", "room.before_commit"};
+    for (int i = 0; i < 2; i++) {
+        crash_room_op(name, points[i], OP_STATE);
+        crash_room_op(name, points[i], OP_CREATE);
+        crash_room_op(name, points[i], OP_RELEASE);
+        crash_room_op(name, points[i], OP_FAIL);
+    }
+    crash_room_op(name, "room.state_written", OP_STATE);
+    crash_room_op(name, "room.creating", OP_CREATE);
+    crash_room_op(name, "room.failure_half", OP_FAIL);
+    /* After all that, updates still work. */
+    int kept = 0;
+    assert_int_equal(kvc_room_fail(s, 100, 1, 5, "real", &kept), KVC_OK);
+    assert_int_equal(kept, 1);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* ---- load, capacity, TTL -------------------------------------------- */
+
+static void test_load_full_and_ttl(void **st)
+{
+    (void)st;
+    const char *name = strdup(tu_name());
+    const uint32_t cap = 1000;
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, cap, 600000);
+    uint64_t live[1000];
+    size_t nlive = 0;
+    srand(7);
+    uint64_t next = 1;
+    /* 90% load, then churn: delete and re-insert. */
+    while (nlive < cap * 9 / 10) {
+        uint64_t id = ((uint64_t)rand() << 31 ^ (uint64_t)rand()) * 2654435761u + next++;
+        assert_int_equal(kvc_room_open(s, id, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+        live[nlive++] = id;
+    }
+    for (int round = 0; round < 5000; round++) {
+        size_t k = (size_t)rand() % nlive;
+        assert_int_equal(kvc_room_release(s, live[k], 0), KVC_OK);
+        kvc_room_info ri;
+        assert_int_equal(kvc_room_get(s, live[k], 0, &ri), KVC_E_NOENT);
+        live[k] = ((uint64_t)rand() << 31 ^ (uint64_t)rand()) * 2654435761u + next++;
+        assert_int_equal(kvc_room_open(s, live[k], 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    }
+    for (size_t k = 0; k < nlive; k++) {
+        kvc_room_info ri;
+        assert_int_equal(kvc_room_get(s, live[k], 0, &ri), KVC_OK);
+        assert_int_equal(ri.room, live[k]);
+    }
+    kvc_segment_info si;
+    kvc_segment_stat(s, &si);
+    assert_int_equal(si.rooms_live, nlive);
+    /* Fill up: KVC_E_FULL, and no active room evicted. */
+    while (nlive < cap) {
+        live[nlive] = next++ * 0x9e3779b97f4a7c15ull;
+        assert_int_equal(kvc_room_open(s, live[nlive], 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+        nlive++;
+    }
+    assert_int_equal(kvc_room_open(s, 0xfeedull, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_E_FULL);
+    assert_int_equal(kvc_room_fail(s, 0xfeedull, 0, 1, "x", NULL), KVC_E_FULL);
+    for (size_t k = 0; k < nlive; k++) {
+        kvc_room_info ri;
+        assert_int_equal(kvc_room_get(s, live[k], 0, &ri), KVC_OK);
+    }
+    assert_int_equal(kvc_room_release(s, live[0], 0), KVC_OK);
+    assert_int_equal(kvc_room_open(s, 0xfeedull, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    kvc_close(s);
+    kvc_unlink(name);
+
+    /* TTL: an idle room fails with a timeout, then is reclaimed. */
+    name = strdup(tu_name());
+    s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, 4, 50);
+    assert_int_equal(kvc_room_open(s, 1, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    assert_int_equal(kvc_room_open(s, 2, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    usleep(120000);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 1, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    assert_int_equal(ri.failure.code, ETIMEDOUT);
+    assert_non_null(strstr(ri.failure.reason, "timed out"));
+    /* Room 2 idled out; room 1's failure stays readable one more TTL. */
+    size_t reclaimed = 0;
+    assert_int_equal(kvc_room_sweep(s, &reclaimed), KVC_OK);
+    assert_int_equal(reclaimed, 1);
+    assert_int_equal(kvc_room_get(s, 2, 0, &ri), KVC_E_NOENT);
+    assert_int_equal(kvc_room_get(s, 1, 0, &ri), KVC_OK);
+    usleep(120000);
+    assert_int_equal(kvc_room_sweep(s, &reclaimed), KVC_OK);
+    assert_int_equal(reclaimed, 1);
+    assert_int_equal(kvc_room_get(s, 1, 0, &ri), KVC_E_NOENT);
+    /* A full table of expired rooms makes way for a new one. */
+    for (uint64_t id = 10; id < 14; id++)
+        assert_int_equal(kvc_room_open(s, id, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    assert_int_equal(kvc_room_open(s, 20, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_E_FULL);
+    usleep(120000);
+    assert_int_equal(kvc_room_open(s, 20, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* ---- randomised processes against a reference model ------------------ */
+
+#define P 4
+#define ROOMS 24
+#define STEPS 400
+
+struct outcome { /* what one process did to one room */
+    int8_t final_state;
+    int8_t failed_kept;
+    int8_t failed_tried;
+    int8_t pad;
+};
+
+static int random_proc(const char *name, uint32_t rank, int out_fd)
+{
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+    struct outcome oc[ROOMS];
+    memset(oc, 0, sizeof oc);
+    unsigned seed = 1234 + rank;
+    for (int r = 0; r < ROOMS; r++)
+        if (kvc_room_open(s, 1000 + (uint64_t)r, P, rank, KVC_ROOM_ROLE_PREFILL))
+            return 20;
+    for (int step = 0; step < STEPS; step++) {
+        int r = rand_r(&seed) % ROOMS, what = rand_r(&seed) % 20;
+        if (what == 0 && r % 3 == 0) {
+            char reason[64];
+            snprintf(reason, sizeof reason, "rank %u step %d", rank, step);
+            int kept = 0;
+            if (kvc_room_fail(s, 1000 + (uint64_t)r, rank, step, reason, &kept))
+                return 21;
+            oc[r].failed_tried = 1;
+            oc[r].failed_kept |= (int8_t)kept;
+        } else if (kvc_room_set_state(s, 1000 + (uint64_t)r, rank,
+                                      (kvc_poll)(1 + rand_r(&seed) % 3))) {
+            return 22;
+        }
+    }
+    for (int r = 0; r < ROOMS; r++) { /* final write: 1..4 */
+        oc[r].final_state = (int8_t)(1 + rand_r(&seed) % 4);
+        if (r % 2)
+            oc[r].final_state = KVC_POLL_SUCCESS;
+        if (kvc_room_set_state(s, 1000 + (uint64_t)r, rank, (kvc_poll)oc[r].final_state))
+            return 23;
+    }
+    if (write(out_fd, oc, sizeof oc) != (ssize_t)sizeof oc)
+        return 24;
+    return 0; /* exits without releasing: rooms stay for the check */
+}
+
+static void test_random_against_model(void **st)
+{
+    (void)st;
+    const char *name = strdup(tu_name());
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, 256, 600000);
+    int fds[P][2];
+    pid_t pids[P];
+    for (uint32_t p = 0; p < P; p++) {
+        assert_int_equal(pipe(fds[p]), 0);
+        if ((pids[p] = fork()) == 0)
+            _exit(random_proc(name, p, fds[p][1]));
+    }
+    struct outcome oc[P][ROOMS];
+    for (int p = 0; p < P; p++)
+        assert_int_equal(read(fds[p][0], oc[p], sizeof oc[p]), sizeof oc[p]);
+    for (int p = 0; p < P; p++)
+        assert_int_equal(wait_child(pids[p]), 0);
+    /* kvc_room_list does no liveness check, so the exited participants do
+     * not fail the rooms being checked. */
+    size_t count = 0;
+    kvc_room_info all[ROOMS];
+    assert_int_equal(kvc_room_list(s, -1, all, ROOMS, &count), KVC_OK);
+    assert_int_equal(count, ROOMS);
+    for (size_t i = 0; i < count; i++) {
+        int r = (int)(all[i].room - 1000);
+        int kept = 0, tried = 0, min = KVC_POLL_SUCCESS;
+        for (int p = 0; p < P; p++) {
+            kept += oc[p][r].failed_kept;
+            tried += oc[p][r].failed_tried;
+            if (oc[p][r].final_state < min)
+                min = oc[p][r].final_state;
+        }
+        assert_true(kept <= 1); /* the first record wins, once */
+        if (kept) {
+            assert_int_equal(all[i].state, KVC_POLL_FAILED);
+            assert_true(all[i].has_failure);
+            int origin = (int)all[i].failure.origin_rank;
+            assert_int_equal(oc[origin][r].failed_kept, 1);
+        } else {
+            /* No failure kept: none tried, or tried after Success. */
+            assert_false(all[i].has_failure);
+            if (tried)
+                assert_int_equal(all[i].state, KVC_POLL_SUCCESS);
+            else
+                assert_int_equal(all[i].state, min);
+        }
+        for (int p = 0; p < P; p++)
+            if (!kept)
+                assert_int_equal(all[i].local[p], oc[p][r].final_state);
+    }
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failure_seen_by_all_ranks),
+        cmocka_unit_test(test_success_needs_all_and_is_sticky),
+        cmocka_unit_test(test_dead_participant_fails_room),
+        cmocka_unit_test(test_crash_inside_room_updates),
+        cmocka_unit_test(test_load_full_and_ttl),
+        cmocka_unit_test(test_random_against_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
