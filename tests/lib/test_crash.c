@@ -105,7 +105,7 @@ static void crash_at(const char *name, const struct point *pt, uint32_t rank, in
 static void test_sigkill_at_each_point(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     kvc_segment *owner = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
     for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
         print_message("self-kill at %s\n", points[i].name);

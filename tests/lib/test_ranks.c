@@ -10,7 +10,7 @@ static kvc_segment *S;
 static int setup(void **st)
 {
     (void)st;
-    NAME = strdup(tu_name());
+    NAME = tu_name();
     S = tu_open(NAME, KVC_OPEN_FRESH, KVC_ROLE_WORKER);
     return 0;
 }

@@ -87,7 +87,7 @@ static int rank_main(const char *name, uint32_t rank, int ready_fd, int go_fd)
 static void test_failure_seen_by_all_ranks(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
     int ready[2], go[2];
     assert_int_equal(pipe(ready), 0);
@@ -124,7 +124,7 @@ static void test_failure_seen_by_all_ranks(void **st)
 static void test_success_needs_all_and_is_sticky(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
     kvc_room_info ri;
     for (uint32_t r = 0; r < N; r++)
@@ -187,7 +187,7 @@ static void test_success_needs_all_and_is_sticky(void **st)
 static void test_dead_participant_fails_room(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 128, 60000);
     assert_int_equal(kvc_room_open(s, 42, 4, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
     assert_int_equal(kvc_rank_register(s, 0, "h:0", "{}", 2, NULL), KVC_OK);
@@ -290,7 +290,7 @@ static void crash_room_op(const char *name, const char *point, enum op op)
 static void test_crash_inside_room_updates(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 128, 60000);
     assert_int_equal(kvc_room_open(s, 100, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
     assert_int_equal(kvc_room_open(s, 100, 2, 1, KVC_ROOM_ROLE_PREFILL), KVC_OK);
@@ -317,7 +317,7 @@ static void test_crash_inside_room_updates(void **st)
 static void test_load_full_and_ttl(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     const uint32_t cap = 1000;
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, cap, 600000);
     uint64_t live[1000];
@@ -364,7 +364,7 @@ static void test_load_full_and_ttl(void **st)
     kvc_unlink(name);
 
     /* TTL: an idle room fails with a timeout, then is reclaimed. */
-    name = strdup(tu_name());
+    name = tu_name();
     s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, 4, 50);
     assert_int_equal(kvc_room_open(s, 1, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
     assert_int_equal(kvc_room_open(s, 2, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
@@ -446,7 +446,7 @@ static int random_proc(const char *name, uint32_t rank, int out_fd)
 static void test_random_against_model(void **st)
 {
     (void)st;
-    const char *name = strdup(tu_name());
+    const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, 256, 600000);
     int fds[P][2];
     pid_t pids[P];

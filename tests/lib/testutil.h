@@ -15,13 +15,16 @@
 
 #include "kvcoord/kvcoord.h"
 
-/* A segment name unique to this process and call. */
+/* A segment name unique to this process and call; stays valid for the
+ * next 63 calls (a ring of buffers), so no test needs to copy it. */
 static inline const char *tu_name(void)
 {
-    static char buf[64];
+    static char buf[64][48];
     static int n;
-    snprintf(buf, sizeof buf, "kvctest-%d-%d", (int)getpid(), n++);
-    return buf;
+    char *b = buf[n % 64];
+    snprintf(b, sizeof buf[0], "kvctest-%d-%d", (int)getpid(), n);
+    n++;
+    return b;
 }
 
 /* Open name with mode and small capacities suited to tests. */
