@@ -1,0 +1,167 @@
+/*
+ * http_resp.c - response formatting; see http_resp.h.
+ */
+#include "http_resp.h"
+
+#include <http_parser.h>
+#include <string.h>
+#include <time.h>
+
+const char *http_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 507: return "Insufficient Storage";
+    default: return "Unknown";
+    }
+}
+
+/* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n", formatted once per second.
+ * Only the event-loop thread writes responses, so a static cache is safe. */
+static const char *date_header(void)
+{
+    static char line[64];
+    static time_t cached = -1;
+    time_t now = time(NULL);
+    if (now != cached) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(line, sizeof line, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        cached = now;
+    }
+    return line;
+}
+
+static char *put(char *dst, const char *s)
+{
+    size_t n = strlen(s);
+    memcpy(dst, s, n);
+    return dst + n;
+}
+
+int resp_has_body(const struct http_req *req)
+{
+    return req->method != HTTP_HEAD;
+}
+
+void resp_head(struct buf *out, const struct http_req *req, int status, const char *ctype,
+               size_t clen, const char *extra)
+{
+    const char *reason = http_reason(status);
+    size_t need = 160 + strlen(reason) + strlen(ctype) + (extra ? strlen(extra) : 0);
+    char *start = buf_space(out, need);
+    if (!start)
+        return;
+    char *p = put(start, "HTTP/1.1 ");
+    p += u64_to_dec(p, (uint64_t)status);
+    *p++ = ' ';
+    p = put(p, reason);
+    p = put(p, "\r\nContent-Type: ");
+    p = put(p, ctype);
+    p = put(p, "\r\nContent-Length: ");
+    p += u64_to_dec(p, clen);
+    p = put(p, "\r\n");
+    p = put(p, date_header());
+    if (!req->keep_alive)
+        p = put(p, "Connection: close\r\n");
+    else if (req->http_minor == 0)
+        p = put(p, "Connection: keep-alive\r\n");
+    if (extra)
+        p = put(p, extra);
+    p = put(p, "\r\n");
+    buf_commit(out, (size_t)(p - start));
+}
+
+void resp_send(struct buf *out, const struct http_req *req, int status, const char *ctype,
+               const char *body, size_t len, const char *extra)
+{
+    resp_head(out, req, status, ctype, len, extra);
+    if (resp_has_body(req))
+        buf_append(out, body, len);
+}
+
+void resp_ok(struct buf *out, const struct http_req *req)
+{
+    resp_send(out, req, 200, CT_TEXT, "OK", 2, NULL);
+}
+
+void resp_detail(struct buf *out, const struct http_req *req, int status, const char *detail,
+                 const char *extra)
+{
+    static const char pre[] = "{\"detail\":\"", post[] = "\"}";
+    size_t dlen = strlen(detail);
+    size_t clen = sizeof pre - 1 + json_escape_len(detail, dlen) + sizeof post - 1;
+    resp_head(out, req, status, CT_JSON, clen, extra);
+    if (!resp_has_body(req))
+        return;
+    char *start = buf_space(out, clen);
+    if (!start)
+        return;
+    char *p = put(start, pre);
+    p = json_escape(p, detail, dlen);
+    p = put(p, post);
+    buf_commit(out, (size_t)(p - start));
+}
+
+void resp_continue(struct buf *out)
+{
+    buf_puts(out, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+/* Bytes needed for byte c inside a JSON string. */
+static size_t escaped_size(unsigned char c)
+{
+    if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t')
+        return 2;
+    return c < 0x20 ? 6 : 1;
+}
+
+size_t json_escape_len(const char *s, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += escaped_size((unsigned char)s[i]);
+    return len;
+}
+
+char *json_escape(char *dst, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc = 0;
+        switch (c) {
+        case '"': esc = '"'; break;
+        case '\\': esc = '\\'; break;
+        case '\b': esc = 'b'; break;
+        case '\f': esc = 'f'; break;
+        case '\n': esc = 'n'; break;
+        case '\r': esc = 'r'; break;
+        case '\t': esc = 't'; break;
+        default: break;
+        }
+        if (esc) {
+            *dst++ = '\\';
+            *dst++ = esc;
+        } else if (c < 0x20) {
+            memcpy(dst, "\\u00", 4);
+            dst[4] = hex[c >> 4];
+            dst[5] = hex[c & 15];
+            dst += 6;
+        } else {
+            *dst++ = (char)c;
+        }
+    }
+    return dst;
+}

@@ -1,0 +1,478 @@
+/*
+ * http_routes.c - kvcoordd's routes.  Handlers call the public kvc_* API
+ * only (HTTP -> routes -> library -> segment).
+ *
+ * sglang-compatible (EngineInfoBootstrapServer; same paths, status codes,
+ * JSON shapes and fixed detail strings):
+ *   GET  /health                          200 text/plain "OK"
+ *   PUT  /register_transfer_engine_info   (POST too) body {"rank"|"tp_rank": int,
+ *        "transfer_engine_info": {"session_id": str, "weights_info_dict": {...}}}
+ *                                         200 "OK"; 400 naming the field
+ *   GET  /get_transfer_engine_info?rank=N 200 {"rank":N,
+ *        "remote_instance_transfer_engine_info":[session_id, weights_info_dict]};
+ *        400 "Missing rank parameter" / "Invalid rank parameter";
+ *        404 "No transfer engine info for rank N"
+ * Extensions:
+ *   - wait_ms=N on the lookup: long-poll; a rank not (yet) registered is
+ *     waited for up to N ms (clamped to 60000) before the 404.  The wait
+ *     parks the connection; the event loop keeps serving others.
+ *   - the lookup answer carries "X-Kvcoord-Generation: G", the rank's
+ *     generation (changes on every re-registration).
+ *   - 404 for a withdrawn rank says why: "... (withdrawn: <note>)".
+ *   - GET /ranks: {"ranks":[{"rank","session_id","generation","entries",
+ *     "info_bytes","registered_ns","pid"}...],"world_size":W}.
+ *   - DELETE /transfer_engine_info?rank=N: withdraw; 200 "OK" or 404.
+ *   - HEAD on every GET route.
+ * Every error is application/json {"detail":"..."}; an unknown path is 404
+ * "Not Found", a known path with another method 405 "Method Not Allowed"
+ * with an Allow header.  Library errors: KVC_E_CAPACITY and KVC_E_INVAL 400,
+ * KVC_E_TOOBIG 413, KVC_E_FULL 507, KVC_E_BUSY 503, others 500, the detail
+ * ending with kvc_last_error().
+ */
+#include "http_routes.h"
+
+#include <http_parser.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_resp.h"
+#include "log.h"
+#include "query.h"
+
+#define RI_KEEP (256 * 1024) /* lookup buffer kept per connection */
+#define WITHDRAW_NOTE "withdrawn over HTTP (DELETE /transfer_engine_info)"
+
+struct routes {
+    kvc_segment *seg;
+    uint32_t max_ranks;
+    kvc_rank_info *list; /* max_ranks entries, for /ranks */
+    kvc_rank_info scratch;
+    struct buf body;     /* /ranks answer body */
+};
+
+typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *,
+                                  const struct http_req *, struct buf *);
+
+struct route {
+    const char *path;
+    uint64_t methods;  /* bit (1 << enum http_method) per method accepted */
+    const char *allow; /* Allow header for 405 */
+    route_fn fn;
+};
+
+#define M(m) (UINT64_C(1) << (m))
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static void detailf(struct buf *out, const struct http_req *req, int status, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+
+static void detailf(struct buf *out, const struct http_req *req, int status, const char *fmt,
+                    ...)
+{
+    char detail[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    resp_detail(out, req, status, detail, NULL);
+}
+
+/* HTTP status for a library error. */
+static int lib_status(kvc_err e)
+{
+    switch (e) {
+    case KVC_E_INVAL:
+    case KVC_E_CAPACITY: return 400;
+    case KVC_E_TOOBIG: return 413;
+    case KVC_E_FULL: return 507;
+    case KVC_E_BUSY: return 503;
+    default: return 500;
+    }
+}
+
+/* Read rank (required) and wait_ms (optional, 0 when absent) from the
+ * query; on a bad one the 400 is written and -1 returned. */
+static int rank_params(const struct http_req *req, struct buf *out, uint32_t *rank,
+                       uint32_t *wait_ms)
+{
+    char rv[24], wv[24];
+    struct query_param want[2] = {{"rank", rv, sizeof rv, 0, 0},
+                                  {"wait_ms", wv, sizeof wv, 0, 0}};
+    uint64_t v;
+    if (query_parse(req->query, req->query_len, want, wait_ms ? 2 : 1) < 0) {
+        resp_detail(out, req, 400, "Invalid percent-encoding in query string", NULL);
+        return -1;
+    }
+    if (!want[0].found) {
+        resp_detail(out, req, 400, "Missing rank parameter", NULL);
+        return -1;
+    }
+    if (want[0].too_long || parse_uint(rv, INT32_MAX, &v)) {
+        resp_detail(out, req, 400, "Invalid rank parameter", NULL);
+        return -1;
+    }
+    *rank = (uint32_t)v;
+    if (!wait_ms)
+        return 0;
+    *wait_ms = 0;
+    if (want[1].found) {
+        if (want[1].too_long || parse_uint(wv, UINT64_MAX, &v)) {
+            resp_detail(out, req, 400, "Invalid wait_ms parameter", NULL);
+            return -1;
+        }
+        *wait_ms = v > ROUTES_MAX_WAIT_MS ? ROUTES_MAX_WAIT_MS : (uint32_t)v;
+    }
+    return 0;
+}
+
+/* ---- GET /health -------------------------------------------------------- */
+
+static enum route_rc get_health(struct routes *r, struct route_slot *s,
+                                const struct http_req *req, struct buf *out)
+{
+    (void)r, (void)s;
+    resp_ok(out, req);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /get_transfer_engine_info --------------------------------------- */
+
+/* The answer, built by concatenation: the stored weights_info_dict text is
+ * appended verbatim (never re-parsed), session_id JSON-escaped. */
+static void write_info(struct buf *out, const struct http_req *req, const kvc_rank_info *ri)
+{
+    static const char p1[] = "{\"rank\":", p2[] = ",\"remote_instance_transfer_engine_info\":[\"",
+                      p3[] = "\",", p4[] = "]}";
+    char num[20], extra[64];
+    size_t nlen = u64_to_dec(num, ri->rank);
+    size_t sid_len = strlen(ri->session_id);
+    size_t clen = sizeof p1 - 1 + nlen + sizeof p2 - 1 + json_escape_len(ri->session_id, sid_len)
+                  + sizeof p3 - 1 + ri->info_len + sizeof p4 - 1;
+    snprintf(extra, sizeof extra, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
+    resp_head(out, req, 200, CT_JSON, clen, extra);
+    char *start = resp_has_body(req) ? buf_space(out, clen) : NULL;
+    if (!start)
+        return;
+    char *p = start;
+    memcpy(p, p1, sizeof p1 - 1), p += sizeof p1 - 1;
+    memcpy(p, num, nlen), p += nlen;
+    memcpy(p, p2, sizeof p2 - 1), p += sizeof p2 - 1;
+    p = json_escape(p, ri->session_id, sid_len);
+    memcpy(p, p3, sizeof p3 - 1), p += sizeof p3 - 1;
+    memcpy(p, ri->info, ri->info_len), p += ri->info_len;
+    memcpy(p, p4, sizeof p4 - 1), p += sizeof p4 - 1;
+    buf_commit(out, (size_t)(p - start));
+}
+
+static void write_lookup_error(struct buf *out, const struct http_req *req, uint32_t rank,
+                               kvc_err e, const kvc_rank_info *ri)
+{
+    if (e == KVC_E_NOENT || e == KVC_E_CAPACITY)
+        detailf(out, req, 404, "No transfer engine info for rank %u", rank);
+    else if (e == KVC_E_WITHDRAWN)
+        detailf(out, req, 404, "No transfer engine info for rank %u (withdrawn: %s)", rank,
+                ri->note);
+    else
+        detailf(out, req, lib_status(e), "Lookup of rank %u failed: %s", rank,
+                kvc_last_error());
+}
+
+/* One lookup of the slot's rank; parks when allowed and the rank is absent. */
+static enum route_rc lookup_once(struct routes *r, struct route_slot *s,
+                                 const struct http_req *req, struct buf *out, int may_park)
+{
+    /* The epoch is read before the lookup: a registration landing after the
+     * lookup changes it, so the parked request is re-checked (no lost wake). */
+    uint32_t epoch = may_park ? kvc_rank_epoch(r->seg) : 0;
+    kvc_err e = kvc_rank_lookup(r->seg, s->park_rank, &s->ri);
+    if (e == KVC_OK) {
+        write_info(out, req, &s->ri);
+        return ROUTE_DONE;
+    }
+    if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN)) {
+        s->park_epoch = epoch;
+        return ROUTE_PARK;
+    }
+    write_lookup_error(out, req, s->park_rank, e, &s->ri);
+    return ROUTE_DONE;
+}
+
+static enum route_rc get_info(struct routes *r, struct route_slot *s,
+                              const struct http_req *req, struct buf *out)
+{
+    if (rank_params(req, out, &s->park_rank, &s->park_wait_ms))
+        return ROUTE_DONE;
+    return lookup_once(r, s, req, out, s->park_wait_ms > 0);
+}
+
+enum route_rc routes_resume(struct routes *r, struct route_slot *s,
+                            const struct http_req *req, struct buf *out, int expired)
+{
+    return lookup_once(r, s, req, out, !expired);
+}
+
+/* ---- PUT /register_transfer_engine_info ---------------------------------- */
+
+static int bad_field(struct buf *out, const struct http_req *req, const char *field,
+                     const char *why)
+{
+    if (why)
+        detailf(out, req, 400, "Invalid field '%s': %s", field, why);
+    else
+        detailf(out, req, 400, "Missing field '%s'", field);
+    return -1;
+}
+
+/* The rank of a registration: "rank", else "tp_rank" (rank 0 is valid). */
+static int register_rank(struct routes *r, json_t *root, const struct http_req *req,
+                         struct buf *out, uint32_t *rank)
+{
+    const char *name = "rank";
+    json_t *jr = json_object_get(root, name);
+    if (!jr)
+        jr = json_object_get(root, name = "tp_rank");
+    if (!jr) {
+        resp_detail(out, req, 400, "Missing field 'rank' (or 'tp_rank')", NULL);
+        return -1;
+    }
+    if (!json_is_integer(jr) || json_integer_value(jr) < 0)
+        return bad_field(out, req, name, "must be a non-negative integer");
+    json_int_t v = json_integer_value(jr);
+    if (v >= (json_int_t)UINT32_MAX) { /* beyond what the library takes */
+        detailf(out, req, 400, "Failed to register rank %" JSON_INTEGER_FORMAT ": rank %"
+                JSON_INTEGER_FORMAT " exceeds the segment's max ranks (%u)", v, v, r->max_ranks);
+        return -1;
+    }
+    *rank = (uint32_t)v;
+    return 0;
+}
+
+/* Check transfer_engine_info; on success *sid and *wid point into root,
+ * else the 400 naming the field is written and -1 returned. */
+static int register_info(json_t *root, const struct http_req *req, struct buf *out,
+                         const char **sid, json_t **wid)
+{
+    json_t *tei = json_object_get(root, "transfer_engine_info");
+    if (!tei)
+        return bad_field(out, req, "transfer_engine_info", NULL);
+    if (!json_is_object(tei))
+        return bad_field(out, req, "transfer_engine_info", "must be an object");
+    json_t *js = json_object_get(tei, "session_id");
+    if (!js)
+        return bad_field(out, req, "transfer_engine_info.session_id", NULL);
+    if (!json_is_string(js) || json_string_length(js) == 0)
+        return bad_field(out, req, "transfer_engine_info.session_id",
+                         "must be a non-empty string");
+    if (json_string_length(js) > KVC_SESSION_ID_MAX)
+        return bad_field(out, req, "transfer_engine_info.session_id",
+                         "longer than 255 bytes");
+    *sid = json_string_value(js);
+    *wid = json_object_get(tei, "weights_info_dict");
+    if (!*wid)
+        return bad_field(out, req, "transfer_engine_info.weights_info_dict", NULL);
+    if (!json_is_object(*wid))
+        return bad_field(out, req, "transfer_engine_info.weights_info_dict",
+                         "must be an object");
+    return 0;
+}
+
+/* Store a validated registration; writes the answer. */
+static void register_store(struct routes *r, const struct http_req *req, struct buf *out,
+                           uint32_t rank, const char *sid, json_t *wid)
+{
+    char *text = json_dumps(wid, JSON_COMPACT);
+    if (!text) {
+        resp_detail(out, req, 500, "Out of memory encoding weights_info_dict", NULL);
+        return;
+    }
+    size_t len = strlen(text);
+    uint64_t gen = 0;
+    kvc_err e = kvc_rank_register(r->seg, rank, sid, text, len, &gen);
+    free(text);
+    if (e) {
+        detailf(out, req, lib_status(e), "Failed to register rank %u: %s", rank,
+                kvc_last_error());
+        return;
+    }
+    log_event(LOG_INFO, "register", "rank=%u session_id=\"%s\" generation=%" PRIu64
+              " bytes=%zu", rank, sid, gen, len);
+    resp_ok(out, req);
+}
+
+static enum route_rc put_register(struct routes *r, struct route_slot *s,
+                                  const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
+                jerr.column, jerr.text);
+        return ROUTE_DONE;
+    }
+    uint32_t rank;
+    const char *sid;
+    json_t *wid;
+    if (!json_is_object(root))
+        resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
+    else if (!register_rank(r, root, req, out, &rank) && !register_info(root, req, out, &sid, &wid))
+        register_store(r, req, out, rank, sid, wid);
+    json_decref(root);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /ranks ----------------------------------------------------------- */
+
+static void append_rank(struct buf *b, const kvc_rank_info *ri, int first)
+{
+    size_t sid_len = strlen(ri->session_id);
+    buf_puts(b, first ? "{\"rank\":" : ",{\"rank\":");
+    buf_putu64(b, ri->rank);
+    buf_puts(b, ",\"session_id\":\"");
+    char *p = buf_space(b, json_escape_len(ri->session_id, sid_len));
+    if (p)
+        buf_commit(b, (size_t)(json_escape(p, ri->session_id, sid_len) - p));
+    buf_puts(b, "\",\"generation\":");
+    buf_putu64(b, ri->generation);
+    buf_puts(b, ",\"entries\":");
+    buf_putu64(b, ri->entries);
+    buf_puts(b, ",\"info_bytes\":");
+    buf_putu64(b, ri->info_len);
+    buf_puts(b, ",\"registered_ns\":");
+    buf_putu64(b, ri->registered_ns);
+    buf_puts(b, ",\"pid\":");
+    buf_putu64(b, (uint64_t)(ri->pid > 0 ? ri->pid : 0));
+    buf_puts(b, "}");
+}
+
+static enum route_rc get_ranks(struct routes *r, struct route_slot *s,
+                               const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    kvc_segment_info si;
+    size_t count = 0;
+    kvc_err e = kvc_segment_stat(r->seg, &si);
+    if (!e)
+        e = kvc_rank_list(r->seg, r->list, r->max_ranks, &count, 0);
+    if (e) {
+        detailf(out, req, lib_status(e), "Listing ranks failed: %s", kvc_last_error());
+        return ROUTE_DONE;
+    }
+    struct buf *b = &r->body;
+    buf_reset(b);
+    buf_puts(b, "{\"ranks\":[");
+    int first = 1;
+    for (size_t i = 0; i < count && i < r->max_ranks; i++) {
+        /* The list carries no info size: look the rank up (it may have been
+         * withdrawn since the list was taken; then it is left out). */
+        if (kvc_rank_lookup(r->seg, r->list[i].rank, &r->scratch) == KVC_OK) {
+            append_rank(b, &r->scratch, first);
+            first = 0;
+        }
+    }
+    buf_puts(b, "],\"world_size\":");
+    buf_putu64(b, si.world_size);
+    buf_puts(b, "}");
+    kvc_rank_info_free(&r->scratch);
+    if (b->oom)
+        resp_detail(out, req, 500, "Out of memory listing ranks", NULL);
+    else
+        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
+/* ---- DELETE /transfer_engine_info ------------------------------------------ */
+
+static enum route_rc delete_info(struct routes *r, struct route_slot *s,
+                                 const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    uint32_t rank;
+    if (rank_params(req, out, &rank, NULL))
+        return ROUTE_DONE;
+    kvc_err e = kvc_rank_withdraw(r->seg, rank, WITHDRAW_NOTE);
+    if (e == KVC_E_NOENT || e == KVC_E_CAPACITY) {
+        detailf(out, req, 404, "No transfer engine info for rank %u", rank);
+    } else if (e) {
+        detailf(out, req, lib_status(e), "Withdrawing rank %u failed: %s", rank,
+                kvc_last_error());
+    } else {
+        log_event(LOG_INFO, "withdraw", "rank=%u", rank);
+        resp_ok(out, req);
+    }
+    return ROUTE_DONE;
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+static const struct route route_table[] = {
+    {"/health", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_health},
+    {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_info},
+    {"/register_transfer_engine_info", M(HTTP_PUT) | M(HTTP_POST), "Allow: PUT, POST\r\n",
+     put_register},
+    {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_ranks},
+    {"/transfer_engine_info", M(HTTP_DELETE), "Allow: DELETE\r\n", delete_info},
+};
+
+enum route_rc routes_dispatch(struct routes *r, struct route_slot *s,
+                              const struct http_req *req, struct buf *out)
+{
+    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
+        const struct route *rt = &route_table[i];
+        if (strlen(rt->path) != req->path_len || memcmp(rt->path, req->path, req->path_len))
+            continue;
+        if (req->method < 0 || req->method >= 64 || !(rt->methods & M(req->method))) {
+            resp_detail(out, req, 405, "Method Not Allowed", rt->allow);
+            return ROUTE_DONE;
+        }
+        return rt->fn(r, s, req, out);
+    }
+    resp_detail(out, req, 404, "Not Found", NULL);
+    return ROUTE_DONE;
+}
+
+int routes_create(struct routes **out, kvc_segment *seg)
+{
+    kvc_segment_info si;
+    if (kvc_segment_stat(seg, &si))
+        return -1;
+    struct routes *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->seg = seg;
+    r->max_ranks = si.max_ranks;
+    r->list = calloc(si.max_ranks ? si.max_ranks : 1, sizeof *r->list);
+    if (!r->list) {
+        free(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void routes_destroy(struct routes *r)
+{
+    if (!r)
+        return;
+    free(r->list);
+    kvc_rank_info_free(&r->scratch);
+    buf_free(&r->body);
+    free(r);
+}
+
+void route_slot_done(struct route_slot *s)
+{
+    if (s->ri.info_cap > RI_KEEP)
+        kvc_rank_info_free(&s->ri);
+}
+
+void route_slot_free(struct route_slot *s)
+{
+    kvc_rank_info_free(&s->ri);
+}

@@ -1,0 +1,125 @@
+/*
+ * net.c - parse ADDR:PORT and listen; see net.h.
+ */
+#include "net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "query.h"
+
+int net_parse_addr(const char *spec, char *host, size_t hostcap, uint16_t *port, char *err,
+                   size_t errcap)
+{
+    const char *h = spec, *colon;
+    size_t hlen;
+    if (spec[0] == '[') {
+        const char *close = strchr(spec, ']');
+        if (!close || close[1] != ':') {
+            snprintf(err, errcap, "expected [IPV6]:PORT");
+            return -1;
+        }
+        h = spec + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(spec, ':');
+        if (!colon) {
+            snprintf(err, errcap, "expected ADDR:PORT");
+            return -1;
+        }
+        hlen = (size_t)(colon - spec);
+        if (memchr(spec, ':', hlen)) {
+            snprintf(err, errcap, "an IPv6 address must be in brackets: [ADDR]:PORT");
+            return -1;
+        }
+    }
+    uint64_t v;
+    if (parse_uint(colon + 1, 65535, &v)) {
+        snprintf(err, errcap, "bad port '%s' (expected 0..65535)", colon + 1);
+        return -1;
+    }
+    if (hlen >= hostcap) {
+        snprintf(err, errcap, "address too long");
+        return -1;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (uint16_t)v;
+    return 0;
+}
+
+/* "ADDR:PORT" or "[ADDR]:PORT" of a bound socket. */
+static void format_bound(int fd, char *bound, size_t cap, uint16_t *port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    *port = 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+            *port = ntohs(a->sin6_port);
+            snprintf(bound, cap, "[%s]:%u", ip, *port);
+            return;
+        }
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+        *port = ntohs(a->sin_port);
+    }
+    snprintf(bound, cap, "%s:%u", ip, *port);
+}
+
+/* Socket bound to one resolved address and listening, or -1 (errno set). */
+static int listen_one(const struct addrinfo *ai)
+{
+    int one = 1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
+        return fd;
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+}
+
+int net_listen(const char *spec, char *bound, size_t boundcap, uint16_t *port, char *err,
+               size_t errcap)
+{
+    char host[256], service[8];
+    if (net_parse_addr(spec, host, sizeof host, port, err, errcap))
+        return -1;
+    snprintf(service, sizeof service, "%u", *port);
+    struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+                             .ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(host[0] ? host : NULL, service, &hints, &res);
+    if (gai) {
+        snprintf(err, errcap, "cannot resolve '%s': %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+        if ((fd = listen_one(ai)) < 0)
+            saved = errno;
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(err, errcap, "cannot listen on %s: %s", spec, strerror(saved));
+        return -1;
+    }
+    format_bound(fd, bound, boundcap, port);
+    return fd;
+}

@@ -1,0 +1,115 @@
+/*
+ * rank_watch.c - the long-poll helper thread; see rank_watch.h.
+ */
+#include "rank_watch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Bound on one futex sleep, so a stop request is seen within it while
+ * lookups are parked (kvc_close must not race the thread's calls). */
+#define WATCH_SLICE_MS 250
+
+struct rank_watch {
+    kvc_segment *seg;
+    int efd;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned parked;      /* lookups parked in the loop */
+    uint32_t first_epoch; /* epoch given with the park that made parked 1 */
+    int stop;
+};
+
+static void notify(struct rank_watch *w)
+{
+    uint64_t one = 1;
+    /* EAGAIN means the counter is already non-zero: the loop will wake. */
+    ssize_t n = write(w->efd, &one, sizeof one);
+    (void)n;
+}
+
+static void *watch_main(void *arg)
+{
+    struct rank_watch *w = arg;
+    uint32_t seen = 0;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        if (!w->parked) {
+            while (!w->stop && !w->parked)
+                pthread_cond_wait(&w->cv, &w->mu);
+            seen = w->first_epoch; /* older epochs are answered already */
+            continue;
+        }
+        pthread_mutex_unlock(&w->mu);
+        kvc_err e = kvc_rank_wait_change(w->seg, seen, WATCH_SLICE_MS);
+        if (e == KVC_OK) {
+            seen = kvc_rank_epoch(w->seg); /* before notify: see rank_watch.h */
+            notify(w);
+        }
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd)
+{
+    struct rank_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return -1;
+    w->seg = seg;
+    w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->efd < 0) {
+        free(w);
+        return -1;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int err = pthread_create(&w->thread, NULL, watch_main, w);
+    if (err) {
+        close(w->efd);
+        free(w);
+        errno = err;
+        return -1;
+    }
+    *efd = w->efd;
+    *out = w;
+    return 0;
+}
+
+void rank_watch_park(struct rank_watch *w, uint32_t epoch)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->parked++ == 0) {
+        w->first_epoch = epoch;
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void rank_watch_unpark(struct rank_watch *w)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->parked)
+        w->parked--;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void rank_watch_stop(struct rank_watch *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    close(w->efd);
+    free(w);
+}

@@ -1,0 +1,39 @@
+/*
+ * rank_watch.h - wakes kvcoordd's event loop when the rank table changes,
+ * for parked long-poll lookups (wait_ms).
+ *
+ * A helper thread sleeps in kvc_rank_wait_change() (the segment's shared
+ * futex: no polling) while at least one lookup is parked, and on every
+ * change writes to an eventfd that the loop reads on its ring; the loop
+ * then re-checks its parked lookups.  With nothing parked the thread sleeps
+ * on a condition variable and costs nothing.
+ *
+ * No lost wake-up: the loop passes, with the first park, the epoch it read
+ * before that lookup; the thread waits for any change since, and after each
+ * change reads the new epoch *before* writing the eventfd, so a change
+ * either precedes the loop's re-check or bumps the epoch past what the
+ * thread waits on.
+ */
+#ifndef KVC_RANK_WATCH_H
+#define KVC_RANK_WATCH_H
+
+#include <stdint.h>
+
+#include "kvcoord/kvcoord.h"
+
+struct rank_watch;
+
+/* Start the thread.  *efd receives the eventfd to read (owned by the
+ * watch).  Returns 0, or -1 with errno set. */
+int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd);
+
+/* A lookup was parked after reading epoch (kvc_rank_epoch) before it. */
+void rank_watch_park(struct rank_watch *w, uint32_t epoch);
+
+/* A parked lookup was answered. */
+void rank_watch_unpark(struct rank_watch *w);
+
+/* Stop and join the thread, close the eventfd, free w (NULL ignored). */
+void rank_watch_stop(struct rank_watch *w);
+
+#endif /* KVC_RANK_WATCH_H */
