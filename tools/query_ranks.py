@@ -5,7 +5,9 @@ Does what a remote sglang instance does before pulling weights from this
 node: GET /get_transfer_engine_info?rank=N for each rank, with Python
 `requests`, and reads `remote_instance_transfer_engine_info`
 ([session_id, weights_info_dict]).  Prints a table (rank, session_id,
-entries, response bytes, generation, time) and the total time taken.
+entries, response bytes, generation, time) and the total time taken.  The
+generation comes from kvcoordd's X-Kvcoord-Generation header, else from the
+workers' logs (--worker-logs), else "-".
 
 With --expect-dir DIR, each rank's answer is compared with DIR/rank-<N>.json
 (as written by tools/gen_model_info.py): session_id equal and
@@ -99,8 +101,12 @@ def query_rank(url, rank, timeout):
         session_id, weights = data["remote_instance_transfer_engine_info"]
     except (ValueError, KeyError, TypeError) as e:
         return None, "rank %d: unexpected answer (%s): %s" % (rank, e, r.text[:200])
+    # kvcoordd sends the rank's generation in a header (sglang's JSON shape
+    # stays unchanged); other servers may have none.
+    gen = r.headers.get("X-Kvcoord-Generation", data.get("generation"))
     row = {"rank": rank, "session_id": session_id, "weights": weights,
-           "bytes": len(r.content), "ms": ms, "generation": data.get("generation")}
+           "bytes": len(r.content), "ms": ms,
+           "generation": int(gen) if str(gen).isdigit() else None}
     return row, None
 
 
