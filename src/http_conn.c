@@ -150,6 +150,13 @@ static int body_expected(const http_parser *p)
     return (p->flags & F_CHUNKED) || (p->content_length > 0 && p->content_length != UINT64_MAX);
 }
 
+static int body_too_large(struct http_conn *c)
+{
+    snprintf(c->err_buf, sizeof c->err_buf, "Request body too large (limit %zu bytes)",
+             c->lim->max_body);
+    return fail(c, 413, c->err_buf);
+}
+
 static int on_headers_complete(http_parser *p)
 {
     struct http_conn *c = conn_of(p);
@@ -158,11 +165,8 @@ static int on_headers_complete(http_parser *p)
         return fail(c, 400, "Malformed HTTP request: unsupported HTTP version");
     if (c->te_count && !value_is(c->te, c->te_len, sizeof c->te, "chunked"))
         return fail(c, 501, "Unsupported Transfer-Encoding (only chunked is accepted)");
-    if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body) {
-        snprintf(c->err_buf, sizeof c->err_buf, "Request body too large (limit %zu bytes)",
-                 c->lim->max_body);
-        return fail(c, 413, c->err_buf);
-    }
+    if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body)
+        return body_too_large(c);
     /* RFC 9110 10.1.1: Expect is ignored in HTTP/1.0 requests. */
     if (c->expect_len && p->http_minor >= 1) {
         if (!value_is(c->expect, c->expect_len, sizeof c->expect, "100-continue"))
@@ -173,14 +177,21 @@ static int on_headers_complete(http_parser *p)
     return 0;
 }
 
+/* A chunk announces its size first: refuse one that cannot fit before it
+ * arrives. */
+static int on_chunk_header(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    if (p->content_length > c->lim->max_body - c->body.len)
+        return body_too_large(c);
+    return 0;
+}
+
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     struct http_conn *c = conn_of(p);
-    if (c->body.len + n > c->lim->max_body) {
-        snprintf(c->err_buf, sizeof c->err_buf, "Request body too large (limit %zu bytes)",
-                 c->lim->max_body);
-        return fail(c, 413, c->err_buf);
-    }
+    if (n > c->lim->max_body - c->body.len)
+        return body_too_large(c);
     buf_append(&c->body, at, n);
     return 0;
 }
@@ -243,6 +254,7 @@ static const http_parser_settings settings = {
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
+    .on_chunk_header = on_chunk_header,
     .on_body = on_body,
     .on_message_complete = on_message_complete,
 };

@@ -766,6 +766,8 @@ static unsigned pow2_at_least(unsigned v)
 static int ring_init(struct server *s)
 {
     unsigned cq = pow2_at_least(s->cfg->max_conns * 4 + 64);
+    if (cq < 2 * SQ_ENTRIES) /* the kernel wants at least as many CQ as SQ entries */
+        cq = 2 * SQ_ENTRIES;
     if (cq > 65536)
         cq = 65536;
     struct io_uring_params p;

@@ -1,0 +1,663 @@
+#!/usr/bin/python3
+"""Raw-socket tests of kvcoordd's HTTP/1.1 handling.
+
+Each test speaks HTTP by hand over a TCP socket, so it controls exactly what
+the server receives: pipelined requests, chunked bodies, Expect:
+100-continue, conflicting framing headers, a megabyte of head without a line
+end, oversized bodies, raw non-HTTP bytes, HTTP/1.0, long-polls, signals.
+
+The daemon is started here (on a port it picks itself: --listen
+127.0.0.1:0, read back from its "listening" line), with a unique --segment
+and --fresh; it is stopped and its segment unlinked at the end.  Socket
+timeouts are generous and only keep a broken server from hanging the test;
+no test asserts how fast anything is.
+
+Usage: test_http_raw.py [--daemon PATH] [unittest args]
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+TIMEOUT = 30.0  # socket timeout: a hang guard, not an assertion
+MAX_BODY = 1 << 20  # --max-body-bytes of the main daemon
+
+
+class Daemon:
+    """A kvcoordd process on a free port with its own fresh segment."""
+
+    count = 0
+
+    def __init__(self, *extra):
+        Daemon.count += 1
+        self.segment = "kvctest-http-raw-%d-%d" % (os.getpid(), Daemon.count)
+        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", self.segment, "--fresh"]
+            + list(extra),
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = self._wait_listening()
+
+    def _wait_listening(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
+            if m:
+                return int(m.group(1))
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise AssertionError("kvcoordd did not start listening: " + self.output())
+
+    def output(self):
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self, sig=signal.SIGTERM):
+        """Signal, reap (SIGKILL after a long grace), unlink; returns the status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            os.unlink("/dev/shm/" + self.segment)
+        except FileNotFoundError:
+            pass
+        self.log.close()
+        return self.proc.returncode
+
+
+class Conn:
+    """One client connection with a read buffer (responses may arrive together)."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        self.sock.sendall(data)
+
+    def _fill(self):
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("connection closed by the server")
+        self.buf += chunk
+
+    def read_until(self, marker):
+        while marker not in self.buf:
+            self._fill()
+        i = self.buf.index(marker) + len(marker)
+        out, self.buf = self.buf[:i], self.buf[i:]
+        return out
+
+    def read_exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def response(self, head_only=False):
+        """(status, headers with lower-case names, body bytes)."""
+        head = self.read_until(b"\r\n\r\n").decode("latin-1")
+        lines = head.split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        body = b""
+        if not head_only and status >= 200:
+            body = self.read_exact(int(headers.get("content-length", "0")))
+        return status, headers, body
+
+    def at_eof(self):
+        """True when the server closed its side (all sent data read first)."""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except ConnectionResetError:
+            return True
+
+    def request(self, method, target, body=None, headers=()):
+        self.send(build(method, target, body, headers))
+        return self.response()
+
+
+def build(method, target, body=None, headers=(), version="HTTP/1.1"):
+    lines = ["%s %s %s" % (method, target, version), "Host: test"]
+    lines += list(headers)
+    data = b""
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        lines.append("Content-Length: %d" % len(data))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+
+
+def registration(rank, session_id, entries=2, key="rank"):
+    wid = {"model.layers.%d.weight" % i: [140000000000 + i * 4096, 4096, 2] for i in range(entries)}
+    return {key: rank, "transfer_engine_info": {"session_id": session_id, "weights_info_dict": wid}}
+
+
+def detail(body):
+    return json.loads(body)["detail"]
+
+
+class RawHttpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon("--max-body-bytes", str(MAX_BODY))
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.d.stop()
+        if status != 0:
+            print(cls.d.output(), file=sys.stderr)
+
+    def setUp(self):
+        self.conns = []
+
+    def tearDown(self):
+        for c in self.conns:
+            c.close()
+
+    def conn(self):
+        c = Conn(self.d.port)
+        self.conns.append(c)
+        return c
+
+    def register(self, rank, session_id, **kw):
+        status, _, body = self.conn().request("PUT", "/register_transfer_engine_info",
+                                              registration(rank, session_id, **kw))
+        self.assertEqual((status, body), (200, b"OK"))
+
+    def lookup(self, rank):
+        status, headers, body = self.conn().request("GET", "/get_transfer_engine_info?rank=%d"
+                                                    % rank)
+        return status, headers, json.loads(body)
+
+    def assert_health(self):
+        status, headers, body = self.conn().request("GET", "/health")
+        self.assertEqual((status, body), (200, b"OK"))
+        self.assertTrue(headers["content-type"].startswith("text/plain"))
+
+    def assert_error_then_close(self, c, status):
+        got, headers, body = c.response()
+        self.assertEqual(got, status, body)
+        self.assertEqual(headers.get("connection"), "close")
+        self.assertEqual(headers["content-type"], "application/json")
+        self.assertTrue(detail(body))
+        self.assertTrue(c.at_eof())
+        return detail(body)
+
+    # ---- basics -------------------------------------------------------------
+
+    def test_health_and_keep_alive(self):
+        c = self.conn()
+        for _ in range(5):
+            status, headers, body = c.request("GET", "/health")
+            self.assertEqual((status, body), (200, b"OK"))
+            self.assertNotIn("connection", headers)
+
+    def test_unknown_path_404(self):
+        status, headers, body = self.conn().request("GET", "/no/such/path")
+        self.assertEqual(status, 404)
+        self.assertEqual(headers["content-type"], "application/json")
+        self.assertEqual(json.loads(body), {"detail": "Not Found"})
+
+    def test_wrong_method_405(self):
+        for method, path, allow in (("POST", "/health", "GET, HEAD"),
+                                    ("DELETE", "/get_transfer_engine_info?rank=0", "GET, HEAD"),
+                                    ("GET", "/register_transfer_engine_info", "PUT, POST"),
+                                    ("PUT", "/ranks", "GET, HEAD"),
+                                    ("GET", "/transfer_engine_info?rank=0", "DELETE")):
+            status, headers, body = self.conn().request(method, path)
+            self.assertEqual(status, 405, (method, path))
+            self.assertEqual(json.loads(body), {"detail": "Method Not Allowed"})
+            self.assertEqual(headers["allow"], allow)
+
+    def test_head_has_no_body(self):
+        c = self.conn()
+        c.send(build("HEAD", "/health") + build("GET", "/health"))
+        status, headers, _ = c.response(head_only=True)
+        self.assertEqual((status, headers["content-length"]), (200, "2"))
+        self.assertEqual(c.response()[2], b"OK")  # the next answer follows directly
+
+    def test_lookup_and_query_parameters(self):
+        self.register(40, "10.0.0.1:16040")
+        status, headers, data = self.lookup(40)
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["content-type"], "application/json")
+        self.assertEqual(data["rank"], 40)
+        self.assertEqual(data["remote_instance_transfer_engine_info"][0], "10.0.0.1:16040")
+        self.assertGreaterEqual(int(headers["x-kvcoord-generation"]), 1)
+        c = self.conn()
+        cases = (("?rank=%340", 200, None), ("?wait_ms=0&rank=40", 200, None),
+                 ("?rank=41", 404, "No transfer engine info for rank 41"),
+                 ("", 400, "Missing rank parameter"), ("?rank=", 400, "Invalid rank parameter"),
+                 ("?rank=-1", 400, "Invalid rank parameter"),
+                 ("?rank=1.5", 400, "Invalid rank parameter"),
+                 ("?rank=abc", 400, "Invalid rank parameter"),
+                 ("?rank=99999999999999999999999", 400, "Invalid rank parameter"),
+                 ("?rank=%zz", 400, "Invalid percent-encoding in query string"),
+                 ("?rank=4%", 400, "Invalid percent-encoding in query string"),
+                 ("?rank=0&wait_ms=x", 400, "Invalid wait_ms parameter"),
+                 ("?rank=1000000", 404, "No transfer engine info for rank 1000000"))
+        for query, want_status, want_detail in cases:
+            status, _, body = c.request("GET", "/get_transfer_engine_info" + query)
+            self.assertEqual(status, want_status, (query, body))
+            if want_detail:
+                self.assertEqual(detail(body), want_detail, query)
+
+    def test_register_validation(self):
+        c = self.conn()
+        good = registration(50, "h:1")
+        cases = ((b'{"rank": 50, "transfer', "Invalid JSON at line 1, column"),
+                 (b"[1, 2]", "Request body must be a JSON object"),
+                 (b"", "Invalid JSON at line"),
+                 ({"transfer_engine_info": good["transfer_engine_info"]},
+                  "Missing field 'rank' (or 'tp_rank')"),
+                 (dict(good, rank=-1), "Invalid field 'rank': must be a non-negative integer"),
+                 (dict(good, rank=1.0), "Invalid field 'rank': must be a non-negative integer"),
+                 (dict(good, rank="1"), "Invalid field 'rank': must be a non-negative integer"),
+                 (dict(good, rank=True), "Invalid field 'rank': must be a non-negative integer"),
+                 ({"tp_rank": None, "transfer_engine_info": {}},
+                  "Invalid field 'tp_rank': must be a non-negative integer"),
+                 ({"rank": 50}, "Missing field 'transfer_engine_info'"),
+                 ({"rank": 50, "transfer_engine_info": []},
+                  "Invalid field 'transfer_engine_info': must be an object"),
+                 ({"rank": 50, "transfer_engine_info": {"weights_info_dict": {}}},
+                  "Missing field 'transfer_engine_info.session_id'"),
+                 ({"rank": 50, "transfer_engine_info": {"session_id": "", "weights_info_dict": {}}},
+                  "Invalid field 'transfer_engine_info.session_id': must be a non-empty string"),
+                 ({"rank": 50, "transfer_engine_info": {"session_id": "h:1"}},
+                  "Missing field 'transfer_engine_info.weights_info_dict'"),
+                 ({"rank": 50, "transfer_engine_info": {"session_id": "h:1",
+                                                        "weights_info_dict": [1]}},
+                  "Invalid field 'transfer_engine_info.weights_info_dict': must be an object"))
+        for body, want in cases:
+            status, headers, answer = c.request("PUT", "/register_transfer_engine_info", body)
+            self.assertEqual(status, 400, body)
+            self.assertEqual(headers["content-type"], "application/json")
+            self.assertTrue(detail(answer).startswith(want), (body, answer))
+        self.assertEqual(self.lookup(50)[0], 404)  # nothing stored by a rejected request
+        status, _, body = c.request("PUT", "/register_transfer_engine_info",
+                                    registration(5000, "h:1"))
+        self.assertEqual(status, 400)
+        self.assertIn("max ranks", detail(body))
+
+    def test_rank_wins_over_tp_rank(self):
+        body = registration(0, "10.0.0.2:1")
+        body["tp_rank"] = 7
+        status, _, answer = self.conn().request("POST", "/register_transfer_engine_info", body)
+        self.assertEqual((status, answer), (200, b"OK"))
+        self.assertEqual(self.lookup(0)[2]["remote_instance_transfer_engine_info"][0], "10.0.0.2:1")
+        self.assertEqual(self.lookup(7)[0], 404)
+
+    def test_ranks_and_withdraw(self):
+        self.register(60, "[2001:db8::1]:16060", key="tp_rank")
+        status, _, body = self.conn().request("GET", "/ranks")
+        self.assertEqual(status, 200)
+        listing = json.loads(body)
+        row = [r for r in listing["ranks"] if r["rank"] == 60][0]
+        self.assertEqual(row["session_id"], "[2001:db8::1]:16060")
+        self.assertEqual(row["entries"], 2)
+        self.assertGreater(row["info_bytes"], 0)
+        self.assertIn("world_size", listing)
+        c = self.conn()
+        self.assertEqual(c.request("DELETE", "/transfer_engine_info?rank=60")[:3:2], (200, b"OK"))
+        status, _, data = self.lookup(60)
+        self.assertEqual(status, 404)
+        self.assertTrue(data["detail"].startswith("No transfer engine info for rank 60 (withdrawn:"))
+        self.assertEqual(c.request("DELETE", "/transfer_engine_info?rank=60")[0], 404)
+
+    # ---- framing ------------------------------------------------------------
+
+    def test_pipelined_requests_answered_in_order(self):
+        self.register(10, "10.0.0.10:1")
+        c = self.conn()
+        c.send(build("GET", "/health")
+               + build("GET", "/get_transfer_engine_info?rank=10")
+               + build("GET", "/nope")
+               + build("PUT", "/register_transfer_engine_info", registration(11, "10.0.0.11:1"))
+               + build("GET", "/get_transfer_engine_info?rank=11")
+               + build("GET", "/get_transfer_engine_info?rank=12")
+               + build("GET", "/health"))
+        answers = [c.response() for _ in range(7)]
+        self.assertEqual([a[0] for a in answers], [200, 200, 404, 200, 200, 404, 200])
+        self.assertEqual(json.loads(answers[1][2])["rank"], 10)
+        self.assertEqual(json.loads(answers[4][2])["remote_instance_transfer_engine_info"][0],
+                         "10.0.0.11:1")
+        self.assertEqual(answers[6][2], b"OK")
+
+    def test_pipelined_byte_by_byte(self):
+        c = self.conn()
+        data = build("GET", "/health") * 3
+        for i in range(len(data)):
+            c.send(data[i:i + 1])
+        self.assertEqual([c.response()[2] for _ in range(3)], [b"OK"] * 3)
+
+    def test_chunked_body(self):
+        payload = json.dumps(registration(20, "10.0.0.20:1", entries=50)).encode()
+        c = self.conn()
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n")
+        for i in range(0, len(payload), 97):
+            piece = payload[i:i + 97]
+            c.send(b"%x;ext=1\r\n" % len(piece))  # chunk extensions are allowed
+            c.send(piece + b"\r\n")
+        c.send(b"0\r\nX-Trailer: t\r\n\r\n")
+        self.assertEqual(c.response()[:3:2], (200, b"OK"))
+        data = self.lookup(20)[2]
+        self.assertEqual(data["remote_instance_transfer_engine_info"][1],
+                         registration(20, "x", entries=50)["transfer_engine_info"]["weights_info_dict"])
+        self.assertEqual(c.request("GET", "/health")[2], b"OK")  # still usable
+
+    def test_expect_100_continue(self):
+        payload = json.dumps(registration(21, "10.0.0.21:1")).encode()
+        c = self.conn()
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(payload))
+        self.assertEqual(c.read_until(b"\r\n\r\n"), b"HTTP/1.1 100 Continue\r\n\r\n")
+        c.send(payload)
+        self.assertEqual(c.response()[:3:2], (200, b"OK"))
+        self.assertEqual(self.lookup(21)[0], 200)
+
+    def test_expect_100_continue_too_large_gets_413_without_100(self):
+        c = self.conn()
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+        self.assertIn("too large", self.assert_error_then_close(c, 413))
+
+    def test_conflicting_framing_rejected_and_closed(self):
+        cases = (
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+            "Content-Length: 6\r\n\r\nabcdef",
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+            "Content-Length: 5\r\n\r\nabcde",
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+            "Content-Length : 5\r\n\r\nabcde",
+            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+            "Content-Length: -1\r\n\r\n",
+        )
+        for raw in cases:
+            c = self.conn()
+            c.send(raw + "GET /health HTTP/1.1\r\nHost: t\r\n\r\n")  # never answered
+            self.assert_error_then_close(c, 400)
+            self.assertEqual(c.buf, b"", raw)
+        self.assert_health()
+
+    def test_unsupported_transfer_coding_501(self):
+        c = self.conn()
+        c.send("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n")
+        self.assert_error_then_close(c, 501)
+
+    def test_megabyte_head_without_line_end_431(self):
+        rss_before = self.d.rss_kib()
+        for head in (b"GET /" + b"a" * (1 << 20),
+                     b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * (1 << 20),
+                     b"GET /health HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 100000):
+            c = self.conn()
+            c.send(head)
+            c.sock.shutdown(socket.SHUT_WR)
+            self.assertIn("too large", self.assert_error_then_close(c, 431))
+        self.assert_health()
+        # Nothing of the megabyte was kept (generous bound: allocator noise).
+        self.assertLess(self.d.rss_kib() - rss_before, 32 * 1024)
+
+    def test_oversized_body_413(self):
+        c = self.conn()  # declared too large
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Content-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+        c.send(b"x" * 65536)
+        self.assertIn("too large", self.assert_error_then_close(c, 413))
+        c = self.conn()  # chunked, growing past the cap
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(MAX_BODY // 65536 + 2):
+                c.send(b"10000\r\n" + b"y" * 65536 + b"\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may stop reading once it has answered
+        c.sock.shutdown(socket.SHUT_WR)
+        self.assertIn("too large", self.assert_error_then_close(c, 413))
+        self.assert_health()
+
+    def test_garbage_bytes_400_server_keeps_serving(self):
+        for junk in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)),
+                     b"hello world\r\n\r\n",
+                     b"GET / HTTP/9.9\r\n\r\n",
+                     b"\x00" * 100,
+                     b"GET /health HTTP/1.1\r\nBad Header Line\r\n\r\n"):
+            c = self.conn()
+            c.send(junk)
+            self.assert_error_then_close(c, 400)
+            self.assert_health()
+
+    def test_http10_and_connection_close(self):
+        c = self.conn()  # HTTP/1.0: answered, then closed
+        c.send(build("GET", "/health", version="HTTP/1.0"))
+        status, headers, body = c.response()
+        self.assertEqual((status, body, headers.get("connection")), (200, b"OK", "close"))
+        self.assertTrue(c.at_eof())
+        c = self.conn()  # HTTP/1.0 keep-alive: stays open
+        for _ in range(2):
+            c.send(build("GET", "/health", headers=["Connection: keep-alive"], version="HTTP/1.0"))
+            status, headers, body = c.response()
+            self.assertEqual((status, body, headers.get("connection")), (200, b"OK", "keep-alive"))
+        c = self.conn()  # HTTP/1.1 Connection: close, with more pipelined behind it
+        c.send(build("GET", "/health", headers=["Connection: close"]) + build("GET", "/health"))
+        status, headers, _ = c.response()
+        self.assertEqual((status, headers.get("connection")), (200, "close"))
+        self.assertTrue(c.at_eof())
+        self.assertEqual(c.buf, b"")
+
+    def test_client_half_close_still_answered(self):
+        c = self.conn()
+        c.send(build("GET", "/health") + build("GET", "/health"))
+        c.sock.shutdown(socket.SHUT_WR)
+        self.assertEqual([c.response()[2] for _ in range(2)], [b"OK", b"OK"])
+        self.assertTrue(c.at_eof())
+
+    def test_large_answer_to_slow_reader(self):
+        """A multi-megabyte answer leaves in many short sends, intact."""
+        self.register(30, "10.0.0.30:1", entries=15000)  # about 0.8 MB of JSON
+        c = self.conn()
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.send(build("GET", "/get_transfer_engine_info?rank=30") + build("GET", "/health"))
+        time.sleep(0.2)  # let the server fill the socket buffers first
+        head = c.read_until(b"\r\n\r\n")
+        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+        body = b""
+        while len(body) < length:
+            body += c.read_exact(min(4096, length - len(body)))
+        data = json.loads(body)
+        self.assertEqual(len(data["remote_instance_transfer_engine_info"][1]), 15000)
+        self.assertEqual(c.response()[2], b"OK")
+
+    # ---- long-poll --------------------------------------------------------------
+
+    def test_wait_ms_woken_by_registration(self):
+        c = self.conn()
+        c.send(build("GET", "/get_transfer_engine_info?rank=70&wait_ms=60000")
+               + build("GET", "/health"))  # pipelined behind the parked lookup
+        c.sock.settimeout(0.3)
+        with self.assertRaises(socket.timeout):  # parked: nothing answered yet
+            c.response()
+        c.sock.settimeout(TIMEOUT)
+        self.assert_health()  # the loop serves others meanwhile
+        self.register(70, "10.0.0.70:1")
+        status, _, body = c.response()
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["remote_instance_transfer_engine_info"][0],
+                         "10.0.0.70:1")
+        self.assertEqual(c.response()[2], b"OK")
+
+    def test_wait_ms_many_parked_then_expiry(self):
+        waiting = []
+        for _ in range(20):
+            c = self.conn()
+            c.send(build("GET", "/get_transfer_engine_info?rank=71&wait_ms=60000"))
+            waiting.append(c)
+        self.register(72, "10.0.0.72:1")  # another rank: they keep waiting
+        self.register(71, "10.0.0.71:1")
+        for c in waiting:
+            self.assertEqual(c.response()[0], 200)
+        c = self.conn()  # a short wait for a rank that never comes: 404
+        status, _, body = c.request("GET", "/get_transfer_engine_info?rank=73&wait_ms=200")
+        self.assertEqual((status, detail(body)), (404, "No transfer engine info for rank 73"))
+
+
+class LimitsTest(unittest.TestCase):
+    """Daemons with small limits of their own."""
+
+    def test_connection_cap(self):
+        d = Daemon("--max-conns", "4")
+        try:
+            held = [Conn(d.port) for _ in range(4)]
+            for c in held:
+                self.assertEqual(c.request("GET", "/health")[2], b"OK")
+            extra = Conn(d.port)
+            status, headers, body = extra.response()
+            self.assertEqual((status, headers.get("connection")), (503, "close"))
+            self.assertEqual(detail(body), "Too many connections")
+            for c in held:  # the connections served are unharmed
+                self.assertEqual(c.request("GET", "/health")[2], b"OK")
+            held[0].close()
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline:  # the freed slot is reused
+                c = Conn(d.port)
+                try:
+                    if c.request("GET", "/health")[0] == 200:
+                        break
+                except (EOFError, ConnectionResetError):
+                    pass
+                finally:
+                    c.close()
+                time.sleep(0.05)
+            else:
+                self.fail("a freed connection slot was not reused")
+            for c in held[1:] + [extra]:
+                c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.output())
+
+    def test_header_timeout_closes_slow_head(self):
+        d = Daemon("--header-timeout", "1")
+        try:
+            c = Conn(d.port)
+            c.send("GET /health HTTP/1.1\r\nHost: t\r\n")  # and never the blank line
+            self.assertTrue(c.at_eof())
+            c.close()
+            idle = Conn(d.port)  # a connection that never sends is closed too
+            self.assertTrue(idle.at_eof())
+            idle.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.output())
+
+    def test_sigterm_exits_0_with_clients_connected(self):
+        d = Daemon()
+        clients = []
+        try:
+            for i in range(3):
+                c = Conn(d.port)
+                self.assertEqual(c.request("GET", "/health")[2], b"OK")
+                clients.append(c)
+            parked = Conn(d.port)
+            parked.send(build("GET", "/get_transfer_engine_info?rank=3&wait_ms=60000"))
+            clients.append(parked)
+            time.sleep(0.2)
+        finally:
+            status = d.stop(signal.SIGTERM)
+            for c in clients:
+                c.close()
+        self.assertEqual(status, 0, d.output())
+        self.assertIn("signal name=Terminated", d.output())
+
+    def test_sigint_exits_0(self):
+        d = Daemon()
+        self.assertEqual(d.stop(signal.SIGINT), 0, d.output())
+
+
+class CliTest(unittest.TestCase):
+    def run_daemon(self, *args):
+        return subprocess.run([ARGS.daemon] + list(args), capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    def test_help_and_version(self):
+        p = self.run_daemon("--help")
+        self.assertEqual(p.returncode, 0)
+        for word in ("--listen", "--segment", "--fresh", "--world-size", "--max-ranks",
+                     "--max-info-bytes", "--max-body-bytes", "--max-conns", "--log-level",
+                     "Exit status", "Examples"):
+            self.assertIn(word, p.stdout)
+        p = self.run_daemon("--version")
+        self.assertEqual(p.returncode, 0)
+        self.assertRegex(p.stdout, r"kvcoordd \d+\.\d+\.\d+ \(segment layout version \d+\)")
+
+    def test_usage_errors_exit_2(self):
+        for args in (["--bogus"], ["--listen"], ["--listen", "nocolon"],
+                     ["--listen", "::1:80"], ["--listen", "127.0.0.1:70000"],
+                     ["--segment", "../x"], ["--max-conns", "0"], ["--max-info-bytes", "12X"],
+                     ["--max-body-bytes", "-5"], ["--log-level", "loud"], ["extra"]):
+            p = self.run_daemon(*args)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertIn("kvcoordd:", p.stderr)
+
+    def test_listen_failure_exits_1(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            p = self.run_daemon("--listen", "127.0.0.1:%d" % port, "--segment",
+                                "kvctest-http-raw-busy-%d" % os.getpid())
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("listen_failed", p.stderr)
+
+
+def main():
+    global ARGS
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", default=os.path.join(here, "..", "..", "build", "kvcoordd"))
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+/*
+ * test_http_units.c - unit tests of kvcoordd's HTTP pieces without a socket:
+ * percent-decoding and query parameters (query.c), request parsing and its
+ * limits (http_conn.c), response formatting (http_resp.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http_conn.h"
+#include "http_resp.h"
+#include "query.h"
+
+/* ---- query.c ------------------------------------------------------------- */
+
+static void test_pct_decode(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_int_equal(pct_decode(out, "a%20b%2Fc+d", 11, 1), 7);
+    assert_memory_equal(out, "a b/c d", 7);
+    assert_int_equal(pct_decode(out, "a+b", 3, 0), 3);
+    assert_memory_equal(out, "a+b", 3);
+    assert_int_equal(pct_decode(out, "%41%6a", 6, 0), 2);
+    assert_memory_equal(out, "Aj", 2);
+    assert_int_equal(pct_decode(out, "%zz", 3, 0), -1);
+    assert_int_equal(pct_decode(out, "%4", 2, 0), -1);
+    assert_int_equal(pct_decode(out, "abc%", 4, 0), -1);
+    assert_int_equal(pct_decode(NULL, "ok%2", 4, 0), -1);
+    assert_int_equal(pct_decode(NULL, "", 0, 0), 0);
+}
+
+static void test_query_parse(void **state)
+{
+    (void)state;
+    char rank[8], wait[8];
+    struct query_param want[2] = {{"rank", rank, sizeof rank, 0, 0},
+                                  {"wait_ms", wait, sizeof wait, 0, 0}};
+    const char *q = "x=1&rank=3&%77ait_ms=5&&rank=4&flag";
+    assert_int_equal(query_parse(q, strlen(q), want, 2), 0);
+    assert_true(want[0].found && want[1].found);
+    assert_string_equal(rank, "4"); /* the last occurrence wins */
+    assert_string_equal(wait, "5");
+
+    q = "other=%zz&rank=1";
+    assert_int_equal(query_parse(q, strlen(q), want, 2), -1); /* bad escape anywhere */
+    q = "rank=12345678";
+    assert_int_equal(query_parse(q, strlen(q), want, 2), 0);
+    assert_true(want[0].too_long);
+    assert_false(want[1].found);
+    q = "rank";
+    assert_int_equal(query_parse(q, strlen(q), want, 1), 0);
+    assert_true(want[0].found);
+    assert_string_equal(rank, "");
+    assert_int_equal(query_parse("", 0, want, 2), 0);
+    assert_false(want[0].found);
+}
+
+static void test_parse_uint(void **state)
+{
+    (void)state;
+    uint64_t v;
+    assert_int_equal(parse_uint("0", 10, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(parse_uint("007", 10, &v), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(parse_uint("2147483647", INT32_MAX, &v), 0);
+    assert_int_equal(parse_uint("2147483648", INT32_MAX, &v), -1);
+    assert_int_equal(parse_uint("18446744073709551615", UINT64_MAX, &v), 0);
+    assert_true(v == UINT64_MAX);
+    assert_int_equal(parse_uint("18446744073709551616", UINT64_MAX, &v), -1);
+    assert_int_equal(parse_uint("", 10, &v), -1);
+    assert_int_equal(parse_uint("-1", 10, &v), -1);
+    assert_int_equal(parse_uint("+1", 10, &v), -1);
+    assert_int_equal(parse_uint(" 1", 10, &v), -1);
+    assert_int_equal(parse_uint("1.0", 10, &v), -1);
+}
+
+/* ---- http_conn.c ------------------------------------------------------------ */
+
+static const struct http_limits limits = {.max_head = 1024, .max_body = 100};
+
+/* Feed s whole; returns the event and sets *used. */
+static enum hconn_event feed(struct http_conn *c, const char *s, size_t *used)
+{
+    return hconn_parse(c, s, strlen(s), used);
+}
+
+static void test_pipelined_requests(void **state)
+{
+    (void)state;
+    struct http_conn c;
+    hconn_init(&c, &limits);
+    const char *in = "GET /a%2Fb?rank=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "PUT /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+    size_t used, off = 0;
+    assert_int_equal(feed(&c, in, &used), HCONN_REQUEST);
+    assert_int_equal(c.req.method, HTTP_GET);
+    assert_int_equal(c.req.path_len, 4);
+    assert_memory_equal(c.req.path, "/a/b", 4);
+    assert_int_equal(c.req.query_len, 6);
+    assert_memory_equal(c.req.query, "rank=1", 6);
+    assert_true(c.req.keep_alive);
+    hconn_done(&c);
+    off += used;
+    assert_int_equal(feed(&c, in + off, &used), HCONN_REQUEST);
+    assert_int_equal(c.req.method, HTTP_PUT);
+    assert_int_equal(c.req.body_len, 3);
+    assert_memory_equal(c.req.body, "abc", 3);
+    off += used;
+    assert_int_equal(off, strlen(in));
+    hconn_free(&c);
+}
+
+static void test_chunked_split_anywhere(void **state)
+{
+    (void)state;
+    const char *in = "POST /r HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "3\r\nabc\r\n4;x=y\r\ndefg\r\n0\r\n\r\n";
+    for (size_t split = 1; split < strlen(in); split++) {
+        struct http_conn c;
+        hconn_init(&c, &limits);
+        size_t used;
+        assert_int_equal(hconn_parse(&c, in, split, &used), HCONN_MORE);
+        assert_int_equal(used, split);
+        assert_int_equal(hconn_parse(&c, in + split, strlen(in) - split, &used), HCONN_REQUEST);
+        assert_int_equal(c.req.body_len, 7);
+        assert_memory_equal(c.req.body, "abcdefg", 7);
+        hconn_free(&c);
+    }
+}
+
+static void test_expect_continue(void **state)
+{
+    (void)state;
+    struct http_conn c;
+    hconn_init(&c, &limits);
+    const char *in = "PUT /r HTTP/1.1\r\nExpect: 100-Continue \r\nContent-Length: 2\r\n\r\nhi";
+    size_t used, off;
+    assert_int_equal(feed(&c, in, &used), HCONN_CONTINUE);
+    off = used;
+    assert_int_equal(feed(&c, in + off, &used), HCONN_REQUEST);
+    assert_int_equal(off + used, strlen(in));
+    assert_memory_equal(c.req.body, "hi", 2);
+    hconn_free(&c);
+
+    hconn_init(&c, &limits); /* HTTP/1.0: Expect is ignored */
+    assert_int_equal(feed(&c, "PUT /r HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1"
+                              "\r\n\r\nx", &used), HCONN_REQUEST);
+    assert_false(c.req.keep_alive);
+    hconn_free(&c);
+}
+
+/* The request is rejected with status. */
+static void assert_rejected(const char *in, int status)
+{
+    struct http_conn c;
+    hconn_init(&c, &limits);
+    size_t used;
+    enum hconn_event ev = hconn_parse(&c, in, strlen(in), &used);
+    if (ev != HCONN_ERROR || c.err_status != status)
+        fail_msg("'%s': event %d status %d, wanted an error %d", in, ev, c.err_status, status);
+    assert_non_null(c.err_detail);
+    hconn_free(&c);
+}
+
+static void test_rejections(void **state)
+{
+    (void)state;
+    assert_rejected("\x16\x03\x01\x02\x00", 400);
+    assert_rejected("hello world\r\n\r\n", 400);
+    assert_rejected("GET / HTTP/2.0\r\n\r\n", 400);
+    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400);
+    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", 400);
+    assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                    "transfer-encoding: chunked\r\n\r\n", 400);
+    assert_rejected("POST / HTTP/1.1\r\nContent-Length : 1\r\n\r\nx", 400);
+    assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
+    assert_rejected("POST / HTTP/1.1\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n", 417);
+    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413);
+    assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413);
+    assert_rejected("GET /%zz HTTP/1.1\r\n\r\n", 400);
+}
+
+static void test_head_limit(void **state)
+{
+    (void)state;
+    char big[4096];
+    memcpy(big, "GET /", 5);
+    memset(big + 5, 'a', sizeof big - 6);
+    big[sizeof big - 1] = '\0';
+    assert_rejected(big, 431);
+    memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+    assert_rejected(big, 431);
+    struct http_conn c; /* the limit counts across feeds, byte by byte */
+    hconn_init(&c, &limits);
+    size_t used, n = 0;
+    enum hconn_event ev = HCONN_MORE;
+    for (; ev == HCONN_MORE && n < sizeof big - 1; n++)
+        ev = hconn_parse(&c, big + n, 1, &used);
+    assert_int_equal(ev, HCONN_ERROR);
+    assert_int_equal(c.err_status, 431);
+    assert_true(n < 1100);
+    hconn_free(&c);
+}
+
+static void test_targets(void **state)
+{
+    (void)state;
+    struct http_conn c;
+    size_t used;
+    hconn_init(&c, &limits);
+    assert_int_equal(feed(&c, "GET http://h:1/health?rank=2 HTTP/1.1\r\n\r\n", &used),
+                     HCONN_REQUEST);
+    assert_int_equal(c.req.path_len, 7);
+    assert_memory_equal(c.req.path, "/health", 7);
+    assert_memory_equal(c.req.query, "rank=2", 6);
+    hconn_free(&c);
+    hconn_init(&c, &limits);
+    assert_int_equal(feed(&c, "GET /x#frag HTTP/1.1\r\nConnection: close\r\n\r\n", &used),
+                     HCONN_REQUEST);
+    assert_int_equal(c.req.path_len, 2);
+    assert_int_equal(c.req.query_len, 0);
+    assert_false(c.req.keep_alive);
+    hconn_free(&c);
+}
+
+/* ---- http_resp.c --------------------------------------------------------------- */
+
+static void test_json_escape(void **state)
+{
+    (void)state;
+    const char *s = "a\"b\\c\n\x01\xc3\xa9";
+    char out[64];
+    size_t n = json_escape_len(s, strlen(s));
+    assert_int_equal(n, 1 + 2 + 1 + 2 + 1 + 2 + 6 + 2);
+    assert_ptr_equal(json_escape(out, s, strlen(s)), out + n);
+    assert_memory_equal(out, "a\\\"b\\\\c\\n\\u0001\xc3\xa9", n);
+}
+
+static void test_resp_detail(void **state)
+{
+    (void)state;
+    struct buf b = {0};
+    struct http_req req = {.method = HTTP_GET, .http_minor = 0, .keep_alive = 1};
+    resp_detail(&b, &req, 404, "No \"x\"", "Allow: GET\r\n");
+    buf_append(&b, "", 1);
+    assert_non_null(strstr(b.p, "HTTP/1.1 404 Not Found\r\n"));
+    assert_non_null(strstr(b.p, "Content-Type: application/json\r\n"));
+    assert_non_null(strstr(b.p, "Content-Length: 21\r\n"));
+    assert_non_null(strstr(b.p, "Connection: keep-alive\r\n")); /* HTTP/1.0 keep-alive */
+    assert_non_null(strstr(b.p, "Allow: GET\r\n"));
+    assert_non_null(strstr(b.p, "\r\n\r\n{\"detail\":\"No \\\"x\\\"\"}"));
+    buf_reset(&b);
+    req.method = HTTP_HEAD;
+    req.keep_alive = 0;
+    resp_ok(&b, &req);
+    buf_append(&b, "", 1);
+    assert_non_null(strstr(b.p, "Connection: close\r\n"));
+    assert_non_null(strstr(b.p, "Content-Length: 2\r\n"));
+    assert_null(strstr(b.p, "\r\n\r\nOK")); /* HEAD: no body */
+    buf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pct_decode),
+        cmocka_unit_test(test_query_parse),
+        cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_pipelined_requests),
+        cmocka_unit_test(test_chunked_split_anywhere),
+        cmocka_unit_test(test_expect_continue),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_head_limit),
+        cmocka_unit_test(test_targets),
+        cmocka_unit_test(test_json_escape),
+        cmocka_unit_test(test_resp_detail),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

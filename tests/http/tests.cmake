@@ -1,0 +1,16 @@
+# HTTP tests of kvcoordd (label "http").  Included from tests/CMakeLists.txt
+# (CMAKE_CURRENT_SOURCE_DIR is tests/).
+
+# Unit tests of the daemon's HTTP pieces: query decoding, request parsing.
+kvc_c_test(test_http_units LABEL "http"
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_units.c
+          ${CMAKE_SOURCE_DIR}/src/query.c
+          ${CMAKE_SOURCE_DIR}/src/buf.c
+          ${CMAKE_SOURCE_DIR}/src/http_conn.c
+          ${CMAKE_SOURCE_DIR}/src/http_resp.c)
+target_link_libraries(test_http_units PRIVATE ${HTTP_PARSER_LIB})
+
+# Raw-socket tests against a real kvcoordd.
+add_test(NAME http_raw
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_raw.py --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_raw PROPERTIES LABELS "http" TIMEOUT 600)
