@@ -184,12 +184,15 @@ import re, sys
 name, path = sys.argv[1], sys.argv[2]
 text = open(path).read()
 def us(v):
-    m = re.match(r"([\d.]+)(us|ms|s)$", v)
-    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", v)
+    if not m:
+        sys.stderr.write("bench_http.sh: cannot read wrk latency %r in %s\n" % (v, path))
+        return float("nan")
+    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6, "m": 6e7, "h": 3.6e9}[m.group(2)]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-avg = us(re.search(r"Latency\s+(\S+)", text).group(1))
-p50 = us(re.search(r"50%\s+(\S+)", text).group(1))
-p99 = us(re.search(r"99%\s+(\S+)", text).group(1))
+avg = us(re.search(r"^\s*Latency[ \t]+(\S+)", text, re.M).group(1))
+p50 = us(re.search(r"^\s*50%[ \t]+(\S+)", text, re.M).group(1))
+p99 = us(re.search(r"^\s*99%[ \t]+(\S+)", text, re.M).group(1))
 m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
 errs = int(m.group(1)) if m else 0
 m = re.search(r"Socket errors:(.*)", text)
@@ -234,6 +237,8 @@ PYEOF
 if ((SKIP_LIB == 0)); then
     log "kvcoord-bench lookup: $MODEL rank 0 (library from this process vs HTTP GET)"
     "$BENCH" lookup --segment "$SEGMENT" --rank 0 --url "$KURL"
+    log "kvcoord-bench lookup: the same client's HTTP round trip against nginx (baseline)"
+    "$BENCH" lookup --segment "$SEGMENT" --rank 0 --iters 1000 --url "$NURL"
     log "kvcoord-bench register: 4 MB stress rank as rank 1 (library vs HTTP PUT)"
     "$BENCH" register --segment "$SEGMENT" --info "$TMP/stress/rank-0.json" --rank 1 \
         --url "$KURL" --reps 7
