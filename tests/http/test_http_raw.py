@@ -179,8 +179,8 @@ class RawHttpTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         status = cls.d.stop()
-        if status != 0:
-            print(cls.d.output(), file=sys.stderr)
+        if status != 0:  # a crash or a sanitizer report
+            raise AssertionError("kvcoordd exited %s: %s" % (status, cls.d.output()[-4000:]))
 
     def setUp(self):
         self.conns = []
