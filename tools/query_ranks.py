@@ -142,7 +142,8 @@ def main(argv):
             line += "  " + row["match"].split(":")[0]
         print(line)
     total_bytes = sum(r["bytes"] for r in rows)
-    print("%d of %d ranks answered, %d bytes in %.1f ms total (GET %s/get_transfer_engine_info)"
+    print("%d of %d ranks answered, %d bytes, %.1f ms in all (requests, JSON decoding, checks; "
+          "GET %s/get_transfer_engine_info)"
           % (len(rows), args.ranks, total_bytes, total_ms, url))
     for err in errors:
         print("query_ranks.py: " + err, file=sys.stderr)
