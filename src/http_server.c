@@ -38,7 +38,14 @@
 #include "log.h"
 #include "rank_watch.h"
 
+/* Ring sizes; overridable to test a full SQ and an overflowing CQ
+ * (-DSQ_ENTRIES=4 -DCQ_ENTRIES_MAX=8). */
+#ifndef SQ_ENTRIES
 #define SQ_ENTRIES 1024
+#endif
+#ifndef CQ_ENTRIES_MAX
+#define CQ_ENTRIES_MAX 65536
+#endif
 #define RBUF_SIZE 16384            /* per-connection receive buffer */
 #define OUT_HIGH (4u << 20)        /* stop reading requests while this much is unsent */
 #define OUT_KEEP (256 * 1024)      /* output buffer kept per connection */
@@ -559,8 +566,10 @@ static void handle_accept(struct server *s, int res, unsigned flags)
     /* A multishot accept that ends (no F_MORE: an error, a CQ overflow, or
      * the kernel's choice) must be armed again, or the server goes deaf. */
     int ended = !(flags & IORING_CQE_F_MORE);
-    if (ended)
+    if (ended) {
         s->accept_armed = 0;
+        log_event(LOG_DEBUG, "accept_ended", "res=%d", res);
+    }
     if (res >= 0) {
         s->accept_errors = 0;
         conn_open(s, res);
@@ -688,6 +697,10 @@ static void handle_signal(struct server *s, int res)
 {
     if (s->stopping)
         return; /* cancelled while shutting down */
+    if (res == -EINTR || res == -EAGAIN) {
+        arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
+        return;
+    }
     if (res != (int)sizeof s->sig_buf) {
         log_event(LOG_ERROR, "signalfd_read_failed", "res=%d", res);
         s->exit_code = 1;
@@ -766,10 +779,10 @@ static unsigned pow2_at_least(unsigned v)
 static int ring_init(struct server *s)
 {
     unsigned cq = pow2_at_least(s->cfg->max_conns * 4 + 64);
+    if (cq > CQ_ENTRIES_MAX)
+        cq = CQ_ENTRIES_MAX;
     if (cq < 2 * SQ_ENTRIES) /* the kernel wants at least as many CQ as SQ entries */
         cq = 2 * SQ_ENTRIES;
-    if (cq > 65536)
-        cq = 65536;
     struct io_uring_params p;
     memset(&p, 0, sizeof p);
     p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER

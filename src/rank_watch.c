@@ -27,7 +27,7 @@ struct rank_watch {
 static void notify(struct rank_watch *w)
 {
     uint64_t one = 1;
-    /* EAGAIN means the counter is already non-zero: the loop will wake. */
+    /* Adds 1 to the counter; blocks only at 2^64 - 2 unread wake-ups. */
     ssize_t n = write(w->efd, &one, sizeof one);
     (void)n;
 }
@@ -62,7 +62,7 @@ int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd)
     if (!w)
         return -1;
     w->seg = seg;
-    w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    w->efd = eventfd(0, EFD_CLOEXEC);
     if (w->efd < 0) {
         free(w);
         return -1;

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -41,6 +42,7 @@ class Daemon:
         Daemon.count += 1
         self.segment = "kvctest-http-raw-%d-%d" % (os.getpid(), Daemon.count)
         self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-", suffix=".log", delete=False)
+        self.final_output = None
         self.proc = subprocess.Popen(
             [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", self.segment, "--fresh"]
             + list(extra),
@@ -60,6 +62,8 @@ class Daemon:
         raise AssertionError("kvcoordd did not start listening: " + self.output())
 
     def output(self):
+        if self.final_output is not None:
+            return self.final_output
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
 
@@ -83,7 +87,10 @@ class Daemon:
             os.unlink("/dev/shm/" + self.segment)
         except FileNotFoundError:
             pass
-        self.log.close()
+        if self.final_output is None:
+            self.final_output = self.output()
+            self.log.close()
+            os.unlink(self.log.name)
         return self.proc.returncode
 
 
@@ -509,6 +516,28 @@ class RawHttpTest(unittest.TestCase):
         data = json.loads(body)
         self.assertEqual(len(data["remote_instance_transfer_engine_info"][1]), 15000)
         self.assertEqual(c.response()[2], b"OK")
+
+    def test_thousands_of_connections(self):
+        """More ready connections than SQ entries (1024): every one answered."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        n = min(3000, hard - 200)
+        if soft < n + 100:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
+        self.register(80, "10.0.0.80:1")
+        conns = []
+        try:
+            for _ in range(n):
+                conns.append(Conn(self.d.port))
+            request = build("GET", "/get_transfer_engine_info?rank=80") + build("GET", "/health")
+            for c in conns:  # all of them become ready at about the same time
+                c.send(request)
+            for c in conns:
+                self.assertEqual(c.response()[0], 200)
+                self.assertEqual(c.response()[2], b"OK")
+        finally:
+            for c in conns:
+                c.close()
+        self.assert_health()
 
     # ---- long-poll --------------------------------------------------------------
 
