@@ -327,6 +327,10 @@ class DaemonRestart(unittest.TestCase):
         self.assertIsNone(reg.shm_problem, reg.shm_problem)
         self.assert_one_segment("after SIGKILL")
         self.expected.update(reg.acked)
+        sys.stderr.write("\n  SIGKILL after %d acknowledged registrations; in flight: new rank %s, "
+                         "overwrite %s\n" % (len(reg.acked),
+                                               reg.inflight_new[0] if reg.inflight_new else "none",
+                                               "yes" if reg.overwrite_inflight else "none"))
 
         # 3. Restart on the same segment, without --fresh.
         self.daemon.start(fresh=False)
