@@ -652,6 +652,9 @@ static void handle_send(struct server *s, struct conn *c, int res)
     if (res > 0)
         c->zero_sends = 0;
     c->sent += (size_t)res; /* a short send: flush() submits the remainder */
+    if (c->sent < c->out[c->cur ^ 1].len && log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "send_partial", "slot=%u sent=%zu of=%zu", c->slot, c->sent,
+                  c->out[c->cur ^ 1].len);
     conn_process(s, c);
 }
 
