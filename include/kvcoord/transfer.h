@@ -1,0 +1,287 @@
+/*
+ * transfer.h - the transfer engine: moves KV pages (or weights) from this
+ * process's memory into a peer's registered memory, and reports how each
+ * bootstrap room's transfer ended, both here and in the node's segment.
+ *
+ * Backends: TCP on io_uring (everywhere) and libibverbs RDMA WRITE (where a
+ * usable RDMA device exists).  The wire protocol of the TCP backend, which is
+ * also the verbs backend's control channel, is described in docs/transfer.md;
+ * its version is KVT_PROTOCOL_VERSION.
+ *
+ * Conventions for every function in this header:
+ *  - Errors are kvc_err codes (kvcoord.h); on failure kvc_last_error() holds
+ *    a message naming the cause in the calling thread until its next failing
+ *    call.  The library never prints: log lines go to the caller's
+ *    kvt_log_fn, if one is given, from the thread calling into the engine.
+ *  - An engine is NOT thread-safe: one thread at a time may call functions
+ *    on a given engine (serialise externally if needed).  Different engines
+ *    are independent, also inside one process.  An engine must not be used
+ *    across fork(); create it in the process that uses it.
+ *  - Sizes are bytes, timeouts milliseconds, times CLOCK_MONOTONIC
+ *    nanoseconds unless noted.  Addresses are this process's virtual
+ *    addresses (uint64_t), remote addresses the peer's.
+ */
+#ifndef KVCOORD_TRANSFER_H
+#define KVCOORD_TRANSFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcoord/kvcoord.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the wire protocol (handshake, frames, descriptor).  Engines of
+ * different protocol versions refuse each other in the handshake with
+ * KVC_E_VERSION and the message "incompatible protocol versions X vs Y". */
+#define KVT_PROTOCOL_VERSION 1u
+
+/* Largest payload of one write frame on the wire, bytes (64 MiB).  A
+ * receiver refuses (and closes the connection of) any longer frame. */
+#define KVT_FRAME_MAX (64u << 20)
+
+/* Backend of an engine. */
+typedef enum kvt_backend {
+    KVT_BACKEND_AUTO = 0,  /* verbs when a usable RDMA device exists, else TCP */
+    KVT_BACKEND_TCP = 1,   /* TCP on io_uring */
+    KVT_BACKEND_VERBS = 2  /* libibverbs RDMA WRITE, TCP control channel */
+} kvt_backend;
+
+/* "auto", "tcp", "verbs" (static storage; "unknown" otherwise). */
+const char *kvt_backend_name(kvt_backend b);
+
+/* Parse "auto", "tcp" or "verbs" into *out.  Errors: KVC_E_INVAL. */
+kvc_err kvt_backend_parse(const char *s, kvt_backend *out);
+
+/* Log levels passed to kvt_log_fn. */
+enum { KVT_LOG_ERROR = 0, KVT_LOG_WARN = 1, KVT_LOG_INFO = 2, KVT_LOG_DEBUG = 3 };
+
+/* Log callback: msg is a NUL-terminated line without a newline, valid only
+ * during the call.  Called from the thread that called into the engine. */
+typedef void (*kvt_log_fn)(void *ctx, int level, const char *msg);
+
+/* Options for kvt_engine_create().  Initialise with kvt_options_init(). */
+typedef struct kvt_options {
+    kvt_backend backend;        /* default KVT_BACKEND_AUTO */
+    const char *listen;         /* "host:port" to accept peers on; port 0 picks a
+                                   free one; IPv6 literals in brackets
+                                   ("[::1]:0").  Default "127.0.0.1:0".
+                                   Borrowed for the call only. */
+    const char *advertise_host; /* host put in the session_id when listen's host
+                                   is a wildcard (0.0.0.0, ::); NULL: the listen
+                                   host, or the first non-loopback address of
+                                   this host for a wildcard.  Borrowed. */
+    const char *verbs_device;   /* verbs: device name to use (NULL: first usable) */
+    int verbs_gid_index;        /* verbs: GID index override, -1 = choose
+                                   (rules in xfer_gid.c / docs/transfer.md) */
+    int verbs_port;             /* verbs: port number, default 1 */
+    kvc_segment *seg;           /* segment rooms are recorded in; NULL for
+                                   standalone use (events only).  Borrowed: must
+                                   outlive the engine. */
+    uint32_t rank;              /* this process's rank in seg's rooms */
+    uint32_t conns_per_peer;    /* TCP connections opened to each peer, 1..16,
+                                   default 2 */
+    uint32_t slice_bytes;       /* runs longer than this are sliced into writes
+                                   of at most this many bytes; 4 KiB..
+                                   KVT_FRAME_MAX, default 1 MiB */
+    uint32_t window_bytes;      /* unacknowledged bytes allowed per connection,
+                                   default 32 MiB */
+    uint32_t connect_timeout_ms;/* deadline of connect + handshake, default 5000 */
+    uint32_t io_timeout_ms;     /* deadline of any outstanding send, receive or
+                                   acknowledgement without progress, default 10000 */
+    uint32_t unhealthy_ttl_ms;  /* how long a failed peer is refused, default 30000 */
+    const char *token;          /* optional shared secret sent in the handshake
+                                   and required from peers when set (hook for
+                                   authentication; compared in constant time).
+                                   NULL: none.  Copied. */
+    kvt_log_fn log;             /* NULL: no logging */
+    void *log_ctx;              /* passed to log */
+} kvt_options;
+
+/* Fill *o with the defaults documented above.  Never fails. */
+void kvt_options_init(kvt_options *o);
+
+/* Opaque engine. */
+typedef struct kvt_engine kvt_engine;
+
+/* Create an engine: choose the backend (auto logs one line saying which and
+ * why), bind and listen on opts->listen.  *out owns the engine until
+ * kvt_engine_destroy().
+ * Errors: KVC_E_INVAL (bad options or address), KVC_E_NOENT (verbs asked and
+ * no usable RDMA device: the message says why, e.g. "no RDMA device found by
+ * ibv_get_device_list"), KVC_E_SYS (socket, bind, listen, io_uring setup,
+ * ibv_* failed: the message names the call and errno). */
+kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out);
+
+/* Close every connection and free the engine.  Rooms still in flight are
+ * failed (recorded in the segment) with reason "engine destroyed".  Waits
+ * (bounded by io_timeout_ms) until the kernel has released every buffer of
+ * ours it was sending from, so the caller may free its memory afterwards.
+ * NULL is ignored. */
+void kvt_engine_destroy(kvt_engine *e);
+
+/* The backend the engine runs (never AUTO). */
+kvt_backend kvt_engine_backend(const kvt_engine *e);
+
+/* The engine's session_id, "host:port" ("[v6]:port" for IPv6), as peers
+ * reach it.  Owned by the engine, valid until destroy. */
+const char *kvt_session_id(const kvt_engine *e);
+
+/* The engine's generation: a number unique to this engine instance, sent in
+ * its descriptor and handshake so peers can tell a restarted process. */
+uint64_t kvt_generation(const kvt_engine *e);
+
+/* An fd that becomes readable (POLLIN) when kvt_progress() has work to do,
+ * including expired deadlines.  Owned by the engine; do not read or close
+ * it.  Poll it from another event loop, then call kvt_progress(e, 0, ...). */
+int kvt_fd(const kvt_engine *e);
+
+/* ---- Memory regions ------------------------------------------------ */
+
+/* Register [addr, addr+len) for transfers: as a source of this engine's
+ * writes and as a destination peers may write into.  Page-aligned or not.
+ * The memory stays owned by the caller and must stay mapped until
+ * kvt_mr_deregister().  *rkey_out (may be NULL) receives the region's remote
+ * key (verbs rkey; TCP: the region's id), published in the descriptor.
+ * Overlapping an existing region is refused.
+ * Errors: KVC_E_INVAL (NULL, len 0, overlap, wrap-around), KVC_E_FULL (more
+ * than 4096 regions), KVC_E_SYS with the cause: EFAULT (range not mapped),
+ * ENOMEM (verbs: pinning refused; the message gives RLIMIT_MEMLOCK's soft and
+ * hard limits when they are lower than the region), or ibv_reg_mr's errno. */
+kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t *rkey_out);
+
+/* Deregister the region that starts at addr.  Peers learn of it only through
+ * a new descriptor; a write from a peer that still targets it is refused.
+ * Errors: KVC_E_NOENT (no region starts at addr), KVC_E_BUSY (a receive into
+ * it is in progress: call kvt_progress() and retry). */
+kvc_err kvt_mr_deregister(kvt_engine *e, void *addr);
+
+/* ---- Descriptors (transfer-engine info) ------------------------------ */
+
+/* This engine's descriptor as a JSON object text:
+ *   {"session_id": "host:port", "backend": "tcp"|"verbs", "protocol": "kvt",
+ *    "protocol_version": 1, "generation": N,
+ *    "regions": [{"addr": N, "length": N, "rkey": N}, ...],
+ *    "verbs": {"gid": "...", "qpn_base": 0, ...}   (verbs only)}
+ * Integers are JSON numbers (addresses fit in int64 on Linux user space).
+ * Readers ignore fields they do not know.  *json_out is malloc()ed; the
+ * caller frees it.  Errors: KVC_E_SYS (out of memory). */
+kvc_err kvt_descriptor_export(kvt_engine *e, char **json_out);
+
+/* Opaque handle on a peer engine, owned by this engine (freed by destroy). */
+typedef struct kvt_peer kvt_peer;
+
+/* Import a peer's descriptor (JSON text, len bytes, not necessarily
+ * NUL-terminated).  A descriptor with a session_id already known updates
+ * that peer: its regions are replaced, and when its generation differs (the
+ * peer restarted or registered again) the peer's unhealthy mark is cleared
+ * and its old connections are closed.  *out receives the peer.
+ * Errors: KVC_E_INVAL (not JSON, a field missing or of the wrong type:
+ * message names it), KVC_E_VERSION (protocol_version differs: "incompatible
+ * protocol versions X vs Y"), KVC_E_FULL (more than 1024 peers). */
+kvc_err kvt_peer_import(kvt_engine *e, const char *json, size_t len, kvt_peer **out);
+
+/* Health of a peer, for diagnostics. */
+typedef struct kvt_peer_info {
+    char session_id[KVC_SESSION_ID_MAX + 1];
+    uint64_t generation;
+    int healthy;                 /* 0 while marked unhealthy */
+    uint64_t unhealthy_left_ms;  /* time left on the mark, 0 when healthy */
+    int32_t last_code;           /* errno / WC status of the failure that marked it */
+    char last_error[KVC_REASON_MAX + 1];
+    uint32_t conns_up;           /* connections established */
+    uint64_t bytes_sent;         /* payload bytes acknowledged by the peer */
+} kvt_peer_info;
+
+/* Fill *out for peer p.  Errors: KVC_E_INVAL. */
+kvc_err kvt_peer_stat(kvt_engine *e, const kvt_peer *p, kvt_peer_info *out);
+
+/* ---- Writes --------------------------------------------------------- */
+
+/* One run: len bytes from local address laddr (inside a region registered
+ * here) to remote address raddr (inside a region of the peer's descriptor). */
+typedef struct kvt_run {
+    uint64_t laddr;
+    uint64_t raddr;
+    uint64_t len;
+} kvt_run;
+
+/* Submit a batch of writes for bootstrap room `room` to peer p.
+ * Runs are checked first: every run must lie inside one local region and
+ * inside one region of the peer's descriptor (len > 0); otherwise
+ * KVC_E_INVAL names the run and nothing is sent.  Runs are then sorted by
+ * local address, adjacent runs contiguous on both sides (and in the same
+ * regions) coalesced, and runs longer than slice_bytes sliced.  The runs
+ * array is copied; the memory it points to is NOT: it must stay untouched
+ * (not reused, not freed, not deregistered) until the room's kvt_event is
+ * returned by kvt_progress(): only then has every posted write of the room
+ * completed, or been flushed (the connection torn down and the kernel done
+ * with our buffers).  A room may be submitted in several batches: every
+ * batch but the last passes KVT_SUBMIT_MORE; the room ends after the last.
+ * In the segment (when the engine has one): the room is opened for this
+ * rank as prefill and set Transferring; Success or a failure record follow.
+ * Errors: KVC_E_INVAL (bad run, see above; room already finished here),
+ * KVC_E_BUSY (peer marked unhealthy: the message gives the peer, the reason
+ * and the time left; the room's failure is also recorded in the segment and
+ * no event follows), KVC_E_SYS (out of memory). */
+#define KVT_SUBMIT_MORE 1u /* more batches of this room follow; the room ends
+                              only after a submit without this flag */
+kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
+                   unsigned flags);
+
+/* How a room's transfer ended on this engine. */
+typedef enum kvt_side { KVT_SIDE_SENDER = 1, KVT_SIDE_RECEIVER = 2 } kvt_side;
+
+/* A room's final event, returned once per room and side by kvt_progress(). */
+typedef struct kvt_event {
+    uint64_t room;
+    kvt_side side;
+    kvc_poll state;      /* KVC_POLL_SUCCESS or KVC_POLL_FAILED */
+    int32_t code;        /* 0, errno, or an RDMA WC status (ibv_wc_status) */
+    uint64_t bytes;      /* payload bytes of the room written (sender: acknowledged) */
+    char peer[KVC_SESSION_ID_MAX + 1];  /* the other side's session_id */
+    char reason[KVC_REASON_MAX + 1];    /* "" on success; else names the peer, the
+                                           operation and the error */
+} kvt_event;
+
+/* Drive the engine: submit queued operations, reap completions, apply and
+ * acknowledge received writes, enforce deadlines, record rooms' outcomes
+ * in the segment, and return finished rooms' events in ev[0..cap-1];
+ * *n receives how many (may be 0).  Blocks up to timeout_ms when there is
+ * nothing to return (0: never blocks; -1: until an event).  A receiving
+ * engine must be driven too: peers' writes are applied only here.
+ * Sender: an event with state Success means the peer acknowledged every
+ * write and the end of the room; Failed means the room failed (recorded in
+ * the segment with this rank as origin if it was the first failure) and
+ * that none of the room's writes is still being sent from our memory.
+ * Receiver: Success means every write the sender sent for the room is in
+ * place (the sender's count and byte total were checked); Failed means the
+ * sender aborted or its connection was lost mid-room.
+ * Errors: KVC_E_INVAL, KVC_E_SYS (io_uring failed: the engine is unusable). */
+kvc_err kvt_progress(kvt_engine *e, int timeout_ms, kvt_event *ev, size_t cap, size_t *n);
+
+/* Receiver side: expect `senders` peers to end room `room` before it counts
+ * as Success here (default 1, when a decode rank receives from one prefill
+ * rank).  Call before the first write arrives.  Errors: KVC_E_INVAL (0),
+ * KVC_E_SYS (out of memory). */
+kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders);
+
+/* Engine counters, for benchmarks and diagnostics. */
+typedef struct kvt_stats {
+    uint64_t writes_sent, bytes_sent;          /* acknowledged by peers */
+    uint64_t writes_recv, bytes_recv;          /* applied here */
+    uint64_t frames_refused;                   /* refused on input (bad region, ...) */
+    uint64_t conns_failed;
+    uint32_t peers, peers_unhealthy, conns_up;
+    uint64_t rooms_ok, rooms_failed;
+} kvt_stats;
+
+/* Fill *out.  Errors: KVC_E_INVAL. */
+kvc_err kvt_engine_stat(const kvt_engine *e, kvt_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVCOORD_TRANSFER_H */

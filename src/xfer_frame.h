@@ -1,0 +1,117 @@
+/*
+ * xfer_frame.h - the transfer engine's wire frames: encode and decode.
+ *
+ * Pure functions (no I/O, no allocation, no globals) so that they can be
+ * unit-tested and fuzzed on their own.  Every frame starts with a fixed
+ * 40-byte header, little-endian:
+ *
+ *   off  size  field
+ *     0     4  magic   "KVTF" (0x4654564b read as little-endian u32)
+ *     4     1  type    enum kvt_ftype
+ *     5     1  flags   0 (reserved)
+ *     6     2  rsvd    0 (reserved; non-zero is refused)
+ *     8     4  len     payload bytes that follow the header
+ *    12     4  status  0, or an errno / WC status (NACK, DONE_ACK, ERROR)
+ *    16     8  seq     write sequence number (WRITE, ACK, NACK), writes in
+ *                      the room (DONE)
+ *    24     8  room    bootstrap room id
+ *    32     8  addr    destination address (WRITE), bytes in the room
+ *                      (DONE), writes acknowledged (ACK)
+ *
+ * The protocol version travels in the HELLO payload's first 4 bytes, so a
+ * future layout can still be told apart and refused with a clear message.
+ * docs/transfer.md describes the exchange.
+ */
+#ifndef KVC_XFER_FRAME_H
+#define KVC_XFER_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVT_FRAME_MAGIC 0x4654564bu
+#define KVT_HDR_LEN 40u
+/* Largest payload of a frame other than WRITE (HELLO, NACK, ERROR...). */
+#define KVT_CTL_MAX 4096u
+/* Longest session_id / token carried in a HELLO. */
+#define KVT_HELLO_STR_MAX 255u
+
+enum kvt_ftype {
+    KVT_F_HELLO = 1,    /* client -> server: version, generation, session_id, token */
+    KVT_F_HELLO_OK = 2, /* server -> client: same payload, the server's values */
+    KVT_F_WRITE = 3,    /* client -> server: len bytes for addr, room, seq */
+    KVT_F_ACK = 4,      /* server -> client: writes up to seq applied (addr = count) */
+    KVT_F_NACK = 5,     /* server -> client: write seq refused; payload: reason */
+    KVT_F_DONE = 6,     /* client -> server: room ends: seq writes, addr bytes */
+    KVT_F_DONE_ACK = 7, /* server -> client: room tally checked (status 0 = ok) */
+    KVT_F_ABORT = 8,    /* client -> server: room aborted; payload: reason */
+    KVT_F_ERROR = 9     /* either way: fatal for the connection; payload: reason */
+};
+
+typedef struct kvt_frame {
+    uint8_t type;
+    uint8_t flags;
+    uint32_t len;
+    int32_t status;
+    uint64_t seq;
+    uint64_t room;
+    uint64_t addr;
+} kvt_frame;
+
+/* Name of a frame type ("WRITE", ...; "type N" for unknown: uses buf). */
+const char *kvt_ftype_name(uint8_t type);
+
+/* Write f as a 40-byte header into out. */
+void kvt_frame_encode(const kvt_frame *f, uint8_t out[KVT_HDR_LEN]);
+
+/* Decode a 40-byte header.  Returns 0, or -1 with a reason in err (cap
+ * bytes): bad magic, reserved bits set, unknown type, payload longer than
+ * KVT_CTL_MAX for a control frame or than max_write for a WRITE. */
+int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_frame *f, char *err,
+                     size_t cap);
+
+/* HELLO / HELLO_OK payload:
+ *   u32 version, u32 flags (0), u64 generation,
+ *   u16 session_id length, session_id bytes, u16 token length, token bytes */
+typedef struct kvt_hello {
+    uint32_t version;
+    uint64_t generation;
+    char session_id[KVT_HELLO_STR_MAX + 1];
+    char token[KVT_HELLO_STR_MAX + 1];
+} kvt_hello;
+
+/* Encode h into buf (cap bytes).  Returns the length, or 0 if it does not
+ * fit or a string is longer than KVT_HELLO_STR_MAX. */
+size_t kvt_hello_encode(const kvt_hello *h, uint8_t *buf, size_t cap);
+
+/* Decode a HELLO payload of len bytes.  Returns 0; -1 with a reason in err
+ * when malformed.  h->version is filled whenever len >= 4, even on error,
+ * so a version mismatch can be reported as such. */
+int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, size_t cap);
+
+/* Little-endian helpers. */
+static inline void kvt_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void kvt_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t kvt_get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t kvt_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+#endif

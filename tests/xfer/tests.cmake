@@ -1,0 +1,11 @@
+# Transfer engine tests (label "xfer"): loopback, bad input on the wire,
+# verbs device-less paths and GID rules, RDMA hardware (skips without a
+# device), two nodes in network namespaces (skips without root/netns).
+set(KVC_XFER_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+function(kvc_xfer_test name)
+  kvc_c_test(${name} LABEL "xfer" SOURCES ${KVC_XFER_TEST_DIR}/${name}.c)
+  target_include_directories(${name} PRIVATE ${KVC_XFER_TEST_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/lib)
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endfunction()
+
+kvc_xfer_test(test_xfer_loopback)

@@ -1,0 +1,263 @@
+/* xfer_util.h - helpers shared by the transfer engine's tests: a receiver
+ * process, pipes for descriptors and results, patterns and checksums. */
+#ifndef KVC_XFER_UTIL_H
+#define KVC_XFER_UTIL_H
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvcoord/kvcoord.h"
+#include "kvcoord/transfer.h"
+
+/* 64-bit checksum of n bytes (n multiple of 8 not required). */
+static inline uint64_t xu_sum(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h ^ n;
+}
+
+/* Deterministic pattern: byte i of stream seed. */
+static inline void xu_fill(void *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x2545f4914f6cdd1dull + 1;
+    unsigned char *b = p;
+    for (size_t i = 0; i < n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(b + i, &x, n - i < 8 ? n - i : 8);
+    }
+}
+
+static inline void *xu_map(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static inline int xu_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Read exactly n bytes within timeout_ms; 0 ok, -1 EOF/error/timeout. */
+static inline int xu_read_all(int fd, void *p, size_t n, int timeout_ms)
+{
+    char *c = p;
+    while (n) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        int r = poll(&pf, 1, timeout_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Length-prefixed string over a pipe (malloc()ed; NULL on failure). */
+static inline int xu_send_str(int fd, const char *s)
+{
+    uint32_t n = (uint32_t)strlen(s);
+    return xu_write_all(fd, &n, 4) || xu_write_all(fd, s, n) ? -1 : 0;
+}
+static inline char *xu_recv_str(int fd, int timeout_ms)
+{
+    uint32_t n;
+    if (xu_read_all(fd, &n, 4, timeout_ms) || n > (64u << 20))
+        return NULL;
+    char *s = malloc(n + 1);
+    if (!s || xu_read_all(fd, s, n, timeout_ms)) {
+        free(s);
+        return NULL;
+    }
+    s[n] = '\0';
+    return s;
+}
+
+/* A receiver's report of one room's event. */
+typedef struct xu_report {
+    uint64_t room;
+    int32_t state, code;
+    uint64_t bytes;
+    uint64_t sum; /* checksum of the receiver's whole region after the event */
+    char peer[256];
+    char reason[256];
+} xu_report;
+
+typedef struct xu_receiver {
+    pid_t pid;
+    int rd;         /* reports from the receiver */
+    char *desc;     /* its descriptor */
+} xu_receiver;
+
+static void xu_quiet_log(void *ctx, int level, const char *msg)
+{
+    (void)ctx;
+    if (getenv("XU_VERBOSE") || level <= KVT_LOG_ERROR)
+        fprintf(stderr, "[%d] %s\n", (int)getpid(), msg);
+}
+
+/* Child body: engine on listen with one region of region_bytes (zeroed),
+ * segment seg_name (NULL: none) as rank; descriptor then one report per
+ * event on fd; runs until killed (xu_receiver_stop sends SIGTERM). */
+static inline void xu_receiver_main(int fd, const char *listen, size_t region_bytes,
+                                    const char *seg_name, uint32_t rank, uint32_t io_timeout_ms)
+{
+    kvc_segment *seg = NULL;
+    if (seg_name) {
+        kvc_options so;
+        kvc_options_init(&so);
+        so.name = seg_name;
+        so.mode = KVC_OPEN_ATTACH;
+        so.role = KVC_ROLE_WORKER;
+        so.rank = (int32_t)rank;
+        if (kvc_open(&so, &seg)) {
+            fprintf(stderr, "receiver: kvc_open: %s\n", kvc_last_error());
+            _exit(2);
+        }
+    }
+    kvt_options o;
+    kvt_options_init(&o);
+    o.backend = KVT_BACKEND_TCP;
+    o.listen = listen;
+    o.seg = seg;
+    o.rank = rank;
+    o.log = xu_quiet_log;
+    if (io_timeout_ms)
+        o.io_timeout_ms = io_timeout_ms;
+    kvt_engine *e;
+    if (kvt_engine_create(&o, &e)) {
+        fprintf(stderr, "receiver: kvt_engine_create: %s\n", kvc_last_error());
+        _exit(2);
+    }
+    unsigned char *buf = xu_map(region_bytes);
+    char *desc = NULL;
+    if (!buf || kvt_mr_register(e, buf, region_bytes, NULL) || kvt_descriptor_export(e, &desc) ||
+        xu_send_str(fd, desc)) {
+        fprintf(stderr, "receiver: setup: %s\n", kvc_last_error());
+        _exit(2);
+    }
+    free(desc);
+    for (;;) {
+        kvt_event ev[16];
+        size_t n;
+        if (kvt_progress(e, 100, ev, 16, &n)) {
+            fprintf(stderr, "receiver: kvt_progress: %s\n", kvc_last_error());
+            _exit(3);
+        }
+        for (size_t i = 0; i < n; i++) {
+            xu_report r;
+            memset(&r, 0, sizeof r);
+            r.room = ev[i].room;
+            r.state = (int32_t)ev[i].state;
+            r.code = ev[i].code;
+            r.bytes = ev[i].bytes;
+            r.sum = xu_sum(buf, region_bytes);
+            snprintf(r.peer, sizeof r.peer, "%s", ev[i].peer);
+            snprintf(r.reason, sizeof r.reason, "%s", ev[i].reason);
+            if (xu_write_all(fd, &r, sizeof r))
+                _exit(0);
+        }
+    }
+}
+
+/* Fork a receiver; returns 0 with its descriptor read. */
+static inline int xu_receiver_start(xu_receiver *r, const char *listen, size_t region_bytes,
+                                    const char *seg_name, uint32_t rank, uint32_t io_timeout_ms)
+{
+    int p[2];
+    if (pipe(p))
+        return -1;
+    r->pid = fork();
+    if (r->pid == 0) {
+        close(p[0]);
+        xu_receiver_main(p[1], listen, region_bytes, seg_name, rank, io_timeout_ms);
+    }
+    close(p[1]);
+    r->rd = p[0];
+    r->desc = xu_recv_str(r->rd, 10000);
+    return r->desc ? 0 : -1;
+}
+
+static inline void xu_receiver_stop(xu_receiver *r)
+{
+    if (r->pid > 0) {
+        kill(r->pid, SIGTERM);
+        waitpid(r->pid, NULL, 0);
+    }
+    close(r->rd);
+    free(r->desc);
+    r->desc = NULL;
+}
+
+/* Drive e until the sender event of room arrives (or timeout_ms). */
+static inline int xu_wait_event(kvt_engine *e, uint64_t room, int timeout_ms, kvt_event *out)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 50) {
+        kvt_event ev[16];
+        size_t n;
+        if (kvt_progress(e, 50, ev, 16, &n))
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].room == room) {
+                *out = ev[i];
+                return 0;
+            }
+    }
+    return -1;
+}
+
+/* A sender engine (TCP) with its own log. */
+static inline kvt_engine *xu_sender(kvc_segment *seg, uint32_t rank, uint32_t conns, uint32_t io_timeout_ms)
+{
+    kvt_options o;
+    kvt_options_init(&o);
+    o.backend = KVT_BACKEND_TCP;
+    o.seg = seg;
+    o.rank = rank;
+    o.conns_per_peer = conns;
+    o.log = xu_quiet_log;
+    if (io_timeout_ms)
+        o.io_timeout_ms = io_timeout_ms;
+    kvt_engine *e = NULL;
+    if (kvt_engine_create(&o, &e))
+        fprintf(stderr, "sender: %s\n", kvc_last_error());
+    return e;
+}
+
+#endif
