@@ -329,6 +329,16 @@ class RawHttpTest(unittest.TestCase):
         self.assertEqual(self.lookup(0)[2]["remote_instance_transfer_engine_info"][0], "10.0.0.2:1")
         self.assertEqual(self.lookup(7)[0], 404)
 
+    def test_same_registration_again_changes_nothing(self):
+        self.register(90, "10.0.0.90:1")
+        gen = int(self.lookup(90)[1]["x-kvcoord-generation"])
+        self.register(90, "10.0.0.90:1")  # a client retry after its timeout
+        self.assertEqual(int(self.lookup(90)[1]["x-kvcoord-generation"]), gen)
+        self.register(90, "10.0.0.91:1")  # the process replaced behind the rank
+        _, headers, data = self.lookup(90)
+        self.assertGreater(int(headers["x-kvcoord-generation"]), gen)
+        self.assertEqual(data["remote_instance_transfer_engine_info"][0], "10.0.0.91:1")
+
     def test_ranks_and_withdraw(self):
         self.register(60, "[2001:db8::1]:16060", key="tp_rank")
         status, _, body = self.conn().request("GET", "/ranks")
