@@ -9,3 +9,4 @@ function(kvc_xfer_test name)
 endfunction()
 
 kvc_xfer_test(test_xfer_loopback)
+kvc_xfer_test(test_xfer_wire)
