@@ -413,6 +413,11 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
 {
     if (!seg)
         return KVC_OK;
+    /* Rooms this process still takes part in cannot complete without it.
+     * (A child that inherited the handle across fork() is not that process.) */
+    if (seg->hdr && (int32_t)getpid() == seg->pid)
+        kvc__rooms_fail_proc(seg, seg->pid, seg->start,
+                             "closed its segment handle without releasing the room", NULL);
     kvc__proc_detach(seg);
     unmap(seg);
     free(seg);

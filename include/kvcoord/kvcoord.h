@@ -155,7 +155,10 @@ kvc_err kvc_name_check(const char *name);
 kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
 
 /* Remove this process from the process table, unmap and free the handle.
- * Registrations made through it stay (withdraw them explicitly if wanted).
+ * Registrations made through it stay (withdraw them explicitly if wanted);
+ * every non-terminal room this process opened and has not released fails
+ * ("rank N (pid P) closed its segment handle without releasing the room"),
+ * since it cannot complete without this participant.
  * NULL is accepted and ignored.  Errors: none reported (always KVC_OK). */
 kvc_err kvc_close(kvc_segment *seg);
 

@@ -4,3 +4,9 @@ kvc_c_test(test_ranks LABEL "unit" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ranks.
 kvc_c_test(test_multiproc LABEL "multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_multiproc.c)
 kvc_c_test(test_crash LABEL "crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_crash.c)
 kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rooms.c)
+
+# Crash torture (kvcoord-torture): a few hundred rounds in CI; the documented
+# long run is `kvcoord-torture --rounds 10000`.
+add_test(NAME torture_4_workers COMMAND kvcoord-torture --rounds 300 --workers 4 --seed 1)
+add_test(NAME torture_8_workers COMMAND kvcoord-torture --rounds 200 --workers 8 --seed 2 --selfkill 100)
+set_tests_properties(torture_4_workers torture_8_workers PROPERTIES LABELS "torture;crash")
