@@ -406,9 +406,11 @@ KVC_API kvc_err kvt_progress(kvt_engine *e, int timeout_ms, kvt_event *ev, size_
             break;
     }
     size_t k = e->nev < cap ? e->nev : cap;
-    memcpy(ev, e->evq, k * sizeof *ev);
-    memmove(e->evq, e->evq + k, (e->nev - k) * sizeof *ev);
-    e->nev -= k;
+    if (k) { /* evq is NULL until the first event */
+        memcpy(ev, e->evq, k * sizeof *ev);
+        memmove(e->evq, e->evq + k, (e->nev - k) * sizeof *ev);
+        e->nev -= k;
+    }
     *n = k;
     return KVC_OK;
 }

@@ -10,3 +10,6 @@ endfunction()
 
 kvc_xfer_test(test_xfer_loopback)
 kvc_xfer_test(test_xfer_wire)
+kvc_xfer_test(test_xfer_verbs)
+kvc_xfer_test(test_xfer_rdma_hw)
+set_tests_properties(test_xfer_rdma_hw PROPERTIES LABELS "xfer;rdma")
