@@ -77,6 +77,14 @@ void kvc__arena_mark(kvc_segment *seg, uint64_t off, uint64_t blocks);
 void kvc__arena_clear_all(kvc_segment *seg);
 bool kvc__arena_range_ok(const kvc_segment *seg, uint64_t off, uint64_t blocks);
 
+/* ranks.c: kvc_rank_register() for a caller that has already parsed
+ * info_json as a JSON object with `entries` keys (kvcoordd, which parsed
+ * the request body, then serialised weights_info_dict with jansson):
+ * skips the second parse.  Same errors otherwise. */
+KVC_API kvc_err kvc__rank_register_parsed(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                          const char *info_json, size_t info_len,
+                                          uint32_t entries, uint64_t *gen_out);
+
 /* procs.c */
 kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank);
 void kvc__proc_detach(kvc_segment *seg);

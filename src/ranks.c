@@ -354,28 +354,60 @@ static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *s
     return KVC_OK;
 }
 
-KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_id,
-                                  const char *info_json, size_t info_len, uint64_t *gen_out)
+/* Lock-free: is rank's published value exactly (sid, info)?  Compares in
+ * place through the seqlock; *gen receives its generation when it is. */
+static bool published_equal(kvc_segment *seg, uint32_t rank, const char *sid, size_t sid_len,
+                            const char *info, size_t info_len, uint64_t *gen)
+{
+    kvc_rank_entry *e = &seg->ranks[rank];
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+        if (s1 & 1)
+            return false; /* a writer is publishing: let the locked path decide */
+        kvc_rank_slot sl;
+        memcpy(&sl, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1], sizeof sl);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+            continue;
+        if (!slot_sane(seg, &sl))
+            return false;
+        bool same = same_registration(seg, &sl, sid, sid_len, info, info_len);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+            continue;
+        *gen = sl.generation;
+        return same;
+    }
+    return false;
+}
+
+static kvc_err check_args(kvc_segment *seg, uint32_t rank, const char *session_id,
+                          const char *info_json, size_t info_len, size_t *sid_len)
 {
     if (!seg || !session_id || !info_json)
         return kvc__fail(KVC_E_INVAL, "kvc_rank_register: NULL argument");
     kvc_err err = check_rank(seg, rank);
     if (err)
         return err;
-    size_t sid_len = strlen(session_id);
-    if (sid_len == 0)
+    *sid_len = strlen(session_id);
+    if (*sid_len == 0)
         return kvc__fail(KVC_E_INVAL, "session_id is empty");
-    if (sid_len > KVC_SESSION_ID_MAX)
-        return kvc__fail(KVC_E_TOOBIG, "session_id is %zu bytes; the limit is %d", sid_len,
+    if (*sid_len > KVC_SESSION_ID_MAX)
+        return kvc__fail(KVC_E_TOOBIG, "session_id is %zu bytes; the limit is %d", *sid_len,
                          KVC_SESSION_ID_MAX);
-    if (sid_len + info_len > seg->hdr->max_info_bytes)
+    if (*sid_len + info_len > seg->hdr->max_info_bytes)
         return kvc__fail(KVC_E_TOOBIG, "rank %u info is %zu bytes (session_id + "
                          "weights_info_dict); the segment's max info bytes is %llu", rank,
-                         sid_len + info_len, (unsigned long long)seg->hdr->max_info_bytes);
-    uint32_t entries;
-    if ((err = validate_info(info_json, info_len, &entries)))
-        return err;
-    if ((err = kvc__lock(seg, KVC_LOCK_RANKS)))
+                         *sid_len + info_len, (unsigned long long)seg->hdr->max_info_bytes);
+    return KVC_OK;
+}
+
+static kvc_err register_checked(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                size_t sid_len, const char *info_json, size_t info_len,
+                                uint32_t entries, uint64_t *gen_out)
+{
+    kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
+    if (err)
         return err;
     KVC_INJECT("reg.locked");
     uint64_t gen = 0;
@@ -391,6 +423,38 @@ KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *s
             *gen_out = gen;
     }
     return err;
+}
+
+KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                  const char *info_json, size_t info_len, uint64_t *gen_out)
+{
+    size_t sid_len;
+    uint64_t gen;
+    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    if (err)
+        return err;
+    /* A repeated registration (a client retrying after its timeout) is
+     * answered without parsing megabytes of JSON or taking the lock. */
+    if (published_equal(seg, rank, session_id, sid_len, info_json, info_len, &gen)) {
+        if (gen_out)
+            *gen_out = gen;
+        return KVC_OK;
+    }
+    uint32_t entries;
+    if ((err = validate_info(info_json, info_len, &entries)))
+        return err;
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, gen_out);
+}
+
+kvc_err kvc__rank_register_parsed(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                  const char *info_json, size_t info_len, uint32_t entries,
+                                  uint64_t *gen_out)
+{
+    size_t sid_len;
+    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    if (err)
+        return err;
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, gen_out);
 }
 
 /* Publish a withdrawal of rank (lock held). */

@@ -366,6 +366,51 @@ static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
     return kvc__fail(KVC_E_SYS, "could not create segment %s: it kept being replaced", seg->name);
 }
 
+/* Handles this process holds, per segment name (participation in rooms
+ * is per process, so only the last close ends it). */
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char name[KVC_NAME_MAX + 1];
+    int count;
+} handles[32];
+
+/* A child of fork() holds none of its parent's handles as its own. */
+static void handles_forget(void)
+{
+    memset(handles, 0, sizeof handles);
+    pthread_mutex_init(&handles_mu, NULL);
+}
+
+static void handles_init(void) { pthread_atfork(NULL, NULL, handles_forget); }
+
+static int handles_adjust(const char *name, int delta)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, handles_init);
+    int left = 0, free_slot = -1, i;
+    pthread_mutex_lock(&handles_mu);
+    for (i = 0; i < 32; i++) {
+        if (handles[i].count && !strcmp(handles[i].name, name))
+            break;
+        if (!handles[i].count && free_slot < 0)
+            free_slot = i;
+    }
+    if (i == 32 && delta > 0 && free_slot >= 0) {
+        i = free_slot;
+        snprintf(handles[i].name, sizeof handles[i].name, "%s", name);
+    }
+    if (i < 32) {
+        handles[i].count += delta;
+        if (handles[i].count < 0)
+            handles[i].count = 0;
+        left = handles[i].count;
+    } else {
+        left = delta > 0 ? 1 : 0; /* untracked (more than 32 names): as if alone */
+    }
+    pthread_mutex_unlock(&handles_mu);
+    return left;
+}
+
 KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
 {
     if (!opts || !out)
@@ -405,6 +450,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
         free(seg);
         return e;
     }
+    handles_adjust(seg->name, +1);
     *out = seg;
     return KVC_OK;
 }
@@ -413,9 +459,10 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
 {
     if (!seg)
         return KVC_OK;
-    /* Rooms this process still takes part in cannot complete without it.
-     * (A child that inherited the handle across fork() is not that process.) */
-    if (seg->hdr && (int32_t)getpid() == seg->pid)
+    /* Rooms this process still takes part in cannot complete without it,
+     * once its last handle on the segment is closed.  (A child that
+     * inherited the handle across fork() is not that process.) */
+    if (seg->hdr && (int32_t)getpid() == seg->pid && handles_adjust(seg->name, -1) == 0)
         kvc__rooms_fail_proc(seg, seg->pid, seg->start,
                              "closed its segment handle without releasing the room", NULL);
     kvc__proc_detach(seg);

@@ -155,8 +155,9 @@ kvc_err kvc_name_check(const char *name);
 kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
 
 /* Remove this process from the process table, unmap and free the handle.
- * Registrations made through it stay (withdraw them explicitly if wanted);
- * every non-terminal room this process opened and has not released fails
+ * Registrations made through it stay (withdraw them explicitly if wanted).
+ * When it is this process's last handle on the segment, every non-terminal
+ * room the process opened and has not released fails
  * ("rank N (pid P) closed its segment handle without releasing the room"),
  * since it cannot complete without this participant.
  * NULL is accepted and ignored.  Errors: none reported (always KVC_OK). */

@@ -239,6 +239,38 @@ static void test_dead_participant_fails_room(void **st)
     kvc_unlink(name);
 }
 
+/* ---- a participant that closes its last handle without releasing ------ */
+
+static void test_close_fails_unreleased_rooms(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_NONE, 128, 60000);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *a = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        kvc_segment *b = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        kvc_room_open(a, 77, 2, 0, KVC_ROOM_ROLE_DECODE);
+        kvc_room_open(a, 78, 2, 0, KVC_ROOM_ROLE_DECODE);
+        kvc_room_release(a, 78, 0);
+        kvc_close(b); /* not the last handle: nothing fails */
+        kvc_room_info ri;
+        if (kvc_room_get(a, 77, 0, &ri) || ri.has_failure)
+            _exit(1);
+        kvc_close(a);
+        _exit(0);
+    }
+    assert_int_equal(wait_child(child), 0);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 77, 1, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    assert_non_null(strstr(ri.failure.reason, "closed its segment handle without releasing"));
+    assert_int_equal(kvc_room_get(s, 78, 1, &ri), KVC_OK); /* released: not failed */
+    assert_false(ri.has_failure);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 /* ---- crash injection inside room updates ---------------------------- */
 
 static const char *target;
@@ -503,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_failure_seen_by_all_ranks),
         cmocka_unit_test(test_success_needs_all_and_is_sticky),
         cmocka_unit_test(test_dead_participant_fails_room),
+        cmocka_unit_test(test_close_fails_unreleased_rooms),
         cmocka_unit_test(test_crash_inside_room_updates),
         cmocka_unit_test(test_load_full_and_ttl),
         cmocka_unit_test(test_random_against_model),
