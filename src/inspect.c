@@ -27,7 +27,9 @@
 #include "inspect.h"
 #include "internal.h"
 
-_Static_assert(KVC__LOCKS == KVC_LOCK_COUNT, "inspect.h's lock count follows layout.h");
+_Static_assert(KVC__LOCKS == KVC_LOCK_COUNT && KVC__LOCK_ID_RANKS == KVC_LOCK_RANKS &&
+                   KVC__LOCK_ID_PROCS == KVC_LOCK_PROCS && KVC__LOCK_ID_ROOMS == KVC_LOCK_ROOMS,
+               "inspect.h's lock ids follow layout.h");
 
 /* Problems of one kind reported one by one up to this many; then counted. */
 #define MAX_REPORTS 20
@@ -165,6 +167,21 @@ void kvc__header_build(kvc_raw_header *out)
     out->lock_size = sizeof(kvc_lock);
     out->block_size = KVC_BLOCK;
     out->room_size = sizeof(kvc_room);
+}
+
+void kvc__close_reader(kvc_segment *seg)
+{
+    if (!seg)
+        return;
+    if (seg->proc_slot >= 0) {
+        kvc_close(seg);
+        return;
+    }
+    if (seg->base)
+        munmap(seg->base, seg->size);
+    if (seg->fd >= 0)
+        close(seg->fd);
+    free(seg);
 }
 
 /* ---- locks -------------------------------------------------------------- */
@@ -853,17 +870,17 @@ static void check_rooms(check *ck)
         scan_room(ck, &rs, i);
     ck->st->rooms_live = rs.used;
     check_room_counters(ck, &rs);
-    check_failure_ring(ck);
-    give(ck, KVC_LOCK_ROOMS, a);
     settle(ck, &rs.slot, "all %u room slots hold a valid slot state", h->room_slots);
     settle(ck, &rs.probe, "every room in use is found by its probe sequence");
-    settle(ck, &rs.ranks, "no room references a rank outside its participants");
+    settle(ck, &rs.ranks, "every room's participants are ranks within the table");
     settle(ck, &rs.fields, "room states and failure records are consistent");
     settle(ck, &rs.live, "no active room waits on a dead participant");
     settle(ck, &rs.ttl, "no active room is idle past its TTL");
     if (rs.expired_done)
         say(ck, KVC_SEV_INFO, "rooms.ttl", "%u finished rooms are past their TTL (reclaimed by "
             "the next sweep)", rs.expired_done);
+    check_failure_ring(ck);
+    give(ck, KVC_LOCK_ROOMS, a);
 }
 
 kvc_severity kvc__check(kvc_segment *seg, kvc_check_fn fn, void *ctx, kvc_check_stats *stats)

@@ -78,9 +78,20 @@ void kvc__magic_text(uint64_t magic, char buf[9]);
 /* Alive: pid runs with that start time (0: any) and is not a zombie. */
 int kvc__pid_alive(int32_t pid, uint64_t start);
 
+/* Unmap and free a handle of a diagnostic reader (opened with
+ * KVC_ROLE_NONE, no room opened through it) without taking any lock.
+ * kvc_close() fails the rooms its process takes part in, under the rooms
+ * lock - which would recover a dead owner's lock that a read-only command
+ * must leave alone, and wait up to the lock timeout on a stuck one.  A
+ * handle with a process entry is passed to kvc_close().  NULL is ignored. */
+void kvc__close_reader(kvc_segment *seg);
+
 /* ---- locks ---------------------------------------------------------- */
 
 #define KVC__LOCKS 3 /* ranks, procs, rooms: see layout.h */
+#define KVC__LOCK_ID_RANKS 0
+#define KVC__LOCK_ID_PROCS 1
+#define KVC__LOCK_ID_ROOMS 2
 
 typedef enum kvc_lock_state {
     KVC_LOCKST_FREE = 0,

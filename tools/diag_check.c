@@ -134,11 +134,14 @@ static int run_check(diag *d, int argc, char **argv)
     if (d->json) {
         check_json(d, v, &f, &st);
     } else {
-        diag_table_print(f.tab, stdout, 0);
+        if (o.quiet && !f.count[KVC_SEV_DEGRADED] && !f.count[KVC_SEV_BROKEN])
+            diag_table_free(f.tab); /* nothing to list */
+        else
+            diag_table_print(f.tab, stdout, 0);
         printf("verdict: %s (%s)\n", diag_verdict_name(v), diag_findings_summary(&f, sum, sizeof sum));
     }
     json_decref(f.arr);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return diag_verdict_exit(v);
 }
 

@@ -106,7 +106,7 @@ static int run_failures(diag *d, int argc, char **argv)
         failures_text(d, f, n, si.failures_total);
     }
     free(f);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return rc;
 }
 

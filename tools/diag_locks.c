@@ -95,7 +95,7 @@ static int run_locks(diag *d, int argc, char **argv)
     } else {
         locks_text(p, KVC__LOCKS);
     }
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return DIAG_EXIT_OK;
 }
 

@@ -7,7 +7,6 @@
  * reaches a terminal, and made valid UTF-8 before it reaches JSON.
  */
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -129,18 +128,27 @@ void diag_table_addf(diag_table *t, const char *fmt, ...)
 static void print_row(const diag_table *t, char *const *row, const size_t *w, FILE *out,
                       int indent)
 {
-    fprintf(out, "%*s", indent, "");
+    size_t cap = (size_t)indent + 1, len = 0;
+    for (int i = 0; i < t->ncols; i++)
+        cap += strlen(row[i]) + w[i] + 2;
+    char *line = malloc(cap);
+    if (!line)
+        abort();
+    len += (size_t)snprintf(line, cap, "%*s", indent, "");
     for (int i = 0; i < t->ncols; i++) {
-        size_t pad = w[i] - width(row[i]);
-        bool last = i == t->ncols - 1;
+        int pad = (int)(w[i] - width(row[i]));
         if (t->align[i] == 'r')
-            fprintf(out, "%*s%s", (int)pad, "", row[i]);
+            len += (size_t)snprintf(line + len, cap - len, "%*s%s", pad, "", row[i]);
         else
-            fprintf(out, "%s%*s", row[i], last ? 0 : (int)pad, "");
-        if (!last)
-            fputs("  ", out);
+            len += (size_t)snprintf(line + len, cap - len, "%s%*s", row[i], pad, "");
+        if (i < t->ncols - 1)
+            len += (size_t)snprintf(line + len, cap - len, "  ");
     }
-    fputc('\n', out);
+    while (len > 0 && line[len - 1] == ' ')
+        len--; /* no trailing blanks after an empty or short last column */
+    line[len] = '\0';
+    fprintf(out, "%s\n", line);
+    free(line);
 }
 
 void diag_table_free(diag_table *t)

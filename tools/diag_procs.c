@@ -78,7 +78,7 @@ static int run_procs(diag *d, int argc, char **argv)
     if (!p || kvc_proc_list(seg, p, si.max_procs, &n) != KVC_OK) {
         fprintf(stderr, "%s procs: %s\n", d->prog, p ? kvc_last_error() : "out of memory");
         free(p);
-        kvc_close(seg);
+        kvc__close_reader(seg);
         return DIAG_EXIT_BROKEN;
     }
     if (n > si.max_procs)
@@ -98,7 +98,7 @@ static int run_procs(diag *d, int argc, char **argv)
         procs_text(d, p, n);
     }
     free(p);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return DIAG_EXIT_OK;
 }
 

@@ -306,7 +306,7 @@ static int run_ranks(diag *d, int argc, char **argv)
     if (!seg)
         return rc;
     rc = o.rank >= 0 ? one_rank(d, seg, (uint32_t)o.rank, o.full) : list_ranks(d, seg, o.state);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return rc;
 }
 

@@ -90,6 +90,9 @@ static void recover_locks(repair *rp)
         kvc__lock_probe(rp->seg, id, &p);
         kvc__lock_text(&p, text, sizeof text);
         snprintf(target, sizeof target, "%s lock", p.name);
+        char who[32] = "pid unknown";
+        if (p.owner_pid)
+            snprintf(who, sizeof who, "pid %d", (int)p.owner_pid);
         int recovered = 0;
         kvc_err e = kvc__lock_cycle(rp->seg, id, &recovered);
         if (e == KVC_E_BUSY)
@@ -98,8 +101,8 @@ static void recover_locks(repair *rp)
         else if (e)
             act(rp, 0, "lock_failed", target, "%s", kvc_last_error());
         else if (recovered)
-            act(rp, 1, "recover_lock", target, "%s: the state under it was repaired and the "
-                "mutex marked consistent", text);
+            act(rp, 1, "recover_lock", target, "its owner (%s) had died holding it: the state "
+                "under it was repaired and the mutex marked consistent", who);
     }
 }
 
@@ -268,7 +271,7 @@ static void report(repair *rp, kvc_severity v0, diag_findings *f0, kvc_severity 
         diag_table_print(rp->tab, stdout, 2);
     else
         printf("  nothing to repair\n");
-    if (f1->count[KVC_SEV_INFO] + f1->count[KVC_SEV_DEGRADED] + f1->count[KVC_SEV_BROKEN]) {
+    if (f1->count[KVC_SEV_DEGRADED] + f1->count[KVC_SEV_BROKEN]) {
         printf("\nleft after repair:\n");
         diag_table_print(f1->tab, stdout, 2);
     } else {
@@ -309,7 +312,7 @@ static int run_repair(diag *d, int argc, char **argv)
     json_decref(rp.actions);
     json_decref(f0.arr);
     json_decref(f1.arr);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return rc;
 }
 

@@ -227,7 +227,7 @@ static int run_rooms(diag *d, int argc, char **argv)
             rooms_print(rooms, n, o.limit, stdout);
     }
     free(rooms);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return rc;
 }
 

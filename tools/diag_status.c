@@ -112,7 +112,7 @@ static void capacities_text(kvc_segment *seg, FILE *out)
 {
     kvc_segment_info si;
     kvc_raw_header h;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32];
     kvc_segment_stat(seg, &si);
     kvc__header_of(seg, &h);
     fprintf(out, "\ncapacities\n");
@@ -122,7 +122,7 @@ static void capacities_text(kvc_segment *seg, FILE *out)
                     diag_bytes(si.arena_bytes, b1, sizeof b1),
                     diag_bytes(si.arena_used, b2, sizeof b2),
                     si.arena_bytes ? 100.0 * (double)si.arena_used / (double)si.arena_bytes : 0.0,
-                    diag_bytes(si.max_info_bytes, b1, sizeof b1));
+                    diag_bytes(si.max_info_bytes, b3, sizeof b3));
     diag_table_addf(t, "max rooms\t%u (%u slots), room TTL %u ms", si.max_rooms, h.room_slots,
                     si.room_ttl_ms);
     diag_table_addf(t, "max processes\t%u", si.max_procs);
@@ -221,7 +221,7 @@ static int run_status(diag *d, int argc, char **argv)
     else
         diag_status_text(d, seg, &st, v, &f, stdout);
     json_decref(f.arr);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return DIAG_EXIT_OK;
 }
 

@@ -71,7 +71,7 @@ static int contents(const diag *d, int64_t *ranks, int64_t *alive)
             *alive += p[i].alive != 0;
     }
     free(p);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     return 0;
 }
 

@@ -170,7 +170,7 @@ static void frame(const diag *d, const struct watch_opts *o, int tty, uint64_t n
     diag_ranks_table(seg, stdout, (int)o->limit);
     printf("\nrooms (newest first)\n");
     diag_rooms_table(seg, -1, o->limit, stdout);
-    kvc_close(seg);
+    kvc__close_reader(seg);
     fflush(stdout);
 }
 

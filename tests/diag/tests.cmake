@@ -1,0 +1,19 @@
+# kvcoord-diag tests (label "diag"): the tool run against segments that
+# diag_fixture puts in known states through the library, text and --json
+# output checked field by field, exit codes of every command; and the GID
+# selection rules of `rdma` as a unit test.
+# Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR is tests/).
+
+add_executable(diag_fixture ${CMAKE_CURRENT_SOURCE_DIR}/diag/fixture.c)
+target_include_directories(diag_fixture PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(diag_fixture PRIVATE kvcoord_static)
+
+kvc_c_test(test_diag_gid LABEL "diag" SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_gid.c
+           ${CMAKE_SOURCE_DIR}/tools/diag_gid.c)
+target_include_directories(test_diag_gid PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+
+add_test(NAME diag_tool
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_diag.py
+          --diag $<TARGET_FILE:kvcoord-diag>
+          --fixture $<TARGET_FILE:diag_fixture>)
+set_tests_properties(diag_tool PROPERTIES LABELS "diag" TIMEOUT 300)
