@@ -83,7 +83,10 @@ int kvc__pid_alive(int32_t pid, uint64_t start);
  * kvc_close() fails the rooms its process takes part in, under the rooms
  * lock - which would recover a dead owner's lock that a read-only command
  * must leave alone, and wait up to the lock timeout on a stuck one.  A
- * handle with a process entry is passed to kvc_close().  NULL is ignored. */
+ * handle with a process entry is passed to kvc_close().  NULL is ignored.
+ * The library's count of this process's handles on the segment is left as
+ * it was (so a later kvc_close() of another handle never counts as the
+ * last): fine for kvcoord-diag, which opens no room through any handle. */
 void kvc__close_reader(kvc_segment *seg);
 
 /* ---- locks ---------------------------------------------------------- */

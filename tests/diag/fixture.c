@@ -32,8 +32,8 @@
  * killed either way.
  *
  * The lockdead-* scenarios attach this process with no process entry and
- * exit without kvc_close(): closing takes the rooms lock, and would recover
- * the dead owner's lock the scenario is there to leave.
+ * close with kvc__close_reader(), not kvc_close(): closing takes the rooms
+ * lock, and would recover the dead owner's lock the scenario leaves.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -43,6 +43,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "inspect.h"
 #include "internal.h"
 
 static const char *name;
@@ -261,8 +262,8 @@ int main(int argc, char **argv)
     int lockdead = !strncmp(argv[2], "lockdead-", 9);
     kvc_segment *s = open_seg(KVC_OPEN_FRESH, lockdead ? KVC_ROLE_NONE : KVC_ROLE_CLIENT);
     pid_t holder = scenario(s, argv[2]);
-    if (!hold && !lockdead)
-        kvc_close(s);
+    if (!hold)
+        lockdead ? kvc__close_reader(s) : (void)kvc_close(s);
     if (!strcmp(argv[2], "version"))
         poke_version();
     else if (!strcmp(argv[2], "truncated") || !strcmp(argv[2], "tiny"))
