@@ -423,7 +423,8 @@ static void drain_all(kvt_engine *e)
         if (e->conns[i])
             kvt__tcp_close(e, e->conns[i]);
     for (size_t i = 0; i < e->npeers; i++)
-        kvt__peer_fail(e, e->peers[i], ECANCELED, "engine destroyed");
+        if (e->peers[i]->rooms || e->peers[i]->bl_head)
+            kvt__peer_fail(e, e->peers[i], ECANCELED, "engine destroyed");
     uint64_t end = kvc__mono_ns() + (uint64_t)e->o.io_timeout_ms * 1000000ull;
     for (;;) {
         bool any = false;

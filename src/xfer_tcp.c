@@ -268,9 +268,11 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
 /* The batch left the kernel (sent, or failed/cancelled): let go of it. */
 static void batch_done(kvt_engine *e, kvt_conn *c)
 {
+    /* Hazard: releasing a write may end a room, whose DONE is queued and
+     * kicked on this very connection.  Keep `sending` set until the whole
+     * batch is released, or that kick would refill c->batch under us. */
     int nb = c->nbatch;
     c->nbatch = 0;
-    c->sending = false;
     for (int i = 0; i < nb; i++) {
         kvt_wr *w = c->batch[i];
         kvt_sroom *r = w->room;
@@ -279,6 +281,7 @@ static void batch_done(kvt_engine *e, kvt_conn *c)
             r->in_kernel--;
         kvt__wr_release(e, w); /* freed here unless still awaiting its ACK */
     }
+    c->sending = false;
     /* A failed room's event waits for in_kernel == 0: check them now. */
     if (c->peer)
         for (kvt_sroom *r = c->peer->rooms, *next; r; r = next) {
