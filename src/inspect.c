@@ -462,6 +462,10 @@ static enum access take(check *ck, int id)
     snprintf(id_s, sizeof id_s, "locks.%s", lock_names[id]);
     kvc_lock_probe *p = &ck->st->locks[id];
     kvc__lock_probe(ck->seg, id, p);
+    /* Held by a process that is gone: look again, in case it released the
+     * lock and exited between our reads of the mutex and of its owner. */
+    if (p->state == KVC_LOCKST_HELD && !p->owner_alive)
+        kvc__lock_probe(ck->seg, id, p);
     kvc__lock_text(p, text, sizeof text);
     if (p->state == KVC_LOCKST_OWNER_DIED) {
         say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s; the state under it is read as left "

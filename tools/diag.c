@@ -97,15 +97,20 @@ static void main_help(const diag *d, FILE *out)
         "  %s repair                    recover locks, reap dead processes\n"
         "\n"
         "SEE ALSO\n"
-        "  kvcoordd(8), docs/diag.md\n",
+        "  kvcoordd --help, docs/diag.md\n",
         DIAG_JSON_SCHEMA, exit_status, d->prog, d->prog, d->prog, d->prog, d->prog);
 }
 
 void diag_cmd_help(const diag *d, const diag_cmd *c, FILE *out)
 {
-    fprintf(out, "NAME\n  %s %s - %s\n\nSYNOPSIS\n  %s [GLOBAL OPTIONS] %s\n\n%s\n%s\n%s",
-            d->prog, c->name, c->summary, d->prog, c->synopsis, c->help, global_options,
-            exit_status);
+    fprintf(out, "NAME\n  %s %s - %s\n\nSYNOPSIS\n", d->prog, c->name, c->summary);
+    /* One synopsis line per form of the command. */
+    for (const char *s = c->synopsis; *s;) {
+        size_t n = strcspn(s, "\n");
+        fprintf(out, "  %s [GLOBAL OPTIONS] %.*s\n", d->prog, (int)n, s);
+        s += n + (s[n] == '\n');
+    }
+    fprintf(out, "\n%s\n%s\n%s", c->help, global_options, exit_status);
 }
 
 int diag_usage_error(const diag *d, const diag_cmd *c, const char *fmt, ...)

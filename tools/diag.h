@@ -159,6 +159,9 @@ void diag_status_text(const diag *d, kvc_segment *seg, const kvc_check_stats *st
  * and as a word ("free", "held", "owner_died", "not_recoverable"). */
 json_t *diag_lock_json(const kvc_lock_probe *p);
 const char *diag_lock_state_name(kvc_lock_state s);
+/* The process table (kvc_proc_list, sized by a first count); NULL with
+ * *n = 0 on error (kvc_last_error says why).  free() the result. */
+kvc_proc_info *diag_procs_fetch(kvc_segment *seg, size_t *n);
 /* Ranks and rooms tables shared with watch. */
 int diag_ranks_table(kvc_segment *seg, FILE *out, int limit);
 int diag_rooms_table(kvc_segment *seg, int state, size_t limit, FILE *out);

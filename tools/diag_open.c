@@ -92,9 +92,10 @@ static const char *advice(kvc_err e, const kvc_raw_header *h)
     return "check the file's owner and mode";
 }
 
-static void print_raw_text(const diag *d, kvc_err e, const kvc_raw_header *h)
+static void print_raw_text(const diag *d, kvc_err e, const char *msg, const kvc_raw_header *h)
 {
     char b[64], m[9];
+    printf("segment %s  (/dev/shm/%s) cannot be read:\n  %s\n\n", d->segment, d->segment, msg);
     diag_table *t = diag_table_new(2, NULL, "ll");
     if (e != KVC_E_NOENT) {
         diag_table_addf(t, "file\t/dev/shm/%s: %llu bytes (%s), mode %04o, uid %u", d->segment,
@@ -167,7 +168,7 @@ kvc_segment *diag_open(const diag *d, const char *command, int *rc)
         print_raw_json(d, command, e, msg, &h);
     } else {
         fprintf(stderr, "%s: cannot read segment %s: %s\n", d->prog, d->segment, msg);
-        print_raw_text(d, e, &h);
+        print_raw_text(d, e, msg, &h);
     }
     return NULL;
 }

@@ -262,31 +262,18 @@ char *diag_age(uint64_t ns, char *buf, size_t cap)
     return buf;
 }
 
-/* Boot time (CLOCK_REALTIME ns) from /proc/stat's btime. */
-static uint64_t boot_ns(void)
-{
-    static uint64_t cached;
-    if (cached)
-        return cached;
-    FILE *f = fopen("/proc/stat", "re");
-    char line[256];
-    unsigned long long bt = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "btime %llu", &bt) == 1)
-            break;
-    if (f)
-        fclose(f);
-    cached = (uint64_t)bt * 1000000000ull;
-    return cached;
-}
-
+/* Start times are clock ticks since boot: now - (time since boot - start). */
 uint64_t diag_ticks_to_ns(uint64_t ticks)
 {
     long hz = sysconf(_SC_CLK_TCK);
-    uint64_t b = boot_ns();
-    if (!ticks || hz <= 0 || !b)
+    struct timespec boot;
+    if (!ticks || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
         return 0;
-    return b + ticks / (uint64_t)hz * 1000000000ull + ticks % (uint64_t)hz * 1000000000ull / (uint64_t)hz;
+    uint64_t since_boot = (uint64_t)boot.tv_sec * 1000000000ull + (uint64_t)boot.tv_nsec;
+    uint64_t start = ticks / (uint64_t)hz * 1000000000ull +
+                     ticks % (uint64_t)hz * 1000000000ull / (uint64_t)hz;
+    uint64_t now = diag_now_ns();
+    return start > since_boot || since_boot - start > now ? 0 : now - (since_boot - start);
 }
 
 /* ---- JSON --------------------------------------------------------------- */

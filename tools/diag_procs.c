@@ -26,6 +26,26 @@ static const char procs_help[] =
     "  \"procs\": [{\"pid\", \"role\" (none|worker|daemon|client), \"rank\", \"start_ticks\",\n"
     "  \"started_ns\", \"started_utc\", \"attached_ns\", \"attached_utc\", \"alive\"}]}.\n";
 
+kvc_proc_info *diag_procs_fetch(kvc_segment *seg, size_t *n)
+{
+    size_t count = 0;
+    *n = 0;
+    for (int tries = 0; tries < 5; tries++) {
+        if (kvc_proc_list(seg, NULL, 0, &count) != KVC_OK)
+            return NULL;
+        size_t cap = count + 16;
+        kvc_proc_info *p = calloc(cap, sizeof *p);
+        if (!p)
+            return NULL;
+        if (kvc_proc_list(seg, p, cap, &count) == KVC_OK && count <= cap) {
+            *n = count;
+            return p;
+        }
+        free(p); /* attached meanwhile: count again */
+    }
+    return NULL;
+}
+
 static json_t *proc_json(const kvc_proc_info *p)
 {
     json_t *o = json_object();
@@ -71,18 +91,13 @@ static int run_procs(diag *d, int argc, char **argv)
     kvc_segment *seg = diag_open(d, "procs", &rc);
     if (!seg)
         return rc;
-    kvc_segment_info si;
-    kvc_segment_stat(seg, &si);
-    kvc_proc_info *p = calloc(si.max_procs, sizeof *p);
     size_t n = 0, alive = 0;
-    if (!p || kvc_proc_list(seg, p, si.max_procs, &n) != KVC_OK) {
-        fprintf(stderr, "%s procs: %s\n", d->prog, p ? kvc_last_error() : "out of memory");
-        free(p);
+    kvc_proc_info *p = diag_procs_fetch(seg, &n);
+    if (!p) {
+        fprintf(stderr, "%s procs: %s\n", d->prog, kvc_last_error());
         kvc__close_reader(seg);
         return DIAG_EXIT_BROKEN;
     }
-    if (n > si.max_procs)
-        n = si.max_procs;
     for (size_t i = 0; i < n; i++)
         alive += p[i].alive != 0;
     if (d->json) {

@@ -105,23 +105,39 @@ static uint64_t recoveries(kvc_segment *seg)
     return si.lock_recoveries;
 }
 
+/* kvc_rank_list() of every entry ever registered, sized by a first count. */
+static kvc_rank_info *list_all(kvc_segment *seg, size_t *n)
+{
+    size_t count = 0;
+    for (int tries = 0; tries < 5; tries++) {
+        if (kvc_rank_list(seg, NULL, 0, &count, 1) != KVC_OK)
+            return NULL;
+        size_t cap = count + 16;
+        kvc_rank_info *all = calloc(cap, sizeof *all);
+        if (!all)
+            return NULL;
+        if (kvc_rank_list(seg, all, cap, &count, 1) == KVC_OK && count <= cap) {
+            *n = count;
+            return all;
+        }
+        free(all); /* registered meanwhile: count again */
+    }
+    return NULL;
+}
+
 /* All ranks in state (-1 all); *n rows.  NULL on error (message printed). */
 static rank_row *list_rows(const diag *d, kvc_segment *seg, int state, size_t *n)
 {
-    kvc_segment_info si;
-    kvc_segment_stat(seg, &si);
-    kvc_rank_info *all = calloc(si.max_ranks, sizeof *all);
-    rank_row *rows = calloc(si.max_ranks, sizeof *rows);
     size_t count = 0;
-    kvc_err e = all && rows ? kvc_rank_list(seg, all, si.max_ranks, &count, 1) : KVC_E_SYS;
-    if (e) {
-        fprintf(stderr, "%s ranks: %s\n", d->prog, all && rows ? kvc_last_error() : "out of memory");
+    kvc_rank_info *all = list_all(seg, &count);
+    rank_row *rows = all ? calloc(count + 1, sizeof *rows) : NULL;
+    if (!rows) {
+        fprintf(stderr, "%s ranks: %s\n", d->prog, all ? "out of memory" : kvc_last_error());
         free(all);
-        free(rows);
         return NULL;
     }
     *n = 0;
-    for (size_t i = 0; i < count && i < si.max_ranks; i++) {
+    for (size_t i = 0; i < count; i++) {
         if (state >= 0 && (int)all[i].state != state)
             continue;
         rows[*n].ri = all[i];
@@ -312,5 +328,5 @@ static int run_ranks(diag *d, int argc, char **argv)
 
 const diag_cmd diag_cmd_ranks = {
     "ranks", "the rank table: session_id, info size, generation, registering pid",
-    "ranks [--state registered|withdrawn|all] | ranks --rank N [--full]", ranks_help, run_ranks,
+    "ranks [--state registered|withdrawn|all]\nranks --rank N [--full]", ranks_help, run_ranks,
 };

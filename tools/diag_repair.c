@@ -159,15 +159,9 @@ static void reap_one(repair *rp, const char *action, int32_t pid, uint64_t start
 
 static void reap_procs(repair *rp)
 {
-    kvc_segment_info si;
-    kvc_segment_stat(rp->seg, &si);
-    kvc_proc_info *p = calloc(si.max_procs, sizeof *p);
     size_t n = 0;
-    if (!p || kvc_proc_list(rp->seg, p, si.max_procs, &n) != KVC_OK) {
-        free(p);
-        return;
-    }
-    for (size_t i = 0; i < n && i < si.max_procs; i++) {
+    kvc_proc_info *p = diag_procs_fetch(rp->seg, &n);
+    for (size_t i = 0; p && i < n; i++) {
         if (p[i].alive)
             continue;
         char what[96];

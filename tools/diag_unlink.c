@@ -63,11 +63,11 @@ static int contents(const diag *d, int64_t *ranks, int64_t *alive)
     kvc_segment_info si;
     kvc_segment_stat(seg, &si);
     *ranks = si.ranks_registered;
-    kvc_proc_info *p = calloc(si.max_procs, sizeof *p);
     size_t n = 0;
-    if (p && kvc_proc_list(seg, p, si.max_procs, &n) == KVC_OK) {
+    kvc_proc_info *p = diag_procs_fetch(seg, &n);
+    if (p) {
         *alive = 0;
-        for (size_t i = 0; i < n && i < si.max_procs; i++)
+        for (size_t i = 0; i < n; i++)
             *alive += p[i].alive != 0;
     }
     free(p);

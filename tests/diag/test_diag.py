@@ -85,6 +85,13 @@ class Fixture:
         self.holder = None
 
     def __enter__(self):
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def _start(self):
         cmd = [ARGS.fixture, self.name, self.scenario] + (["--hold"] if self.hold else [])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
@@ -111,6 +118,9 @@ class Fixture:
         raise AssertionError("fixture did not die")
 
     def __exit__(self, *exc):
+        if self.proc is None:
+            self._unlink()
+            return
         try:
             self.proc.stdin.close()
         except BrokenPipeError:
@@ -122,6 +132,9 @@ class Fixture:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
+        self._unlink()
+
+    def _unlink(self):
         try:
             os.unlink("/dev/shm/" + self.name)
         except FileNotFoundError:
