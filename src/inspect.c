@@ -866,6 +866,7 @@ static void check_rooms(check *ck)
         say(ck, KVC_SEV_INFO, "rooms.slot", "rooms not checked: the rooms lock is busy");
         return;
     }
+    ck->st->rooms_counted = 1;
     room_scan rs = {.slot = {"rooms.slot", 0, 0}, .probe = {"rooms.probe", 0, 0},
                     .fields = {"rooms.fields", 0, 0}, .ranks = {"rooms.ranks", 0, 0},
                     .live = {"rooms.liveness", 0, 0}, .ttl = {"rooms.ttl", 0, 0},

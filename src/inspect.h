@@ -156,6 +156,7 @@ kvc_err kvc__rank_peek(kvc_segment *seg, uint32_t rank, kvc_rank_peek *out);
 typedef struct kvc_check_stats {
     uint32_t ranks_registered, ranks_withdrawn, ranks_odd;
     uint32_t rooms_live, rooms_by_state[5]; /* by KVPoll state */
+    int rooms_counted;               /* 0: the rooms lock was busy, rooms not read */
     uint32_t procs_attached, procs_alive, procs_dead;
     uint64_t arena_marked_blocks;    /* bits set in the arena bitmap */
     uint64_t arena_published_blocks; /* blocks of published rank info */

@@ -33,7 +33,9 @@ static const char status_help[] =
     "  block_size, created_ns/_utc, updated_ns/_utc, ...},\n"
     "  \"capacities\": {max_ranks, world_size, max_info_bytes, arena_bytes,\n"
     "  arena_used_bytes, max_rooms, room_slots, room_ttl_ms, max_procs},\n"
-    "  \"counts\": {ranks_registered, ranks_withdrawn, rooms_live, rooms_by_state:\n"
+    "  \"counts\": {ranks_registered, ranks_withdrawn, rooms_counted (false: the rooms\n"
+    "  lock was busy; rooms_live is then the header's count and rooms_by_state zeros),\n"
+    "  rooms_live, rooms_by_state:\n"
     "  {Failed, Bootstrapping, WaitingForInput, Transferring, Success}, failures_total,\n"
     "  failures_kept, procs_attached, procs_alive, procs_dead, lock_recoveries},\n"
     "  \"locks\": [{name, state, owner_pid, owner_alive, waiters, recoveries}],\n"
@@ -68,7 +70,9 @@ static json_t *counts_json(kvc_segment *seg, const kvc_check_stats *st)
     json_t *o = json_object(), *by = json_object();
     json_object_set_new(o, "ranks_registered", diag_jint(st->ranks_registered));
     json_object_set_new(o, "ranks_withdrawn", diag_jint(st->ranks_withdrawn));
-    json_object_set_new(o, "rooms_live", diag_jint(st->rooms_live));
+    json_object_set_new(o, "rooms_counted", json_boolean(st->rooms_counted));
+    json_object_set_new(o, "rooms_live", diag_jint(st->rooms_counted ? st->rooms_live
+                                                                     : si.rooms_live));
     for (int s = 0; s < 5; s++)
         json_object_set_new(by, kvc_poll_name((kvc_poll)s), diag_jint(st->rooms_by_state[s]));
     json_object_set_new(o, "rooms_by_state", by);
@@ -135,8 +139,12 @@ static void contents_text(kvc_segment *seg, const kvc_check_stats *st, FILE *out
     char rooms[256], locks[256], lt[160];
     size_t n = 0;
     kvc_segment_stat(seg, &si);
-    n += (size_t)snprintf(rooms, sizeof rooms, "%u live", st->rooms_live);
-    for (int s = 0; s < 5 && n < sizeof rooms; s++)
+    if (!st->rooms_counted)
+        snprintf(rooms, sizeof rooms, "not counted (the rooms lock is busy); %u live by the "
+                 "header's count", si.rooms_live);
+    else
+        n += (size_t)snprintf(rooms, sizeof rooms, "%u live", st->rooms_live);
+    for (int s = 0; s < 5 && st->rooms_counted && n < sizeof rooms; s++)
         n += (size_t)snprintf(rooms + n, sizeof rooms - n, "%s %s %u", s ? "," : ":",
                               kvc_poll_name((kvc_poll)s), st->rooms_by_state[s]);
     n = 0;

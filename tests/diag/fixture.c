@@ -18,6 +18,7 @@
  *                   SIGKILLed after saving its undo record (rooms lock held)
  *   lockheld        ranks 0..1 committed; a live child holds the ranks lock and
  *                   waits (a stuck owner); prints "holder PID"; needs --hold
+ *   lockheld-rooms  the same with the rooms lock (inside a room update)
  *   stale           ranks 0..1 committed; a worker child attaches, registers rank
  *                   5 and is SIGKILLed: a stale process entry, a dead worker's rank
  *   version         a valid segment whose layout version is then changed to 1
@@ -240,6 +241,9 @@ static pid_t scenario(kvc_segment *s, const char *what)
     } else if (!strcmp(what, "lockheld")) {
         reg_range(s, 2);
         return child(JOB_REREGISTER, "reg.locked", 1);
+    } else if (!strcmp(what, "lockheld-rooms")) {
+        reg_range(s, 2);
+        return child(JOB_OPEN_ROOM, "room.undo_saved", 1);
     } else if (!strcmp(what, "stale")) {
         reg_range(s, 2);
         child(JOB_REGISTER_5, NULL, 0);

@@ -609,6 +609,25 @@ class StuckLock(Base):
             self.assertIn("pid %d" % fx.holder, busy[0]["detail"])
             # Still held by the live holder: repair did not steal it.
             self.assertEqual(self.locks(fx.name)["ranks"]["owner_pid"], fx.holder)
+            self.assertTrue(st["counts"]["rooms_counted"])
+
+    def test_stuck_rooms_lock(self):
+        with Fixture("lockheld-rooms", hold=True) as fx:
+            rooms = self.locks(fx.name)["rooms"]
+            self.assertEqual((rooms["state"], rooms["owner_pid"], rooms["owner_alive"]),
+                             ("held", fx.holder, True))
+            rc, doc, _ = diag(fx.name, "--lock-timeout", "100", "check", json_out=True)
+            self.assertEqual(rc, 1)
+            self.assertEqual(problem_ids(doc), {"locks.rooms"})
+            rc, st, _ = diag(fx.name, "--lock-timeout", "100", "status", json_out=True)
+            self.assertEqual((rc, st["verdict"]), (0, "degraded"))
+            self.assertFalse(st["counts"]["rooms_counted"])
+            for c in ("rooms", "failures"):
+                rc, _, err = diag(fx.name, "--lock-timeout", "100", c)
+                self.assertEqual(rc, EXIT_BROKEN, c)
+                self.assertIn("held for over 100 ms by pid %d" % fx.holder, err)
+            rc, out, _ = diag(fx.name, "--lock-timeout", "100", "status")
+            self.assertIn("not counted (the rooms lock is busy)", out)
 
 
 class StaleProcess(Base):
