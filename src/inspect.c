@@ -713,23 +713,11 @@ static void check_procs(check *ck)
 
 /* ---- the check: rooms ---------------------------------------------------- */
 
-/* rooms.c's hash (splitmix64's finaliser): a room lives on the probe path
- * that starts at mix(id) & (slots - 1).  Must stay identical to rooms.c;
- * the diag tests check rooms of a real table are all reachable. */
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static bool reachable(const kvc_segment *seg, uint32_t slot)
 {
     uint32_t mask = seg->hdr->room_slots - 1;
     uint64_t id = seg->rooms[slot].id;
-    uint32_t i = (uint32_t)mix(id) & mask;
+    uint32_t i = (uint32_t)kvc__room_hash(id) & mask;
     for (uint32_t n = 0; n <= mask; n++, i = (i + 1) & mask) {
         const kvc_room *r = &seg->rooms[i];
         if (r->slot == KVC_SLOT_FREE)

@@ -63,6 +63,22 @@ void kvc__unlock(kvc_segment *seg, int id);
 void kvc__ranks_recover(kvc_segment *seg);
 void kvc__procs_recover(kvc_segment *seg);
 void kvc__rooms_recover(kvc_segment *seg);
+/* The room table's hash (splitmix64's finaliser): a room lives on the
+ * linear probe path starting at kvc__room_hash(id) & (room_slots - 1).
+ * Room ids are random, but the table does not rely on it. */
+static inline uint64_t kvc__room_hash(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* segment.c: note that this process opened a room on the segment, so its
+ * last kvc_close() fails the rooms it leaves unreleased. */
+void kvc__note_room_opened(kvc_segment *seg);
+
 /* rooms.c: fail every non-terminal room pid participates in (own lock). */
 kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
                              size_t *failed);

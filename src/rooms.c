@@ -91,20 +91,10 @@ void kvc__rooms_recover(kvc_segment *seg)
 
 /* ---- table ------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t x)
-{
-    /* splitmix64's finaliser: room ids are random, but do not rely on it. */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static int64_t find(kvc_segment *seg, uint64_t id)
 {
     uint32_t mask = seg->hdr->room_slots - 1;
-    uint32_t i = (uint32_t)mix(id) & mask;
+    uint32_t i = (uint32_t)kvc__room_hash(id) & mask;
     for (uint32_t n = 0; n <= mask; n++, i = (i + 1) & mask) {
         const kvc_room *r = &seg->rooms[i];
         if (r->slot == KVC_SLOT_FREE)
@@ -119,7 +109,7 @@ static int64_t find(kvc_segment *seg, uint64_t id)
 static int64_t find_free(kvc_segment *seg, uint64_t id)
 {
     uint32_t mask = seg->hdr->room_slots - 1;
-    uint32_t i = (uint32_t)mix(id) & mask;
+    uint32_t i = (uint32_t)kvc__room_hash(id) & mask;
     for (uint32_t n = 0; n <= mask; n++, i = (i + 1) & mask)
         if (seg->rooms[i].slot != KVC_SLOT_USED)
             return i;
@@ -341,6 +331,8 @@ KVC_API kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t particip
     else if (r && rank >= r->participants)
         e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)",
                       rank, (unsigned long long)room, r->participants - 1);
+    if (!e)
+        kvc__note_room_opened(seg);
     if (!e && !(r->part[rank].pid == seg->pid && r->part[rank].start == seg->start)) {
         undo_begin(seg, r, sizeof *r, NULL, 0);
         r->part[rank].pid = seg->pid;

@@ -284,6 +284,22 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
     return KVC_OK;
 }
 
+static kvc_err flock_bounded(kvc_segment *seg, int how)
+{
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)seg->lock_timeout_ms * 1000000ull;
+    for (;;) {
+        if (flock(seg->fd, how | LOCK_NB) == 0)
+            return KVC_OK;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return kvc__fail(KVC_E_SYS, "flock(%s): %s", seg->name, strerror(errno));
+        if (kvc__mono_ns() >= deadline)
+            return kvc__fail(KVC_E_BUSY, "segment %s is still being created after %u ms (its "
+                             "creator holds the creation lock; is it stopped?)", seg->name,
+                             seg->lock_timeout_ms);
+        usleep(1000);
+    }
+}
+
 /* Attach to an existing segment.  KVC_E_NOENT (with message) if missing. */
 static kvc_err attach(kvc_segment *seg)
 {
@@ -294,11 +310,12 @@ static kvc_err attach(kvc_segment *seg)
                              seg->name);
         return kvc__fail(KVC_E_SYS, "shm_open(%s): %s", seg->name, strerror(errno));
     }
-    /* Waits only while a live creator initialises; a dead one's flock is gone. */
-    if (flock(seg->fd, LOCK_SH) < 0) {
-        kvc_err e = kvc__fail(KVC_E_SYS, "flock(%s): %s", seg->name, strerror(errno));
+    /* Waits only while a live creator initialises (a dead one's flock is
+     * gone), and at most the lock timeout: a stopped creator is reported. */
+    kvc_err fe = flock_bounded(seg, LOCK_SH);
+    if (fe) {
         unmap(seg);
-        return e;
+        return fe;
     }
     struct stat st;
     kvc_err e = KVC_OK;
@@ -309,7 +326,8 @@ static kvc_err attach(kvc_segment *seg)
             break;
         flock(seg->fd, LOCK_UN);
         usleep(1000);
-        flock(seg->fd, LOCK_SH);
+        if (flock_bounded(seg, LOCK_SH))
+            break;
     }
     if (fstat(seg->fd, &st) < 0)
         e = kvc__fail(KVC_E_SYS, "fstat(%s): %s", seg->name, strerror(errno));
@@ -351,7 +369,7 @@ static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
         if (e != KVC_E_EXISTS)
             return e;
         e = attach(seg);
-        if (e == KVC_OK || e == KVC_E_SYS)
+        if (e == KVC_OK || e == KVC_E_SYS || e == KVC_E_BUSY)
             return e;
         if (e == KVC_E_NOENT)
             continue; /* removed under us: create again */
@@ -372,6 +390,7 @@ static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     char name[KVC_NAME_MAX + 1];
     int count;
+    int rooms_opened; /* this process opened a room on the segment */
 } handles[32];
 
 /* A child of fork() holds none of its parent's handles as its own. */
@@ -383,7 +402,9 @@ static void handles_forget(void)
 
 static void handles_init(void) { pthread_atfork(NULL, NULL, handles_forget); }
 
-static int handles_adjust(const char *name, int delta)
+/* Adjust name's handle count by delta (and set its rooms flag when
+ * rooms_opened); returns the count left and, in *rooms, the flag. */
+static int handles_adjust(const char *name, int delta, int rooms_opened, int *rooms)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, handles_init);
@@ -398,17 +419,29 @@ static int handles_adjust(const char *name, int delta)
     if (i == 32 && delta > 0 && free_slot >= 0) {
         i = free_slot;
         snprintf(handles[i].name, sizeof handles[i].name, "%s", name);
+        handles[i].rooms_opened = 0;
     }
+    if (rooms)
+        *rooms = 1; /* untracked (more than 32 names): assume rooms were opened */
     if (i < 32) {
         handles[i].count += delta;
         if (handles[i].count < 0)
             handles[i].count = 0;
+        handles[i].rooms_opened |= rooms_opened;
         left = handles[i].count;
+        if (rooms)
+            *rooms = handles[i].rooms_opened;
     } else {
-        left = delta > 0 ? 1 : 0; /* untracked (more than 32 names): as if alone */
+        left = delta > 0 ? 1 : 0;
     }
     pthread_mutex_unlock(&handles_mu);
     return left;
+}
+
+void kvc__note_room_opened(kvc_segment *seg)
+{
+    if ((int32_t)getpid() == seg->pid)
+        handles_adjust(seg->name, 0, 1, NULL);
 }
 
 KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
@@ -450,7 +483,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
         free(seg);
         return e;
     }
-    handles_adjust(seg->name, +1);
+    handles_adjust(seg->name, +1, 0, NULL);
     *out = seg;
     return KVC_OK;
 }
@@ -462,7 +495,9 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
     /* Rooms this process still takes part in cannot complete without it,
      * once its last handle on the segment is closed.  (A child that
      * inherited the handle across fork() is not that process.) */
-    if (seg->hdr && (int32_t)getpid() == seg->pid && handles_adjust(seg->name, -1) == 0)
+    int rooms = 0;
+    if (seg->hdr && (int32_t)getpid() == seg->pid &&
+        handles_adjust(seg->name, -1, 0, &rooms) == 0 && rooms)
         kvc__rooms_fail_proc(seg, seg->pid, seg->start,
                              "closed its segment handle without releasing the room", NULL);
     kvc__proc_detach(seg);
