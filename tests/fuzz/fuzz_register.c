@@ -1,0 +1,169 @@
+/*
+ * fuzz_register.c - fuzz target: validation of registrations, in the route
+ * (PUT /register_transfer_engine_info's body handling) and in the library
+ * (kvc_rank_register's weights_info_dict check).
+ *
+ * The input is a request body.
+ *   1. Through routes_dispatch() as a PUT: the answer is 200 "OK" or a 400,
+ *      413, 503 or 507 with a JSON {"detail": ...}; never anything else.
+ *      On 200, GET /get_transfer_engine_info?rank=R answers 200 with
+ *      [session_id, weights_info_dict] equal (jansson json_equal) to what
+ *      the body held, rank taken from "rank", else "tp_rank".
+ *   2. The same bytes as weights_info_dict straight to kvc_rank_register():
+ *      accepted exactly when jansson reads them as a JSON object (and they
+ *      fit), and a lookup then returns the same bytes, byte for byte.
+ */
+#include <http_parser.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "buf.h"
+#include "fuzz_common.h"
+#include "http_req.h"
+#include "http_routes.h"
+#include "log.h"
+
+#define DIRECT_RANK (FZ_MAX_RANKS - 1) /* rank used by the direct library check */
+
+static struct routes *routes;
+
+static void free_routes(void)
+{
+    routes_destroy(routes);
+    routes = NULL;
+}
+
+static void setup(void)
+{
+    if (routes)
+        return;
+    log_set_level(LOG_ERROR);
+    FZ_CHECK(routes_create(&routes, fz_segment("reg")) == 0, "routes_create");
+    fz_before_close = free_routes;
+}
+
+/* Split a response in out into status and body (Content-Length is checked
+ * by fuzz_http; here only what the registration answers mean). */
+static int parse_answer(const struct buf *out, const char **body, size_t *body_len)
+{
+    FZ_CHECK(out->len > 12 && !memcmp(out->p, "HTTP/1.1 ", 9), "bad status line");
+    int status = atoi(out->p + 9);
+    const char *end = memmem(out->p, out->len, "\r\n\r\n", 4);
+    FZ_CHECK(end, "no end of headers");
+    *body = end + 4;
+    *body_len = out->len - (size_t)(end + 4 - out->p);
+    return status;
+}
+
+/* The rank the route should have stored, from the parsed body. */
+static json_int_t body_rank(json_t *root)
+{
+    json_t *r = json_object_get(root, "rank");
+    if (!r)
+        r = json_object_get(root, "tp_rank");
+    return r && json_is_integer(r) ? json_integer_value(r) : -1;
+}
+
+static void via_route(const uint8_t *data, size_t size)
+{
+    struct route_slot slot;
+    memset(&slot, 0, sizeof slot);
+    struct buf out = {0};
+    struct http_req req = {.method = HTTP_PUT, .path = "/register_transfer_engine_info",
+                           .path_len = strlen("/register_transfer_engine_info"),
+                           .body = (const char *)data, .body_len = size, .http_minor = 1,
+                           .keep_alive = 1};
+    FZ_CHECK(routes_dispatch(routes, &slot, &req, &out) == ROUTE_DONE, "registration parked");
+    const char *body;
+    size_t blen;
+    int status = parse_answer(&out, &body, &blen);
+    json_t *sent = json_loadb((const char *)data, size, JSON_DECODE_ANY, NULL);
+    if (status != 200) {
+        FZ_CHECK(status == 400 || status == 413 || status == 503 || status == 507,
+                 "registration answered %d: %.*s", status, (int)blen, body);
+        int utf8 = fz_utf8_valid((const uint8_t *)body, blen);
+        FZ_CHECK(utf8 || !fz_check_utf8(), "error body is not valid UTF-8: %.*s", (int)blen,
+                 body);
+        json_t *d = json_loadb(body, blen, 0, NULL);
+        FZ_CHECK(!utf8 || (d && json_is_string(json_object_get(d, "detail"))),
+                 "bad error body: %.*s", (int)blen, body);
+        json_decref(d);
+        /* A well-formed registration of an allowed rank must not be refused
+         * as a bad request. */
+        json_int_t r = sent ? body_rank(sent) : -1;
+        json_t *tei = sent ? json_object_get(sent, "transfer_engine_info") : NULL;
+        json_t *sid = json_object_get(tei, "session_id");
+        if (status == 400 && r >= 0 && r < FZ_MAX_RANKS && json_is_string(sid) &&
+            json_string_length(sid) > 0 && json_string_length(sid) <= KVC_SESSION_ID_MAX &&
+            strlen(json_string_value(sid)) == json_string_length(sid) &&
+            json_is_object(json_object_get(tei, "weights_info_dict")))
+            FZ_CHECK(0, "valid registration refused: %.*s", (int)blen, body);
+        json_decref(sent);
+        buf_free(&out);
+        return;
+    }
+    FZ_CHECK(sent && json_is_object(sent), "200 for a body that is not a JSON object");
+    json_int_t rank = body_rank(sent);
+    FZ_CHECK(rank >= 0 && rank < FZ_MAX_RANKS, "200 for rank %lld", (long long)rank);
+
+    /* Read it back as a remote instance would. */
+    char query[32];
+    int qlen = snprintf(query, sizeof query, "rank=%lld", (long long)rank);
+    struct http_req get = {.method = HTTP_GET, .path = "/get_transfer_engine_info",
+                           .path_len = strlen("/get_transfer_engine_info"), .query = query,
+                           .query_len = (size_t)qlen, .http_minor = 1, .keep_alive = 1};
+    buf_reset(&out);
+    FZ_CHECK(routes_dispatch(routes, &slot, &get, &out) == ROUTE_DONE, "lookup parked");
+    status = parse_answer(&out, &body, &blen);
+    FZ_CHECK(status == 200, "lookup of a registered rank answered %d: %.*s", status, (int)blen,
+             body);
+    json_error_t jerr;
+    json_t *got = json_loadb(body, blen, 0, &jerr);
+    FZ_CHECK(got, "lookup body does not parse: %s", jerr.text);
+    json_t *pair = json_object_get(got, "remote_instance_transfer_engine_info");
+    json_t *tei = json_object_get(sent, "transfer_engine_info");
+    FZ_CHECK(json_integer_value(json_object_get(got, "rank")) == rank, "rank differs");
+    FZ_CHECK(json_is_array(pair) && json_array_size(pair) == 2, "bad pair");
+    FZ_CHECK(json_equal(json_array_get(pair, 0), json_object_get(tei, "session_id")),
+             "session_id differs");
+    FZ_CHECK(json_equal(json_array_get(pair, 1), json_object_get(tei, "weights_info_dict")),
+             "weights_info_dict differs");
+    json_decref(got);
+    json_decref(sent);
+    route_slot_free(&slot);
+    buf_free(&out);
+}
+
+static void via_library(const uint8_t *data, size_t size)
+{
+    kvc_segment *seg = fz_segment("reg");
+    kvc_err e = kvc_rank_register(seg, DIRECT_RANK, "fuzz:1", (const char *)data, size, NULL);
+    json_t *v = json_loadb((const char *)data, size, 0, NULL);
+    int object = v && json_is_object(v);
+    json_decref(v);
+    if (size + 6 > FZ_MAX_INFO) {
+        FZ_CHECK(e == KVC_E_TOOBIG, "oversized info: %s", kvc_strerror(e));
+        return;
+    }
+    FZ_CHECK(object ? e == KVC_OK : e == KVC_E_INVAL, "jansson says %s, library says %s (%s)",
+             object ? "object" : "not an object", kvc_strerror(e), kvc_last_error());
+    if (e)
+        return;
+    kvc_rank_info ri;
+    memset(&ri, 0, sizeof ri);
+    e = kvc_rank_lookup(seg, DIRECT_RANK, &ri);
+    FZ_CHECK(e == KVC_OK, "lookup after register: %s", kvc_strerror(e));
+    FZ_CHECK(ri.info_len == size && !memcmp(ri.info, data, size) && ri.info[size] == '\0',
+             "stored info differs from what was registered");
+    FZ_CHECK(!strcmp(ri.session_id, "fuzz:1"), "session_id differs");
+    kvc_rank_info_free(&ri);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    setup();
+    via_route(data, size);
+    via_library(data, size);
+    return 0;
+}

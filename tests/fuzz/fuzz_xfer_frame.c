@@ -1,0 +1,80 @@
+/*
+ * fuzz_xfer_frame.c - fuzz target: the transfer engine's wire decoding
+ * (src/xfer_frame.c): kvt_frame_decode() and kvt_hello_decode().
+ *
+ * The input is a byte stream as a TCP peer would send it.  It is cut into
+ * frames the way the receiver's parser (xfer_rx.c, rx_parse) does: a
+ * 40-byte header, then its payload (a WRITE's payload skipped, a control
+ * payload collected up to KVT_CTL_MAX); the first refused header ends the
+ * stream, as it ends the connection.  Checked:
+ *   - a decoded header re-encodes to the same 40 bytes, and its payload
+ *     length respects the limits (KVT_CTL_MAX, or max_write for WRITE);
+ *   - a refused header leaves a NUL-terminated reason;
+ *   - a decoded HELLO (also any control payload tried as one) re-encodes to
+ *     the same bytes (the reserved flags word aside), its strings
+ *     NUL-terminated and at most KVT_HELLO_STR_MAX; a refused one still
+ *     reports the version when 4 bytes were there.
+ * The first input byte picks max_write (the receiver's limit is
+ * configurable), so both sides of that check are reached.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "fuzz_common.h"
+#include "xfer_frame.h"
+
+static void check_hello(const uint8_t *p, size_t len)
+{
+    kvt_hello h;
+    char err[160];
+    err[0] = '\0';
+    memset(&h, 0xa5, sizeof h);
+    if (kvt_hello_decode(p, len, &h, err, sizeof err)) {
+        FZ_CHECK(memchr(err, 0, sizeof err) && err[0], "refused HELLO without a reason");
+        if (len >= 4)
+            FZ_CHECK(h.version == kvt_get32(p), "version not reported on error");
+        return;
+    }
+    size_t ls = strnlen(h.session_id, sizeof h.session_id);
+    size_t lt = strnlen(h.token, sizeof h.token);
+    FZ_CHECK(ls <= KVT_HELLO_STR_MAX && lt <= KVT_HELLO_STR_MAX, "unterminated string");
+    uint8_t again[16 + 2 * (2 + KVT_HELLO_STR_MAX)];
+    size_t n = kvt_hello_encode(&h, again, sizeof again);
+    FZ_CHECK(n == len, "HELLO of %zu bytes re-encodes to %zu", len, n);
+    FZ_CHECK(!memcmp(again, p, 4) && !memcmp(again + 8, p + 8, len - 8),
+             "HELLO does not re-encode to the same bytes");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    static const uint32_t max_writes[4] = {0, 4096, 1u << 20, UINT32_MAX};
+    uint32_t max_write = max_writes[data[0] & 3];
+    const uint8_t *p = data + 1;
+    size_t left = size - 1;
+    while (left >= KVT_HDR_LEN) {
+        kvt_frame f;
+        char err[160];
+        err[0] = '\0';
+        if (kvt_frame_decode(p, max_write, &f, err, sizeof err)) {
+            FZ_CHECK(memchr(err, 0, sizeof err) && err[0], "refused frame without a reason");
+            return 0; /* the receiver closes the connection here */
+        }
+        uint8_t again[KVT_HDR_LEN];
+        kvt_frame_encode(&f, again);
+        FZ_CHECK(!memcmp(again, p, KVT_HDR_LEN), "header does not re-encode to the same bytes");
+        FZ_CHECK(f.type >= KVT_F_HELLO && f.type <= KVT_F_ERROR, "type %u accepted", f.type);
+        FZ_CHECK(strcmp(kvt_ftype_name(f.type), "unknown"), "known type without a name");
+        FZ_CHECK(f.len <= (f.type == KVT_F_WRITE ? max_write : KVT_CTL_MAX),
+                 "payload of %u bytes accepted for %s", f.len, kvt_ftype_name(f.type));
+        p += KVT_HDR_LEN, left -= KVT_HDR_LEN;
+        size_t n = f.len < left ? f.len : left;
+        if (f.type != KVT_F_WRITE)
+            check_hello(p, n); /* a truncated payload too: it must be refused cleanly */
+        p += n, left -= n;
+    }
+    if (left)
+        check_hello(p, left);
+    return 0;
+}
