@@ -111,6 +111,12 @@ static kvc_err import(kvt_engine *e, json_t *o, kvt_peer **out)
     free(p->regions);
     p->regions = regs;
     p->nregions = n;
+    /* RDMA WRITE when both run verbs; otherwise the TCP path (a verbs
+     * engine still serves TCP writes). */
+    bool verbs = e->backend == KVT_BACKEND_VERBS && !strcmp(be, "verbs");
+    if (verbs != p->verbs)
+        kvt__verbs_peer_down(e, p);
+    p->verbs = verbs;
     kvt__peer_renew(e, p, gen);
     *out = p;
     return KVC_OK;

@@ -338,6 +338,10 @@ static void dispatch(kvt_engine *e, struct io_uring_cqe *cqe)
     case OP_TIMER:
         e->timer_armed = false;
         break;
+    case OP_VERBS_CQ:
+    case OP_VERBS_ASYNC:
+        kvt__verbs_cqe(e, cqe);
+        break;
     case OP_ACCEPT:
         e->accept_armed = false;
         /* fallthrough */
@@ -366,6 +370,7 @@ static kvc_err reap(kvt_engine *e, int wait_ms)
     if (!e->accept_armed)
         kvt__tcp_arm_accept(e);
     arm_timer(e);
+    kvt__verbs_arm(e);
     if (wait_ms > 0) {
         struct __kernel_timespec ts = {.tv_sec = wait_ms / 1000, .tv_nsec = (wait_ms % 1000) * 1000000LL};
         rc = io_uring_submit_and_wait_timeout(&e->ring, &cqe, 1, &ts, NULL);
@@ -430,6 +435,7 @@ static void drain_all(kvt_engine *e)
         bool any = false;
         for (uint32_t i = 0; i < e->nconns_cap && !any; i++)
             any = e->conns[i] != NULL;
+        any = any || kvt__verbs_busy(e); /* WRs not yet flushed read our memory */
         if (!any || kvc__mono_ns() > end)
             break;
         reap(e, 10);

@@ -19,6 +19,7 @@ const char *kvt_ftype_name(uint8_t type)
     case KVT_F_DONE_ACK: return "DONE_ACK";
     case KVT_F_ABORT: return "ABORT";
     case KVT_F_ERROR: return "ERROR";
+    case KVT_F_QP_INFO: return "QP_INFO";
     }
     return "unknown";
 }
@@ -57,7 +58,7 @@ int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_fram
         snprintf(err, cap, "frame %s has reserved bits set", kvt_ftype_name(f->type));
         return -1;
     }
-    if (f->type < KVT_F_HELLO || f->type > KVT_F_ERROR) {
+    if (f->type < KVT_F_HELLO || f->type > KVT_F_MAX) {
         snprintf(err, cap, "unknown frame type %u", f->type);
         return -1;
     }

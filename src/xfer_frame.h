@@ -44,8 +44,12 @@ enum kvt_ftype {
     KVT_F_DONE = 6,     /* client -> server: room ends: seq writes, addr bytes */
     KVT_F_DONE_ACK = 7, /* server -> client: room tally checked (status 0 = ok) */
     KVT_F_ABORT = 8,    /* client -> server: room aborted; payload: reason */
-    KVT_F_ERROR = 9     /* either way: fatal for the connection; payload: reason */
+    KVT_F_ERROR = 9,    /* either way: fatal for the connection; payload: reason */
+    KVT_F_QP_INFO = 10  /* verbs: either way, once: this side's RC QP record
+                           (xfer_verbs_rules.h); the server answers with its own */
 };
+/* The highest frame type a decoder accepts. */
+#define KVT_F_MAX KVT_F_QP_INFO
 
 typedef struct kvt_frame {
     uint8_t type;

@@ -26,17 +26,23 @@
 #include "internal.h"
 #include "kvcoord/transfer.h"
 #include "xfer_frame.h"
+#include "xfer_verbs_rules.h"
 
 #define KVT_MAX_REGIONS 4096
 #define KVT_MAX_PEERS 1024
 #define KVT_BATCH_WRS 64             /* frames per sendmsg */
 #define KVT_RBUF (256u << 10)        /* staging buffer for received bytes */
 #define KVT_DIRECT_MIN (32u << 10)   /* payload left >= this: recv straight into place */
+#define KVT_SOCK_RCVBUF (2 << 20)   /* SO_RCVBUF of accepted connections (kernel doubles it) */
 #define KVT_TICK_MS 50               /* deadline timer granularity */
 
 /* io_uring user_data: operation in the top byte, connection id below.
  * Encoded and decoded only here. */
-enum kvt_op { OP_ACCEPT = 1, OP_CONNECT, OP_SEND, OP_RECV, OP_CANCEL, OP_TIMER, OP_VERBS_CQ };
+enum kvt_op {
+    OP_ACCEPT = 1, OP_CONNECT, OP_SEND, OP_RECV, OP_CANCEL, OP_TIMER,
+    OP_VERBS_CQ,    /* POLL_ADD on the completion channel's fd */
+    OP_VERBS_ASYNC  /* POLL_ADD on the device context's async event fd */
+};
 #define KVT_UD(op, id) (((uint64_t)(op) << 56) | (uint64_t)(uint32_t)(id))
 #define KVT_UD_OP(ud) ((int)((ud) >> 56))
 #define KVT_UD_ID(ud) ((uint32_t)(ud))
@@ -77,6 +83,7 @@ typedef struct kvt_sroom {
     uint32_t in_kernel;            /* data wrs in a send batch (pages in use) */
     bool closed;                   /* last batch submitted */
     bool done_sent, failed, finished;
+    kvt_wc_tally wc;               /* verbs: the room's work completions */
     int32_t code;
     char reason[KVC_REASON_MAX + 1];
 } kvt_sroom;
@@ -99,6 +106,9 @@ struct kvt_peer {
     char last_error[KVC_REASON_MAX + 1];
     uint64_t bytes_sent;
     uint64_t next_seq;
+    bool verbs;                    /* both engines run verbs: data by RDMA WRITE,
+                                      connection slot 0 is the control channel */
+    struct kvt_vqp *vqp;           /* its RC QP (NULL until set up, and after a failure) */
 };
 
 /* A room being received from one peer. */
@@ -115,6 +125,7 @@ typedef struct kvt_rpeer {
     uint64_t generation;
     uint32_t conns;
     kvt_rroom *rooms;
+    struct kvt_vqp *vqp;           /* verbs: the QP its RDMA WRITEs arrive on */
 } kvt_rpeer;
 
 /* Rooms a receiving engine expects several senders for. */
@@ -158,6 +169,8 @@ struct kvt_conn {
     uint64_t left;                  /* payload bytes still to come */
     kvt_region *dreg;
     bool direct;                    /* current recv goes straight to dst */
+    bool big;                       /* last WRITE was large: recv headers alone */
+    bool qp_wait;                   /* verbs: QP_INFO sent, the answer is due */
     uint64_t ack_seq, ack_count;    /* writes applied, not yet acknowledged */
     char ctl[KVT_CTL_MAX + 1];      /* control payload being assembled, NUL-terminated */
     uint32_t ctl_len;
@@ -165,7 +178,27 @@ struct kvt_conn {
     socklen_t salen;
 };
 
-struct kvt_verbs;
+/* The engine's RDMA device (xfer_verbs.c opens it; xfer_verbs_qp.c runs
+ * the data path on it). */
+typedef struct kvt_vqp kvt_vqp;
+struct kvt_verbs {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    int port;
+    int gid_index;
+    union ibv_gid gid;
+    uint16_t lid;
+    bool is_roce;
+    enum ibv_mtu active_mtu;
+    char dev[64];
+    bool cq_armed, async_armed;     /* POLL_ADD in flight */
+    bool dead;                      /* device-fatal event seen */
+    char dead_why[KVC_REASON_MAX + 1];
+    struct kvt_vqp *qps;            /* every QP, live or draining */
+    uint32_t nqps;
+};
 
 struct kvt_engine {
     kvt_options o;
@@ -239,5 +272,19 @@ kvc_err kvt__verbs_reg(kvt_engine *e, kvt_region *r);
 void kvt__verbs_dereg(kvt_engine *e, kvt_region *r);
 /* Message for a failed registration, naming RLIMIT_MEMLOCK when relevant. */
 kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what);
+/* The verbs data path (xfer_verbs_qp.c).  QP setup over connection c: */
+void kvt__verbs_hello_ok(kvt_engine *e, kvt_conn *c);          /* client: create, send QP_INFO */
+int kvt__verbs_qp_info(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *err, size_t cap);
+void kvt__verbs_pump(kvt_engine *e, struct kvt_peer *p);       /* post RDMA WRITEs */
+void kvt__verbs_notify(kvt_engine *e, kvt_sroom *r);           /* end of room: SEND */
+void kvt__verbs_peer_down(kvt_engine *e, struct kvt_peer *p);  /* QP to ERR: flush */
+void kvt__verbs_rpeer_down(kvt_engine *e, kvt_rpeer *rp);
+void kvt__verbs_conn_closed(kvt_engine *e, kvt_conn *c);
+void kvt__verbs_arm(kvt_engine *e);                            /* POLL_ADD on CQ and async fds */
+void kvt__verbs_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
+bool kvt__verbs_busy(kvt_engine *e);                           /* work requests outstanding */
+void kvt__verbs_free_qps(kvt_engine *e);
+/* xfer_rx.c: the end-of-room note of an RDMA sender arrived. */
+void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes, uint64_t bytes);
 
 #endif

@@ -2,10 +2,12 @@
  * xfer_rx.c - receiving frames on a connection: the recv loop, the frame
  * parser, and the handlers of each frame type on either side.
  *
- * Bytes arrive in the connection's staging buffer (rbuf).  A WRITE's
- * payload is checked against the registered regions from its header
- * alone, before one payload byte is stored; then it is copied out of rbuf,
- * or, when much of it is still to come, received straight into place.
+ * Headers and control payloads arrive in the connection's staging buffer
+ * (rbuf).  A WRITE's payload is checked against the registered regions
+ * from its header alone, before one payload byte is stored.  Small writes
+ * are read many to a recv and copied out of rbuf; on a connection carrying
+ * large writes only the header is read into rbuf and the payload is
+ * received straight into place (kvt__rx_arm), short recvs resumed.
  * A write is acknowledged only after all of its bytes are in place.
  */
 #include <errno.h>
@@ -20,13 +22,25 @@ void kvt__send_hello_ok(kvt_engine *e, kvt_conn *c);
 void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t status, const char *msg);
 void kvt__peer_pump(kvt_engine *e, kvt_peer *p);
 
+/* Arm the connection's one recv.  Three shapes:
+ *  - payload of the current WRITE, nothing buffered: straight into the
+ *    destination region (already checked against the registered regions
+ *    by on_write_header), as much as is left; a short recv is resumed by
+ *    the next arm;
+ *  - between frames on a connection carrying large writes (c->big): only
+ *    the rest of the 40-byte header, into rbuf, so that no payload byte
+ *    lands in the staging buffer and has to be copied out again;
+ *  - otherwise (small frames, control payloads, skipped bytes, before the
+ *    first large write): as much as rbuf holds, so many small frames cost
+ *    one recv.
+ * Hazard: rbuf is compacted only here, when no recv into it is in flight. */
 void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
 {
     if (c->recving || c->state == CS_CLOSING)
         return;
     struct io_uring_sqe *s = kvt__sqe(e);
-    if (c->rstate == RS_PAYLOAD && c->rpos == c->rlen && c->left >= KVT_DIRECT_MIN) {
-        /* Large remainder: straight into the destination region. */
+    if (c->rstate == RS_PAYLOAD && c->rpos == c->rlen && c->left &&
+        (c->big || c->left >= KVT_DIRECT_MIN)) {
         size_t n = c->left > (1u << 30) ? (1u << 30) : (size_t)c->left;
         io_uring_prep_recv(s, c->fd, c->dst, n, 0);
         c->direct = true;
@@ -38,7 +52,10 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
             c->rlen -= c->rpos;
             c->rpos = 0;
         }
-        io_uring_prep_recv(s, c->fd, c->rbuf + c->rlen, KVT_RBUF - c->rlen, 0);
+        size_t want = KVT_RBUF - c->rlen;
+        if (c->big && c->rstate == RS_HDR && c->rlen < KVT_HDR_LEN)
+            want = KVT_HDR_LEN - c->rlen; /* header only: the payload goes in place */
+        io_uring_prep_recv(s, c->fd, c->rbuf + c->rlen, want, 0);
         c->direct = false;
     }
     io_uring_sqe_set_data64(s, KVT_UD(OP_RECV, c->id));
@@ -262,6 +279,7 @@ static void on_write_header(kvt_engine *e, kvt_conn *c)
         return;
     }
     reg->busy++;
+    c->big = f->len >= KVT_DIRECT_MIN; /* sizes the next header's recv (kvt__rx_arm) */
     c->dreg = reg;
     c->dst = (uint8_t *)(uintptr_t)f->addr;
     c->left = f->len;
@@ -343,7 +361,39 @@ static void on_hello_ok(kvt_engine *e, kvt_conn *c)
     }
     c->state = CS_UP;
     c->progress_ns = kvc__mono_ns();
+    kvt__verbs_hello_ok(e, c); /* verbs peer: set up the QP first */
     kvt__peer_pump(e, c->peer);
+}
+
+/* QP_INFO: the peer's RC QP record (verbs), either side. */
+static void on_qp_info(kvt_engine *e, kvt_conn *c)
+{
+    kvt_qp_rec r;
+    char err[200];
+    if (kvt_qp_rec_decode((const uint8_t *)c->ctl, c->ctl_len, &r, err, sizeof err) ||
+        kvt__verbs_qp_info(e, c, &r, err, sizeof err)) {
+        char msg[256];
+        kvt__str(msg, sizeof msg, "RDMA QP setup: %s", err);
+        if (c->client)
+            kvt__conn_fail(e, c, EPROTO, "QP setup with", msg);
+        else
+            proto_error(e, c, EPROTO, msg);
+    }
+}
+
+void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes, uint64_t bytes)
+{
+    kvt_rroom *r = rroom_get(e, rp, room, true); /* Transferring, then at once: */
+    if (!r) {
+        kvt__log(e, KVT_LOG_ERROR, "room %llu from %s: out of memory", (unsigned long long)room, rp->sid);
+        return;
+    }
+    r->writes = writes;
+    r->bytes = bytes;
+    e->st.writes_recv += writes;
+    e->st.bytes_recv += bytes;
+    rx_room_done(e, rp, r);
+    rroom_remove(rp, r);
 }
 
 static void on_ack(kvt_engine *e, kvt_conn *c)
@@ -423,9 +473,11 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
         return;
     }
     bool ok = c->client ? (c->state == CS_HELLO ? t == KVT_F_HELLO_OK
-                                                : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK)
+                                                : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
+                                                      t == KVT_F_QP_INFO)
                         : (c->state == CS_HELLO ? t == KVT_F_HELLO
-                                                : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT);
+                                                : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
+                                                      t == KVT_F_QP_INFO);
     if (!ok) {
         kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt_ftype_name(t),
                  c->state == CS_HELLO ? "before the handshake" : "here");
@@ -440,6 +492,7 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
     case KVT_F_ABORT: on_abort(e, c); break;
     case KVT_F_ACK: on_ack(e, c); break;
     case KVT_F_NACK: on_nack(e, c); break;
+    case KVT_F_QP_INFO: on_qp_info(e, c); break;
     case KVT_F_DONE_ACK:
         kvt__sroom_done_ack(e, c, c->cur.room, c->cur.status, c->ctl_len ? c->ctl : "");
         break;

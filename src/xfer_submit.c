@@ -105,6 +105,7 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
         if (p->conns[i])
             kvt__tcp_close(e, p->conns[i]);
+    kvt__verbs_peer_down(e, p); /* its QP flushes: rooms' events follow the flush */
     while (p->bl_head) {
         kvt_wr *w = p->bl_head;
         p->bl_head = w->next;
@@ -127,6 +128,7 @@ void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation)
         for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
             if (p->conns[i])
                 kvt__tcp_close(e, p->conns[i]);
+        kvt__verbs_peer_down(e, p);
         if (p->unhealthy_until_ns)
             kvt__log(e, KVT_LOG_INFO, "peer %s registered again (generation %llu): healthy", p->sid,
                      (unsigned long long)generation);
@@ -222,6 +224,9 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
     if (!r->finished && r->failed && r->in_kernel == 0) {
         r->finished = true;
         sroom_event(e, r, KVC_POLL_FAILED);
+    } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent &&
+               r->peer->verbs) {
+        kvt__verbs_notify(e, r); /* every RDMA WRITE completed: the end-of-room SEND */
     } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent) {
         kvt_conn *c = NULL;
         for (uint32_t i = 0; i < e->o.conns_per_peer && !c; i++)
@@ -474,7 +479,9 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
 {
     if (p->unhealthy_until_ns > kvc__mono_ns())
         return;
-    for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
+    /* A verbs peer needs one connection: the control channel for its QP. */
+    uint32_t nconn = p->verbs ? 1 : e->o.conns_per_peer;
+    for (uint32_t i = 0; i < nconn; i++)
         if (!p->conns[i] && (p->bl_head || p->rooms)) {
             kvc_err err = kvt__tcp_connect(e, p, i);
             if (err) {
@@ -482,7 +489,9 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
                 return;
             }
         }
-    while (p->bl_head) {
+    if (p->verbs)
+        kvt__verbs_pump(e, p);
+    while (!p->verbs && p->bl_head) {
         kvt_conn *c = pick_conn(e, p, p->bl_head->plen);
         if (!c)
             break;

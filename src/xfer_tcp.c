@@ -99,8 +99,14 @@ kvc_err kvt__tcp_listen(kvt_engine *e)
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return kvc__fail(KVC_E_SYS, "socket: %s", strerror(errno));
-    int one = 1;
+    int one = 1, rcvbuf = KVT_SOCK_RCVBUF;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* Accepted sockets inherit the receive buffer, and it must be set
+     * before the handshake to count in the window scale.  Fixed rather
+     * than autotuned: measured on loopback, it saves the receiver recvs
+     * and wakeups (docs/transfer.md, Benchmark).  Best effort: the kernel
+     * caps it at net.core.rmem_max (and doubles it). */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, 1024)) {
         int er = errno;
         close(fd);
@@ -366,6 +372,7 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
     }
     if (c->rpeer && c->rpeer->conns)
         c->rpeer->conns--;
+    kvt__verbs_conn_closed(e, c);
     if (c->rstate == RS_PAYLOAD && c->dreg)
         c->dreg->busy--;
     c->dreg = NULL;
@@ -436,7 +443,7 @@ static bool conn_busy(const kvt_conn *c)
         return true;
     if (c->state != CS_UP)
         return false;
-    if (c->sending || c->q_head || c->f_head || c->done_waits)
+    if (c->sending || c->q_head || c->f_head || c->done_waits || c->qp_wait)
         return true;
     return !c->client && (c->rstate != RS_HDR || c->rlen > c->rpos);
 }

@@ -2,12 +2,14 @@
  * xfer_verbs.c - the libibverbs side of the engine: device selection
  * (skipping devices that cannot be opened, with a warning), port and GID
  * choice (rules in xfer_gid.c), protection domain, completion channel and
- * CQ, memory registration with RLIMIT_MEMLOCK named in errors.
+ * CQ, memory registration with RLIMIT_MEMLOCK named in errors.  The data
+ * path (QPs, RDMA WRITE, completions, async events) is xfer_verbs_qp.c.
  *
  * Always compiled and linked.  On a host without an RDMA device
  * ibv_get_device_list() finds none and kvt__verbs_open() says so.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <jansson.h>
 #include <net/if.h>
@@ -18,18 +20,6 @@
 
 #include "xfer_gid.h"
 #include "xfer_internal.h"
-
-struct kvt_verbs {
-    struct ibv_context *ctx;
-    struct ibv_pd *pd;
-    struct ibv_comp_channel *chan;
-    struct ibv_cq *cq;
-    int port;
-    int gid_index;
-    union ibv_gid gid;
-    uint16_t lid;
-    char dev[64];
-};
 
 kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what)
 {
@@ -100,12 +90,21 @@ static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, 
     }
     v->gid_index = idx;
     v->lid = pa.lid;
+    v->is_roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    v->active_mtu = pa.active_mtu;
     kvt__str(v->dev, sizeof v->dev, "%s", name);
     v->pd = ibv_alloc_pd(v->ctx);
     v->chan = v->pd ? ibv_create_comp_channel(v->ctx) : NULL;
     v->cq = v->chan ? ibv_create_cq(v->ctx, 4096, NULL, v->chan, 0) : NULL;
     if (!v->cq || ibv_req_notify_cq(v->cq, 0)) {
         kvt__str(why, cap, "RDMA device %s skipped: PD/CQ setup failed (%s)", name, strerror(errno));
+        return -1;
+    }
+    /* Both fds are polled on the engine's io_uring (POLL_ADD), then read
+     * until EAGAIN: they must not block. */
+    if (fcntl(v->chan->fd, F_SETFL, fcntl(v->chan->fd, F_GETFL) | O_NONBLOCK) ||
+        fcntl(v->ctx->async_fd, F_SETFL, fcntl(v->ctx->async_fd, F_GETFL) | O_NONBLOCK)) {
+        kvt__str(why, cap, "RDMA device %s skipped: fcntl O_NONBLOCK: %s", name, strerror(errno));
         return -1;
     }
     kvt__str(why, cap, "device %s port %d, %s", name, v->port, gw);
@@ -171,6 +170,7 @@ void kvt__verbs_close(kvt_engine *e)
 {
     if (!e->verbs)
         return;
+    kvt__verbs_free_qps(e); /* QPs before the CQ they complete on */
     release(e->verbs);
     free(e->verbs);
     e->verbs = NULL;

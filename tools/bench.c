@@ -7,6 +7,7 @@
  *                          [--url http://127.0.0.1:PORT] [--json]
  *   kvcoord-bench register --segment NAME --info FILE [--rank N] [--reps N]
  *                          [--url http://127.0.0.1:PORT] [--json]
+ *   kvcoord-bench transfer ... / kvcoord-bench kv ...   (tools/bench_transfer.c)
  *
  * lookup: from this process (not the daemon), kvc_rank_lookup() of the rank
  * into one reused buffer, each call timed (median, p99, ns); then, when --url
@@ -45,6 +46,7 @@
 
 #include <jansson.h>
 
+#include "bench_transfer.h"
 #include "kvcoord/kvcoord.h"
 
 #define EXIT_RUNTIME 1
@@ -70,10 +72,14 @@ static void usage(FILE *out)
         "Usage: %s lookup   --segment NAME --rank N [--iters N] [--http-iters N]\n"
         "                       [--url http://HOST:PORT] [--json]\n"
         "       %s register --segment NAME --info FILE [--rank N] [--reps N]\n"
-        "                       [--url http://HOST:PORT] [--json]\n"
+        "                       [--url http://HOST:PORT] [--json]\n",
+        prog, prog);
+    bench_transfer_usage(out);
+    fprintf(out,
         "\n"
         "Measures reading and writing a rank's transfer-engine info through libkvcoord\n"
-        "(the node's shared-memory segment) and over HTTP (kvcoordd), in one run.\n"
+        "(the node's shared-memory segment) and over HTTP (kvcoordd), in one run; and\n"
+        "the transfer engine moving memory between two processes.\n"
         "\n"
         "lookup    kvc_rank_lookup() of rank N from this process into a reused buffer,\n"
         "          each call timed (median and p99, ns); with --url, GET\n"
@@ -85,6 +91,14 @@ static void usage(FILE *out)
         "          repetition has different content (never the identical no-op, which\n"
         "          is timed separately); median, min and max in ms.  Overwrites the\n"
         "          rank in the segment: use a scratch segment.\n"
+        "transfer  a forked receiver engine and this process's sender: rooms of --batch\n"
+        "          blocks of --block bytes (4K..64M, K/M suffixes; default 1M x 16),\n"
+        "          --depth rooms in flight, --conns connections, for --duration seconds\n"
+        "          (default 4); one line: GB/s, ops/s, room latency median and p99.\n"
+        "kv        the same with a realistic request: Llama-3.1-8B at TP=8 per rank,\n"
+        "          4096 tokens in scattered 16-token pages (16384 runs of 4 KiB).\n"
+        "          transfer and kv take --backend tcp|verbs|auto (default tcp),\n"
+        "          --listen HOST:PORT and --json; no segment.\n"
         "\n"
         "Options:\n"
         "  -s, --segment NAME   segment to attach to (must exist: kvcoordd creates it)\n"
@@ -97,8 +111,8 @@ static void usage(FILE *out)
         "  -j, --json           print one JSON object instead of the table\n"
         "  -h, --help           print this help\n"
         "\n"
-        "Exit status: 0 measured, 1 runtime error (segment, rank, HTTP), 2 usage.\n",
-        prog, prog);
+        "Exit status: 0 measured, 1 runtime error (segment, rank, HTTP, a failed\n"
+        "transfer room), 2 usage.\n");
 }
 
 /* ---- time and statistics ---------------------------------------------- */
@@ -859,7 +873,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    if (strcmp(argv[1], "transfer") == 0 || strcmp(argv[1], "kv") == 0)
+        return bench_transfer_main(argc, argv);
     a.cmd = argv[1];
+    if (strcmp(a.cmd, "lookup") != 0 && strcmp(a.cmd, "register") != 0) {
+        fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv)\n", prog, a.cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
     argv[1] = argv[0];
     argc--;
     argv++;
@@ -894,7 +915,7 @@ int main(int argc, char **argv)
         return cmd_lookup(&a);
     if (strcmp(a.cmd, "register") == 0)
         return cmd_register(&a);
-    fprintf(stderr, "%s: unknown command '%s' (lookup, register)\n", prog, a.cmd);
+    fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv)\n", prog, a.cmd);
     usage(stderr);
     return EXIT_USAGE;
 }

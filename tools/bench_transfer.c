@@ -1,10 +1,11 @@
 /*
- * bench_transfer.c - kvcoord-bench-transfer: the `transfer` and `kv` modes
- * of kvcoord-bench, measuring the transfer engine between two processes.
+ * bench_transfer.c - the `transfer` and `kv` subcommands of kvcoord-bench
+ * (dispatched from bench.c's main to bench_transfer_main), measuring the
+ * transfer engine between two processes.
  *
- *   kvcoord-bench-transfer transfer [--backend tcp|verbs|auto] [--block 1M]
+ *   kvcoord-bench transfer [--backend tcp|verbs|auto] [--block 1M]
  *       [--batch 16] [--conns 2] [--depth 2] [--duration 4] [--listen H:P] [--json]
- *   kvcoord-bench-transfer kv [--backend ...] [--conns 2] [--depth 2] [--duration 4] [--json]
+ *   kvcoord-bench kv [--backend ...] [--conns 2] [--depth 2] [--duration 4] [--json]
  *
  * transfer: each room is a batch of `batch` blocks of `block` bytes
  * (4 KiB..64 MiB; K/M suffixes), never contiguous (so never coalesced),
@@ -26,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_transfer.h"
 #include "kvcoord/transfer.h"
 
 typedef struct args {
@@ -66,13 +68,19 @@ static int parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+void bench_transfer_usage(FILE *out)
+{
+    fprintf(out,
+            "       kvcoord-bench transfer [--backend tcp|verbs|auto] [--block SIZE] [--batch N]\n"
+            "                       [--conns N] [--depth N] [--duration S] [--listen HOST:PORT] [--json]\n"
+            "       kvcoord-bench kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n");
+}
+
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: kvcoord-bench-transfer transfer [--backend tcp|verbs|auto] [--block SIZE] [--batch N]\n"
-            "           [--conns N] [--depth N] [--duration S] [--listen HOST:PORT] [--json]\n"
-            "       kvcoord-bench-transfer kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n"
-            "SIZE accepts K/M suffixes (4K..64M).\n");
+    fprintf(stderr, "usage:\n");
+    bench_transfer_usage(stderr);
+    fprintf(stderr, "SIZE accepts K/M suffixes (4K..64M).\n");
     exit(2);
 }
 
@@ -84,7 +92,8 @@ static void parse(int argc, char **argv, args *a)
                 .batch = 16, .conns = 2, .depth = 2, .duration = 4, .listen = "127.0.0.1:0"};
     static struct option opts[] = {{"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'}, {"batch", 1, 0, 'n'},
                                    {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'}, {"duration", 1, 0, 't'},
-                                   {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},  {0, 0, 0, 0}};
+                                   {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},  {"help", 0, 0, 'h'},
+                                   {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -105,6 +114,11 @@ static void parse(int argc, char **argv, args *a)
         case 't': a->duration = atof(optarg); break;
         case 'l': a->listen = optarg; break;
         case 'j': a->json = 1; break;
+        case 'h':
+            printf("usage:\n");
+            bench_transfer_usage(stdout);
+            printf("SIZE accepts K/M suffixes (4K..64M).  kvcoord-bench --help describes them.\n");
+            exit(0);
         default: usage();
         }
     }
@@ -116,7 +130,7 @@ static void log_err(void *ctx, int level, const char *msg)
 {
     (void)ctx;
     if (level <= KVT_LOG_WARN || getenv("KVT_BENCH_VERBOSE"))
-        fprintf(stderr, "kvcoord-bench-transfer[%d]: %s\n", (int)getpid(), msg);
+        fprintf(stderr, "kvcoord-bench[%d]: %s\n", (int)getpid(), msg);
 }
 
 static kvt_engine *make_engine(const args *a, uint64_t slice)
@@ -131,7 +145,7 @@ static kvt_engine *make_engine(const args *a, uint64_t slice)
     o.log = log_err;
     kvt_engine *e;
     if (kvt_engine_create(&o, &e)) {
-        fprintf(stderr, "kvcoord-bench-transfer: %s\n", kvc_last_error());
+        fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
         exit(1);
     }
     return e;
@@ -202,7 +216,7 @@ static size_t kv_runs(uint64_t lbase, uint64_t rbase, kvt_run *runs, unsigned se
     return n;
 }
 
-int main(int argc, char **argv)
+int bench_transfer_main(int argc, char **argv)
 {
     args a;
     parse(argc, argv, &a);
@@ -225,7 +239,7 @@ int main(int argc, char **argv)
     uint32_t n;
     char *desc = NULL;
     if (read(p[0], &n, 4) != 4 || !(desc = calloc(1, n + 1)) || read(p[0], desc, n) != (ssize_t)n) {
-        fprintf(stderr, "kvcoord-bench-transfer: receiver did not start\n");
+        fprintf(stderr, "kvcoord-bench: receiver did not start\n");
         return 1;
     }
     kvt_engine *e = make_engine(&a, slice);
@@ -233,7 +247,7 @@ int main(int argc, char **argv)
     memset(src, 0x5a, len);
     kvt_peer *peer;
     if (kvt_mr_register(e, src, len, NULL) || kvt_peer_import(e, desc, n, &peer)) {
-        fprintf(stderr, "kvcoord-bench-transfer: %s\n", kvc_last_error());
+        fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
         return 1;
     }
     const char *ad = strstr(desc, "\"addr\":");
@@ -263,7 +277,7 @@ int main(int argc, char **argv)
         while (t < end && inflight < a.depth) {
             start_of[next_room % 64] = now_ns();
             if (kvt_submit(e, peer, next_room, runs, nruns, 0)) {
-                fprintf(stderr, "kvcoord-bench-transfer: submit: %s\n", kvc_last_error());
+                fprintf(stderr, "kvcoord-bench: submit: %s\n", kvc_last_error());
                 return 1;
             }
             next_room++;
@@ -274,7 +288,7 @@ int main(int argc, char **argv)
         kvt_event ev[64];
         size_t k;
         if (kvt_progress(e, 100, ev, 64, &k)) {
-            fprintf(stderr, "kvcoord-bench-transfer: %s\n", kvc_last_error());
+            fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
             return 1;
         }
         uint64_t tn = now_ns();
@@ -282,7 +296,7 @@ int main(int argc, char **argv)
             inflight--;
             if (ev[i].state != KVC_POLL_SUCCESS) {
                 failed++;
-                fprintf(stderr, "kvcoord-bench-transfer: room %llu failed: %s\n",
+                fprintf(stderr, "kvcoord-bench: room %llu failed: %s\n",
                         (unsigned long long)ev[i].room, ev[i].reason);
                 continue;
             }

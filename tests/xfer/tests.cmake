@@ -15,3 +15,10 @@ kvc_xfer_test(test_xfer_rdma_hw)
 set_tests_properties(test_xfer_rdma_hw PROPERTIES LABELS "xfer;rdma")
 kvc_xfer_test(test_xfer_twonode)
 set_tests_properties(test_xfer_twonode PROPERTIES LABELS "xfer;twonode" RUN_SERIAL ON)
+
+# kvcoord-bench's transfer subcommand runs (dispatch, a room, the JSON
+# line); a smoke test, no figure is judged.
+add_test(NAME bench_transfer_smoke
+         COMMAND kvcoord-bench transfer --backend tcp --block 64K --batch 4 --conns 2 --duration 0.3 --json)
+set_tests_properties(bench_transfer_smoke PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "\"rooms_failed\":0,.*\"gb_per_s\"")
