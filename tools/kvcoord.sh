@@ -2,7 +2,8 @@
 # kvcoord.sh - the README's two commands: `run` (build and start a node's
 # coordinator with 8 stand-in TP workers of a real model, then query it as a
 # remote instance would) and `test` (build and run the whole test suite, then
-# again under AddressSanitizer + UndefinedBehaviorSanitizer).  Plus `stop`.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer
+# targets for a bounded time).  Plus `stop`.
 #
 # Meant for a fresh Debian 12 machine, as root: missing Debian packages are
 # installed first (nothing is installed when all are present).
@@ -14,7 +15,8 @@ JOBS=${KVCOORD_JOBS:-2}
 RUN_DIR=$ROOT/build/run
 TP=8
 PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
-          libcmocka-dev libibverbs-dev rdma-core python3 python3-requests curl wrk nginx-light)
+          libcmocka-dev libibverbs-dev rdma-core python3 python3-requests curl wrk nginx-light
+          clang libclang-rt-14-dev)
 
 usage() {
     cat <<EOF
@@ -36,11 +38,14 @@ Commands:
   test [--sanitize]
         Install missing Debian packages, build build/ and run its ctest suite,
         then build build-asan/ (-DKVCOORD_SANITIZE=ON: ASan + UBSan) and run the
-        whole suite again.  --sanitize: the sanitizer build and suite only.
+        whole suite again, then build the fuzz targets with clang in build-fuzz/
+        (-DKVCOORD_FUZZ=ON) and run each for KVCOORD_FUZZ_SECONDS (default 20;
+        ctest -L fuzz).  --sanitize: the sanitizer build and suite only.
         Exits non-zero if any build or test fails.
   help  Print this help (also -h, --help).
 
-Environment: KVCOORD_JOBS (parallel build jobs, default 2).
+Environment: KVCOORD_JOBS (parallel build jobs, default 2), KVCOORD_FUZZ_SECONDS
+(seconds per fuzz target in 'test', default 20; 0 skips the fuzz pass).
 Installing packages needs root; as another user the commands work when the
 packages are already there.
 EOF
@@ -243,6 +248,19 @@ run_suite() { # run_suite DIR : ctest; returns its status
     ctest --test-dir "$ROOT/$1" --output-on-failure
 }
 
+# The libFuzzer targets (tests/fuzz), each for a bounded time.  Only they
+# are built in build-fuzz/ (clang, -fsanitize=fuzzer,address,undefined).
+fuzz_pass() {
+    local secs=${KVCOORD_FUZZ_SECONDS:-20}
+    ((secs > 0)) || { log "fuzz pass skipped (KVCOORD_FUZZ_SECONDS=0)"; return 0; }
+    log "configure and build build-fuzz/ (clang, libFuzzer targets only)"
+    CC=clang cmake -S "$ROOT" -B "$ROOT/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DKVCOORD_FUZZ=ON -DKVCOORD_FUZZ_SECONDS="$secs" || return 1
+    cmake --build "$ROOT/build-fuzz" -j"$JOBS" --target fuzz-targets || return 1
+    log "ctest --test-dir build-fuzz -L fuzz (${secs} s per target)"
+    ctest --test-dir "$ROOT/build-fuzz" -L fuzz --output-on-failure -j"$JOBS"
+}
+
 cmd_test() {
     local sanitize=0 status=0
     while (($#)); do
@@ -259,6 +277,9 @@ cmd_test() {
     fi
     build build-asan -DKVCOORD_SANITIZE=ON
     run_suite build-asan || status=1
+    if ((!sanitize)); then
+        fuzz_pass || status=1
+    fi
     if ((status)); then
         log "FAILED: see the ctest output above"
     else
