@@ -375,7 +375,7 @@ static void on_qp_info(kvt_engine *e, kvt_conn *c)
         char msg[256];
         kvt__str(msg, sizeof msg, "RDMA QP setup: %s", err);
         if (c->client)
-            kvt__conn_fail(e, c, EPROTO, "QP setup with", msg);
+            kvt__conn_fail(e, c, EPROTO, "QP setup", msg);
         else
             proto_error(e, c, EPROTO, msg);
     }

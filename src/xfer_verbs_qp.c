@@ -84,7 +84,9 @@ static void vqp_reap(kvt_engine *e, kvt_vqp *q)
 }
 
 /* Move q to the error state: every outstanding WR completes with
- * WR_FLUSH_ERR, after which q is destroyed (vqp_reap). */
+ * WR_FLUSH_ERR, after which on_wc destroys q (vqp_reap).
+ * Hazard: never destroys q itself -- callers may be inside a WC handler
+ * that still uses q. */
 static void vqp_kill(kvt_engine *e, kvt_vqp *q)
 {
     if (q->dead)
@@ -92,14 +94,9 @@ static void vqp_kill(kvt_engine *e, kvt_vqp *q)
     q->dead = true;
     q->up = false;
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-    if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE)) {
-        /* Cannot flush: then the HCA may still read our memory through
-         * it, but destroying the QP stops that too. */
-        kvt__log(e, KVT_LOG_WARN, "QP %u: modify to ERR failed (%s): destroying it", q->qp->qp_num,
-                 strerror(errno));
-        q->sq_used = q->rq_posted = 0;
-    }
-    vqp_reap(e, q);
+    if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE))
+        kvt__log(e, KVT_LOG_ERROR, "QP %u: modify to ERR failed (%s): its work is not flushed",
+                 q->qp->qp_num, strerror(errno));
 }
 
 static int post_recv(kvt_vqp *q, uint32_t slot)
@@ -174,7 +171,8 @@ static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
     for (uint32_t i = 0; i < KVT_VQP_RQ; i++)
         if (post_recv(q, i)) {
             kvt__str(err, cap, "ibv_post_recv: %s", strerror(errno));
-            vqp_kill(e, q); /* flushes what was posted, then destroys q */
+            vqp_kill(e, q); /* flushes what was posted; reaped once flushed */
+            vqp_reap(e, q);
             return NULL;
         }
     return q;

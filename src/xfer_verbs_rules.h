@@ -61,11 +61,16 @@ typedef struct kvt_qp_local {
     uint32_t psn;
 } kvt_qp_local;
 
-/* Timeouts of RTS: 4.096 us << 14 (67 ms) per try, 7 tries; RNR 7 (infinite). */
+/* Transport timeout 4.096 us << 14 (67 ms) per try, 7 tries: a dead peer
+ * fails a room with "transport retry counter exceeded" within about half
+ * a second.  Receiver not ready (no receive posted for an end-of-room
+ * note): the responder asks for 491 ms (timer code 31), 6 tries, ~3 s --
+ * finite, so a receiver that stopped driving its engine fails the room
+ * rather than hanging it. */
 #define KVT_QP_TIMEOUT 14
 #define KVT_QP_RETRY 7
-#define KVT_QP_RNR_RETRY 7
-#define KVT_QP_MIN_RNR_TIMER 12
+#define KVT_QP_RNR_RETRY 6
+#define KVT_QP_MIN_RNR_TIMER 31
 
 /* RESET -> INIT: port, pkey index 0, remote write allowed (the peer writes
  * into our registered regions; MRs grant it per region). */
