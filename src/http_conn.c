@@ -128,7 +128,6 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
         keep_bytes(c->expect, &c->expect_len, sizeof c->expect, at, n);
     else if (c->keep == KEEP_TE)
         keep_bytes(c->te, &c->te_len, sizeof c->te, at, n);
-    c->in_value = 1;
     return 0;
 }
 
@@ -201,7 +200,7 @@ static int split_target(struct http_conn *c)
 {
     char *u = c->url.p;
     size_t n = c->url.len;
-    size_t path_off = 0, path_len = n, q_off = n, q_len = 0;
+    size_t path_off = 0, path_len, q_off = n, q_len = 0;
     if (n && u[0] != '/' && !(n == 1 && u[0] == '*')) { /* absolute-form */
         struct http_parser_url pu;
         http_parser_url_init(&pu);

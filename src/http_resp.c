@@ -105,13 +105,9 @@ void resp_detail(struct buf *out, const struct http_req *req, int status, const 
     resp_head(out, req, status, CT_JSON, clen, extra);
     if (!resp_has_body(req))
         return;
-    char *start = buf_space(out, clen);
-    if (!start)
-        return;
-    char *p = put(start, pre);
-    p = json_escape(p, detail, dlen);
-    p = put(p, post);
-    buf_commit(out, (size_t)(p - start));
+    buf_puts(out, pre);
+    json_escape_append(out, detail, dlen);
+    buf_puts(out, post);
 }
 
 void resp_continue(struct buf *out)
@@ -164,4 +160,11 @@ char *json_escape(char *dst, const char *s, size_t n)
         }
     }
     return dst;
+}
+
+void json_escape_append(struct buf *b, const char *s, size_t n)
+{
+    char *p = buf_space(b, json_escape_len(s, n));
+    if (p)
+        buf_commit(b, (size_t)(json_escape(p, s, n) - p));
 }

@@ -51,4 +51,7 @@ void resp_continue(struct buf *out);
 size_t json_escape_len(const char *s, size_t n);
 char *json_escape(char *dst, const char *s, size_t n);
 
+/* Append s[0..n) JSON-escaped (without quotes) to b. */
+void json_escape_append(struct buf *b, const char *s, size_t n);
+
 #endif /* KVC_HTTP_RESP_H */

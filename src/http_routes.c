@@ -330,13 +330,10 @@ static enum route_rc put_register(struct routes *r, struct route_slot *s,
 
 static void append_rank(struct buf *b, const kvc_rank_info *ri, int first)
 {
-    size_t sid_len = strlen(ri->session_id);
     buf_puts(b, first ? "{\"rank\":" : ",{\"rank\":");
     buf_putu64(b, ri->rank);
     buf_puts(b, ",\"session_id\":\"");
-    char *p = buf_space(b, json_escape_len(ri->session_id, sid_len));
-    if (p)
-        buf_commit(b, (size_t)(json_escape(p, ri->session_id, sid_len) - p));
+    json_escape_append(b, ri->session_id, strlen(ri->session_id));
     buf_puts(b, "\",\"generation\":");
     buf_putu64(b, ri->generation);
     buf_puts(b, ",\"entries\":");

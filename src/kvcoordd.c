@@ -131,7 +131,7 @@ static int parse_size(const char *s, uint64_t *out)
         default: return -1;
         }
         suf++;
-        if (*suf && strcasecmp(suf, "iB") && strcasecmp(suf, "B"))
+        if (*suf && strcasecmp(suf, "iB") != 0 && strcasecmp(suf, "B") != 0)
             return -1;
     }
     if (parse_uint(digits, UINT64_MAX / mult, &v))
