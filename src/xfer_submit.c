@@ -226,7 +226,11 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
         sroom_event(e, r, KVC_POLL_FAILED);
     } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent &&
                r->peer->verbs) {
-        kvt__verbs_notify(e, r); /* every RDMA WRITE completed: the end-of-room SEND */
+        /* Every RDMA WRITE completed: the end-of-room SEND.  Hold r: a
+         * failed post fails the peer, and with it r, re-entering here. */
+        r->pending++;
+        kvt__verbs_notify(e, r);
+        r->pending--;
     } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent) {
         kvt_conn *c = NULL;
         for (uint32_t i = 0; i < e->o.conns_per_peer && !c; i++)
