@@ -326,9 +326,9 @@ def case_conncap():
         for s in socks:
             s.close()
         socks = []
-        fds1 = d.wait_fds(fds0)
         st, _, _ = loadlib.get(d.port, "/health")
         assert st == 200
+        fds1 = d.wait_fds(fds0)
         report_mem("after load", d)
         assert fds1 == fds0, "fds after %d, baseline %d" % (fds1, fds0)
         assert d.stop() == 0
