@@ -27,12 +27,12 @@ const char *http_reason(int status)
     }
 }
 
-/* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n", formatted once per second.
- * Only the event-loop thread writes responses, so a static cache is safe. */
+/* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n", formatted once per second
+ * (per thread: the loop and the helper thread both write answers). */
 static const char *date_header(void)
 {
-    static char line[64];
-    static time_t cached = -1;
+    static _Thread_local char line[64];
+    static _Thread_local time_t cached = -1;
     time_t now = time(NULL);
     if (now != cached) {
         struct tm tm;

@@ -304,16 +304,15 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
     resp_ok(out, req);
 }
 
-static enum route_rc put_register(struct routes *r, struct route_slot *s,
-                                  const struct http_req *req, struct buf *out)
+/* Parse, check and store a registration; writes the answer. */
+static void register_now(struct routes *r, const struct http_req *req, struct buf *out)
 {
-    (void)s;
     json_error_t jerr;
     json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
     if (!root) {
         detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
                 jerr.column, jerr.text);
-        return ROUTE_DONE;
+        return;
     }
     uint32_t rank;
     const char *sid;
@@ -323,7 +322,21 @@ static enum route_rc put_register(struct routes *r, struct route_slot *s,
     else if (!register_rank(r, root, req, out, &rank) && !register_info(root, req, out, &sid, &wid))
         register_store(r, req, out, rank, sid, wid);
     json_decref(root);
+}
+
+static enum route_rc put_register(struct routes *r, struct route_slot *s,
+                                  const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    if (req->body_len > ROUTES_INLINE_BODY)
+        return ROUTE_DEFER;
+    register_now(r, req, out);
     return ROUTE_DONE;
+}
+
+void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    register_now(r, req, out); /* the only route deferred */
 }
 
 /* ---- GET /ranks ----------------------------------------------------------- */

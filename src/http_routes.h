@@ -7,7 +7,8 @@
  * A lookup with wait_ms may not be answerable yet: the handler then returns
  * ROUTE_PARK and the server keeps the connection parked (without blocking
  * its loop) until the rank table changes or the wait ends, and calls
- * routes_resume().
+ * routes_resume().  A large registration returns ROUTE_DEFER: the server
+ * runs routes_deferred() on a helper thread.
  */
 #ifndef KVC_HTTP_ROUTES_H
 #define KVC_HTTP_ROUTES_H
@@ -33,8 +34,14 @@ struct route_slot {
 
 enum route_rc {
     ROUTE_DONE = 0, /* the whole answer was appended to out */
-    ROUTE_PARK = 1  /* nothing appended: park, then routes_resume() */
+    ROUTE_PARK = 1, /* nothing appended: park, then routes_resume() */
+    ROUTE_DEFER = 2 /* nothing appended: too slow for the loop; run
+                       routes_deferred() on a helper thread */
 };
+
+/* Registration bodies larger than this are handled by routes_deferred() on
+ * a helper thread (parsing megabytes of JSON would stall the loop). */
+#define ROUTES_INLINE_BODY (64 * 1024)
 
 /* Create the routes for an open segment.  Returns 0, or -1 (out of memory). */
 int routes_create(struct routes **out, kvc_segment *seg);
@@ -48,6 +55,11 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s,
  * its wait is over (expired 1: always answers, 404 if still absent). */
 enum route_rc routes_resume(struct routes *r, struct route_slot *s,
                             const struct http_req *req, struct buf *out, int expired);
+
+/* The slow part of a request dispatched as ROUTE_DEFER: answer req into
+ * out.  Safe to run on another thread than the loop, one request at a
+ * time per connection. */
+void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out);
 
 /* The request using s was answered: free a large lookup buffer. */
 void route_slot_done(struct route_slot *s);

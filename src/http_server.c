@@ -1,10 +1,13 @@
 /*
  * http_server.c - the io_uring event loop of kvcoordd; see http_server.h.
  *
- * One ring, one thread.  The loop reaps completions and hands each to the
- * handler named after its operation: handle_accept, handle_sweep,
- * handle_signal, handle_wake here, and for connections handle_recv,
- * handle_send and handle_park_timeout in http_session.c.  What an SQE is
+ * One ring, one thread (plus two helpers that never touch the ring: the
+ * rank watch for long-polls, and the worker for large registrations; each
+ * wakes the loop through an eventfd read on the ring).  The loop reaps
+ * completions and hands each to the handler named after its operation:
+ * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs
+ * here, and for connections handle_recv, handle_send and
+ * handle_park_timeout in http_session.c.  What an SQE is
  * for is packed in its user_data (http_server_int.h).
  */
 #include "http_server.h"
@@ -178,6 +181,14 @@ static void handle_wake(struct server *s, int res)
         arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
 }
 
+/* The helper thread finished requests. */
+static void handle_jobs(struct server *s)
+{
+    conns_jobs_done(s);
+    if (!s->stopping)
+        arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
+}
+
 static void handle_sweep(struct server *s)
 {
     conns_sweep(s);
@@ -219,6 +230,7 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     case OP_SWEEP: handle_sweep(s); break;
     case OP_SIGNAL: handle_signal(s, res); break;
     case OP_WAKE: handle_wake(s, res); break;
+    case OP_JOBS: handle_jobs(s); break;
     }
 }
 
@@ -290,7 +302,7 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->cfg = cfg;
     s->limits.max_head = cfg->max_head_bytes;
     s->limits.max_body = cfg->max_body_bytes;
-    s->wake_fd = -1;
+    s->wake_fd = s->jobs_fd = -1;
     s->now_ms = mono_ms();
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
     if (!s->conns || routes_create(&s->routes, seg)) {
@@ -303,8 +315,9 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         s->conns[i].next_free = s->free_list;
         s->free_list = &s->conns[i];
     }
-    if (rank_watch_start(&s->watch, seg, &s->wake_fd)) {
-        log_event(LOG_ERROR, "server_init_failed", "err=\"rank watch: %s\"", strerror(errno));
+    if (rank_watch_start(&s->watch, seg, &s->wake_fd)
+        || worker_start(&s->worker, s->routes, &s->jobs_fd)) {
+        log_event(LOG_ERROR, "server_init_failed", "err=\"helper thread: %s\"", strerror(errno));
         return -1;
     }
     return ring_init(s);
@@ -337,12 +350,14 @@ static void server_free(struct server *s)
     if (s->ring_ok)
         io_uring_queue_exit(&s->ring);
     rank_watch_stop(s->watch);
+    worker_stop(s->worker); /* before the buffers its job may still read go */
     for (unsigned i = 0; s->conns && i < s->cfg->max_conns; i++) {
         struct conn *c = &s->conns[i];
         if (c->fd >= 0)
             close(c->fd);
         hconn_free(&c->http);
         route_slot_free(&c->route);
+        buf_free(&c->job.out);
         buf_free(&c->out[0]);
         buf_free(&c->out[1]);
         free(c->rbuf);
@@ -357,6 +372,7 @@ static void loop(struct server *s)
     arm_sweep(s);
     arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
     arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
+    arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
     while (!s->stopping) {
         int ret = io_uring_submit_and_wait(&s->ring, 1);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {

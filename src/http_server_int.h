@@ -19,6 +19,7 @@
 #include "http_conn.h"
 #include "http_routes.h"
 #include "http_server.h"
+#include "http_worker.h"
 #include "rank_watch.h"
 
 /* ---- user_data --------------------------------------------------------- */
@@ -32,7 +33,8 @@ enum op {
     OP_PARK_TIMEOUT,   /* a parked lookup's wait_ms ran out */
     OP_SWEEP,          /* periodic deadline sweep */
     OP_SIGNAL,         /* read of the signalfd */
-    OP_WAKE            /* read of the rank watch's eventfd */
+    OP_WAKE,           /* read of the rank watch's eventfd */
+    OP_JOBS            /* read of the helper thread's eventfd */
 };
 
 /* bits 0-7: op; 8-23: sequence (which park a timer belongs to); 32-63: slot. */
@@ -61,6 +63,7 @@ struct conn {
     unsigned close_after_send : 1; /* answer what is queued, then close */
     unsigned peer_eof : 1;         /* the client shut its side */
     unsigned lingering : 1;        /* final answer sent: discarding input until EOF */
+    unsigned deferred : 1;         /* its request is with the helper thread (job) */
     uint16_t park_seq;
     unsigned zero_sends;
     uint64_t served;        /* requests answered */
@@ -72,6 +75,7 @@ struct conn {
     size_t sent;            /* bytes of out[cur ^ 1] sent */
     struct http_conn http;
     struct route_slot route;
+    struct worker_job job;  /* a deferred request; counted in inflight */
     struct __kernel_timespec park_ts;
     struct conn *park_prev, *park_next; /* parked lookups */
     struct conn *next_free;
@@ -84,6 +88,8 @@ struct server {
     struct routes *routes;
     struct rank_watch *watch;
     int wake_fd;
+    struct http_worker *worker;
+    int jobs_fd;
     struct conn *conns;
     struct conn *free_list;
     unsigned nconns;
@@ -96,7 +102,7 @@ struct server {
     uint64_t cap_logged_ms;
     struct __kernel_timespec sweep_ts, backoff_ts;
     struct signalfd_siginfo sig_buf;
-    uint64_t wake_buf;
+    uint64_t wake_buf, jobs_buf;
     int ring_ok;
 };
 
@@ -112,6 +118,7 @@ void conn_close(struct server *s, struct conn *c, const char *why);
 /* A completion of one of c's operations (OP_RECV, OP_SEND, OP_PARK_TIMEOUT). */
 void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16_t seq);
 void conns_wake(struct server *s);  /* the rank table changed: re-check parked lookups */
+void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s); /* close connections past their deadline */
 
 #endif /* KVC_HTTP_SERVER_INT_H */

@@ -14,6 +14,7 @@
  * the send completes).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -113,6 +114,7 @@ static void conn_release(struct server *s, struct conn *c)
     c->fd = -1;
     hconn_free(&c->http);
     route_slot_free(&c->route);
+    buf_free(&c->job.out);
     buf_trim(&c->out[0], OUT_KEEP);
     buf_trim(&c->out[1], OUT_KEEP);
     c->next_free = s->free_list;
@@ -237,11 +239,28 @@ static int resume_parked(struct server *s, struct conn *c, int expired)
     return 1;
 }
 
+/* Hand the request to the helper thread; parsing of this connection stops
+ * until it is answered (conns_jobs_done).  The job counts as an operation
+ * in flight: the slot, and the request buffers the thread reads, stay until
+ * it is done, even if the connection closes meanwhile. */
+static void defer(struct server *s, struct conn *c)
+{
+    c->deferred = 1;
+    c->inflight++;
+    c->job.req = &c->http.req;
+    buf_reset(&c->job.out);
+    worker_submit(s->worker, &c->job);
+}
+
 static void serve(struct server *s, struct conn *c)
 {
     enum route_rc rc = routes_dispatch(s->routes, &c->route, &c->http.req, &c->out[c->cur]);
     if (rc == ROUTE_DONE) {
         request_done(s, c);
+        return;
+    }
+    if (rc == ROUTE_DEFER) {
+        defer(s, c);
         return;
     }
     park(s, c);
@@ -269,8 +288,8 @@ static void update_deadline(struct server *s, struct conn *c)
     const struct server_config *cfg = s->cfg;
     if (c->lingering)
         return; /* fixed when lingering began */
-    if (c->parked) {
-        c->deadline_ms = 0; /* the park timer bounds it */
+    if (c->parked || c->deferred) {
+        c->deadline_ms = 0; /* bounded by the park timer, or the helper's work */
         return;
     }
     if (c->http.phase == HCONN_HEAD) {
@@ -325,14 +344,14 @@ static void flush(struct server *s, struct conn *c)
     } else if (filled->len) {
         c->cur ^= 1; /* what was filled is sent; the other buffer takes new answers */
         arm_send(s, c);
-    } else if (c->close_after_send && !c->parked) {
+    } else if (c->close_after_send && !c->parked && !c->deferred) {
         finish(s, c);
     }
 }
 
 static int may_read(const struct conn *c)
 {
-    return !c->recv_armed && !c->parked && !c->closing && !c->close_after_send
+    return !c->recv_armed && !c->parked && !c->deferred && !c->closing && !c->close_after_send
            && !c->peer_eof && c->roff == c->rlen && out_pending(c) < OUT_HIGH;
 }
 
@@ -341,8 +360,8 @@ static int may_read(const struct conn *c)
  * queue); then send, and read more when there is room. */
 static void conn_process(struct server *s, struct conn *c)
 {
-    while (!c->parked && !c->closing && !c->close_after_send && c->roff < c->rlen
-           && out_pending(c) < OUT_HIGH) {
+    while (!c->parked && !c->deferred && !c->closing && !c->close_after_send
+           && c->roff < c->rlen && out_pending(c) < OUT_HIGH) {
         size_t used;
         enum hconn_event ev = hconn_parse(&c->http, c->rbuf + c->roff, c->rlen - c->roff, &used);
         c->roff += (uint32_t)used;
@@ -465,5 +484,28 @@ void conns_sweep(struct server *s)
             conn_close(s, c, c->lingering ? "linger_timeout"
                              : c->http.phase == HCONN_HEAD ? "header_timeout"
                                                            : "idle_timeout");
+    }
+}
+
+/* Append the helper thread's answers and go on with each connection. */
+void conns_jobs_done(struct server *s)
+{
+    struct worker_job *job = worker_take_done(s->worker), *next;
+    for (; job; job = next) {
+        next = job->next;
+        struct conn *c = (struct conn *)((char *)job - offsetof(struct conn, job));
+        c->inflight--;
+        c->deferred = 0;
+        if (c->closing) {
+            if (c->inflight == 0)
+                conn_release(s, c);
+            continue;
+        }
+        buf_append(&c->out[c->cur], job->out.p, job->out.len);
+        if (job->out.oom)
+            c->out[c->cur].oom = 1;
+        buf_trim(&job->out, 4096);
+        request_done(s, c);
+        conn_process(s, c);
     }
 }

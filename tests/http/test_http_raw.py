@@ -321,6 +321,27 @@ class RawHttpTest(unittest.TestCase):
         self.assertEqual(status, 400)
         self.assertIn("max ranks", detail(body))
 
+    def test_large_registration_on_helper_thread(self):
+        """Bodies over 64 KiB are handled off the loop: answers stay in order,
+        errors are the same, other connections keep being served."""
+        big = registration(91, "10.0.0.91:1", entries=5000)  # about 300 KB
+        c = self.conn()
+        c.send(build("PUT", "/register_transfer_engine_info", big)
+               + build("GET", "/get_transfer_engine_info?rank=91")
+               + build("PUT", "/register_transfer_engine_info",
+                       b'{"rank": 92, "x": "' + b"y" * 100000 + b'"')  # cut short
+               + build("GET", "/health"))
+        self.assert_health()
+        self.assertEqual(c.response()[:3:2], (200, b"OK"))
+        status, _, body = c.response()
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["remote_instance_transfer_engine_info"][1],
+                         big["transfer_engine_info"]["weights_info_dict"])
+        status, _, body = c.response()
+        self.assertEqual(status, 400)
+        self.assertTrue(detail(body).startswith("Invalid JSON at line 1, column"), body)
+        self.assertEqual(c.response()[2], b"OK")
+
     def test_rank_wins_over_tp_rank(self):
         body = registration(0, "10.0.0.2:1")
         body["tp_rank"] = 7
@@ -649,6 +670,10 @@ class LimitsTest(unittest.TestCase):
             parked = Conn(d.port)
             parked.send(build("GET", "/get_transfer_engine_info?rank=3&wait_ms=60000"))
             clients.append(parked)
+            busy = Conn(d.port)  # a large registration, maybe still being stored
+            busy.send(build("PUT", "/register_transfer_engine_info",
+                            registration(4, "10.0.0.4:1", entries=20000)))
+            clients.append(busy)
             time.sleep(0.2)
         finally:
             status = d.stop(signal.SIGTERM)
