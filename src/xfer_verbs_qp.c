@@ -313,13 +313,26 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
          * deregistered or replaced (a new descriptor) since. */
         kvt_region *lr = kvt__region_find(e, laddr, w->plen);
         kvt_rregion *rr = peer_region(p, raddr, w->plen);
-        if (!lr || !lr->mr || !rr) {
+        bool bad = !lr || !lr->mr || !rr;
+        if (bad || w->room->failed) {
+            /* Never posted: off the backlog, then the room fails (once). */
+            kvt_sroom *r = w->room;
             char why[KVC_REASON_MAX + 1];
             kvt__str(why, sizeof why, "RDMA WRITE of room %llu to peer %s refused before posting: %s range "
-                     "[0x%llx, +%u) is not inside a registered region", (unsigned long long)w->room->room,
-                     p->sid, lr && lr->mr ? "remote" : "local", (unsigned long long)(lr && lr->mr ? raddr : laddr),
-                     w->plen);
-            kvt__sroom_fail(e, w->room, EFAULT, why); /* drops its queued writes, w included */
+                     "[0x%llx, +%u) is not inside a registered region", (unsigned long long)r->room, p->sid,
+                     bad && lr && lr->mr ? "remote" : "local",
+                     (unsigned long long)(lr && lr->mr ? raddr : laddr), w->plen);
+            p->bl_head = w->next;
+            if (!p->bl_head)
+                p->bl_tail = NULL;
+            w->next = NULL;
+            w->in_q = 0;
+            r->pending++; /* keep r across the release */
+            kvt__wr_release(e, w);
+            if (bad)
+                kvt__sroom_fail(e, r, EFAULT, why);
+            r->pending--;
+            kvt__sroom_check(e, r);
             continue;
         }
         struct ibv_sge sge = {.addr = laddr, .length = w->plen, .lkey = ((struct ibv_mr *)lr->mr)->lkey};
@@ -327,8 +340,8 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
                                  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
         wr.wr.rdma.remote_addr = raddr;
         wr.wr.rdma.rkey = rr->rkey;
-        struct ibv_send_wr *bad;
-        if (ibv_post_send(q->qp, &wr, &bad)) {
+        struct ibv_send_wr *bad_wr;
+        if (ibv_post_send(q->qp, &wr, &bad_wr)) {
             kvt__peer_fail(e, p, errno ? errno : EIO, "ibv_post_send (RDMA WRITE) to peer %s: %s", p->sid,
                            strerror(errno ? errno : EIO));
             return;
@@ -498,10 +511,21 @@ static void on_wc(kvt_engine *e, const struct ibv_wc *wc)
 static void poll_cq(kvt_engine *e)
 {
     struct ibv_wc wc[32];
-    int n;
-    while (e->verbs && (n = ibv_poll_cq(e->verbs->cq, 32, wc)) > 0)
+    int n, total = 0;
+    while (e->verbs && (n = ibv_poll_cq(e->verbs->cq, 32, wc)) > 0) {
+        total += n;
         for (int i = 0; i < n; i++)
             on_wc(e, &wc[i]);
+    }
+    if (!total)
+        return;
+    /* Send queues have room again: post more of the backlogs, and the
+     * end-of-room notes that were waiting for room. */
+    for (size_t i = 0; i < e->npeers; i++) {
+        kvt_peer *p = e->peers[i];
+        if (p->verbs && p->vqp && p->vqp->up && (p->bl_head || p->rooms))
+            kvt__peer_pump(e, p);
+    }
 }
 
 /* The completion channel is readable: take its events, re-arm the CQ

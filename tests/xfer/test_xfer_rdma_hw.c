@@ -4,8 +4,8 @@
  * the descriptor carries its rkey and the chosen GID), and two verbs
  * engines in one process move 8 MiB by RDMA WRITE (RC QPs set up over the
  * control channel, one TCP connection; the end-of-room SEND makes the room
- * Success on both sides), verified byte for byte; 512 scattered 4 KiB
- * runs in a second room; then the receiver is destroyed and the next room
+ * Success on both sides), verified byte for byte; 2048 scattered 2 KiB
+ * runs in a second room (more than one send queue's worth); then the receiver is destroyed and the next room
  * fails on the sender, naming the peer. */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -89,12 +89,16 @@ int main(void)
         printf("FAIL: expected only the control connection (RDMA data path), got %u\n", pi.conns_up);
         return 1;
     }
-    /* Scattered pages: 512 runs of 4 KiB, reversed order on the far side. */
+    /* Scattered pages: 2048 runs of 2 KiB (more than a send queue holds,
+     * so the backlog is posted as completions free room), reversed order
+     * on the far side. */
     xu_fill(src, len, 2);
-    kvt_run *runs = calloc(512, sizeof *runs);
-    for (uint64_t i = 0; i < 512; i++)
-        runs[i] = (kvt_run){(uint64_t)(uintptr_t)src + i * 8192, (uint64_t)(uintptr_t)dst + (511 - i) * 8192, 4096};
-    if (kvt_submit(a, p, 2, runs, 512, 0)) {
+    enum { NR = 2048, RL = 2048, STRIDE = 4096 };
+    kvt_run *runs = calloc(NR, sizeof *runs);
+    for (uint64_t i = 0; i < NR; i++)
+        runs[i] = (kvt_run){(uint64_t)(uintptr_t)src + i * STRIDE,
+                            (uint64_t)(uintptr_t)dst + (NR - 1 - i) * STRIDE, RL};
+    if (kvt_submit(a, p, 2, runs, NR, 0)) {
         printf("FAIL: submit: %s\n", kvc_last_error());
         return 1;
     }
@@ -109,8 +113,8 @@ int main(void)
         for (size_t j = 0; j < k; j++)
             ok = ev[j].state == KVC_POLL_SUCCESS ? 1 : -1;
     }
-    for (uint64_t i = 0; i < 512 && ok == 1; i++)
-        if (memcmp(src + i * 8192, dst + (511 - i) * 8192, 4096))
+    for (uint64_t i = 0; i < NR && ok == 1; i++)
+        if (memcmp(src + i * STRIDE, dst + (NR - 1 - i) * STRIDE, RL))
             ok = -2;
     if (ok != 1 || rok != 1) {
         printf("FAIL: scattered room: sender %d, receiver %d\n", ok, rok);
