@@ -38,21 +38,22 @@ class Daemon:
 
     count = 0
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, host="127.0.0.1"):
         Daemon.count += 1
         self.segment = "kvctest-http-raw-%d-%d" % (os.getpid(), Daemon.count)
         self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-", suffix=".log", delete=False)
         self.final_output = None
+        listen = ("[%s]:0" if ":" in host else "%s:0") % host
         self.proc = subprocess.Popen(
-            [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", self.segment, "--fresh"]
+            [ARGS.daemon, "--listen", listen, "--segment", self.segment, "--fresh"]
             + list(extra),
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = self._wait_listening()
+        self.port = self._wait_listening(listen[:-1])
 
-    def _wait_listening(self):
+    def _wait_listening(self, prefix):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
+            m = re.search(r"listening addr=%s(\d+)" % re.escape(prefix), self.output())
             if m:
                 return int(m.group(1))
             if self.proc.poll() is not None:
@@ -681,6 +682,20 @@ class LimitsTest(unittest.TestCase):
                 c.close()
         self.assertEqual(status, 0, d.output())
         self.assertIn("signal name=Terminated", d.output())
+
+    def test_ipv6_listen(self):
+        try:
+            with socket.socket(socket.AF_INET6) as probe:
+                probe.bind(("::1", 0))
+        except OSError:
+            self.skipTest("no IPv6 loopback here")
+        d = Daemon(host="::1")
+        try:
+            with socket.create_connection(("::1", d.port), timeout=TIMEOUT) as sock:
+                sock.sendall(build("GET", "/health"))
+                self.assertTrue(sock.recv(4096).startswith(b"HTTP/1.1 200 OK\r\n"))
+        finally:
+            self.assertEqual(d.stop(), 0, d.output())
 
     def test_sigint_exits_0(self):
         d = Daemon()
