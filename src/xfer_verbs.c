@@ -95,7 +95,8 @@ static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, 
     kvt__str(v->dev, sizeof v->dev, "%s", name);
     v->pd = ibv_alloc_pd(v->ctx);
     v->chan = v->pd ? ibv_create_comp_channel(v->ctx) : NULL;
-    v->cq = v->chan ? ibv_create_cq(v->ctx, 4096, NULL, v->chan, 0) : NULL;
+    /* Room for the WRs of ~30 QPs (xfer_verbs_qp.c grows it past that). */
+    v->cq = v->chan ? ibv_create_cq(v->ctx, 16384, NULL, v->chan, 0) : NULL;
     if (!v->cq || ibv_req_notify_cq(v->cq, 0)) {
         kvt__str(why, cap, "RDMA device %s skipped: PD/CQ setup failed (%s)", name, strerror(errno));
         return -1;

@@ -35,8 +35,8 @@
 
 #include "xfer_internal.h"
 
-#define KVT_VQP_SQ 1024u  /* send work requests outstanding per QP */
-#define KVT_VQP_RQ 64u    /* receive buffers per QP (end-of-room notes) */
+#define KVT_VQP_SQ 512u   /* send work requests outstanding per QP */
+#define KVT_VQP_RQ 32u    /* receive buffers per QP (end-of-room notes) */
 #define KVT_VQP_RBUF 32u  /* bytes per receive buffer (>= KVT_NOTE_LEN) */
 
 struct kvt_vqp {
