@@ -201,7 +201,9 @@ static int split_target(struct http_conn *c)
     char *u = c->url.p;
     size_t n = c->url.len;
     size_t path_off = 0, path_len, q_off = n, q_len = 0;
-    if (n && u[0] != '/' && !(n == 1 && u[0] == '*')) { /* absolute-form */
+    if (n == 0) /* http-parser never passes an empty target; be safe */
+        return -1;
+    if (u[0] != '/' && !(n == 1 && u[0] == '*')) { /* absolute-form */
         struct http_parser_url pu;
         http_parser_url_init(&pu);
         if (http_parser_parse_url(u, n, 0, &pu))
