@@ -1,6 +1,6 @@
 /*
  * fuzz_common.h - shared by the fuzz targets: one segment per process
- * (unique name, removed at exit), the checks every target makes, and the
+ * (unique name, unlinked from /dev/shm as soon as it is mapped), the checks every target makes, and the
  * libFuzzer entry point's declaration.
  *
  * A target defines LLVMFuzzerTestOneInput().  Under -DKVCOORD_FUZZ=ON it is
@@ -99,7 +99,6 @@ static inline void fz_cleanup(void)
     if (fz_seg) {
         kvc_close(fz_seg);
         fz_seg = NULL;
-        kvc_unlink(fz_seg_name);
     }
 }
 
@@ -125,6 +124,9 @@ static inline kvc_segment *fz_segment(const char *tag)
                 kvc_last_error());
         exit(1);
     }
+    /* Unlinked at once: the mapping stays valid, and a crashing input
+     * (abort, no atexit) leaves nothing behind in /dev/shm. */
+    kvc_unlink(fz_seg_name);
     atexit(fz_cleanup);
     return fz_seg;
 }
