@@ -1,7 +1,7 @@
 /*
  * fuzz_common.h - shared by the fuzz targets: one segment per process
- * (unique name, unlinked from /dev/shm as soon as it is mapped), the checks every target makes, and the
- * libFuzzer entry point's declaration.
+ * (unique name, unlinked from /dev/shm as soon as it is mapped), the checks
+ * every target makes, and the libFuzzer entry point's declaration.
  *
  * A target defines LLVMFuzzerTestOneInput().  Under -DKVCOORD_FUZZ=ON it is
  * linked with libFuzzer (-fsanitize=fuzzer); in every other build it is
