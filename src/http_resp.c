@@ -115,49 +115,87 @@ void resp_continue(struct buf *out)
     buf_puts(out, "HTTP/1.1 100 Continue\r\n\r\n");
 }
 
-/* Bytes needed for byte c inside a JSON string. */
-static size_t escaped_size(unsigned char c)
+/* Length of the valid UTF-8 sequence at s[0..n) (1 to 4), or 0 when the
+ * bytes there are not one (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
 {
-    if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t')
-        return 2;
-    return c < 0x20 ? 6 : 1;
+    unsigned c = s[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) /* overlong, surrogate */
+        || (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f)) /* overlong, > U+10FFFF */
+        return 0;
+    return len;
+}
+
+/* The escape of ASCII byte c inside a JSON string, 0 if none is needed. */
+static char short_escape(unsigned char c)
+{
+    switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '\b': return 'b';
+    case '\f': return 'f';
+    case '\n': return 'n';
+    case '\r': return 'r';
+    case '\t': return 't';
+    default: return 0;
+    }
+}
+
+/* Bytes that input sequence s[0..seq) takes in a JSON string; seq 0 is one
+ * byte that is not UTF-8, written as U+FFFD so every answer is valid UTF-8
+ * (jansson's error texts can cut a character in two, for instance). */
+static size_t escaped_size(const unsigned char *s, size_t seq)
+{
+    if (seq == 0)
+        return 6; /* \ufffd */
+    if (seq > 1)
+        return seq;
+    return short_escape(s[0]) ? 2 : s[0] < 0x20 ? 6 : 1;
 }
 
 size_t json_escape_len(const char *s, size_t n)
 {
+    const unsigned char *u = (const unsigned char *)s;
     size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += escaped_size((unsigned char)s[i]);
+    for (size_t i = 0; i < n;) {
+        size_t seq = utf8_seq(u + i, n - i);
+        len += escaped_size(u + i, seq);
+        i += seq ? seq : 1;
+    }
     return len;
 }
 
 char *json_escape(char *dst, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc = 0;
-        switch (c) {
-        case '"': esc = '"'; break;
-        case '\\': esc = '\\'; break;
-        case '\b': esc = 'b'; break;
-        case '\f': esc = 'f'; break;
-        case '\n': esc = 'n'; break;
-        case '\r': esc = 'r'; break;
-        case '\t': esc = 't'; break;
-        default: break;
-        }
-        if (esc) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t seq = utf8_seq(u + i, n - i);
+        char esc = seq == 1 ? short_escape(u[i]) : 0;
+        if (seq == 0) {
+            memcpy(dst, "\\ufffd", 6);
+            dst += 6;
+        } else if (esc) {
             *dst++ = '\\';
             *dst++ = esc;
-        } else if (c < 0x20) {
+        } else if (seq == 1 && u[i] < 0x20) {
             memcpy(dst, "\\u00", 4);
-            dst[4] = hex[c >> 4];
-            dst[5] = hex[c & 15];
+            dst[4] = hex[u[i] >> 4];
+            dst[5] = hex[u[i] & 15];
             dst += 6;
         } else {
-            *dst++ = (char)c;
+            memcpy(dst, u + i, seq);
+            dst += seq;
         }
+        i += seq ? seq : 1;
     }
     return dst;
 }

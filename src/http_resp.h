@@ -45,9 +45,11 @@ void resp_detail(struct buf *out, const struct http_req *req, int status, const 
 void resp_continue(struct buf *out);
 
 /* JSON string escaping of s[0..n) without the quotes: '"', '\\' and control
- * characters are escaped, other bytes (UTF-8 included) are copied, as
- * Python's json.dumps(ensure_ascii=False) does.  json_escape_len() gives
- * the escaped length; json_escape() writes it at dst and returns the end. */
+ * characters are escaped, valid UTF-8 is copied, as Python's
+ * json.dumps(ensure_ascii=False) does, and each byte that is not part of
+ * valid UTF-8 becomes \ufffd, so the result is always valid UTF-8 JSON.
+ * json_escape_len() gives the escaped length; json_escape() writes it at
+ * dst and returns the end. */
 size_t json_escape_len(const char *s, size_t n);
 char *json_escape(char *dst, const char *s, size_t n);
 

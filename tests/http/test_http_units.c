@@ -242,6 +242,21 @@ static void test_json_escape(void **state)
     assert_memory_equal(out, "a\\\"b\\\\c\\n\\u0001\xc3\xa9", n);
 }
 
+static void test_json_escape_invalid_utf8(void **state)
+{
+    (void)state;
+    /* a cut sequence, a stray continuation, an overlong '/', a surrogate,
+     * above U+10FFFF; then valid 2-, 3- and 4-byte characters */
+    const char *s = "a\xc3\"\x80\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80|\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    const char *want = "a\\ufffd\\\"\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd"
+                       "\\ufffd\\ufffd|\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    char out[128];
+    size_t n = json_escape_len(s, strlen(s));
+    assert_int_equal(n, strlen(want));
+    assert_ptr_equal(json_escape(out, s, strlen(s)), out + n);
+    assert_memory_equal(out, want, n);
+}
+
 static void test_resp_detail(void **state)
 {
     (void)state;
@@ -279,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_head_limit),
         cmocka_unit_test(test_targets),
         cmocka_unit_test(test_json_escape),
+        cmocka_unit_test(test_json_escape_invalid_utf8),
         cmocka_unit_test(test_resp_detail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
