@@ -157,7 +157,7 @@ static void reject_busy(struct server *s, int fd)
     (void)n;
     shutdown(fd, SHUT_WR);
     close(fd);
-    if (s->now_ms - s->cap_logged_ms >= 1000) { /* at most one line a second */
+    if (!s->stopping && s->now_ms - s->cap_logged_ms >= 1000) { /* a line a second at most */
         log_event(LOG_WARN, "connection_cap", "max_conns=%u", s->cfg->max_conns);
         s->cap_logged_ms = s->now_ms;
     }
