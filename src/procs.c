@@ -75,7 +75,9 @@ void kvc__proc_detach(kvc_segment *seg)
 
 void kvc__proc_set_rank(kvc_segment *seg, int32_t rank)
 {
-    if (seg->proc_slot >= 0)
+    /* Only a worker serves the rank it registers; kvcoordd registers on
+     * behalf of remote processes. */
+    if (seg->proc_slot >= 0 && seg->role == KVC_ROLE_WORKER)
         seg->procs[seg->proc_slot].rank = rank;
 }
 

@@ -81,17 +81,22 @@ void kvc__ranks_recover(kvc_segment *seg)
 /* ---- reading --------------------------------------------------------- */
 
 /* Wait out an odd sequence; after ODD_SPINS take the lock, which recovers a
- * dead writer's entry (or waits for a live one). */
-static kvc_err odd_backoff(kvc_segment *seg, int *spins)
+ * dead writer's entry (or waits for a live one).  Holding the lock, an odd
+ * sequence can only be stale - every writer publishes under the lock - so
+ * it is evened here too: a reader never spins forever. */
+static kvc_err odd_backoff(kvc_segment *seg, kvc_rank_entry *e, int *spins)
 {
     if (++*spins < ODD_SPINS) {
         sched_yield();
         return KVC_OK;
     }
     *spins = 0;
-    kvc_err e = kvc__lock(seg, KVC_LOCK_RANKS);
-    if (e)
-        return e;
+    kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
+    if (err)
+        return err;
+    uint64_t seq = atomic_load(&e->seq);
+    if (seq & 1)
+        atomic_store(&e->seq, seq + 1);
     kvc__unlock(seg, KVC_LOCK_RANKS);
     return KVC_OK;
 }
@@ -131,7 +136,7 @@ static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, b
     for (;;) {
         uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
         if (s1 & 1) {
-            kvc_err err = odd_backoff(seg, &spins);
+            kvc_err err = odd_backoff(seg, e, &spins);
             if (err)
                 return err;
             continue;
