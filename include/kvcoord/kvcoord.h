@@ -419,11 +419,14 @@ kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed);
 kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
                       size_t *count);
 
-/* The most recent failure records, newest first, from a ring of the last
- * KVC_FAILURE_RING records kept even after their rooms are reclaimed.
- * *count receives how many were written (<= cap).
- * Errors: KVC_E_INVAL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+/* Failure records kept in the segment's ring, whatever happens to their rooms. */
 #define KVC_FAILURE_RING 1024
+
+/* The most recent failure records, newest first, from the ring of the last
+ * KVC_FAILURE_RING records (kept even after their rooms are reclaimed).
+ * is_from_another_rank is 1 in every record returned.  *count receives how
+ * many were written (<= cap).
+ * Errors: KVC_E_INVAL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap, size_t *count);
 
 /* ---- Attached processes -------------------------------------------- */
