@@ -6,7 +6,8 @@
  * wakes the loop through an eventfd read on the ring).  The loop reaps
  * completions and hands each to the handler named after its operation:
  * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs
- * here, and for connections handle_recv, handle_send and
+ * here, procs_complete (a watched process exited; proc_watch.c), and for
+ * connections handle_recv, handle_send and
  * handle_park_timeout in http_session.c.  What an SQE is
  * for is packed in its user_data (http_server_int.h).
  */
@@ -78,6 +79,17 @@ struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16
         s->pending++;
     if (c)
         c->inflight++;
+    return sqe;
+}
+
+struct io_uring_sqe *op_sqe_slot(struct server *s, enum op op, uint32_t slot, uint16_t seq)
+{
+    struct io_uring_sqe *sqe = get_sqe(s);
+    if (!sqe)
+        return NULL;
+    io_uring_sqe_set_data64(sqe, ud_pack(op, slot, seq));
+    if (op != OP_IGNORE)
+        s->pending++;
     return sqe;
 }
 
@@ -192,6 +204,7 @@ static void handle_jobs(struct server *s)
 static void handle_sweep(struct server *s)
 {
     conns_sweep(s);
+    procs_tick(s);
     if (!s->accept_armed && !s->accept_waiting && !s->stopping)
         arm_accept(s); /* a re-arm that found no SQE earlier */
     if (!s->stopping)
@@ -231,6 +244,7 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     case OP_SIGNAL: handle_signal(s, res); break;
     case OP_WAKE: handle_wake(s, res); break;
     case OP_JOBS: handle_jobs(s); break;
+    case OP_PIDFD: procs_complete(s, ud_slot(ud), res); break;
     }
 }
 
@@ -320,6 +334,10 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         log_event(LOG_ERROR, "server_init_failed", "err=\"helper thread: %s\"", strerror(errno));
         return -1;
     }
+    if (procs_init(s, seg)) {
+        log_event(LOG_ERROR, "server_init_failed", "err=\"process watch: %s\"", strerror(errno));
+        return -1;
+    }
     return ring_init(s);
 }
 
@@ -363,6 +381,7 @@ static void server_free(struct server *s)
         free(c->rbuf);
     }
     free(s->conns);
+    procs_free(s); /* after the ring: no poll still reads a pidfd */
     routes_destroy(s->routes);
 }
 
@@ -373,6 +392,9 @@ static void loop(struct server *s)
     arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
     arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
     arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
+    /* Processes that died while the daemon was down are reaped now; the
+     * live ones are watched from here on. */
+    procs_check(s, 1);
     while (!s->stopping) {
         int ret = io_uring_submit_and_wait(&s->ring, 1);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {

@@ -34,7 +34,8 @@ enum op {
     OP_SWEEP,          /* periodic deadline sweep */
     OP_SIGNAL,         /* read of the signalfd */
     OP_WAKE,           /* read of the rank watch's eventfd */
-    OP_JOBS            /* read of the helper thread's eventfd */
+    OP_JOBS,           /* read of the helper thread's eventfd */
+    OP_PIDFD           /* poll of an attached process's pidfd; slot: its watch */
 };
 
 /* bits 0-7: op; 8-23: sequence (which park a timer belongs to); 32-63: slot. */
@@ -104,6 +105,7 @@ struct server {
     struct signalfd_siginfo sig_buf;
     uint64_t wake_buf, jobs_buf;
     int ring_ok;
+    struct proc_watch *procs; /* dead-process detection (proc_watch.c) */
 };
 
 
@@ -111,6 +113,9 @@ struct server {
  * own), with its user_data set and counted in flight; NULL when the kernel
  * takes no more (callers cope: never dereference it). */
 struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16_t seq);
+/* The same for an operation of the server's own that names a slot of its
+ * own table (OP_PIDFD: a process watch). */
+struct io_uring_sqe *op_sqe_slot(struct server *s, enum op op, uint32_t slot, uint16_t seq);
 
 /* http_session.c */
 void conn_open(struct server *s, int fd);   /* a socket accept()ed */
@@ -120,5 +125,16 @@ void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16
 void conns_wake(struct server *s);  /* the rank table changed: re-check parked lookups */
 void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s); /* close connections past their deadline */
+
+/* proc_watch.c: watch attached processes through pidfds; reap dead ones. */
+int procs_init(struct server *s, kvc_segment *seg);
+void procs_free(struct server *s);
+/* Re-scan the process table if it changed since the last scan (force:
+ * anyway): watch new processes, reap gone ones, drop detached ones. */
+void procs_check(struct server *s, int force);
+/* The OP_PIDFD poll of watch slot completed with res. */
+void procs_complete(struct server *s, uint32_t slot, int res);
+/* The 1 s sweep: procs_check(), and every few seconds kvc_room_sweep(). */
+void procs_tick(struct server *s);
 
 #endif /* KVC_HTTP_SERVER_INT_H */

@@ -197,8 +197,12 @@ void conn_open(struct server *s, int fd)
 static void request_done(struct server *s, struct conn *c)
 {
     const struct http_req *req = &c->http.req;
-    (void)s;
     c->served++;
+    /* A registration may come with a newly attached process: look at the
+     * process table now rather than at the next sweep (an epoch compare
+     * when nothing changed). */
+    if (req->method == HTTP_PUT || req->method == HTTP_POST)
+        procs_check(s, 0);
     if (!req->keep_alive)
         c->close_after_send = 1;
     if (log_enabled(LOG_DEBUG))
