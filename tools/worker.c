@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -37,6 +38,12 @@ typedef struct worker_args {
     long rank;           /* -1: take "rank" from the info file */
     int linger;
     uint32_t timeout_ms;
+    int has_room;        /* --room given */
+    uint64_t room;
+    long room_state;     /* KVPoll state to set in the room */
+    uint32_t room_participants; /* 0: the segment's world size */
+    const char *fail_reason;    /* --fail REASON: record a failure of the room */
+    long fail_code;
 } worker_args;
 
 typedef struct worker_info {
@@ -78,6 +85,18 @@ static void usage(FILE *out)
         "  -t, --timeout-ms N    how long to keep retrying when the segment does not\n"
         "                        exist yet (kvcoordd not started), in milliseconds\n"
         "                        (default %u; 0: try once)\n"
+        "      --room ID         after registering, open bootstrap room ID (a decimal\n"
+        "                        63-bit id) as participant N (the rank) and set this\n"
+        "                        rank's KVPoll state in it; prints room=ID state=S\n"
+        "      --room-state S    the state to set: failed, bootstrapping,\n"
+        "                        waitingforinput, transferring, success or 0..4\n"
+        "                        (default transferring)\n"
+        "      --room-participants N\n"
+        "                        participant count of the room (default: the\n"
+        "                        segment's world size)\n"
+        "      --fail REASON     then record a failure of the room from this rank\n"
+        "                        with REASON and --fail-code (default 0)\n"
+        "      --fail-code N     status code of that failure (errno, WC status)\n"
         "  -h, --help            print this help and exit\n"
         "\n"
         "Exit status:\n"
@@ -125,12 +144,20 @@ static int parse_args(int argc, char **argv, worker_args *a)
         {"linger", no_argument, NULL, 'l'},
         {"timeout-ms", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
+        {"room", required_argument, NULL, 'R'},
+        {"room-state", required_argument, NULL, 'S'},
+        {"room-participants", required_argument, NULL, 'P'},
+        {"fail", required_argument, NULL, 'F'},
+        {"fail-code", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0},
     };
+    static const char *const states[] = {"failed", "bootstrapping", "waitingforinput",
+                                         "transferring", "success"};
     long v;
     int c;
 
-    *a = (worker_args){.rank = -1, .timeout_ms = DEFAULT_TIMEOUT_MS};
+    *a = (worker_args){.rank = -1, .timeout_ms = DEFAULT_TIMEOUT_MS,
+                       .room_state = KVC_POLL_TRANSFERRING};
     while ((c = getopt_long(argc, argv, "i:r:s:lt:h", opts, NULL)) != -1) {
         switch (c) {
         case 'i': a->info_path = optarg; break;
@@ -143,6 +170,44 @@ static int parse_args(int argc, char **argv, worker_args *a)
                 return EXIT_USAGE;
             }
             a->rank = v;
+            break;
+        case 'R': {
+            char *end;
+            errno = 0;
+            unsigned long long id = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-' || id > INT64_MAX) {
+                fail("--room: '%s' is not a room id (0..2^63-1)", optarg);
+                return EXIT_USAGE;
+            }
+            a->has_room = 1;
+            a->room = id;
+            break;
+        }
+        case 'S':
+            a->room_state = -1;
+            for (long i = 0; i < 5; i++)
+                if (!strcasecmp(optarg, states[i]))
+                    a->room_state = i;
+            if (a->room_state < 0 && parse_long(optarg, 0, 4, &a->room_state)) {
+                fail("--room-state: '%s' is not a KVPoll state", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'P':
+            if (parse_long(optarg, 1, KVC_ROOM_MAX_PARTICIPANTS, &v)) {
+                fail("--room-participants: '%s' is not in 1..%d", optarg,
+                     KVC_ROOM_MAX_PARTICIPANTS);
+                return EXIT_USAGE;
+            }
+            a->room_participants = (uint32_t)v;
+            break;
+        case 'F': a->fail_reason = optarg; break;
+        case 'C':
+            if (parse_long(optarg, INT32_MIN, INT32_MAX, &v)) {
+                fail("--fail-code: '%s' is not a 32-bit integer", optarg);
+                return EXIT_USAGE;
+            }
+            a->fail_code = v;
             break;
         case 't':
             if (parse_long(optarg, 0, UINT32_MAX, &v)) {
@@ -162,6 +227,10 @@ static int parse_args(int argc, char **argv, worker_args *a)
     }
     if (!a->info_path) {
         fail("--info FILE is required; try '%s --help'", prog);
+        return EXIT_USAGE;
+    }
+    if ((a->fail_reason || a->room_participants) && !a->has_room) {
+        fail("--fail and --room-participants need --room ID");
         return EXIT_USAGE;
     }
     if (a->segment && kvc_name_check(a->segment) != KVC_OK) {
@@ -289,6 +358,27 @@ static const char *segment_name(const worker_args *a)
     return dflt;
 }
 
+/* Open --room, set --room-state, record --fail; prints one line.  Returns
+ * 0, or -1 after printing why. */
+static int room_work(const worker_args *a, kvc_segment *seg, uint32_t rank)
+{
+    kvc_err e = kvc_room_open(seg, a->room, a->room_participants, rank, KVC_ROOM_ROLE_PREFILL);
+    if (!e)
+        e = kvc_room_set_state(seg, a->room, rank, (kvc_poll)a->room_state);
+    int kept = 0;
+    if (!e && a->fail_reason)
+        e = kvc_room_fail(seg, a->room, rank, (int32_t)a->fail_code, a->fail_reason, &kept);
+    if (e) {
+        fail("room %llu: %s (%s)", (unsigned long long)a->room, kvc_last_error(),
+             kvc_strerror(e));
+        return -1;
+    }
+    printf("%s: room=%llu state=%s%s\n", prog, (unsigned long long)a->room,
+           kvc_poll_name((kvc_poll)a->room_state),
+           a->fail_reason ? (kept ? " failure=kept" : " failure=not_kept") : "");
+    return 0;
+}
+
 static int run(const worker_args *a, const sigset_t *stop)
 {
     worker_info wi = {.file_rank = -1};
@@ -329,6 +419,8 @@ static int run(const worker_args *a, const sigset_t *stop)
            prog, rank, (unsigned long long)gen, wi.entries, wi.dict_len,
            (unsigned long long)(t2 - t1), (unsigned long long)(t1 - t0),
            kvc_segment_name(seg), wi.session_id);
+    if (a->has_room && room_work(a, seg, (uint32_t)rank) != 0)
+        goto out;
     fflush(stdout);
     if (a->linger)
         wait_for_stop(stop);
