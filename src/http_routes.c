@@ -23,6 +23,15 @@
  *     "info_bytes","registered_ns","pid"}...],"world_size":W}.
  *   - DELETE /transfer_engine_info?rank=N: withdraw; 200 "OK" or 404.
  *   - HEAD on every GET route.
+ *   - GET /rooms/{room}[?rank=R]: a bootstrap room's state, participants,
+ *     per-rank local states and failure record (is_from_another_rank as
+ *     rank R sees it; without R, as an outside observer); 404 if unknown.
+ *   - PUT /rooms/{room}/failure (POST too) body {"rank": int, "reason": str,
+ *     "code": int (optional, 0)}: kvc_room_fail (first record wins);
+ *     {"kept": bool, "failure": {...}}.
+ *   - GET /failures[?limit=N][&rank=R]: the most recent failure records,
+ *     newest first (default 100, at most 1024).
+ *   Room ids are decimal 63-bit integers, written as JSON integers.
  * Every error is application/json {"detail":"..."}; an unknown path is 404
  * "Not Found", a known path with another method 405 "Method Not Allowed"
  * with an Allow header.  Library errors: KVC_E_CAPACITY and KVC_E_INVAL 400,
@@ -40,6 +49,7 @@
 #include <string.h>
 
 #include "http_resp.h"
+#include "internal.h" /* kvc__rank_register_parsed */
 #include "log.h"
 #include "query.h"
 
@@ -51,8 +61,12 @@ struct routes {
     uint32_t max_ranks;
     kvc_rank_info *list; /* max_ranks entries, for /ranks */
     kvc_rank_info scratch;
-    struct buf body;     /* /ranks answer body */
+    struct buf body;     /* /ranks, /rooms and /failures answer bodies */
+    kvc_failure_info *failures; /* ROUTES_FAILURES_MAX, for /failures */
 };
+
+#define ROUTES_FAILURES_DEFAULT 100
+#define ROUTES_FAILURES_MAX KVC_FAILURE_RING
 
 typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *,
                                   const struct http_req *, struct buf *);
@@ -292,7 +306,12 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
     }
     size_t len = strlen(text);
     uint64_t gen = 0;
-    kvc_err e = kvc_rank_register(r->seg, rank, sid, text, len, &gen);
+    /* wid is a JSON object jansson parsed and serialised: the library need
+     * not parse those (up to megabytes of) bytes again. */
+    size_t entries = json_object_size(wid);
+    kvc_err e = kvc__rank_register_parsed(r->seg, rank, sid, text, len,
+                                          entries > UINT32_MAX ? UINT32_MAX : (uint32_t)entries,
+                                          &gen);
     free(text);
     if (e) {
         detailf(out, req, lib_status(e), "Failed to register rank %u: %s", rank,
@@ -419,6 +438,322 @@ static enum route_rc delete_info(struct routes *r, struct route_slot *s,
     return ROUTE_DONE;
 }
 
+
+/* ---- rooms ---------------------------------------------------------------- */
+
+#define ROOM_ID_RULE "must be a decimal integer in 0..9223372036854775807"
+
+/* Parse a room id: decimal digits only, at most 2^63 - 1 (ids are 63-bit
+ * and written as JSON integers, which then fit an int64). */
+static int parse_room_id(const char *s, size_t n, uint64_t *out)
+{
+    char digits[24];
+    if (n == 0 || n >= sizeof digits)
+        return -1;
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    return parse_uint(digits, INT64_MAX, out);
+}
+
+/* The optional ?rank=R of the room routes: *asking = R, or -1 when absent.
+ * On a bad one the 400 is written and -1 returned. */
+static int asking_rank(const struct http_req *req, struct buf *out, struct query_param *extra,
+                       int32_t *asking)
+{
+    char rv[24];
+    struct query_param want[2] = {{"rank", rv, sizeof rv, 0, 0}};
+    size_t n = 1;
+    if (extra)
+        want[n++] = *extra;
+    if (query_parse(req->query, req->query_len, want, n) < 0) {
+        resp_detail(out, req, 400, "Invalid percent-encoding in query string", NULL);
+        return -1;
+    }
+    if (extra)
+        *extra = want[1];
+    *asking = -1;
+    uint64_t v;
+    if (want[0].found) {
+        if (want[0].too_long || parse_uint(rv, INT32_MAX, &v)) {
+            resp_detail(out, req, 400, "Invalid rank parameter", NULL);
+            return -1;
+        }
+        *asking = (int32_t)v;
+    }
+    return 0;
+}
+
+static void put_bool(struct buf *b, int v)
+{
+    buf_puts(b, v ? "true" : "false");
+}
+
+static void put_i64(struct buf *b, int64_t v)
+{
+    if (v < 0) {
+        buf_puts(b, "-");
+        buf_putu64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        buf_putu64(b, (uint64_t)v);
+    }
+}
+
+/* A failure record as JSON; is_from_another_rank relative to asking (-1:
+ * an outside observer, for whom every record is from another rank). */
+static void append_failure(struct buf *b, const kvc_failure_info *f, int32_t asking)
+{
+    char text[KVC_REASON_MAX + 256];
+    kvc_failure_info seen = *f;
+    seen.is_from_another_rank = asking < 0 || (uint32_t)asking != f->origin_rank;
+    kvc_failure_text(&seen, text, sizeof text);
+    buf_puts(b, "{\"room\":");
+    buf_putu64(b, f->room);
+    buf_puts(b, ",\"origin_rank\":");
+    buf_putu64(b, f->origin_rank);
+    buf_puts(b, ",\"origin_pid\":");
+    put_i64(b, f->origin_pid);
+    buf_puts(b, ",\"code\":");
+    put_i64(b, f->code);
+    buf_puts(b, ",\"reason\":\"");
+    json_escape_append(b, f->reason, strlen(f->reason));
+    buf_puts(b, "\",\"time_ns\":");
+    buf_putu64(b, f->time_ns);
+    buf_puts(b, ",\"is_from_another_rank\":");
+    put_bool(b, seen.is_from_another_rank);
+    buf_puts(b, ",\"text\":\"");
+    json_escape_append(b, text, strlen(text));
+    buf_puts(b, "\"}");
+}
+
+static void append_state(struct buf *b, int state)
+{
+    buf_puts(b, "\"state\":\"");
+    buf_puts(b, kvc_poll_name((kvc_poll)state));
+    buf_puts(b, "\",\"state_value\":");
+    buf_putu64(b, (uint64_t)state);
+}
+
+static void append_room(struct buf *b, const kvc_room_info *ri, int32_t asking)
+{
+    buf_puts(b, "{\"room\":");
+    buf_putu64(b, ri->room);
+    buf_puts(b, ",");
+    append_state(b, ri->state);
+    buf_puts(b, ",\"participants\":");
+    buf_putu64(b, ri->participants);
+    buf_puts(b, ",\"joined\":");
+    buf_putu64(b, ri->joined);
+    buf_puts(b, ",\"released\":");
+    buf_putu64(b, ri->released);
+    buf_puts(b, ",\"opened_ns\":");
+    buf_putu64(b, ri->opened_ns);
+    buf_puts(b, ",\"updated_ns\":");
+    buf_putu64(b, ri->updated_ns);
+    buf_puts(b, ",\"local\":[");
+    for (uint32_t i = 0; i < ri->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
+        buf_puts(b, i ? ",{\"rank\":" : "{\"rank\":");
+        buf_putu64(b, i);
+        buf_puts(b, ",");
+        if (ri->local[i] < 0)
+            buf_puts(b, "\"state\":null,\"state_value\":null");
+        else
+            append_state(b, ri->local[i]);
+        buf_puts(b, "}");
+    }
+    buf_puts(b, "],\"failure\":");
+    if (ri->has_failure)
+        append_failure(b, &ri->failure, asking);
+    else
+        buf_puts(b, "null");
+    buf_puts(b, "}");
+}
+
+/* Send r->body as the 200 answer (or a 500 if building it ran out of memory). */
+static void send_body(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    struct buf *b = &r->body;
+    if (b->oom)
+        resp_detail(out, req, 500, "Out of memory building the answer", NULL);
+    else
+        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+}
+
+static void get_room(struct routes *r, const struct http_req *req, struct buf *out,
+                     uint64_t room)
+{
+    int32_t asking;
+    if (asking_rank(req, out, NULL, &asking))
+        return;
+    kvc_room_info ri;
+    kvc_err e = kvc_room_get(r->seg, room, asking, &ri);
+    if (e == KVC_E_NOENT) {
+        detailf(out, req, 404, "No room %" PRIu64, room);
+        return;
+    }
+    if (e) {
+        detailf(out, req, lib_status(e), "Reading room %" PRIu64 " failed: %s", room,
+                kvc_last_error());
+        return;
+    }
+    buf_reset(&r->body);
+    append_room(&r->body, &ri, asking);
+    send_body(r, req, out);
+}
+
+/* The body of PUT /rooms/{room}/failure; on a bad one the 400 naming the
+ * field is written and -1 returned.  *reason points into root. */
+static int failure_body(json_t *root, const struct http_req *req, struct buf *out,
+                        uint32_t *rank, const char **reason, int32_t *code)
+{
+    if (!json_is_object(root)) {
+        resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
+        return -1;
+    }
+    json_t *jr = json_object_get(root, "rank");
+    if (!jr)
+        return bad_field(out, req, "rank", NULL);
+    if (!json_is_integer(jr) || json_integer_value(jr) < 0
+        || json_integer_value(jr) > INT32_MAX)
+        return bad_field(out, req, "rank", "must be an integer in 0..2147483647");
+    *rank = (uint32_t)json_integer_value(jr);
+    json_t *js = json_object_get(root, "reason");
+    if (!js)
+        return bad_field(out, req, "reason", NULL);
+    if (!json_is_string(js))
+        return bad_field(out, req, "reason", "must be a string");
+    if (strlen(json_string_value(js)) != json_string_length(js))
+        return bad_field(out, req, "reason", "must not contain NUL");
+    *reason = json_string_value(js);
+    *code = 0;
+    json_t *jc = json_object_get(root, "code");
+    if (jc && !json_is_null(jc)) {
+        if (!json_is_integer(jc) || json_integer_value(jc) < INT32_MIN
+            || json_integer_value(jc) > INT32_MAX)
+            return bad_field(out, req, "code", "must be a 32-bit integer");
+        *code = (int32_t)json_integer_value(jc);
+    }
+    return 0;
+}
+
+static void put_room_failure(struct routes *r, const struct http_req *req, struct buf *out,
+                             uint64_t room)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
+                jerr.column, jerr.text);
+        return;
+    }
+    uint32_t rank;
+    const char *reason;
+    int32_t code;
+    if (failure_body(root, req, out, &rank, &reason, &code)) {
+        json_decref(root);
+        return;
+    }
+    int kept = 0;
+    kvc_err e = kvc_room_fail(r->seg, room, rank, code, reason, &kept);
+    if (e) {
+        detailf(out, req, lib_status(e), "Recording a failure of room %" PRIu64 " failed: %s",
+                room, kvc_last_error());
+        json_decref(root);
+        return;
+    }
+    if (kept)
+        log_event(LOG_INFO, "room_failure", "room=%" PRIu64 " rank=%u code=%d reason=\"%s\"",
+                  room, rank, (int)code, reason);
+    json_decref(root);
+    /* The record kept (this call's or an earlier one), as the rank sees it. */
+    kvc_room_info ri;
+    e = kvc_room_get(r->seg, room, (int32_t)rank, &ri);
+    struct buf *b = &r->body;
+    buf_reset(b);
+    buf_puts(b, "{\"kept\":");
+    put_bool(b, kept);
+    buf_puts(b, ",\"failure\":");
+    if (!e && ri.has_failure)
+        append_failure(b, &ri.failure, (int32_t)rank);
+    else
+        buf_puts(b, "null"); /* reclaimed meanwhile */
+    buf_puts(b, "}");
+    send_body(r, req, out);
+}
+
+/* /rooms/{room} and /rooms/{room}/failure.  path is after "/rooms/". */
+static void rooms_route(struct routes *r, const struct http_req *req, struct buf *out,
+                        const char *path, size_t len)
+{
+    static const char failure[] = "/failure";
+    const char *slash = memchr(path, '/', len);
+    size_t id_len = slash ? (size_t)(slash - path) : len;
+    int is_failure = 0;
+    if (slash) {
+        size_t rest = len - id_len;
+        if (rest != sizeof failure - 1 || memcmp(slash, failure, rest)) {
+            resp_detail(out, req, 404, "Not Found", NULL);
+            return;
+        }
+        is_failure = 1;
+    }
+    if (is_failure ? req->method != HTTP_PUT && req->method != HTTP_POST
+                   : req->method != HTTP_GET && req->method != HTTP_HEAD) {
+        resp_detail(out, req, 405, "Method Not Allowed",
+                    is_failure ? "Allow: PUT, POST\r\n" : "Allow: GET, HEAD\r\n");
+        return;
+    }
+    uint64_t room;
+    if (parse_room_id(path, id_len, &room)) {
+        resp_detail(out, req, 400, "Invalid room id: " ROOM_ID_RULE, NULL);
+        return;
+    }
+    if (is_failure)
+        put_room_failure(r, req, out, room);
+    else
+        get_room(r, req, out, room);
+}
+
+/* ---- GET /failures --------------------------------------------------------- */
+
+static enum route_rc get_failures(struct routes *r, struct route_slot *s,
+                                  const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    char lv[24];
+    struct query_param lim = {"limit", lv, sizeof lv, 0, 0};
+    int32_t asking;
+    if (asking_rank(req, out, &lim, &asking))
+        return ROUTE_DONE;
+    uint64_t limit = ROUTES_FAILURES_DEFAULT;
+    if (lim.found && (lim.too_long || parse_uint(lv, UINT64_MAX, &limit))) {
+        resp_detail(out, req, 400, "Invalid limit parameter", NULL);
+        return ROUTE_DONE;
+    }
+    if (limit > ROUTES_FAILURES_MAX)
+        limit = ROUTES_FAILURES_MAX;
+    size_t count = 0;
+    kvc_err e = limit ? kvc_failures_recent(r->seg, r->failures, limit, &count) : KVC_OK;
+    if (e) {
+        detailf(out, req, lib_status(e), "Reading failure records failed: %s",
+                kvc_last_error());
+        return ROUTE_DONE;
+    }
+    struct buf *b = &r->body;
+    buf_reset(b);
+    buf_puts(b, "{\"failures\":[");
+    for (size_t i = 0; i < count; i++) {
+        if (i)
+            buf_puts(b, ",");
+        append_failure(b, &r->failures[i], asking);
+    }
+    buf_puts(b, "],\"count\":");
+    buf_putu64(b, count);
+    buf_puts(b, "}");
+    send_body(r, req, out);
+    return ROUTE_DONE;
+}
+
 /* ---- dispatch -------------------------------------------------------------- */
 
 static const struct route route_table[] = {
@@ -428,11 +763,19 @@ static const struct route route_table[] = {
      put_register},
     {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_ranks},
     {"/transfer_engine_info", M(HTTP_DELETE), "Allow: DELETE\r\n", delete_info},
+    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_failures},
 };
+
+#define ROOMS_PREFIX "/rooms/"
 
 enum route_rc routes_dispatch(struct routes *r, struct route_slot *s,
                               const struct http_req *req, struct buf *out)
 {
+    size_t plen = sizeof ROOMS_PREFIX - 1;
+    if (req->path_len >= plen && !memcmp(req->path, ROOMS_PREFIX, plen)) {
+        rooms_route(r, req, out, req->path + plen, req->path_len - plen);
+        return ROUTE_DONE;
+    }
     for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
         const struct route *rt = &route_table[i];
         if (strlen(rt->path) != req->path_len || memcmp(rt->path, req->path, req->path_len))
@@ -458,7 +801,10 @@ int routes_create(struct routes **out, kvc_segment *seg)
     r->seg = seg;
     r->max_ranks = si.max_ranks;
     r->list = calloc(si.max_ranks ? si.max_ranks : 1, sizeof *r->list);
-    if (!r->list) {
+    r->failures = calloc(ROUTES_FAILURES_MAX, sizeof *r->failures);
+    if (!r->list || !r->failures) {
+        free(r->list);
+        free(r->failures);
         free(r);
         return -1;
     }
@@ -471,6 +817,7 @@ void routes_destroy(struct routes *r)
     if (!r)
         return;
     free(r->list);
+    free(r->failures);
     kvc_rank_info_free(&r->scratch);
     buf_free(&r->body);
     free(r);
