@@ -1,0 +1,61 @@
+#!/bin/sh
+# test_install.sh BUILD_DIR WORKDIR PROGRAM.c CC: `cmake --install` the
+# build into a temporary prefix, check the tree, then build PROGRAM.c
+# against the installed library with pkg-config - shared (rpath to the
+# prefix), then static (`pkg-config --static`, with the shared library
+# removed from the prefix so only libkvcoord.a can satisfy -lkvcoord) - and
+# run both.  Exit 77 (skipped) without pkg-config.
+set -eu
+build=$1 work=$2 prog=$3 cc=$4
+if ! command -v pkg-config >/dev/null 2>&1; then
+    echo "SKIP: pkg-config not found (Debian package 'pkg-config')"
+    exit 77
+fi
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 ||
+    { cat "$work/install.log"; echo "FAIL: cmake --install"; exit 1; }
+echo "installed into $prefix:"
+(cd "$prefix" && find . -type f -o -type l | sort)
+
+pc=$(find "$prefix" -name kvcoord.pc | head -n 1)
+[ -n "$pc" ] || { echo "FAIL: no kvcoord.pc installed"; exit 1; }
+libdir=$(dirname "$(dirname "$pc")")
+for f in include/kvcoord/kvcoord.h include/kvcoord/transfer.h \
+         lib/systemd/system/kvcoordd@.service share/doc/kvcoord/README.md \
+         share/doc/kvcoord/operations.md bin/kvcoord-diag; do
+    [ -f "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
+done
+for f in libkvcoord.a libkvcoord.so libkvcoord.so.0; do
+    [ -e "$libdir/$f" ] || { echo "FAIL: $libdir/$f not installed"; exit 1; }
+done
+[ ! -e "$prefix/bin/kvcoord-torture" ] || { echo "FAIL: kvcoord-torture is a test tool"; exit 1; }
+grep -q "^ExecStart=$prefix/bin/kvcoordd " "$prefix/lib/systemd/system/kvcoordd@.service" ||
+    { echo "FAIL: the installed unit does not run $prefix/bin/kvcoordd"; exit 1; }
+
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
+pkg-config --validate kvcoord 2>/dev/null || pkg-config --exists --print-errors kvcoord
+[ "$(pkg-config --modversion kvcoord)" != "" ]
+cflags=$(pkg-config --cflags kvcoord)
+seg=kvctest-install-$$
+
+echo "shared: $cc -std=c11 $cflags ... $(pkg-config --libs kvcoord)"
+# shellcheck disable=SC2046
+"$cc" -std=c11 -Wall -Wextra -Werror -pedantic $cflags -o "$work/prog_shared" "$prog" \
+    $(pkg-config --libs kvcoord) -Wl,-rpath,"$libdir"
+"$work/prog_shared" "$seg-a"
+ldd "$work/prog_shared" | grep -q "$libdir/libkvcoord.so.0" ||
+    { ldd "$work/prog_shared"; echo "FAIL: prog_shared does not use the installed libkvcoord.so"; exit 1; }
+
+rm -f "$libdir"/libkvcoord.so*
+echo "static: $cc -std=c11 $cflags ... $(pkg-config --static --libs kvcoord)"
+# shellcheck disable=SC2046
+"$cc" -std=c11 -Wall -Wextra -Werror -pedantic $cflags -o "$work/prog_static" "$prog" \
+    $(pkg-config --static --libs kvcoord)
+"$work/prog_static" "$seg-b"
+if ldd "$work/prog_static" | grep -q libkvcoord; then
+    echo "FAIL: prog_static still needs a shared libkvcoord"; exit 1
+fi
+echo "PASS: installed library, headers, pkg-config file (shared and static), unit, docs"

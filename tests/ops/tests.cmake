@@ -1,0 +1,38 @@
+# Operations (issue 7): auth, metrics, readiness notification, the systemd
+# unit and the install tree.  Label "ops" (plus "unit" for the C unit tests).
+# Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR is tests/).
+# Tests that need a tool the machine lacks (promtool from Debian's
+# "prometheus" package, systemd-analyze) exit 77 and are reported skipped.
+
+set(KVC_OPS_DIR ${CMAKE_CURRENT_SOURCE_DIR}/ops)
+set(KVC_OPS_WORK ${CMAKE_CURRENT_BINARY_DIR}/ops-work)
+
+kvc_c_test(test_auth LABEL "unit;ops"
+  SOURCES ${KVC_OPS_DIR}/test_auth.c ${CMAKE_SOURCE_DIR}/src/auth.c)
+kvc_c_test(test_metrics LABEL "unit;ops"
+  SOURCES ${KVC_OPS_DIR}/test_metrics.c ${CMAKE_SOURCE_DIR}/src/metrics.c
+          ${CMAKE_SOURCE_DIR}/src/buf.c)
+kvc_c_test(test_notify LABEL "unit;ops"
+  SOURCES ${KVC_OPS_DIR}/test_notify.c ${CMAKE_SOURCE_DIR}/src/notify.c)
+
+# The exposition of a segment in a known state, checked by promtool.
+add_test(NAME ops_metrics_promtool
+  COMMAND sh ${KVC_OPS_DIR}/test_promtool.sh $<TARGET_FILE:test_metrics> ${KVC_OPS_WORK}/promtool)
+set_tests_properties(ops_metrics_promtool PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 120)
+
+# tools/kvcoordd@.service, verified with systemd-analyze.
+set(KVC_OPS_DAEMON "")
+if(TARGET kvcoordd)
+  set(KVC_OPS_DAEMON $<TARGET_FILE:kvcoordd>)
+endif()
+add_test(NAME ops_unit_verify
+  COMMAND sh ${KVC_OPS_DIR}/test_unit.sh ${CMAKE_SOURCE_DIR}/tools/kvcoordd@.service
+          ${KVC_OPS_WORK}/unit ${KVC_OPS_DAEMON})
+set_tests_properties(ops_unit_verify PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 120)
+
+# cmake --install into a temporary prefix, then build and run a program
+# against the installed library with pkg-config (shared, then static).
+add_test(NAME ops_install_pkgconfig
+  COMMAND sh ${KVC_OPS_DIR}/test_install.sh ${CMAKE_BINARY_DIR} ${KVC_OPS_WORK}/install
+          ${KVC_OPS_DIR}/install_prog.c ${CMAKE_C_COMPILER})
+set_tests_properties(ops_install_pkgconfig PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 600)
