@@ -31,6 +31,7 @@ static const char *const route_names[MR_COUNT] = {
     [MR_REGISTER] = "/register_transfer_engine_info",
     [MR_RANKS] = "/ranks",
     [MR_INFO] = "/transfer_engine_info",
+    [MR_FAILURES] = "/failures",
     [MR_ROOMS] = "/rooms/{room}",
     [MR_METRICS] = "/metrics",
     [MR_OTHER] = "other",

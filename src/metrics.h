@@ -37,6 +37,7 @@ enum metrics_route {
     MR_REGISTER,            /* /register_transfer_engine_info */
     MR_RANKS,               /* /ranks */
     MR_INFO,                /* /transfer_engine_info (DELETE) */
+    MR_FAILURES,            /* /failures */
     MR_ROOMS,               /* /rooms and /rooms/... (label "/rooms/{room}") */
     MR_METRICS,             /* /metrics */
     MR_OTHER,               /* anything else (404s), and errors before routing */

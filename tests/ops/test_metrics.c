@@ -247,6 +247,7 @@ static void test_label_escape(void **state)
     assert_int_equal(metrics_route_of("/rooms", 6), MR_ROOMS);
     assert_int_equal(metrics_route_of("/roomsx", 7), MR_OTHER);
     assert_int_equal(metrics_route_of("/metrics", 8), MR_METRICS);
+    assert_int_equal(metrics_route_of("/failures", 9), MR_FAILURES);
     assert_string_equal(metrics_route_name(MR_ROOMS), "/rooms/{room}");
 }
 
