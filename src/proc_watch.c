@@ -145,12 +145,18 @@ static int exit_status(int pidfd, int32_t pid, uint64_t start, int *status)
 
 /* ---- reaping ---------------------------------------------------------------- */
 
-/* Reap (pid, start) in the segment and log it.  how NULL: the library
- * finds out (zombie, else "exit status unknown"). */
+/* Reap (pid, start) in the segment and log it.  how NULL: from its zombie
+ * if it is one, else the library says "exit status unknown". */
 static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t rank,
                  const char *how)
 {
     size_t rooms = 0, ranks = 0;
+    char st, zombie_how[96];
+    uint64_t st_start;
+    int code;
+    if (!how && read_stat(pid, &st, &st_start, &code) == 0 && st_start == start
+        && (st == 'Z' || st == 'X') && code >= 0)
+        how = kvc_wait_status_text(code, zombie_how, sizeof zombie_how);
     kvc_err e = kvc_proc_reap(pw->seg, pid, start, how, &rooms, &ranks);
     if (e) {
         log_event(LOG_ERROR, "proc_reap_failed", "pid=%d rank=%d err=\"%s\"", (int)pid,
@@ -159,7 +165,7 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
         return;
     }
     log_event(LOG_INFO, "proc_dead", "rank=%d pid=%d how=\"%s\" rooms_failed=%zu "
-              "ranks_withdrawn=%zu", (int)rank, (int)pid, how ? how : "(from /proc)", rooms, ranks);
+              "ranks_withdrawn=%zu", (int)rank, (int)pid, how ? how : "exit status unknown", rooms, ranks);
 }
 
 /* The table's entry for (pid, start), or NULL. */

@@ -14,3 +14,10 @@ target_link_libraries(test_http_units PRIVATE ${HTTP_PARSER_LIB})
 add_test(NAME http_raw
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_raw.py --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(http_raw PROPERTIES LABELS "http" TIMEOUT 600)
+
+# Room routes and dead-process detection, with Python requests and
+# kvcoord-worker as the co-located ranks.
+add_test(NAME http_rooms
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_rooms_http.py --daemon $<TARGET_FILE:kvcoordd>
+          --worker $<TARGET_FILE:kvcoord-worker>)
+set_tests_properties(http_rooms PROPERTIES LABELS "http" TIMEOUT 300)

@@ -1,0 +1,387 @@
+#!/usr/bin/python3
+"""kvcoordd's room routes and dead-process detection, with Python `requests`.
+
+A real kvcoordd serves a fresh segment; stand-in TP workers (kvcoord-worker)
+attach to it through libkvcoord, register a rank, open a bootstrap room and
+set their KVPoll state (or record a failure) in it, as co-located ranks do.
+
+- GET /rooms/{room}, PUT /rooms/{room}/failure, GET /failures: every status
+  code, first failure wins across two PUTs, a failure recorded by the
+  library is read back over HTTP with the same reason and origin.
+- A worker killed with SIGKILL: its rank's lookup becomes 404 naming the
+  signal, its room fails with a reason naming its rank and signal 9.
+- A worker that detaches cleanly (SIGTERM) keeps its registration.
+- A worker that died while the daemon was down is reaped when it starts.
+
+Waits poll HTTP with generous deadlines that only keep a broken daemon from
+hanging the test; nothing asserts how fast anything happens.
+
+Usage: test_rooms_http.py --daemon PATH --worker PATH [unittest args]
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import requests
+
+ARGS = None
+DEADLINE = 30.0  # hang guard for waits, not an assertion
+INT63_MAX = (1 << 63) - 1
+
+
+class Daemon:
+    """kvcoordd on a free port serving segment `segment`."""
+
+    def __init__(self, segment, fresh=True):
+        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-rooms-", suffix=".log",
+                                               delete=False)
+        cmd = [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", segment,
+               "--log-level", "debug"]
+        if fresh:
+            cmd.append("--fresh")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
+            if m:
+                self.url = "http://127.0.0.1:%s" % m.group(1)
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("kvcoordd did not start: " + self.output())
+            time.sleep(0.02)
+
+    def output(self):
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.log is None:
+            return self.proc.returncode
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if os.environ.get("KVC_KEEP_LOGS"):
+            sys.stderr.write(self.output())
+        os.unlink(self.log.name)
+        self.log = None
+        return self.proc.returncode
+
+
+class Worker:
+    """A lingering kvcoord-worker for one rank, optionally in a room."""
+
+    def __init__(self, segment, rank, *extra):
+        self.info = tempfile.NamedTemporaryFile("w", prefix="rank-", suffix=".json",
+                                                delete=False)
+        json.dump({"rank": rank, "transfer_engine_info": {
+            "session_id": "127.0.0.1:%d" % (17000 + rank),
+            "weights_info_dict": {"layer.%d.weight" % rank: [4096 * rank, 1024, 2]}}},
+            self.info)
+        self.info.close()
+        self.out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [ARGS.worker, "--segment", segment, "--rank", str(rank), "--info", self.info.name,
+             "--linger"] + list(extra),
+            stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT)
+
+    def output(self):
+        with open(self.out.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def wait_ready(self, marker):
+        deadline = time.monotonic() + DEADLINE
+        while marker not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("worker not ready (%s): %s" % (marker, self.output()))
+            time.sleep(0.02)
+
+    def reap(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        os.unlink(self.info.name)
+        os.unlink(self.out.name)
+        return self.proc.returncode
+
+
+def wait_until(pred, what):
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+class RoomsHttpTest(unittest.TestCase):
+    n = 0
+
+    def setUp(self):
+        RoomsHttpTest.n += 1
+        self.segment = "kvctest-rooms-%d-%d" % (os.getpid(), RoomsHttpTest.n)
+        self.daemon = Daemon(self.segment)
+        self.url = self.daemon.url
+        self.http = requests.Session()
+        self.workers = []
+
+    def tearDown(self):
+        for w in self.workers:
+            w.reap()
+        self.http.close()
+        self.assertEqual(self.daemon.stop(), 0)
+        try:
+            os.unlink("/dev/shm/" + self.segment)
+        except FileNotFoundError:
+            pass
+
+    def worker(self, rank, *extra):
+        w = Worker(self.segment, rank, *extra)
+        self.workers.append(w)
+        return w
+
+    def get(self, path, **kw):
+        return self.http.get(self.url + path, timeout=DEADLINE, **kw)
+
+    def put_failure(self, room, body):
+        return self.http.put("%s/rooms/%s/failure" % (self.url, room), timeout=DEADLINE,
+                             data=body if isinstance(body, (str, bytes)) else json.dumps(body))
+
+    def lookup(self, rank):
+        return self.get("/get_transfer_engine_info", params={"rank": rank})
+
+    # ---- room routes -------------------------------------------------------
+
+    def test_unknown_room_404_and_bad_ids_400(self):
+        r = self.get("/rooms/12345")
+        self.assertEqual(r.status_code, 404)
+        self.assertEqual(r.json(), {"detail": "No room 12345"})
+        r = self.get("/rooms/%d" % INT63_MAX)
+        self.assertEqual(r.status_code, 404, r.text)
+        for bad in ("abc", "-1", "%d" % (INT63_MAX + 1), "1e3", "+5", "0x10",
+                    "99999999999999999999999", ""):
+            for r in (self.get("/rooms/" + bad),
+                      self.put_failure(bad, {"rank": 0, "reason": "x"})):
+                self.assertEqual(r.status_code, 400, (bad, r.text))
+                self.assertIn("room id", r.json()["detail"])
+        r = self.get("/rooms/5/other")
+        self.assertEqual(r.status_code, 404)
+        r = self.get("/rooms/5", params={"rank": "-1"})
+        self.assertEqual(r.status_code, 400)
+        self.assertEqual(r.json()["detail"], "Invalid rank parameter")
+
+    def test_methods_405(self):
+        r = self.http.delete(self.url + "/rooms/5", timeout=DEADLINE)
+        self.assertEqual(r.status_code, 405)
+        self.assertEqual(r.headers["Allow"], "GET, HEAD")
+        r = self.get("/rooms/5/failure")
+        self.assertEqual(r.status_code, 405)
+        self.assertEqual(r.headers["Allow"], "PUT, POST")
+        r = self.http.put(self.url + "/failures", timeout=DEADLINE)
+        self.assertEqual(r.status_code, 405)
+
+    def test_failure_body_400_names_the_field(self):
+        cases = [
+            ("[]", "Request body must be a JSON object"),
+            ("{", "Invalid JSON"),
+            ({"reason": "x"}, "Missing field 'rank'"),
+            ({"rank": -1, "reason": "x"}, "Invalid field 'rank'"),
+            ({"rank": "1", "reason": "x"}, "Invalid field 'rank'"),
+            ({"rank": 1 << 31, "reason": "x"}, "Invalid field 'rank'"),
+            ({"rank": 1}, "Missing field 'reason'"),
+            ({"rank": 1, "reason": 5}, "Invalid field 'reason'"),
+            ({"rank": 1, "reason": "x", "code": "110"}, "Invalid field 'code'"),
+            ({"rank": 1, "reason": "x", "code": 1 << 31}, "Invalid field 'code'"),
+        ]
+        for body, detail in cases:
+            r = self.put_failure(9, body)
+            self.assertEqual(r.status_code, 400, (body, r.text))
+            self.assertTrue(r.json()["detail"].startswith(detail), (body, r.text))
+        self.assertEqual(self.get("/rooms/9").status_code, 404, "a refused body created a room")
+
+    def test_failure_first_wins_across_two_puts(self):
+        room = INT63_MAX - 7
+        r = self.put_failure(room, {"rank": 5, "reason": "RDMA WRITE failed: retry exceeded",
+                                    "code": 12})
+        self.assertEqual(r.status_code, 200, r.text)
+        first = r.json()
+        self.assertIs(first["kept"], True)
+        f = first["failure"]
+        self.assertEqual(f["room"], room)
+        self.assertEqual(f["origin_rank"], 5)
+        self.assertEqual(f["code"], 12)
+        self.assertEqual(f["reason"], "RDMA WRITE failed: retry exceeded")
+        self.assertIs(f["is_from_another_rank"], False)
+        r = self.put_failure(room, {"rank": 2, "reason": "later", "code": 110})
+        self.assertEqual(r.status_code, 200, r.text)
+        second = r.json()
+        self.assertIs(second["kept"], False)
+        g = second["failure"]
+        for k in ("room", "origin_rank", "code", "reason", "time_ns"):
+            self.assertEqual(g[k], f[k], k)
+        self.assertIs(g["is_from_another_rank"], True)  # as rank 2 sees it
+        self.assertIn("room %d" % room, g["text"])
+        room_view = self.get("/rooms/%d" % room, params={"rank": 5}).json()
+        self.assertEqual(room_view["state"], "Failed")
+        self.assertEqual(room_view["state_value"], 0)
+        self.assertIs(room_view["failure"]["is_from_another_rank"], False)
+        self.assertEqual(room_view["failure"]["reason"], f["reason"])
+        outside = self.get("/rooms/%d" % room).json()
+        self.assertIs(outside["failure"]["is_from_another_rank"], True)
+        head = self.http.head("%s/rooms/%d" % (self.url, room), timeout=DEADLINE)
+        self.assertEqual(head.status_code, 200)
+        self.assertEqual(head.content, b"")
+
+    def test_failures_list(self):
+        self.assertEqual(self.get("/failures").json(), {"failures": [], "count": 0})
+        for i in range(5):
+            self.assertEqual(self.put_failure(100 + i, {"rank": i, "reason": "r%d" % i})
+                             .status_code, 200)
+        got = self.get("/failures").json()
+        self.assertEqual(got["count"], 5)
+        self.assertEqual([f["room"] for f in got["failures"]], [104, 103, 102, 101, 100])
+        got = self.get("/failures", params={"limit": 2, "rank": 4}).json()
+        self.assertEqual([f["room"] for f in got["failures"]], [104, 103])
+        self.assertEqual([f["is_from_another_rank"] for f in got["failures"]], [False, True])
+        self.assertEqual(self.get("/failures", params={"limit": 0}).json()["count"], 0)
+        self.assertEqual(self.get("/failures", params={"limit": 1 << 40}).json()["count"], 5)
+        for bad in ("-1", "x", ""):
+            r = self.get("/failures", params={"limit": bad})
+            self.assertEqual(r.status_code, 400, bad)
+            self.assertEqual(r.json()["detail"], "Invalid limit parameter")
+
+    def test_library_failure_read_over_http(self):
+        room = 4242
+        w = self.worker(2, "--room", str(room), "--room-participants", "4",
+                        "--fail", "transfer to 10.0.0.7:17000 timed out", "--fail-code", "110")
+        w.wait_ready("failure=kept")
+        for asking, other in ((None, True), (0, True), (2, False)):
+            params = {} if asking is None else {"rank": asking}
+            r = self.get("/rooms/%d" % room, params=params)
+            self.assertEqual(r.status_code, 200, r.text)
+            v = r.json()
+            self.assertEqual(v["state"], "Failed")
+            self.assertEqual(v["participants"], 4)
+            self.assertEqual(v["joined"], 1)
+            self.assertEqual(len(v["local"]), 4)
+            self.assertEqual(v["local"][2]["state"], "Transferring")
+            self.assertIsNone(v["local"][0]["state"])
+            f = v["failure"]
+            self.assertEqual(f["origin_rank"], 2)
+            self.assertEqual(f["origin_pid"], w.proc.pid)
+            self.assertEqual(f["code"], 110)
+            self.assertEqual(f["reason"], "transfer to 10.0.0.7:17000 timed out")
+            self.assertIs(f["is_from_another_rank"], other)
+        # First wins against HTTP too.
+        r = self.put_failure(room, {"rank": 0, "reason": "late"})
+        self.assertIs(r.json()["kept"], False)
+        self.assertEqual(r.json()["failure"]["origin_rank"], 2)
+        self.assertEqual(self.get("/failures", params={"limit": 1}).json()["failures"][0]["room"],
+                         room)
+
+    # ---- dead-process detection -------------------------------------------
+
+    def test_killed_worker_rank_withdrawn_and_room_failed(self):
+        room = 7001
+        w = self.worker(1, "--room", str(room), "--room-participants", "2",
+                        "--room-state", "transferring")
+        w.wait_ready("room=%d" % room)
+        self.assertEqual(self.lookup(1).status_code, 200)
+        v = self.get("/rooms/%d" % room).json()
+        self.assertEqual(v["local"][1]["state"], "Transferring")
+        self.assertIsNone(v["failure"])
+        os.kill(w.proc.pid, signal.SIGKILL)  # not reaped yet: the daemon sees it exit
+        wait_until(lambda: self.lookup(1).status_code == 404, "rank 1 to be withdrawn")
+        r = self.lookup(1)
+        self.assertEqual(
+            r.json()["detail"],
+            "No transfer engine info for rank 1 (withdrawn: rank 1's process %d killed by "
+            "signal 9 (Killed))" % w.proc.pid)
+        v = self.get("/rooms/%d" % room, params={"rank": 0}).json()
+        self.assertEqual(v["state"], "Failed")
+        f = v["failure"]
+        self.assertEqual(f["origin_rank"], 1)
+        self.assertIn("rank 1", f["reason"])
+        self.assertIn("pid %d" % w.proc.pid, f["reason"])
+        self.assertIn("signal 9", f["reason"])
+        self.assertIs(f["is_from_another_rank"], True)
+        self.assertEqual(w.reap(), -signal.SIGKILL)
+        self.workers.remove(w)
+        log = self.daemon.output()
+        self.assertRegex(log, r"proc_dead rank=1 pid=%d how=\"killed by signal 9 \(Killed\)\" "
+                              r"rooms_failed=1 ranks_withdrawn=1" % w.proc.pid)
+
+    def test_killed_and_reaped_worker_rank_withdrawn(self):
+        w = self.worker(3)
+        w.wait_ready("generation=")
+        self.assertEqual(self.lookup(3).status_code, 200)
+        w.proc.kill()
+        w.proc.wait()  # reaped at once: the daemon may only see it gone
+        wait_until(lambda: self.lookup(3).status_code == 404, "rank 3 to be withdrawn")
+        r = self.lookup(3)
+        self.assertIn("rank 3's process %d" % w.proc.pid, r.json()["detail"])
+
+    def test_cleanly_detached_worker_keeps_its_rank(self):
+        w = self.worker(4)
+        w.wait_ready("generation=")
+        w.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(w.proc.wait(DEADLINE), 0)
+        # A later dead worker is a sign the daemon has looked at the table since.
+        k = self.worker(5)
+        k.wait_ready("generation=")
+        os.kill(k.proc.pid, signal.SIGKILL)
+        wait_until(lambda: self.lookup(5).status_code == 404, "rank 5 to be withdrawn")
+        self.assertEqual(self.lookup(4).status_code, 200)
+        self.assertNotIn("pid=%d" % w.proc.pid, self.daemon.output())
+
+    def test_worker_dead_while_daemon_down_is_reaped_at_start(self):
+        self.assertEqual(self.daemon.stop(), 0)
+        room = 9009
+        w = self.worker(6, "--room", str(room), "--room-participants", "8")
+        w.wait_ready("room=%d" % room)
+        w.proc.kill()
+        w.proc.wait()
+        self.daemon = Daemon(self.segment, fresh=False)
+        self.url = self.daemon.url
+        r = self.lookup(6)  # reaped before the first request is served
+        self.assertEqual(r.status_code, 404, r.text)
+        self.assertIn("withdrawn: rank 6's process %d" % w.proc.pid, r.json()["detail"])
+        v = self.get("/rooms/%d" % room).json()
+        self.assertEqual(v["state"], "Failed")
+        self.assertIn("rank 6", v["failure"]["reason"])
+        self.assertIn("pid %d" % w.proc.pid, v["failure"]["reason"])
+
+    def test_daemon_does_not_watch_itself(self):
+        self.assertNotIn("proc_watch pid=%d " % self.daemon.proc.pid, self.daemon.output())
+        w = self.worker(7)
+        w.wait_ready("generation=")
+        wait_until(lambda: "proc_watch pid=%d " % w.proc.pid in self.daemon.output(),
+                   "the worker to be watched")
+        self.assertNotIn("proc_watch pid=%d " % self.daemon.proc.pid, self.daemon.output())
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--worker", required=True)
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
