@@ -37,3 +37,12 @@ add_test(NAME ops_install_pkgconfig
   COMMAND sh ${KVC_OPS_DIR}/test_install.sh ${CMAKE_BINARY_DIR} ${KVC_OPS_WORK}/install
           ${KVC_OPS_DIR}/install_prog.c ${CMAKE_C_COMPILER})
 set_tests_properties(ops_install_pkgconfig PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 600)
+
+# kvcoordd end to end (readiness, auth over HTTP, /metrics, logs, SIGHUP);
+# skipped (77) until the daemon has --auth-token-file.
+if(TARGET kvcoordd)
+  add_test(NAME ops_daemon
+    COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_daemon_ops.py --daemon $<TARGET_FILE:kvcoordd>
+            --work ${KVC_OPS_WORK}/daemon)
+  set_tests_properties(ops_daemon PROPERTIES LABELS "ops;http" SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
