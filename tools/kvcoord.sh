@@ -16,7 +16,7 @@ RUN_DIR=$ROOT/build/run
 TP=8
 PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
           libcmocka-dev libibverbs-dev rdma-core python3 python3-requests curl wrk nginx-light
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev iproute2 iperf3 prometheus systemd)
 
 usage() {
     cat <<EOF
