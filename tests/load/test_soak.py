@@ -10,7 +10,8 @@ The load, all at once:
     again while the poll is parked, and on ranks that never come (the wait
     ends with 404); GET /ranks now and then;
   - stand-in TP workers (kvcoord-worker --linger) that attach, register and
-    are SIGKILLed (counted: whether their rank was withdrawn by then);
+    are SIGKILLed; their rank must then be withdrawn by kvcoordd's death
+    watch (asserted: none still served once the reap deadline passed);
   - rooms through the library (soak_rooms: success, recorded failures, and a
     participant that dies holding its room), as kvcoordd has no room routes.
 Printed: requests by kind, the first/last/max of RSS and fds, and the drift.
@@ -40,6 +41,7 @@ import loadlib  # noqa: E402
 ARGS = None
 RING = 512
 WORKER_RANKS = range(900, 908)
+REAP_DEADLINE_S = 30  # a dead worker's rank must be withdrawn by then
 POLL_RANKS = range(1000, 1008)
 
 
@@ -143,11 +145,20 @@ def workers(st, rnd, infodir):
         p.stdout.close()
         st.count("worker_killed")
         # DESIGN.md: kvcoordd's pidfd death watch withdraws the rank of a
-        # dead worker.  Until it exists the rank stays served: count which.
-        code, _, _ = loadlib.get(st.d.port, "%s?rank=%d" % (loadlib.LOOKUP, rank), timeout=30)
+        # dead worker (only this thread uses WORKER_RANKS, so nothing
+        # registers it again meanwhile).  The deadline only bounds the wait.
+        deadline = time.monotonic() + REAP_DEADLINE_S
+        while True:
+            code, _, _ = loadlib.get(st.d.port, "%s?rank=%d" % (loadlib.LOOKUP, rank), timeout=30)
+            if code != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         if code not in (200, 404):
             st.error("lookup of a killed worker's rank answered %d" % code)
         st.count("dead_worker_rank_%s" % ("withdrawn" if code == 404 else "still_served"))
+        if code == 200:
+            st.error("rank %d of a SIGKILLed worker still served %ds after its death"
+                     % (rank, REAP_DEADLINE_S))
 
 
 def sampler(st, samples):

@@ -267,8 +267,6 @@ class WorkerHttpTest(unittest.TestCase):
         self.assertEqual(self.lookup(3)["remote_instance_transfer_engine_info"],
                          [tei["session_id"], tei["weights_info_dict"]])
 
-    @unittest.skip("kvcoordd does not withdraw a dead worker's rank yet (DESIGN.md, "
-                   "Rank table: withdrawn when the registering process dies)")
     def test_7_killed_worker_rank_is_withdrawn(self):
         info = os.path.join(self.info_dir, "rank-1.json")
         w = Worker("worker-killed", self.segment, TP + 1, info)
