@@ -7,7 +7,8 @@
  * at a time, 100-continue, errors answered then the connection closed,
  * Connection: close honoured), each request through routes_dispatch() on a
  * real segment (a long-poll is resumed as expired: that is the answer it
- * gets when its wait ends), into the connection's output buffer.  It runs
+ * gets when its wait ends; a deferred request runs routes_deferred() as the
+ * helper thread would), into the connection's output buffer.  It runs
  * twice: all bytes in one piece, then in small pieces of sizes drawn from
  * the input (as recv() may deliver them).
  *
@@ -214,6 +215,10 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
             FZ_CHECK(out.len == start, "a parked request wrote %zu bytes", out.len - start);
             rc = routes_resume(routes, &slot, req, &out, 1);
             FZ_CHECK(rc == ROUTE_DONE, "an expired long-poll parked again");
+        } else if (rc == ROUTE_DEFER) {
+            /* What the helper thread runs (http_worker.c), here inline. */
+            FZ_CHECK(out.len == start, "a deferred request wrote %zu bytes", out.len - start);
+            routes_deferred(routes, req, &out);
         }
         FZ_CHECK(!out.oom, "output buffer out of memory");
         FZ_CHECK(out.len > start, "request answered with nothing");
