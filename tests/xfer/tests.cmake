@@ -15,7 +15,11 @@ kvc_xfer_test(test_xfer_verbs_dp)
 kvc_xfer_test(test_xfer_rdma_hw)
 set_tests_properties(test_xfer_rdma_hw PROPERTIES LABELS "xfer;rdma")
 kvc_xfer_test(test_xfer_twonode)
-set_tests_properties(test_xfer_twonode PROPERTIES LABELS "xfer;twonode" RUN_SERIAL ON)
+# Each namespace runs its own kvcoordd: the test starts the daemon built here.
+target_link_libraries(test_xfer_twonode PRIVATE PkgConfig::JANSSON)
+add_dependencies(test_xfer_twonode kvcoordd)
+set_tests_properties(test_xfer_twonode PROPERTIES LABELS "xfer;twonode" RUN_SERIAL ON
+                     ENVIRONMENT "KVCOORDD=$<TARGET_FILE:kvcoordd>")
 
 # kvcoord-bench's transfer subcommand runs (dispatch, a room, the JSON
 # line); a smoke test, no figure is judged.
