@@ -140,14 +140,16 @@ class RoomsHttpTest(unittest.TestCase):
         self.workers = []
 
     def tearDown(self):
-        for w in self.workers:
-            w.reap()
-        self.http.close()
-        self.assertEqual(self.daemon.stop(), 0)
         try:
-            os.unlink("/dev/shm/" + self.segment)
-        except FileNotFoundError:
-            pass
+            for w in self.workers:
+                w.reap()
+            self.http.close()
+            self.assertEqual(self.daemon.stop(), 0)
+        finally:
+            try:
+                os.unlink("/dev/shm/" + self.segment)
+            except FileNotFoundError:
+                pass
 
     def worker(self, rank, *extra):
         w = Worker(self.segment, rank, *extra)
