@@ -53,6 +53,7 @@ kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank)
     atomic_store_explicit(&p->pid, seg->pid, memory_order_release);
     atomic_fetch_add(&seg->hdr->proc_epoch, 1);
     kvc__unlock(seg, KVC_LOCK_PROCS);
+    kvc__futex_wake_all(&seg->hdr->proc_epoch);
     seg->proc_slot = i;
     return KVC_OK;
 }
@@ -70,6 +71,7 @@ void kvc__proc_detach(kvc_segment *seg)
         atomic_store(&p->pid, 0);
     atomic_fetch_add(&seg->hdr->proc_epoch, 1);
     kvc__unlock(seg, KVC_LOCK_PROCS);
+    kvc__futex_wake_all(&seg->hdr->proc_epoch);
     seg->proc_slot = -1;
 }
 
@@ -85,6 +87,22 @@ KVC_API uint32_t kvc_proc_epoch(kvc_segment *seg)
 {
     return atomic_load(&seg->hdr->proc_epoch);
 }
+
+KVC_API kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_wait_change: NULL segment");
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        if (kvc_proc_epoch(seg) != seen)
+            return KVC_OK;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "process table unchanged after %u ms", timeout_ms);
+        kvc__futex_wait(&seg->hdr->proc_epoch, seen, (uint32_t)((deadline - now + 999999) / 1000000));
+    }
+}
+
 
 KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count)
 {
@@ -124,6 +142,7 @@ static kvc_err forget(kvc_segment *seg, int32_t pid, uint64_t start)
     }
     atomic_fetch_add(&seg->hdr->proc_epoch, 1);
     kvc__unlock(seg, KVC_LOCK_PROCS);
+    kvc__futex_wake_all(&seg->hdr->proc_epoch);
     return KVC_OK;
 }
 

@@ -448,6 +448,11 @@ kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *
 /* Change counter of the process table (bumped on attach and detach). */
 uint32_t kvc_proc_epoch(kvc_segment *seg);
 
+/* Sleep until the process table's epoch differs from seen or timeout_ms
+ * passes (shared futex, no polling): how kvcoordd learns at once that a
+ * process attached.  Errors: KVC_E_INVAL (NULL), KVC_E_TIMEDOUT. */
+kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
+
 /* Handle the death of process (pid, start): every non-terminal room it
  * participates in fails with a reason naming the rank, the pid and `how`
  * (e.g. "killed by signal 9"; NULL: determined here, from /proc if the

@@ -92,11 +92,40 @@ static void test_reader_in_other_process_wakes(void **st)
     kvc_unlink(name);
 }
 
+static void test_proc_wait_change_wakes_on_attach(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
+    uint32_t ep = kvc_proc_epoch(s);
+    assert_int_equal(kvc_proc_wait_change(s, ep, 20), KVC_E_TIMEDOUT);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        char c;
+        if (read(fds[0], &c, 1) != 1) /* attach only once the parent waits */
+            _exit(2);
+        kvc_segment *c2 = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER);
+        kvc_close(c2);
+        _exit(0);
+    }
+    assert_int_equal(write(fds[1], "g", 1), 1);
+    assert_int_equal(kvc_proc_wait_change(s, ep, 60000), KVC_OK);
+    assert_int_not_equal(kvc_proc_epoch(s), ep);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eight_workers_register_and_read_all),
         cmocka_unit_test(test_reader_in_other_process_wakes),
+        cmocka_unit_test(test_proc_wait_change_wakes_on_attach),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
