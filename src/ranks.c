@@ -80,6 +80,30 @@ void kvc__ranks_recover(kvc_segment *seg)
 
 /* ---- reading --------------------------------------------------------- */
 
+/* Seqlock read, step 2: nothing was republished since the sequence read
+ * as seq (so what was copied in between is one whole value). */
+static bool unchanged(kvc_rank_entry *e, uint64_t seq)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq;
+}
+
+/* Seqlock read, step 1: copy entry e's published descriptor into *sl.
+ * Returns 0 with *seq set when the copy is consistent, 1 when the sequence
+ * is odd (a writer is inside its publish window), -1 when it moved during
+ * the copy (retry). */
+static int snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq)
+{
+    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 & 1)
+        return 1;
+    memcpy(sl, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1], sizeof *sl);
+    if (!unchanged(e, s1))
+        return -1;
+    *seq = s1;
+    return 0;
+}
+
 /* Wait out an odd sequence; after ODD_SPINS take the lock, which recovers a
  * dead writer's entry (or waits for a live one).  Holding the lock, an odd
  * sequence can only be stale - every writer publishes under the lock - so
@@ -134,17 +158,15 @@ static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, b
     kvc_rank_entry *e = &seg->ranks[rank];
     int spins = 0;
     for (;;) {
-        uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
-        if (s1 & 1) {
+        kvc_rank_slot sl;
+        uint64_t s1;
+        int r = snapshot(e, &sl, &s1);
+        if (r > 0) {
             kvc_err err = odd_backoff(seg, e, &spins);
             if (err)
                 return err;
-            continue;
         }
-        kvc_rank_slot sl;
-        memcpy(&sl, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1], sizeof sl);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+        if (r)
             continue;
         if (!slot_sane(seg, &sl))
             return kvc__fail(KVC_E_CORRUPT, "rank %u of segment %s has an invalid descriptor",
@@ -159,8 +181,7 @@ static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, b
         } else if (sl.state == KVC_RANK_REGISTERED) {
             memcpy(out->session_id, seg->arena + sl.blob_off, sl.session_len);
         }
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+        if (!unchanged(e, s1))
             continue; /* the blob may have been reused meanwhile */
         fill_meta(out, rank, &sl);
         if (sl.state == KVC_RANK_EMPTY)
@@ -366,19 +387,17 @@ static bool published_equal(kvc_segment *seg, uint32_t rank, const char *sid, si
 {
     kvc_rank_entry *e = &seg->ranks[rank];
     for (int tries = 0; tries < 4; tries++) {
-        uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
-        if (s1 & 1)
-            return false; /* a writer is publishing: let the locked path decide */
         kvc_rank_slot sl;
-        memcpy(&sl, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1], sizeof sl);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+        uint64_t s1;
+        int r = snapshot(e, &sl, &s1);
+        if (r > 0)
+            return false; /* a writer is publishing: let the locked path decide */
+        if (r < 0)
             continue;
         if (!slot_sane(seg, &sl))
             return false;
         bool same = same_registration(seg, &sl, sid, sid_len, info, info_len);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+        if (!unchanged(e, s1))
             continue;
         *gen = sl.generation;
         return same;

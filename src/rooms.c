@@ -356,6 +356,16 @@ static kvc_err find_room(kvc_segment *seg, uint64_t room, kvc_room **out)
     return KVC_OK;
 }
 
+/* Find room and check rank is one of its participants (lock held). */
+static kvc_err find_participant(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_room **out)
+{
+    kvc_err e = find_room(seg, room, out);
+    if (!e && rank >= (*out)->participants)
+        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)",
+                      rank, (unsigned long long)room, (*out)->participants - 1);
+    return e;
+}
+
 KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state)
 {
     if (!seg || (int)state < KVC_POLL_FAILED || state > KVC_POLL_SUCCESS)
@@ -366,10 +376,7 @@ KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t ran
         return e;
     uint32_t ep = atomic_load(&seg->hdr->room_epoch);
     kvc_room *r = NULL;
-    e = find_room(seg, room, &r);
-    if (!e && rank >= r->participants)
-        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)",
-                      rank, (unsigned long long)room, r->participants - 1);
+    e = find_participant(seg, room, rank, &r);
     if (!e && r->terminal < 0) {
         undo_begin(seg, r, sizeof *r, NULL, 0);
         r->part[rank].state = (int8_t)state;
@@ -469,10 +476,7 @@ KVC_API kvc_err kvc_room_release(kvc_segment *seg, uint64_t room, uint32_t rank)
         return e;
     uint32_t ep = atomic_load(&seg->hdr->room_epoch);
     kvc_room *r = NULL;
-    e = find_room(seg, room, &r);
-    if (!e && rank >= r->participants)
-        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)",
-                      rank, (unsigned long long)room, r->participants - 1);
+    e = find_participant(seg, room, rank, &r);
     if (!e) {
         undo_begin(seg, r, sizeof *r, NULL, 0);
         r->part[rank].released = 1;
