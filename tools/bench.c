@@ -46,6 +46,7 @@
 
 #include <jansson.h>
 
+#include "bench_rooms.h"
 #include "bench_transfer.h"
 #include "kvcoord/kvcoord.h"
 
@@ -75,6 +76,7 @@ static void usage(FILE *out)
         "                       [--url http://HOST:PORT] [--json]\n",
         prog, prog);
     bench_transfer_usage(out);
+    bench_rooms_usage(out);
     fprintf(out,
         "\n"
         "Measures reading and writing a rank's transfer-engine info through libkvcoord\n"
@@ -95,6 +97,10 @@ static void usage(FILE *out)
         "          blocks of --block bytes (4K..64M, K/M suffixes; default 1M x 16),\n"
         "          --depth rooms in flight, --conns connections, for --duration seconds\n"
         "          (default 4); one line: GB/s, ops/s, room latency median and p99.\n"
+        "rooms     failure propagation: kvc_room_fail() in one process to another\n"
+        "          process's kvc_room_wait() returning (median, p99 us; baseline a bare\n"
+        "          pipe wake-up); room cycles/s (open, 3 updates, poll, release) with 1, 2\n"
+        "          and 8 processes; a scratch segment; --rounds, --duration, --json.\n"
         "kv        the same with a realistic request: Llama-3.1-8B at TP=8 per rank,\n"
         "          4096 tokens in scattered 16-token pages (16384 runs of 4 KiB).\n"
         "          transfer and kv take --backend tcp|verbs|auto (default tcp),\n"
@@ -875,6 +881,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "transfer") == 0 || strcmp(argv[1], "kv") == 0)
         return bench_transfer_main(argc, argv);
+    if (strcmp(argv[1], "rooms") == 0)
+        return bench_rooms_main(argc, argv);
     a.cmd = argv[1];
     if (strcmp(a.cmd, "lookup") != 0 && strcmp(a.cmd, "register") != 0) {
         fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv)\n", prog, a.cmd);

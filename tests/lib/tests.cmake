@@ -10,3 +10,7 @@ kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST
 add_test(NAME torture_4_workers COMMAND kvcoord-torture --rounds 300 --workers 4 --seed 1)
 add_test(NAME torture_8_workers COMMAND kvcoord-torture --rounds 200 --workers 8 --seed 2 --selfkill 100)
 set_tests_properties(torture_4_workers torture_8_workers PROPERTIES LABELS "torture;crash")
+
+# The rooms benchmark runs (figures printed, never judged).
+add_test(NAME bench_rooms_smoke COMMAND kvcoord-bench rooms --rounds 20 --duration 0.2)
+set_tests_properties(bench_rooms_smoke PROPERTIES LABELS "bench-smoke")
