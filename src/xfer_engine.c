@@ -99,6 +99,8 @@ static kvc_err check_options(const kvt_options *o)
         return kvc__fail(KVC_E_INVAL, "timeouts must be > 0 ms");
     if (o->token && strlen(o->token) > KVT_HELLO_STR_MAX)
         return kvc__fail(KVC_E_INVAL, "token longer than %u bytes", KVT_HELLO_STR_MAX);
+    if (o->token && !o->token[0]) /* would silently mean "no token required" */
+        return kvc__fail(KVC_E_INVAL, "token is empty (pass NULL for none)");
     if (o->backend > KVT_BACKEND_VERBS)
         return kvc__fail(KVC_E_INVAL, "unknown backend %d", (int)o->backend);
     return KVC_OK;
@@ -143,6 +145,8 @@ KVC_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
     e->generation = (kvc__now_ns() ^ ((uint64_t)getpid() << 40)) & INT64_MAX;
     if (opts->token && !(e->token = strdup(opts->token)))
         err = kvc__fail(KVC_E_SYS, "out of memory");
+    if (e->token) /* calloc'ed: the rest stays zero */
+        memcpy(e->token_pad, e->token, strlen(e->token));
     if (!err) {
         e->o.verbs_device = opts->verbs_device; /* used during create only */
         err = choose_backend(e);

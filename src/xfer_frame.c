@@ -131,3 +131,13 @@ int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, si
     }
     return 0;
 }
+
+int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1])
+{
+    /* volatile: keep the compiler from ending the loop at the first
+     * difference. */
+    volatile unsigned char d = 0;
+    for (size_t i = 0; i < KVT_HELLO_STR_MAX + 1; i++)
+        d |= (unsigned char)(want[i] ^ got[i]);
+    return d == 0;
+}

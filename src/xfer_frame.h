@@ -92,6 +92,13 @@ size_t kvt_hello_encode(const kvt_hello *h, uint8_t *buf, size_t cap);
  * so a version mismatch can be reported as such. */
 int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, size_t cap);
 
+/* Constant-time equality of two handshake tokens, each a NUL-terminated
+ * string zero-padded to KVT_HELLO_STR_MAX + 1 bytes (as kvt_hello_decode
+ * leaves h->token).  Every one of the 256 bytes is compared, whatever the
+ * tokens' contents and lengths, so the time taken reveals neither (a
+ * shorter token differs in its padding).  Returns 1 when equal. */
+int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1]);
+
 /* Little-endian helpers. */
 static inline void kvt_put32(uint8_t *p, uint32_t v)
 {

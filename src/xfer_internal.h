@@ -202,7 +202,8 @@ struct kvt_verbs {
 
 struct kvt_engine {
     kvt_options o;
-    char *token;
+    char *token;                    /* NULL: none */
+    char token_pad[KVT_HELLO_STR_MAX + 1]; /* token zero-padded (kvt_token_equal) */
     kvt_backend backend;
     char sid[KVC_SESSION_ID_MAX + 1];
     uint64_t generation;

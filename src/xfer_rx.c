@@ -201,16 +201,6 @@ static kvt_rpeer *rpeer_get(kvt_engine *e, const kvt_hello *h)
     return rp;
 }
 
-/* Constant-time comparison of the handshake token (hook for auth). */
-static bool token_ok(const char *want, const char *got)
-{
-    size_t lw = strlen(want), lg = strlen(got);
-    unsigned char d = (unsigned char)(lw != lg);
-    for (size_t i = 0; i < lw; i++)
-        d |= (unsigned char)(want[i] ^ got[i < lg ? i : 0]);
-    return d == 0;
-}
-
 static void on_hello(kvt_engine *e, kvt_conn *c)
 {
     kvt_hello h;
@@ -226,8 +216,13 @@ static void on_hello(kvt_engine *e, kvt_conn *c)
         proto_error(e, c, EPROTO, err);
         return;
     }
-    if (e->token && !token_ok(e->token, h.token)) {
-        proto_error(e, c, EACCES, "handshake token refused");
+    /* The token: compared in constant time (kvt_token_equal), whatever
+     * its length.  Refused before the peer is known (no rpeer, no room):
+     * nothing of its is ever written here. */
+    if (e->token && !kvt_token_equal(e->token_pad, h.token)) {
+        kvt__str(msg, sizeof msg, "unauthorized: peer %s sent %s handshake token", h.session_id,
+                 h.token[0] ? "a wrong" : "no");
+        proto_error(e, c, EACCES, msg);
         return;
     }
     kvt_rpeer *rp = rpeer_get(e, &h);

@@ -92,10 +92,16 @@ typedef struct kvt_options {
     uint32_t io_timeout_ms;     /* deadline of any outstanding send, receive or
                                    acknowledgement without progress, default 10000 */
     uint32_t unhealthy_ttl_ms;  /* how long a failed peer is refused, default 30000 */
-    const char *token;          /* optional shared secret sent in the handshake
-                                   and required from peers when set (hook for
-                                   authentication; compared in constant time).
-                                   NULL: none.  Copied. */
+    const char *token;          /* optional shared secret, 1..255 bytes (""
+                                   is refused), sent in the handshake and
+                                   required from peers that write here when
+                                   set: a missing or wrong one is refused with
+                                   EACCES ("unauthorized", on both sides; no
+                                   byte written).  A receiver without a token
+                                   accepts any sender.  Compared in constant
+                                   time, length included.  Sent in clear.
+                                   NULL: none.  Copied.  docs/transfer.md,
+                                   "Handshake token". */
     kvt_log_fn log;             /* NULL: no logging */
     void *log_ctx;              /* passed to log */
 } kvt_options;

@@ -10,6 +10,7 @@ endfunction()
 
 kvc_xfer_test(test_xfer_loopback)
 kvc_xfer_test(test_xfer_wire)
+kvc_xfer_test(test_xfer_token)
 kvc_xfer_test(test_xfer_verbs)
 kvc_xfer_test(test_xfer_verbs_dp)
 kvc_xfer_test(test_xfer_rdma_hw)
