@@ -35,6 +35,13 @@
 #define KVT_DIRECT_MIN (32u << 10)   /* payload left >= this: recv straight into place */
 #define KVT_SOCK_RCVBUF (2 << 20)   /* SO_RCVBUF of accepted connections (kernel doubles it) */
 #define KVT_TICK_MS 50               /* deadline timer granularity */
+/* The receiver acknowledges applied writes (one cumulative ACK) when its
+ * input goes idle (the recv's CQE lacks IORING_CQE_F_SOCK_NONEMPTY), or
+ * once this many writes / bytes are unacknowledged, or before a NACK or a
+ * DONE_ACK.  Far below the sender's window (window_bytes, >= slice_bytes):
+ * the sender never stalls on a held-back ACK. */
+#define KVT_ACK_WRITES 64
+#define KVT_ACK_BYTES (4u << 20)
 
 /* io_uring user_data: operation in the top byte, connection id below.
  * Encoded and decoded only here. */
@@ -172,6 +179,7 @@ struct kvt_conn {
     bool big;                       /* last WRITE was large: recv headers alone */
     bool qp_wait;                   /* verbs: QP_INFO sent, the answer is due */
     uint64_t ack_seq, ack_count;    /* writes applied, not yet acknowledged */
+    uint64_t ack_bytes;             /* their payload bytes */
     char ctl[KVT_CTL_MAX + 1];      /* control payload being assembled, NUL-terminated */
     uint32_t ctl_len;
     struct sockaddr_storage sa;

@@ -247,6 +247,7 @@ static void flush_acks(kvt_engine *e, kvt_conn *c)
         return;
     }
     c->ack_count = 0;
+    c->ack_bytes = 0;
     kvt__conn_enqueue(c, w);
 }
 
@@ -294,6 +295,7 @@ static void on_write_applied(kvt_engine *e, kvt_conn *c)
     e->st.bytes_recv += c->cur.len;
     c->ack_seq = c->cur.seq;
     c->ack_count++;
+    c->ack_bytes += c->cur.len;
     c->rstate = RS_HDR;
 }
 
@@ -557,7 +559,7 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
     }
 }
 
-void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res)
+void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
 {
     c->ops--;
     c->recving = false;
@@ -585,7 +587,13 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res)
     }
     rx_parse(e, c);
     if (c->state != CS_CLOSING) {
-        if (!c->client)
+        /* Acknowledge now unless more input is already queued on the
+         * socket (the kernel says so in the CQE: a recv will complete at
+         * once, and this is decided again then) and the writes held back
+         * are few.  Without that flag (older kernels) every recv flushes.
+         * Either way a write is acknowledged only once it is in place. */
+        if (!c->client && (!(cflags & IORING_CQE_F_SOCK_NONEMPTY) || c->ack_count >= KVT_ACK_WRITES ||
+                           c->ack_bytes >= KVT_ACK_BYTES))
             flush_acks(e, c);
         kvt__tcp_kick(e, c);
         if (!c->close_after_send) /* after a refusal: stop reading, close once sent */

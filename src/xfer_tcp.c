@@ -15,7 +15,7 @@
 
 #include "xfer_internal.h"
 
-void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res);
+void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags);
 void kvt__rx_arm(kvt_engine *e, kvt_conn *c);
 
 /* ---- connection table ------------------------------------------------------ */
@@ -426,7 +426,7 @@ void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
         handle_send(e, c, cqe->res);
         return;
     case OP_RECV:
-        kvt__rx_cqe(e, c, cqe->res);
+        kvt__rx_cqe(e, c, cqe->res, cqe->flags);
         return;
     case OP_CANCEL:
         c->ops--;

@@ -208,6 +208,64 @@ static void test_outside_region(void **state)
     close(fd);
 }
 
+/* Acknowledgements are cumulative and may cover several writes (the
+ * receiver holds them back while more input is queued): a burst of 300
+ * writes, a refused one in the middle and a DONE, sent at once.  The ACKs
+ * must cover exactly writes 1..150 before the NACK of 151, then exactly
+ * 152..301, all before the DONE_ACK; how many ACK frames that takes is
+ * up to the receiver (not asserted). */
+static void test_ack_coalesced(void **state)
+{
+    (void)state;
+    int fd = raw_connect(rport);
+    hello_ok(fd, "fake:9");
+    enum { N = 301, BAD = 151, LEN = 64 };
+    size_t fl = KVT_HDR_LEN + LEN, total = (size_t)N * fl + KVT_HDR_LEN;
+    uint8_t *burst = malloc(total);
+    for (uint64_t seq = 1; seq <= N; seq++) {
+        uint8_t *p = burst + (seq - 1) * fl;
+        uint64_t addr = seq == BAD ? 0x1000 : rbase + 8192 + (seq - 1) * LEN;
+        kvt_frame f = {.type = KVT_F_WRITE, .len = LEN, .seq = seq, .room = 21, .addr = addr};
+        kvt_frame_encode(&f, p);
+        memset(p + KVT_HDR_LEN, (int)(seq & 0xff), LEN);
+    }
+    kvt_frame d = {.type = KVT_F_DONE, .seq = N - 1, .room = 21, .addr = (uint64_t)(N - 1) * LEN};
+    kvt_frame_encode(&d, burst + (size_t)N * fl);
+    assert_int_equal(xu_write_all(fd, burst, total), 0);
+    free(burst);
+    uint64_t acked = 0, last = 0;
+    kvt_frame f;
+    char buf[1024];
+    for (;;) {
+        assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+        if (f.type == KVT_F_ACK) {
+            assert_true(f.addr >= 1);
+            acked += f.addr;
+            last = f.seq;
+            /* cumulative: seq is the last write covered (the refused one
+             * is not counted) */
+            assert_int_equal(last, acked + (last > BAD ? 1 : 0));
+            continue;
+        }
+        if (f.type == KVT_F_NACK) {
+            assert_int_equal(f.seq, BAD);
+            assert_int_equal(acked, BAD - 1); /* every earlier write acknowledged first */
+            continue;
+        }
+        assert_int_equal(f.type, KVT_F_DONE_ACK);
+        break;
+    }
+    assert_int_equal(acked, N - 1);
+    assert_int_equal(last, N);
+    assert_int_equal(f.status, 0);
+    xu_report r;
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(r.room, 21);
+    assert_int_equal(r.state, KVC_POLL_SUCCESS);
+    assert_int_equal(r.bytes, (uint64_t)(N - 1) * LEN);
+    close(fd);
+}
+
 /* Truncated frames: a header cut short, a payload cut short.  The room of
  * the cut write fails naming the peer; no other effect. */
 static void test_truncated(void **state)
@@ -447,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_oversized),
         cmocka_unit_test(test_reserved_bits),
         cmocka_unit_test(test_outside_region),
+        cmocka_unit_test(test_ack_coalesced),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_stalled_frame),
         cmocka_unit_test(test_still_serving),
