@@ -19,7 +19,7 @@
 #define BODY_KEEP 65536   /* body buffer kept between requests */
 #define HEADER_LINE_EXTRA 4 /* ": " and CRLF, counted toward max_head */
 
-enum { KEEP_NONE = 0, KEEP_EXPECT = 1, KEEP_TE = 2 };
+enum { KEEP_NONE = 0, KEEP_EXPECT = 1, KEEP_TE = 2, KEEP_AUTH = 3 };
 
 static struct http_conn *conn_of(http_parser *p)
 {
@@ -53,6 +53,20 @@ static int add_head(struct http_conn *c, size_t n)
     return -1;
 }
 
+/* Forget the Authorization value of the last request (a secret: zeroed,
+ * not just marked unused). */
+static void auth_wipe(struct http_conn *c)
+{
+    size_t n = c->auth_len < sizeof c->auth ? c->auth_len : sizeof c->auth;
+    if (n)
+        memset(c->auth, 0, n);
+    c->auth_len = 0;
+    c->auth_count = c->auth_overflow = 0;
+    c->req.authorization = NULL;
+    c->req.authorization_len = 0;
+    c->req.authorization_bad = 0;
+}
+
 static int on_message_begin(http_parser *p)
 {
     struct http_conn *c = conn_of(p);
@@ -62,6 +76,7 @@ static int on_message_begin(http_parser *p)
     buf_reset(&c->body);
     c->field_len = c->in_value = c->keep = 0;
     c->te_count = c->expect_len = c->te_len = 0;
+    auth_wipe(c);
     return 0;
 }
 
@@ -106,6 +121,10 @@ static void classify_field(struct http_conn *c)
         c->keep = KEEP_TE;
         if (++c->te_count > 1)
             fail(c, 400, "Malformed HTTP request: duplicate Transfer-Encoding header");
+    } else if (n == 13 && !strncasecmp(c->field, "authorization", 13)) {
+        c->keep = KEEP_AUTH;
+        if (c->auth_count < 255)
+            c->auth_count++;
     }
 }
 
@@ -128,6 +147,14 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
         keep_bytes(c->expect, &c->expect_len, sizeof c->expect, at, n);
     else if (c->keep == KEEP_TE)
         keep_bytes(c->te, &c->te_len, sizeof c->te, at, n);
+    else if (c->keep == KEEP_AUTH && c->auth_count == 1) {
+        if (n > sizeof c->auth - c->auth_len) {
+            c->auth_overflow = 1; /* denied; nothing past the buffer is kept */
+            n = sizeof c->auth - c->auth_len;
+        }
+        memcpy(c->auth + c->auth_len, at, n);
+        c->auth_len += n;
+    }
     return 0;
 }
 
@@ -166,6 +193,11 @@ static int on_headers_complete(http_parser *p)
         return fail(c, 501, "Unsupported Transfer-Encoding (only chunked is accepted)");
     if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body)
         return body_too_large(c);
+    if (c->auth_count) {
+        c->req.authorization = c->auth;
+        c->req.authorization_len = c->auth_len;
+        c->req.authorization_bad = c->auth_count > 1 || c->auth_overflow;
+    }
     /* RFC 9110 10.1.1: Expect is ignored in HTTP/1.0 requests. */
     if (c->expect_len && p->http_minor >= 1) {
         if (!value_is(c->expect, c->expect_len, sizeof c->expect, "100-continue"))
@@ -303,12 +335,14 @@ enum hconn_event hconn_parse(struct http_conn *c, const char *data, size_t len,
 
 void hconn_done(struct http_conn *c)
 {
+    auth_wipe(c);
     buf_trim(&c->url, URL_KEEP);
     buf_trim(&c->body, BODY_KEEP);
 }
 
 void hconn_free(struct http_conn *c)
 {
+    auth_wipe(c);
     buf_free(&c->url);
     buf_free(&c->body);
 }

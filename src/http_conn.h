@@ -18,8 +18,9 @@
  *       417 an Expect other than 100-continue
  *       501 a Transfer-Encoding other than chunked
  * Memory stays bounded whatever arrives: only the URL (bounded by
- * max_head), two short header values and the body (bounded by max_body)
- * are kept.
+ * max_head), three short header values and the body (bounded by max_body)
+ * are kept.  The Authorization value (kept for the routes' token check)
+ * is wiped by hconn_done() and hconn_free().
  */
 #ifndef KVC_HTTP_CONN_H
 #define KVC_HTTP_CONN_H
@@ -27,6 +28,7 @@
 #include <http_parser.h>
 #include <stddef.h>
 
+#include "auth.h"
 #include "buf.h"
 #include "http_req.h"
 
@@ -65,12 +67,18 @@ struct http_conn {
     char field[24];
     unsigned char field_len;
     unsigned char in_value; /* 1 after the first value byte of the current header */
-    unsigned char keep;     /* 0 none, 1 Expect, 2 Transfer-Encoding */
+    unsigned char keep;     /* 0 none, 1 Expect, 2 Transfer-Encoding, 3 Authorization */
     unsigned char te_count;
     char expect[24];
     unsigned char expect_len;
     char te[32];
     unsigned char te_len;
+    /* Authorization: a value longer than the buffer, or a second header,
+     * makes the request's authorization_bad (a deny, never a truncation
+     * that could match). */
+    char auth[AUTH_TOKEN_MAX + 64];
+    size_t auth_len;
+    unsigned char auth_count, auth_overflow;
 };
 
 /* Prepare a connection's HTTP state (lim must outlive it). */

@@ -18,6 +18,11 @@ struct http_req {
     size_t body_len;
     unsigned char http_minor; /* 1.0 or 1.1 (major is always 1) */
     unsigned char keep_alive; /* answer keeps the connection open; 0: close */
+    /* The Authorization header's value (NULL: none), not NUL-terminated.
+     * Never logged; wiped once the request is answered. */
+    const char *authorization;
+    size_t authorization_len;
+    unsigned char authorization_bad; /* duplicate or oversized header: deny */
 };
 
 #endif /* KVC_HTTP_REQ_H */

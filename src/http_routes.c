@@ -31,6 +31,11 @@
  *     {"kept": bool, "failure": {...}}.
  *   - GET /failures[?limit=N][&rank=R]: the most recent failure records,
  *     newest first (default 100, at most 1024).
+ *   - GET /metrics: Prometheus text exposition (metrics.h).
+ *   - With a token configured (auth.h), the mutating routes (registration,
+ *     DELETE /transfer_engine_info, PUT /rooms/{room}/failure) need
+ *     "Authorization: Bearer <token>"; else 401 {"detail":"Unauthorized"}
+ *     with WWW-Authenticate: Bearer, checked before the body is looked at.
  *   Room ids are decimal 63-bit integers, written as JSON integers.
  * Every error is application/json {"detail":"..."}; an unknown path is 404
  * "Not Found", a known path with another method 405 "Method Not Allowed"
@@ -48,9 +53,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "http_resp.h"
 #include "internal.h" /* kvc__rank_register_parsed */
 #include "log.h"
+#include "metrics.h"
 #include "query.h"
 
 #define RI_KEEP (256 * 1024) /* lookup buffer kept per connection */
@@ -63,6 +70,8 @@ struct routes {
     kvc_rank_info scratch;
     struct buf body;     /* /ranks, /rooms and /failures answer bodies */
     kvc_failure_info *failures; /* ROUTES_FAILURES_MAX, for /failures */
+    const struct auth *auth;    /* NULL: no token check */
+    const struct metrics *metrics;
 };
 
 #define ROUTES_FAILURES_DEFAULT 100
@@ -142,6 +151,25 @@ static int rank_params(const struct http_req *req, struct buf *out, uint32_t *ra
         *wait_ms = v > ROUTES_MAX_WAIT_MS ? ROUTES_MAX_WAIT_MS : (uint32_t)v;
     }
     return 0;
+}
+
+/* A mutating request without a valid token: answers 401 and returns 1. */
+static int unauthorized(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    if (!r->auth || !auth_enabled(r->auth))
+        return 0;
+    enum auth_result rc = req->authorization_bad
+                              ? AUTH_DENY_TOKEN
+                              : auth_check_n(r->auth, req->authorization, req->authorization_len);
+    if (rc == AUTH_ALLOW)
+        return 0;
+    resp_detail(out, req, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
+    if (log_enabled(LOG_DEBUG)) /* never the header itself */
+        log_event(LOG_DEBUG, "unauthorized", "method=%s path=\"%.*s\" reason=%s",
+                  http_method_str((enum http_method)req->method),
+                  (int)(req->path_len > 200 ? 200 : req->path_len), req->path,
+                  auth_result_name(rc));
+    return 1;
 }
 
 /* ---- GET /health -------------------------------------------------------- */
@@ -318,7 +346,9 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
                 kvc_last_error());
         return;
     }
-    log_event(LOG_INFO, "register", "rank=%u session_id=\"%s\" generation=%" PRIu64
+    /* At debug: the daemon's rank table watch logs every registration
+     * once at info, whoever made it (seg_events.c). */
+    log_event(LOG_DEBUG, "http_register", "rank=%u session_id=\"%s\" generation=%" PRIu64
               " bytes=%zu", rank, sid, gen, len);
     resp_ok(out, req);
 }
@@ -432,7 +462,7 @@ static enum route_rc delete_info(struct routes *r, struct route_slot *s,
         detailf(out, req, lib_status(e), "Withdrawing rank %u failed: %s", rank,
                 kvc_last_error());
     } else {
-        log_event(LOG_INFO, "withdraw", "rank=%u", rank);
+        log_event(LOG_DEBUG, "http_withdraw", "rank=%u", rank);
         resp_ok(out, req);
     }
     return ROUTE_DONE;
@@ -661,8 +691,8 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
         json_decref(root);
         return;
     }
-    if (kept)
-        log_event(LOG_INFO, "room_failure", "room=%" PRIu64 " rank=%u code=%d reason=\"%s\"",
+    if (kept) /* the failure record itself is logged by seg_events.c */
+        log_event(LOG_DEBUG, "http_room_failure", "room=%" PRIu64 " rank=%u code=%d reason=\"%s\"",
                   room, rank, (int)code, reason);
     json_decref(root);
     /* The record kept (this call's or an earlier one), as the rank sees it. */
@@ -703,6 +733,8 @@ static void rooms_route(struct routes *r, const struct http_req *req, struct buf
                     is_failure ? "Allow: PUT, POST\r\n" : "Allow: GET, HEAD\r\n");
         return;
     }
+    if (is_failure && unauthorized(r, req, out))
+        return;
     uint64_t room;
     if (parse_room_id(path, id_len, &room)) {
         resp_detail(out, req, 400, "Invalid room id: " ROOM_ID_RULE, NULL);
@@ -754,6 +786,22 @@ static enum route_rc get_failures(struct routes *r, struct route_slot *s,
     return ROUTE_DONE;
 }
 
+/* ---- GET /metrics ------------------------------------------------------------ */
+
+static enum route_rc get_metrics(struct routes *r, struct route_slot *s,
+                                 const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    struct buf *b = &r->body;
+    buf_reset(b);
+    if (metrics_render(b, r->seg, r->metrics))
+        resp_detail(out, req, 500, "Out of memory rendering metrics", NULL);
+    else
+        resp_send(out, req, 200, METRICS_CONTENT_TYPE, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
 /* ---- dispatch -------------------------------------------------------------- */
 
 static const struct route route_table[] = {
@@ -764,7 +812,15 @@ static const struct route route_table[] = {
     {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_ranks},
     {"/transfer_engine_info", M(HTTP_DELETE), "Allow: DELETE\r\n", delete_info},
     {"/failures", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_failures},
+    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_metrics},
 };
+
+/* Routes that change the segment: a token is needed when one is configured
+ * (the room failure route is checked in rooms_route). */
+static int mutating(const struct route *rt)
+{
+    return rt->fn == put_register || rt->fn == delete_info;
+}
 
 #define ROOMS_PREFIX "/rooms/"
 
@@ -784,6 +840,10 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s,
             resp_detail(out, req, 405, "Method Not Allowed", rt->allow);
             return ROUTE_DONE;
         }
+        /* Before anything else, ROUTE_DEFER included: the helper thread
+         * never sees an unauthenticated body. */
+        if (mutating(rt) && unauthorized(r, req, out))
+            return ROUTE_DONE;
         return rt->fn(r, s, req, out);
     }
     resp_detail(out, req, 404, "Not Found", NULL);
@@ -810,6 +870,12 @@ int routes_create(struct routes **out, kvc_segment *seg)
     }
     *out = r;
     return 0;
+}
+
+void routes_set_ops(struct routes *r, const struct auth *auth, const struct metrics *m)
+{
+    r->auth = auth;
+    r->metrics = m;
 }
 
 void routes_destroy(struct routes *r)

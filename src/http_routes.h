@@ -23,6 +23,8 @@
 #define ROUTES_MAX_WAIT_MS 60000u
 
 struct routes;
+struct auth;
+struct metrics;
 
 /* Per-connection state of the routes, owned by the connection. */
 struct route_slot {
@@ -46,6 +48,12 @@ enum route_rc {
 /* Create the routes for an open segment.  Returns 0, or -1 (out of memory). */
 int routes_create(struct routes **out, kvc_segment *seg);
 void routes_destroy(struct routes *r);
+
+/* Bearer-token check of the mutating routes (auth NULL or off: every
+ * request allowed) and the counters GET /metrics renders (NULL: the
+ * segment's figures only).  Both must outlive r; the check runs in
+ * routes_dispatch(), on the caller's (the event loop's) thread. */
+void routes_set_ops(struct routes *r, const struct auth *auth, const struct metrics *m);
 
 /* Answer req into out, or ask to park it. */
 enum route_rc routes_dispatch(struct routes *r, struct route_slot *s,

@@ -5,8 +5,9 @@
  * rank watch for long-polls, and the worker for large registrations; each
  * wakes the loop through an eventfd read on the ring).  The loop reaps
  * completions and hands each to the handler named after its operation:
- * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs
- * here, procs_complete (a watched process exited; proc_watch.c), and for
+ * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs,
+ * handle_procs here, procs_complete (a watched process exited;
+ * proc_watch.c), and for
  * connections handle_recv, handle_send and
  * handle_park_timeout in http_session.c.  What an SQE is
  * for is packed in its user_data (http_server_int.h).
@@ -17,13 +18,18 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "http_server_int.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 
 /* Ring sizes; overridable to test a full SQ and an overflowing CQ
  * (-DSQ_ENTRIES=4 -DCQ_ENTRIES_MAX=8). */
@@ -184,11 +190,12 @@ static void handle_accept_backoff(struct server *s)
         arm_accept(s);
 }
 
-/* The rank table changed: re-check every parked lookup. */
+/* The rank table changed: re-check every parked lookup, log what changed. */
 static void handle_wake(struct server *s, int res)
 {
     (void)res; /* the counter's value does not matter */
     conns_wake(s);
+    seg_events_ranks(s->events);
     if (!s->stopping)
         arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
 }
@@ -201,14 +208,46 @@ static void handle_jobs(struct server *s)
         arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
 }
 
+/* The process table changed (a process attached, detached or was reaped):
+ * watch the new ones at once, before a short-lived one can be reaped by its
+ * parent and take its exit status with it. */
+static void handle_procs(struct server *s)
+{
+    procs_check(s, 0);
+    seg_events_check(s->events);
+    if (!s->stopping)
+        arm_read(s, OP_PROCS, s->procs_fd, &s->procs_buf, sizeof s->procs_buf);
+}
+
 static void handle_sweep(struct server *s)
 {
     conns_sweep(s);
     procs_tick(s);
+    seg_events_ranks(s->events); /* a safety net: the watches wake the loop first */
+    seg_events_check(s->events);
     if (!s->accept_armed && !s->accept_waiting && !s->stopping)
         arm_accept(s); /* a re-arm that found no SQE earlier */
     if (!s->stopping)
         arm_sweep(s);
+}
+
+/* SIGHUP: re-read the token file.  A failed re-read keeps the token in
+ * force (auth.h), so a bad edit never turns auth off. */
+static void handle_reload(struct server *s)
+{
+    char err[256];
+    notify_reloading();
+    int rc = s->cfg->auth ? auth_reload(s->cfg->auth, err, sizeof err) : 0;
+    if (rc > 0)
+        log_event(LOG_INFO, "auth_reloaded", "source=file");
+    else if (rc == 0)
+        log_event(LOG_INFO, "reload", "note=\"no token file\"");
+    else
+        log_event(LOG_ERROR, "auth_reload_failed", "err=\"%s\" note=\"previous token kept\"",
+                  err);
+    if (rc != 0 && s->metrics)
+        metrics_auth_reload(s->metrics, rc > 0);
+    notify_ready(NULL);
 }
 
 static void handle_signal(struct server *s, int res)
@@ -223,8 +262,15 @@ static void handle_signal(struct server *s, int res)
         log_event(LOG_ERROR, "signalfd_read_failed", "res=%d", res);
         s->exit_code = 1;
     } else {
-        log_event(LOG_INFO, "signal", "name=%s", strsignal((int)s->sig_buf.ssi_signo));
+        int signo = (int)s->sig_buf.ssi_signo;
+        if (signo == SIGHUP) { /* one line: handle_reload's */
+            handle_reload(s);
+            arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
+            return;
+        }
+        log_event(LOG_INFO, "signal", "name=%s", strsignal(signo));
     }
+    notify_stopping();
     s->stopping = 1;
 }
 
@@ -244,7 +290,11 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     case OP_SIGNAL: handle_signal(s, res); break;
     case OP_WAKE: handle_wake(s, res); break;
     case OP_JOBS: handle_jobs(s); break;
-    case OP_PIDFD: procs_complete(s, ud_slot(ud), res); break;
+    case OP_PIDFD:
+        procs_complete(s, ud_slot(ud), res);
+        seg_events_check(s->events); /* a reap fails rooms, may recover a lock */
+        break;
+    case OP_PROCS: handle_procs(s); break;
     }
 }
 
@@ -316,13 +366,15 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->cfg = cfg;
     s->limits.max_head = cfg->max_head_bytes;
     s->limits.max_body = cfg->max_body_bytes;
-    s->wake_fd = s->jobs_fd = -1;
+    s->wake_fd = s->jobs_fd = s->procs_fd = -1;
+    s->metrics = cfg->metrics;
     s->now_ms = mono_ms();
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
-    if (!s->conns || routes_create(&s->routes, seg)) {
+    if (!s->conns || routes_create(&s->routes, seg) || seg_events_init(&s->events, seg)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"out of memory\"");
         return -1;
     }
+    routes_set_ops(s->routes, cfg->auth, cfg->metrics);
     for (unsigned i = cfg->max_conns; i-- > 0;) {
         s->conns[i].fd = -1;
         s->conns[i].slot = i;
@@ -383,6 +435,7 @@ static void server_free(struct server *s)
     free(s->conns);
     procs_free(s); /* after the ring: no poll still reads a pidfd */
     routes_destroy(s->routes);
+    seg_events_free(s->events);
 }
 
 static void loop(struct server *s)
@@ -392,9 +445,11 @@ static void loop(struct server *s)
     arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
     arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
     arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
+    arm_read(s, OP_PROCS, s->procs_fd, &s->procs_buf, sizeof s->procs_buf);
     /* Processes that died while the daemon was down are reaped now; the
      * live ones are watched from here on. */
     procs_check(s, 1);
+    seg_events_check(s->events); /* recoveries made by those reaps */
     while (!s->stopping) {
         int ret = io_uring_submit_and_wait(&s->ring, 1);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
@@ -417,6 +472,11 @@ int server_run(const struct server_config *cfg, kvc_segment *seg)
     /* Ready: say so only now that the socket listens and the ring runs. */
     log_event(LOG_INFO, "listening", "addr=%s segment=%s max_conns=%u", cfg->listen_addr,
               cfg->segment_name, cfg->max_conns);
+    char status[256], err[128];
+    snprintf(status, sizeof status, "READY=1\nSTATUS=listening on %s segment %s",
+             cfg->listen_addr, cfg->segment_name);
+    if (notify_send(status, err, sizeof err) < 0) /* never fatal */
+        log_event(LOG_WARN, "notify_failed", "err=\"%s\"", err);
     loop(&s);
     s.stopping = 1;
     server_drain(&s);

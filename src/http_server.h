@@ -9,11 +9,15 @@
 
 #include "kvcoord/kvcoord.h"
 
+struct auth;
+struct metrics;
+
 struct server_config {
     int listen_fd;               /* bound and listening */
     const char *listen_addr;     /* for the "listening" line: ADDR:PORT */
     const char *segment_name;    /* for the "listening" line */
-    int signal_fd;               /* signalfd of SIGINT/SIGTERM (blocked in every thread) */
+    int signal_fd;               /* signalfd of SIGINT/SIGTERM/SIGHUP (blocked in every
+                                    thread); SIGHUP re-reads the token file */
     unsigned max_conns;          /* connections served at once; more get 503 and close */
     size_t max_head_bytes;       /* request line + headers: 431 beyond */
     size_t max_body_bytes;       /* request body: 413 beyond */
@@ -21,9 +25,13 @@ struct server_config {
                                     request) must arrive within this */
     unsigned idle_timeout_ms;    /* keep-alive idle time, and the longest stall of a
                                     body being received or a response being sent */
+    struct auth *auth;           /* token of the mutating routes (NULL: none);
+                                    re-read on SIGHUP by the loop */
+    struct metrics *metrics;     /* counters of GET /metrics (may be NULL) */
 };
 
-/* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Returns the
+/* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd
+ * READY=1 once listening (notify.h), STOPPING=1 on the signal.  Returns the
  * process exit status: 0 after a signal, 1 when the server could not start
  * or its ring failed (logged). */
 int server_run(const struct server_config *cfg, kvc_segment *seg);

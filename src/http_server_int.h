@@ -21,6 +21,7 @@
 #include "http_server.h"
 #include "http_worker.h"
 #include "rank_watch.h"
+#include "seg_events.h"
 
 /* ---- user_data --------------------------------------------------------- */
 
@@ -35,7 +36,8 @@ enum op {
     OP_SIGNAL,         /* read of the signalfd */
     OP_WAKE,           /* read of the rank watch's eventfd */
     OP_JOBS,           /* read of the helper thread's eventfd */
-    OP_PIDFD           /* poll of an attached process's pidfd; slot: its watch */
+    OP_PIDFD,          /* poll of an attached process's pidfd; slot: its watch */
+    OP_PROCS           /* read of the process watch's eventfd (table changed) */
 };
 
 /* bits 0-7: op; 8-23: sequence (which park a timer belongs to); 32-63: slot. */
@@ -69,6 +71,8 @@ struct conn {
     unsigned zero_sends;
     uint64_t served;        /* requests answered */
     uint64_t accepted_ms, head_start_ms, deadline_ms; /* 0: no deadline */
+    uint64_t req_start_ns;  /* first byte of the request being served (metrics) */
+    size_t resp_off;        /* where its answer starts in out[cur] (its status) */
     char *rbuf;             /* RBUF_SIZE bytes; [roff, rlen) not parsed yet */
     uint32_t roff, rlen;
     struct buf out[2];      /* out[cur]: being filled; out[cur ^ 1]: being sent */
@@ -106,6 +110,10 @@ struct server {
     uint64_t wake_buf, jobs_buf;
     int ring_ok;
     struct proc_watch *procs; /* dead-process detection (proc_watch.c) */
+    int procs_fd;             /* eventfd: the process table changed */
+    uint64_t procs_buf;
+    struct metrics *metrics;  /* NULL: not counted */
+    struct seg_events *events; /* the segment's event log (seg_events.h) */
 };
 
 
@@ -126,7 +134,10 @@ void conns_wake(struct server *s);  /* the rank table changed: re-check parked l
 void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s); /* close connections past their deadline */
 
-/* proc_watch.c: watch attached processes through pidfds; reap dead ones. */
+/* proc_watch.c: watch attached processes through pidfds; reap dead ones.
+ * procs_init() starts a helper thread that sleeps in kvc_proc_wait_change()
+ * and writes s->procs_fd on every change of the process table, so a
+ * process is watched as soon as it attaches. */
 int procs_init(struct server *s, kvc_segment *seg);
 void procs_free(struct server *s);
 /* Re-scan the process table if it changed since the last scan (force:

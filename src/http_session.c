@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http_resp.h"
 #include "http_server_int.h"
 #include "log.h"
+#include "metrics.h"
 
 #define RBUF_SIZE 16384       /* per-connection receive buffer */
 #define OUT_HIGH (4u << 20)   /* stop reading requests while this much is unsent */
@@ -33,6 +35,26 @@
 #define ZERO_SENDS_MAX 8      /* zero-byte send results in a row before giving up */
 
 static void conn_process(struct server *s, struct conn *c);
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The status code of the answer that starts at b->p + off ("HTTP/1.1 NNN"),
+ * or 0 when none was written (out of memory). */
+static int answer_status(const struct buf *b, size_t off)
+{
+    static const char v[] = "HTTP/1.1 ";
+    if (b->oom || b->len < off + sizeof v - 1 + 3 || memcmp(b->p + off, v, sizeof v - 1))
+        return 0;
+    const char *d = b->p + off + sizeof v - 1;
+    if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
+        return 0;
+    return (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
+}
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -112,6 +134,8 @@ static void conn_release(struct server *s, struct conn *c)
 {
     close(c->fd);
     c->fd = -1;
+    if (s->metrics)
+        metrics_conn_close(s->metrics);
     hconn_free(&c->http);
     route_slot_free(&c->route);
     buf_free(&c->job.out);
@@ -157,6 +181,8 @@ static void reject_busy(struct server *s, int fd)
     (void)n;
     shutdown(fd, SHUT_WR);
     close(fd);
+    if (s->metrics)
+        metrics_conn_refused(s->metrics);
     if (!s->stopping && s->now_ms - s->cap_logged_ms >= 1000) { /* a line a second at most */
         log_event(LOG_WARN, "connection_cap", "max_conns=%u", s->cfg->max_conns);
         s->cap_logged_ms = s->now_ms;
@@ -176,6 +202,8 @@ void conn_open(struct server *s, int fd)
     }
     s->free_list = c->next_free;
     s->nconns++;
+    if (s->metrics)
+        metrics_conn_open(s->metrics);
     char *rbuf = c->rbuf;
     struct buf out0 = c->out[0], out1 = c->out[1];
     uint32_t slot = c->slot;
@@ -183,6 +211,7 @@ void conn_open(struct server *s, int fd)
     c->slot = slot, c->rbuf = rbuf, c->out[0] = out0, c->out[1] = out1;
     c->fd = fd;
     c->accepted_ms = s->now_ms;
+    c->req_start_ns = mono_ns();
     hconn_init(&c->http, &s->limits);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -198,11 +227,18 @@ static void request_done(struct server *s, struct conn *c)
 {
     const struct http_req *req = &c->http.req;
     c->served++;
+    if (s->metrics)
+        metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
+                        answer_status(&c->out[c->cur], c->resp_off),
+                        mono_ns() - c->req_start_ns);
     /* A registration may come with a newly attached process: look at the
      * process table now rather than at the next sweep (an epoch compare
-     * when nothing changed). */
-    if (req->method == HTTP_PUT || req->method == HTTP_POST)
+     * when nothing changed); and log what it changed. */
+    if (req->method == HTTP_PUT || req->method == HTTP_POST || req->method == HTTP_DELETE) {
         procs_check(s, 0);
+        seg_events_ranks(s->events);
+        seg_events_check(s->events);
+    }
     if (!req->keep_alive)
         c->close_after_send = 1;
     if (log_enabled(LOG_DEBUG))
@@ -234,6 +270,7 @@ static void park(struct server *s, struct conn *c)
  * the requests behind it: the caller runs conn_process), 0 if still parked. */
 static int resume_parked(struct server *s, struct conn *c, int expired)
 {
+    c->resp_off = c->out[c->cur].len;
     enum route_rc rc = routes_resume(s->routes, &c->route, &c->http.req, &c->out[c->cur],
                                      expired);
     if (rc == ROUTE_PARK)
@@ -258,6 +295,7 @@ static void defer(struct server *s, struct conn *c)
 
 static void serve(struct server *s, struct conn *c)
 {
+    c->resp_off = c->out[c->cur].len;
     enum route_rc rc = routes_dispatch(s->routes, &c->route, &c->http.req, &c->out[c->cur]);
     if (rc == ROUTE_DONE) {
         request_done(s, c);
@@ -277,9 +315,10 @@ static void serve(struct server *s, struct conn *c)
 static void answer_error(struct server *s, struct conn *c)
 {
     static const struct http_req closing = {.method = HTTP_GET, .http_minor = 1, .keep_alive = 0};
-    (void)s;
     resp_detail(&c->out[c->cur], &closing, c->http.err_status, c->http.err_detail, NULL);
     c->close_after_send = 1;
+    if (s->metrics) /* before routing: the path may not even be parsed */
+        metrics_request(s->metrics, MR_OTHER, c->http.err_status, mono_ns() - c->req_start_ns);
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "bad_request", "slot=%u status=%d detail=\"%s\"", c->slot,
                   c->http.err_status, c->http.err_detail);
@@ -367,8 +406,11 @@ static void conn_process(struct server *s, struct conn *c)
     while (!c->parked && !c->deferred && !c->closing && !c->close_after_send
            && c->roff < c->rlen && out_pending(c) < OUT_HIGH) {
         size_t used;
+        int between = c->http.phase == HCONN_IDLE;
         enum hconn_event ev = hconn_parse(&c->http, c->rbuf + c->roff, c->rlen - c->roff, &used);
         c->roff += (uint32_t)used;
+        if (between && used) /* the first bytes of a request: its latency starts */
+            c->req_start_ns = mono_ns();
         if (ev == HCONN_REQUEST)
             serve(s, c);
         else if (ev == HCONN_CONTINUE)
@@ -505,6 +547,7 @@ void conns_jobs_done(struct server *s)
                 conn_release(s, c);
             continue;
         }
+        c->resp_off = c->out[c->cur].len;
         buf_append(&c->out[c->cur], job->out.p, job->out.len);
         if (job->out.oom)
             c->out[c->cur].oom = 1;

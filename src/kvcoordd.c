@@ -14,9 +14,11 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "http_server.h"
 #include "kvcoord/kvcoord.h"
 #include "log.h"
+#include "metrics.h"
 #include "net.h"
 #include "query.h"
 
@@ -26,6 +28,7 @@
 struct options {
     const char *listen;
     const char *segment; /* NULL: kvcoord-<port> */
+    const char *auth_file; /* --auth-token-file; NULL: KVCOORD_AUTH_TOKEN or none */
     int fresh;
     uint32_t world_size, max_ranks;
     uint64_t max_info_bytes, arena_bytes, max_body, max_head;
@@ -44,7 +47,8 @@ static void usage(FILE *f)
 "PUT /register_transfer_engine_info, GET /get_transfer_engine_info?rank=N,\n"
 "GET /health, plus GET /ranks, DELETE /transfer_engine_info?rank=N, the\n"
 "wait_ms long-poll, GET /rooms/ROOM, PUT /rooms/ROOM/failure and GET /failures\n"
-"(see docs/http-api.md).  Co-located TP workers attach to the same segment\n"
+"and GET /metrics (Prometheus; see docs/http-api.md and docs/operations.md).\n"
+"Co-located TP workers attach to the same segment\n"
 "through libkvcoord; kvcoordd watches each attached process and, when one\n"
 "dies, fails its rooms and withdraws the ranks it registered.  It logs one\n"
 "line per event on stderr and says \"listening addr=... segment=...\" once it\n"
@@ -75,6 +79,14 @@ static void usage(FILE *f)
 "                         connection's first request (default 10)\n"
 "  --idle-timeout SECS    keep-alive idle time, and the longest stall while a\n"
 "                         body arrives or an answer leaves (default 60)\n"
+"  --auth-token-file FILE mutating requests (registration, withdrawal, room\n"
+"                         failures) need 'Authorization: Bearer TOKEN', TOKEN\n"
+"                         being FILE's contents less one trailing newline;\n"
+"                         FILE must not be accessible by others (chmod o-rwx).\n"
+"                         Without it the token comes from the environment\n"
+"                         variable KVCOORD_AUTH_TOKEN; with neither, every\n"
+"                         request is allowed.  An empty token refuses all\n"
+"                         mutating requests.  Read routes stay open.\n"
 "  --log-level LEVEL      debug, info, warn or error (default info)\n"
 "  -V, --version          print the version and the segment layout version\n"
 "  -h, --help             print this help\n"
@@ -85,11 +97,13 @@ static void usage(FILE *f)
 "created; a reused segment keeps its own.\n"
 "\n"
 "Signals: SIGINT and SIGTERM stop the daemon cleanly; the segment and its\n"
-"registrations stay in /dev/shm for the next start.\n"
+"registrations stay in /dev/shm for the next start.  SIGHUP re-reads the\n"
+"token file (a bad file keeps the previous token).  Under systemd\n"
+"(Type=notify) READY=1 is sent once the socket listens.\n"
 "\n"
 "Exit status:\n"
 "  0  stopped by SIGINT or SIGTERM (or --help, --version)\n"
-"  1  could not listen, open the segment or run the server\n"
+"  1  could not listen, read the token, open the segment or run the server\n"
 "  2  usage error (unknown option, bad value)\n"
 "\n"
 "Examples:\n"
@@ -145,7 +159,7 @@ static int parse_size(const char *s, uint64_t *out)
 
 enum {
     OPT_LISTEN = 256, OPT_SEGMENT, OPT_FRESH, OPT_WORLD, OPT_RANKS, OPT_INFO, OPT_ARENA,
-    OPT_BODY, OPT_HEAD, OPT_CONNS, OPT_HTIMEOUT, OPT_ITIMEOUT, OPT_LOG
+    OPT_BODY, OPT_HEAD, OPT_CONNS, OPT_HTIMEOUT, OPT_ITIMEOUT, OPT_LOG, OPT_AUTH
 };
 
 static const struct option long_opts[] = {
@@ -162,6 +176,7 @@ static const struct option long_opts[] = {
     {"header-timeout", required_argument, NULL, OPT_HTIMEOUT},
     {"idle-timeout", required_argument, NULL, OPT_ITIMEOUT},
     {"log-level", required_argument, NULL, OPT_LOG},
+    {"auth-token-file", required_argument, NULL, OPT_AUTH},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -218,6 +233,11 @@ static int apply_opt(struct options *o, int c, const char *v)
             return usage_error("invalid --log-level '%s' (expected debug, info, warn or "
                                "error)", v);
         return 0;
+    case OPT_AUTH:
+        if (!*v)
+            return usage_error("invalid --auth-token-file '' (expected a file name)");
+        o->auth_file = v;
+        return 0;
     case 'V':
         printf("kvcoordd %s (segment layout version %u)\n", KVC_VERSION, KVC_LAYOUT_VERSION);
         return -1;
@@ -252,8 +272,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     return 0;
 }
 
-/* SIGINT/SIGTERM are blocked in every thread and read from a signalfd on
- * the ring; SIGPIPE is ignored (a client closing early is an EPIPE, not a
+/* SIGINT/SIGTERM/SIGHUP are blocked in every thread and read from a
+ * signalfd on the ring; SIGPIPE is ignored (a client closing early is an EPIPE, not a
  * death).  Returns the signalfd or -1. */
 static int setup_signals(void)
 {
@@ -262,6 +282,7 @@ static int setup_signals(void)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &mask, NULL))
         return -1;
     return signalfd(-1, &mask, SFD_CLOEXEC);
@@ -302,10 +323,43 @@ static kvc_segment *open_segment(const struct options *o, const char *name)
     }
     if (kvc_segment_stat(seg, &si) == KVC_OK)
         log_event(LOG_INFO, "segment", "name=%s layout_version=%u max_ranks=%u "
-                  "world_size=%u max_info_bytes=%llu ranks_registered=%u fresh=%d", name,
+                  "world_size=%u max_info_bytes=%llu ranks_registered=%u "
+                  "lock_recoveries=%llu failures_total=%llu fresh=%d", name,
                   si.layout_version, si.max_ranks, si.world_size,
-                  (unsigned long long)si.max_info_bytes, si.ranks_registered, o->fresh);
+                  (unsigned long long)si.max_info_bytes, si.ranks_registered,
+                  (unsigned long long)si.lock_recoveries,
+                  (unsigned long long)si.failures_total, o->fresh);
     return seg;
+}
+
+/* A listen address only this host can reach (no token needed there). */
+static int is_loopback(const char *listen)
+{
+    char host[256], err[128];
+    uint16_t port;
+    if (net_parse_addr(listen, host, sizeof host, &port, err, sizeof err))
+        return 0;
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
+/* The token (file, else environment); logs where it came from.  Returns 0
+ * or -1 (logged). */
+static int setup_auth(struct auth *auth, const struct options *o)
+{
+    char err[512];
+    if (auth_init(auth, o->auth_file, getenv(AUTH_ENV), err, sizeof err)) {
+        log_event(LOG_ERROR, "auth_failed", "err=\"%s\"", err);
+        return -1;
+    }
+    unsetenv(AUTH_ENV); /* out of /proc/PID/environ of anything started later */
+    log_event(LOG_INFO, "auth", "source=%s", auth_source_name(auth->source));
+    if (!auth_enabled(auth) && !is_loopback(o->listen))
+        log_event(LOG_WARN, "auth_off", "addr=%s note=\"mutating requests need no token; "
+                  "give --auth-token-file\"", o->listen);
+    else if (auth_enabled(auth) && auth->token_len == 0)
+        log_event(LOG_WARN, "auth_empty_token", "note=\"every mutating request will be "
+                  "refused\"");
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -321,11 +375,21 @@ int main(int argc, char **argv)
         return 1;
     }
     raise_nofile(o.max_conns);
+    static struct auth auth;
+    if (setup_auth(&auth, &o))
+        return 1;
+    struct metrics *metrics = metrics_create();
+    if (!metrics) {
+        log_event(LOG_ERROR, "metrics_failed", "err=\"out of memory\"");
+        return 1;
+    }
     char bound[128], err[256], name[KVC_NAME_MAX + 1];
     uint16_t port;
     int lfd = net_listen(o.listen, bound, sizeof bound, &port, err, sizeof err);
     if (lfd < 0) {
         log_event(LOG_ERROR, "listen_failed", "addr=%s err=\"%s\"", o.listen, err);
+        auth_clear(&auth);
+        metrics_destroy(metrics);
         return 1;
     }
     if (o.segment)
@@ -335,14 +399,19 @@ int main(int argc, char **argv)
     kvc_segment *seg = open_segment(&o, name);
     if (!seg) {
         close(lfd);
+        auth_clear(&auth);
+        metrics_destroy(metrics);
         return 1;
     }
     struct server_config cfg = {
         .listen_fd = lfd, .listen_addr = bound, .segment_name = name, .signal_fd = sfd,
         .max_conns = o.max_conns, .max_head_bytes = o.max_head, .max_body_bytes = o.max_body,
         .header_timeout_ms = o.header_timeout_s * 1000, .idle_timeout_ms = o.idle_timeout_s * 1000,
+        .auth = &auth, .metrics = metrics,
     };
     rc = server_run(&cfg, seg);
+    auth_clear(&auth);
+    metrics_destroy(metrics);
     kvc_close(seg);
     close(lfd);
     close(sfd);

@@ -9,9 +9,17 @@
  * takes part in and withdraws the ranks it registered as a worker, naming
  * how it ended, and removes its entry.
  *
- * The table is re-scanned when its change epoch moved (kvc_proc_epoch),
- * checked on the server's 1 s sweep and after every mutating request: a
- * scan reads the small table, opens a pidfd for each (pid, start time) not
+ * The table is re-scanned when its change epoch moved (kvc_proc_epoch).
+ * A helper thread sleeps in kvc_proc_wait_change() (the segment's shared
+ * futex, woken on every attach, detach and reap); when it wakes it opens a
+ * pidfd for each process that attached since (the race that matters: a
+ * worker that registers and dies at once, and is reaped by its parent at
+ * once, takes its exit status with it unless a pidfd was opened before the
+ * reap; the thread is the shortest path from the attach to that open),
+ * hands the descriptors over and writes an eventfd the loop reads on its
+ * ring; the loop's scan then watches those processes with the descriptors
+ * already open.  The server's 1 s sweep and every mutating request check
+ * the epoch too, as a safety net.  A scan reads the small table, opens a pidfd for each (pid, start time) not
  * watched yet, and reaps at once an entry whose process is already gone
  * (one that died while the daemon was down, or before the scan).  A
  * process that detached cleanly (kvc_close) leaves the table: its watch is
@@ -29,17 +37,24 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "http_server_int.h"
 #include "log.h"
+#include "metrics.h"
 
 #define ROOM_SWEEP_TICKS 5 /* kvc_room_sweep every 5 sweeps of 1 s */
+/* Bound on one futex sleep of the helper thread, so a stop request is seen
+ * within it. */
+#define WAKER_SLICE_MS 250
 
 /* Debian 12's linux/pidfd.h predates PIDFD_GET_INFO (Linux 6.13) and
  * PIDFD_INFO_EXIT (6.15).  This is the first published layout of struct
@@ -66,6 +81,13 @@ struct watched {
     unsigned cancelling : 1; /* left the table: its poll is being cancelled */
 };
 
+/* A pidfd opened by the helper thread for (pid, start). */
+struct preopen {
+    int32_t pid;
+    uint64_t start;
+    int fd;
+};
+
 struct proc_watch {
     kvc_segment *seg;
     int32_t self_pid;
@@ -77,6 +99,20 @@ struct proc_watch {
     uint32_t epoch;         /* process table epoch of the last scan */
     int scanned;            /* a scan ran */
     unsigned ticks;
+    struct metrics *metrics;
+    /* the helper thread waking the loop on process table changes */
+    int efd;
+    pthread_t thread;
+    int thread_ok;
+    atomic_int stop;
+    pthread_mutex_t mu;      /* guards pre/npre */
+    struct preopen *pre;     /* pidfds the thread opened, for the loop */
+    size_t npre, pre_cap;
+    /* the thread's own: its table buffer and the processes it has seen */
+    kvc_proc_info *tlist;
+    size_t tlist_cap;
+    struct preopen *known;   /* fd unused: (pid, start) seen in the table */
+    size_t nknown, known_cap;
 };
 
 /* ---- /proc --------------------------------------------------------------- */
@@ -164,6 +200,8 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
         pw->scanned = 0; /* try again on the next check */
         return;
     }
+    if (pw->metrics)
+        metrics_dead_processes(pw->metrics, 1);
     log_event(LOG_INFO, "proc_dead", "rank=%d pid=%d how=\"%s\" rooms_failed=%zu "
               "ranks_withdrawn=%zu", (int)rank, (int)pid, how ? how : "exit status unknown", rooms, ranks);
 }
@@ -235,12 +273,15 @@ static void watch_free(struct watched *w)
     w->pidfd = -1;
 }
 
-/* Start watching a live table entry; an entry whose process turns out to
- * be gone already is reaped at once. */
-static void watch_add(struct server *s, const kvc_proc_info *p)
+/* Start watching a table entry (fd: the pidfd the helper thread opened for
+ * it, or -1 to open one now); an entry whose process turns out to be gone
+ * already, with no pidfd, is reaped at once. */
+static void watch_add(struct server *s, const kvc_proc_info *p, int fd)
 {
     struct proc_watch *pw = s->procs;
-    int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
+    int checked = fd >= 0; /* the helper thread checked its pidfd's start time */
+    if (fd < 0)
+        fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
     if (fd < 0) {
         if (errno == ESRCH) { /* gone since the table was read */
             reap(pw, p->pid, p->start, p->rank, NULL);
@@ -258,7 +299,7 @@ static void watch_add(struct server *s, const kvc_proc_info *p)
     char st;
     uint64_t start;
     int code;
-    if (read_stat(p->pid, &st, &start, &code) || start != p->start) {
+    if (!checked && (read_stat(p->pid, &st, &start, &code) || start != p->start)) {
         close(fd);
         reap(pw, p->pid, p->start, p->rank, NULL);
         return;
@@ -290,6 +331,30 @@ static void watch_cancel(struct server *s, struct watched *w)
     w->cancelling = 1;
 }
 
+static struct preopen *preopen_find(struct preopen *pre, size_t n, const kvc_proc_info *p)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pre[i].fd >= 0 && pre[i].pid == p->pid && pre[i].start == p->start)
+            return &pre[i];
+    return NULL;
+}
+
+static int preopen_has(struct preopen *pre, size_t n, const kvc_proc_info *p)
+{
+    return preopen_find(pre, n, p) != NULL;
+}
+
+/* The thread's pidfd for p (then no longer in pre), or -1. */
+static int preopen_take(struct preopen *pre, size_t n, const kvc_proc_info *p)
+{
+    struct preopen *e = preopen_find(pre, n, p);
+    if (!e)
+        return -1;
+    int fd = e->fd;
+    e->fd = -1;
+    return fd;
+}
+
 static int is_self(const struct proc_watch *pw, const kvc_proc_info *p)
 {
     return p->pid == pw->self_pid && p->start == pw->self_start;
@@ -303,14 +368,24 @@ void procs_check(struct server *s, int force)
     /* The epoch is read before the table: a change after it is seen by the
      * next check. */
     uint32_t epoch = kvc_proc_epoch(pw->seg);
-    if (!force && pw->scanned && epoch == pw->epoch)
+    /* The helper thread's descriptors: taken (and the scan forced) now, so
+     * none waits; those no scan entry claims are closed below. */
+    struct preopen *pre = NULL;
+    size_t npre = 0;
+    pthread_mutex_lock(&pw->mu);
+    if (pw->npre) {
+        pre = pw->pre, npre = pw->npre;
+        pw->pre = NULL, pw->npre = pw->pre_cap = 0;
+    }
+    pthread_mutex_unlock(&pw->mu);
+    if (!force && !npre && pw->scanned && epoch == pw->epoch)
         return;
     pw->epoch = epoch;
     pw->scanned = 1;
     long n = table_read(pw);
     if (n < 0) {
         pw->scanned = 0;
-        return;
+        n = 0; /* the descriptors handed over are closed below */
     }
     for (uint32_t i = 0; i < pw->cap; i++)
         pw->w[i].seen = 0;
@@ -320,12 +395,18 @@ void procs_check(struct server *s, int force)
             continue;
         struct watched *w = watch_find(pw, p->pid, p->start);
         if (w)
-            w->seen = 1;
-        else if (!p->alive)
+            w->seen = 1, w->rank = p->rank;
+        else if (!p->alive && !preopen_has(pre, npre, p))
             reap(pw, p->pid, p->start, p->rank, NULL);
-        else
-            watch_add(s, p);
+        else /* a dead one with a pidfd: watched, its poll fires at once */
+            watch_add(s, p, preopen_take(pre, npre, p));
     }
+    for (size_t i = 0; i < npre; i++)
+        if (pre[i].fd >= 0)
+            close(pre[i].fd);
+    free(pre);
+    if (n == 0 && !pw->scanned)
+        return;
     for (uint32_t i = 0; i < pw->cap; i++) {
         struct watched *w = &pw->w[i];
         if (w->pid && !w->seen && !w->cancelling)
@@ -351,7 +432,9 @@ void procs_complete(struct server *s, uint32_t slot, int res)
     /* Exited.  Reap it only if it is still in the table: one that detached
      * first (kvc_close) keeps its registrations. */
     long n = table_read(pw);
-    if (n >= 0 && table_find(pw, (size_t)n, w->pid, w->start)) {
+    const kvc_proc_info *entry = n >= 0 ? table_find(pw, (size_t)n, w->pid, w->start) : NULL;
+    if (entry) {
+        w->rank = entry->rank; /* it may have registered since it attached */
         char how[96];
         int status, from = exit_status(w->pidfd, w->pid, w->start, &status);
         log_event(LOG_DEBUG, "proc_exit", "pid=%d from=%s", (int)w->pid,
@@ -379,20 +462,118 @@ void procs_tick(struct server *s)
         log_event(LOG_INFO, "room_sweep", "reclaimed=%zu", reclaimed);
 }
 
+/* Append e to *v (growing it); returns 0 or -1 (out of memory). */
+static int preopen_push(struct preopen **v, size_t *n, size_t *cap, struct preopen e)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        struct preopen *nv = realloc(*v, c * sizeof *nv);
+        if (!nv)
+            return -1;
+        *v = nv, *cap = c;
+    }
+    (*v)[(*n)++] = e;
+    return 0;
+}
+
+/* The helper thread's scan: open a pidfd for each process in the table it
+ * has not seen before, and hand it to the loop.  (pid, start) is checked
+ * after the open, so a reused pid is never watched.  keep_fds 0: only note
+ * what is there (at start: the loop's first scan watches those). */
+static void preopen_scan(struct proc_watch *pw, int keep_fds)
+{
+    size_t count = 0;
+    for (;;) {
+        if (kvc_proc_list(pw->seg, pw->tlist, pw->tlist_cap, &count))
+            return;
+        if (count <= pw->tlist_cap)
+            break;
+        kvc_proc_info *l = realloc(pw->tlist, (count + 64) * sizeof *l);
+        if (!l)
+            return;
+        pw->tlist = l, pw->tlist_cap = count + 64;
+    }
+    struct preopen *known = NULL;
+    size_t nknown = 0, known_cap = 0;
+    for (size_t i = 0; i < count; i++) {
+        const kvc_proc_info *p = &pw->tlist[i];
+        struct preopen e = {.pid = p->pid, .start = p->start, .fd = -1};
+        if (preopen_push(&known, &nknown, &known_cap, e)) {
+            free(known);
+            return; /* out of memory: the loop's own scan opens them */
+        }
+        if (!keep_fds || !p->alive || is_self(pw, p) || preopen_find(pw->known, pw->nknown, p))
+            continue;
+        int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
+        char st;
+        uint64_t start;
+        int code;
+        if (fd < 0)
+            continue; /* gone already: the loop reaps it */
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        if (read_stat(p->pid, &st, &start, &code) || start != p->start) {
+            close(fd);
+            continue;
+        }
+        e.fd = fd;
+        pthread_mutex_lock(&pw->mu);
+        int rc = preopen_push(&pw->pre, &pw->npre, &pw->pre_cap, e);
+        pthread_mutex_unlock(&pw->mu);
+        if (rc)
+            close(fd);
+    }
+    free(pw->known); /* what is no longer in the table is forgotten */
+    for (size_t i = 0; i < nknown; i++)
+        known[i].fd = 0; /* "seen" marks for preopen_find */
+    pw->known = known, pw->nknown = nknown, pw->known_cap = known_cap;
+}
+
+/* The helper thread: on every change of the process table's epoch, open
+ * pidfds for new processes, then write the eventfd.  The new epoch is read
+ * before the scan, so a change either is in the scan or moves the epoch
+ * past what the thread waits on: none is missed. */
+static void *waker_main(void *arg)
+{
+    struct proc_watch *pw = arg;
+    uint32_t seen = kvc_proc_epoch(pw->seg);
+    preopen_scan(pw, 0);
+    while (!atomic_load_explicit(&pw->stop, memory_order_relaxed)) {
+        if (kvc_proc_wait_change(pw->seg, seen, WAKER_SLICE_MS) != KVC_OK)
+            continue; /* timed out: look at stop again */
+        seen = kvc_proc_epoch(pw->seg);
+        preopen_scan(pw, 1);
+        uint64_t one = 1;
+        ssize_t n = write(pw->efd, &one, sizeof one);
+        (void)n; /* blocks only at 2^64 - 2 unread wake-ups */
+    }
+    return NULL;
+}
+
 int procs_init(struct server *s, kvc_segment *seg)
 {
     struct proc_watch *pw = calloc(1, sizeof *pw);
     if (!pw)
         return -1;
     pw->seg = seg;
+    pw->metrics = s->metrics;
     pw->self_pid = (int32_t)getpid();
+    pw->efd = -1;
+    pthread_mutex_init(&pw->mu, NULL);
+    s->procs = pw; /* procs_free() undoes a partial start */
     char st;
     int code;
-    if (read_stat(pw->self_pid, &st, &pw->self_start, &code)) {
-        free(pw);
+    if (read_stat(pw->self_pid, &st, &pw->self_start, &code))
+        return -1;
+    pw->efd = eventfd(0, EFD_CLOEXEC);
+    if (pw->efd < 0)
+        return -1;
+    int err = pthread_create(&pw->thread, NULL, waker_main, pw);
+    if (err) {
+        errno = err;
         return -1;
     }
-    s->procs = pw;
+    pw->thread_ok = 1;
+    s->procs_fd = pw->efd;
     return 0;
 }
 
@@ -401,9 +582,23 @@ void procs_free(struct server *s)
     struct proc_watch *pw = s->procs;
     if (!pw)
         return;
+    if (pw->thread_ok) {
+        atomic_store(&pw->stop, 1);
+        pthread_join(pw->thread, NULL);
+    }
+    if (pw->efd >= 0)
+        close(pw->efd);
+    s->procs_fd = -1;
     for (uint32_t i = 0; i < pw->cap; i++)
         if (pw->w[i].pid)
             watch_free(&pw->w[i]);
+    for (size_t i = 0; i < pw->npre; i++)
+        if (pw->pre[i].fd >= 0)
+            close(pw->pre[i].fd);
+    free(pw->pre);
+    free(pw->tlist);
+    free(pw->known);
+    pthread_mutex_destroy(&pw->mu);
     free(pw->w);
     free(pw->list);
     free(pw);

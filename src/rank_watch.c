@@ -9,8 +9,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* Bound on one futex sleep, so a stop request is seen within it while
- * lookups are parked (kvc_close must not race the thread's calls). */
+/* Bound on one futex sleep, so a stop request is seen within it
+ * (kvc_close must not race the thread's calls). */
 #define WATCH_SLICE_MS 250
 
 struct rank_watch {
@@ -32,18 +32,16 @@ static void notify(struct rank_watch *w)
     (void)n;
 }
 
+/* Always waiting (the daemon logs every change of the rank table, not only
+ * those a parked lookup waits for).  seen starts at the epoch when the
+ * thread starts; a lookup parked later read an epoch at least as new, and
+ * every change after it is followed by a write of the eventfd. */
 static void *watch_main(void *arg)
 {
     struct rank_watch *w = arg;
-    uint32_t seen = 0;
+    uint32_t seen = kvc_rank_epoch(w->seg);
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        if (!w->parked) {
-            while (!w->stop && !w->parked)
-                pthread_cond_wait(&w->cv, &w->mu);
-            seen = w->first_epoch; /* older epochs are answered already */
-            continue;
-        }
         pthread_mutex_unlock(&w->mu);
         kvc_err e = kvc_rank_wait_change(w->seg, seen, WATCH_SLICE_MS);
         if (e == KVC_OK) {

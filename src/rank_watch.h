@@ -3,16 +3,16 @@
  * for parked long-poll lookups (wait_ms).
  *
  * A helper thread sleeps in kvc_rank_wait_change() (the segment's shared
- * futex: no polling) while at least one lookup is parked, and on every
- * change writes to an eventfd that the loop reads on its ring; the loop
- * then re-checks its parked lookups.  With nothing parked the thread sleeps
- * on a condition variable and costs nothing.
+ * futex: no polling) and on every change writes to an eventfd that the
+ * loop reads on its ring; the loop then re-checks its parked lookups and
+ * logs the entries that changed (seg_events.h).  It always waits, parked
+ * lookups or not, so every registration and withdrawal is logged promptly.
  *
- * No lost wake-up: the loop passes, with the first park, the epoch it read
- * before that lookup; the thread waits for any change since, and after each
- * change reads the new epoch *before* writing the eventfd, so a change
- * either precedes the loop's re-check or bumps the epoch past what the
- * thread waits on.
+ * No lost wake-up: after each change the thread reads the new epoch
+ * *before* writing the eventfd, so a change either precedes the loop's
+ * re-check or bumps the epoch past what the thread waits on.  The park
+ * calls only count parked lookups (the epoch passed is no longer needed:
+ * the thread started before any lookup read its epoch).
  */
 #ifndef KVC_RANK_WATCH_H
 #define KVC_RANK_WATCH_H

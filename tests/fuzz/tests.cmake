@@ -20,7 +20,9 @@ set(KVC_FUZZ_HTTP_SOURCES
   ${CMAKE_SOURCE_DIR}/src/http_routes.c
   ${CMAKE_SOURCE_DIR}/src/query.c
   ${CMAKE_SOURCE_DIR}/src/buf.c
-  ${CMAKE_SOURCE_DIR}/src/log.c)
+  ${CMAKE_SOURCE_DIR}/src/log.c
+  ${CMAKE_SOURCE_DIR}/src/auth.c
+  ${CMAKE_SOURCE_DIR}/src/metrics.c)
 
 if(KVCOORD_FUZZ)
   add_custom_target(fuzz-targets)

@@ -38,11 +38,15 @@ add_test(NAME ops_install_pkgconfig
           ${KVC_OPS_DIR}/install_prog.c ${CMAKE_C_COMPILER})
 set_tests_properties(ops_install_pkgconfig PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 600)
 
-# kvcoordd end to end (readiness, auth over HTTP, /metrics, logs, SIGHUP);
-# skipped (77) until the daemon has --auth-token-file.
+# kvcoordd end to end (readiness, auth over HTTP, /metrics, logs of a
+# registration and a lock recovery, SIGHUP, a worker killed at once);
+# skipped (77) if the daemon has no --auth-token-file.
+add_executable(ops_crash ${KVC_OPS_DIR}/ops_crash.c)
+target_include_directories(ops_crash PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(ops_crash PRIVATE kvcoord_static)
 if(TARGET kvcoordd)
   add_test(NAME ops_daemon
     COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_daemon_ops.py --daemon $<TARGET_FILE:kvcoordd>
-            --work ${KVC_OPS_WORK}/daemon)
+            --crash $<TARGET_FILE:ops_crash> --work ${KVC_OPS_WORK}/daemon)
   set_tests_properties(ops_daemon PROPERTIES LABELS "ops;http" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
