@@ -116,6 +116,42 @@ def http_seeds():
         "bare-lf": b"GET /health HTTP/1.1\nHost: x\n\n",
         "absolute-uri": get("http://127.0.0.1:6789/get_transfer_engine_info?rank=0"),
         "options-star": b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+        # rooms, failures, metrics
+        "room-get": get("/rooms/9001"),
+        "room-get-rank": get("/rooms/9001?rank=1"),
+        "room-get-bad-id": get("/rooms/-1"),
+        "room-get-huge-id": get("/rooms/9223372036854775808"),
+        "room-failure": put(b'{"rank":1,"reason":"RDMA WC error 12","code":12}',
+                            path="/rooms/9001/failure"),
+        "room-failure-post": put(b'{"rank":0,"reason":"timeout"}', path="/rooms/7/failure",
+                                 method="POST"),
+        "room-failure-bad-rank": put(b'{"rank":-1,"reason":"x"}', path="/rooms/7/failure"),
+        "room-failure-no-reason": put(b'{"rank":1,"code":5}', path="/rooms/7/failure"),
+        "room-failure-bad-code": put(b'{"rank":1,"reason":"x","code":4294967296}',
+                                     path="/rooms/7/failure"),
+        "room-failure-nul": put(b'{"rank":1,"reason":"a\\u0000b"}', path="/rooms/7/failure"),
+        "room-failure-not-json": put(b'rank=1&reason=x', path="/rooms/7/failure"),
+        "room-failure-get": get("/rooms/7/failure"),
+        "failures": get("/failures"),
+        "failures-limit": get("/failures?limit=5&rank=1"),
+        "failures-limit-bad": get("/failures?limit=-3"),
+        "failures-limit-huge": get("/failures?limit=99999999999999999999999"),
+        "metrics": get("/metrics"),
+        "metrics-head": b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        "metrics-prometheus": get("/metrics", headers="Host: node:6789\r\nUser-Agent: "
+                                  "Prometheus/2.42.0\r\nAccept: text/plain;version=0.0.4;q=1,"
+                                  "*/*;q=0.1\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n"),
+        # Authorization (the harness runs without a token: parsed, kept, wiped)
+        "auth-bearer": put(b0, extra_headers="Authorization: Bearer tok-123.A_b\r\n"),
+        "auth-bearer-lower": put(b0, extra_headers="authorization: bearer tok-123.A_b  \r\n"),
+        "auth-basic": put(b0, extra_headers="Authorization: Basic dXNlcjpwYXNz\r\n"),
+        "auth-dup": put(b0, extra_headers="Authorization: Bearer a\r\nAuthorization: Bearer b\r\n"),
+        "auth-long": put(b0, extra_headers="Authorization: Bearer " + "t" * 1200 + "\r\n"),
+        "auth-empty": put(b0, extra_headers="Authorization:\r\n"),
+        "auth-delete": b"DELETE /transfer_engine_info?rank=0 HTTP/1.1\r\nHost: x\r\n"
+                       b"Authorization: Bearer tok\r\n\r\n",
+        "auth-pipelined": (put(b0, extra_headers="Authorization: Bearer one\r\n")
+                           + put(b0, path="/rooms/1/failure") + get("/metrics")),
     }
     return s
 
