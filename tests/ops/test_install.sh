@@ -39,6 +39,12 @@ export PKG_CONFIG_PATH
 pkg-config --validate kvcoord 2>/dev/null || pkg-config --exists --print-errors kvcoord
 [ "$(pkg-config --modversion kvcoord)" != "" ]
 cflags=$(pkg-config --cflags kvcoord)
+# A KVCOORD_SANITIZE build installs an ASan-instrumented library: a program
+# using it must link the sanitizer runtimes itself (ASan wants to come
+# first), as any program built against such a library would.
+if grep -q __asan_init "$libdir"/libkvcoord.a 2>/dev/null; then
+    cflags="$cflags -fsanitize=address,undefined"
+fi
 seg=kvctest-install-$$
 
 echo "shared: $cc -std=c11 $cflags ... $(pkg-config --libs kvcoord)"
