@@ -24,7 +24,7 @@ KVC_API const char *kvc_strerror(kvc_err err)
     case KVC_E_TIMEDOUT: return "timed out";
     case KVC_E_BUSY: return "lock held too long by a live process";
     case KVC_E_NOTRECOVERABLE: return "lock not recoverable";
-    case KVC_E_EXISTS: return "a live segment of another layout version exists";
+    case KVC_E_EXISTS: return "a live segment is in the way";
     }
     return "unknown error";
 }

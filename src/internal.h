@@ -101,6 +101,12 @@ KVC_API kvc_err kvc__rank_register_parsed(kvc_segment *seg, uint32_t rank, const
                                           const char *info_json, size_t info_len,
                                           uint32_t entries, uint64_t *gen_out);
 
+/* segment.c: allocate real pages for [off, off+len) of the segment file
+ * (posix_fallocate), so that writing there cannot SIGBUS on a full
+ * /dev/shm.  Errors: KVC_E_FULL (no space: the message says how much is
+ * free), KVC_E_SYS. */
+kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *what);
+
 /* procs.c */
 kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank);
 void kvc__proc_detach(kvc_segment *seg);

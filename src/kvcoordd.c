@@ -30,7 +30,7 @@ struct options {
     const char *segment; /* NULL: kvcoord-<port> */
     const char *auth_file; /* --auth-token-file; NULL: KVCOORD_AUTH_TOKEN or none */
     int fresh;
-    uint32_t world_size, max_ranks;
+    uint32_t world_size, max_ranks, max_rooms, max_procs, room_ttl_s;
     uint64_t max_info_bytes, arena_bytes, max_body, max_head;
     uint32_t max_conns;
     uint32_t header_timeout_s, idle_timeout_s;
@@ -69,6 +69,11 @@ static void usage(FILE *f)
 "                         new segment (default 16M)\n"
 "  --arena-bytes SIZE     info arena shared by all ranks of a new segment;\n"
 "                         sparse, untouched pages cost nothing (default 1G)\n"
+"  --max-rooms N          bootstrap rooms active at once in a new segment\n"
+"                         (default 32768; about 1.7 KiB of /dev/shm each)\n"
+"  --max-procs N          attached processes of a new segment (default 4096)\n"
+"  --room-ttl SECS        a room idle this long fails and is reclaimed; for a\n"
+"                         new segment (default 600)\n"
 "  --max-body-bytes SIZE  largest request body; more gets 413 (default 64M)\n"
 "  --max-header-bytes SIZE\n"
 "                         largest request line + headers; more gets 431\n"
@@ -93,8 +98,13 @@ static void usage(FILE *f)
 "\n"
 "SIZE is a number of bytes with an optional K, M or G suffix (powers of\n"
 "1024; KiB, MiB and GiB are accepted too).  Capacities (--world-size,\n"
-"--max-ranks, --max-info-bytes, --arena-bytes) apply when the segment is\n"
-"created; a reused segment keeps its own.\n"
+"--max-ranks, --max-info-bytes, --arena-bytes, --max-rooms, --max-procs,\n"
+"--room-ttl) apply when the segment is created; a reused segment keeps its\n"
+"own.  A new segment's tables (about 56 MiB with the defaults, mostly rooms)\n"
+"get their pages in /dev/shm at once; rank info gets pages as it arrives.\n"
+"When /dev/shm is too small (a container's default 64 MiB, say), start is\n"
+"refused with a message saying so, and a registration that finds no space is\n"
+"answered 507; lower --max-rooms or enlarge /dev/shm.\n"
 "\n"
 "Signals: SIGINT and SIGTERM stop the daemon cleanly; the segment and its\n"
 "registrations stay in /dev/shm for the next start.  SIGHUP re-reads the\n"
@@ -159,7 +169,8 @@ static int parse_size(const char *s, uint64_t *out)
 
 enum {
     OPT_LISTEN = 256, OPT_SEGMENT, OPT_FRESH, OPT_WORLD, OPT_RANKS, OPT_INFO, OPT_ARENA,
-    OPT_BODY, OPT_HEAD, OPT_CONNS, OPT_HTIMEOUT, OPT_ITIMEOUT, OPT_LOG, OPT_AUTH
+    OPT_BODY, OPT_HEAD, OPT_CONNS, OPT_HTIMEOUT, OPT_ITIMEOUT, OPT_LOG, OPT_AUTH, OPT_ROOMS,
+    OPT_PROCS, OPT_TTL
 };
 
 static const struct option long_opts[] = {
@@ -177,6 +188,9 @@ static const struct option long_opts[] = {
     {"idle-timeout", required_argument, NULL, OPT_ITIMEOUT},
     {"log-level", required_argument, NULL, OPT_LOG},
     {"auth-token-file", required_argument, NULL, OPT_AUTH},
+    {"max-rooms", required_argument, NULL, OPT_ROOMS},
+    {"max-procs", required_argument, NULL, OPT_PROCS},
+    {"room-ttl", required_argument, NULL, OPT_TTL},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -223,6 +237,9 @@ static int apply_opt(struct options *o, int c, const char *v)
     case OPT_RANKS: return count_arg("--max-ranks", v, 1u << 24, &o->max_ranks);
     case OPT_INFO: return size_arg("--max-info-bytes", v, UINT64_MAX, &o->max_info_bytes);
     case OPT_ARENA: return size_arg("--arena-bytes", v, UINT64_MAX, &o->arena_bytes);
+    case OPT_ROOMS: return count_arg("--max-rooms", v, 1u << 22, &o->max_rooms);
+    case OPT_PROCS: return count_arg("--max-procs", v, 1u << 20, &o->max_procs);
+    case OPT_TTL: return count_arg("--room-ttl", v, 4000000, &o->room_ttl_s);
     case OPT_BODY: return size_arg("--max-body-bytes", v, SIZE_MAX / 2, &o->max_body);
     case OPT_HEAD: return size_arg("--max-header-bytes", v, MAX_HEAD_LIMIT, &o->max_head);
     case OPT_CONNS: return count_arg("--max-conns", v, 65536, &o->max_conns);
@@ -253,7 +270,9 @@ static int parse_args(int argc, char **argv, struct options *o)
     kvc_options_init(&lib);
     *o = (struct options){.listen = DEFAULT_LISTEN, .world_size = lib.world_size,
                           .max_ranks = lib.max_ranks, .max_info_bytes = lib.max_info_bytes,
-                          .arena_bytes = lib.arena_bytes, .max_body = 64ull << 20,
+                          .arena_bytes = lib.arena_bytes, .max_rooms = lib.max_rooms,
+                          .max_procs = lib.max_procs, .room_ttl_s = lib.room_ttl_ms / 1000,
+                          .max_body = 64ull << 20,
                           .max_head = 64 << 10, .max_conns = 4096, .header_timeout_s = 10,
                           .idle_timeout_s = 60, .log_level = LOG_INFO};
     opterr = 0; /* our own messages */
@@ -314,6 +333,9 @@ static kvc_segment *open_segment(const struct options *o, const char *name)
     lib.max_ranks = o->max_ranks;
     lib.max_info_bytes = o->max_info_bytes;
     lib.arena_bytes = o->arena_bytes;
+    lib.max_rooms = o->max_rooms;
+    lib.max_procs = o->max_procs;
+    lib.room_ttl_ms = o->room_ttl_s * 1000;
     kvc_segment *seg = NULL;
     kvc_segment_info si;
     if (kvc_open(&lib, &seg)) {

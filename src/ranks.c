@@ -353,6 +353,11 @@ static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *s
     kvc_err err = kvc__arena_alloc(seg, sid_len + info_len, &off, &blocks);
     if (err)
         return err;
+    err = kvc__reserve(seg, seg->hdr->arena_off + off, blocks * KVC_BLOCK, "rank info");
+    if (err) {
+        kvc__arena_free(seg, off, blocks);
+        return err;
+    }
     KVC_INJECT("reg.allocated");
     unsigned char *blob = seg->arena + off;
     memcpy(blob, sid, sid_len);

@@ -322,7 +322,10 @@ KVC_API kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t particip
         return e;
     uint32_t ep = atomic_load(&seg->hdr->room_epoch);
     int64_t i = find(seg, room);
-    if (i < 0)
+    if (i < 0 && rank >= participants)
+        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)",
+                      rank, (unsigned long long)room, participants - 1);
+    else if (i < 0)
         e = create_room(seg, room, participants, &i);
     kvc_room *r = e ? NULL : &seg->rooms[i];
     if (r && asked != 0 && asked != r->participants)
@@ -402,6 +405,9 @@ KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_r
         return kvc__fail(KVC_E_INVAL, "kvc_room_fail: NULL segment");
     if (kept)
         *kept = 0;
+    if (origin_rank >= seg->hdr->max_ranks)
+        return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
+                         origin_rank, seg->hdr->max_ranks);
     kvc_err e = lock_rooms(seg);
     if (e)
         return e;

@@ -16,6 +16,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -215,6 +216,23 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     return KVC_OK;
 }
 
+/* Give [off, off+len) of the segment file real pages now, so that touching
+ * them later can never SIGBUS when /dev/shm is full: tmpfs files are sparse,
+ * and a page that cannot be had at first touch kills the process. */
+kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *what)
+{
+    int r = posix_fallocate(seg->fd, (off_t)off, (off_t)len);
+    if (r == 0)
+        return KVC_OK;
+    struct statvfs vfs;
+    unsigned long long avail = 0;
+    if (fstatvfs(seg->fd, &vfs) == 0)
+        avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+    return kvc__fail(r == ENOSPC ? KVC_E_FULL : KVC_E_SYS,
+                     "no room in /dev/shm for %llu bytes of segment %s for %s: %s (%llu bytes "
+                     "free there)", (unsigned long long)len, seg->name, what, strerror(r), avail);
+}
+
 /* Create a new segment; KVC_E_EXISTS (no message) when the name is taken. */
 static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
 {
@@ -233,6 +251,8 @@ static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
     else if (ftruncate(seg->fd, (off_t)g.total) < 0)
         e = kvc__fail(KVC_E_SYS, "ftruncate(%s, %llu bytes): %s", seg->name,
                       (unsigned long long)g.total, strerror(errno));
+    else
+        e = kvc__reserve(seg, 0, g.arena_off, "its tables (lower max rooms or max procs)");
     if (!e)
         e = map_fd(seg, g.total);
     if (!e)
@@ -362,6 +382,23 @@ static bool creator_alive(const char *name)
     return alive;
 }
 
+/* Refuse to discard a segment another live process created (its daemon):
+ * replacing it under a running coordinator splits the node in two. */
+static kvc_err check_not_live(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return KVC_OK;
+    kvc_header h;
+    kvc_err e = KVC_OK;
+    if (pread(fd, &h, offsetof(kvc_header, creator_start) + sizeof h.creator_start, 0) > 0 &&
+        h.creator_pid != (int32_t)getpid() && kvc__proc_alive(h.creator_pid, h.creator_start))
+        e = kvc__fail(KVC_E_EXISTS, "segment %s is in use: its creator, pid %d, is running (stop "
+                      "it first, or use another segment name)", name, (int)h.creator_pid);
+    close(fd);
+    return e;
+}
+
 static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
 {
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -469,6 +506,8 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     case KVC_OPEN_ATTACH: e = attach(seg); break;
     case KVC_OPEN_CREATE: e = open_create(seg, opts); break;
     case KVC_OPEN_FRESH:
+        if ((e = check_not_live(name)))
+            break;
         shm_unlink(name);
         e = create_new(seg, opts);
         if (e == KVC_E_EXISTS)
@@ -496,10 +535,15 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
      * once its last handle on the segment is closed.  (A child that
      * inherited the handle across fork() is not that process.) */
     int rooms = 0;
-    if (seg->hdr && (int32_t)getpid() == seg->pid &&
-        handles_adjust(seg->name, -1, 0, &rooms) == 0 && rooms)
+    bool last = seg->hdr && (int32_t)getpid() == seg->pid &&
+                handles_adjust(seg->name, -1, 0, &rooms) == 0;
+    if (last && rooms)
         kvc__rooms_fail_proc(seg, seg->pid, seg->start,
                              "closed its segment handle without releasing the room", NULL);
+    /* A worker's session ends with it: its ranks must not be handed out. */
+    if (last && seg->role == KVC_ROLE_WORKER)
+        kvc__ranks_withdraw_proc(seg, seg->pid, seg->start, "exited (closed its segment handle)",
+                                 NULL);
     kvc__proc_detach(seg);
     unmap(seg);
     free(seg);

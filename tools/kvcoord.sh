@@ -137,18 +137,22 @@ cmd_stop() {
         local segment
         segment=$(<"$RUN_DIR/segment")
         [[ -e /dev/shm/$segment ]] &&
-            log "segment /dev/shm/$segment kept (registrations survive a restart; rm it to discard)"
+            log "segment /dev/shm/$segment kept (rm it to discard): HTTP registrations survive a restart; the workers' ranks were withdrawn as they exited"
     fi
     return 0
 }
 
 wait_health() { # wait_health URL DAEMON_PID
+    # Ours must be the one answering: the daemon we started is alive and says
+    # it listens (another one on the port would answer /health too).
     local n
     for ((n = 0; n < 100; n++)); do
-        if curl -fsS --max-time 1 "$1/health" >/dev/null 2>&1; then
-            return 0
-        fi
         alive "$2" || break
+        if grep -q ' listening ' "$RUN_DIR/kvcoordd.log" 2>/dev/null &&
+            curl -fsS --max-time 1 "$1/health" >/dev/null 2>&1; then
+            alive "$2" && return 0
+            break
+        fi
         sleep 0.1
     done
     tail -n 20 "$RUN_DIR/kvcoordd.log" >&2 || true

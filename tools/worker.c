@@ -81,7 +81,10 @@ static void usage(FILE *out)
         "                        segment of a kvcoordd on port %d)\n"
         "  -l, --linger          stay attached after registering, like a live worker,\n"
         "                        until SIGTERM or SIGINT; then detach and exit 0.\n"
-        "                        kvcoordd withdraws the rank if the worker dies\n"
+        "                        The rank lives as long as the worker: it is\n"
+        "                        withdrawn when the worker exits (cleanly: by the\n"
+        "                        library; killed: by kvcoordd or the next reader).\n"
+        "                        Without --linger the registration stays after exit\n"
         "  -t, --timeout-ms N    how long to keep retrying when the segment does not\n"
         "                        exist yet (kvcoordd not started), in milliseconds\n"
         "                        (default %u; 0: try once)\n"
@@ -318,7 +321,10 @@ static kvc_err attach(const worker_args *a, uint32_t rank, const sigset_t *stop,
     kvc_options_init(&o);
     o.name = a->segment;
     o.mode = KVC_OPEN_ATTACH;
-    o.role = KVC_ROLE_WORKER;
+    /* A lingering worker serves its rank: the rank lives as long as it does
+     * (withdrawn when it exits, cleanly or not).  A one-shot registration
+     * is made on behalf of a server elsewhere and stays. */
+    o.role = a->linger ? KVC_ROLE_WORKER : KVC_ROLE_CLIENT;
     o.rank = (int32_t)rank;
 
     uint64_t deadline = now_us() + (uint64_t)a->timeout_ms * 1000u;

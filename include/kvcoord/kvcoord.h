@@ -71,7 +71,8 @@ typedef enum kvc_err {
                                   (held by a live, stuck process) */
     KVC_E_NOTRECOVERABLE = 12, /* a mutex is ENOTRECOVERABLE (should never happen:
                                   reported, never spun on) */
-    KVC_E_EXISTS = 13          /* a live segment of another layout version exists */
+    KVC_E_EXISTS = 13          /* a live segment is in the way: another layout version,
+                                  or (KVC_OPEN_FRESH) one whose creator runs */
 } kvc_err;
 
 /* Short fixed description of an error code (static storage, never NULL;
@@ -103,7 +104,9 @@ typedef enum kvc_open_mode {
                             create it; an invalid one is recreated under the same
                             name; one of another layout version is recreated
                             only when its creator is dead (else KVC_E_EXISTS) */
-    KVC_OPEN_FRESH = 2   /* remove any existing segment of that name, then create */
+    KVC_OPEN_FRESH = 2   /* remove any existing segment of that name, then create;
+                            refused (KVC_E_EXISTS) while the existing segment's
+                            creator (another process: its kvcoordd) is running */
 } kvc_open_mode;
 
 /* Options for kvc_open().  Initialise with kvc_options_init(), then change
@@ -144,18 +147,23 @@ kvc_err kvc_name_check(const char *name);
 
 /* Open (create, reuse or attach to) the segment named in opts, as opts->mode
  * says, and record this process in its process table unless the role is
- * KVC_ROLE_NONE.  The segment is /dev/shm/<name>, mode opts->perm.
+ * KVC_ROLE_NONE.  The segment is /dev/shm/<name>, mode opts->perm.  Its
+ * tables (everything but the info arena) get real pages at creation, and
+ * arena pages are allocated before rank info is written into them, so a full
+ * /dev/shm gives an error, never a SIGBUS.
  * On success *out owns the mapping until kvc_close().
  * Errors: KVC_E_INVAL (bad name or options), KVC_E_NOENT (attach and no
  * segment), KVC_E_VERSION (attach to another layout version: the message
  * names both versions), KVC_E_EXISTS (create over a live segment of another
- * layout version), KVC_E_CORRUPT (attach to an invalid or truncated segment),
+ * layout version, or FRESH over a segment whose creator runs), KVC_E_CORRUPT (attach to an invalid or truncated segment),
  * KVC_E_FULL (process table full), KVC_E_SYS (shm_open, ftruncate, mmap,
  * flock failed). */
 kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
 
 /* Remove this process from the process table, unmap and free the handle.
- * Registrations made through it stay (withdraw them explicitly if wanted).
+ * On the last handle of a KVC_ROLE_WORKER process, the ranks it registered
+ * are withdrawn ("rank N's process P exited (closed its segment handle)"):
+ * a worker's session ends with it.  Other roles' registrations stay.
  * When it is this process's last handle on the segment, every non-terminal
  * room the process opened and has not released fails
  * ("rank N (pid P) closed its segment handle without releasing the room"),
@@ -238,7 +246,8 @@ void kvc_rank_info_free(kvc_rank_info *ri);
  * Errors: KVC_E_INVAL (NULL, empty session_id, info not a JSON object: the
  * message gives jansson's reason and position), KVC_E_CAPACITY (rank >=
  * max ranks), KVC_E_TOOBIG (session_id too long, or session_id + info >
- * max info bytes), KVC_E_FULL (arena full), KVC_E_BUSY,
+ * max info bytes), KVC_E_FULL (arena full, or /dev/shm has no space for
+ * the info's pages), KVC_E_BUSY,
  * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_id,
                           const char *info_json, size_t info_len, uint64_t *gen_out);
@@ -368,13 +377,15 @@ kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, ui
  * (no such room), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state);
 
-/* Record a failure of room from origin_rank: reason (NUL-terminated, may be
+/* Record a failure of room from origin_rank (below the segment's max ranks):
+ * reason (NUL-terminated, may be
  * NULL; truncated to KVC_REASON_MAX bytes), code (errno or RDMA WC status).
  * The first record wins; later ones change nothing.  Creates the room (with
  * the world size as participant count) if it does not exist, so a failure
  * reported from another node is not lost.  *kept (may be NULL) is 1 when
  * this call's record is the one kept.  Wakes waiters.
- * Errors: KVC_E_FULL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+ * Errors: KVC_E_INVAL (origin_rank >= max ranks), KVC_E_FULL, KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                       const char *reason, int *kept);
 

@@ -337,18 +337,19 @@ class RoomsHttpTest(unittest.TestCase):
         r = self.lookup(3)
         self.assertIn("rank 3's process %d" % w.proc.pid, r.json()["detail"])
 
-    def test_cleanly_detached_worker_keeps_its_rank(self):
+    def test_cleanly_exited_worker_rank_withdrawn(self):
+        # A worker's session ends with it, however it exits: a clean exit
+        # withdraws its rank at once (the library does it on the last close);
+        # it is not a dead process for the daemon to reap.
         w = self.worker(4)
         w.wait_ready("generation=")
+        self.assertEqual(self.lookup(4).status_code, 200)
         w.proc.send_signal(signal.SIGTERM)
         self.assertEqual(w.proc.wait(DEADLINE), 0)
-        # A later dead worker is a sign the daemon has looked at the table since.
-        k = self.worker(5)
-        k.wait_ready("generation=")
-        os.kill(k.proc.pid, signal.SIGKILL)
-        wait_until(lambda: self.lookup(5).status_code == 404, "rank 5 to be withdrawn")
-        self.assertEqual(self.lookup(4).status_code, 200)
-        # never reaped (its registration line names the pid too: that is fine)
+        r = self.lookup(4)
+        self.assertEqual(r.status_code, 404)
+        self.assertIn("rank 4's process %d exited (closed its segment handle)" % w.proc.pid,
+                      r.json()["detail"])
         self.assertNotRegex(self.daemon.output(), r"proc_dead .*\bpid=%d\b" % w.proc.pid)
 
     def test_worker_dead_while_daemon_down_is_reaped_at_start(self):

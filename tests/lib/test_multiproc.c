@@ -6,7 +6,7 @@
 
 #define WORKERS 8
 
-static int worker(const char *name, uint32_t rank, int gate_fd)
+static int worker(const char *name, uint32_t rank, int gate_fd, int done_fd, int stay_fd)
 {
     kvc_options o;
     kvc_options_init(&o);
@@ -35,6 +35,11 @@ static int worker(const char *name, uint32_t rank, int gate_fd)
         free(want);
     }
     kvc_rank_info_free(&ri);
+    /* Stay attached until every worker has read every rank: a worker's
+     * ranks are withdrawn when it closes its last handle. */
+    char c2;
+    if (write(done_fd, "d", 1) != 1 || read(stay_fd, &c2, 1) != 0)
+        return 15;
     kvc_close(s);
     return 0;
 }
@@ -44,27 +49,46 @@ static void test_eight_workers_register_and_read_all(void **st)
     (void)st;
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
-    int gate[2];
+    int gate[2], done[2], stay[2];
     assert_int_equal(pipe(gate), 0);
+    assert_int_equal(pipe(done), 0);
+    assert_int_equal(pipe(stay), 0);
     pid_t pids[WORKERS];
     for (uint32_t i = 0; i < WORKERS; i++) {
         pids[i] = fork();
         if (pids[i] == 0) {
             close(gate[1]);
-            _exit(worker(name, i, gate[0]));
+            close(stay[1]);
+            _exit(worker(name, i, gate[0], done[1], stay[0]));
         }
     }
     close(gate[0]);
+    close(stay[0]);
     close(gate[1]); /* all workers start registering at once */
+    char c;
+    for (int i = 0; i < WORKERS; i++)
+        if (read(done[0], &c, 1) != 1)
+            break;
+    kvc_segment_info mid;
+    kvc_segment_stat(s, &mid);
+    assert_int_equal(mid.ranks_registered, WORKERS);
+    close(stay[1]); /* now they may go */
     for (int i = 0; i < WORKERS; i++) {
         int status;
         assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
     }
+    /* Gone: their ranks were withdrawn when they closed. */
     kvc_segment_info si;
     kvc_segment_stat(s, &si);
-    assert_int_equal(si.ranks_registered, WORKERS);
+    assert_int_equal(si.ranks_registered, 0);
+    kvc_rank_info ri = {0};
+    assert_int_equal(kvc_rank_lookup(s, 3, &ri), KVC_E_WITHDRAWN);
+    assert_non_null(strstr(ri.note, "exited (closed its segment handle)"));
+    kvc_rank_info_free(&ri);
+    close(done[0]);
+    close(done[1]);
     kvc_close(s);
     kvc_unlink(name);
 }

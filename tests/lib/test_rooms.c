@@ -162,6 +162,11 @@ static void test_success_needs_all_and_is_sticky(void **st)
     assert_int_equal(ri.state, KVC_POLL_FAILED);
     assert_string_equal(ri.failure.reason, "rank 1 reported Failed");
     assert_int_equal(kvc_room_set_state(s, 8, 1, (kvc_poll)9), KVC_E_INVAL);
+    /* A refused open leaves no room behind; an origin beyond the table is refused. */
+    assert_int_equal(kvc_room_open(s, 555, 2, 5, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
+    assert_int_equal(kvc_room_get(s, 555, 0, &ri), KVC_E_NOENT);
+    assert_int_equal(kvc_room_fail(s, 556, 64, 1, "x", NULL), KVC_E_INVAL);
+    assert_int_equal(kvc_room_get(s, 556, 0, &ri), KVC_E_NOENT);
     assert_int_equal(kvc_room_set_state(s, 99, 1, KVC_POLL_SUCCESS), KVC_E_NOENT);
     /* Release by all reclaims the room. */
     assert_int_equal(kvc_room_release(s, 8, 0), KVC_OK);

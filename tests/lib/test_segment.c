@@ -184,6 +184,38 @@ static void test_reuse_survives_restart(void **st)
     assert_int_equal(count_segments(prefix), 0);
 }
 
+static void test_fresh_refuses_a_live_segment(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    int ready[2], stop[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(stop), 0);
+    pid_t child = fork();
+    if (child == 0) { /* another process creates the segment and stays */
+        kvc_segment *c = NULL;
+        char ch;
+        close(stop[1]);
+        if (try_open(name, KVC_OPEN_FRESH, &c) || write(ready[1], "r", 1) != 1)
+            _exit(1);
+        (void)!read(stop[0], &ch, 1);
+        kvc_close(c);
+        _exit(0);
+    }
+    char ch;
+    assert_int_equal(read(ready[0], &ch, 1), 1);
+    kvc_segment *s = NULL;
+    assert_int_equal(try_open(name, KVC_OPEN_FRESH, &s), KVC_E_EXISTS);
+    assert_non_null(strstr(kvc_last_error(), "is running"));
+    assert_int_equal(try_open(name, KVC_OPEN_ATTACH, &s), KVC_OK); /* still there */
+    kvc_close(s);
+    close(stop[1]);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    assert_int_equal(try_open(name, KVC_OPEN_FRESH, &s), KVC_OK); /* creator gone */
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 static void test_bad_capacities(void **st)
 {
     (void)st;
@@ -220,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_version_mismatch),
         cmocka_unit_test(test_truncated_and_garbage),
         cmocka_unit_test(test_reuse_survives_restart),
+        cmocka_unit_test(test_fresh_refuses_a_live_segment),
         cmocka_unit_test(test_bad_capacities),
         cmocka_unit_test(test_strerror),
     };

@@ -14,3 +14,7 @@ set_tests_properties(torture_4_workers torture_8_workers PROPERTIES LABELS "tort
 # The rooms benchmark runs (figures printed, never judged).
 add_test(NAME bench_rooms_smoke COMMAND kvcoord-bench rooms --rounds 20 --duration 0.2)
 set_tests_properties(bench_rooms_smoke PROPERTIES LABELS "bench-smoke")
+
+# A full /dev/shm (a 16 MiB tmpfs in a private mount namespace): errors, no SIGBUS.
+add_test(NAME small_shm COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_small_shm.py $<TARGET_FILE:kvcoordd>)
+set_tests_properties(small_shm PROPERTIES LABELS "unit;crash" SKIP_RETURN_CODE 77 TIMEOUT 300)
