@@ -60,6 +60,8 @@ KVC_API kvc_err kvc_name_check(const char *name)
         return kvc__fail(KVC_E_INVAL, "segment name is %zu bytes, the limit is %d", len, KVC_NAME_MAX);
     if (!strcmp(name, ".") || !strcmp(name, ".."))
         return kvc__fail(KVC_E_INVAL, "segment name '%s' is not allowed", name);
+    if (name[0] == '-') /* would read as an option to every tool that takes it */
+        return kvc__fail(KVC_E_INVAL, "segment name '%s' starts with '-'", name);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)name[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

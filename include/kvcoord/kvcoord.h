@@ -142,7 +142,8 @@ void kvc_options_init(kvc_options *opts);
 kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap);
 
 /* Check a segment name: 1..KVC_NAME_MAX bytes of [A-Za-z0-9._-], not "." or
- * "..".  Returns KVC_OK or KVC_E_INVAL (with a message naming the bad byte). */
+ * "..", not starting with '-'.  Returns KVC_OK or KVC_E_INVAL (with a message
+ * naming the bad byte). */
 kvc_err kvc_name_check(const char *name);
 
 /* Open (create, reuse or attach to) the segment named in opts, as opts->mode

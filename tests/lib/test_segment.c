@@ -83,7 +83,7 @@ static void test_attach_missing_and_bad_names(void **st)
     assert_int_equal(try_open("kvctest-no-such-segment", KVC_OPEN_ATTACH, &s), KVC_E_NOENT);
     assert_non_null(strstr(kvc_last_error(), "kvctest-no-such-segment"));
     assert_null(s);
-    const char *bad[] = {"", "a/b", "..", ".", "sp ace", "x\n"};
+    const char *bad[] = {"", "a/b", "..", ".", "sp ace", "x\n", "-x"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         assert_int_equal(try_open(bad[i], KVC_OPEN_CREATE, &s), KVC_E_INVAL);
     char longname[KVC_NAME_MAX + 2];
