@@ -2,11 +2,11 @@
  * http_worker.c - the helper thread for slow requests; see http_worker.h.
  */
 #include "http_worker.h"
+#include "wake.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 struct http_worker {
@@ -40,9 +40,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&w->mu);
         job->next = w->done;
         w->done = job;
-        uint64_t one = 1;
-        ssize_t n = write(w->efd, &one, sizeof one); /* wakes the loop */
-        (void)n;
+        wake_loop(w->efd);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -54,18 +52,10 @@ int worker_start(struct http_worker **out, struct routes *r, int *efd)
     if (!w)
         return -1;
     w->routes = r;
-    w->efd = eventfd(0, EFD_CLOEXEC);
-    if (w->efd < 0) {
-        free(w);
-        return -1;
-    }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    int err = pthread_create(&w->thread, NULL, worker_main, w);
-    if (err) {
-        close(w->efd);
+    if (wake_thread_start(&w->efd, &w->thread, worker_main, w)) {
         free(w);
-        errno = err;
         return -1;
     }
     *efd = w->efd;

@@ -42,7 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -50,6 +49,7 @@
 #include "http_server_int.h"
 #include "log.h"
 #include "metrics.h"
+#include "wake.h"
 
 #define ROOM_SWEEP_TICKS 5 /* kvc_room_sweep every 5 sweeps of 1 s */
 /* Bound on one futex sleep of the helper thread, so a stop request is seen
@@ -542,9 +542,7 @@ static void *waker_main(void *arg)
             continue; /* timed out: look at stop again */
         seen = kvc_proc_epoch(pw->seg);
         preopen_scan(pw, 1);
-        uint64_t one = 1;
-        ssize_t n = write(pw->efd, &one, sizeof one);
-        (void)n; /* blocks only at 2^64 - 2 unread wake-ups */
+        wake_loop(pw->efd);
     }
     return NULL;
 }
@@ -564,14 +562,8 @@ int procs_init(struct server *s, kvc_segment *seg)
     int code;
     if (read_stat(pw->self_pid, &st, &pw->self_start, &code))
         return -1;
-    pw->efd = eventfd(0, EFD_CLOEXEC);
-    if (pw->efd < 0)
+    if (wake_thread_start(&pw->efd, &pw->thread, waker_main, pw))
         return -1;
-    int err = pthread_create(&pw->thread, NULL, waker_main, pw);
-    if (err) {
-        errno = err;
-        return -1;
-    }
     pw->thread_ok = 1;
     s->procs_fd = pw->efd;
     return 0;

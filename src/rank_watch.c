@@ -2,11 +2,11 @@
  * rank_watch.c - the long-poll helper thread; see rank_watch.h.
  */
 #include "rank_watch.h"
+#include "wake.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* Bound on one futex sleep, so a stop request is seen within it
@@ -24,13 +24,7 @@ struct rank_watch {
     int stop;
 };
 
-static void notify(struct rank_watch *w)
-{
-    uint64_t one = 1;
-    /* Adds 1 to the counter; blocks only at 2^64 - 2 unread wake-ups. */
-    ssize_t n = write(w->efd, &one, sizeof one);
-    (void)n;
-}
+static void notify(struct rank_watch *w) { wake_loop(w->efd); }
 
 /* Always waiting (the daemon logs every change of the rank table, not only
  * those a parked lookup waits for).  seen starts at the epoch when the
@@ -60,18 +54,10 @@ int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd)
     if (!w)
         return -1;
     w->seg = seg;
-    w->efd = eventfd(0, EFD_CLOEXEC);
-    if (w->efd < 0) {
-        free(w);
-        return -1;
-    }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    int err = pthread_create(&w->thread, NULL, watch_main, w);
-    if (err) {
-        close(w->efd);
+    if (wake_thread_start(&w->efd, &w->thread, watch_main, w)) {
         free(w);
-        errno = err;
         return -1;
     }
     *efd = w->efd;
