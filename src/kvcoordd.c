@@ -322,6 +322,20 @@ static void raise_nofile(uint32_t max_conns)
                   (unsigned long long)rl.rlim_cur, max_conns);
 }
 
+/* pid of another live kvcoordd attached to seg, else 0: two daemons on one
+ * segment would both reap, sweep and answer for it. */
+static int32_t live_daemon(kvc_segment *seg)
+{
+    kvc_proc_info p[256];
+    size_t n = 0;
+    if (kvc_proc_list(seg, p, 256, &n) != KVC_OK)
+        return 0;
+    for (size_t i = 0; i < n && i < 256; i++)
+        if (p[i].role == KVC_ROLE_DAEMON && p[i].alive && p[i].pid != (int32_t)getpid())
+            return p[i].pid;
+    return 0;
+}
+
 static kvc_segment *open_segment(const struct options *o, const char *name)
 {
     kvc_options lib;
@@ -341,6 +355,14 @@ static kvc_segment *open_segment(const struct options *o, const char *name)
     if (kvc_open(&lib, &seg)) {
         log_event(LOG_ERROR, "segment_open_failed", "segment=%s err=\"%s\"", name,
                   kvc_last_error());
+        return NULL;
+    }
+    int32_t other = live_daemon(seg);
+    if (other) {
+        log_event(LOG_ERROR, "segment_in_use", "segment=%s pid=%d err=\"another kvcoordd (pid "
+                  "%d) serves this segment: stop it first, or use another --segment\"", name,
+                  (int)other, (int)other);
+        kvc_close(seg);
         return NULL;
     }
     if (kvc_segment_stat(seg, &si) == KVC_OK)

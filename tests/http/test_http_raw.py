@@ -738,6 +738,26 @@ class CliTest(unittest.TestCase):
         self.assertIn("listen_failed", p.stderr)
 
 
+class SecondDaemonTest(unittest.TestCase):
+    def test_second_daemon_on_a_served_segment_refused(self):
+        d = Daemon()
+        try:
+            for extra in ([], ["--fresh"]):  # reuse, or discard: both refused
+                p = subprocess.run([ARGS.daemon, "--listen", "127.0.0.1:0", "--segment",
+                                    d.segment] + extra, capture_output=True, text=True,
+                                   timeout=60, check=False)
+                self.assertEqual(p.returncode, 1, (extra, p.stderr))
+                self.assertTrue("another kvcoordd" in p.stderr or "is in use" in p.stderr,
+                                p.stderr)
+            # The first one still serves its segment.
+            c = Conn(d.port)
+            c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertEqual(c.response()[0], 200)
+            c.close()
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+
 def main():
     global ARGS
     here = os.path.dirname(os.path.abspath(__file__))
