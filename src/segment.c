@@ -492,7 +492,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     kvc_err e = kvc_name_check(name);
     if (e)
         return e;
-    if (opts->mode != KVC_OPEN_ATTACH && (e = check_options(opts)))
+    if (opts->mode == KVC_OPEN_FRESH && (e = check_options(opts)))
         return e;
     kvc_segment *seg = calloc(1, sizeof *seg);
     if (!seg)
@@ -506,7 +506,14 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     seg->role = opts->role;
     switch (opts->mode) {
     case KVC_OPEN_ATTACH: e = attach(seg); break;
-    case KVC_OPEN_CREATE: e = open_create(seg, opts); break;
+    case KVC_OPEN_CREATE:
+        /* Capacities only matter when the segment is made: a valid one is
+         * reused whatever they say. */
+        if (check_options(opts) == KVC_OK)
+            e = open_create(seg, opts);
+        else if ((e = attach(seg)) != KVC_OK)
+            e = check_options(opts); /* it had to be created: say why it cannot be */
+        break;
     case KVC_OPEN_FRESH:
         if ((e = check_not_live(name)))
             break;

@@ -234,6 +234,21 @@ static void test_bad_capacities(void **st)
     assert_int_equal(kvc_open(&o, &s), KVC_E_INVAL);
     assert_non_null(strstr(kvc_last_error(), "max info bytes"));
     assert_int_equal(kvc_open(NULL, &s), KVC_E_INVAL);
+    /* CREATE over a valid segment reuses it whatever the capacities say;
+     * they only matter (and are refused) when it has to be created. */
+    const char *name = tu_name();
+    assert_int_equal(try_open(name, KVC_OPEN_FRESH, &s), KVC_OK);
+    kvc_options_init(&o);
+    o.name = name;
+    o.mode = KVC_OPEN_CREATE;
+    o.arena_bytes = 1 << 20; /* less than twice the default max info bytes */
+    kvc_segment *t = NULL;
+    assert_int_equal(kvc_open(&o, &t), KVC_OK);
+    kvc_close(t);
+    kvc_close(s);
+    kvc_unlink(name);
+    assert_int_equal(kvc_open(&o, &t), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "max info bytes"));
 }
 
 static void test_strerror(void **st)
