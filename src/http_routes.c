@@ -353,16 +353,24 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
     resp_ok(out, req);
 }
 
-/* Parse, check and store a registration; writes the answer. */
-static void register_now(struct routes *r, const struct http_req *req, struct buf *out)
+/* The request body as JSON, or NULL after answering 400 with jansson's
+ * reason and position. */
+static json_t *parse_body(const struct http_req *req, struct buf *out)
 {
     json_error_t jerr;
     json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
-    if (!root) {
+    if (!root)
         detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
                 jerr.column, jerr.text);
+    return root;
+}
+
+/* Parse, check and store a registration; writes the answer. */
+static void register_now(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    json_t *root = parse_body(req, out);
+    if (!root)
         return;
-    }
     uint32_t rank;
     const char *sid;
     json_t *wid;
@@ -669,13 +677,9 @@ static int failure_body(json_t *root, const struct http_req *req, struct buf *ou
 static void put_room_failure(struct routes *r, const struct http_req *req, struct buf *out,
                              uint64_t room)
 {
-    json_error_t jerr;
-    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
-    if (!root) {
-        detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
-                jerr.column, jerr.text);
+    json_t *root = parse_body(req, out);
+    if (!root)
         return;
-    }
     uint32_t rank;
     const char *reason;
     int32_t code;
