@@ -16,7 +16,7 @@ RUN_DIR=$ROOT/build/run
 TP=8
 PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
           libcmocka-dev libibverbs-dev rdma-core python3 python3-requests curl wrk nginx-light
-          clang libclang-rt-14-dev iproute2 iperf3 prometheus systemd)
+          clang libclang-rt-14-dev clang-format iproute2 iperf3 prometheus systemd)
 
 usage() {
     cat <<EOF
@@ -36,8 +36,10 @@ Commands:
         build/run/kvcoordd.pid, build/run/workers.pid.
   stop  Stop what 'run' started: SIGTERM the workers, then kvcoordd.
   test [--sanitize]
-        Install missing Debian packages, build build/ and run its ctest suite,
-        then build build-asan/ (-DKVCOORD_SANITIZE=ON: ASan + UBSan) and run the
+        Install missing Debian packages, check the formatting (clang-format),
+        build build/ (warnings are errors) and run its ctest suite, build the
+        libraries and programs with gcc Release, Debug and MinSizeRel and with
+        clang (build-matrix/), then build build-asan/ (-DKVCOORD_SANITIZE=ON: ASan + UBSan) and run the
         whole suite again, then build the fuzz targets with clang in build-fuzz/
         (-DKVCOORD_FUZZ=ON) and run each for KVCOORD_FUZZ_SECONDS (default 20;
         ctest -L fuzz).  --sanitize: the sanitizer build and suite only.
@@ -85,7 +87,7 @@ build() { # build DIR [cmake options...]
     local dir=$1
     shift
     log "configure and build $dir/"
-    cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVCOORD_WERROR=ON "$@"
     cmake --build "$ROOT/$dir" -j"$JOBS"
 }
 
@@ -265,6 +267,40 @@ fuzz_pass() {
     ctest --test-dir "$ROOT/build-fuzz" -L fuzz --output-on-failure -j"$JOBS"
 }
 
+# Every C source and header formatted as .clang-format says (one style for
+# the tree; `clang-format -i FILE` fixes a file).
+format_check() {
+    log "clang-format --dry-run --Werror (src include tools tests python examples)"
+    local files
+    mapfile -t files < <(cd "$ROOT" && git ls-files -- '*.c' '*.h' 2>/dev/null ||
+                         find src include tools tests python examples -name '*.[ch]' 2>/dev/null)
+    ((${#files[@]})) || return 0
+    (cd "$ROOT" && clang-format --dry-run --Werror "${files[@]}")
+}
+
+# The build types and the other compiler a user may pick: each must build
+# with zero warnings (-Werror here; users do not get -Werror).  Libraries and
+# programs only (the tests are built and run by the passes above).
+build_matrix() {
+    local t
+    for t in Release Debug MinSizeRel; do
+        log "configure and build build-matrix/gcc-$t/ (warnings are errors)"
+        cmake -S "$ROOT" -B "$ROOT/build-matrix/gcc-$t" -DCMAKE_BUILD_TYPE=$t \
+            -DKVCOORD_WERROR=ON -DKVCOORD_TESTS=OFF >/dev/null || return 1
+        cmake --build "$ROOT/build-matrix/gcc-$t" -j"$JOBS" >/dev/null || {
+            cmake --build "$ROOT/build-matrix/gcc-$t" -j1 2>&1 | grep -E 'error|warning' | head -40
+            return 1
+        }
+    done
+    log "configure and build build-matrix/clang/ (tests included, warnings are errors)"
+    CC=clang cmake -S "$ROOT" -B "$ROOT/build-matrix/clang" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DKVCOORD_WERROR=ON >/dev/null || return 1
+    cmake --build "$ROOT/build-matrix/clang" -j"$JOBS" >/dev/null || {
+        cmake --build "$ROOT/build-matrix/clang" -j1 2>&1 | grep -E 'error|warning' | head -40
+        return 1
+    }
+}
+
 cmd_test() {
     local sanitize=0 status=0
     while (($#)); do
@@ -276,8 +312,10 @@ cmd_test() {
     done
     install_packages
     if ((!sanitize)); then
+        format_check || status=1
         build build
         run_suite build || status=1
+        build_matrix || status=1
     fi
     build build-asan -DKVCOORD_SANITIZE=ON
     run_suite build-asan || status=1

@@ -22,6 +22,7 @@
 #ifndef KVCOORD_KVCOORD_H
 #define KVCOORD_KVCOORD_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -85,6 +86,18 @@ const char *kvc_strerror(kvc_err err);
  * next failing call; "" when none failed yet.  Never NULL. */
 const char *kvc_last_error(void);
 
+/* Set the calling thread's last-error message (what kvc_last_error() then
+ * returns) from a printf-style format, and return err unchanged.  For
+ * libraries layered on libkvcoord (the transfer engine, language bindings)
+ * so that one kvc_last_error() reports every failure.  The message is
+ * truncated to 511 bytes.  fmt must not be NULL.  Thread-safe (the message
+ * is thread-local); async-signal-unsafe (vsnprintf). */
+kvc_err kvc_error_set(kvc_err err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* kvc_error_set() with a va_list (consumed, as vsnprintf consumes it). */
+kvc_err kvc_error_setv(kvc_err err, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
 /* Opaque handle on an attached segment.  Created by kvc_open(), destroyed by
  * kvc_close(). */
 typedef struct kvc_segment kvc_segment;
@@ -113,23 +126,23 @@ typedef enum kvc_open_mode {
  * fields.  Capacities only matter when a segment is created; attaching uses
  * the capacities stored in the segment. */
 typedef struct kvc_options {
-    const char *name;        /* segment name ([A-Za-z0-9._-], 1..KVC_NAME_MAX bytes);
+    const char *name;         /* segment name ([A-Za-z0-9._-], 1..KVC_NAME_MAX bytes);
                                 NULL: "kvcoord-6789".  Borrowed for the call only. */
-    kvc_open_mode mode;      /* default KVC_OPEN_ATTACH */
-    kvc_role role;           /* default KVC_ROLE_CLIENT */
-    int32_t rank;            /* rank this process serves, -1 if none (default -1);
+    kvc_open_mode mode;       /* default KVC_OPEN_ATTACH */
+    kvc_role role;            /* default KVC_ROLE_CLIENT */
+    int32_t rank;             /* rank this process serves, -1 if none (default -1);
                                 recorded in the process table */
-    uint32_t max_ranks;      /* rank table entries; default 1024 */
-    uint64_t max_info_bytes; /* per rank: session_id + weights_info_dict JSON, bytes;
+    uint32_t max_ranks;       /* rank table entries; default 1024 */
+    uint64_t max_info_bytes;  /* per rank: session_id + weights_info_dict JSON, bytes;
                                 default 16 MiB */
-    uint64_t arena_bytes;    /* info arena shared by all ranks, bytes; sparse on tmpfs,
+    uint64_t arena_bytes;     /* info arena shared by all ranks, bytes; sparse on tmpfs,
                                 so untouched pages cost nothing; default 1 GiB */
-    uint32_t max_procs;      /* process table entries; default 4096 */
-    uint32_t world_size;     /* TP group size on this node; default 8 */
-    mode_t perm;             /* segment file mode on creation; default 0600 */
-    uint32_t lock_timeout_ms;/* bound on every lock wait; default 2000 ms */
-    uint32_t max_rooms;      /* active bootstrap rooms; default 32768 */
-    uint32_t room_ttl_ms;    /* a room idle this long fails and is reclaimed;
+    uint32_t max_procs;       /* process table entries; default 4096 */
+    uint32_t world_size;      /* TP group size on this node; default 8 */
+    mode_t perm;              /* segment file mode on creation; default 0600 */
+    uint32_t lock_timeout_ms; /* bound on every lock wait; default 2000 ms */
+    uint32_t max_rooms;       /* active bootstrap rooms; default 32768 */
+    uint32_t room_ttl_ms;     /* a room idle this long fails and is reclaimed;
                                 default 600000 ms (10 min) */
 } kvc_options;
 
@@ -186,19 +199,19 @@ typedef struct kvc_segment_info {
     uint32_t max_ranks;
     uint32_t max_procs;
     uint32_t world_size;
-    uint64_t max_info_bytes;  /* bytes */
-    uint64_t arena_bytes;     /* bytes */
-    uint64_t arena_used;      /* bytes in use by published rank info (blocks) */
-    uint64_t total_bytes;     /* size of the segment file, bytes */
+    uint64_t max_info_bytes; /* bytes */
+    uint64_t arena_bytes;    /* bytes */
+    uint64_t arena_used;     /* bytes in use by published rank info (blocks) */
+    uint64_t total_bytes;    /* size of the segment file, bytes */
     int32_t creator_pid;
     uint64_t created_ns;
     uint64_t updated_ns;
     uint64_t lock_recoveries; /* EOWNERDEAD recoveries since creation */
     uint32_t ranks_registered;
     uint32_t max_rooms;
-    uint32_t rooms_live;      /* rooms in the table */
+    uint32_t rooms_live; /* rooms in the table */
     uint32_t room_ttl_ms;
-    uint64_t failures_total;  /* failure records ever kept */
+    uint64_t failures_total; /* failure records ever kept */
 } kvc_segment_info;
 
 /* Fill *out from the header (reads only; no lock taken).  Errors: KVC_E_INVAL. */
@@ -208,9 +221,9 @@ kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out);
 
 /* State of a rank entry. */
 typedef enum kvc_rank_state {
-    KVC_RANK_EMPTY = 0,      /* never registered */
+    KVC_RANK_EMPTY = 0, /* never registered */
     KVC_RANK_REGISTERED = 1,
-    KVC_RANK_WITHDRAWN = 2   /* withdrawn; note says why */
+    KVC_RANK_WITHDRAWN = 2 /* withdrawn; note says why */
 } kvc_rank_state;
 
 /* A rank's entry as read by kvc_rank_lookup()/kvc_rank_wait()/kvc_rank_list().
@@ -221,15 +234,15 @@ typedef enum kvc_rank_state {
 typedef struct kvc_rank_info {
     uint32_t rank;
     kvc_rank_state state;
-    uint64_t generation;      /* bumped by every change of the entry; 0 = never */
-    uint64_t registered_ns;   /* time of the last registration or withdrawal */
-    int32_t pid;              /* process that made the last change */
-    uint32_t entries;         /* top-level keys of weights_info_dict */
+    uint64_t generation;                     /* bumped by every change of the entry; 0 = never */
+    uint64_t registered_ns;                  /* time of the last registration or withdrawal */
+    int32_t pid;                             /* process that made the last change */
+    uint32_t entries;                        /* top-level keys of weights_info_dict */
     char session_id[KVC_SESSION_ID_MAX + 1]; /* verbatim, NUL-terminated */
     char note[KVC_NOTE_MAX + 1];             /* why withdrawn, else "" */
-    char *info;               /* weights_info_dict JSON text (lookup only) */
-    size_t info_len;          /* bytes of JSON in info, excluding the NUL */
-    size_t info_cap;          /* allocated bytes behind info */
+    char *info;                              /* weights_info_dict JSON text (lookup only) */
+    size_t info_len;                         /* bytes of JSON in info, excluding the NUL */
+    size_t info_cap;                         /* allocated bytes behind info */
 } kvc_rank_info;
 
 /* Free the info buffer of *ri and reset the buffer fields.  NULL is ignored. */
@@ -253,6 +266,17 @@ void kvc_rank_info_free(kvc_rank_info *ri);
 kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_id,
                           const char *info_json, size_t info_len, uint64_t *gen_out);
 
+/* kvc_rank_register() for a caller that has already parsed and validated
+ * info_json as one JSON object with `entries` top-level keys (kvcoordd,
+ * which parsed the HTTP request body): the body is not parsed a second
+ * time, only checked to begin with '{' and end with '}'.  `entries` is
+ * recorded as given (shown by kvc_rank_lookup() and diagnostics).  Same
+ * storage, crash-consistency, ownership and errors as kvc_rank_register();
+ * KVC_E_INVAL also when info_json plainly is not an object. */
+kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                    const char *info_json, size_t info_len, uint32_t entries,
+                                    uint64_t *gen_out);
+
 /* Read rank's entry into *out without taking a lock (seqlock: copy,
  * re-check, retry; a writer that died mid-publish is recovered by taking the
  * lock).  On KVC_OK the entry is registered and out->info holds its
@@ -268,8 +292,7 @@ kvc_err kvc_rank_lookup(kvc_segment *seg, uint32_t rank, kvc_rank_info *out);
  * shared futex epoch (no polling).  timeout_ms 0 is one lookup.
  * Errors: those of kvc_rank_lookup(), KVC_E_TIMEDOUT when the time ran out
  * (out then holds the last state seen). */
-kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_ms,
-                      kvc_rank_info *out);
+kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_ms, kvc_rank_info *out);
 
 /* List entries that are registered (and withdrawn ones too when
  * include_withdrawn is non-zero), ascending by rank, into out[0..cap-1]
@@ -335,27 +358,27 @@ typedef enum kvc_room_role {
 
 /* A failure record as a rank sees it. */
 typedef struct kvc_failure_info {
-    uint64_t room;               /* bootstrap room id */
-    uint32_t origin_rank;        /* rank that recorded the failure */
-    int32_t origin_pid;          /* process that recorded it (0 if over HTTP) */
-    int32_t code;                /* errno, RDMA WC status, or 0 */
-    uint64_t time_ns;            /* when it was recorded */
-    int is_from_another_rank;    /* 1 when the asking rank is not the origin */
+    uint64_t room;            /* bootstrap room id */
+    uint32_t origin_rank;     /* rank that recorded the failure */
+    int32_t origin_pid;       /* process that recorded it (0 if over HTTP) */
+    int32_t code;             /* errno, RDMA WC status, or 0 */
+    uint64_t time_ns;         /* when it was recorded */
+    int is_from_another_rank; /* 1 when the asking rank is not the origin */
     char reason[KVC_REASON_MAX + 1];
 } kvc_failure_info;
 
 /* A room as read by kvc_room_get(). */
 typedef struct kvc_room_info {
     uint64_t room;
-    kvc_poll state;              /* the room's state (minimum, terminal sticky) */
+    kvc_poll state; /* the room's state (minimum, terminal sticky) */
     uint32_t participants;
-    uint32_t joined;             /* participants that opened the room */
-    uint32_t released;           /* participants that released it */
+    uint32_t joined;   /* participants that opened the room */
+    uint32_t released; /* participants that released it */
     uint64_t opened_ns;
     uint64_t updated_ns;
     int8_t local[KVC_ROOM_MAX_PARTICIPANTS]; /* each rank's own KVPoll; -1 unwritten */
     int has_failure;
-    kvc_failure_info failure;    /* valid when has_failure */
+    kvc_failure_info failure; /* valid when has_failure */
 } kvc_room_info;
 
 /* Open bootstrap room `room` as participant `rank` (0..participants-1) with
@@ -447,10 +470,10 @@ kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap,
 typedef struct kvc_proc_info {
     int32_t pid;
     kvc_role role;
-    int32_t rank;             /* last rank it registered or declared, -1 if none */
-    uint64_t start;           /* start time, clock ticks since boot (proc(5) field 22) */
+    int32_t rank;   /* last rank it registered or declared, -1 if none */
+    uint64_t start; /* start time, clock ticks since boot (proc(5) field 22) */
     uint64_t attached_ns;
-    int alive;                /* pid exists with the same start time, not a zombie */
+    int alive; /* pid exists with the same start time, not a zombie */
 } kvc_proc_info;
 
 /* List the process table into out[0..cap-1]; *count receives the number of

@@ -44,9 +44,9 @@ extern "C" {
 
 /* Backend of an engine. */
 typedef enum kvt_backend {
-    KVT_BACKEND_AUTO = 0,  /* verbs when a usable RDMA device exists, else TCP */
-    KVT_BACKEND_TCP = 1,   /* TCP on io_uring */
-    KVT_BACKEND_VERBS = 2  /* libibverbs RDMA WRITE, TCP control channel */
+    KVT_BACKEND_AUTO = 0, /* verbs when a usable RDMA device exists, else TCP */
+    KVT_BACKEND_TCP = 1,  /* TCP on io_uring */
+    KVT_BACKEND_VERBS = 2 /* libibverbs RDMA WRITE, TCP control channel */
 } kvt_backend;
 
 /* "auto", "tcp", "verbs" (static storage; "unknown" otherwise). */
@@ -64,35 +64,35 @@ typedef void (*kvt_log_fn)(void *ctx, int level, const char *msg);
 
 /* Options for kvt_engine_create().  Initialise with kvt_options_init(). */
 typedef struct kvt_options {
-    kvt_backend backend;        /* default KVT_BACKEND_AUTO */
-    const char *listen;         /* "host:port" to accept peers on; port 0 picks a
+    kvt_backend backend;         /* default KVT_BACKEND_AUTO */
+    const char *listen;          /* "host:port" to accept peers on; port 0 picks a
                                    free one; IPv6 literals in brackets
                                    ("[::1]:0").  Default "127.0.0.1:0".
                                    Borrowed for the call only. */
-    const char *advertise_host; /* host put in the session_id when listen's host
+    const char *advertise_host;  /* host put in the session_id when listen's host
                                    is a wildcard (0.0.0.0, ::); NULL: the listen
                                    host, or the first non-loopback address of
                                    this host for a wildcard.  Borrowed. */
-    const char *verbs_device;   /* verbs: device name to use (NULL: first usable) */
-    int verbs_gid_index;        /* verbs: GID index override, -1 = choose
+    const char *verbs_device;    /* verbs: device name to use (NULL: first usable) */
+    int verbs_gid_index;         /* verbs: GID index override, -1 = choose
                                    (rules in xfer_gid.c / docs/transfer.md) */
-    int verbs_port;             /* verbs: port number, default 1 */
-    kvc_segment *seg;           /* segment rooms are recorded in; NULL for
+    int verbs_port;              /* verbs: port number, default 1 */
+    kvc_segment *seg;            /* segment rooms are recorded in; NULL for
                                    standalone use (events only).  Borrowed: must
                                    outlive the engine. */
-    uint32_t rank;              /* this process's rank in seg's rooms */
-    uint32_t conns_per_peer;    /* TCP connections opened to each peer, 1..16,
+    uint32_t rank;               /* this process's rank in seg's rooms */
+    uint32_t conns_per_peer;     /* TCP connections opened to each peer, 1..16,
                                    default 2 */
-    uint32_t slice_bytes;       /* runs longer than this are sliced into writes
+    uint32_t slice_bytes;        /* runs longer than this are sliced into writes
                                    of at most this many bytes; 4 KiB..
                                    KVT_FRAME_MAX, default 1 MiB */
-    uint32_t window_bytes;      /* unacknowledged bytes allowed per connection,
+    uint32_t window_bytes;       /* unacknowledged bytes allowed per connection,
                                    default 32 MiB */
-    uint32_t connect_timeout_ms;/* deadline of connect + handshake, default 5000 */
-    uint32_t io_timeout_ms;     /* deadline of any outstanding send, receive or
+    uint32_t connect_timeout_ms; /* deadline of connect + handshake, default 5000 */
+    uint32_t io_timeout_ms;      /* deadline of any outstanding send, receive or
                                    acknowledgement without progress, default 10000 */
-    uint32_t unhealthy_ttl_ms;  /* how long a failed peer is refused, default 30000 */
-    const char *token;          /* optional shared secret, 1..255 bytes (""
+    uint32_t unhealthy_ttl_ms;   /* how long a failed peer is refused, default 30000 */
+    const char *token;           /* optional shared secret, 1..255 bytes (""
                                    is refused), sent in the handshake and
                                    required from peers that write here when
                                    set: a missing or wrong one is refused with
@@ -102,8 +102,8 @@ typedef struct kvt_options {
                                    time, length included.  Sent in clear.
                                    NULL: none.  Copied.  docs/transfer.md,
                                    "Handshake token". */
-    kvt_log_fn log;             /* NULL: no logging */
-    void *log_ctx;              /* passed to log */
+    kvt_log_fn log;              /* NULL: no logging */
+    void *log_ctx;               /* passed to log */
 } kvt_options;
 
 /* Fill *o with the defaults documented above.  Never fails. */
@@ -193,12 +193,12 @@ kvc_err kvt_peer_import(kvt_engine *e, const char *json, size_t len, kvt_peer **
 typedef struct kvt_peer_info {
     char session_id[KVC_SESSION_ID_MAX + 1];
     uint64_t generation;
-    int healthy;                 /* 0 while marked unhealthy */
-    uint64_t unhealthy_left_ms;  /* time left on the mark, 0 when healthy */
-    int32_t last_code;           /* errno / WC status of the failure that marked it */
+    int healthy;                /* 0 while marked unhealthy */
+    uint64_t unhealthy_left_ms; /* time left on the mark, 0 when healthy */
+    int32_t last_code;          /* errno / WC status of the failure that marked it */
     char last_error[KVC_REASON_MAX + 1];
-    uint32_t conns_up;           /* connections established */
-    uint64_t bytes_sent;         /* payload bytes acknowledged by the peer */
+    uint32_t conns_up;   /* connections established */
+    uint64_t bytes_sent; /* payload bytes acknowledged by the peer */
 } kvt_peer_info;
 
 /* Fill *out for peer p.  Errors: KVC_E_INVAL. */
@@ -232,7 +232,8 @@ typedef struct kvt_run {
  * KVC_E_BUSY (peer marked unhealthy: the message gives the peer, the reason
  * and the time left; the room's failure is also recorded in the segment and
  * no event follows), KVC_E_SYS (out of memory). */
-#define KVT_SUBMIT_MORE 1u /* more batches of this room follow; the room ends
+#define KVT_SUBMIT_MORE \
+    1u /* more batches of this room follow; the room ends
                               only after a submit without this flag */
 kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
                    unsigned flags);
@@ -244,11 +245,11 @@ typedef enum kvt_side { KVT_SIDE_SENDER = 1, KVT_SIDE_RECEIVER = 2 } kvt_side;
 typedef struct kvt_event {
     uint64_t room;
     kvt_side side;
-    kvc_poll state;      /* KVC_POLL_SUCCESS or KVC_POLL_FAILED */
-    int32_t code;        /* 0, errno, or an RDMA WC status (ibv_wc_status) */
-    uint64_t bytes;      /* payload bytes of the room written (sender: acknowledged) */
-    char peer[KVC_SESSION_ID_MAX + 1];  /* the other side's session_id */
-    char reason[KVC_REASON_MAX + 1];    /* "" on success; else names the peer, the
+    kvc_poll state; /* KVC_POLL_SUCCESS or KVC_POLL_FAILED */
+    int32_t code;   /* 0, errno, or an RDMA WC status (ibv_wc_status) */
+    uint64_t bytes; /* payload bytes of the room written (sender: acknowledged) */
+    char peer[KVC_SESSION_ID_MAX + 1]; /* the other side's session_id */
+    char reason[KVC_REASON_MAX + 1];   /* "" on success; else names the peer, the
                                            operation and the error */
 } kvt_event;
 
@@ -276,9 +277,9 @@ kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders);
 
 /* Engine counters, for benchmarks and diagnostics. */
 typedef struct kvt_stats {
-    uint64_t writes_sent, bytes_sent;          /* acknowledged by peers */
-    uint64_t writes_recv, bytes_recv;          /* applied here */
-    uint64_t frames_refused;                   /* refused on input (bad region, ...) */
+    uint64_t writes_sent, bytes_sent; /* acknowledged by peers */
+    uint64_t writes_recv, bytes_recv; /* applied here */
+    uint64_t frames_refused;          /* refused on input (bad region, ...) */
     uint64_t conns_failed;
     uint32_t peers, peers_unhealthy, conns_up;
     uint64_t rooms_ok, rooms_failed;

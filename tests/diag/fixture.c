@@ -196,8 +196,11 @@ static void rooms(kvc_segment *s)
     check(kvc_room_set_state(s, 1003, 1, KVC_POLL_SUCCESS), "set_state");
     check(kvc_room_set_state(s, 1004, 0, KVC_POLL_SUCCESS), "set_state");
     check(kvc_room_set_state(s, 1004, 1, KVC_POLL_SUCCESS), "set_state");
-    check(kvc_room_fail(s, 1005, 1, 110, "RDMA WRITE to 10.0.0.2 timed out (transport retry "
-                        "counter exceeded)", NULL), "kvc_room_fail");
+    check(kvc_room_fail(s, 1005, 1, 110,
+                        "RDMA WRITE to 10.0.0.2 timed out (transport retry "
+                        "counter exceeded)",
+                        NULL),
+          "kvc_room_fail");
 }
 
 static void poke_version(void)

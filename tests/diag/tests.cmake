@@ -5,12 +5,11 @@
 # Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR is tests/).
 
 add_executable(diag_fixture ${CMAKE_CURRENT_SOURCE_DIR}/diag/fixture.c)
-target_include_directories(diag_fixture PRIVATE ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(diag_fixture PRIVATE kvcoord_static)
+target_link_libraries(diag_fixture PRIVATE kvcoord_inspect kvcoord_core_private)
 
 kvc_c_test(test_diag_gid LABEL "diag" SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_gid.c
-           ${CMAKE_SOURCE_DIR}/tools/diag_gid.c)
-target_include_directories(test_diag_gid PRIVATE ${CMAKE_SOURCE_DIR}/tools)
+           ${CMAKE_SOURCE_DIR}/tools/diag/diag_gid.c)
+target_include_directories(test_diag_gid PRIVATE ${CMAKE_SOURCE_DIR}/tools/diag)
 
 add_test(NAME diag_tool
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_diag.py

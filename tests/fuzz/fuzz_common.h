@@ -27,15 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A broken invariant: say which, then abort (libFuzzer saves the input;
  * replay fails the test). */
-#define FZ_CHECK(cond, ...)                                                        \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s: ", __FILE__, __LINE__,   \
-                    #cond);                                                        \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fputc('\n', stderr);                                                   \
-            abort();                                                               \
-        }                                                                          \
+#define FZ_CHECK(cond, ...)                                                              \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: invariant failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fputc('\n', stderr);                                                         \
+            abort();                                                                     \
+        }                                                                                \
     } while (0)
 
 /* Whether s[0..n) is valid UTF-8 (RFC 3629: no overlongs, no surrogates,

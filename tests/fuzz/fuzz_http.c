@@ -133,8 +133,8 @@ static void check_response(const char *p, size_t n, int is_head, int must_close)
     FZ_CHECK(n_clen == 1, "%d Content-Length headers in a %d answer", n_clen, status);
     size_t body_len = n - body_off;
     FZ_CHECK((long long)body_len == (is_head ? 0 : clen),
-             "Content-Length %lld but %zu body bytes (HEAD %d, status %d)", clen, body_len,
-             is_head, status);
+             "Content-Length %lld but %zu body bytes (HEAD %d, status %d)", clen, body_len, is_head,
+             status);
     if (must_close)
         FZ_CHECK(close_hdr, "Connection: close missing (status %d)", status);
     if (json && body_len) {
@@ -196,8 +196,8 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
             check_response(out.p + start, out.len - start, 0, 0);
             continue;
         case HCONN_ERROR: {
-            static const struct http_req closing_req = {.method = HTTP_GET, .http_minor = 1,
-                                                        .keep_alive = 0};
+            static const struct http_req closing_req = {
+                .method = HTTP_GET, .http_minor = 1, .keep_alive = 0};
             FZ_CHECK(hc.err_status >= 400 && hc.err_status <= 599 && hc.err_detail,
                      "error event with status %d", hc.err_status);
             resp_detail(&out, &closing_req, hc.err_status, hc.err_detail, NULL);
@@ -205,8 +205,7 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
             closing = 1;
             continue;
         }
-        case HCONN_REQUEST:
-            break;
+        case HCONN_REQUEST: break;
         }
         const struct http_req *req = &hc.req;
         FZ_CHECK(req->path_len == 0 || req->path, "path NULL");
@@ -222,8 +221,7 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
         }
         FZ_CHECK(!out.oom, "output buffer out of memory");
         FZ_CHECK(out.len > start, "request answered with nothing");
-        check_response(out.p + start, out.len - start, req->method == HTTP_HEAD,
-                       !req->keep_alive);
+        check_response(out.p + start, out.len - start, req->method == HTTP_HEAD, !req->keep_alive);
         if (!req->keep_alive)
             closing = 1;
         hconn_done(&hc);

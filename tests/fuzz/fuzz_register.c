@@ -70,9 +70,12 @@ static void via_route(const uint8_t *data, size_t size)
     struct route_slot slot;
     memset(&slot, 0, sizeof slot);
     struct buf out = {0};
-    struct http_req req = {.method = HTTP_PUT, .path = "/register_transfer_engine_info",
+    struct http_req req = {.method = HTTP_PUT,
+                           .path = "/register_transfer_engine_info",
                            .path_len = strlen("/register_transfer_engine_info"),
-                           .body = (const char *)data, .body_len = size, .http_minor = 1,
+                           .body = (const char *)data,
+                           .body_len = size,
+                           .http_minor = 1,
                            .keep_alive = 1};
     enum route_rc rc = routes_dispatch(routes, &slot, &req, &out);
     FZ_CHECK(rc != ROUTE_PARK, "registration parked");
@@ -88,8 +91,7 @@ static void via_route(const uint8_t *data, size_t size)
         FZ_CHECK(status == 400 || status == 413 || status == 503 || status == 507,
                  "registration answered %d: %.*s", status, (int)blen, body);
         int utf8 = fz_utf8_valid((const uint8_t *)body, blen);
-        FZ_CHECK(utf8 || !fz_check_utf8(), "error body is not valid UTF-8: %.*s", (int)blen,
-                 body);
+        FZ_CHECK(utf8 || !fz_check_utf8(), "error body is not valid UTF-8: %.*s", (int)blen, body);
         json_t *d = json_loadb(body, blen, 0, NULL);
         FZ_CHECK(!utf8 || (d && json_is_string(json_object_get(d, "detail"))),
                  "bad error body: %.*s", (int)blen, body);
@@ -115,9 +117,13 @@ static void via_route(const uint8_t *data, size_t size)
     /* Read it back as a remote instance would. */
     char query[32];
     int qlen = snprintf(query, sizeof query, "rank=%lld", (long long)rank);
-    struct http_req get = {.method = HTTP_GET, .path = "/get_transfer_engine_info",
-                           .path_len = strlen("/get_transfer_engine_info"), .query = query,
-                           .query_len = (size_t)qlen, .http_minor = 1, .keep_alive = 1};
+    struct http_req get = {.method = HTTP_GET,
+                           .path = "/get_transfer_engine_info",
+                           .path_len = strlen("/get_transfer_engine_info"),
+                           .query = query,
+                           .query_len = (size_t)qlen,
+                           .http_minor = 1,
+                           .keep_alive = 1};
     buf_reset(&out);
     FZ_CHECK(routes_dispatch(routes, &slot, &get, &out) == ROUTE_DONE, "lookup parked");
     status = parse_answer(&out, &body, &blen);

@@ -26,8 +26,8 @@ static void start(uint8_t max_write_sel)
 static void frame(uint8_t type, uint32_t plen, int32_t status, uint64_t seq, uint64_t room,
                   uint64_t addr, const void *payload)
 {
-    kvt_frame f = {.type = type, .len = plen, .status = status, .seq = seq, .room = room,
-                   .addr = addr};
+    kvt_frame f = {
+        .type = type, .len = plen, .status = status, .seq = seq, .room = room, .addr = addr};
     kvt_frame_encode(&f, buf + len);
     len += KVT_HDR_LEN;
     if (payload) {

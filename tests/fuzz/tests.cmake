@@ -14,15 +14,6 @@
 
 set(KVCOORD_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest (label fuzz)")
 set(KVC_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
-set(KVC_FUZZ_HTTP_SOURCES
-  ${CMAKE_SOURCE_DIR}/src/http_conn.c
-  ${CMAKE_SOURCE_DIR}/src/http_resp.c
-  ${CMAKE_SOURCE_DIR}/src/http_routes.c
-  ${CMAKE_SOURCE_DIR}/src/query.c
-  ${CMAKE_SOURCE_DIR}/src/buf.c
-  ${CMAKE_SOURCE_DIR}/src/log.c
-  ${CMAKE_SOURCE_DIR}/src/auth.c
-  ${CMAKE_SOURCE_DIR}/src/metrics.c)
 
 if(KVCOORD_FUZZ)
   add_custom_target(fuzz-targets)
@@ -55,18 +46,17 @@ function(kvc_fuzz_target name)
     add_test(NAME ${exe} COMMAND ${exe} ${KVC_FUZZ_DIR}/${name})
     set_tests_properties(${exe} PROPERTIES LABELS "unit;replay" TIMEOUT 300)
   endif()
-  target_include_directories(${exe} PRIVATE ${CMAKE_SOURCE_DIR}/src ${KVC_FUZZ_DIR})
-  target_link_libraries(${exe} PRIVATE kvcoord_static ${F_LIBS})
+  target_include_directories(${exe} PRIVATE ${KVC_FUZZ_DIR})
+  target_link_libraries(${exe} PRIVATE kvcoordd_lib kvcoord_transfer_private kvcoord_core_private kvcoord_static ${F_LIBS})
 endfunction()
 
-kvc_fuzz_target(http SOURCES ${KVC_FUZZ_HTTP_SOURCES} LIBS ${HTTP_PARSER_LIB})
-kvc_fuzz_target(register SOURCES ${KVC_FUZZ_HTTP_SOURCES} LIBS ${HTTP_PARSER_LIB})
+kvc_fuzz_target(http LIBS ${HTTP_PARSER_LIB})
+kvc_fuzz_target(register LIBS ${HTTP_PARSER_LIB})
 kvc_fuzz_target(xfer_frame)
 
 # Writes tests/fuzz/xfer_frame/seed-* from the real encoders (run by hand
 # when the wire format changes; the seeds are checked in).
 if(NOT KVCOORD_FUZZ)
   add_executable(fuzz_gen_xfer_seeds ${KVC_FUZZ_DIR}/gen_xfer_seeds.c)
-  target_include_directories(fuzz_gen_xfer_seeds PRIVATE ${CMAKE_SOURCE_DIR}/src)
-  target_link_libraries(fuzz_gen_xfer_seeds PRIVATE kvcoord_static)
+  target_link_libraries(fuzz_gen_xfer_seeds PRIVATE kvcoord_transfer_private)
 endif()

@@ -149,8 +149,11 @@ static void test_expect_continue(void **state)
     hconn_free(&c);
 
     hconn_init(&c, &limits); /* HTTP/1.0: Expect is ignored */
-    assert_int_equal(feed(&c, "PUT /r HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1"
-                              "\r\n\r\nx", &used), HCONN_REQUEST);
+    assert_int_equal(feed(&c,
+                          "PUT /r HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1"
+                          "\r\n\r\nx",
+                          &used),
+                     HCONN_REQUEST);
     assert_false(c.req.keep_alive);
     hconn_free(&c);
 }
@@ -174,10 +177,12 @@ static void test_rejections(void **state)
     assert_rejected("\x16\x03\x01\x02\x00", 400);
     assert_rejected("hello world\r\n\r\n", 400);
     assert_rejected("GET / HTTP/2.0\r\n\r\n", 400);
-    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400);
+    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                    400);
     assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", 400);
     assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
-                    "transfer-encoding: chunked\r\n\r\n", 400);
+                    "transfer-encoding: chunked\r\n\r\n",
+                    400);
     assert_rejected("POST / HTTP/1.1\r\nContent-Length : 1\r\n\r\nx", 400);
     assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
     assert_rejected("POST / HTTP/1.1\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n", 417);
@@ -247,7 +252,8 @@ static void test_json_escape_invalid_utf8(void **state)
     (void)state;
     /* a cut sequence, a stray continuation, an overlong '/', a surrogate,
      * above U+10FFFF; then valid 2-, 3- and 4-byte characters */
-    const char *s = "a\xc3\"\x80\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80|\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+    const char *s =
+        "a\xc3\"\x80\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80|\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
     const char *want = "a\\ufffd\\\"\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd"
                        "\\ufffd\\ufffd|\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
     char out[128];

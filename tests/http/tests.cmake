@@ -3,11 +3,7 @@
 
 # Unit tests of the daemon's HTTP pieces: query decoding, request parsing.
 kvc_c_test(test_http_units LABEL "http"
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_units.c
-          ${CMAKE_SOURCE_DIR}/src/query.c
-          ${CMAKE_SOURCE_DIR}/src/buf.c
-          ${CMAKE_SOURCE_DIR}/src/http_conn.c
-          ${CMAKE_SOURCE_DIR}/src/http_resp.c)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_units.c)
 target_link_libraries(test_http_units PRIVATE ${HTTP_PARSER_LIB})
 
 # Raw-socket tests against a real kvcoordd.

@@ -29,8 +29,8 @@ struct point {
 };
 
 static const struct point points[] = {
-    {"reg.locked", 0},      {"reg.allocated", 0}, {"reg.copying", 0}, {"reg.copied", 0},
-    {"reg.slot_written", 0}, {"reg.seq_odd", 0},  {"reg.published", 1}, {"reg.old_freed", 1},
+    {"reg.locked", 0},       {"reg.allocated", 0}, {"reg.copying", 0},   {"reg.copied", 0},
+    {"reg.slot_written", 0}, {"reg.seq_odd", 0},   {"reg.published", 1}, {"reg.old_freed", 1},
 };
 
 static uint64_t blob_bytes(size_t sid, size_t info) { return (sid + info + 1023) / 1024 * 1024; }

@@ -187,10 +187,8 @@ static void test_wait_timeout_and_wake(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_register_lookup_overwrite),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_withdraw_and_list),
-        cmocka_unit_test(test_arena_full),
+        cmocka_unit_test(test_register_lookup_overwrite), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_withdraw_and_list),         cmocka_unit_test(test_arena_full),
         cmocka_unit_test(test_wait_timeout_and_wake),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -55,8 +55,11 @@ static int rank_main(const char *name, uint32_t rank, int ready_fd, int go_fd)
         if (read(go_fd, &c, 1) != 1)
             return 12;
         int kept = 0;
-        if (kvc_room_fail(s, ROOM, 5, 12, "ibv_post_send: Cannot allocate memory (RLIMIT_MEMLOCK "
-                                          "8388608 bytes)", &kept) || !kept)
+        if (kvc_room_fail(s, ROOM, 5, 12,
+                          "ibv_post_send: Cannot allocate memory (RLIMIT_MEMLOCK "
+                          "8388608 bytes)",
+                          &kept) ||
+            !kept)
             return 13;
     } else {
         if (write(ready_fd, &c, 1) != 1)

@@ -54,8 +54,8 @@ static inline char *tu_info(int n, unsigned tag)
     s[len++] = '{';
     for (int i = 0; i < n; i++)
         len += (size_t)snprintf(s + len, cap - len, "%s\"model.layers.%d.w%u\":[%llu,%d,2]",
-                                i ? "," : "", i, tag, 0x7f0000000000ull + (unsigned long long)i * 256,
-                                4096 + (int)tag);
+                                i ? "," : "", i, tag,
+                                0x7f0000000000ull + (unsigned long long)i * 256, 4096 + (int)tag);
     s[len++] = '}';
     s[len] = '\0';
     return s;

@@ -31,14 +31,13 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-#define CHECK(e, what)                                                                 \
-    do {                                                                               \
-        kvc_err e_ = (e);                                                              \
-        if (e_) {                                                                      \
-            fprintf(stderr, "soak_rooms: %s: %s: %s\n", what, kvc_strerror(e_),       \
-                    kvc_last_error());                                                 \
-            exit(1);                                                                   \
-        }                                                                              \
+#define CHECK(e, what)                                                                             \
+    do {                                                                                           \
+        kvc_err e_ = (e);                                                                          \
+        if (e_) {                                                                                  \
+            fprintf(stderr, "soak_rooms: %s: %s: %s\n", what, kvc_strerror(e_), kvc_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static kvc_segment *attach(const char *name, int32_t rank)

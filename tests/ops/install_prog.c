@@ -48,8 +48,8 @@ int main(int argc, char **argv)
              ri.info_len == strlen(info) && !memcmp(ri.info, info, ri.info_len) &&
              ri.generation == gen;
     printf("install_prog: %s rank=3 session_id=%s generation=%llu version=%s layout=%u\n",
-           ok ? "ok" : "MISMATCH", ri.session_id, (unsigned long long)ri.generation,
-           KVC_VERSION, KVC_LAYOUT_VERSION);
+           ok ? "ok" : "MISMATCH", ri.session_id, (unsigned long long)ri.generation, KVC_VERSION,
+           KVC_LAYOUT_VERSION);
     kvc_rank_info_free(&ri);
     kvc_close(seg);
     kvc_unlink(argv[1]);

@@ -45,8 +45,8 @@ static void worker(const char *segment, int in_lock, uint32_t rank)
         kvc_rank_register(seg, rank, "10.0.0.9:1", info, sizeof info - 1, NULL);
     if (in_lock)
         kvc_test_set_inject(die_at);
-    kvc_rank_register(seg, rank, in_lock ? "10.0.0.9:2" : "10.0.0.9:1", info,
-                      sizeof info - 1, NULL);
+    kvc_rank_register(seg, rank, in_lock ? "10.0.0.9:2" : "10.0.0.9:1", info, sizeof info - 1,
+                      NULL);
     raise(SIGKILL);
     _exit(3);
 }

@@ -27,7 +27,8 @@ for f in include/kvcoord/kvcoord.h include/kvcoord/transfer.h \
          share/doc/kvcoord/operations.md bin/kvcoord-diag; do
     [ -f "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
-for f in libkvcoord.a libkvcoord.so libkvcoord.so.0; do
+for f in libkvcoord.a libkvcoord.so libkvcoord.so.0 libkvcoord-transfer.a libkvcoord-transfer.so \
+         libkvcoord-transfer.so.0 pkgconfig/kvcoord-transfer.pc; do
     [ -e "$libdir/$f" ] || { echo "FAIL: $libdir/$f not installed"; exit 1; }
 done
 [ ! -e "$prefix/bin/kvcoord-torture" ] || { echo "FAIL: kvcoord-torture is a test tool"; exit 1; }

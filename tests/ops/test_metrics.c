@@ -177,24 +177,35 @@ static void test_daemon_families(void **state)
     struct metrics *m = build_metrics();
     char *t = render(NULL, m);
     lacks(t, "kvcoord_rooms{");
-    has(t, "kvcoord_http_requests_total{route=\"/register_transfer_engine_info\",status=\"200\"} 2");
-    has(t, "kvcoord_http_requests_total{route=\"/register_transfer_engine_info\",status=\"401\"} 1");
+    has(t,
+        "kvcoord_http_requests_total{route=\"/register_transfer_engine_info\",status=\"200\"} 2");
+    has(t,
+        "kvcoord_http_requests_total{route=\"/register_transfer_engine_info\",status=\"401\"} 1");
     has(t, "kvcoord_http_requests_total{route=\"/get_transfer_engine_info\",status=\"404\"} 1");
     has(t, "kvcoord_http_requests_total{route=\"other\",status=\"404\"} 1");
     has(t, "kvcoord_http_requests_total{route=\"/health\",status=\"0\"} 1");
     lacks(t, "kvcoord_http_requests_total{route=\"/ranks\"");
     /* 20 us, 3 ms, 3 ms: cumulative buckets */
     has(t, "# TYPE kvcoord_http_request_duration_seconds histogram");
-    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/register_transfer_engine_info\",le=\"0.0001\"} 1");
-    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/register_transfer_engine_info\",le=\"0.0025\"} 1");
-    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/register_transfer_engine_info\",le=\"0.005\"} 3");
-    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/register_transfer_engine_info\",le=\"+Inf\"} 3");
-    has(t, "kvcoord_http_request_duration_seconds_sum{route=\"/register_transfer_engine_info\"} 0.006020000");
-    has(t, "kvcoord_http_request_duration_seconds_count{route=\"/register_transfer_engine_info\"} 3");
+    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/"
+           "register_transfer_engine_info\",le=\"0.0001\"} 1");
+    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/"
+           "register_transfer_engine_info\",le=\"0.0025\"} 1");
+    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/"
+           "register_transfer_engine_info\",le=\"0.005\"} 3");
+    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/"
+           "register_transfer_engine_info\",le=\"+Inf\"} 3");
+    has(t, "kvcoord_http_request_duration_seconds_sum{route=\"/register_transfer_engine_info\"} "
+           "0.006020000");
+    has(t,
+        "kvcoord_http_request_duration_seconds_count{route=\"/register_transfer_engine_info\"} 3");
     /* 70 s lands only in +Inf */
-    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/get_transfer_engine_info\",le=\"60\"} 1");
-    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/get_transfer_engine_info\",le=\"+Inf\"} 2");
-    has(t, "kvcoord_http_request_duration_seconds_sum{route=\"/get_transfer_engine_info\"} 70.000050000");
+    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/"
+           "get_transfer_engine_info\",le=\"60\"} 1");
+    has(t, "kvcoord_http_request_duration_seconds_bucket{route=\"/"
+           "get_transfer_engine_info\",le=\"+Inf\"} 2");
+    has(t, "kvcoord_http_request_duration_seconds_sum{route=\"/get_transfer_engine_info\"} "
+           "70.000050000");
     has(t, "kvcoord_http_request_duration_seconds_count{route=\"/metrics\"} 0");
     has(t, "kvcoord_http_open_connections 2");
     has(t, "kvcoord_http_connections_total 3");
@@ -202,11 +213,14 @@ static void test_daemon_families(void **state)
     has(t, "kvcoord_dead_processes_total 2");
     has(t, "kvcoord_auth_reloads_total{result=\"ok\"} 2");
     has(t, "kvcoord_auth_reloads_total{result=\"error\"} 1");
-    has(t, "kvcoord_transfer_bytes_total{backend=\"tcp\",peer=\"10.0.0.6:16000\",direction=\"sent\"} 8192");
-    has(t, "kvcoord_transfer_bytes_total{backend=\"tcp\",peer=\"10.0.0.6:16000\",direction=\"received\"} 100");
+    has(t, "kvcoord_transfer_bytes_total{backend=\"tcp\",peer=\"10.0.0.6:16000\",direction="
+           "\"sent\"} 8192");
+    has(t, "kvcoord_transfer_bytes_total{backend=\"tcp\",peer=\"10.0.0.6:16000\",direction="
+           "\"received\"} 100");
     has(t, "kvcoord_transfer_errors_total{backend=\"tcp\",peer=\"10.0.0.6:16000\"} 1");
     /* escaping: quote, backslash, newline; invalid UTF-8 becomes U+FFFD */
-    has(t, "kvcoord_transfer_errors_total{backend=\"verbs\",peer=\"[fe80::1]:7\\\"q\\\\\\n\xef\xbf\xbd\"} 3");
+    has(t, "kvcoord_transfer_errors_total{backend=\"verbs\",peer=\"[fe80::1]:"
+           "7\\\"q\\\\\\n\xef\xbf\xbd\"} 3");
     free(t);
     metrics_destroy(m);
 }

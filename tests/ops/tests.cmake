@@ -8,12 +8,11 @@ set(KVC_OPS_DIR ${CMAKE_CURRENT_SOURCE_DIR}/ops)
 set(KVC_OPS_WORK ${CMAKE_CURRENT_BINARY_DIR}/ops-work)
 
 kvc_c_test(test_auth LABEL "unit"
-  SOURCES ${KVC_OPS_DIR}/test_auth.c ${CMAKE_SOURCE_DIR}/src/auth.c)
+  SOURCES ${KVC_OPS_DIR}/test_auth.c)
 kvc_c_test(test_metrics LABEL "unit"
-  SOURCES ${KVC_OPS_DIR}/test_metrics.c ${CMAKE_SOURCE_DIR}/src/metrics.c
-          ${CMAKE_SOURCE_DIR}/src/buf.c)
+  SOURCES ${KVC_OPS_DIR}/test_metrics.c)
 kvc_c_test(test_notify LABEL "unit"
-  SOURCES ${KVC_OPS_DIR}/test_notify.c ${CMAKE_SOURCE_DIR}/src/notify.c)
+  SOURCES ${KVC_OPS_DIR}/test_notify.c)
 set_tests_properties(test_auth test_metrics test_notify PROPERTIES LABELS "unit;ops")
 
 # The exposition of a segment in a known state, checked by promtool.
@@ -42,11 +41,16 @@ set_tests_properties(ops_install_pkgconfig PROPERTIES LABELS "ops" SKIP_RETURN_C
 # registration and a lock recovery, SIGHUP, a worker killed at once);
 # skipped (77) if the daemon has no --auth-token-file.
 add_executable(ops_crash ${KVC_OPS_DIR}/ops_crash.c)
-target_include_directories(ops_crash PRIVATE ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(ops_crash PRIVATE kvcoord_static)
+target_link_libraries(ops_crash PRIVATE kvcoord_core_private)
 if(TARGET kvcoordd)
   add_test(NAME ops_daemon
     COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_daemon_ops.py --daemon $<TARGET_FILE:kvcoordd>
             --crash $<TARGET_FILE:ops_crash> --work ${KVC_OPS_WORK}/daemon)
   set_tests_properties(ops_daemon PROPERTIES LABELS "ops;http" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+
+# The shared libraries export only their public API, and libkvcoord needs
+# neither liburing nor libibverbs.
+add_test(NAME ops_symbols
+  COMMAND sh ${KVC_OPS_DIR}/test_symbols.sh $<TARGET_FILE:kvcoord> $<TARGET_FILE:kvcoord-transfer>)
+set_tests_properties(ops_symbols PROPERTIES LABELS "ops;unit" TIMEOUT 60)

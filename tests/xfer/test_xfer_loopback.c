@@ -183,7 +183,8 @@ static void test_concurrent_rooms(void **state)
     uint64_t per = 1u << 20;
     xu_fill(c->src, REGION, 99);
     for (uint64_t r = 0; r < ROOMS; r++) {
-        kvt_run a = {r * per, r * per, per / 2}, b = {r * per + per / 2, r * per + per / 2, per / 2};
+        kvt_run a = {r * per, r * per, per / 2},
+                b = {r * per + per / 2, r * per + per / 2, per / 2};
         memcpy(c->mirror + a.raddr, c->src + a.laddr, per);
         a.laddr += (uint64_t)(uintptr_t)c->src;
         a.raddr += c->rbase;

@@ -29,7 +29,8 @@ int main(void)
     struct ibv_device **l = ibv_get_device_list(&n);
     if (!l || n == 0) {
         printf("SKIP: no RDMA device found by ibv_get_device_list (%s); the verbs hardware test "
-               "needs one\n", l ? "device list empty" : strerror(errno));
+               "needs one\n",
+               l ? "device list empty" : strerror(errno));
         if (l)
             ibv_free_device_list(l);
         return 77;
@@ -79,14 +80,17 @@ int main(void)
         }
     }
     if (ok != 1 || rok != 1 || memcmp(src, dst, len)) {
-        printf("FAIL: transfer did not complete (sender %d, receiver %d) or bytes differ\n", ok, rok);
+        printf("FAIL: transfer did not complete (sender %d, receiver %d) or bytes differ\n", ok,
+               rok);
         return 1;
     }
     kvt_peer_info pi;
     kvt_peer_stat(a, p, &pi);
-    printf("peer: %u connection(s) up, %llu bytes acknowledged\n", pi.conns_up, (unsigned long long)pi.bytes_sent);
+    printf("peer: %u connection(s) up, %llu bytes acknowledged\n", pi.conns_up,
+           (unsigned long long)pi.bytes_sent);
     if (pi.conns_up != 1) {
-        printf("FAIL: expected only the control connection (RDMA data path), got %u\n", pi.conns_up);
+        printf("FAIL: expected only the control connection (RDMA data path), got %u\n",
+               pi.conns_up);
         return 1;
     }
     /* Scattered pages: 2048 runs of 2 KiB (more than a send queue holds,
@@ -136,7 +140,8 @@ int main(void)
             }
         }
         if (ok != -1 || !strstr(last.reason, last.peer)) {
-            printf("FAIL: room after the receiver died: %d (%s)\n", ok, ok ? last.reason : "no event");
+            printf("FAIL: room after the receiver died: %d (%s)\n", ok,
+                   ok ? last.reason : "no event");
             return 1;
         }
         printf("room 3 after the receiver died: %s (code %d)\n", last.reason, (int)last.code);

@@ -148,9 +148,10 @@ static void refused(const char *tx_token, const char *rx_token, const char *what
     assert_int_equal(ev.state, KVC_POLL_FAILED);
     assert_int_equal(ev.code, EACCES);
     const char *rsid = kvt_session_id(p.rx), *tsid = kvt_session_id(p.tx);
-    if (!strstr(ev.reason, rsid) || !strstr(ev.reason, "unauthorized") || !strstr(ev.reason, "token") ||
-        !strstr(ev.reason, what) || strstr(ev.reason, "dead"))
-        fail_msg("sender's reason \"%s\" should name %s, \"unauthorized\", \"%s\"", ev.reason, rsid, what);
+    if (!strstr(ev.reason, rsid) || !strstr(ev.reason, "unauthorized") ||
+        !strstr(ev.reason, "token") || !strstr(ev.reason, what) || strstr(ev.reason, "dead"))
+        fail_msg("sender's reason \"%s\" should name %s, \"unauthorized\", \"%s\"", ev.reason, rsid,
+                 what);
     assert_string_equal(ev.peer, rsid);
     /* The receiver: logged naming the sender, nothing written, no room. */
     if (!strstr(rx_log, "unauthorized") || !strstr(rx_log, tsid) || !strstr(rx_log, what))
@@ -182,8 +183,8 @@ static void test_sender_without_token(void **state)
 static void test_sender_wrong_token(void **state)
 {
     (void)state;
-    refused("s3cret-tokeN", "s3cret-token", "sent a wrong handshake token");    /* same length */
-    refused("s3cret", "s3cret-token", "sent a wrong handshake token");          /* a prefix */
+    refused("s3cret-tokeN", "s3cret-token", "sent a wrong handshake token"); /* same length */
+    refused("s3cret", "s3cret-token", "sent a wrong handshake token");       /* a prefix */
     refused("s3cret-token-and-more", "s3cret-token", "sent a wrong handshake token"); /* longer */
 }
 
@@ -261,12 +262,9 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_token_equal),
-        cmocka_unit_test(test_token_options),
-        cmocka_unit_test(test_same_token),
-        cmocka_unit_test(test_sender_without_token),
-        cmocka_unit_test(test_sender_wrong_token),
-        cmocka_unit_test(test_receiver_without_token),
+        cmocka_unit_test(test_token_equal),        cmocka_unit_test(test_token_options),
+        cmocka_unit_test(test_same_token),         cmocka_unit_test(test_sender_without_token),
+        cmocka_unit_test(test_sender_wrong_token), cmocka_unit_test(test_receiver_without_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

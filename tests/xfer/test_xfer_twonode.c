@@ -42,14 +42,14 @@
 #include "test_xfer_twonode_http.h"
 #include "xfer_util.h"
 
-#define PLANES 64u      /* 32 layers x K and V */
-#define PAGE 4096u      /* 16 tokens x 128 dim x 2 bytes */
+#define PLANES 64u /* 32 layers x K and V */
+#define PAGE 4096u /* 16 tokens x 128 dim x 2 bytes */
 #define POOL_PAGES 512u
-#define REQ_PAGES 256u  /* 4096 tokens / 16 */
+#define REQ_PAGES 256u /* 4096 tokens / 16 */
 #define POOL ((size_t)PLANES * POOL_PAGES * PAGE)
 #define RANKS 2
-#define PORT_P 7101     /* prefill node's kvcoordd, in its own netns */
-#define PORT_D 7102     /* decode node's kvcoordd, in its own netns */
+#define PORT_P 7101 /* prefill node's kvcoordd, in its own netns */
+#define PORT_D 7102 /* decode node's kvcoordd, in its own netns */
 
 static char nsA[32], nsB[32], ipA[32], ipB[32];
 static char segP[64], segD[64];
@@ -57,14 +57,14 @@ static pid_t parent_pid;
 static pid_t daemonP = -1, daemonD = -1;
 static int net_made;
 
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            exit(1); /* atexit: cleanup() */                                                       \
-        }                                                                                          \
+#define CHECK(c, ...)                                            \
+    do {                                                         \
+        if (!(c)) {                                              \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fprintf(stderr, "\n");                               \
+            exit(1); /* atexit: cleanup() */                     \
+        }                                                        \
     } while (0)
 
 static pid_t pids[16];
@@ -100,7 +100,8 @@ static void cleanup(void)
         }
     if (net_made) {
         char cmd[160];
-        snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", nsA, nsB);
+        snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", nsA,
+                 nsB);
         if (system(cmd)) {
         }
     }
@@ -300,8 +301,8 @@ static uint64_t desc_region0(const char *desc)
     return v;
 }
 
-static void prefill_room(kvt_engine *e, kvc_segment *seg, uint32_t rank, unsigned char *pool, uint64_t room,
-                         preport *r)
+static void prefill_room(kvt_engine *e, kvc_segment *seg, uint32_t rank, unsigned char *pool,
+                         uint64_t room, preport *r)
 {
     memset(r, 0, sizeof *r);
     r->room = room;
@@ -310,8 +311,9 @@ static void prefill_room(kvt_engine *e, kvc_segment *seg, uint32_t rank, unsigne
     th_info in;
     kvt_peer *p;
     if (th_get_info(NULL, ipB, PORT_D, rank, 10000, &in) || in.status != 200) {
-        snprintf(r->reason, sizeof r->reason, "GET /get_transfer_engine_info?rank=%u from %s:%d: %d %.150s", rank,
-                 ipB, PORT_D, in.status, in.detail);
+        snprintf(r->reason, sizeof r->reason,
+                 "GET /get_transfer_engine_info?rank=%u from %s:%d: %d %.150s", rank, ipB, PORT_D,
+                 in.status, in.detail);
         r->state = -1;
         th_info_free(&in);
         return;
@@ -320,7 +322,8 @@ static void prefill_room(kvt_engine *e, kvc_segment *seg, uint32_t rank, unsigne
     snprintf(r->sid, sizeof r->sid, "%s", in.session_id);
     uint64_t rbase = desc_region0(in.desc);
     if (kvt_peer_import(e, in.desc, strlen(in.desc), &p) || !rbase) {
-        snprintf(r->reason, sizeof r->reason, "kvt_peer_import: %s", rbase ? kvc_last_error() : "no region");
+        snprintf(r->reason, sizeof r->reason, "kvt_peer_import: %s",
+                 rbase ? kvc_last_error() : "no region");
         r->state = -1;
         th_info_free(&in);
         return;
@@ -473,7 +476,8 @@ static void wait_watched(pid_t daemon, pid_t pid)
 {
     int64_t deadline = th_now_ms() + 15000;
     while (!holds_pidfd(daemon, pid)) {
-        CHECK(th_now_ms() < deadline, "kvcoordd %d never watched worker %d through a pidfd", (int)daemon, (int)pid);
+        CHECK(th_now_ms() < deadline, "kvcoordd %d never watched worker %d through a pidfd",
+              (int)daemon, (int)pid);
         sleep_ms(20);
     }
 }
@@ -511,9 +515,9 @@ static pid_t start_daemon(const char *ns, const char *ip, int port, const char *
     CHECK(pid >= 0, "fork: %s", strerror(errno));
     if (pid == 0) {
         child_init();
-        execlp("ip", "ip", "netns", "exec", ns, bin, "--listen", listen, "--segment", seg, "--fresh",
-               "--world-size", "2", "--max-ranks", "16", "--arena-bytes", "64M", "--max-info-bytes", "1M",
-               (char *)NULL);
+        execlp("ip", "ip", "netns", "exec", ns, bin, "--listen", listen, "--segment", seg,
+               "--fresh", "--world-size", "2", "--max-ranks", "16", "--arena-bytes", "64M",
+               "--max-info-bytes", "1M", (char *)NULL);
         fprintf(stderr, "exec ip netns exec %s %s: %s\n", ns, bin, strerror(errno));
         _exit(127);
     }
@@ -521,14 +525,16 @@ static pid_t start_daemon(const char *ns, const char *ip, int port, const char *
     int64_t deadline = th_now_ms() + 30000;
     for (;;) {
         th_resp r;
-        int ok = th_request(ns, ip, port, "GET", "/health", NULL, 2000, &r) == 0 && r.status == 200 &&
-                 !strcmp(r.body, "OK");
+        int ok = th_request(ns, ip, port, "GET", "/health", NULL, 2000, &r) == 0 &&
+                 r.status == 200 && !strcmp(r.body, "OK");
         th_resp_free(&r);
         if (ok)
             break;
         int st;
-        CHECK(waitpid(pid, &st, WNOHANG) == 0, "kvcoordd in %s exited during startup (wait status 0x%x)", ns, st);
-        CHECK(th_now_ms() < deadline, "kvcoordd in %s never answered GET /health on %s", ns, listen);
+        CHECK(waitpid(pid, &st, WNOHANG) == 0,
+              "kvcoordd in %s exited during startup (wait status 0x%x)", ns, st);
+        CHECK(th_now_ms() < deadline, "kvcoordd in %s never answered GET /health on %s", ns,
+              listen);
         sleep_ms(50);
     }
     printf("kvcoordd pid %d: netns %s, %s, segment %s, /health 200\n", (int)pid, ns, listen, seg);
@@ -547,16 +553,18 @@ static void stop_daemon(pid_t *pid, const char *what)
     CHECK(w == *pid, "%s kvcoordd did not stop on SIGTERM", what);
     untrack(*pid);
     *pid = -1;
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s kvcoordd ended with wait status 0x%x", what, st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s kvcoordd ended with wait status 0x%x", what,
+          st);
 }
 
 /* GET path from inside ns; the body parsed as JSON (status must be want). */
 static json_t *get_json(const char *ns, const char *ip, int port, const char *path, int want)
 {
     th_resp r;
-    CHECK(th_request(ns, ip, port, "GET", path, NULL, 10000, &r) == 0, "GET %s from %s:%d: %s", path, ip, port,
-          r.err);
-    CHECK(r.status == want, "GET %s from %s:%d: status %d, want %d: %s", path, ip, port, r.status, want, r.body);
+    CHECK(th_request(ns, ip, port, "GET", path, NULL, 10000, &r) == 0, "GET %s from %s:%d: %s",
+          path, ip, port, r.err);
+    CHECK(r.status == want, "GET %s from %s:%d: status %d, want %d: %s", path, ip, port, r.status,
+          want, r.body);
     json_error_t je;
     json_t *j = json_loadb(r.body, r.body_len, 0, &je);
     CHECK(j != NULL, "GET %s: not JSON (%s): %s", path, je.text, r.body);
@@ -577,16 +585,17 @@ static long long jint(json_t *o, const char *k)
 }
 
 /* The room as a node's kvcoordd reports it: state `want`. */
-static void http_room_state(const char *ns, const char *ip, int port, uint64_t room, const char *want)
+static void http_room_state(const char *ns, const char *ip, int port, uint64_t room,
+                            const char *want)
 {
     char path[64];
     snprintf(path, sizeof path, "/rooms/%llu", (unsigned long long)room);
     json_t *j = get_json(ns, ip, port, path, 200);
-    CHECK(!strcmp(jstr(j, "state"), want), "GET %s on %s:%d: state %s, want %s", path, ip, port, jstr(j, "state"),
-          want);
+    CHECK(!strcmp(jstr(j, "state"), want), "GET %s on %s:%d: state %s, want %s", path, ip, port,
+          jstr(j, "state"), want);
     if (!strcmp(want, "Success"))
-        CHECK(json_is_null(json_object_get(j, "failure")), "GET %s on %s:%d: Success with a failure", path, ip,
-              port);
+        CHECK(json_is_null(json_object_get(j, "failure")),
+              "GET %s on %s:%d: Success with a failure", path, ip, port);
     json_decref(j);
 }
 
@@ -598,26 +607,29 @@ static void info_from_prefill_node(uint32_t rank, int wait_ms, th_info *out)
           "decode rank %u's info over HTTP: status %d: %s", rank, out->status, out->detail);
 }
 
-static void transfer_ok(worker *P, worker *D, kvc_segment *sp, kvc_segment *sd, uint64_t room, preport *pr)
+static void transfer_ok(worker *P, worker *D, kvc_segment *sp, kvc_segment *sd, uint64_t room,
+                        preport *pr)
 {
     for (int r = 0; r < RANKS; r++)
         CHECK(!xu_write_all(P[r].to, &room, sizeof room), "cmd");
     for (int r = 0; r < RANKS; r++) {
         dreport dr;
         CHECK(!xu_read_all(P[r].from, &pr[r], sizeof pr[r], 60000), "prefill %d: no report", r);
-        CHECK(pr[r].state == KVC_POLL_SUCCESS, "room %llu prefill %d: state %d: %s", (unsigned long long)room, r,
-              pr[r].state, pr[r].reason);
+        CHECK(pr[r].state == KVC_POLL_SUCCESS, "room %llu prefill %d: state %d: %s",
+              (unsigned long long)room, r, pr[r].state, pr[r].reason);
         CHECK(pr[r].room_state == KVC_POLL_SUCCESS, "room %llu prefill %d: segment state %d",
               (unsigned long long)room, r, pr[r].room_state);
         CHECK(!xu_read_all(D[r].from, &dr, sizeof dr, 60000), "decode %d: no report", r);
         CHECK(dr.room == room && dr.state == KVC_POLL_SUCCESS, "decode %d: %s", r, dr.reason);
-        CHECK(dr.sum == pr[r].sum, "room %llu rank %d: checksums differ", (unsigned long long)room, r);
+        CHECK(dr.sum == pr[r].sum, "room %llu rank %d: checksums differ", (unsigned long long)room,
+              r);
     }
     /* In each node's segment (libkvcoord) ... */
     kvc_room_info ri;
-    CHECK(kvc_room_get(sp, room, -1, &ri) == KVC_OK && ri.state == KVC_POLL_SUCCESS, "prefill segment room state");
-    CHECK(kvc_room_get(sd, room, -1, &ri) == KVC_OK, "decode segment: room %llu: %s", (unsigned long long)room,
-          kvc_last_error());
+    CHECK(kvc_room_get(sp, room, -1, &ri) == KVC_OK && ri.state == KVC_POLL_SUCCESS,
+          "prefill segment room state");
+    CHECK(kvc_room_get(sd, room, -1, &ri) == KVC_OK, "decode segment: room %llu: %s",
+          (unsigned long long)room, kvc_last_error());
     /* the decode room turns Success once both decode ranks wrote theirs */
     for (int i = 0; i < 50 && ri.state != KVC_POLL_SUCCESS && ri.state != KVC_POLL_FAILED; i++)
         kvc_room_wait(sd, room, -1, ri.state, 200, &ri);
@@ -625,9 +637,11 @@ static void transfer_ok(worker *P, worker *D, kvc_segment *sp, kvc_segment *sd, 
     /* ... and as each node's kvcoordd reports it. */
     http_room_state(nsA, ipA, PORT_P, room, "Success");
     http_room_state(nsB, ipB, PORT_D, room, "Success");
-    printf("room %llu: %u MiB per rank x %d ranks verified, Success in both segments and both kvcoordd "
+    printf("room %llu: %u MiB per rank x %d ranks verified, Success in both segments and both "
+           "kvcoordd "
            "(GET /rooms/%llu)\n",
-           (unsigned long long)room, (unsigned)(PLANES * REQ_PAGES * PAGE >> 20), RANKS, (unsigned long long)room);
+           (unsigned long long)room, (unsigned)(PLANES * REQ_PAGES * PAGE >> 20), RANKS,
+           (unsigned long long)room);
 }
 
 /* Leftovers of earlier runs of this test that were SIGKILLed (a ctest
@@ -639,7 +653,8 @@ static void sweep_stale(void)
     static const struct {
         const char *dir, *prefix[2];
         int netns;
-    } kinds[] = {{"/var/run/netns", {"kvtA", "kvtB"}, 1}, {"/dev/shm", {"kvt2n-P-", "kvt2n-D-"}, 0}};
+    } kinds[] = {{"/var/run/netns", {"kvtA", "kvtB"}, 1},
+                 {"/dev/shm", {"kvt2n-P-", "kvt2n-D-"}, 0}};
     for (size_t k = 0; k < 2; k++) {
         DIR *d = opendir(kinds[k].dir);
         if (!d)
@@ -652,10 +667,11 @@ static void sweep_stale(void)
                     continue;
                 char *end;
                 long pid = strtol(de->d_name + pl, &end, 10);
-                if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+                if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
+                    errno != ESRCH)
                     continue;
-                printf("removing a leftover of an earlier run (pid %ld gone): %s/%s\n", pid, kinds[k].dir,
-                       de->d_name);
+                printf("removing a leftover of an earlier run (pid %ld gone): %s/%s\n", pid,
+                       kinds[k].dir, de->d_name);
                 if (kinds[k].netns) {
                     if (sh("ip netns del %.60s 2>/dev/null", de->d_name)) {
                     }
@@ -688,9 +704,11 @@ static int setup_net(void)
         }
         return -1;
     }
-    if (sh("ip -n %s addr add %s/24 dev kva%d && ip -n %s link set kva%d up && ip -n %s link set lo up",
+    if (sh("ip -n %s addr add %s/24 dev kva%d && ip -n %s link set kva%d up && ip -n %s link set "
+           "lo up",
            nsA, ipA, v, nsA, v, nsA) ||
-        sh("ip -n %s addr add %s/24 dev kvb%d && ip -n %s link set kvb%d up && ip -n %s link set lo up",
+        sh("ip -n %s addr add %s/24 dev kvb%d && ip -n %s link set kvb%d up && ip -n %s link set "
+           "lo up",
            nsB, ipB, v, nsB, v, nsB))
         return -1;
     return 0;
@@ -702,7 +720,8 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     parent_pid = getpid();
     if (geteuid() != 0) {
-        printf("SKIP: the two-node test needs root to create network namespaces (euid %d)\n", (int)geteuid());
+        printf("SKIP: the two-node test needs root to create network namespaces (euid %d)\n",
+               (int)geteuid());
         return 77;
     }
     if (system("command -v ip >/dev/null 2>&1")) {
@@ -716,7 +735,8 @@ int main(void)
     signal(SIGHUP, on_signal);
     if (setup_net()) {
         cleanup();
-        printf("SKIP: network namespaces or veth pairs unavailable here (ip netns add / ip link add failed)\n");
+        printf("SKIP: network namespaces or veth pairs unavailable here (ip netns add / ip link "
+               "add failed)\n");
         return 77;
     }
     snprintf(segP, sizeof segP, "kvt2n-P-%d", (int)getpid());
@@ -748,8 +768,8 @@ int main(void)
 
     preport pr[RANKS];
     transfer_ok(P, D, sp, sd, 1, pr);
-    CHECK(!strcmp(pr[0].sid, dead_sid) && pr[0].gen == gen0, "prefill 0 fetched %s gen %llu", pr[0].sid,
-          (unsigned long long)pr[0].gen);
+    CHECK(!strcmp(pr[0].sid, dead_sid) && pr[0].gen == gen0, "prefill 0 fetched %s gen %llu",
+          pr[0].sid, (unsigned long long)pr[0].gen);
 
     /* Room 2: SIGKILL decode rank 0 mid-transfer (once the decode node's
      * kvcoordd watches it, so it can tell how it ended). */
@@ -769,32 +789,39 @@ int main(void)
     for (int r = 0; r < RANKS; r++)
         CHECK(!xu_read_all(P[r].from, &pr[r], sizeof pr[r], 60000), "prefill %d: no report", r);
     CHECK(pr[0].state == KVC_POLL_FAILED, "prefill 0 state %d: %s", pr[0].state, pr[0].reason);
-    CHECK(strstr(pr[0].reason, dead_sid) != NULL, "reason \"%s\" does not name %s", pr[0].reason, dead_sid);
+    CHECK(strstr(pr[0].reason, dead_sid) != NULL, "reason \"%s\" does not name %s", pr[0].reason,
+          dead_sid);
     printf("room 2: prefill rank 0 failed: %s\n", pr[0].reason);
     for (int r = 0; r < RANKS; r++) {
-        CHECK(pr[r].room_state == KVC_POLL_FAILED, "prefill %d: room state %d", r, pr[r].room_state);
+        CHECK(pr[r].room_state == KVC_POLL_FAILED, "prefill %d: room state %d", r,
+              pr[r].room_state);
         CHECK(pr[r].has_failure, "prefill %d sees no failure record", r);
-        CHECK(!strcmp(pr[r].freason, pr[0].freason) && pr[r].origin == 0 && pr[r].fcode == pr[0].fcode,
-              "prefill %d sees another record: \"%s\" origin %u code %d", r, pr[r].freason, pr[r].origin,
-              pr[r].fcode);
+        CHECK(!strcmp(pr[r].freason, pr[0].freason) && pr[r].origin == 0 &&
+                  pr[r].fcode == pr[0].fcode,
+              "prefill %d sees another record: \"%s\" origin %u code %d", r, pr[r].freason,
+              pr[r].origin, pr[r].fcode);
         CHECK(pr[r].is_other == (r != 0), "prefill %d: is_from_another_rank %d", r, pr[r].is_other);
     }
-    CHECK(strstr(pr[0].freason, dead_sid) != NULL, "record \"%s\" lacks the peer %s", pr[0].freason, dead_sid);
+    CHECK(strstr(pr[0].freason, dead_sid) != NULL, "record \"%s\" lacks the peer %s", pr[0].freason,
+          dead_sid);
     /* The same record over HTTP from the prefill node's kvcoordd, as each rank sees it. */
     for (int r = 0; r < RANKS; r++) {
         char path[64];
         snprintf(path, sizeof path, "/rooms/2?rank=%d", r);
         json_t *j = get_json(nsA, ipA, PORT_P, path, 200);
         json_t *f = json_object_get(j, "failure");
-        CHECK(!strcmp(jstr(j, "state"), "Failed") && json_is_object(f), "GET %s: not Failed with a record", path);
-        CHECK(jint(f, "origin_rank") == 0 && jint(f, "code") == pr[0].fcode && !strcmp(jstr(f, "reason"), pr[0].freason),
-              "GET %s: record origin %lld code %lld \"%s\"", path, jint(f, "origin_rank"), jint(f, "code"),
-              jstr(f, "reason"));
+        CHECK(!strcmp(jstr(j, "state"), "Failed") && json_is_object(f),
+              "GET %s: not Failed with a record", path);
+        CHECK(jint(f, "origin_rank") == 0 && jint(f, "code") == pr[0].fcode &&
+                  !strcmp(jstr(f, "reason"), pr[0].freason),
+              "GET %s: record origin %lld code %lld \"%s\"", path, jint(f, "origin_rank"),
+              jint(f, "code"), jstr(f, "reason"));
         CHECK(json_is_true(json_object_get(f, "is_from_another_rank")) == (r != 0),
               "GET %s: is_from_another_rank", path);
         json_decref(j);
     }
-    printf("room 2: both prefill ranks read the same record (origin rank 0, code %d), in the segment and "
+    printf("room 2: both prefill ranks read the same record (origin rank 0, code %d), in the "
+           "segment and "
            "over HTTP\n",
            pr[0].fcode);
     dreport dr;
@@ -804,7 +831,8 @@ int main(void)
      * the killed rank (404 naming the exit) and failed its room. */
     {
         th_resp h;
-        CHECK(th_request(nsA, ipB, PORT_D, "GET", "/health", NULL, 10000, &h) == 0 && h.status == 200,
+        CHECK(th_request(nsA, ipB, PORT_D, "GET", "/health", NULL, 10000, &h) == 0 &&
+                  h.status == 200,
               "decode kvcoordd /health after the kill: %d %s", h.status, h.err);
         th_resp_free(&h);
         th_info gone;
@@ -813,7 +841,8 @@ int main(void)
         int64_t deadline = th_now_ms() + 15000;
         for (;;) {
             uint32_t ep = kvc_rank_epoch(sd);
-            CHECK(th_get_info(nsA, ipB, PORT_D, 0, 0, &gone) == 0, "lookup of rank 0: %s", gone.detail);
+            CHECK(th_get_info(nsA, ipB, PORT_D, 0, 0, &gone) == 0, "lookup of rank 0: %s",
+                  gone.detail);
             th_info_free(&gone);
             if (gone.status == 404)
                 break;
@@ -839,8 +868,8 @@ int main(void)
     D[0] = spawn(0, 0, 0);
     th_info again;
     info_from_prefill_node(0, 20000, &again);
-    CHECK(again.gen > gen0, "restarted rank 0: generation %llu, was %llu", (unsigned long long)again.gen,
-          (unsigned long long)gen0);
+    CHECK(again.gen > gen0, "restarted rank 0: generation %llu, was %llu",
+          (unsigned long long)again.gen, (unsigned long long)gen0);
     printf("decode rank 0 restarted: session_id %s, generation %llu (was %llu)\n", again.session_id,
            (unsigned long long)again.gen, (unsigned long long)gen0);
     transfer_ok(P, D, sp, sd, 3, pr);
@@ -855,7 +884,8 @@ int main(void)
         int st;
         waitpid(P[r].pid, &st, 0);
         untrack(P[r].pid);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "prefill %d ended with wait status 0x%x", r, st);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "prefill %d ended with wait status 0x%x", r,
+              st);
         kill(D[r].pid, SIGTERM);
         waitpid(D[r].pid, NULL, 0);
         untrack(D[r].pid);

@@ -24,13 +24,13 @@
 #include <unistd.h>
 
 typedef struct th_resp {
-    int status;        /* HTTP status, 0 when no answer came */
-    char *head;        /* status line + headers (malloc()ed, NUL-terminated) */
-    char *body;        /* body (malloc()ed, NUL-terminated) */
+    int status; /* HTTP status, 0 when no answer came */
+    char *head; /* status line + headers (malloc()ed, NUL-terminated) */
+    char *body; /* body (malloc()ed, NUL-terminated) */
     size_t body_len;
-    uint64_t gen;      /* X-Kvcoord-Generation, when has_gen */
+    uint64_t gen; /* X-Kvcoord-Generation, when has_gen */
     int has_gen;
-    char err[160];     /* why there is no answer */
+    char err[160]; /* why there is no answer */
 } th_resp;
 
 static inline void th_resp_free(th_resp *r)
@@ -83,7 +83,8 @@ static inline int th_request(const char *ns, const char *ip, int port, const cha
     int64_t deadline = th_now_ms() + timeout_ms;
     int fd = th_socket_in(ns);
     if (fd < 0) {
-        snprintf(r->err, sizeof r->err, "socket in netns %s: %s", ns ? ns : "(own)", strerror(errno));
+        snprintf(r->err, sizeof r->err, "socket in netns %s: %s", ns ? ns : "(own)",
+                 strerror(errno));
         return -1;
     }
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -118,7 +119,8 @@ static inline int th_request(const char *ns, const char *ip, int port, const cha
     while (ok && !eof) {
         int64_t left = deadline - th_now_ms();
         if (left <= 0) {
-            snprintf(r->err, sizeof r->err, "%s %s: no complete answer within %d ms", method, path, timeout_ms);
+            snprintf(r->err, sizeof r->err, "%s %s: no complete answer within %d ms", method, path,
+                     timeout_ms);
             ok = 0;
             break;
         }
@@ -171,7 +173,8 @@ static inline int th_request(const char *ns, const char *ip, int port, const cha
     char *sep = strstr(in, "\r\n\r\n");
     int st = 0;
     if (!sep || sscanf(in, "HTTP/1.%*d %d", &st) != 1) {
-        snprintf(r->err, sizeof r->err, "%s %s: not an HTTP answer (%zu bytes)", method, path, ilen);
+        snprintf(r->err, sizeof r->err, "%s %s: not an HTTP answer (%zu bytes)", method, path,
+                 ilen);
         free(in);
         return -1;
     }
@@ -203,11 +206,11 @@ static inline int th_request(const char *ns, const char *ip, int port, const cha
 
 /* A rank's transfer-engine info as GET /get_transfer_engine_info returns it. */
 typedef struct th_info {
-    int status;               /* 200, 404, ... (0: no answer) */
-    uint64_t gen;             /* X-Kvcoord-Generation */
+    int status;   /* 200, 404, ... (0: no answer) */
+    uint64_t gen; /* X-Kvcoord-Generation */
     char session_id[256];
-    char *desc;               /* weights_info_dict as compact JSON (malloc()ed) */
-    char detail[512];         /* the error's detail, or why nothing came */
+    char *desc;       /* weights_info_dict as compact JSON (malloc()ed) */
+    char detail[512]; /* the error's detail, or why nothing came */
 } th_info;
 
 /* GET /get_transfer_engine_info?rank=R[&wait_ms=W] and parse it. */
@@ -232,8 +235,8 @@ static inline int th_get_info(const char *ns, const char *ip, int port, uint32_t
     json_t *root = json_loadb(r.body, r.body_len, 0, &je);
     int rc = -1;
     if (!root) {
-        snprintf(out->detail, sizeof out->detail, "status %d, body not JSON (%s): %.200s", r.status, je.text,
-                 r.body);
+        snprintf(out->detail, sizeof out->detail, "status %d, body not JSON (%s): %.200s", r.status,
+                 je.text, r.body);
     } else if (r.status != 200) {
         const char *d = json_string_value(json_object_get(root, "detail"));
         snprintf(out->detail, sizeof out->detail, "%s", d ? d : "(no detail)");
@@ -243,8 +246,8 @@ static inline int th_get_info(const char *ns, const char *ip, int port, uint32_t
         json_t *rk = json_object_get(root, "rank");
         const char *sid = json_string_value(json_array_get(arr, 0));
         json_t *w = json_array_get(arr, 1);
-        if (!json_is_integer(rk) || (uint64_t)json_integer_value(rk) != rank || !sid || !json_is_object(w) ||
-            json_array_size(arr) != 2 || !r.has_gen) {
+        if (!json_is_integer(rk) || (uint64_t)json_integer_value(rk) != rank || !sid ||
+            !json_is_object(w) || json_array_size(arr) != 2 || !r.has_gen) {
             snprintf(out->detail, sizeof out->detail, "unexpected 200 answer: %.300s", r.body);
         } else {
             snprintf(out->session_id, sizeof out->session_id, "%s", sid);

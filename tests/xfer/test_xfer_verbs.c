@@ -40,7 +40,8 @@ static void test_verbs_without_device(void **state)
     assert_int_equal(kvt_engine_create(&o, &e), KVC_E_NOENT);
     assert_null(e);
     assert_non_null(strstr(kvc_last_error(), "verbs backend unavailable"));
-    assert_true(strstr(kvc_last_error(), "no RDMA device") || strstr(kvc_last_error(), "ibv_get_device_list"));
+    assert_true(strstr(kvc_last_error(), "no RDMA device") ||
+                strstr(kvc_last_error(), "ibv_get_device_list"));
     o.verbs_device = "mlx5_7";
     assert_int_equal(kvt_engine_create(&o, &e), KVC_E_NOENT);
 }
@@ -143,10 +144,10 @@ static void test_gid_netdev_and_zero(void **state)
 {
     (void)state;
     kvt_gid_entry t[] = {
-        G(0, NULL, KVT_GID_ROCE_V2, "eth0"),                /* zero GID */
-        G(2, "::ffff:10.0.0.9", KVT_GID_ROCE_V2, ""),       /* no netdev: stale */
-        G(3, "2001:db8::7", KVT_GID_ROCE_V2, "eth1"),       /* global IPv6 */
-        G(4, "::ffff:10.0.0.7", KVT_GID_ROCE_V2, "eth1"),   /* IPv4-mapped */
+        G(0, NULL, KVT_GID_ROCE_V2, "eth0"),              /* zero GID */
+        G(2, "::ffff:10.0.0.9", KVT_GID_ROCE_V2, ""),     /* no netdev: stale */
+        G(3, "2001:db8::7", KVT_GID_ROCE_V2, "eth1"),     /* global IPv6 */
+        G(4, "::ffff:10.0.0.7", KVT_GID_ROCE_V2, "eth1"), /* IPv4-mapped */
     };
     char why[200];
     assert_int_equal(choose(t, 4, 0, -1, why), 4);
@@ -198,7 +199,7 @@ static void test_register_errors(void **state)
     munmap(p + 2 * pg, pg); /* a hole */
     assert_int_equal(kvt_mr_register(e, p, 4 * pg, NULL), KVC_E_SYS);
     assert_non_null(strstr(kvc_last_error(), "range not mapped"));
-    assert_int_equal(kvt_mr_register(e, p + 1, pg, NULL), KVC_OK); /* unaligned is fine */
+    assert_int_equal(kvt_mr_register(e, p + 1, pg, NULL), KVC_OK);        /* unaligned is fine */
     assert_int_equal(kvt_mr_register(e, p + 100, 10, NULL), KVC_E_INVAL); /* overlap */
     assert_non_null(strstr(kvc_last_error(), "overlaps"));
     assert_int_equal(kvt_mr_register(e, p, 0, NULL), KVC_E_INVAL);
@@ -217,16 +218,11 @@ static void test_register_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_verbs_without_device),
-        cmocka_unit_test(test_auto_picks_tcp),
-        cmocka_unit_test(test_backend_names),
-        cmocka_unit_test(test_gid_typical),
-        cmocka_unit_test(test_gid_v1_first),
-        cmocka_unit_test(test_gid_link_local_tie),
-        cmocka_unit_test(test_gid_netdev_and_zero),
-        cmocka_unit_test(test_gid_override),
-        cmocka_unit_test(test_gid_infiniband),
-        cmocka_unit_test(test_register_errors),
+        cmocka_unit_test(test_verbs_without_device), cmocka_unit_test(test_auto_picks_tcp),
+        cmocka_unit_test(test_backend_names),        cmocka_unit_test(test_gid_typical),
+        cmocka_unit_test(test_gid_v1_first),         cmocka_unit_test(test_gid_link_local_tie),
+        cmocka_unit_test(test_gid_netdev_and_zero),  cmocka_unit_test(test_gid_override),
+        cmocka_unit_test(test_gid_infiniband),       cmocka_unit_test(test_register_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

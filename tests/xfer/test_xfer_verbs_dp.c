@@ -106,7 +106,8 @@ static void test_qp_rec_refusals(void **state)
 static void test_qp_attrs_roce(void **state)
 {
     (void)state;
-    kvt_qp_local l = {.port = 1, .gid_index = 5, .is_roce = true, .active_mtu = IBV_MTU_4096, .psn = 0x123456};
+    kvt_qp_local l = {
+        .port = 1, .gid_index = 5, .is_roce = true, .active_mtu = IBV_MTU_4096, .psn = 0x123456};
     kvt_qp_rec p = roce_rec();
     struct ibv_qp_attr a;
     int mask;
@@ -153,7 +154,8 @@ static void test_qp_attrs_roce(void **state)
 static void test_qp_attrs_ib_and_mismatch(void **state)
 {
     (void)state;
-    kvt_qp_local l = {.port = 2, .gid_index = 0, .is_roce = false, .active_mtu = IBV_MTU_4096, .psn = 9};
+    kvt_qp_local l = {
+        .port = 2, .gid_index = 0, .is_roce = false, .active_mtu = IBV_MTU_4096, .psn = 9};
     kvt_qp_rec p = {.qpn = 0x55, .psn = 4, .lid = 0x21, .mtu = IBV_MTU_4096};
     struct ibv_qp_attr a;
     int mask;
@@ -182,27 +184,33 @@ static void test_wc_first_failure_wins(void **state)
     kvt_wc_tally t = {.posted = 5};
     char why[256] = "";
     const char *peer = "10.0.0.5:4000";
-    assert_int_equal(kvt_wc_note(&t, IBV_WC_SUCCESS, 0, 4096, "RDMA WRITE", peer, why, sizeof why), KVT_WC_OK);
+    assert_int_equal(kvt_wc_note(&t, IBV_WC_SUCCESS, 0, 4096, "RDMA WRITE", peer, why, sizeof why),
+                     KVT_WC_OK);
     /* A flush before any failure: noise, the room has no failure yet. */
-    assert_int_equal(kvt_wc_note(&t, IBV_WC_WR_FLUSH_ERR, 0, 0, "RDMA WRITE", peer, why, sizeof why),
-                     KVT_WC_NOISE);
+    assert_int_equal(
+        kvt_wc_note(&t, IBV_WC_WR_FLUSH_ERR, 0, 0, "RDMA WRITE", peer, why, sizeof why),
+        KVT_WC_NOISE);
     assert_false(t.failed);
     assert_string_equal(why, "");
-    assert_int_equal(kvt_wc_note(&t, IBV_WC_RETRY_EXC_ERR, 0x81, 0, "RDMA WRITE", peer, why, sizeof why),
-                     KVT_WC_FIRST_FAIL);
+    assert_int_equal(
+        kvt_wc_note(&t, IBV_WC_RETRY_EXC_ERR, 0x81, 0, "RDMA WRITE", peer, why, sizeof why),
+        KVT_WC_FIRST_FAIL);
     assert_true(t.failed);
     assert_int_equal(t.status, IBV_WC_RETRY_EXC_ERR);
     char want[160];
-    snprintf(want, sizeof want, "RDMA WRITE to peer 10.0.0.5:4000 failed: %s (WC status %d, vendor error 0x81)",
+    snprintf(want, sizeof want,
+             "RDMA WRITE to peer 10.0.0.5:4000 failed: %s (WC status %d, vendor error 0x81)",
              ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR), IBV_WC_RETRY_EXC_ERR);
     assert_string_equal(why, want);
     assert_non_null(strstr(why, "retry")); /* "transport retry counter exceeded" */
     /* Later: flushes and other failures change nothing. */
     strcpy(why, "unchanged");
-    assert_int_equal(kvt_wc_note(&t, IBV_WC_WR_FLUSH_ERR, 0, 0, "RDMA WRITE", peer, why, sizeof why),
-                     KVT_WC_NOISE);
-    assert_int_equal(kvt_wc_note(&t, IBV_WC_REM_ACCESS_ERR, 0, 0, "RDMA WRITE", peer, why, sizeof why),
-                     KVT_WC_NOISE);
+    assert_int_equal(
+        kvt_wc_note(&t, IBV_WC_WR_FLUSH_ERR, 0, 0, "RDMA WRITE", peer, why, sizeof why),
+        KVT_WC_NOISE);
+    assert_int_equal(
+        kvt_wc_note(&t, IBV_WC_REM_ACCESS_ERR, 0, 0, "RDMA WRITE", peer, why, sizeof why),
+        KVT_WC_NOISE);
     assert_string_equal(why, "unchanged");
     assert_int_equal(t.status, IBV_WC_RETRY_EXC_ERR);
     assert_int_equal(t.completed, t.posted); /* every completion is back */
@@ -214,8 +222,8 @@ static void test_wc_access_error(void **state)
     (void)state;
     kvt_wc_tally t = {.posted = 1};
     char why[256];
-    assert_int_equal(kvt_wc_note(&t, IBV_WC_REM_ACCESS_ERR, 0, 0, "SEND (end of room)", "[fd00::1]:9", why,
-                                 sizeof why),
+    assert_int_equal(kvt_wc_note(&t, IBV_WC_REM_ACCESS_ERR, 0, 0, "SEND (end of room)",
+                                 "[fd00::1]:9", why, sizeof why),
                      KVT_WC_FIRST_FAIL);
     assert_non_null(strstr(why, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)));
     assert_non_null(strstr(why, "SEND (end of room) to peer [fd00::1]:9"));
@@ -309,7 +317,8 @@ static void test_qp_info_to_tcp_engine(void **state)
     kvt_engine *e = tcp_engine();
     const char *sid = kvt_session_id(e);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(strrchr(sid, ':') + 1))};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(strrchr(sid, ':') + 1))};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     kvt_hello h;
@@ -344,7 +353,8 @@ static void test_qp_info_malformed(void **state)
     kvt_engine *e = tcp_engine();
     const char *sid = kvt_session_id(e);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(strrchr(sid, ':') + 1))};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(strrchr(sid, ':') + 1))};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     kvt_hello h;
@@ -384,7 +394,8 @@ static void test_verbs_descriptor_over_tcp(void **state)
     assert_non_null(be);
     size_t dl = strlen(d);
     char *v = malloc(dl + 128);
-    snprintf(v, dl + 128, "%.*s\"backend\":\"verbs\",\"verbs\":{\"device\":\"mlx5_0\",\"port\":1,"
+    snprintf(v, dl + 128,
+             "%.*s\"backend\":\"verbs\",\"verbs\":{\"device\":\"mlx5_0\",\"port\":1,"
              "\"gid_index\":3,\"gid\":\"::ffff:10.0.0.7\",\"lid\":0}%s",
              (int)(be - d), d, be + strlen("\"backend\":\"tcp\""));
     kvt_peer *p;

@@ -31,8 +31,8 @@ static int raw_connect(int port)
     return fd;
 }
 
-static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room, uint64_t addr,
-                       const void *payload, size_t plen)
+static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room,
+                       uint64_t addr, const void *payload, size_t plen)
 {
     uint8_t h[KVT_HDR_LEN];
     kvt_frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
@@ -384,13 +384,16 @@ static char *fake_desc(int port, uint64_t gen, unsigned version)
 {
     char *s = malloc(512);
     snprintf(s, 512,
-             "{\"session_id\":\"127.0.0.1:%d\",\"backend\":\"tcp\",\"protocol\":\"kvt\",\"protocol_version\":%u,"
-             "\"generation\":%llu,\"regions\":[{\"addr\":4096,\"length\":1048576,\"rkey\":1}],\"extra\":1}",
+             "{\"session_id\":\"127.0.0.1:%d\",\"backend\":\"tcp\",\"protocol\":\"kvt\",\"protocol_"
+             "version\":%u,"
+             "\"generation\":%llu,\"regions\":[{\"addr\":4096,\"length\":1048576,\"rkey\":1}],"
+             "\"extra\":1}",
              port, version, (unsigned long long)gen);
     return s;
 }
 
-static kvt_event run_to_fake(int mode, uint32_t timeout_ms, kvt_engine **eo, kvt_peer **po, pid_t *pid)
+static kvt_event run_to_fake(int mode, uint32_t timeout_ms, kvt_engine **eo, kvt_peer **po,
+                             pid_t *pid)
 {
     int port;
     *pid = fake_peer(mode, &port);

@@ -121,8 +121,8 @@ typedef struct xu_report {
 
 typedef struct xu_receiver {
     pid_t pid;
-    int rd;         /* reports from the receiver */
-    char *desc;     /* its descriptor */
+    int rd;     /* reports from the receiver */
+    char *desc; /* its descriptor */
 } xu_receiver;
 
 static void xu_quiet_log(void *ctx, int level, const char *msg)
@@ -243,7 +243,8 @@ static inline int xu_wait_event(kvt_engine *e, uint64_t room, int timeout_ms, kv
 }
 
 /* A sender engine (TCP) with its own log. */
-static inline kvt_engine *xu_sender(kvc_segment *seg, uint32_t rank, uint32_t conns, uint32_t io_timeout_ms)
+static inline kvt_engine *xu_sender(kvc_segment *seg, uint32_t rank, uint32_t conns,
+                                    uint32_t io_timeout_ms)
 {
     kvt_options o;
     kvt_options_init(&o);

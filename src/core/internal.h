@@ -1,0 +1,118 @@
+/*
+ * internal.h - what the library's files share and nothing else may use.
+ */
+#ifndef KVC_INTERNAL_H
+#define KVC_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "clock.h"
+#include "kvcoord/kvcoord.h"
+#include "layout.h"
+
+#if defined(KVC_BUILDING_LIB)
+#define KVC_API __attribute__((visibility("default")))
+#else
+#define KVC_API
+#endif
+
+struct kvc_segment {
+    char name[KVC_NAME_MAX + 1];
+    int fd;
+    unsigned char *base;
+    size_t size;
+    kvc_header *hdr;
+    kvc_rank_entry *ranks;
+    kvc_proc *procs;
+    kvc_room *rooms;
+    kvc_failure_rec *failures;
+    _Atomic uint64_t *bitmap;
+    unsigned char *arena;
+    int32_t proc_slot; /* our process table entry, -1 if none */
+    int32_t pid;
+    uint64_t start; /* our start time, ticks since boot */
+    uint32_t lock_timeout_ms;
+    kvc_role role;
+};
+
+/* errors.c: set the calling thread's last error message; returns err. */
+kvc_err kvc__fail(kvc_err err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* sysutil.c (clocks: clock.h) */
+uint64_t kvc__proc_start(int32_t pid); /* ticks since boot; 0 if no such process */
+/* Alive: the pid exists with that start time (0: any) and is not a zombie. */
+bool kvc__proc_alive(int32_t pid, uint64_t start);
+/* How a dead process ended, into buf: from its zombie's exit code when it
+ * is still a zombie, else "exit status unknown". */
+void kvc__proc_how(int32_t pid, char *buf, size_t cap);
+/* Shared (not private) futex wait on word while it equals val, up to
+ * timeout_ms; returns 0 when woken or the value differs, ETIMEDOUT, EINTR. */
+int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms);
+void kvc__futex_wake_all(_Atomic uint32_t *word);
+
+/* lock.c: take lock id, recovering a dead owner's state (per-lock recovery
+ * function) before marking the mutex consistent.  Bounded by the segment's
+ * lock timeout.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE, KVC_E_SYS. */
+kvc_err kvc__lock(kvc_segment *seg, int id);
+void kvc__unlock(kvc_segment *seg, int id);
+/* Recovery functions called with the lock held after EOWNERDEAD. */
+void kvc__ranks_recover(kvc_segment *seg);
+void kvc__procs_recover(kvc_segment *seg);
+void kvc__rooms_recover(kvc_segment *seg);
+/* The room table's hash (splitmix64's finaliser): a room lives on the
+ * linear probe path starting at kvc__room_hash(id) & (room_slots - 1).
+ * Room ids are random, but the table does not rely on it. */
+static inline uint64_t kvc__room_hash(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* segment.c: note that this process opened a room on the segment, so its
+ * last kvc_close() fails the rooms it leaves unreleased. */
+void kvc__note_room_opened(kvc_segment *seg);
+
+/* rooms.c: fail every non-terminal room pid participates in (own lock). */
+kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                             size_t *failed);
+/* ranks.c: withdraw the worker-owned ranks registered by (pid, start). */
+kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start,
+                                 const char *note_how, size_t *withdrawn);
+
+/* arena.c (rank lock held) */
+kvc_err kvc__arena_alloc(kvc_segment *seg, uint64_t bytes, uint64_t *off, uint64_t *blocks);
+void kvc__arena_free(kvc_segment *seg, uint64_t off, uint64_t blocks);
+void kvc__arena_mark(kvc_segment *seg, uint64_t off, uint64_t blocks);
+void kvc__arena_clear_all(kvc_segment *seg);
+bool kvc__arena_range_ok(const kvc_segment *seg, uint64_t off, uint64_t blocks);
+
+/* segment.c: allocate real pages for [off, off+len) of the segment file
+ * (posix_fallocate), so that writing there cannot SIGBUS on a full
+ * /dev/shm.  Errors: KVC_E_FULL (no space: the message says how much is
+ * free), KVC_E_SYS. */
+kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *what);
+
+/* procs.c */
+kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank);
+void kvc__proc_detach(kvc_segment *seg);
+void kvc__proc_set_rank(kvc_segment *seg, int32_t rank);
+
+/* Crash-injection hook for tests: when set, called at each named point
+ * inside critical sections ("reg.locked", ...).  Tests make it SIGKILL the
+ * process.  Not part of the public API. */
+typedef void (*kvc_inject_fn)(const char *point);
+KVC_API void kvc_test_set_inject(kvc_inject_fn fn);
+extern kvc_inject_fn kvc__inject;
+#define KVC_INJECT(point)       \
+    do {                        \
+        if (kvc__inject)        \
+            kvc__inject(point); \
+    } while (0)
+
+#endif /* KVC_INTERNAL_H */

@@ -1,0 +1,185 @@
+/*
+ * layout.h - the shared-memory segment's layout.  The one place that
+ * defines it; every structure here lives in the segment and is addressed by
+ * offsets (each process maps the segment at its own address).
+ *
+ *   [kvc_header | kvc_rank_entry x max_ranks | kvc_proc x max_procs |
+ *    kvc_room x room_slots | kvc_failure_rec x KVC_FAILURE_RING |
+ *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
+ *
+ * Any change here must bump KVC_LAYOUT_VERSION (kvcoord.h); the header also
+ * records every structure's size, so a build whose structures differ (other
+ * compiler, other glibc mutex size) refuses the segment instead of misreading it.
+ */
+#ifndef KVC_LAYOUT_H
+#define KVC_LAYOUT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kvcoord/kvcoord.h"
+
+#define KVC_MAGIC 0x31445243564b4f43ull /* "COKVCRD1" little-endian */
+#define KVC_BLOCK 1024u                 /* arena allocation unit, bytes */
+#define KVC_ALIGN 4096u                 /* alignment of each region, bytes */
+
+/* A robust process-shared mutex and what diagnostics need about its holder.
+ * owner_pid/owner_start are written right after locking and cleared right
+ * before unlocking; they are advisory (a crash between the two leaves them
+ * stale, which the robust mutex itself does not care about). */
+typedef struct kvc_lock {
+    pthread_mutex_t mutex;
+    _Atomic int32_t owner_pid;
+    uint32_t pad;
+    _Atomic uint64_t owner_start; /* owner's start time, clock ticks since boot */
+    _Atomic uint64_t recoveries;  /* EOWNERDEAD recoveries of this lock */
+} kvc_lock;
+
+enum kvc_lock_id { KVC_LOCK_RANKS = 0, KVC_LOCK_PROCS = 1, KVC_LOCK_ROOMS = 2, KVC_LOCK_COUNT = 3 };
+
+/* One half of a rank entry's double buffer.  Written only while inactive,
+ * under the rank lock; published by storing its index into entry->active. */
+typedef struct kvc_rank_slot {
+    uint32_t state;   /* kvc_rank_state */
+    uint32_t entries; /* top-level keys of weights_info_dict */
+    uint64_t generation;
+    uint64_t changed_ns;
+    int32_t pid;          /* process that made this change */
+    uint32_t session_len; /* bytes, blob[0..session_len) */
+    uint64_t pid_start;   /* that process's start time (ticks since boot) */
+    uint64_t blob_off;    /* offset of the blob from the arena start, bytes */
+    uint64_t blob_blocks; /* KVC_BLOCK blocks held by the blob; 0 = none */
+    uint64_t info_len;    /* bytes, blob[session_len..session_len+info_len) */
+    uint32_t owned;       /* 1: registered by a worker, withdrawn when it dies */
+    uint32_t pad;
+    char note[KVC_NOTE_MAX + 1];
+} kvc_rank_slot;
+
+/* A rank's entry.  Readers: s1 = seq (even), copy slot[active] and its blob,
+ * re-read seq; equal → consistent.  Writer (rank lock held): fill
+ * slot[!active] and its blob, seq odd, active = !active, seq even. */
+typedef struct kvc_rank_entry {
+    _Atomic uint64_t seq;
+    _Atomic uint32_t active; /* 0 or 1 */
+    uint32_t pad;
+    kvc_rank_slot slot[2];
+} kvc_rank_entry;
+
+/* Process table entry.  pid 0 = free.  Identity is (pid, start). */
+typedef struct kvc_proc {
+    _Atomic int32_t pid;
+    int32_t role; /* kvc_role */
+    int32_t rank; /* -1 if none */
+    uint32_t pad;
+    uint64_t start; /* start time, clock ticks since boot (/proc/pid/stat #22) */
+    uint64_t attached_ns;
+} kvc_proc;
+
+/* ---- rooms ---- */
+enum { KVC_SLOT_FREE = 0, KVC_SLOT_USED = 1, KVC_SLOT_TOMB = 2 };
+
+typedef struct kvc_room_part {
+    int32_t pid;  /* 0: has not opened the room */
+    int8_t state; /* local KVPoll, -1 unwritten (counts as Bootstrapping) */
+    uint8_t role; /* kvc_room_role */
+    uint8_t released;
+    uint8_t pad;
+    uint64_t start; /* the participant's start time, ticks since boot */
+} kvc_room_part;
+
+typedef struct kvc_failure_rec {
+    uint64_t room;
+    uint64_t time_ns;
+    int32_t origin_rank;
+    int32_t origin_pid;
+    int32_t code;
+    uint32_t pad;
+    char reason[KVC_REASON_MAX + 1];
+} kvc_failure_rec;
+
+/* A slot of the open-addressing room table (linear probing, tombstones
+ * turned back into free slots whenever the next slot is free). */
+typedef struct kvc_room {
+    uint32_t slot; /* KVC_SLOT_* */
+    uint32_t participants;
+    uint64_t id;
+    uint64_t opened_ns;
+    uint64_t updated_ns;
+    int32_t terminal; /* -1, KVC_POLL_FAILED or KVC_POLL_SUCCESS: sticky */
+    uint32_t has_failure;
+    kvc_failure_rec failure;
+    kvc_room_part part[KVC_ROOM_MAX_PARTICIPANTS];
+} kvc_room;
+
+/* Room counters, saved in every undo record with the slots it covers. */
+typedef struct kvc_room_counters {
+    uint64_t failures_total; /* records appended to the ring, ever */
+    uint32_t rooms_live;     /* USED slots */
+    uint32_t pad;
+} kvc_room_counters;
+
+/* Undo record of the rooms lock: the bytes an update is about to change,
+ * saved first and marked valid last; recovery under EOWNERDEAD copies them
+ * back.  Two regions at most (a room slot and a failure ring slot) plus
+ * the counters. */
+typedef struct kvc_undo {
+    _Atomic uint32_t valid;
+    uint32_t nregions;
+    uint64_t off[2]; /* from the segment start, bytes */
+    uint64_t len[2];
+    kvc_room_counters counters;
+    unsigned char data[sizeof(kvc_room) + sizeof(kvc_failure_rec)];
+} kvc_undo;
+
+typedef struct kvc_header {
+    /* Prefix kept identical in every layout version, so that any build can
+     * name the other's version and tell whether its creator still runs. */
+    _Atomic uint64_t magic; /* written last at creation: a half-built segment has none */
+    uint32_t layout_version;
+    uint32_t header_size;
+    int32_t creator_pid;
+    uint32_t pad1;
+    uint64_t creator_start; /* creator's start time, ticks since boot */
+    /* End of the stable prefix. */
+    uint32_t rank_entry_size;
+    uint32_t proc_size;
+    uint32_t lock_size;
+    uint32_t block_size;
+    uint32_t room_size;
+    uint32_t pad_sizes;
+    uint64_t total_size; /* bytes of the segment file */
+    /* capacities, chosen at creation */
+    uint32_t max_ranks;
+    uint32_t max_procs;
+    uint32_t world_size;
+    uint32_t pad0;
+    uint64_t max_info_bytes;
+    uint64_t arena_bytes;
+    uint64_t arena_blocks;
+    /* region offsets from the segment start, bytes */
+    uint64_t ranks_off;
+    uint64_t procs_off;
+    uint64_t bitmap_off;
+    uint64_t arena_off;
+    uint64_t created_ns;
+    _Atomic uint64_t updated_ns;
+    /* state */
+    _Atomic uint32_t rank_epoch; /* futex word: bumped on every rank change */
+    _Atomic uint32_t proc_epoch;
+    _Atomic uint64_t arena_used_blocks; /* derived; rebuilt by recovery */
+    _Atomic uint32_t ranks_registered;  /* derived; rebuilt by recovery */
+    _Atomic uint32_t room_epoch;        /* futex word: bumped on every room change */
+    /* rooms */
+    uint32_t max_rooms;
+    uint32_t room_slots; /* power of two >= max_rooms * 5 / 4 */
+    uint32_t room_ttl_ms;
+    uint32_t pad3;
+    uint64_t rooms_off;
+    uint64_t failures_off; /* ring of KVC_FAILURE_RING kvc_failure_rec */
+    kvc_room_counters room_counters;
+    kvc_undo room_undo;
+    kvc_lock locks[KVC_LOCK_COUNT];
+} kvc_header;
+
+#endif /* KVC_LAYOUT_H */

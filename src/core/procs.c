@@ -1,0 +1,181 @@
+/*
+ * procs.c - the process table: every attached process's pid, start time,
+ * role and rank.  Liveness is (pid, start time): a pid alone is reused.
+ *
+ * An entry is filled, then published by storing its pid last; it is freed
+ * by storing pid 0 first.  A writer that dies at any instruction therefore
+ * leaves either a free slot or a complete entry, and recovery has nothing to
+ * roll back.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void kvc__procs_recover(kvc_segment *seg) { atomic_fetch_add(&seg->hdr->proc_epoch, 1); }
+
+static int32_t find_slot(kvc_segment *seg)
+{
+    const kvc_header *h = seg->hdr;
+    for (uint32_t i = 0; i < h->max_procs; i++)
+        if (atomic_load(&seg->procs[i].pid) == 0)
+            return (int32_t)i;
+    /* Table full: reuse the entry of a process that is gone. */
+    for (uint32_t i = 0; i < h->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        if (!kvc__proc_alive(atomic_load(&p->pid), p->start)) {
+            atomic_store(&p->pid, 0);
+            return (int32_t)i;
+        }
+    }
+    return -1;
+}
+
+kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank)
+{
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
+    if (e)
+        return e;
+    int32_t i = find_slot(seg);
+    if (i < 0) {
+        kvc__unlock(seg, KVC_LOCK_PROCS);
+        return kvc__fail(KVC_E_FULL, "process table of segment %s is full (%u live processes)",
+                         seg->name, seg->hdr->max_procs);
+    }
+    kvc_proc *p = &seg->procs[i];
+    p->role = (int32_t)role;
+    p->rank = rank;
+    p->start = seg->start;
+    p->attached_ns = kvc__now_ns();
+    atomic_store_explicit(&p->pid, seg->pid, memory_order_release);
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    kvc__futex_wake_all(&seg->hdr->proc_epoch);
+    seg->proc_slot = i;
+    return KVC_OK;
+}
+
+void kvc__proc_detach(kvc_segment *seg)
+{
+    /* A child that inherited the handle across fork() is not the process
+     * the entry names: leave the parent's entry alone. */
+    if (seg->proc_slot < 0 || !seg->hdr || (int32_t)getpid() != seg->pid)
+        return;
+    if (kvc__lock(seg, KVC_LOCK_PROCS) != KVC_OK)
+        return;
+    kvc_proc *p = &seg->procs[seg->proc_slot];
+    if (atomic_load(&p->pid) == seg->pid && p->start == seg->start)
+        atomic_store(&p->pid, 0);
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    kvc__futex_wake_all(&seg->hdr->proc_epoch);
+    seg->proc_slot = -1;
+}
+
+void kvc__proc_set_rank(kvc_segment *seg, int32_t rank)
+{
+    /* Only a worker serves the rank it registers; kvcoordd registers on
+     * behalf of remote processes. */
+    if (seg->proc_slot >= 0 && seg->role == KVC_ROLE_WORKER)
+        seg->procs[seg->proc_slot].rank = rank;
+}
+
+KVC_API uint32_t kvc_proc_epoch(kvc_segment *seg) { return atomic_load(&seg->hdr->proc_epoch); }
+
+KVC_API kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_wait_change: NULL segment");
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        if (kvc_proc_epoch(seg) != seen)
+            return KVC_OK;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "process table unchanged after %u ms", timeout_ms);
+        kvc__futex_wait(&seg->hdr->proc_epoch, seen,
+                        (uint32_t)((deadline - now + 999999) / 1000000));
+    }
+}
+
+KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count)
+{
+    if (!seg || !count || (cap && !out))
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_list: NULL argument");
+    size_t n = 0;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        const kvc_proc *p = &seg->procs[i];
+        int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+        if (pid == 0)
+            continue;
+        if (n < cap) {
+            kvc_proc_info *o = &out[n];
+            o->pid = pid;
+            o->role = (kvc_role)p->role;
+            o->rank = p->rank;
+            o->start = p->start;
+            o->attached_ns = p->attached_ns;
+            o->alive = kvc__proc_alive(pid, p->start);
+        }
+        n++;
+    }
+    *count = n;
+    return KVC_OK;
+}
+
+/* Remove (pid, start)'s process entry. */
+static kvc_err forget(kvc_segment *seg, int32_t pid, uint64_t start)
+{
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
+    if (e)
+        return e;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        if (atomic_load(&p->pid) == pid && (!start || p->start == start))
+            atomic_store(&p->pid, 0);
+    }
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    kvc__futex_wake_all(&seg->hdr->proc_epoch);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                              size_t *rooms_failed, size_t *ranks_withdrawn)
+{
+    if (!seg || pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: bad segment or pid %d", (int)pid);
+    char found[96];
+    if (!how) {
+        kvc__proc_how(pid, found, sizeof found);
+        how = found;
+    }
+    if (rooms_failed)
+        *rooms_failed = 0;
+    kvc_err e = kvc__rooms_fail_proc(seg, pid, start, how, rooms_failed);
+    if (!e)
+        e = kvc__ranks_withdraw_proc(seg, pid, start, how, ranks_withdrawn);
+    if (!e)
+        e = forget(seg, pid, start);
+    return e;
+}
+
+KVC_API kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap_dead: NULL segment");
+    size_t n = 0;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        int32_t pid = atomic_load(&p->pid);
+        if (pid == 0 || kvc__proc_alive(pid, p->start))
+            continue;
+        kvc_err e = kvc_proc_reap(seg, pid, p->start, NULL, NULL, NULL);
+        if (e)
+            return e;
+        n++;
+    }
+    if (reaped)
+        *reaped = n;
+    return KVC_OK;
+}

@@ -1,0 +1,559 @@
+/*
+ * ranks.c - the rank table: each TP rank's transfer-engine info.
+ *
+ * Writers hold the rank lock, write the inactive half of the entry's double
+ * buffer (descriptor + blob in the arena), then publish it with one store of
+ * the active index inside an odd/even sequence bump.  Readers take no lock:
+ * they copy the active half and its blob and re-check the sequence.
+ *
+ * Crash points (KVC_INJECT) name every step of a registration so tests can
+ * SIGKILL a writer there; kvc__ranks_recover() then makes the table
+ * consistent again from the published halves alone.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "internal.h"
+
+/* Spins on an odd sequence before suspecting a dead writer and taking the
+ * lock (which runs recovery if the writer is dead). */
+#define ODD_SPINS 2000
+
+static kvc_err check_rank(const kvc_segment *seg, uint32_t rank)
+{
+    if (rank >= seg->hdr->max_ranks)
+        return kvc__fail(KVC_E_CAPACITY,
+                         "rank %u exceeds the segment's max ranks (%u; ranks are "
+                         "0..%u)",
+                         rank, seg->hdr->max_ranks, seg->hdr->max_ranks - 1);
+    return KVC_OK;
+}
+
+static bool slot_sane(const kvc_segment *seg, const kvc_rank_slot *sl)
+{
+    if (sl->state != KVC_RANK_REGISTERED)
+        return sl->state == KVC_RANK_EMPTY || sl->state == KVC_RANK_WITHDRAWN;
+    return sl->session_len >= 1 && sl->session_len <= KVC_SESSION_ID_MAX &&
+           kvc__arena_range_ok(seg, sl->blob_off, sl->blob_blocks) &&
+           sl->info_len <= seg->hdr->max_info_bytes &&
+           sl->session_len + sl->info_len <= sl->blob_blocks * KVC_BLOCK;
+}
+
+/* ---- recovery (rank lock held, after EOWNERDEAD) --------------------- */
+
+void kvc__ranks_recover(kvc_segment *seg)
+{
+    kvc_header *h = seg->hdr;
+    uint32_t registered = 0;
+    kvc__arena_clear_all(seg);
+    for (uint32_t r = 0; r < h->max_ranks; r++) {
+        kvc_rank_entry *e = &seg->ranks[r];
+        uint64_t seq = atomic_load(&e->seq);
+        /* Odd: the writer died inside the publish window.  The active index
+         * is either the old or the new half; both are complete. */
+        if (seq & 1)
+            atomic_store(&e->seq, seq + 1);
+        uint32_t a = atomic_load(&e->active) & 1;
+        kvc_rank_slot *sl = &e->slot[a];
+        if (sl->state != KVC_RANK_REGISTERED)
+            continue;
+        if (!slot_sane(seg, sl)) {
+            /* Cannot happen short of memory corruption; drop the entry
+             * rather than serve or keep unreadable info. */
+            atomic_fetch_add(&e->seq, 1);
+            sl->state = KVC_RANK_WITHDRAWN;
+            sl->blob_blocks = 0;
+            snprintf(sl->note, sizeof sl->note, "info lost: invalid descriptor found by recovery");
+            atomic_fetch_add(&e->seq, 1);
+            continue;
+        }
+        kvc__arena_mark(seg, sl->blob_off, sl->blob_blocks);
+        registered++;
+    }
+    atomic_store(&h->ranks_registered, registered);
+    atomic_fetch_add(&h->rank_epoch, 1);
+    kvc__futex_wake_all(&h->rank_epoch);
+}
+
+/* ---- reading --------------------------------------------------------- */
+
+/* Seqlock read, step 2: nothing was republished since the sequence read
+ * as seq (so what was copied in between is one whole value). */
+static bool unchanged(kvc_rank_entry *e, uint64_t seq)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq;
+}
+
+/* Seqlock read, step 1: copy entry e's published descriptor into *sl.
+ * Returns 0 with *seq set when the copy is consistent, 1 when the sequence
+ * is odd (a writer is inside its publish window), -1 when it moved during
+ * the copy (retry). */
+static int snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq)
+{
+    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 & 1)
+        return 1;
+    memcpy(sl, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1], sizeof *sl);
+    if (!unchanged(e, s1))
+        return -1;
+    *seq = s1;
+    return 0;
+}
+
+/* Wait out an odd sequence; after ODD_SPINS take the lock, which recovers a
+ * dead writer's entry (or waits for a live one).  Holding the lock, an odd
+ * sequence can only be stale - every writer publishes under the lock - so
+ * it is evened here too: a reader never spins forever. */
+static kvc_err odd_backoff(kvc_segment *seg, kvc_rank_entry *e, int *spins)
+{
+    if (++*spins < ODD_SPINS) {
+        sched_yield();
+        return KVC_OK;
+    }
+    *spins = 0;
+    kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
+    if (err)
+        return err;
+    uint64_t seq = atomic_load(&e->seq);
+    if (seq & 1)
+        atomic_store(&e->seq, seq + 1);
+    kvc__unlock(seg, KVC_LOCK_RANKS);
+    return KVC_OK;
+}
+
+static void fill_meta(kvc_rank_info *out, uint32_t rank, const kvc_rank_slot *sl)
+{
+    out->rank = rank;
+    out->state = (kvc_rank_state)sl->state;
+    out->generation = sl->generation;
+    out->registered_ns = sl->changed_ns;
+    out->pid = sl->pid;
+    out->entries = sl->entries;
+    memcpy(out->note, sl->note, sizeof out->note);
+    out->note[KVC_NOTE_MAX] = '\0';
+}
+
+static kvc_err grow(kvc_rank_info *out, size_t need)
+{
+    if (out->info_cap >= need)
+        return KVC_OK;
+    size_t cap = out->info_cap ? out->info_cap : 4096;
+    while (cap < need)
+        cap *= 2;
+    char *p = realloc(out->info, cap);
+    if (!p)
+        return kvc__fail(KVC_E_SYS, "out of memory for %zu bytes of rank info", cap);
+    out->info = p;
+    out->info_cap = cap;
+    return KVC_OK;
+}
+
+/* Read rank's published half (and its blob when want_info) consistently. */
+static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, bool want_info)
+{
+    kvc_rank_entry *e = &seg->ranks[rank];
+    int spins = 0;
+    for (;;) {
+        kvc_rank_slot sl;
+        uint64_t s1;
+        int r = snapshot(e, &sl, &s1);
+        if (r > 0) {
+            kvc_err err = odd_backoff(seg, e, &spins);
+            if (err)
+                return err;
+        }
+        if (r)
+            continue;
+        if (!slot_sane(seg, &sl))
+            return kvc__fail(KVC_E_CORRUPT, "rank %u of segment %s has an invalid descriptor", rank,
+                             seg->name);
+        if (sl.state == KVC_RANK_REGISTERED && want_info) {
+            kvc_err err = grow(out, sl.info_len + 1);
+            if (err)
+                return err;
+            const unsigned char *blob = seg->arena + sl.blob_off;
+            memcpy(out->session_id, blob, sl.session_len);
+            memcpy(out->info, blob + sl.session_len, sl.info_len);
+        } else if (sl.state == KVC_RANK_REGISTERED) {
+            memcpy(out->session_id, seg->arena + sl.blob_off, sl.session_len);
+        }
+        if (!unchanged(e, s1))
+            continue; /* the blob may have been reused meanwhile */
+        fill_meta(out, rank, &sl);
+        if (sl.state == KVC_RANK_EMPTY)
+            return kvc__fail(KVC_E_NOENT, "rank %u is not registered", rank);
+        if (sl.state == KVC_RANK_WITHDRAWN) {
+            out->session_id[0] = '\0';
+            return kvc__fail(KVC_E_WITHDRAWN, "rank %u was withdrawn: %s", rank, sl.note);
+        }
+        out->session_id[sl.session_len] = '\0';
+        if (want_info) {
+            out->info[sl.info_len] = '\0';
+            out->info_len = sl.info_len;
+        }
+        return KVC_OK;
+    }
+}
+
+KVC_API kvc_err kvc_rank_lookup(kvc_segment *seg, uint32_t rank, kvc_rank_info *out)
+{
+    if (!seg || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_lookup: NULL argument");
+    kvc_err e = check_rank(seg, rank);
+    return e ? e : read_entry(seg, rank, out, true);
+}
+
+KVC_API void kvc_rank_info_free(kvc_rank_info *ri)
+{
+    if (!ri)
+        return;
+    free(ri->info);
+    ri->info = NULL;
+    ri->info_len = 0;
+    ri->info_cap = 0;
+}
+
+KVC_API uint32_t kvc_rank_epoch(kvc_segment *seg)
+{
+    return atomic_load_explicit(&seg->hdr->rank_epoch, memory_order_acquire);
+}
+
+KVC_API kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
+{
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        if (kvc_rank_epoch(seg) != seen)
+            return KVC_OK;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "rank table unchanged after %u ms", timeout_ms);
+        uint64_t left_ms = (deadline - now + 999999) / 1000000;
+        kvc__futex_wait(&seg->hdr->rank_epoch, seen, (uint32_t)left_ms);
+    }
+}
+
+KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_ms,
+                              kvc_rank_info *out)
+{
+    if (!seg || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_wait: NULL argument");
+    kvc_err e = check_rank(seg, rank);
+    if (e)
+        return e;
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        /* Epoch first, then the entry: a registration in between changes
+         * the epoch, so the futex wait below returns at once (no lost wake). */
+        uint32_t ep = kvc_rank_epoch(seg);
+        e = read_entry(seg, rank, out, true);
+        if (e != KVC_E_NOENT && e != KVC_E_WITHDRAWN)
+            return e;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "rank %u not registered within %u ms", rank,
+                             timeout_ms);
+        uint64_t left_ms = (deadline - now + 999999) / 1000000;
+        kvc__futex_wait(&seg->hdr->rank_epoch, ep, (uint32_t)left_ms);
+    }
+}
+
+KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, size_t *count,
+                              int include_withdrawn)
+{
+    if (!seg || !count || (cap && !out))
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_list: NULL argument");
+    size_t n = 0;
+    for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
+        kvc_rank_info tmp = {0};
+        kvc_err e = read_entry(seg, r, &tmp, false);
+        if (e == KVC_OK || (e == KVC_E_WITHDRAWN && include_withdrawn)) {
+            if (n < cap) {
+                char *info = out[n].info;
+                size_t len = out[n].info_len, icap = out[n].info_cap;
+                out[n] = tmp;
+                out[n].info = info, out[n].info_len = len, out[n].info_cap = icap;
+            }
+            n++;
+        } else if (e != KVC_E_NOENT && e != KVC_E_WITHDRAWN) {
+            return e;
+        }
+    }
+    *count = n;
+    return KVC_OK;
+}
+
+/* ---- writing (rank lock held) ---------------------------------------- */
+
+static kvc_err validate_info(const char *json, size_t len, uint32_t *entries)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, 0, &jerr);
+    if (!root)
+        return kvc__fail(KVC_E_INVAL,
+                         "weights_info_dict is not valid JSON: %s at line %d, "
+                         "column %d",
+                         jerr.text, jerr.line, jerr.column);
+    bool obj = json_is_object(root);
+    *entries = obj ? (uint32_t)json_object_size(root) : 0;
+    json_decref(root);
+    if (!obj)
+        return kvc__fail(KVC_E_INVAL, "weights_info_dict must be a JSON object");
+    return KVC_OK;
+}
+
+/* Publish the inactive half: the single store of the active index sits in
+ * an odd sequence window, so a reader never mixes halves. */
+static void publish(kvc_rank_entry *e, uint32_t next)
+{
+    atomic_fetch_add_explicit(&e->seq, 1, memory_order_acq_rel);
+    KVC_INJECT("reg.seq_odd");
+    atomic_store_explicit(&e->active, next, memory_order_release);
+    KVC_INJECT("reg.published");
+    atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+}
+
+/* After a publish: free the old half's blob and announce the change. */
+static void retire(kvc_segment *seg, kvc_rank_slot *old, int registered_delta)
+{
+    kvc__arena_free(seg, old->blob_off, old->blob_blocks);
+    old->blob_blocks = 0;
+    KVC_INJECT("reg.old_freed");
+    if (registered_delta > 0)
+        atomic_fetch_add(&seg->hdr->ranks_registered, 1);
+    else if (registered_delta < 0)
+        atomic_fetch_sub(&seg->hdr->ranks_registered, 1);
+    atomic_store(&seg->hdr->updated_ns, kvc__now_ns());
+    atomic_fetch_add(&seg->hdr->rank_epoch, 1);
+}
+
+static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, const char *sid,
+                              size_t sid_len, const char *info, size_t info_len)
+{
+    if (cur->state != KVC_RANK_REGISTERED || cur->session_len != sid_len ||
+        cur->info_len != info_len)
+        return false;
+    const unsigned char *blob = seg->arena + cur->blob_off;
+    return !memcmp(blob, sid, sid_len) && !memcmp(blob + sid_len, info, info_len);
+}
+
+static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *sid, size_t sid_len,
+                                  const char *info, size_t info_len, uint32_t entries,
+                                  uint64_t *gen_out)
+{
+    kvc_rank_entry *e = &seg->ranks[rank];
+    uint32_t a = atomic_load(&e->active) & 1;
+    kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
+    if (same_registration(seg, cur, sid, sid_len, info, info_len)) {
+        *gen_out = cur->generation;
+        return KVC_OK;
+    }
+    uint64_t off, blocks;
+    kvc_err err = kvc__arena_alloc(seg, sid_len + info_len, &off, &blocks);
+    if (err)
+        return err;
+    err = kvc__reserve(seg, seg->hdr->arena_off + off, blocks * KVC_BLOCK, "rank info");
+    if (err) {
+        kvc__arena_free(seg, off, blocks);
+        return err;
+    }
+    KVC_INJECT("reg.allocated");
+    unsigned char *blob = seg->arena + off;
+    memcpy(blob, sid, sid_len);
+    memcpy(blob + sid_len, info, info_len / 2);
+    KVC_INJECT("reg.copying");
+    memcpy(blob + sid_len + info_len / 2, info + info_len / 2, info_len - info_len / 2);
+    KVC_INJECT("reg.copied");
+    memset(nxt, 0, sizeof *nxt);
+    nxt->state = KVC_RANK_REGISTERED;
+    nxt->entries = entries;
+    nxt->generation = cur->generation + 1;
+    nxt->changed_ns = kvc__now_ns();
+    nxt->pid = seg->pid;
+    nxt->pid_start = seg->start;
+    nxt->session_len = (uint32_t)sid_len;
+    nxt->blob_off = off;
+    nxt->blob_blocks = blocks;
+    nxt->info_len = info_len;
+    nxt->owned = seg->role == KVC_ROLE_WORKER;
+    KVC_INJECT("reg.slot_written");
+    int delta = cur->state == KVC_RANK_REGISTERED ? 0 : 1;
+    publish(e, a ^ 1);
+    retire(seg, cur, delta);
+    *gen_out = nxt->generation;
+    return KVC_OK;
+}
+
+/* Lock-free: is rank's published value exactly (sid, info)?  Compares in
+ * place through the seqlock; *gen receives its generation when it is. */
+static bool published_equal(kvc_segment *seg, uint32_t rank, const char *sid, size_t sid_len,
+                            const char *info, size_t info_len, uint64_t *gen)
+{
+    kvc_rank_entry *e = &seg->ranks[rank];
+    for (int tries = 0; tries < 4; tries++) {
+        kvc_rank_slot sl;
+        uint64_t s1;
+        int r = snapshot(e, &sl, &s1);
+        if (r > 0)
+            return false; /* a writer is publishing: let the locked path decide */
+        if (r < 0)
+            continue;
+        if (!slot_sane(seg, &sl))
+            return false;
+        bool same = same_registration(seg, &sl, sid, sid_len, info, info_len);
+        if (!unchanged(e, s1))
+            continue;
+        *gen = sl.generation;
+        return same;
+    }
+    return false;
+}
+
+static kvc_err check_args(kvc_segment *seg, uint32_t rank, const char *session_id,
+                          const char *info_json, size_t info_len, size_t *sid_len)
+{
+    if (!seg || !session_id || !info_json)
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_register: NULL argument");
+    kvc_err err = check_rank(seg, rank);
+    if (err)
+        return err;
+    *sid_len = strlen(session_id);
+    if (*sid_len == 0)
+        return kvc__fail(KVC_E_INVAL, "session_id is empty");
+    if (*sid_len > KVC_SESSION_ID_MAX)
+        return kvc__fail(KVC_E_TOOBIG, "session_id is %zu bytes; the limit is %d", *sid_len,
+                         KVC_SESSION_ID_MAX);
+    if (*sid_len + info_len > seg->hdr->max_info_bytes)
+        return kvc__fail(KVC_E_TOOBIG,
+                         "rank %u info is %zu bytes (session_id + "
+                         "weights_info_dict); the segment's max info bytes is %llu",
+                         rank, *sid_len + info_len, (unsigned long long)seg->hdr->max_info_bytes);
+    return KVC_OK;
+}
+
+static kvc_err register_checked(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                size_t sid_len, const char *info_json, size_t info_len,
+                                uint32_t entries, uint64_t *gen_out)
+{
+    kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
+    if (err)
+        return err;
+    KVC_INJECT("reg.locked");
+    uint64_t gen = 0;
+    uint32_t ep = atomic_load(&seg->hdr->rank_epoch);
+    err = write_registration(seg, rank, session_id, sid_len, info_json, info_len, entries, &gen);
+    bool changed = atomic_load(&seg->hdr->rank_epoch) != ep;
+    kvc__unlock(seg, KVC_LOCK_RANKS);
+    if (changed)
+        kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    if (!err) {
+        kvc__proc_set_rank(seg, (int32_t)rank);
+        if (gen_out)
+            *gen_out = gen;
+    }
+    return err;
+}
+
+KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                  const char *info_json, size_t info_len, uint64_t *gen_out)
+{
+    size_t sid_len = 0;
+    uint64_t gen;
+    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    if (err)
+        return err;
+    /* A repeated registration (a client retrying after its timeout) is
+     * answered without parsing megabytes of JSON or taking the lock. */
+    if (published_equal(seg, rank, session_id, sid_len, info_json, info_len, &gen)) {
+        if (gen_out)
+            *gen_out = gen;
+        return KVC_OK;
+    }
+    uint32_t entries;
+    if ((err = validate_info(info_json, info_len, &entries)))
+        return err;
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, gen_out);
+}
+
+KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                            const char *info_json, size_t info_len,
+                                            uint32_t entries, uint64_t *gen_out)
+{
+    size_t sid_len = 0;
+    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    if (err)
+        return err;
+    /* Not parsed again (the caller did), but what is plainly not an object
+     * is still refused: the table only ever holds JSON objects. */
+    if (info_len < 2 || info_json[0] != '{' || info_json[info_len - 1] != '}')
+        return kvc__fail(KVC_E_INVAL,
+                         "weights_info_dict is not a JSON object (starts with "
+                         "0x%02x, %zu bytes)",
+                         info_len ? (unsigned char)info_json[0] : 0u, info_len);
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, gen_out);
+}
+
+/* Publish a withdrawal of rank (lock held). */
+static kvc_err withdraw_locked(kvc_segment *seg, uint32_t rank, const char *note)
+{
+    kvc_rank_entry *e = &seg->ranks[rank];
+    uint32_t a = atomic_load(&e->active) & 1;
+    kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
+    if (cur->state != KVC_RANK_REGISTERED)
+        return kvc__fail(KVC_E_NOENT, "rank %u is not registered", rank);
+    memset(nxt, 0, sizeof *nxt);
+    nxt->state = KVC_RANK_WITHDRAWN;
+    nxt->generation = cur->generation + 1;
+    nxt->changed_ns = kvc__now_ns();
+    nxt->pid = seg->pid;
+    nxt->pid_start = seg->start;
+    snprintf(nxt->note, sizeof nxt->note, "%s", note ? note : "withdrawn");
+    publish(e, a ^ 1);
+    retire(seg, cur, -1);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_withdraw: NULL argument");
+    kvc_err err = check_rank(seg, rank);
+    if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
+        return err;
+    err = withdraw_locked(seg, rank, note);
+    kvc__unlock(seg, KVC_LOCK_RANKS);
+    if (!err)
+        kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    return err;
+}
+
+kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                                 size_t *withdrawn)
+{
+    kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
+    if (err)
+        return err;
+    size_t n = 0;
+    for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
+        kvc_rank_entry *e = &seg->ranks[r];
+        const kvc_rank_slot *cur = &e->slot[atomic_load(&e->active) & 1];
+        if (cur->state != KVC_RANK_REGISTERED || !cur->owned || cur->pid != pid ||
+            (start && cur->pid_start != start))
+            continue;
+        char note[KVC_NOTE_MAX + 1];
+        snprintf(note, sizeof note, "rank %u's process %d %s", r, (int)pid, how);
+        if (withdraw_locked(seg, r, note) == KVC_OK)
+            n++;
+    }
+    kvc__unlock(seg, KVC_LOCK_RANKS);
+    if (n)
+        kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    if (withdrawn)
+        *withdrawn = n;
+    return KVC_OK;
+}

@@ -1,0 +1,616 @@
+/*
+ * segment.c - create, attach, validate and remove the shared-memory segment.
+ *
+ * Creation: shm_open(O_EXCL) → flock(LOCK_EX) → fchmod → ftruncate → mmap →
+ * initialise → store the magic last → unlock.  An attacher takes
+ * flock(LOCK_SH), so it never sees a half-initialised segment while its
+ * creator runs; a creator that died mid-way released its flock with its
+ * last fd and left no magic, so the segment is seen as invalid and
+ * recreated under the same name (the count of segments never grows).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define ALIGN_UP(x, a) (((x) + (uint64_t)(a)-1) / (uint64_t)(a) * (uint64_t)(a))
+
+KVC_API void kvc_options_init(kvc_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->name = NULL;
+    o->mode = KVC_OPEN_ATTACH;
+    o->role = KVC_ROLE_CLIENT;
+    o->rank = -1;
+    o->max_ranks = 1024;
+    o->max_info_bytes = 16ull << 20;
+    o->arena_bytes = 1ull << 30;
+    o->max_procs = 4096;
+    o->world_size = 8;
+    o->perm = 0600;
+    o->lock_timeout_ms = 2000;
+    o->max_rooms = 32768;
+    o->room_ttl_ms = 600000;
+}
+
+KVC_API kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap)
+{
+    if (!buf)
+        return kvc__fail(KVC_E_INVAL, "kvc_name_for_port: buf is NULL");
+    int n = snprintf(buf, cap, "kvcoord-%u", (unsigned)port);
+    if (n < 0 || (size_t)n >= cap)
+        return kvc__fail(KVC_E_INVAL, "kvc_name_for_port: buffer of %zu bytes too small", cap);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_name_check(const char *name)
+{
+    if (!name || !*name)
+        return kvc__fail(KVC_E_INVAL, "segment name is empty");
+    size_t len = strlen(name);
+    if (len > KVC_NAME_MAX)
+        return kvc__fail(KVC_E_INVAL, "segment name is %zu bytes, the limit is %d", len,
+                         KVC_NAME_MAX);
+    if (!strcmp(name, ".") || !strcmp(name, ".."))
+        return kvc__fail(KVC_E_INVAL, "segment name '%s' is not allowed", name);
+    if (name[0] == '-') /* would read as an option to every tool that takes it */
+        return kvc__fail(KVC_E_INVAL, "segment name '%s' starts with '-'", name);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return kvc__fail(
+                KVC_E_INVAL,
+                "segment name has byte 0x%02x at offset %zu; allowed: A-Z a-z 0-9 . _ -", c, i);
+    }
+    return KVC_OK;
+}
+
+/* The layout computed from capacities: the creator stores it, an attacher
+ * recomputes it and compares, so a header with inconsistent numbers is
+ * refused rather than trusted. */
+struct geometry {
+    uint64_t ranks_off, procs_off, rooms_off, failures_off, bitmap_off, arena_off, arena_blocks,
+        total;
+    uint32_t room_slots;
+};
+
+static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint32_t max_rooms,
+                                   uint64_t arena_bytes)
+{
+    struct geometry g;
+    g.arena_blocks = (arena_bytes + KVC_BLOCK - 1) / KVC_BLOCK;
+    g.room_slots = 16;
+    while (g.room_slots < (uint64_t)max_rooms * 5 / 4)
+        g.room_slots *= 2;
+    g.ranks_off = ALIGN_UP(sizeof(kvc_header), KVC_ALIGN);
+    g.procs_off = ALIGN_UP(g.ranks_off + (uint64_t)max_ranks * sizeof(kvc_rank_entry), KVC_ALIGN);
+    g.rooms_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
+    g.failures_off = ALIGN_UP(g.rooms_off + (uint64_t)g.room_slots * sizeof(kvc_room), KVC_ALIGN);
+    g.bitmap_off =
+        ALIGN_UP(g.failures_off + (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_rec), KVC_ALIGN);
+    g.arena_off = ALIGN_UP(g.bitmap_off + (g.arena_blocks + 63) / 64 * 8, KVC_ALIGN);
+    g.total = g.arena_off + g.arena_blocks * KVC_BLOCK;
+    return g;
+}
+
+static kvc_err check_options(const kvc_options *o)
+{
+    if (o->max_ranks < 1 || o->max_ranks > (1u << 20))
+        return kvc__fail(KVC_E_INVAL, "max ranks %u out of range 1..1048576", o->max_ranks);
+    if (o->max_procs < 1 || o->max_procs > (1u << 20))
+        return kvc__fail(KVC_E_INVAL, "max procs %u out of range 1..1048576", o->max_procs);
+    if (o->world_size < 1 || o->world_size > o->max_ranks)
+        return kvc__fail(KVC_E_INVAL, "world size %u out of range 1..%u (max ranks)", o->world_size,
+                         o->max_ranks);
+    if (o->arena_bytes < KVC_BLOCK || o->arena_bytes > (1ull << 40))
+        return kvc__fail(KVC_E_INVAL, "arena of %llu bytes out of range %u..2^40",
+                         (unsigned long long)o->arena_bytes, KVC_BLOCK);
+    if (o->max_info_bytes < 64 || o->max_info_bytes > o->arena_bytes / 2)
+        return kvc__fail(KVC_E_INVAL,
+                         "max info bytes %llu out of range 64..%llu (half the arena: a "
+                         "re-registration holds old and new info at once)",
+                         (unsigned long long)o->max_info_bytes,
+                         (unsigned long long)o->arena_bytes / 2);
+    if (o->max_rooms < 1 || o->max_rooms > (1u << 22))
+        return kvc__fail(KVC_E_INVAL, "max rooms %u out of range 1..4194304", o->max_rooms);
+    if (o->room_ttl_ms < 1)
+        return kvc__fail(KVC_E_INVAL, "room TTL must be at least 1 ms");
+    if (o->lock_timeout_ms < 1)
+        return kvc__fail(KVC_E_INVAL, "lock timeout must be at least 1 ms");
+    return KVC_OK;
+}
+
+static kvc_err init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    int r = pthread_mutexattr_init(&a);
+    if (!r)
+        r = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    if (!r)
+        r = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    if (!r)
+        r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    if (r)
+        return kvc__fail(KVC_E_SYS, "pthread_mutex_init (robust, process-shared): %s", strerror(r));
+    return KVC_OK;
+}
+
+static void bind_regions(kvc_segment *seg)
+{
+    kvc_header *h = seg->hdr;
+    seg->ranks = (kvc_rank_entry *)(seg->base + h->ranks_off);
+    seg->procs = (kvc_proc *)(seg->base + h->procs_off);
+    seg->rooms = (kvc_room *)(seg->base + h->rooms_off);
+    seg->failures = (kvc_failure_rec *)(seg->base + h->failures_off);
+    seg->bitmap = (_Atomic uint64_t *)(seg->base + h->bitmap_off);
+    seg->arena = seg->base + h->arena_off;
+}
+
+static kvc_err map_fd(kvc_segment *seg, size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+    if (p == MAP_FAILED)
+        return kvc__fail(KVC_E_SYS, "mmap of segment %s (%zu bytes): %s", seg->name, size,
+                         strerror(errno));
+    seg->base = p;
+    seg->size = size;
+    seg->hdr = p;
+    return KVC_OK;
+}
+
+static void unmap(kvc_segment *seg)
+{
+    if (seg->base)
+        munmap(seg->base, seg->size);
+    seg->base = NULL;
+    seg->hdr = NULL;
+    if (seg->fd >= 0)
+        close(seg->fd);
+    seg->fd = -1;
+}
+
+static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct geometry *g)
+{
+    kvc_header *h = seg->hdr;
+    h->layout_version = KVC_LAYOUT_VERSION;
+    h->header_size = sizeof(kvc_header);
+    h->creator_pid = seg->pid;
+    h->creator_start = seg->start;
+    h->rank_entry_size = sizeof(kvc_rank_entry);
+    h->proc_size = sizeof(kvc_proc);
+    h->lock_size = sizeof(kvc_lock);
+    h->block_size = KVC_BLOCK;
+    h->room_size = sizeof(kvc_room);
+    h->max_rooms = o->max_rooms;
+    h->room_slots = g->room_slots;
+    h->room_ttl_ms = o->room_ttl_ms;
+    h->rooms_off = g->rooms_off;
+    h->failures_off = g->failures_off;
+    h->total_size = g->total;
+    h->max_ranks = o->max_ranks;
+    h->max_procs = o->max_procs;
+    h->world_size = o->world_size;
+    h->max_info_bytes = o->max_info_bytes;
+    h->arena_blocks = g->arena_blocks;
+    h->arena_bytes = g->arena_blocks * KVC_BLOCK;
+    h->ranks_off = g->ranks_off;
+    h->procs_off = g->procs_off;
+    h->bitmap_off = g->bitmap_off;
+    h->arena_off = g->arena_off;
+    h->created_ns = kvc__now_ns();
+    atomic_store(&h->updated_ns, h->created_ns);
+    for (int i = 0; i < KVC_LOCK_COUNT; i++) {
+        kvc_err e = init_mutex(&h->locks[i].mutex);
+        if (e)
+            return e;
+    }
+    /* The file was zero-filled by ftruncate: every rank entry is EMPTY with
+     * an even sequence, every process slot free, the bitmap clear. */
+    atomic_store_explicit(&h->magic, KVC_MAGIC, memory_order_release);
+    return KVC_OK;
+}
+
+/* Give [off, off+len) of the segment file real pages now, so that touching
+ * them later can never SIGBUS when /dev/shm is full: tmpfs files are sparse,
+ * and a page that cannot be had at first touch kills the process. */
+kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *what)
+{
+    int r = posix_fallocate(seg->fd, (off_t)off, (off_t)len);
+    if (r == 0)
+        return KVC_OK;
+    struct statvfs vfs;
+    unsigned long long avail = 0;
+    if (fstatvfs(seg->fd, &vfs) == 0)
+        avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+    return kvc__fail(r == ENOSPC ? KVC_E_FULL : KVC_E_SYS,
+                     "no room in /dev/shm for %llu bytes of segment %s for %s: %s (%llu bytes "
+                     "free there)",
+                     (unsigned long long)len, seg->name, what, strerror(r), avail);
+}
+
+/* Create a new segment; KVC_E_EXISTS (no message) when the name is taken. */
+static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
+{
+    struct geometry g = geometry_of(o->max_ranks, o->max_procs, o->max_rooms, o->arena_bytes);
+    seg->fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, o->perm);
+    if (seg->fd < 0) {
+        if (errno == EEXIST)
+            return KVC_E_EXISTS;
+        return kvc__fail(KVC_E_SYS, "shm_open(%s, O_CREAT|O_EXCL): %s", seg->name, strerror(errno));
+    }
+    kvc_err e = KVC_OK;
+    if (flock(seg->fd, LOCK_EX) < 0)
+        e = kvc__fail(KVC_E_SYS, "flock(%s): %s", seg->name, strerror(errno));
+    else if (fchmod(seg->fd, o->perm) < 0) /* exact mode, whatever the umask */
+        e = kvc__fail(KVC_E_SYS, "fchmod(%s, %o): %s", seg->name, (unsigned)o->perm,
+                      strerror(errno));
+    else if (ftruncate(seg->fd, (off_t)g.total) < 0)
+        e = kvc__fail(KVC_E_SYS, "ftruncate(%s, %llu bytes): %s", seg->name,
+                      (unsigned long long)g.total, strerror(errno));
+    else
+        e = kvc__reserve(seg, 0, g.arena_off, "its tables (lower max rooms or max procs)");
+    if (!e)
+        e = map_fd(seg, g.total);
+    if (!e)
+        e = init_header(seg, o, &g);
+    if (e) {
+        shm_unlink(seg->name);
+        unmap(seg);
+        return e;
+    }
+    flock(seg->fd, LOCK_UN);
+    bind_regions(seg);
+    return KVC_OK;
+}
+
+static kvc_err validate(kvc_segment *seg, uint64_t file_size)
+{
+    const kvc_header *h = seg->hdr;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != KVC_MAGIC)
+        return kvc__fail(KVC_E_CORRUPT,
+                         "segment %s has no valid magic (not a kvcoord segment, or "
+                         "its creator died while initialising it)",
+                         seg->name);
+    if (h->layout_version != KVC_LAYOUT_VERSION)
+        return kvc__fail(KVC_E_VERSION,
+                         "segment %s has layout version %u; this build of kvcoord uses layout "
+                         "version %u",
+                         seg->name, h->layout_version, KVC_LAYOUT_VERSION);
+    if (h->header_size != sizeof(kvc_header) || h->rank_entry_size != sizeof(kvc_rank_entry) ||
+        h->proc_size != sizeof(kvc_proc) || h->lock_size != sizeof(kvc_lock) ||
+        h->block_size != KVC_BLOCK || h->room_size != sizeof(kvc_room))
+        return kvc__fail(KVC_E_VERSION,
+                         "segment %s (layout version %u) was built with other structure sizes "
+                         "(header %u, rank entry %u, proc %u, lock %u, block %u, room %u) than "
+                         "this build (layout version %u: %zu, %zu, %zu, %zu, %u, %zu)",
+                         seg->name, h->layout_version, h->header_size, h->rank_entry_size,
+                         h->proc_size, h->lock_size, h->block_size, h->room_size,
+                         KVC_LAYOUT_VERSION, sizeof(kvc_header), sizeof(kvc_rank_entry),
+                         sizeof(kvc_proc), sizeof(kvc_lock), KVC_BLOCK, sizeof(kvc_room));
+    struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->max_rooms, h->arena_bytes);
+    if (h->max_ranks < 1 || h->max_procs < 1 || h->max_rooms < 1 || g.total != h->total_size ||
+        g.ranks_off != h->ranks_off || g.procs_off != h->procs_off || g.rooms_off != h->rooms_off ||
+        g.failures_off != h->failures_off || g.room_slots != h->room_slots || h->room_ttl_ms < 1 ||
+        g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
+        g.arena_blocks != h->arena_blocks)
+        return kvc__fail(KVC_E_CORRUPT,
+                         "segment %s has an inconsistent header (capacities do "
+                         "not match region offsets)",
+                         seg->name);
+    if (file_size != h->total_size)
+        return kvc__fail(KVC_E_CORRUPT,
+                         "segment %s is %llu bytes but its header says %llu "
+                         "(truncated or extended)",
+                         seg->name, (unsigned long long)file_size,
+                         (unsigned long long)h->total_size);
+    return KVC_OK;
+}
+
+static kvc_err flock_bounded(kvc_segment *seg, int how)
+{
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)seg->lock_timeout_ms * 1000000ull;
+    for (;;) {
+        if (flock(seg->fd, how | LOCK_NB) == 0)
+            return KVC_OK;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return kvc__fail(KVC_E_SYS, "flock(%s): %s", seg->name, strerror(errno));
+        if (kvc__mono_ns() >= deadline)
+            return kvc__fail(KVC_E_BUSY,
+                             "segment %s is still being created after %u ms (its "
+                             "creator holds the creation lock; is it stopped?)",
+                             seg->name, seg->lock_timeout_ms);
+        usleep(1000);
+    }
+}
+
+/* Attach to an existing segment.  KVC_E_NOENT (with message) if missing. */
+static kvc_err attach(kvc_segment *seg)
+{
+    seg->fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0);
+    if (seg->fd < 0) {
+        if (errno == ENOENT)
+            return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm (is kvcoordd running?)",
+                             seg->name);
+        return kvc__fail(KVC_E_SYS, "shm_open(%s): %s", seg->name, strerror(errno));
+    }
+    /* Waits only while a live creator initialises (a dead one's flock is
+     * gone), and at most the lock timeout: a stopped creator is reported. */
+    kvc_err fe = flock_bounded(seg, LOCK_SH);
+    if (fe) {
+        unmap(seg);
+        return fe;
+    }
+    struct stat st;
+    kvc_err e = KVC_OK;
+    /* A size of 0 is a creator between shm_open(O_EXCL) and its flock: give
+     * it the lock timeout to take the lock before calling the file invalid. */
+    for (uint32_t waited = 0;; waited++) {
+        if (fstat(seg->fd, &st) < 0 || st.st_size != 0 || waited >= seg->lock_timeout_ms)
+            break;
+        flock(seg->fd, LOCK_UN);
+        usleep(1000);
+        if (flock_bounded(seg, LOCK_SH))
+            break;
+    }
+    if (fstat(seg->fd, &st) < 0)
+        e = kvc__fail(KVC_E_SYS, "fstat(%s): %s", seg->name, strerror(errno));
+    else if ((uint64_t)st.st_size < sizeof(kvc_header))
+        e = kvc__fail(KVC_E_CORRUPT, "segment %s is %lld bytes, shorter than a header (%zu)",
+                      seg->name, (long long)st.st_size, sizeof(kvc_header));
+    if (!e)
+        e = map_fd(seg, (size_t)st.st_size);
+    if (!e)
+        e = validate(seg, (uint64_t)st.st_size);
+    if (e) {
+        unmap(seg);
+        return e;
+    }
+    flock(seg->fd, LOCK_UN);
+    bind_regions(seg);
+    return KVC_OK;
+}
+
+/* Read the stable header prefix of an existing segment: whether its
+ * creator is alive.  False when unreadable. */
+static bool creator_alive(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    kvc_header h;
+    bool alive = false;
+    if (pread(fd, &h, offsetof(kvc_header, creator_start) + sizeof h.creator_start, 0) > 0)
+        alive = kvc__proc_alive(h.creator_pid, h.creator_start);
+    close(fd);
+    return alive;
+}
+
+/* Refuse to discard a segment another live process created (its daemon):
+ * replacing it under a running coordinator splits the node in two. */
+static kvc_err check_not_live(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return KVC_OK;
+    kvc_header h;
+    kvc_err e = KVC_OK;
+    if (pread(fd, &h, offsetof(kvc_header, creator_start) + sizeof h.creator_start, 0) > 0 &&
+        h.creator_pid != (int32_t)getpid() && kvc__proc_alive(h.creator_pid, h.creator_start))
+        e = kvc__fail(KVC_E_EXISTS,
+                      "segment %s is in use: its creator, pid %d, is running (stop "
+                      "it first, or use another segment name)",
+                      name, (int)h.creator_pid);
+    close(fd);
+    return e;
+}
+
+static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        kvc_err e = create_new(seg, o);
+        if (e != KVC_E_EXISTS)
+            return e;
+        e = attach(seg);
+        if (e == KVC_OK || e == KVC_E_SYS || e == KVC_E_BUSY)
+            return e;
+        if (e == KVC_E_NOENT)
+            continue; /* removed under us: create again */
+        if (e == KVC_E_VERSION && creator_alive(seg->name))
+            return kvc__fail(KVC_E_EXISTS,
+                             "%s; its creator is still running, so it is left "
+                             "alone (stop it, or remove the segment with kvcoord-diag unlink)",
+                             kvc_last_error());
+        /* Invalid, or another layout version whose creator is dead: replace
+         * it under the same name. */
+        shm_unlink(seg->name);
+    }
+    return kvc__fail(KVC_E_SYS, "could not create segment %s: it kept being replaced", seg->name);
+}
+
+/* Handles this process holds, per segment name (participation in rooms
+ * is per process, so only the last close ends it). */
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char name[KVC_NAME_MAX + 1];
+    int count;
+    int rooms_opened; /* this process opened a room on the segment */
+} handles[32];
+
+/* A child of fork() holds none of its parent's handles as its own. */
+static void handles_forget(void)
+{
+    memset(handles, 0, sizeof handles);
+    pthread_mutex_init(&handles_mu, NULL);
+}
+
+static void handles_init(void) { pthread_atfork(NULL, NULL, handles_forget); }
+
+/* Adjust name's handle count by delta (and set its rooms flag when
+ * rooms_opened); returns the count left and, in *rooms, the flag. */
+static int handles_adjust(const char *name, int delta, int rooms_opened, int *rooms)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, handles_init);
+    int left = 0, free_slot = -1, i;
+    pthread_mutex_lock(&handles_mu);
+    for (i = 0; i < 32; i++) {
+        if (handles[i].count && !strcmp(handles[i].name, name))
+            break;
+        if (!handles[i].count && free_slot < 0)
+            free_slot = i;
+    }
+    if (i == 32 && delta > 0 && free_slot >= 0) {
+        i = free_slot;
+        snprintf(handles[i].name, sizeof handles[i].name, "%s", name);
+        handles[i].rooms_opened = 0;
+    }
+    if (rooms)
+        *rooms = 1; /* untracked (more than 32 names): assume rooms were opened */
+    if (i < 32) {
+        handles[i].count += delta;
+        if (handles[i].count < 0)
+            handles[i].count = 0;
+        handles[i].rooms_opened |= rooms_opened;
+        left = handles[i].count;
+        if (rooms)
+            *rooms = handles[i].rooms_opened;
+    } else {
+        left = delta > 0 ? 1 : 0;
+    }
+    pthread_mutex_unlock(&handles_mu);
+    return left;
+}
+
+void kvc__note_room_opened(kvc_segment *seg)
+{
+    if ((int32_t)getpid() == seg->pid)
+        handles_adjust(seg->name, 0, 1, NULL);
+}
+
+KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
+{
+    if (!opts || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: NULL argument");
+    *out = NULL;
+    const char *name = opts->name ? opts->name : "kvcoord-6789";
+    kvc_err e = kvc_name_check(name);
+    if (e)
+        return e;
+    if (opts->mode == KVC_OPEN_FRESH && (e = check_options(opts)))
+        return e;
+    kvc_segment *seg = calloc(1, sizeof *seg);
+    if (!seg)
+        return kvc__fail(KVC_E_SYS, "kvc_open: out of memory");
+    snprintf(seg->name, sizeof seg->name, "%s", name);
+    seg->fd = -1;
+    seg->proc_slot = -1;
+    seg->pid = (int32_t)getpid();
+    seg->start = kvc__proc_start(seg->pid);
+    seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
+    seg->role = opts->role;
+    switch (opts->mode) {
+    case KVC_OPEN_ATTACH: e = attach(seg); break;
+    case KVC_OPEN_CREATE:
+        /* Capacities only matter when the segment is made: a valid one is
+         * reused whatever they say. */
+        if (check_options(opts) == KVC_OK)
+            e = open_create(seg, opts);
+        else if ((e = attach(seg)) != KVC_OK)
+            e = check_options(opts); /* it had to be created: say why it cannot be */
+        break;
+    case KVC_OPEN_FRESH:
+        if ((e = check_not_live(name)))
+            break;
+        shm_unlink(name);
+        e = create_new(seg, opts);
+        if (e == KVC_E_EXISTS)
+            e = kvc__fail(KVC_E_SYS, "segment %s was created by another process meanwhile", name);
+        break;
+    default: e = kvc__fail(KVC_E_INVAL, "kvc_open: unknown mode %d", (int)opts->mode);
+    }
+    if (!e && opts->role != KVC_ROLE_NONE)
+        e = kvc__proc_attach(seg, opts->role, opts->rank);
+    if (e) {
+        unmap(seg);
+        free(seg);
+        return e;
+    }
+    handles_adjust(seg->name, +1, 0, NULL);
+    *out = seg;
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_close(kvc_segment *seg)
+{
+    if (!seg)
+        return KVC_OK;
+    /* Rooms this process still takes part in cannot complete without it,
+     * once its last handle on the segment is closed.  (A child that
+     * inherited the handle across fork() is not that process.) */
+    int rooms = 0;
+    bool last =
+        seg->hdr && (int32_t)getpid() == seg->pid && handles_adjust(seg->name, -1, 0, &rooms) == 0;
+    if (last && rooms)
+        kvc__rooms_fail_proc(seg, seg->pid, seg->start,
+                             "closed its segment handle without releasing the room", NULL);
+    /* A worker's session ends with it: its ranks must not be handed out. */
+    if (last && seg->role == KVC_ROLE_WORKER)
+        kvc__ranks_withdraw_proc(seg, seg->pid, seg->start, "exited (closed its segment handle)",
+                                 NULL);
+    kvc__proc_detach(seg);
+    unmap(seg);
+    free(seg);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_unlink(const char *name)
+{
+    kvc_err e = kvc_name_check(name);
+    if (e)
+        return e;
+    if (shm_unlink(name) < 0) {
+        if (errno == ENOENT)
+            return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm", name);
+        return kvc__fail(KVC_E_SYS, "shm_unlink(%s): %s", name, strerror(errno));
+    }
+    return KVC_OK;
+}
+
+KVC_API const char *kvc_segment_name(const kvc_segment *seg) { return seg ? seg->name : ""; }
+
+KVC_API kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out)
+{
+    if (!seg || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_segment_stat: NULL argument");
+    const kvc_header *h = seg->hdr;
+    memset(out, 0, sizeof *out);
+    out->layout_version = h->layout_version;
+    out->max_ranks = h->max_ranks;
+    out->max_procs = h->max_procs;
+    out->world_size = h->world_size;
+    out->max_info_bytes = h->max_info_bytes;
+    out->arena_bytes = h->arena_bytes;
+    out->arena_used = atomic_load(&h->arena_used_blocks) * KVC_BLOCK;
+    out->total_bytes = h->total_size;
+    out->creator_pid = h->creator_pid;
+    out->created_ns = h->created_ns;
+    out->updated_ns = atomic_load(&h->updated_ns);
+    for (int i = 0; i < KVC_LOCK_COUNT; i++)
+        out->lock_recoveries += atomic_load(&h->locks[i].recoveries);
+    out->ranks_registered = atomic_load(&h->ranks_registered);
+    out->max_rooms = h->max_rooms;
+    out->rooms_live = h->room_counters.rooms_live;
+    out->room_ttl_ms = h->room_ttl_ms;
+    out->failures_total = h->room_counters.failures_total;
+    return KVC_OK;
+}

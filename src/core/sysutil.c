@@ -1,0 +1,122 @@
+/*
+ * sysutil.c - process identity (pid + start time) and the shared
+ * futex the epoch words are waited on with.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Fields of /proc/<pid>/stat (proc(5)): 3 state, 22 start time, 52 exit
+ * code.  The command name (field 2) may hold spaces and parentheses, so
+ * parsing starts after its last ')'.  Returns false if unreadable. */
+static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
+{
+    char path[64], buf[2048];
+    if (pid <= 0)
+        return false;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ')
+        return false;
+    p += 2; /* field 3 */
+    *state = *p;
+    unsigned long long v = 0;
+    for (int field = 3; *p; p++) {
+        if (*p != ' ')
+            continue;
+        field++;
+        if (field == 22 && sscanf(p + 1, "%llu", &v) == 1)
+            *start = (uint64_t)v;
+        if (field == 52) {
+            *exit_code = atoi(p + 1);
+            break;
+        }
+    }
+    return true;
+}
+
+uint64_t kvc__proc_start(int32_t pid)
+{
+    char st = 0;
+    uint64_t start = 0;
+    int code = 0;
+    return proc_stat(pid, &st, &start, &code) ? start : 0;
+}
+
+bool kvc__proc_alive(int32_t pid, uint64_t start)
+{
+    if (pid <= 0)
+        return false;
+    char st = 0;
+    uint64_t now = 0;
+    int code = 0;
+    if (!proc_stat(pid, &st, &now, &code)) {
+        /* Unreadable /proc (hidepid) but the pid exists: trust kill(0). */
+        if (syscall(SYS_kill, pid, 0) == 0 || errno == EPERM)
+            return true;
+        return false;
+    }
+    if (st == 'Z' || st == 'X')
+        return false;
+    return start == 0 || now == start;
+}
+
+void kvc__proc_how(int32_t pid, char *buf, size_t cap)
+{
+    char st = 0;
+    uint64_t start = 0;
+    int code = -1;
+    if (proc_stat(pid, &st, &start, &code) && (st == 'Z' || st == 'X') && code >= 0)
+        kvc_wait_status_text(code, buf, cap);
+    else
+        snprintf(buf, cap, "exited (exit status unknown)");
+}
+
+KVC_API char *kvc_wait_status_text(int status, char *buf, size_t cap)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status))
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(buf, cap, "ended with wait status 0x%x", (unsigned)status);
+    return buf;
+}
+
+int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms)
+{
+    struct timespec ts = {.tv_sec = timeout_ms / 1000,
+                          .tv_nsec = (long)(timeout_ms % 1000) * 1000000L};
+    /* FUTEX_WAIT without FUTEX_PRIVATE_FLAG: the word lives in shared memory
+     * and waiters and wakers are different processes. */
+    long r = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, val, &ts, NULL, 0);
+    if (r == 0)
+        return 0;
+    if (errno == EAGAIN)
+        return 0;
+    return errno;
+}
+
+void kvc__futex_wake_all(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}

@@ -1,0 +1,344 @@
+/*
+ * http_conn.c - one connection's HTTP/1.1 parsing; see http_conn.h.
+ *
+ * http-parser calls back with pieces of the request as they arrive (a piece
+ * may be split across recv() calls).  A callback that needs the server to
+ * act stops the parser with http_parser_pause(); hconn_parse() then returns
+ * the event, and the next call resumes exactly where the parser stopped.
+ */
+#include "http_conn.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "query.h"
+
+#define URL_KEEP 4096       /* URL buffer kept between requests */
+#define BODY_KEEP 65536     /* body buffer kept between requests */
+#define HEADER_LINE_EXTRA 4 /* ": " and CRLF, counted toward max_head */
+
+enum { KEEP_NONE = 0, KEEP_EXPECT = 1, KEEP_TE = 2, KEEP_AUTH = 3 };
+
+static struct http_conn *conn_of(http_parser *p) { return p->data; }
+
+/* Stop the parser and report ev from hconn_parse(). */
+static int stop_with(struct http_conn *c, enum hconn_event ev)
+{
+    c->event = ev;
+    http_parser_pause(&c->parser, 1);
+    return 0;
+}
+
+static int fail(struct http_conn *c, int status, const char *detail)
+{
+    c->err_status = status;
+    c->err_detail = detail;
+    return stop_with(c, HCONN_ERROR);
+}
+
+/* Count n more bytes of request head; 431 past the limit. */
+static int add_head(struct http_conn *c, size_t n)
+{
+    c->head_bytes += n;
+    if (c->head_bytes <= c->lim->max_head)
+        return 0;
+    snprintf(c->err_buf, sizeof c->err_buf, "Request header fields too large (limit %zu bytes)",
+             c->lim->max_head);
+    fail(c, 431, c->err_buf);
+    return -1;
+}
+
+/* Forget the Authorization value of the last request (a secret: zeroed,
+ * not just marked unused). */
+static void auth_wipe(struct http_conn *c)
+{
+    size_t n = c->auth_len < sizeof c->auth ? c->auth_len : sizeof c->auth;
+    if (n)
+        memset(c->auth, 0, n);
+    c->auth_len = 0;
+    c->auth_count = c->auth_overflow = 0;
+    c->req.authorization = NULL;
+    c->req.authorization_len = 0;
+    c->req.authorization_bad = 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    c->phase = HCONN_HEAD;
+    c->head_bytes = 0;
+    buf_reset(&c->url);
+    buf_reset(&c->body);
+    c->field_len = c->in_value = c->keep = 0;
+    c->te_count = c->expect_len = c->te_len = 0;
+    auth_wipe(c);
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t n)
+{
+    struct http_conn *c = conn_of(p);
+    if (add_head(c, n))
+        return 0;
+    buf_append(&c->url, at, n);
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n)
+{
+    struct http_conn *c = conn_of(p);
+    if (add_head(c, n + (c->in_value || !c->field_len ? HEADER_LINE_EXTRA : 0)))
+        return 0;
+    if (c->in_value) { /* a new header starts */
+        c->field_len = 0;
+        c->in_value = 0;
+        c->keep = KEEP_NONE;
+    }
+    /* "Name : value" must be rejected (RFC 9112 5.1): some parsers take the
+     * name with the space as another header, which lets a smuggled
+     * Content-Length or Transfer-Encoding through. */
+    if (memchr(at, ' ', n) || memchr(at, '\t', n))
+        return fail(c, 400, "Malformed HTTP request: whitespace in a header field name");
+    for (size_t i = 0; i < n && c->field_len < sizeof c->field; i++)
+        c->field[c->field_len++] = at[i];
+    return 0;
+}
+
+/* The whole header name is known: decide whether its value is kept. */
+static void classify_field(struct http_conn *c)
+{
+    size_t n = c->field_len;
+    c->in_value = 1;
+    c->keep = KEEP_NONE;
+    if (n == 6 && !strncasecmp(c->field, "expect", 6)) {
+        c->keep = KEEP_EXPECT;
+    } else if (n == 17 && !strncasecmp(c->field, "transfer-encoding", 17)) {
+        c->keep = KEEP_TE;
+        if (++c->te_count > 1)
+            fail(c, 400, "Malformed HTTP request: duplicate Transfer-Encoding header");
+    } else if (n == 13 && !strncasecmp(c->field, "authorization", 13)) {
+        c->keep = KEEP_AUTH;
+        if (c->auth_count < 255)
+            c->auth_count++;
+    }
+}
+
+static void keep_bytes(char *dst, unsigned char *len, size_t cap, const char *at, size_t n)
+{
+    for (size_t i = 0; i < n && *len < cap; i++)
+        dst[(*len)++] = at[i];
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n)
+{
+    struct http_conn *c = conn_of(p);
+    if (add_head(c, n))
+        return 0;
+    if (!c->in_value)
+        classify_field(c);
+    if (HTTP_PARSER_ERRNO(p) == HPE_PAUSED)
+        return 0;
+    if (c->keep == KEEP_EXPECT)
+        keep_bytes(c->expect, &c->expect_len, sizeof c->expect, at, n);
+    else if (c->keep == KEEP_TE)
+        keep_bytes(c->te, &c->te_len, sizeof c->te, at, n);
+    else if (c->keep == KEEP_AUTH && c->auth_count == 1) {
+        if (n > sizeof c->auth - c->auth_len) {
+            c->auth_overflow = 1; /* denied; nothing past the buffer is kept */
+            n = sizeof c->auth - c->auth_len;
+        }
+        memcpy(c->auth + c->auth_len, at, n);
+        c->auth_len += n;
+    }
+    return 0;
+}
+
+/* A kept header value without surrounding whitespace equals word
+ * (case-insensitive); a truncated value never does. */
+static int value_is(const char *v, size_t len, size_t cap, const char *word)
+{
+    if (len >= cap)
+        return 0;
+    while (len && (*v == ' ' || *v == '\t'))
+        v++, len--;
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    return len == strlen(word) && !strncasecmp(v, word, len);
+}
+
+static int body_expected(const http_parser *p)
+{
+    return (p->flags & F_CHUNKED) || (p->content_length > 0 && p->content_length != UINT64_MAX);
+}
+
+static int body_too_large(struct http_conn *c)
+{
+    snprintf(c->err_buf, sizeof c->err_buf, "Request body too large (limit %zu bytes)",
+             c->lim->max_body);
+    return fail(c, 413, c->err_buf);
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    c->phase = HCONN_BODY;
+    if (p->http_major != 1)
+        return fail(c, 400, "Malformed HTTP request: unsupported HTTP version");
+    if (c->te_count && !value_is(c->te, c->te_len, sizeof c->te, "chunked"))
+        return fail(c, 501, "Unsupported Transfer-Encoding (only chunked is accepted)");
+    if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body)
+        return body_too_large(c);
+    if (c->auth_count) {
+        c->req.authorization = c->auth;
+        c->req.authorization_len = c->auth_len;
+        c->req.authorization_bad = c->auth_count > 1 || c->auth_overflow;
+    }
+    /* RFC 9110 10.1.1: Expect is ignored in HTTP/1.0 requests. */
+    if (c->expect_len && p->http_minor >= 1) {
+        if (!value_is(c->expect, c->expect_len, sizeof c->expect, "100-continue"))
+            return fail(c, 417, "Unsupported Expect header (only 100-continue is accepted)");
+        if (body_expected(p))
+            return stop_with(c, HCONN_CONTINUE);
+    }
+    return 0;
+}
+
+/* A chunk announces its size first: refuse one that cannot fit before it
+ * arrives. */
+static int on_chunk_header(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    if (p->content_length > c->lim->max_body - c->body.len)
+        return body_too_large(c);
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t n)
+{
+    struct http_conn *c = conn_of(p);
+    if (n > c->lim->max_body - c->body.len)
+        return body_too_large(c);
+    buf_append(&c->body, at, n);
+    return 0;
+}
+
+/* Split the request target into path (decoded in place) and raw query. */
+static int split_target(struct http_conn *c)
+{
+    char *u = c->url.p;
+    size_t n = c->url.len;
+    size_t path_off = 0, path_len, q_off = n, q_len = 0;
+    if (n == 0) /* http-parser never passes an empty target; be safe */
+        return -1;
+    if (u[0] != '/' && !(n == 1 && u[0] == '*')) { /* absolute-form */
+        struct http_parser_url pu;
+        http_parser_url_init(&pu);
+        if (http_parser_parse_url(u, n, 0, &pu))
+            return -1;
+        path_off = pu.field_data[UF_PATH].off;
+        path_len = (pu.field_set & (1 << UF_PATH)) ? pu.field_data[UF_PATH].len : 0;
+        if (pu.field_set & (1 << UF_QUERY))
+            q_off = pu.field_data[UF_QUERY].off, q_len = pu.field_data[UF_QUERY].len;
+    } else {
+        char *hash = memchr(u, '#', n);
+        if (hash)
+            n = (size_t)(hash - u);
+        char *qm = memchr(u, '?', n);
+        path_len = qm ? (size_t)(qm - u) : n;
+        if (qm)
+            q_off = path_len + 1, q_len = n - path_len - 1;
+    }
+    long dlen = pct_decode(u + path_off, u + path_off, path_len, 0);
+    if (dlen < 0)
+        return -1;
+    c->req.path = path_len ? u + path_off : "/";
+    c->req.path_len = path_len ? (size_t)dlen : 1;
+    c->req.query = u + q_off;
+    c->req.query_len = q_len;
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    c->phase = HCONN_IDLE;
+    if (c->url.oom || c->body.oom)
+        return fail(c, 500, "Out of memory reading the request");
+    if (split_target(c))
+        return fail(c, 400, "Invalid request target (bad percent-encoding or URL)");
+    c->req.method = p->method;
+    c->req.body = c->body.len ? c->body.p : "";
+    c->req.body_len = c->body.len;
+    c->req.http_minor = (unsigned char)p->http_minor;
+    /* An upgrade (or CONNECT) is answered, then the connection closes: the
+     * bytes after it would be another protocol. */
+    c->req.keep_alive = http_should_keep_alive(p) && !p->upgrade;
+    return stop_with(c, HCONN_REQUEST);
+}
+
+static const http_parser_settings settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_chunk_header = on_chunk_header,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+void hconn_init(struct http_conn *c, const struct http_limits *lim)
+{
+    memset(c, 0, sizeof *c);
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    c->lim = lim;
+}
+
+static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
+{
+    if (e == HPE_HEADER_OVERFLOW) {
+        snprintf(c->err_buf, sizeof c->err_buf, "Request header fields too large (limit %zu bytes)",
+                 c->lim->max_head);
+        c->err_status = 431;
+        c->err_detail = c->err_buf;
+    } else {
+        snprintf(c->err_buf, sizeof c->err_buf, "Malformed HTTP request: %s",
+                 http_errno_description(e));
+        c->err_status = 400;
+        c->err_detail = c->err_buf;
+    }
+    return HCONN_ERROR;
+}
+
+enum hconn_event hconn_parse(struct http_conn *c, const char *data, size_t len, size_t *consumed)
+{
+    c->event = HCONN_MORE;
+    *consumed = http_parser_execute(&c->parser, &settings, data, len);
+    enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+    if (e == HPE_PAUSED) {
+        http_parser_pause(&c->parser, 0);
+        return c->event;
+    }
+    if (e != HPE_OK)
+        return parser_error(c, e);
+    if (*consumed < len) /* cannot happen without an error or a pause */
+        return parser_error(c, HPE_UNKNOWN);
+    return HCONN_MORE;
+}
+
+void hconn_done(struct http_conn *c)
+{
+    auth_wipe(c);
+    buf_trim(&c->url, URL_KEEP);
+    buf_trim(&c->body, BODY_KEEP);
+}
+
+void hconn_free(struct http_conn *c)
+{
+    auth_wipe(c);
+    buf_free(&c->url);
+    buf_free(&c->body);
+}

@@ -1,0 +1,28 @@
+/*
+ * http_req.h - one parsed HTTP request, as http_conn.c hands it to the
+ * routes.  Every pointer stays valid until the response to this request has
+ * been produced (also while a long-poll keeps it parked).
+ */
+#ifndef KVC_HTTP_REQ_H
+#define KVC_HTTP_REQ_H
+
+#include <stddef.h>
+
+struct http_req {
+    int method;       /* enum http_method (http_parser.h) */
+    const char *path; /* percent-decoded path, not NUL-terminated */
+    size_t path_len;
+    const char *query; /* raw query string after '?', not decoded */
+    size_t query_len;
+    const char *body; /* de-chunked body */
+    size_t body_len;
+    unsigned char http_minor; /* 1.0 or 1.1 (major is always 1) */
+    unsigned char keep_alive; /* answer keeps the connection open; 0: close */
+    /* The Authorization header's value (NULL: none), not NUL-terminated.
+     * Never logged; wiped once the request is answered. */
+    const char *authorization;
+    size_t authorization_len;
+    unsigned char authorization_bad; /* duplicate or oversized header: deny */
+};
+
+#endif /* KVC_HTTP_REQ_H */

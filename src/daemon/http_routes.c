@@ -1,0 +1,887 @@
+/*
+ * http_routes.c - kvcoordd's routes.  Handlers call the public kvc_* API
+ * only (HTTP -> routes -> library -> segment).
+ *
+ * sglang-compatible (EngineInfoBootstrapServer; same paths, status codes,
+ * JSON shapes and fixed detail strings):
+ *   GET  /health                          200 text/plain "OK"
+ *   PUT  /register_transfer_engine_info   (POST too) body {"rank"|"tp_rank": int,
+ *        "transfer_engine_info": {"session_id": str, "weights_info_dict": {...}}}
+ *                                         200 "OK"; 400 naming the field
+ *   GET  /get_transfer_engine_info?rank=N 200 {"rank":N,
+ *        "remote_instance_transfer_engine_info":[session_id, weights_info_dict]};
+ *        400 "Missing rank parameter" / "Invalid rank parameter";
+ *        404 "No transfer engine info for rank N"
+ * Extensions:
+ *   - wait_ms=N on the lookup: long-poll; a rank not (yet) registered is
+ *     waited for up to N ms (clamped to 60000) before the 404.  The wait
+ *     parks the connection; the event loop keeps serving others.
+ *   - the lookup answer carries "X-Kvcoord-Generation: G", the rank's
+ *     generation (changes on every re-registration).
+ *   - 404 for a withdrawn rank says why: "... (withdrawn: <note>)".
+ *   - GET /ranks: {"ranks":[{"rank","session_id","generation","entries",
+ *     "info_bytes","registered_ns","pid"}...],"world_size":W}.
+ *   - DELETE /transfer_engine_info?rank=N: withdraw; 200 "OK" or 404.
+ *   - HEAD on every GET route.
+ *   - GET /rooms/{room}[?rank=R]: a bootstrap room's state, participants,
+ *     per-rank local states and failure record (is_from_another_rank as
+ *     rank R sees it; without R, as an outside observer); 404 if unknown.
+ *   - PUT /rooms/{room}/failure (POST too) body {"rank": int, "reason": str,
+ *     "code": int (optional, 0)}: kvc_room_fail (first record wins);
+ *     {"kept": bool, "failure": {...}}.
+ *   - GET /failures[?limit=N][&rank=R]: the most recent failure records,
+ *     newest first (default 100, at most 1024).
+ *   - GET /metrics: Prometheus text exposition (metrics.h).
+ *   - With a token configured (auth.h), the mutating routes (registration,
+ *     DELETE /transfer_engine_info, PUT /rooms/{room}/failure) need
+ *     "Authorization: Bearer <token>"; else 401 {"detail":"Unauthorized"}
+ *     with WWW-Authenticate: Bearer, checked before the body is looked at.
+ *   Room ids are decimal 63-bit integers, written as JSON integers.
+ * Every error is application/json {"detail":"..."}; an unknown path is 404
+ * "Not Found", a known path with another method 405 "Method Not Allowed"
+ * with an Allow header.  Library errors: KVC_E_CAPACITY and KVC_E_INVAL 400,
+ * KVC_E_TOOBIG 413, KVC_E_FULL 507, KVC_E_BUSY 503, others 500, the detail
+ * ending with kvc_last_error().
+ */
+#include "http_routes.h"
+
+#include <http_parser.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "http_resp.h"
+#include "log.h"
+#include "metrics.h"
+#include "query.h"
+
+#define RI_KEEP (256 * 1024) /* lookup buffer kept per connection */
+#define WITHDRAW_NOTE "withdrawn over HTTP (DELETE /transfer_engine_info)"
+
+struct routes {
+    kvc_segment *seg;
+    uint32_t max_ranks;
+    kvc_rank_info *list; /* max_ranks entries, for /ranks */
+    kvc_rank_info scratch;
+    struct buf body;            /* /ranks, /rooms and /failures answer bodies */
+    kvc_failure_info *failures; /* ROUTES_FAILURES_MAX, for /failures */
+    const struct auth *auth;    /* NULL: no token check */
+    const struct metrics *metrics;
+};
+
+#define ROUTES_FAILURES_DEFAULT 100
+#define ROUTES_FAILURES_MAX KVC_FAILURE_RING
+
+typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *, const struct http_req *,
+                                  struct buf *);
+
+struct route {
+    const char *path;
+    uint64_t methods;  /* bit (1 << enum http_method) per method accepted */
+    const char *allow; /* Allow header for 405 */
+    route_fn fn;
+};
+
+#define M(m) (UINT64_C(1) << (m))
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static void detailf(struct buf *out, const struct http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void detailf(struct buf *out, const struct http_req *req, int status, const char *fmt, ...)
+{
+    char detail[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    resp_detail(out, req, status, detail, NULL);
+}
+
+/* HTTP status for a library error. */
+static int lib_status(kvc_err e)
+{
+    switch (e) {
+    case KVC_E_INVAL:
+    case KVC_E_CAPACITY: return 400;
+    case KVC_E_TOOBIG: return 413;
+    case KVC_E_FULL: return 507;
+    case KVC_E_BUSY: return 503;
+    default: return 500;
+    }
+}
+
+/* Read rank (required) and wait_ms (optional, 0 when absent) from the
+ * query; on a bad one the 400 is written and -1 returned. */
+static int rank_params(const struct http_req *req, struct buf *out, uint32_t *rank,
+                       uint32_t *wait_ms)
+{
+    char rv[24], wv[24];
+    struct query_param want[2] = {{"rank", rv, sizeof rv, 0, 0}, {"wait_ms", wv, sizeof wv, 0, 0}};
+    uint64_t v;
+    if (query_parse(req->query, req->query_len, want, wait_ms ? 2 : 1) < 0) {
+        resp_detail(out, req, 400, "Invalid percent-encoding in query string", NULL);
+        return -1;
+    }
+    if (!want[0].found) {
+        resp_detail(out, req, 400, "Missing rank parameter", NULL);
+        return -1;
+    }
+    if (want[0].too_long || parse_uint(rv, INT32_MAX, &v)) {
+        resp_detail(out, req, 400, "Invalid rank parameter", NULL);
+        return -1;
+    }
+    *rank = (uint32_t)v;
+    if (!wait_ms)
+        return 0;
+    *wait_ms = 0;
+    if (want[1].found) {
+        if (want[1].too_long || parse_uint(wv, UINT64_MAX, &v)) {
+            resp_detail(out, req, 400, "Invalid wait_ms parameter", NULL);
+            return -1;
+        }
+        *wait_ms = v > ROUTES_MAX_WAIT_MS ? ROUTES_MAX_WAIT_MS : (uint32_t)v;
+    }
+    return 0;
+}
+
+/* A mutating request without a valid token: answers 401 and returns 1. */
+static int unauthorized(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    if (!r->auth || !auth_enabled(r->auth))
+        return 0;
+    enum auth_result rc = req->authorization_bad
+                              ? AUTH_DENY_TOKEN
+                              : auth_check_n(r->auth, req->authorization, req->authorization_len);
+    if (rc == AUTH_ALLOW)
+        return 0;
+    resp_detail(out, req, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
+    if (log_enabled(LOG_DEBUG)) /* never the header itself */
+        log_event(LOG_DEBUG, "unauthorized", "method=%s path=\"%.*s\" reason=%s",
+                  http_method_str((enum http_method)req->method),
+                  (int)(req->path_len > 200 ? 200 : req->path_len), req->path,
+                  auth_result_name(rc));
+    return 1;
+}
+
+/* ---- GET /health -------------------------------------------------------- */
+
+static enum route_rc get_health(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                struct buf *out)
+{
+    (void)r, (void)s;
+    resp_ok(out, req);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /get_transfer_engine_info --------------------------------------- */
+
+/* The answer, built by concatenation: the stored weights_info_dict text is
+ * appended verbatim (never re-parsed), session_id JSON-escaped. */
+static void write_info(struct buf *out, const struct http_req *req, const kvc_rank_info *ri)
+{
+    static const char p1[] = "{\"rank\":", p2[] = ",\"remote_instance_transfer_engine_info\":[\"",
+                      p3[] = "\",", p4[] = "]}";
+    char num[20], extra[64];
+    size_t nlen = u64_to_dec(num, ri->rank);
+    size_t sid_len = strlen(ri->session_id);
+    size_t clen = sizeof p1 - 1 + nlen + sizeof p2 - 1 + json_escape_len(ri->session_id, sid_len) +
+                  sizeof p3 - 1 + ri->info_len + sizeof p4 - 1;
+    snprintf(extra, sizeof extra, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
+    resp_head(out, req, 200, CT_JSON, clen, extra);
+    char *start = resp_has_body(req) ? buf_space(out, clen) : NULL;
+    if (!start)
+        return;
+    char *p = start;
+    memcpy(p, p1, sizeof p1 - 1), p += sizeof p1 - 1;
+    memcpy(p, num, nlen), p += nlen;
+    memcpy(p, p2, sizeof p2 - 1), p += sizeof p2 - 1;
+    p = json_escape(p, ri->session_id, sid_len);
+    memcpy(p, p3, sizeof p3 - 1), p += sizeof p3 - 1;
+    memcpy(p, ri->info, ri->info_len), p += ri->info_len;
+    memcpy(p, p4, sizeof p4 - 1), p += sizeof p4 - 1;
+    buf_commit(out, (size_t)(p - start));
+}
+
+static void write_lookup_error(struct buf *out, const struct http_req *req, uint32_t rank,
+                               kvc_err e, const kvc_rank_info *ri)
+{
+    if (e == KVC_E_NOENT || e == KVC_E_CAPACITY)
+        detailf(out, req, 404, "No transfer engine info for rank %u", rank);
+    else if (e == KVC_E_WITHDRAWN)
+        detailf(out, req, 404, "No transfer engine info for rank %u (withdrawn: %s)", rank,
+                ri->note);
+    else
+        detailf(out, req, lib_status(e), "Lookup of rank %u failed: %s", rank, kvc_last_error());
+}
+
+/* One lookup of the slot's rank; parks when allowed and the rank is absent. */
+static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out, int may_park)
+{
+    /* The epoch is read before the lookup: a registration landing after the
+     * lookup changes it, so the parked request is re-checked (no lost wake). */
+    uint32_t epoch = may_park ? kvc_rank_epoch(r->seg) : 0;
+    kvc_err e = kvc_rank_lookup(r->seg, s->park_rank, &s->ri);
+    if (e == KVC_OK) {
+        write_info(out, req, &s->ri);
+        return ROUTE_DONE;
+    }
+    if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN)) {
+        s->park_epoch = epoch;
+        return ROUTE_PARK;
+    }
+    write_lookup_error(out, req, s->park_rank, e, &s->ri);
+    return ROUTE_DONE;
+}
+
+static enum route_rc get_info(struct routes *r, struct route_slot *s, const struct http_req *req,
+                              struct buf *out)
+{
+    if (rank_params(req, out, &s->park_rank, &s->park_wait_ms))
+        return ROUTE_DONE;
+    return lookup_once(r, s, req, out, s->park_wait_ms > 0);
+}
+
+enum route_rc routes_resume(struct routes *r, struct route_slot *s, const struct http_req *req,
+                            struct buf *out, int expired)
+{
+    return lookup_once(r, s, req, out, !expired);
+}
+
+/* ---- PUT /register_transfer_engine_info ---------------------------------- */
+
+static int bad_field(struct buf *out, const struct http_req *req, const char *field,
+                     const char *why)
+{
+    if (why)
+        detailf(out, req, 400, "Invalid field '%s': %s", field, why);
+    else
+        detailf(out, req, 400, "Missing field '%s'", field);
+    return -1;
+}
+
+/* The rank of a registration: "rank", else "tp_rank" (rank 0 is valid). */
+static int register_rank(struct routes *r, json_t *root, const struct http_req *req,
+                         struct buf *out, uint32_t *rank)
+{
+    const char *name = "rank";
+    json_t *jr = json_object_get(root, name);
+    if (!jr)
+        jr = json_object_get(root, name = "tp_rank");
+    if (!jr) {
+        resp_detail(out, req, 400, "Missing field 'rank' (or 'tp_rank')", NULL);
+        return -1;
+    }
+    if (!json_is_integer(jr) || json_integer_value(jr) < 0)
+        return bad_field(out, req, name, "must be a non-negative integer");
+    json_int_t v = json_integer_value(jr);
+    if (v >= (json_int_t)UINT32_MAX) { /* beyond what the library takes */
+        detailf(out, req, 400,
+                "Failed to register rank %" JSON_INTEGER_FORMAT ": rank %" JSON_INTEGER_FORMAT
+                " exceeds the segment's max ranks (%u)",
+                v, v, r->max_ranks);
+        return -1;
+    }
+    *rank = (uint32_t)v;
+    return 0;
+}
+
+/* Check transfer_engine_info; on success *sid and *wid point into root,
+ * else the 400 naming the field is written and -1 returned. */
+static int register_info(json_t *root, const struct http_req *req, struct buf *out,
+                         const char **sid, json_t **wid)
+{
+    json_t *tei = json_object_get(root, "transfer_engine_info");
+    if (!tei)
+        return bad_field(out, req, "transfer_engine_info", NULL);
+    if (!json_is_object(tei))
+        return bad_field(out, req, "transfer_engine_info", "must be an object");
+    json_t *js = json_object_get(tei, "session_id");
+    if (!js)
+        return bad_field(out, req, "transfer_engine_info.session_id", NULL);
+    if (!json_is_string(js) || json_string_length(js) == 0)
+        return bad_field(out, req, "transfer_engine_info.session_id", "must be a non-empty string");
+    if (json_string_length(js) > KVC_SESSION_ID_MAX)
+        return bad_field(out, req, "transfer_engine_info.session_id", "longer than 255 bytes");
+    *sid = json_string_value(js);
+    *wid = json_object_get(tei, "weights_info_dict");
+    if (!*wid)
+        return bad_field(out, req, "transfer_engine_info.weights_info_dict", NULL);
+    if (!json_is_object(*wid))
+        return bad_field(out, req, "transfer_engine_info.weights_info_dict", "must be an object");
+    return 0;
+}
+
+/* Store a validated registration; writes the answer. */
+static void register_store(struct routes *r, const struct http_req *req, struct buf *out,
+                           uint32_t rank, const char *sid, json_t *wid)
+{
+    char *text = json_dumps(wid, JSON_COMPACT);
+    if (!text) {
+        resp_detail(out, req, 500, "Out of memory encoding weights_info_dict", NULL);
+        return;
+    }
+    size_t len = strlen(text);
+    uint64_t gen = 0;
+    /* wid is a JSON object jansson parsed and serialised: the library need
+     * not parse those (up to megabytes of) bytes again. */
+    size_t entries = json_object_size(wid);
+    kvc_err e = kvc_rank_register_validated(
+        r->seg, rank, sid, text, len, entries > UINT32_MAX ? UINT32_MAX : (uint32_t)entries, &gen);
+    free(text);
+    if (e) {
+        detailf(out, req, lib_status(e), "Failed to register rank %u: %s", rank, kvc_last_error());
+        return;
+    }
+    /* At debug: the daemon's rank table watch logs every registration
+     * once at info, whoever made it (seg_events.c). */
+    log_event(LOG_DEBUG, "http_register",
+              "rank=%u session_id=\"%s\" generation=%" PRIu64 " bytes=%zu", rank, sid, gen, len);
+    resp_ok(out, req);
+}
+
+/* The request body as JSON, or NULL after answering 400 with jansson's
+ * reason and position. */
+static json_t *parse_body(const struct http_req *req, struct buf *out)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                jerr.text);
+    return root;
+}
+
+/* Parse, check and store a registration; writes the answer. */
+static void register_now(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    json_t *root = parse_body(req, out);
+    if (!root)
+        return;
+    uint32_t rank;
+    const char *sid;
+    json_t *wid;
+    if (!json_is_object(root))
+        resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
+    else if (!register_rank(r, root, req, out, &rank) && !register_info(root, req, out, &sid, &wid))
+        register_store(r, req, out, rank, sid, wid);
+    json_decref(root);
+}
+
+static enum route_rc put_register(struct routes *r, struct route_slot *s,
+                                  const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    if (req->body_len > ROUTES_INLINE_BODY)
+        return ROUTE_DEFER;
+    register_now(r, req, out);
+    return ROUTE_DONE;
+}
+
+void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    register_now(r, req, out); /* the only route deferred */
+}
+
+/* ---- GET /ranks ----------------------------------------------------------- */
+
+static void append_rank(struct buf *b, const kvc_rank_info *ri, int first)
+{
+    buf_puts(b, first ? "{\"rank\":" : ",{\"rank\":");
+    buf_putu64(b, ri->rank);
+    buf_puts(b, ",\"session_id\":\"");
+    json_escape_append(b, ri->session_id, strlen(ri->session_id));
+    buf_puts(b, "\",\"generation\":");
+    buf_putu64(b, ri->generation);
+    buf_puts(b, ",\"entries\":");
+    buf_putu64(b, ri->entries);
+    buf_puts(b, ",\"info_bytes\":");
+    buf_putu64(b, ri->info_len);
+    buf_puts(b, ",\"registered_ns\":");
+    buf_putu64(b, ri->registered_ns);
+    buf_puts(b, ",\"pid\":");
+    buf_putu64(b, (uint64_t)(ri->pid > 0 ? ri->pid : 0));
+    buf_puts(b, "}");
+}
+
+static enum route_rc get_ranks(struct routes *r, struct route_slot *s, const struct http_req *req,
+                               struct buf *out)
+{
+    (void)s;
+    kvc_segment_info si;
+    size_t count = 0;
+    kvc_err e = kvc_segment_stat(r->seg, &si);
+    if (!e)
+        e = kvc_rank_list(r->seg, r->list, r->max_ranks, &count, 0);
+    if (e) {
+        detailf(out, req, lib_status(e), "Listing ranks failed: %s", kvc_last_error());
+        return ROUTE_DONE;
+    }
+    struct buf *b = &r->body;
+    buf_reset(b);
+    buf_puts(b, "{\"ranks\":[");
+    int first = 1;
+    for (size_t i = 0; i < count && i < r->max_ranks; i++) {
+        /* The list carries no info size: look the rank up (it may have been
+         * withdrawn since the list was taken; then it is left out). */
+        if (kvc_rank_lookup(r->seg, r->list[i].rank, &r->scratch) == KVC_OK) {
+            append_rank(b, &r->scratch, first);
+            first = 0;
+        }
+    }
+    buf_puts(b, "],\"world_size\":");
+    buf_putu64(b, si.world_size);
+    buf_puts(b, "}");
+    kvc_rank_info_free(&r->scratch);
+    if (b->oom)
+        resp_detail(out, req, 500, "Out of memory listing ranks", NULL);
+    else
+        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
+/* ---- DELETE /transfer_engine_info ------------------------------------------ */
+
+static enum route_rc delete_info(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out)
+{
+    (void)s;
+    uint32_t rank;
+    if (rank_params(req, out, &rank, NULL))
+        return ROUTE_DONE;
+    kvc_err e = kvc_rank_withdraw(r->seg, rank, WITHDRAW_NOTE);
+    if (e == KVC_E_NOENT || e == KVC_E_CAPACITY) {
+        detailf(out, req, 404, "No transfer engine info for rank %u", rank);
+    } else if (e) {
+        detailf(out, req, lib_status(e), "Withdrawing rank %u failed: %s", rank, kvc_last_error());
+    } else {
+        log_event(LOG_DEBUG, "http_withdraw", "rank=%u", rank);
+        resp_ok(out, req);
+    }
+    return ROUTE_DONE;
+}
+
+/* ---- rooms ---------------------------------------------------------------- */
+
+#define ROOM_ID_RULE "must be a decimal integer in 0..9223372036854775807"
+
+/* Parse a room id: decimal digits only, at most 2^63 - 1 (ids are 63-bit
+ * and written as JSON integers, which then fit an int64). */
+static int parse_room_id(const char *s, size_t n, uint64_t *out)
+{
+    char digits[24];
+    if (n == 0 || n >= sizeof digits)
+        return -1;
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    return parse_uint(digits, INT64_MAX, out);
+}
+
+/* The optional ?rank=R of the room routes: *asking = R, or -1 when absent.
+ * On a bad one the 400 is written and -1 returned. */
+static int asking_rank(const struct http_req *req, struct buf *out, struct query_param *extra,
+                       int32_t *asking)
+{
+    char rv[24];
+    struct query_param want[2] = {{"rank", rv, sizeof rv, 0, 0}};
+    size_t n = 1;
+    if (extra)
+        want[n++] = *extra;
+    if (query_parse(req->query, req->query_len, want, n) < 0) {
+        resp_detail(out, req, 400, "Invalid percent-encoding in query string", NULL);
+        return -1;
+    }
+    if (extra)
+        *extra = want[1];
+    *asking = -1;
+    uint64_t v;
+    if (want[0].found) {
+        if (want[0].too_long || parse_uint(rv, INT32_MAX, &v)) {
+            resp_detail(out, req, 400, "Invalid rank parameter", NULL);
+            return -1;
+        }
+        *asking = (int32_t)v;
+    }
+    return 0;
+}
+
+static void put_bool(struct buf *b, int v) { buf_puts(b, v ? "true" : "false"); }
+
+static void put_i64(struct buf *b, int64_t v)
+{
+    if (v < 0) {
+        buf_puts(b, "-");
+        buf_putu64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        buf_putu64(b, (uint64_t)v);
+    }
+}
+
+/* A failure record as JSON; is_from_another_rank relative to asking (-1:
+ * an outside observer, for whom every record is from another rank). */
+static void append_failure(struct buf *b, const kvc_failure_info *f, int32_t asking)
+{
+    char text[KVC_REASON_MAX + 256];
+    kvc_failure_info seen = *f;
+    seen.is_from_another_rank = asking < 0 || (uint32_t)asking != f->origin_rank;
+    kvc_failure_text(&seen, text, sizeof text);
+    buf_puts(b, "{\"room\":");
+    buf_putu64(b, f->room);
+    buf_puts(b, ",\"origin_rank\":");
+    buf_putu64(b, f->origin_rank);
+    buf_puts(b, ",\"origin_pid\":");
+    put_i64(b, f->origin_pid);
+    buf_puts(b, ",\"code\":");
+    put_i64(b, f->code);
+    buf_puts(b, ",\"reason\":\"");
+    json_escape_append(b, f->reason, strlen(f->reason));
+    buf_puts(b, "\",\"time_ns\":");
+    buf_putu64(b, f->time_ns);
+    buf_puts(b, ",\"is_from_another_rank\":");
+    put_bool(b, seen.is_from_another_rank);
+    buf_puts(b, ",\"text\":\"");
+    json_escape_append(b, text, strlen(text));
+    buf_puts(b, "\"}");
+}
+
+static void append_state(struct buf *b, int state)
+{
+    buf_puts(b, "\"state\":\"");
+    buf_puts(b, kvc_poll_name((kvc_poll)state));
+    buf_puts(b, "\",\"state_value\":");
+    buf_putu64(b, (uint64_t)state);
+}
+
+static void append_room(struct buf *b, const kvc_room_info *ri, int32_t asking)
+{
+    buf_puts(b, "{\"room\":");
+    buf_putu64(b, ri->room);
+    buf_puts(b, ",");
+    append_state(b, ri->state);
+    buf_puts(b, ",\"participants\":");
+    buf_putu64(b, ri->participants);
+    buf_puts(b, ",\"joined\":");
+    buf_putu64(b, ri->joined);
+    buf_puts(b, ",\"released\":");
+    buf_putu64(b, ri->released);
+    buf_puts(b, ",\"opened_ns\":");
+    buf_putu64(b, ri->opened_ns);
+    buf_puts(b, ",\"updated_ns\":");
+    buf_putu64(b, ri->updated_ns);
+    buf_puts(b, ",\"local\":[");
+    for (uint32_t i = 0; i < ri->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
+        buf_puts(b, i ? ",{\"rank\":" : "{\"rank\":");
+        buf_putu64(b, i);
+        buf_puts(b, ",");
+        if (ri->local[i] < 0)
+            buf_puts(b, "\"state\":null,\"state_value\":null");
+        else
+            append_state(b, ri->local[i]);
+        buf_puts(b, "}");
+    }
+    buf_puts(b, "],\"failure\":");
+    if (ri->has_failure)
+        append_failure(b, &ri->failure, asking);
+    else
+        buf_puts(b, "null");
+    buf_puts(b, "}");
+}
+
+/* Send r->body as the 200 answer (or a 500 if building it ran out of memory). */
+static void send_body(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    struct buf *b = &r->body;
+    if (b->oom)
+        resp_detail(out, req, 500, "Out of memory building the answer", NULL);
+    else
+        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+}
+
+static void get_room(struct routes *r, const struct http_req *req, struct buf *out, uint64_t room)
+{
+    int32_t asking;
+    if (asking_rank(req, out, NULL, &asking))
+        return;
+    kvc_room_info ri;
+    kvc_err e = kvc_room_get(r->seg, room, asking, &ri);
+    if (e == KVC_E_NOENT) {
+        detailf(out, req, 404, "No room %" PRIu64, room);
+        return;
+    }
+    if (e) {
+        detailf(out, req, lib_status(e), "Reading room %" PRIu64 " failed: %s", room,
+                kvc_last_error());
+        return;
+    }
+    buf_reset(&r->body);
+    append_room(&r->body, &ri, asking);
+    send_body(r, req, out);
+}
+
+/* The body of PUT /rooms/{room}/failure; on a bad one the 400 naming the
+ * field is written and -1 returned.  *reason points into root. */
+static int failure_body(json_t *root, const struct http_req *req, struct buf *out, uint32_t *rank,
+                        const char **reason, int32_t *code)
+{
+    if (!json_is_object(root)) {
+        resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
+        return -1;
+    }
+    json_t *jr = json_object_get(root, "rank");
+    if (!jr)
+        return bad_field(out, req, "rank", NULL);
+    if (!json_is_integer(jr) || json_integer_value(jr) < 0 || json_integer_value(jr) > INT32_MAX)
+        return bad_field(out, req, "rank", "must be an integer in 0..2147483647");
+    *rank = (uint32_t)json_integer_value(jr);
+    json_t *js = json_object_get(root, "reason");
+    if (!js)
+        return bad_field(out, req, "reason", NULL);
+    if (!json_is_string(js))
+        return bad_field(out, req, "reason", "must be a string");
+    if (strlen(json_string_value(js)) != json_string_length(js))
+        return bad_field(out, req, "reason", "must not contain NUL");
+    *reason = json_string_value(js);
+    *code = 0;
+    json_t *jc = json_object_get(root, "code");
+    if (jc && !json_is_null(jc)) {
+        if (!json_is_integer(jc) || json_integer_value(jc) < INT32_MIN ||
+            json_integer_value(jc) > INT32_MAX)
+            return bad_field(out, req, "code", "must be a 32-bit integer");
+        *code = (int32_t)json_integer_value(jc);
+    }
+    return 0;
+}
+
+static void put_room_failure(struct routes *r, const struct http_req *req, struct buf *out,
+                             uint64_t room)
+{
+    json_t *root = parse_body(req, out);
+    if (!root)
+        return;
+    uint32_t rank;
+    const char *reason;
+    int32_t code;
+    if (failure_body(root, req, out, &rank, &reason, &code)) {
+        json_decref(root);
+        return;
+    }
+    int kept = 0;
+    kvc_err e = kvc_room_fail(r->seg, room, rank, code, reason, &kept);
+    if (e) {
+        detailf(out, req, lib_status(e), "Recording a failure of room %" PRIu64 " failed: %s", room,
+                kvc_last_error());
+        json_decref(root);
+        return;
+    }
+    if (kept) /* the failure record itself is logged by seg_events.c */
+        log_event(LOG_DEBUG, "http_room_failure", "room=%" PRIu64 " rank=%u code=%d reason=\"%s\"",
+                  room, rank, (int)code, reason);
+    json_decref(root);
+    /* The record kept (this call's or an earlier one), as the rank sees it. */
+    kvc_room_info ri;
+    e = kvc_room_get(r->seg, room, (int32_t)rank, &ri);
+    struct buf *b = &r->body;
+    buf_reset(b);
+    buf_puts(b, "{\"kept\":");
+    put_bool(b, kept);
+    buf_puts(b, ",\"failure\":");
+    if (!e && ri.has_failure)
+        append_failure(b, &ri.failure, (int32_t)rank);
+    else
+        buf_puts(b, "null"); /* reclaimed meanwhile */
+    buf_puts(b, "}");
+    send_body(r, req, out);
+}
+
+/* /rooms/{room} and /rooms/{room}/failure.  path is after "/rooms/". */
+static void rooms_route(struct routes *r, const struct http_req *req, struct buf *out,
+                        const char *path, size_t len)
+{
+    static const char failure[] = "/failure";
+    const char *slash = memchr(path, '/', len);
+    size_t id_len = slash ? (size_t)(slash - path) : len;
+    int is_failure = 0;
+    if (slash) {
+        size_t rest = len - id_len;
+        if (rest != sizeof failure - 1 || memcmp(slash, failure, rest)) {
+            resp_detail(out, req, 404, "Not Found", NULL);
+            return;
+        }
+        is_failure = 1;
+    }
+    if (is_failure ? req->method != HTTP_PUT && req->method != HTTP_POST
+                   : req->method != HTTP_GET && req->method != HTTP_HEAD) {
+        resp_detail(out, req, 405, "Method Not Allowed",
+                    is_failure ? "Allow: PUT, POST\r\n" : "Allow: GET, HEAD\r\n");
+        return;
+    }
+    if (is_failure && unauthorized(r, req, out))
+        return;
+    uint64_t room;
+    if (parse_room_id(path, id_len, &room)) {
+        resp_detail(out, req, 400, "Invalid room id: " ROOM_ID_RULE, NULL);
+        return;
+    }
+    if (is_failure)
+        put_room_failure(r, req, out, room);
+    else
+        get_room(r, req, out, room);
+}
+
+/* ---- GET /failures --------------------------------------------------------- */
+
+static enum route_rc get_failures(struct routes *r, struct route_slot *s,
+                                  const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    char lv[24];
+    struct query_param lim = {"limit", lv, sizeof lv, 0, 0};
+    int32_t asking;
+    if (asking_rank(req, out, &lim, &asking))
+        return ROUTE_DONE;
+    uint64_t limit = ROUTES_FAILURES_DEFAULT;
+    if (lim.found && (lim.too_long || parse_uint(lv, UINT64_MAX, &limit))) {
+        resp_detail(out, req, 400, "Invalid limit parameter", NULL);
+        return ROUTE_DONE;
+    }
+    if (limit > ROUTES_FAILURES_MAX)
+        limit = ROUTES_FAILURES_MAX;
+    size_t count = 0;
+    kvc_err e = limit ? kvc_failures_recent(r->seg, r->failures, limit, &count) : KVC_OK;
+    if (e) {
+        detailf(out, req, lib_status(e), "Reading failure records failed: %s", kvc_last_error());
+        return ROUTE_DONE;
+    }
+    struct buf *b = &r->body;
+    buf_reset(b);
+    buf_puts(b, "{\"failures\":[");
+    for (size_t i = 0; i < count; i++) {
+        if (i)
+            buf_puts(b, ",");
+        append_failure(b, &r->failures[i], asking);
+    }
+    buf_puts(b, "],\"count\":");
+    buf_putu64(b, count);
+    buf_puts(b, "}");
+    send_body(r, req, out);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /metrics ------------------------------------------------------------ */
+
+static enum route_rc get_metrics(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out)
+{
+    (void)s;
+    struct buf *b = &r->body;
+    buf_reset(b);
+    if (metrics_render(b, r->seg, r->metrics))
+        resp_detail(out, req, 500, "Out of memory rendering metrics", NULL);
+    else
+        resp_send(out, req, 200, METRICS_CONTENT_TYPE, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+static const struct route route_table[] = {
+    {"/health", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_health},
+    {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_info},
+    {"/register_transfer_engine_info", M(HTTP_PUT) | M(HTTP_POST), "Allow: PUT, POST\r\n",
+     put_register},
+    {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_ranks},
+    {"/transfer_engine_info", M(HTTP_DELETE), "Allow: DELETE\r\n", delete_info},
+    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_failures},
+    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_metrics},
+};
+
+/* Routes that change the segment: a token is needed when one is configured
+ * (the room failure route is checked in rooms_route). */
+static int mutating(const struct route *rt)
+{
+    return rt->fn == put_register || rt->fn == delete_info;
+}
+
+#define ROOMS_PREFIX "/rooms/"
+
+enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const struct http_req *req,
+                              struct buf *out)
+{
+    size_t plen = sizeof ROOMS_PREFIX - 1;
+    if (req->path_len >= plen && !memcmp(req->path, ROOMS_PREFIX, plen)) {
+        rooms_route(r, req, out, req->path + plen, req->path_len - plen);
+        return ROUTE_DONE;
+    }
+    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
+        const struct route *rt = &route_table[i];
+        if (strlen(rt->path) != req->path_len || memcmp(rt->path, req->path, req->path_len))
+            continue;
+        if (req->method < 0 || req->method >= 64 || !(rt->methods & M(req->method))) {
+            resp_detail(out, req, 405, "Method Not Allowed", rt->allow);
+            return ROUTE_DONE;
+        }
+        /* Before anything else, ROUTE_DEFER included: the helper thread
+         * never sees an unauthenticated body. */
+        if (mutating(rt) && unauthorized(r, req, out))
+            return ROUTE_DONE;
+        return rt->fn(r, s, req, out);
+    }
+    resp_detail(out, req, 404, "Not Found", NULL);
+    return ROUTE_DONE;
+}
+
+int routes_create(struct routes **out, kvc_segment *seg)
+{
+    kvc_segment_info si;
+    if (kvc_segment_stat(seg, &si))
+        return -1;
+    struct routes *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->seg = seg;
+    r->max_ranks = si.max_ranks;
+    r->list = calloc(si.max_ranks ? si.max_ranks : 1, sizeof *r->list);
+    r->failures = calloc(ROUTES_FAILURES_MAX, sizeof *r->failures);
+    if (!r->list || !r->failures) {
+        free(r->list);
+        free(r->failures);
+        free(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void routes_set_ops(struct routes *r, const struct auth *auth, const struct metrics *m)
+{
+    r->auth = auth;
+    r->metrics = m;
+}
+
+void routes_destroy(struct routes *r)
+{
+    if (!r)
+        return;
+    free(r->list);
+    free(r->failures);
+    kvc_rank_info_free(&r->scratch);
+    buf_free(&r->body);
+    free(r);
+}
+
+void route_slot_done(struct route_slot *s)
+{
+    if (s->ri.info_cap > RI_KEEP)
+        kvc_rank_info_free(&s->ri);
+}
+
+void route_slot_free(struct route_slot *s) { kvc_rank_info_free(&s->ri); }

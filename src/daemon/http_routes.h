@@ -1,0 +1,78 @@
+/*
+ * http_routes.h - kvcoordd's HTTP routes: dispatch a parsed request to its
+ * handler, which answers through the public kvc_* API only.  The route
+ * table and the extensions are described at the top of http_routes.c and
+ * in docs/http-api.md.
+ *
+ * A lookup with wait_ms may not be answerable yet: the handler then returns
+ * ROUTE_PARK and the server keeps the connection parked (without blocking
+ * its loop) until the rank table changes or the wait ends, and calls
+ * routes_resume().  A large registration returns ROUTE_DEFER: the server
+ * runs routes_deferred() on a helper thread.
+ */
+#ifndef KVC_HTTP_ROUTES_H
+#define KVC_HTTP_ROUTES_H
+
+#include <stdint.h>
+
+#include "buf.h"
+#include "http_req.h"
+#include "kvcoord/kvcoord.h"
+
+/* Longest long-poll accepted; larger wait_ms values are clamped to it. */
+#define ROUTES_MAX_WAIT_MS 60000u
+
+struct routes;
+struct auth;
+struct metrics;
+
+/* Per-connection state of the routes, owned by the connection. */
+struct route_slot {
+    kvc_rank_info ri;      /* lookup buffer, reused from request to request */
+    uint32_t park_rank;    /* parked lookup: the rank waited for */
+    uint32_t park_wait_ms; /* ... how long to wait at most */
+    uint32_t park_epoch;   /* ... rank table epoch read before its lookup */
+};
+
+enum route_rc {
+    ROUTE_DONE = 0, /* the whole answer was appended to out */
+    ROUTE_PARK = 1, /* nothing appended: park, then routes_resume() */
+    ROUTE_DEFER = 2 /* nothing appended: too slow for the loop; run
+                       routes_deferred() on a helper thread */
+};
+
+/* Registration bodies larger than this are handled by routes_deferred() on
+ * a helper thread (parsing megabytes of JSON would stall the loop). */
+#define ROUTES_INLINE_BODY (64 * 1024)
+
+/* Create the routes for an open segment.  Returns 0, or -1 (out of memory). */
+int routes_create(struct routes **out, kvc_segment *seg);
+void routes_destroy(struct routes *r);
+
+/* Bearer-token check of the mutating routes (auth NULL or off: every
+ * request allowed) and the counters GET /metrics renders (NULL: the
+ * segment's figures only).  Both must outlive r; the check runs in
+ * routes_dispatch(), on the caller's (the event loop's) thread. */
+void routes_set_ops(struct routes *r, const struct auth *auth, const struct metrics *m);
+
+/* Answer req into out, or ask to park it. */
+enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const struct http_req *req,
+                              struct buf *out);
+
+/* Re-check a parked lookup: after a rank table change (expired 0), or once
+ * its wait is over (expired 1: always answers, 404 if still absent). */
+enum route_rc routes_resume(struct routes *r, struct route_slot *s, const struct http_req *req,
+                            struct buf *out, int expired);
+
+/* The slow part of a request dispatched as ROUTE_DEFER: answer req into
+ * out.  Safe to run on another thread than the loop, one request at a
+ * time per connection. */
+void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out);
+
+/* The request using s was answered: free a large lookup buffer. */
+void route_slot_done(struct route_slot *s);
+
+/* Free everything s holds. */
+void route_slot_free(struct route_slot *s);
+
+#endif /* KVC_HTTP_ROUTES_H */

@@ -1,0 +1,484 @@
+/*
+ * http_server.c - the io_uring event loop of kvcoordd; see http_server.h.
+ *
+ * One ring, one thread (plus two helpers that never touch the ring: the
+ * rank watch for long-polls, and the worker for large registrations; each
+ * wakes the loop through an eventfd read on the ring).  The loop reaps
+ * completions and hands each to the handler named after its operation:
+ * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs,
+ * handle_procs here, procs_complete (a watched process exited;
+ * proc_watch.c), and for
+ * connections handle_recv, handle_send and
+ * handle_park_timeout in http_session.c.  What an SQE is
+ * for is packed in its user_data (http_server_int.h).
+ */
+#include "http_server.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "http_server_int.h"
+#include "log.h"
+#include "metrics.h"
+#include "notify.h"
+
+/* Ring sizes; overridable to test a full SQ and an overflowing CQ
+ * (-DSQ_ENTRIES=4 -DCQ_ENTRIES_MAX=8). */
+#ifndef SQ_ENTRIES
+#define SQ_ENTRIES 1024
+#endif
+#ifndef CQ_ENTRIES_MAX
+#define CQ_ENTRIES_MAX 65536
+#endif
+#define SWEEP_MS 1000         /* deadline sweep period */
+#define ACCEPT_BACKOFF_MS 100 /* pause after accept ran out of fds or memory */
+#define ACCEPT_ERRORS_MAX 64  /* consecutive unexpected accept errors before giving up */
+#define SHUTDOWN_WAIT_MS 2000 /* bound on waiting for cancelled operations */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- submission ------------------------------------------------------------ */
+
+/* An SQE, or NULL when the kernel refuses to take more (callers must cope:
+ * never dereference it).  A full SQ is normal under load: hand what is
+ * queued to the kernel to make room, then retry; a ring that keeps
+ * refusing (EBUSY/EAGAIN while its CQ is backed up) gets a few tries only,
+ * since completions are only reaped by our own loop. */
+static struct io_uring_sqe *get_sqe(struct server *s)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    for (int tries = 0; !sqe && tries < 4; tries++) {
+        int ret = io_uring_submit(&s->ring);
+        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+            log_event(LOG_ERROR, "ring_submit_failed", "err=\"%s\"", strerror(-ret));
+            break;
+        }
+        sqe = io_uring_get_sqe(&s->ring);
+    }
+    if (!sqe)
+        log_event(LOG_WARN, "sq_full", "pending=%llu", (unsigned long long)s->pending);
+    return sqe;
+}
+
+/* Prepare an SQE for op on slot (NULL conn: not a connection's op). */
+struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16_t seq)
+{
+    struct io_uring_sqe *sqe = get_sqe(s);
+    if (!sqe)
+        return NULL;
+    io_uring_sqe_set_data64(sqe, ud_pack(op, c ? c->slot : 0, seq));
+    if (op != OP_IGNORE)
+        s->pending++;
+    if (c)
+        c->inflight++;
+    return sqe;
+}
+
+struct io_uring_sqe *op_sqe_slot(struct server *s, enum op op, uint32_t slot, uint16_t seq)
+{
+    struct io_uring_sqe *sqe = get_sqe(s);
+    if (!sqe)
+        return NULL;
+    io_uring_sqe_set_data64(sqe, ud_pack(op, slot, seq));
+    if (op != OP_IGNORE)
+        s->pending++;
+    return sqe;
+}
+
+/* ---- arming operations --------------------------------------------------------- */
+
+static void arm_accept(struct server *s)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, OP_ACCEPT, NULL, 0);
+    if (!sqe)
+        return; /* the sweep re-arms it */
+    io_uring_prep_multishot_accept(sqe, s->cfg->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    s->accept_armed = 1;
+}
+
+static void arm_accept_backoff(struct server *s)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, OP_ACCEPT_BACKOFF, NULL, 0);
+    if (!sqe)
+        return; /* the sweep re-arms accept */
+    s->backoff_ts = ms_ts(ACCEPT_BACKOFF_MS);
+    io_uring_prep_timeout(sqe, &s->backoff_ts, 0, 0);
+    s->accept_waiting = 1;
+}
+
+static void arm_sweep(struct server *s)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, OP_SWEEP, NULL, 0);
+    if (!sqe) {
+        /* Without the sweep no deadline fires: that is not a state to run in. */
+        log_event(LOG_ERROR, "sweep_not_armed", NULL);
+        s->stopping = 1;
+        s->exit_code = 1;
+        return;
+    }
+    s->sweep_ts = ms_ts(SWEEP_MS);
+    io_uring_prep_timeout(sqe, &s->sweep_ts, 0, 0);
+}
+
+static void arm_read(struct server *s, enum op op, int fd, void *dst, unsigned len)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, op, NULL, 0);
+    if (!sqe) {
+        log_event(LOG_ERROR, "read_not_armed", "op=%d", (int)op);
+        s->stopping = 1;
+        s->exit_code = 1;
+        return;
+    }
+    io_uring_prep_read(sqe, fd, dst, len, 0);
+}
+
+/* ---- completion handlers ------------------------------------------------------------- */
+
+static void handle_accept(struct server *s, int res, unsigned flags)
+{
+    /* A multishot accept that ends (no F_MORE: an error, a CQ overflow, or
+     * the kernel's choice) must be armed again, or the server goes deaf. */
+    int ended = !(flags & IORING_CQE_F_MORE);
+    if (ended) {
+        s->accept_armed = 0;
+        log_event(LOG_DEBUG, "accept_ended", "res=%d", res);
+    }
+    if (res >= 0) {
+        s->accept_errors = 0;
+        conn_open(s, res);
+    } else if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM) {
+        /* Out of descriptors or memory: the pending connection stays queued,
+         * so accepting again at once fails again at once, a hot loop.  Wait
+         * a little (connections closing free descriptors meanwhile). */
+        log_event(LOG_WARN, "accept_failed", "err=\"%s\" conns=%u retry_ms=%d", strerror(-res),
+                  s->nconns, ACCEPT_BACKOFF_MS);
+        if (ended && !s->accept_waiting && !s->stopping)
+            arm_accept_backoff(s);
+        return;
+    } else if (res != -ECONNABORTED && res != -EINTR && res != -EAGAIN &&
+               ++s->accept_errors >= ACCEPT_ERRORS_MAX) {
+        /* EBADF, EINVAL, ENOTSOCK...: the listening socket is unusable.
+         * Re-arming would fail forever; stop instead of looping. */
+        log_event(LOG_ERROR, "accept_fatal", "err=\"%s\" errors=%u", strerror(-res),
+                  s->accept_errors);
+        s->stopping = 1;
+        s->exit_code = 1;
+        return;
+    }
+    if (!s->accept_armed && !s->accept_waiting && !s->stopping)
+        arm_accept(s);
+}
+
+static void handle_accept_backoff(struct server *s)
+{
+    s->accept_waiting = 0;
+    if (!s->accept_armed && !s->stopping)
+        arm_accept(s);
+}
+
+/* The rank table changed: re-check every parked lookup, log what changed. */
+static void handle_wake(struct server *s, int res)
+{
+    (void)res; /* the counter's value does not matter */
+    conns_wake(s);
+    seg_events_ranks(s->events);
+    if (!s->stopping)
+        arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
+}
+
+/* The helper thread finished requests. */
+static void handle_jobs(struct server *s)
+{
+    conns_jobs_done(s);
+    if (!s->stopping)
+        arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
+}
+
+/* The process table changed (a process attached, detached or was reaped):
+ * watch the new ones at once, before a short-lived one can be reaped by its
+ * parent and take its exit status with it. */
+static void handle_procs(struct server *s)
+{
+    procs_check(s, 0);
+    seg_events_check(s->events);
+    if (!s->stopping)
+        arm_read(s, OP_PROCS, s->procs_fd, &s->procs_buf, sizeof s->procs_buf);
+}
+
+static void handle_sweep(struct server *s)
+{
+    conns_sweep(s);
+    procs_tick(s);
+    seg_events_ranks(s->events); /* a safety net: the watches wake the loop first */
+    seg_events_check(s->events);
+    if (!s->accept_armed && !s->accept_waiting && !s->stopping)
+        arm_accept(s); /* a re-arm that found no SQE earlier */
+    if (!s->stopping)
+        arm_sweep(s);
+}
+
+/* SIGHUP: re-read the token file.  A failed re-read keeps the token in
+ * force (auth.h), so a bad edit never turns auth off. */
+static void handle_reload(struct server *s)
+{
+    char err[256];
+    notify_reloading();
+    int rc = s->cfg->auth ? auth_reload(s->cfg->auth, err, sizeof err) : 0;
+    if (rc > 0)
+        log_event(LOG_INFO, "auth_reloaded", "source=file");
+    else if (rc == 0)
+        log_event(LOG_INFO, "reload", "note=\"no token file\"");
+    else
+        log_event(LOG_ERROR, "auth_reload_failed", "err=\"%s\" note=\"previous token kept\"", err);
+    if (rc != 0 && s->metrics)
+        metrics_auth_reload(s->metrics, rc > 0);
+    notify_ready(NULL);
+}
+
+static void handle_signal(struct server *s, int res)
+{
+    if (s->stopping)
+        return; /* cancelled while shutting down */
+    if (res == -EINTR || res == -EAGAIN) {
+        arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
+        return;
+    }
+    if (res != (int)sizeof s->sig_buf) {
+        log_event(LOG_ERROR, "signalfd_read_failed", "res=%d", res);
+        s->exit_code = 1;
+    } else {
+        int signo = (int)s->sig_buf.ssi_signo;
+        if (signo == SIGHUP) { /* one line: handle_reload's */
+            handle_reload(s);
+            arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
+            return;
+        }
+        log_event(LOG_INFO, "signal", "name=%s", strsignal(signo));
+    }
+    notify_stopping();
+    s->stopping = 1;
+}
+
+static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
+{
+    enum op op = ud_op(ud);
+    if (op != OP_IGNORE && !(flags & IORING_CQE_F_MORE))
+        s->pending--;
+    switch (op) {
+    case OP_IGNORE: break;
+    case OP_ACCEPT: handle_accept(s, res, flags); break;
+    case OP_ACCEPT_BACKOFF: handle_accept_backoff(s); break;
+    case OP_RECV:
+    case OP_SEND:
+    case OP_PARK_TIMEOUT: conn_complete(s, op, &s->conns[ud_slot(ud)], res, ud_seq(ud)); break;
+    case OP_SWEEP: handle_sweep(s); break;
+    case OP_SIGNAL: handle_signal(s, res); break;
+    case OP_WAKE: handle_wake(s, res); break;
+    case OP_JOBS: handle_jobs(s); break;
+    case OP_PIDFD:
+        procs_complete(s, ud_slot(ud), res);
+        seg_events_check(s->events); /* a reap fails rooms, may recover a lock */
+        break;
+    case OP_PROCS: handle_procs(s); break;
+    }
+}
+
+/* Reap every completion there is.  Each CQE is copied and marked seen
+ * before its handler runs, so handlers may submit (and the kernel post)
+ * freely.  io_uring_peek_cqe() also flushes completions the kernel kept
+ * aside when the CQ was full (IORING_FEAT_NODROP): none is lost. */
+static void reap(struct server *s)
+{
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
+        uint64_t ud = cqe->user_data;
+        int res = cqe->res;
+        unsigned flags = cqe->flags;
+        io_uring_cqe_seen(&s->ring, cqe);
+        dispatch(s, ud, res, flags);
+    }
+}
+
+/* ---- set-up, loop, shut-down ----------------------------------------------------------- */
+
+static unsigned pow2_at_least(unsigned v)
+{
+    unsigned p = 1;
+    while (p < v && p < (1u << 30))
+        p <<= 1;
+    return p;
+}
+
+/* The CQ holds a completion for every operation that can be in flight at
+ * once (per connection a recv, a send and a park timer, plus a few of the
+ * server's own), so it does not overflow even with every connection busy;
+ * should it anyway, the kernel keeps the extra completions (NODROP) and
+ * reap() flushes them. */
+static int ring_init(struct server *s)
+{
+    unsigned cq = pow2_at_least(s->cfg->max_conns * 4 + 64);
+    if (cq > CQ_ENTRIES_MAX)
+        cq = CQ_ENTRIES_MAX;
+    if (cq < 2 * SQ_ENTRIES) /* the kernel wants at least as many CQ as SQ entries */
+        cq = 2 * SQ_ENTRIES;
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER |
+              IORING_SETUP_DEFER_TASKRUN;
+    p.cq_entries = cq;
+    int ret = io_uring_queue_init_params(SQ_ENTRIES, &s->ring, &p);
+    if (ret == -EINVAL) { /* an older kernel: plain ring */
+        memset(&p, 0, sizeof p);
+        p.flags = IORING_SETUP_CQSIZE;
+        p.cq_entries = cq;
+        ret = io_uring_queue_init_params(SQ_ENTRIES, &s->ring, &p);
+    }
+    if (ret < 0) {
+        log_event(LOG_ERROR, "ring_setup_failed", "err=\"%s\"", strerror(-ret));
+        return -1;
+    }
+    if (!(p.features & IORING_FEAT_NODROP))
+        log_event(LOG_WARN, "ring_no_nodrop", "cq_entries=%u", p.cq_entries);
+    log_event(LOG_DEBUG, "ring", "sq_entries=%u cq_entries=%u flags=0x%x", p.sq_entries,
+              p.cq_entries, p.flags);
+    s->ring_ok = 1;
+    return 0;
+}
+
+static int server_init(struct server *s, const struct server_config *cfg, kvc_segment *seg)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->limits.max_head = cfg->max_head_bytes;
+    s->limits.max_body = cfg->max_body_bytes;
+    s->wake_fd = s->jobs_fd = s->procs_fd = -1;
+    s->metrics = cfg->metrics;
+    s->now_ms = mono_ms();
+    s->conns = calloc(cfg->max_conns, sizeof *s->conns);
+    if (!s->conns || routes_create(&s->routes, seg) || seg_events_init(&s->events, seg)) {
+        log_event(LOG_ERROR, "server_init_failed", "err=\"out of memory\"");
+        return -1;
+    }
+    routes_set_ops(s->routes, cfg->auth, cfg->metrics);
+    for (unsigned i = cfg->max_conns; i-- > 0;) {
+        s->conns[i].fd = -1;
+        s->conns[i].slot = i;
+        s->conns[i].next_free = s->free_list;
+        s->free_list = &s->conns[i];
+    }
+    if (rank_watch_start(&s->watch, seg, &s->wake_fd) ||
+        worker_start(&s->worker, s->routes, &s->jobs_fd)) {
+        log_event(LOG_ERROR, "server_init_failed", "err=\"helper thread: %s\"", strerror(errno));
+        return -1;
+    }
+    if (procs_init(s, seg)) {
+        log_event(LOG_ERROR, "server_init_failed", "err=\"process watch: %s\"", strerror(errno));
+        return -1;
+    }
+    return ring_init(s);
+}
+
+/* Cancel everything and wait (bounded) for the completions, so no kernel
+ * operation still targets our buffers when they are freed. */
+static void server_drain(struct server *s)
+{
+    for (unsigned i = 0; i < s->cfg->max_conns; i++)
+        if (s->conns[i].fd >= 0)
+            conn_close(s, &s->conns[i], "shutdown");
+    struct io_uring_sqe *sqe = op_sqe(s, OP_IGNORE, NULL, 0);
+    if (sqe)
+        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+    uint64_t deadline = mono_ms() + SHUTDOWN_WAIT_MS;
+    while (s->pending > 0 && mono_ms() < deadline) {
+        struct __kernel_timespec ts = ms_ts(100);
+        struct io_uring_cqe *cqe;
+        io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, &ts, NULL);
+        reap(s);
+    }
+    if (s->pending)
+        log_event(LOG_WARN, "shutdown_incomplete", "pending=%llu", (unsigned long long)s->pending);
+}
+
+static void server_free(struct server *s)
+{
+    if (s->ring_ok)
+        io_uring_queue_exit(&s->ring);
+    rank_watch_stop(s->watch);
+    worker_stop(s->worker); /* before the buffers its job may still read go */
+    for (unsigned i = 0; s->conns && i < s->cfg->max_conns; i++) {
+        struct conn *c = &s->conns[i];
+        if (c->fd >= 0)
+            close(c->fd);
+        hconn_free(&c->http);
+        route_slot_free(&c->route);
+        buf_free(&c->job.out);
+        buf_free(&c->out[0]);
+        buf_free(&c->out[1]);
+        free(c->rbuf);
+    }
+    free(s->conns);
+    procs_free(s); /* after the ring: no poll still reads a pidfd */
+    routes_destroy(s->routes);
+    seg_events_free(s->events);
+}
+
+static void loop(struct server *s)
+{
+    arm_accept(s);
+    arm_sweep(s);
+    arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
+    arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
+    arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
+    arm_read(s, OP_PROCS, s->procs_fd, &s->procs_buf, sizeof s->procs_buf);
+    /* Processes that died while the daemon was down are reaped now; the
+     * live ones are watched from here on. */
+    procs_check(s, 1);
+    seg_events_check(s->events); /* recoveries made by those reaps */
+    while (!s->stopping) {
+        int ret = io_uring_submit_and_wait(&s->ring, 1);
+        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
+            log_event(LOG_ERROR, "ring_wait_failed", "err=\"%s\"", strerror(-ret));
+            s->exit_code = 1;
+            break;
+        }
+        s->now_ms = mono_ms();
+        reap(s);
+    }
+}
+
+int server_run(const struct server_config *cfg, kvc_segment *seg)
+{
+    struct server s;
+    if (server_init(&s, cfg, seg)) {
+        server_free(&s);
+        return 1;
+    }
+    /* Ready: say so only now that the socket listens and the ring runs. */
+    log_event(LOG_INFO, "listening", "addr=%s segment=%s max_conns=%u", cfg->listen_addr,
+              cfg->segment_name, cfg->max_conns);
+    char status[256], err[128];
+    snprintf(status, sizeof status, "READY=1\nSTATUS=listening on %s segment %s", cfg->listen_addr,
+             cfg->segment_name);
+    if (notify_send(status, err, sizeof err) < 0) /* never fatal */
+        log_event(LOG_WARN, "notify_failed", "err=\"%s\"", err);
+    loop(&s);
+    s.stopping = 1;
+    server_drain(&s);
+    server_free(&s);
+    log_event(LOG_INFO, "stopped", "status=%d", s.exit_code);
+    return s.exit_code;
+}

@@ -1,0 +1,39 @@
+/*
+ * http_server.h - kvcoordd's HTTP/1.1 server: one io_uring event loop on
+ * one thread serving every connection.
+ */
+#ifndef KVC_HTTP_SERVER_H
+#define KVC_HTTP_SERVER_H
+
+#include <stddef.h>
+
+#include "kvcoord/kvcoord.h"
+
+struct auth;
+struct metrics;
+
+struct server_config {
+    int listen_fd;              /* bound and listening */
+    const char *listen_addr;    /* for the "listening" line: ADDR:PORT */
+    const char *segment_name;   /* for the "listening" line */
+    int signal_fd;              /* signalfd of SIGINT/SIGTERM/SIGHUP (blocked in every
+                                    thread); SIGHUP re-reads the token file */
+    unsigned max_conns;         /* connections served at once; more get 503 and close */
+    size_t max_head_bytes;      /* request line + headers: 431 beyond */
+    size_t max_body_bytes;      /* request body: 413 beyond */
+    unsigned header_timeout_ms; /* a request head (and a new connection's first
+                                    request) must arrive within this */
+    unsigned idle_timeout_ms;   /* keep-alive idle time, and the longest stall of a
+                                    body being received or a response being sent */
+    struct auth *auth;          /* token of the mutating routes (NULL: none);
+                                    re-read on SIGHUP by the loop */
+    struct metrics *metrics;    /* counters of GET /metrics (may be NULL) */
+};
+
+/* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd
+ * READY=1 once listening (notify.h), STOPPING=1 on the signal.  Returns the
+ * process exit status: 0 after a signal, 1 when the server could not start
+ * or its ring failed (logged). */
+int server_run(const struct server_config *cfg, kvc_segment *seg);
+
+#endif /* KVC_HTTP_SERVER_H */

@@ -1,0 +1,150 @@
+/*
+ * http_server_int.h - what http_server.c (the ring, the loop, the server's
+ * own operations) and http_session.c (connections) share, and nothing else
+ * uses.
+ *
+ * Every operation in flight is one SQE whose user_data says what it is for:
+ * ud_pack() below is the only place that encoding lives.  Connections live
+ * in a fixed table of cfg->max_conns slots, so a CQE finds its connection by
+ * index without a lookup.
+ */
+#ifndef KVC_HTTP_SERVER_INT_H
+#define KVC_HTTP_SERVER_INT_H
+
+#include <liburing.h>
+#include <stdint.h>
+#include <sys/signalfd.h>
+
+#include "buf.h"
+#include "http_conn.h"
+#include "http_routes.h"
+#include "http_server.h"
+#include "http_worker.h"
+#include "rank_watch.h"
+#include "seg_events.h"
+
+/* ---- user_data --------------------------------------------------------- */
+
+enum op {
+    OP_IGNORE = 0,     /* cancel and timeout-remove requests: result unused */
+    OP_ACCEPT,         /* multishot accept on the listening socket */
+    OP_ACCEPT_BACKOFF, /* timer before accept is armed again */
+    OP_RECV,
+    OP_SEND,
+    OP_PARK_TIMEOUT, /* a parked lookup's wait_ms ran out */
+    OP_SWEEP,        /* periodic deadline sweep */
+    OP_SIGNAL,       /* read of the signalfd */
+    OP_WAKE,         /* read of the rank watch's eventfd */
+    OP_JOBS,         /* read of the helper thread's eventfd */
+    OP_PIDFD,        /* poll of an attached process's pidfd; slot: its watch */
+    OP_PROCS         /* read of the process watch's eventfd (table changed) */
+};
+
+/* bits 0-7: op; 8-23: sequence (which park a timer belongs to); 32-63: slot. */
+static inline uint64_t ud_pack(enum op op, uint32_t slot, uint16_t seq)
+{
+    return (uint64_t)slot << 32 | (uint64_t)seq << 8 | (uint64_t)op;
+}
+static inline enum op ud_op(uint64_t ud) { return (enum op)(ud & 0xff); }
+static inline uint16_t ud_seq(uint64_t ud) { return (uint16_t)(ud >> 8); }
+static inline uint32_t ud_slot(uint64_t ud) { return (uint32_t)(ud >> 32); }
+
+static inline struct __kernel_timespec ms_ts(uint64_t ms)
+{
+    return (struct __kernel_timespec){.tv_sec = (long long)(ms / 1000),
+                                      .tv_nsec = (long long)(ms % 1000) * 1000000};
+}
+
+/* ---- state --------------------------------------------------------------- */
+
+struct conn {
+    int fd; /* -1: slot free */
+    uint32_t slot;
+    unsigned inflight; /* SQEs naming this slot, not yet completed */
+    unsigned recv_armed : 1, send_armed : 1, parked : 1, park_timer : 1;
+    unsigned closing : 1;          /* being torn down: waits for inflight == 0 */
+    unsigned close_after_send : 1; /* answer what is queued, then close */
+    unsigned peer_eof : 1;         /* the client shut its side */
+    unsigned lingering : 1;        /* final answer sent: discarding input until EOF */
+    unsigned deferred : 1;         /* its request is with the helper thread (job) */
+    uint16_t park_seq;
+    unsigned zero_sends;
+    uint64_t served;                                  /* requests answered */
+    uint64_t accepted_ms, head_start_ms, deadline_ms; /* 0: no deadline */
+    uint64_t req_start_ns; /* first byte of the request being served (metrics) */
+    size_t resp_off;       /* where its answer starts in out[cur] (its status) */
+    char *rbuf;            /* RBUF_SIZE bytes; [roff, rlen) not parsed yet */
+    uint32_t roff, rlen;
+    struct buf out[2]; /* out[cur]: being filled; out[cur ^ 1]: being sent */
+    unsigned cur;
+    size_t sent; /* bytes of out[cur ^ 1] sent */
+    struct http_conn http;
+    struct route_slot route;
+    struct worker_job job; /* a deferred request; counted in inflight */
+    struct __kernel_timespec park_ts;
+    struct conn *park_prev, *park_next; /* parked lookups */
+    struct conn *next_free;
+};
+
+struct server {
+    struct io_uring ring;
+    const struct server_config *cfg;
+    struct http_limits limits;
+    struct routes *routes;
+    struct rank_watch *watch;
+    int wake_fd;
+    struct http_worker *worker;
+    int jobs_fd;
+    struct conn *conns;
+    struct conn *free_list;
+    unsigned nconns;
+    struct conn *parked;
+    uint64_t pending; /* operations in flight (every SQE but OP_IGNORE) */
+    uint64_t now_ms;
+    int stopping, exit_code;
+    int accept_armed, accept_waiting;
+    unsigned accept_errors;
+    uint64_t cap_logged_ms;
+    struct __kernel_timespec sweep_ts, backoff_ts;
+    struct signalfd_siginfo sig_buf;
+    uint64_t wake_buf, jobs_buf;
+    int ring_ok;
+    struct proc_watch *procs; /* dead-process detection (proc_watch.c) */
+    int procs_fd;             /* eventfd: the process table changed */
+    uint64_t procs_buf;
+    struct metrics *metrics;   /* NULL: not counted */
+    struct seg_events *events; /* the segment's event log (seg_events.h) */
+};
+
+/* http_server.c: an SQE for op (on connection c, or NULL for the server's
+ * own), with its user_data set and counted in flight; NULL when the kernel
+ * takes no more (callers cope: never dereference it). */
+struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16_t seq);
+/* The same for an operation of the server's own that names a slot of its
+ * own table (OP_PIDFD: a process watch). */
+struct io_uring_sqe *op_sqe_slot(struct server *s, enum op op, uint32_t slot, uint16_t seq);
+
+/* http_session.c */
+void conn_open(struct server *s, int fd); /* a socket accept()ed */
+void conn_close(struct server *s, struct conn *c, const char *why);
+/* A completion of one of c's operations (OP_RECV, OP_SEND, OP_PARK_TIMEOUT). */
+void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16_t seq);
+void conns_wake(struct server *s);      /* the rank table changed: re-check parked lookups */
+void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
+void conns_sweep(struct server *s);     /* close connections past their deadline */
+
+/* proc_watch.c: watch attached processes through pidfds; reap dead ones.
+ * procs_init() starts a helper thread that sleeps in kvc_proc_wait_change()
+ * and writes s->procs_fd on every change of the process table, so a
+ * process is watched as soon as it attaches. */
+int procs_init(struct server *s, kvc_segment *seg);
+void procs_free(struct server *s);
+/* Re-scan the process table if it changed since the last scan (force:
+ * anyway): watch new processes, reap gone ones, drop detached ones. */
+void procs_check(struct server *s, int force);
+/* The OP_PIDFD poll of watch slot completed with res. */
+void procs_complete(struct server *s, uint32_t slot, int res);
+/* The 1 s sweep: procs_check(), and every few seconds kvc_room_sweep(). */
+void procs_tick(struct server *s);
+
+#endif /* KVC_HTTP_SERVER_INT_H */

@@ -1,0 +1,556 @@
+/*
+ * http_session.c - kvcoordd's connections: reading requests, answering them
+ * in order, sending, long-poll parking, deadlines and closing.  The ring and
+ * the loop are http_server.c's; the HTTP parsing is http_conn.c's.
+ *
+ * A slot is reused only once every SQE naming it has completed
+ * (conn->inflight == 0): a late CQE can never land on the next connection in
+ * the same slot.  For the same reason a socket is closed only then: a
+ * kernel operation never sees its fd number reused.
+ *
+ * Per connection at most one recv and one send are in flight.  Answers are
+ * appended to out[cur] while out[cur ^ 1] is being sent: the buffer under a
+ * send is never written or moved (the kernel may read it at any time until
+ * the send completes).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http_resp.h"
+#include "http_server_int.h"
+#include "log.h"
+#include "metrics.h"
+
+#define RBUF_SIZE 16384       /* per-connection receive buffer */
+#define OUT_HIGH (4u << 20)   /* stop reading requests while this much is unsent */
+#define OUT_KEEP (256 * 1024) /* output buffer kept per connection */
+#define LINGER_MS 5000        /* reading (and discarding) after a final answer */
+#define ZERO_SENDS_MAX 8      /* zero-byte send results in a row before giving up */
+
+static void conn_process(struct server *s, struct conn *c);
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The status code of the answer that starts at b->p + off ("HTTP/1.1 NNN"),
+ * or 0 when none was written (out of memory). */
+static int answer_status(const struct buf *b, size_t off)
+{
+    static const char v[] = "HTTP/1.1 ";
+    if (b->oom || b->len < off + sizeof v - 1 + 3 || memcmp(b->p + off, v, sizeof v - 1))
+        return 0;
+    const char *d = b->p + off + sizeof v - 1;
+    if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
+        return 0;
+    return (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
+}
+
+/* ---- operations ---------------------------------------------------------- */
+
+static void arm_recv(struct server *s, struct conn *c)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, OP_RECV, c, 0);
+    if (!sqe) {
+        conn_close(s, c, "no_sqe");
+        return;
+    }
+    io_uring_prep_recv(sqe, c->fd, c->rbuf + c->rlen, RBUF_SIZE - c->rlen, 0);
+    c->recv_armed = 1;
+}
+
+static void arm_send(struct server *s, struct conn *c)
+{
+    const struct buf *b = &c->out[c->cur ^ 1];
+    struct io_uring_sqe *sqe = op_sqe(s, OP_SEND, c, 0);
+    if (!sqe) {
+        conn_close(s, c, "no_sqe");
+        return;
+    }
+    io_uring_prep_send(sqe, c->fd, b->p + c->sent, b->len - c->sent, MSG_NOSIGNAL);
+    c->send_armed = 1;
+}
+
+static void arm_park_timer(struct server *s, struct conn *c)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, OP_PARK_TIMEOUT, c, c->park_seq);
+    if (!sqe)
+        return; /* caller answers at once */
+    c->park_ts = ms_ts(c->route.park_wait_ms);
+    io_uring_prep_timeout(sqe, &c->park_ts, 0, 0);
+    c->park_timer = 1;
+}
+
+/* Remove a pending park timer; its CQE then comes with -ECANCELED. */
+static void cancel_park_timer(struct server *s, struct conn *c)
+{
+    struct io_uring_sqe *sqe = op_sqe(s, OP_IGNORE, NULL, 0);
+    if (sqe) /* else it fires later, finds the park over and is ignored */
+        io_uring_prep_timeout_remove(sqe, ud_pack(OP_PARK_TIMEOUT, c->slot, c->park_seq), 0);
+    c->park_timer = 0;
+}
+
+/* ---- connection slots ------------------------------------------------------------- */
+
+static size_t out_pending(const struct conn *c)
+{
+    return c->out[c->cur].len + (c->out[c->cur ^ 1].len - c->sent);
+}
+
+static void park_unlink(struct server *s, struct conn *c)
+{
+    if (c->park_prev)
+        c->park_prev->park_next = c->park_next;
+    else
+        s->parked = c->park_next;
+    if (c->park_next)
+        c->park_next->park_prev = c->park_prev;
+    c->park_prev = c->park_next = NULL;
+}
+
+static void unpark(struct server *s, struct conn *c)
+{
+    if (!c->parked)
+        return;
+    c->parked = 0;
+    park_unlink(s, c);
+    rank_watch_unpark(s->watch);
+    if (c->park_timer)
+        cancel_park_timer(s, c);
+}
+
+/* Give the slot back once nothing in flight names it. */
+static void conn_release(struct server *s, struct conn *c)
+{
+    close(c->fd);
+    c->fd = -1;
+    if (s->metrics)
+        metrics_conn_close(s->metrics);
+    hconn_free(&c->http);
+    route_slot_free(&c->route);
+    buf_free(&c->job.out);
+    buf_trim(&c->out[0], OUT_KEEP);
+    buf_trim(&c->out[1], OUT_KEEP);
+    c->next_free = s->free_list;
+    s->free_list = c;
+    s->nconns--;
+}
+
+/* Abortive close: cancel what is in flight, release the slot when the last
+ * completion arrives.  Safe to call twice. */
+void conn_close(struct server *s, struct conn *c, const char *why)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    unpark(s, c);
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "close", "slot=%u why=%s served=%llu", c->slot, why,
+                  (unsigned long long)c->served);
+    if (c->inflight == 0) {
+        conn_release(s, c);
+        return;
+    }
+    struct io_uring_sqe *sqe = op_sqe(s, OP_IGNORE, NULL, 0);
+    if (sqe)
+        io_uring_prep_cancel_fd(sqe, c->fd, IORING_ASYNC_CANCEL_ALL);
+    else
+        shutdown(c->fd, SHUT_RDWR); /* ends the pending recv and send just the same */
+}
+
+/* 503 for a connection over the cap, written directly (non-blocking): the
+ * connections being served are not affected. */
+static void reject_busy(struct server *s, int fd)
+{
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                               "Content-Type: application/json\r\n"
+                               "Content-Length: 33\r\n"
+                               "Connection: close\r\n\r\n"
+                               "{\"detail\":\"Too many connections\"}";
+    ssize_t n = send(fd, busy, sizeof busy - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n;
+    shutdown(fd, SHUT_WR);
+    close(fd);
+    if (s->metrics)
+        metrics_conn_refused(s->metrics);
+    if (!s->stopping && s->now_ms - s->cap_logged_ms >= 1000) { /* a line a second at most */
+        log_event(LOG_WARN, "connection_cap", "max_conns=%u", s->cfg->max_conns);
+        s->cap_logged_ms = s->now_ms;
+    }
+}
+
+void conn_open(struct server *s, int fd)
+{
+    struct conn *c = s->free_list;
+    if (!c || s->stopping) {
+        reject_busy(s, fd);
+        return;
+    }
+    if (!c->rbuf && !(c->rbuf = malloc(RBUF_SIZE))) {
+        reject_busy(s, fd);
+        return;
+    }
+    s->free_list = c->next_free;
+    s->nconns++;
+    if (s->metrics)
+        metrics_conn_open(s->metrics);
+    char *rbuf = c->rbuf;
+    struct buf out0 = c->out[0], out1 = c->out[1];
+    uint32_t slot = c->slot;
+    memset(c, 0, sizeof *c);
+    c->slot = slot, c->rbuf = rbuf, c->out[0] = out0, c->out[1] = out1;
+    c->fd = fd;
+    c->accepted_ms = s->now_ms;
+    c->req_start_ns = mono_ns();
+    hconn_init(&c->http, &s->limits);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "accept", "slot=%u fd=%d conns=%u", c->slot, fd, s->nconns);
+    conn_process(s, c);
+}
+
+/* ---- requests ----------------------------------------------------------------------- */
+
+/* The request in c->http.req has been answered into out[cur]. */
+static void request_done(struct server *s, struct conn *c)
+{
+    const struct http_req *req = &c->http.req;
+    c->served++;
+    if (s->metrics)
+        metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
+                        answer_status(&c->out[c->cur], c->resp_off), mono_ns() - c->req_start_ns);
+    /* A registration may come with a newly attached process: look at the
+     * process table now rather than at the next sweep (an epoch compare
+     * when nothing changed); and log what it changed. */
+    if (req->method == HTTP_PUT || req->method == HTTP_POST || req->method == HTTP_DELETE) {
+        procs_check(s, 0);
+        seg_events_ranks(s->events);
+        seg_events_check(s->events);
+    }
+    if (!req->keep_alive)
+        c->close_after_send = 1;
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "request", "slot=%u method=%s path=\"%.*s\" keep_alive=%d", c->slot,
+                  http_method_str((enum http_method)req->method),
+                  (int)(req->path_len > 200 ? 200 : req->path_len), req->path, req->keep_alive);
+    hconn_done(&c->http);
+    route_slot_done(&c->route);
+}
+
+/* Park a lookup until the rank table changes or its wait ends.  Parsing of
+ * this connection stops meanwhile: pipelined requests behind it wait, so
+ * answers stay in order. */
+static void park(struct server *s, struct conn *c)
+{
+    c->parked = 1;
+    c->park_seq++;
+    c->park_next = s->parked;
+    if (s->parked)
+        s->parked->park_prev = c;
+    s->parked = c;
+    rank_watch_park(s->watch, c->route.park_epoch);
+    arm_park_timer(s, c);
+}
+
+/* Re-check a parked lookup (expired: its wait is over, answer in any
+ * case).  Returns 1 when it was answered (the connection then goes on with
+ * the requests behind it: the caller runs conn_process), 0 if still parked. */
+static int resume_parked(struct server *s, struct conn *c, int expired)
+{
+    c->resp_off = c->out[c->cur].len;
+    enum route_rc rc = routes_resume(s->routes, &c->route, &c->http.req, &c->out[c->cur], expired);
+    if (rc == ROUTE_PARK)
+        return 0; /* still absent; the watch keeps waiting */
+    unpark(s, c);
+    request_done(s, c);
+    return 1;
+}
+
+/* Hand the request to the helper thread; parsing of this connection stops
+ * until it is answered (conns_jobs_done).  The job counts as an operation
+ * in flight: the slot, and the request buffers the thread reads, stay until
+ * it is done, even if the connection closes meanwhile. */
+static void defer(struct server *s, struct conn *c)
+{
+    c->deferred = 1;
+    c->inflight++;
+    c->job.req = &c->http.req;
+    buf_reset(&c->job.out);
+    worker_submit(s->worker, &c->job);
+}
+
+static void serve(struct server *s, struct conn *c)
+{
+    c->resp_off = c->out[c->cur].len;
+    enum route_rc rc = routes_dispatch(s->routes, &c->route, &c->http.req, &c->out[c->cur]);
+    if (rc == ROUTE_DONE) {
+        request_done(s, c);
+        return;
+    }
+    if (rc == ROUTE_DEFER) {
+        defer(s, c);
+        return;
+    }
+    park(s, c);
+    if (!c->park_timer) /* no SQE for its timer: answer now rather than never */
+        resume_parked(s, c, 1);
+}
+
+/* A protocol error: answer it, then close (the byte stream cannot be
+ * trusted past it). */
+static void answer_error(struct server *s, struct conn *c)
+{
+    static const struct http_req closing = {.method = HTTP_GET, .http_minor = 1, .keep_alive = 0};
+    resp_detail(&c->out[c->cur], &closing, c->http.err_status, c->http.err_detail, NULL);
+    c->close_after_send = 1;
+    if (s->metrics) /* before routing: the path may not even be parsed */
+        metrics_request(s->metrics, MR_OTHER, c->http.err_status, mono_ns() - c->req_start_ns);
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "bad_request", "slot=%u status=%d detail=\"%s\"", c->slot,
+                  c->http.err_status, c->http.err_detail);
+}
+
+/* ---- deadlines, closing ------------------------------------------------------------- */
+
+static void update_deadline(struct server *s, struct conn *c)
+{
+    const struct server_config *cfg = s->cfg;
+    if (c->lingering)
+        return; /* fixed when lingering began */
+    if (c->parked || c->deferred) {
+        c->deadline_ms = 0; /* bounded by the park timer, or the helper's work */
+        return;
+    }
+    if (c->http.phase == HCONN_HEAD) {
+        /* Slowloris: the whole head must arrive within the header timeout of
+         * its first byte, however slowly it trickles in. */
+        if (!c->head_start_ms)
+            c->head_start_ms = s->now_ms;
+        c->deadline_ms = c->head_start_ms + cfg->header_timeout_ms;
+        return;
+    }
+    c->head_start_ms = 0;
+    if (c->http.phase == HCONN_IDLE && !out_pending(c) && c->served == 0)
+        c->deadline_ms = c->accepted_ms + cfg->header_timeout_ms;
+    else /* idle keep-alive, a body arriving or an answer leaving: since last progress */
+        c->deadline_ms = s->now_ms + cfg->idle_timeout_ms;
+}
+
+/* Everything queued has been sent and the connection is to close.  Closing
+ * with unread input would make the kernel send RST, which can destroy the
+ * answer (e.g. a 413 or 431) before the client reads it; so shut down our
+ * side and read until the client closes, for LINGER_MS at most. */
+static void finish(struct server *s, struct conn *c)
+{
+    if (c->peer_eof || c->lingering) {
+        conn_close(s, c, "done");
+        return;
+    }
+    shutdown(c->fd, SHUT_WR);
+    c->lingering = 1;
+    c->deadline_ms = s->now_ms + LINGER_MS;
+    if (!c->recv_armed) {
+        c->roff = c->rlen = 0;
+        arm_recv(s, c);
+    }
+}
+
+/* Start sending what is queued, unless a send is in flight. */
+static void flush(struct server *s, struct conn *c)
+{
+    if (c->send_armed || c->closing)
+        return;
+    struct buf *sending = &c->out[c->cur ^ 1];
+    if (c->sent < sending->len) {
+        arm_send(s, c); /* the rest of a short send */
+        return;
+    }
+    buf_trim(sending, OUT_KEEP);
+    c->sent = 0;
+    struct buf *filled = &c->out[c->cur];
+    if (filled->oom) {
+        conn_close(s, c, "out_of_memory");
+    } else if (filled->len) {
+        c->cur ^= 1; /* what was filled is sent; the other buffer takes new answers */
+        arm_send(s, c);
+    } else if (c->close_after_send && !c->parked && !c->deferred) {
+        finish(s, c);
+    }
+}
+
+static int may_read(const struct conn *c)
+{
+    return !c->recv_armed && !c->parked && !c->deferred && !c->closing && !c->close_after_send &&
+           !c->peer_eof && c->roff == c->rlen && out_pending(c) < OUT_HIGH;
+}
+
+/* Parse what was received and answer complete requests, in order, until
+ * the input runs out or something stops it (a park, a close, a full output
+ * queue); then send, and read more when there is room. */
+static void conn_process(struct server *s, struct conn *c)
+{
+    while (!c->parked && !c->deferred && !c->closing && !c->close_after_send && c->roff < c->rlen &&
+           out_pending(c) < OUT_HIGH) {
+        size_t used;
+        int between = c->http.phase == HCONN_IDLE;
+        enum hconn_event ev = hconn_parse(&c->http, c->rbuf + c->roff, c->rlen - c->roff, &used);
+        c->roff += (uint32_t)used;
+        if (between && used) /* the first bytes of a request: its latency starts */
+            c->req_start_ns = mono_ns();
+        if (ev == HCONN_REQUEST)
+            serve(s, c);
+        else if (ev == HCONN_CONTINUE)
+            resp_continue(&c->out[c->cur]);
+        else if (ev == HCONN_ERROR)
+            answer_error(s, c);
+    }
+    if (c->closing)
+        return;
+    if (c->roff == c->rlen)
+        c->roff = c->rlen = 0;
+    update_deadline(s, c);
+    flush(s, c);
+    if (!c->closing && may_read(c))
+        arm_recv(s, c);
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+static void handle_recv(struct server *s, struct conn *c, int res)
+{
+    c->recv_armed = 0;
+    if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
+        arm_recv(s, c);
+        return;
+    }
+    if (c->lingering) {
+        if (res > 0) /* discard: the answer is out, only the client's EOF is awaited */
+            arm_recv(s, c);
+        else
+            conn_close(s, c, "linger_done");
+        return;
+    }
+    if (res < 0) {
+        conn_close(s, c, "recv_error");
+        return;
+    }
+    if (res == 0) {
+        /* The client finished sending: answer what is complete, then close. */
+        c->peer_eof = 1;
+        c->close_after_send = 1;
+        if (c->parked) /* cannot happen: no recv while parked; be safe */
+            return;
+    }
+    c->rlen += (uint32_t)res;
+    conn_process(s, c);
+}
+
+static void handle_send(struct server *s, struct conn *c, int res)
+{
+    c->send_armed = 0;
+    if (res == -EINTR || res == -EAGAIN) {
+        flush(s, c); /* resubmits the same bytes */
+        return;
+    }
+    if (res < 0) {
+        conn_close(s, c, "send_error");
+        return;
+    }
+    /* A zero-byte result for a non-empty send means no progress; retrying
+     * is right once or twice, forever would spin. */
+    if (res == 0 && ++c->zero_sends > ZERO_SENDS_MAX) {
+        conn_close(s, c, "send_no_progress");
+        return;
+    }
+    if (res > 0)
+        c->zero_sends = 0;
+    c->sent += (size_t)res; /* a short send: flush() submits the remainder */
+    if (c->sent < c->out[c->cur ^ 1].len && log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "send_partial", "slot=%u sent=%zu of=%zu", c->slot, c->sent,
+                  c->out[c->cur ^ 1].len);
+    conn_process(s, c);
+}
+
+static void handle_park_timeout(struct server *s, struct conn *c, uint16_t seq)
+{
+    if (seq != c->park_seq)
+        return; /* the timer of an earlier park, removed after its answer */
+    c->park_timer = 0;
+    if (c->parked && resume_parked(s, c, 1))
+        conn_process(s, c);
+}
+
+/* A connection's completion: account for it, then run its handler. */
+void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16_t seq)
+{
+    c->inflight--;
+    if (c->closing) {
+        if (c->inflight == 0)
+            conn_release(s, c);
+        return;
+    }
+    if (op == OP_RECV)
+        handle_recv(s, c, res);
+    else if (op == OP_SEND)
+        handle_send(s, c, res);
+    else
+        handle_park_timeout(s, c, seq);
+}
+
+/* The rank table changed: re-check every parked lookup. */
+void conns_wake(struct server *s)
+{
+    struct conn *next;
+    for (struct conn *c = s->parked; c; c = next) {
+        next = c->park_next; /* c may leave the list (and park again at its head) */
+        if (resume_parked(s, c, 0))
+            conn_process(s, c);
+    }
+}
+
+void conns_sweep(struct server *s)
+{
+    for (unsigned i = 0; i < s->cfg->max_conns; i++) {
+        struct conn *c = &s->conns[i];
+        if (c->fd >= 0 && !c->closing && c->deadline_ms && s->now_ms >= c->deadline_ms)
+            conn_close(s, c,
+                       c->lingering                  ? "linger_timeout"
+                       : c->http.phase == HCONN_HEAD ? "header_timeout"
+                                                     : "idle_timeout");
+    }
+}
+
+/* Append the helper thread's answers and go on with each connection. */
+void conns_jobs_done(struct server *s)
+{
+    struct worker_job *job = worker_take_done(s->worker), *next;
+    for (; job; job = next) {
+        next = job->next;
+        struct conn *c = (struct conn *)((char *)job - offsetof(struct conn, job));
+        c->inflight--;
+        c->deferred = 0;
+        if (c->closing) {
+            if (c->inflight == 0)
+                conn_release(s, c);
+            continue;
+        }
+        c->resp_off = c->out[c->cur].len;
+        buf_append(&c->out[c->cur], job->out.p, job->out.len);
+        if (job->out.oom)
+            c->out[c->cur].oom = 1;
+        buf_trim(&job->out, 4096);
+        request_done(s, c);
+        conn_process(s, c);
+    }
+}

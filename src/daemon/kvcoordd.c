@@ -1,0 +1,501 @@
+/*
+ * kvcoordd.c - the node coordinator daemon: parse flags, open the segment,
+ * serve HTTP until SIGINT/SIGTERM.  The server itself is http_server.c.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "http_server.h"
+#include "kvcoord/kvcoord.h"
+#include "log.h"
+#include "metrics.h"
+#include "net.h"
+#include "query.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:6789"
+#define MAX_HEAD_LIMIT (80 * 1024) /* http-parser's own bound on a head */
+
+struct options {
+    const char *listen;
+    const char *segment;   /* NULL: kvcoord-<port> */
+    const char *auth_file; /* --auth-token-file; NULL: KVCOORD_AUTH_TOKEN or none */
+    int fresh;
+    uint32_t world_size, max_ranks, max_rooms, max_procs, room_ttl_s;
+    uint64_t max_info_bytes, arena_bytes, max_body, max_head;
+    uint32_t max_conns;
+    uint32_t header_timeout_s, idle_timeout_s;
+    enum log_level log_level;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: kvcoordd [OPTION]...\n"
+               "\n"
+               "kvcoordd serves a node's kvcoord segment (the rank table of transfer-engine\n"
+               "info) over HTTP with the API of sglang's engine-info bootstrap server:\n"
+               "PUT /register_transfer_engine_info, GET /get_transfer_engine_info?rank=N,\n"
+               "GET /health, plus GET /ranks, DELETE /transfer_engine_info?rank=N, the\n"
+               "wait_ms long-poll, GET /rooms/ROOM, PUT /rooms/ROOM/failure and GET /failures\n"
+               "and GET /metrics (Prometheus; see docs/http-api.md and docs/operations.md).\n"
+               "Co-located TP workers attach to the same segment\n"
+               "through libkvcoord; kvcoordd watches each attached process and, when one\n"
+               "dies, fails its rooms and withdraws the ranks it registered.  It logs one\n"
+               "line per event on stderr and says \"listening addr=... segment=...\" once it\n"
+               "accepts connections.\n"
+               "\n"
+               "Options:\n"
+               "  --listen ADDR:PORT     address to listen on (default " DEFAULT_LISTEN ");\n"
+               "                         IPv6 in brackets: [::1]:6789; port 0 picks a free one\n"
+               "  --segment NAME         shared-memory segment /dev/shm/NAME ([A-Za-z0-9._-];\n"
+               "                         default kvcoord-PORT, from the listening port)\n"
+               "  --fresh                discard an existing segment of that name and start\n"
+               "                         empty (default: reuse a valid one, so registrations\n"
+               "                         survive a restart of the daemon)\n"
+               "  --world-size N         TP group size on this node, recorded in a new\n"
+               "                         segment (default 8)\n"
+               "  --max-ranks N          rank table entries of a new segment (default 1024)\n"
+               "  --max-info-bytes SIZE  largest session_id + weights_info_dict per rank in a\n"
+               "                         new segment (default 16M)\n"
+               "  --arena-bytes SIZE     info arena shared by all ranks of a new segment;\n"
+               "                         sparse, untouched pages cost nothing (default 1G)\n"
+               "  --max-rooms N          bootstrap rooms active at once in a new segment\n"
+               "                         (default 32768; about 1.7 KiB of /dev/shm each)\n"
+               "  --max-procs N          attached processes of a new segment (default 4096)\n"
+               "  --room-ttl SECS        a room idle this long fails and is reclaimed; for a\n"
+               "                         new segment (default 600)\n"
+               "  --max-body-bytes SIZE  largest request body; more gets 413 (default 64M)\n"
+               "  --max-header-bytes SIZE\n"
+               "                         largest request line + headers; more gets 431\n"
+               "                         (default 64K, at most 80K)\n"
+               "  --max-conns N          connections served at once; more are answered 503\n"
+               "                         and closed (default 4096, at most 65536)\n"
+               "  --header-timeout SECS  time to receive a request head, and a new\n"
+               "                         connection's first request (default 10)\n"
+               "  --idle-timeout SECS    keep-alive idle time, and the longest stall while a\n"
+               "                         body arrives or an answer leaves (default 60)\n"
+               "  --auth-token-file FILE mutating requests (registration, withdrawal, room\n"
+               "                         failures) need 'Authorization: Bearer TOKEN', TOKEN\n"
+               "                         being FILE's contents less one trailing newline;\n"
+               "                         FILE must not be accessible by others (chmod o-rwx).\n"
+               "                         Without it the token comes from the environment\n"
+               "                         variable KVCOORD_AUTH_TOKEN; with neither, every\n"
+               "                         request is allowed.  An empty token refuses all\n"
+               "                         mutating requests.  Read routes stay open.\n"
+               "  --log-level LEVEL      debug, info, warn or error (default info)\n"
+               "  -V, --version          print the version and the segment layout version\n"
+               "  -h, --help             print this help\n"
+               "\n"
+               "SIZE is a number of bytes with an optional K, M or G suffix (powers of\n"
+               "1024; KiB, MiB and GiB are accepted too).  Capacities (--world-size,\n"
+               "--max-ranks, --max-info-bytes, --arena-bytes, --max-rooms, --max-procs,\n"
+               "--room-ttl) apply when the segment is created; a reused segment keeps its\n"
+               "own.  A new segment's tables (about 56 MiB with the defaults, mostly rooms)\n"
+               "get their pages in /dev/shm at once; rank info gets pages as it arrives.\n"
+               "When /dev/shm is too small (a container's default 64 MiB, say), start is\n"
+               "refused with a message saying so, and a registration that finds no space is\n"
+               "answered 507; lower --max-rooms or enlarge /dev/shm.\n"
+               "\n"
+               "Signals: SIGINT and SIGTERM stop the daemon cleanly; the segment and its\n"
+               "registrations stay in /dev/shm for the next start.  SIGHUP re-reads the\n"
+               "token file (a bad file keeps the previous token).  Under systemd\n"
+               "(Type=notify) READY=1 is sent once the socket listens.\n"
+               "\n"
+               "Exit status:\n"
+               "  0  stopped by SIGINT or SIGTERM (or --help, --version)\n"
+               "  1  could not listen, read the token, open the segment or run the server\n"
+               "  2  usage error (unknown option, bad value)\n"
+               "\n"
+               "Examples:\n"
+               "  kvcoordd\n"
+               "      serve segment kvcoord-6789 on 127.0.0.1:6789\n"
+               "  kvcoordd --listen [::]:6789 --fresh --max-body-bytes 256M\n"
+               "      every IPv6 address, a new empty segment, bodies up to 256 MiB\n"
+               "  curl -s 'http://127.0.0.1:6789/get_transfer_engine_info?rank=0&wait_ms=5000'\n"
+               "      look up rank 0, waiting up to 5 s for it to register\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Print "kvcoordd: <message>" and the hint; returns exit status 2. */
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kvcoordd: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'kvcoordd --help' for more information.\n");
+    va_end(ap);
+    return 2;
+}
+
+/* Bytes with an optional K/M/G (KiB/MiB/GiB) suffix. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char digits[32];
+    size_t n = strspn(s, "0123456789");
+    if (n == 0 || n >= sizeof digits)
+        return -1;
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    uint64_t v, mult = 1;
+    const char *suf = s + n;
+    if (*suf) {
+        switch (*suf) {
+        case 'k':
+        case 'K': mult = 1ull << 10; break;
+        case 'm':
+        case 'M': mult = 1ull << 20; break;
+        case 'g':
+        case 'G': mult = 1ull << 30; break;
+        default: return -1;
+        }
+        suf++;
+        if (*suf && strcasecmp(suf, "iB") != 0 && strcasecmp(suf, "B") != 0)
+            return -1;
+    }
+    if (parse_uint(digits, UINT64_MAX / mult, &v))
+        return -1;
+    *out = v * mult;
+    return 0;
+}
+
+enum {
+    OPT_LISTEN = 256,
+    OPT_SEGMENT,
+    OPT_FRESH,
+    OPT_WORLD,
+    OPT_RANKS,
+    OPT_INFO,
+    OPT_ARENA,
+    OPT_BODY,
+    OPT_HEAD,
+    OPT_CONNS,
+    OPT_HTIMEOUT,
+    OPT_ITIMEOUT,
+    OPT_LOG,
+    OPT_AUTH,
+    OPT_ROOMS,
+    OPT_PROCS,
+    OPT_TTL
+};
+
+static const struct option long_opts[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"segment", required_argument, NULL, OPT_SEGMENT},
+    {"fresh", no_argument, NULL, OPT_FRESH},
+    {"world-size", required_argument, NULL, OPT_WORLD},
+    {"max-ranks", required_argument, NULL, OPT_RANKS},
+    {"max-info-bytes", required_argument, NULL, OPT_INFO},
+    {"arena-bytes", required_argument, NULL, OPT_ARENA},
+    {"max-body-bytes", required_argument, NULL, OPT_BODY},
+    {"max-header-bytes", required_argument, NULL, OPT_HEAD},
+    {"max-conns", required_argument, NULL, OPT_CONNS},
+    {"header-timeout", required_argument, NULL, OPT_HTIMEOUT},
+    {"idle-timeout", required_argument, NULL, OPT_ITIMEOUT},
+    {"log-level", required_argument, NULL, OPT_LOG},
+    {"auth-token-file", required_argument, NULL, OPT_AUTH},
+    {"max-rooms", required_argument, NULL, OPT_ROOMS},
+    {"max-procs", required_argument, NULL, OPT_PROCS},
+    {"room-ttl", required_argument, NULL, OPT_TTL},
+    {"version", no_argument, NULL, 'V'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* A positive integer flag value in [1, max]. */
+static int count_arg(const char *name, const char *v, uint64_t max, uint32_t *out)
+{
+    uint64_t n;
+    if (parse_uint(v, max, &n) || n == 0)
+        return usage_error("invalid %s '%s' (expected an integer in 1..%llu)", name, v,
+                           (unsigned long long)max);
+    *out = (uint32_t)n;
+    return 0;
+}
+
+static int size_arg(const char *name, const char *v, uint64_t max, uint64_t *out)
+{
+    if (parse_size(v, out) || *out == 0 || *out > max)
+        return usage_error("invalid %s '%s' (expected a positive SIZE such as 65536, 64K, "
+                           "16M or 1G, within limits)",
+                           name, v);
+    return 0;
+}
+
+/* One option; returns 0, 2 (usage error) or -1 (exit 0: help/version done). */
+static int apply_opt(struct options *o, int c, const char *v)
+{
+    switch (c) {
+    case OPT_LISTEN: {
+        char host[256], err[128];
+        uint16_t port;
+        if (net_parse_addr(v, host, sizeof host, &port, err, sizeof err))
+            return usage_error("invalid --listen '%s': %s", v, err);
+        o->listen = v;
+        return 0;
+    }
+    case OPT_SEGMENT:
+        if (kvc_name_check(v))
+            return usage_error("invalid --segment '%s': %s", v, kvc_last_error());
+        o->segment = v;
+        return 0;
+    case OPT_FRESH: o->fresh = 1; return 0;
+    case OPT_WORLD: return count_arg("--world-size", v, 1u << 20, &o->world_size);
+    case OPT_RANKS: return count_arg("--max-ranks", v, 1u << 24, &o->max_ranks);
+    case OPT_INFO: return size_arg("--max-info-bytes", v, UINT64_MAX, &o->max_info_bytes);
+    case OPT_ARENA: return size_arg("--arena-bytes", v, UINT64_MAX, &o->arena_bytes);
+    case OPT_ROOMS: return count_arg("--max-rooms", v, 1u << 22, &o->max_rooms);
+    case OPT_PROCS: return count_arg("--max-procs", v, 1u << 20, &o->max_procs);
+    case OPT_TTL: return count_arg("--room-ttl", v, 4000000, &o->room_ttl_s);
+    case OPT_BODY: return size_arg("--max-body-bytes", v, SIZE_MAX / 2, &o->max_body);
+    case OPT_HEAD: return size_arg("--max-header-bytes", v, MAX_HEAD_LIMIT, &o->max_head);
+    case OPT_CONNS: return count_arg("--max-conns", v, 65536, &o->max_conns);
+    case OPT_HTIMEOUT: return count_arg("--header-timeout", v, 86400, &o->header_timeout_s);
+    case OPT_ITIMEOUT: return count_arg("--idle-timeout", v, 86400, &o->idle_timeout_s);
+    case OPT_LOG:
+        if (log_parse_level(v, &o->log_level))
+            return usage_error("invalid --log-level '%s' (expected debug, info, warn or "
+                               "error)",
+                               v);
+        return 0;
+    case OPT_AUTH:
+        if (!*v)
+            return usage_error("invalid --auth-token-file '' (expected a file name)");
+        o->auth_file = v;
+        return 0;
+    case 'V':
+        printf("kvcoordd %s (segment layout version %u)\n", KVC_VERSION, KVC_LAYOUT_VERSION);
+        return -1;
+    case 'h': usage(stdout); return -1;
+    default: return usage_error("unknown option");
+    }
+}
+
+/* Returns 0 to run, else the exit status. */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    kvc_options lib;
+    kvc_options_init(&lib);
+    *o = (struct options){.listen = DEFAULT_LISTEN,
+                          .world_size = lib.world_size,
+                          .max_ranks = lib.max_ranks,
+                          .max_info_bytes = lib.max_info_bytes,
+                          .arena_bytes = lib.arena_bytes,
+                          .max_rooms = lib.max_rooms,
+                          .max_procs = lib.max_procs,
+                          .room_ttl_s = lib.room_ttl_ms / 1000,
+                          .max_body = 64ull << 20,
+                          .max_head = 64 << 10,
+                          .max_conns = 4096,
+                          .header_timeout_s = 10,
+                          .idle_timeout_s = 60,
+                          .log_level = LOG_INFO};
+    opterr = 0; /* our own messages */
+    int c;
+    while ((c = getopt_long(argc, argv, ":Vh", long_opts, NULL)) != -1) {
+        if (c == ':')
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        if (c == '?')
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        int rc = apply_opt(o, c, optarg);
+        if (rc)
+            return rc < 0 ? -1 : rc;
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+/* SIGINT/SIGTERM/SIGHUP are blocked in every thread and read from a
+ * signalfd on the ring; SIGPIPE is ignored (a client closing early is an EPIPE, not a
+ * death).  Returns the signalfd or -1. */
+static int setup_signals(void)
+{
+    sigset_t mask;
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &mask, NULL))
+        return -1;
+    return signalfd(-1, &mask, SFD_CLOEXEC);
+}
+
+/* Each connection is a descriptor: raise the soft limit toward the hard one. */
+static void raise_nofile(uint32_t max_conns)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)max_conns + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < want)
+        log_event(LOG_WARN, "nofile_limit",
+                  "limit=%llu max_conns=%u "
+                  "note=\"connections beyond the limit wait in the listen backlog\"",
+                  (unsigned long long)rl.rlim_cur, max_conns);
+}
+
+/* pid of another live kvcoordd attached to seg, else 0: two daemons on one
+ * segment would both reap, sweep and answer for it. */
+static int32_t live_daemon(kvc_segment *seg)
+{
+    kvc_proc_info p[256];
+    size_t n = 0;
+    if (kvc_proc_list(seg, p, 256, &n) != KVC_OK)
+        return 0;
+    for (size_t i = 0; i < n && i < 256; i++)
+        if (p[i].role == KVC_ROLE_DAEMON && p[i].alive && p[i].pid != (int32_t)getpid())
+            return p[i].pid;
+    return 0;
+}
+
+static kvc_segment *open_segment(const struct options *o, const char *name)
+{
+    kvc_options lib;
+    kvc_options_init(&lib);
+    lib.name = name;
+    lib.mode = o->fresh ? KVC_OPEN_FRESH : KVC_OPEN_CREATE;
+    lib.role = KVC_ROLE_DAEMON;
+    lib.world_size = o->world_size;
+    lib.max_ranks = o->max_ranks;
+    lib.max_info_bytes = o->max_info_bytes;
+    lib.arena_bytes = o->arena_bytes;
+    lib.max_rooms = o->max_rooms;
+    lib.max_procs = o->max_procs;
+    lib.room_ttl_ms = o->room_ttl_s * 1000;
+    kvc_segment *seg = NULL;
+    kvc_segment_info si;
+    if (kvc_open(&lib, &seg)) {
+        log_event(LOG_ERROR, "segment_open_failed", "segment=%s err=\"%s\"", name,
+                  kvc_last_error());
+        return NULL;
+    }
+    int32_t other = live_daemon(seg);
+    if (other) {
+        log_event(LOG_ERROR, "segment_in_use",
+                  "segment=%s pid=%d err=\"another kvcoordd (pid "
+                  "%d) serves this segment: stop it first, or use another --segment\"",
+                  name, (int)other, (int)other);
+        kvc_close(seg);
+        return NULL;
+    }
+    if (kvc_segment_stat(seg, &si) == KVC_OK)
+        log_event(LOG_INFO, "segment",
+                  "name=%s layout_version=%u max_ranks=%u "
+                  "world_size=%u max_info_bytes=%llu ranks_registered=%u "
+                  "lock_recoveries=%llu failures_total=%llu fresh=%d",
+                  name, si.layout_version, si.max_ranks, si.world_size,
+                  (unsigned long long)si.max_info_bytes, si.ranks_registered,
+                  (unsigned long long)si.lock_recoveries, (unsigned long long)si.failures_total,
+                  o->fresh);
+    return seg;
+}
+
+/* A listen address only this host can reach (no token needed there). */
+static int is_loopback(const char *listen)
+{
+    char host[256], err[128];
+    uint16_t port;
+    if (net_parse_addr(listen, host, sizeof host, &port, err, sizeof err))
+        return 0;
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
+/* The token (file, else environment); logs where it came from.  Returns 0
+ * or -1 (logged). */
+static int setup_auth(struct auth *auth, const struct options *o)
+{
+    char err[512];
+    if (auth_init(auth, o->auth_file, getenv(AUTH_ENV), err, sizeof err)) {
+        log_event(LOG_ERROR, "auth_failed", "err=\"%s\"", err);
+        return -1;
+    }
+    unsetenv(AUTH_ENV); /* out of /proc/PID/environ of anything started later */
+    log_event(LOG_INFO, "auth", "source=%s", auth_source_name(auth->source));
+    if (!auth_enabled(auth) && !is_loopback(o->listen))
+        log_event(LOG_WARN, "auth_off",
+                  "addr=%s note=\"mutating requests need no token; "
+                  "give --auth-token-file\"",
+                  o->listen);
+    else if (auth_enabled(auth) && auth->token_len == 0)
+        log_event(LOG_WARN, "auth_empty_token",
+                  "note=\"every mutating request will be "
+                  "refused\"");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    log_set_level(o.log_level);
+    int sfd = setup_signals();
+    if (sfd < 0) {
+        log_event(LOG_ERROR, "signal_setup_failed", "err=\"%s\"", strerror(errno));
+        return 1;
+    }
+    raise_nofile(o.max_conns);
+    static struct auth auth;
+    if (setup_auth(&auth, &o))
+        return 1;
+    struct metrics *metrics = metrics_create();
+    if (!metrics) {
+        log_event(LOG_ERROR, "metrics_failed", "err=\"out of memory\"");
+        return 1;
+    }
+    char bound[128], err[256], name[KVC_NAME_MAX + 1];
+    uint16_t port;
+    int lfd = net_listen(o.listen, bound, sizeof bound, &port, err, sizeof err);
+    if (lfd < 0) {
+        log_event(LOG_ERROR, "listen_failed", "addr=%s err=\"%s\"", o.listen, err);
+        auth_clear(&auth);
+        metrics_destroy(metrics);
+        return 1;
+    }
+    if (o.segment)
+        snprintf(name, sizeof name, "%s", o.segment);
+    else
+        kvc_name_for_port(port, name, sizeof name);
+    kvc_segment *seg = open_segment(&o, name);
+    if (!seg) {
+        close(lfd);
+        auth_clear(&auth);
+        metrics_destroy(metrics);
+        return 1;
+    }
+    struct server_config cfg = {
+        .listen_fd = lfd,
+        .listen_addr = bound,
+        .segment_name = name,
+        .signal_fd = sfd,
+        .max_conns = o.max_conns,
+        .max_head_bytes = o.max_head,
+        .max_body_bytes = o.max_body,
+        .header_timeout_ms = o.header_timeout_s * 1000,
+        .idle_timeout_ms = o.idle_timeout_s * 1000,
+        .auth = &auth,
+        .metrics = metrics,
+    };
+    rc = server_run(&cfg, seg);
+    auth_clear(&auth);
+    metrics_destroy(metrics);
+    kvc_close(seg);
+    close(lfd);
+    close(sfd);
+    return rc;
+}

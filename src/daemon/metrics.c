@@ -1,0 +1,591 @@
+/*
+ * metrics.c - kvcoordd's counters and their Prometheus text exposition;
+ * see metrics.h.  The segment's figures are read through the public kvc_*
+ * API only, at render time.
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STATUS_MAX 600 /* statuses 100..599 are counted by code, others as 0 */
+
+/* Latency bucket upper bounds: nanoseconds and the le label text. */
+static const uint64_t bucket_ns[METRICS_BUCKETS] = {
+    100000ull,     250000ull,     500000ull,      1000000ull,     2500000ull,   5000000ull,
+    10000000ull,   25000000ull,   50000000ull,    100000000ull,   250000000ull, 500000000ull,
+    1000000000ull, 2500000000ull, 10000000000ull, 60000000000ull,
+};
+static const char *const bucket_le[METRICS_BUCKETS] = {
+    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+    "0.05",   "0.1",     "0.25",   "0.5",   "1",      "2.5",   "10",   "60",
+};
+
+static const char *const route_names[MR_COUNT] = {
+    [MR_HEALTH] = "/health",
+    [MR_GET_INFO] = "/get_transfer_engine_info",
+    [MR_REGISTER] = "/register_transfer_engine_info",
+    [MR_RANKS] = "/ranks",
+    [MR_INFO] = "/transfer_engine_info",
+    [MR_FAILURES] = "/failures",
+    [MR_ROOMS] = "/rooms/{room}",
+    [MR_METRICS] = "/metrics",
+    [MR_OTHER] = "other",
+};
+
+struct xfer_row {
+    char backend[16];
+    char peer[KVC_SESSION_ID_MAX + 1];
+    uint64_t sent, received, errors;
+};
+
+struct metrics {
+    atomic_uint_fast64_t requests[MR_COUNT][STATUS_MAX];
+    atomic_uint_fast64_t buckets[MR_COUNT][METRICS_BUCKETS + 1]; /* last: +Inf only */
+    atomic_uint_fast64_t sum_ns[MR_COUNT];
+    atomic_int_fast64_t open_conns;
+    atomic_uint_fast64_t conns_total, conns_refused;
+    atomic_uint_fast64_t dead_procs;
+    atomic_uint_fast64_t reloads_ok, reloads_failed;
+    pthread_mutex_t xfer_lock;
+    size_t xfer_n;
+    struct xfer_row xfer[METRICS_XFER_PEERS + 1]; /* + the "other" row */
+};
+
+struct metrics *metrics_create(void)
+{
+    struct metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    /* calloc's zero bytes are valid zero atomics on every target we build for */
+    pthread_mutex_init(&m->xfer_lock, NULL);
+    return m;
+}
+
+void metrics_destroy(struct metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->xfer_lock);
+    free(m);
+}
+
+/* ---- observing ---------------------------------------------------------- */
+
+enum metrics_route metrics_route_of(const char *path, size_t len)
+{
+    for (int r = 0; r < MR_COUNT; r++) {
+        if (r == MR_ROOMS || r == MR_OTHER)
+            continue;
+        size_t n = strlen(route_names[r]);
+        if (n == len && !memcmp(path, route_names[r], n))
+            return (enum metrics_route)r;
+    }
+    if ((len == 6 && !memcmp(path, "/rooms", 6)) || (len > 7 && !memcmp(path, "/rooms/", 7)))
+        return MR_ROOMS;
+    return MR_OTHER;
+}
+
+const char *metrics_route_name(enum metrics_route r)
+{
+    return (unsigned)r < MR_COUNT ? route_names[r] : route_names[MR_OTHER];
+}
+
+void metrics_request(struct metrics *m, enum metrics_route route, int status, uint64_t duration_ns)
+{
+    if ((unsigned)route >= MR_COUNT)
+        route = MR_OTHER;
+    if (status < 100 || status >= STATUS_MAX)
+        status = 0;
+    atomic_fetch_add_explicit(&m->requests[route][status], 1, memory_order_relaxed);
+    int b = 0;
+    while (b < METRICS_BUCKETS && duration_ns > bucket_ns[b])
+        b++;
+    atomic_fetch_add_explicit(&m->buckets[route][b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->sum_ns[route], duration_ns, memory_order_relaxed);
+}
+
+void metrics_conn_open(struct metrics *m)
+{
+    atomic_fetch_add_explicit(&m->open_conns, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->conns_total, 1, memory_order_relaxed);
+}
+
+void metrics_conn_close(struct metrics *m)
+{
+    atomic_fetch_sub_explicit(&m->open_conns, 1, memory_order_relaxed);
+}
+
+void metrics_conn_refused(struct metrics *m)
+{
+    atomic_fetch_add_explicit(&m->conns_refused, 1, memory_order_relaxed);
+}
+
+void metrics_dead_processes(struct metrics *m, uint64_t n)
+{
+    atomic_fetch_add_explicit(&m->dead_procs, n, memory_order_relaxed);
+}
+
+void metrics_auth_reload(struct metrics *m, int ok)
+{
+    atomic_fetch_add_explicit(ok ? &m->reloads_ok : &m->reloads_failed, 1, memory_order_relaxed);
+}
+
+void metrics_xfer_add(struct metrics *m, const char *backend, const char *peer, uint64_t bytes_sent,
+                      uint64_t bytes_received, uint64_t errors)
+{
+    if (!backend)
+        backend = "unknown";
+    if (!peer)
+        peer = "";
+    pthread_mutex_lock(&m->xfer_lock);
+    struct xfer_row *row = NULL;
+    for (size_t i = 0; i < m->xfer_n; i++) {
+        if (!strncmp(m->xfer[i].backend, backend, sizeof m->xfer[i].backend - 1) &&
+            !strncmp(m->xfer[i].peer, peer, sizeof m->xfer[i].peer - 1)) {
+            row = &m->xfer[i];
+            break;
+        }
+    }
+    if (!row) {
+        if (m->xfer_n < METRICS_XFER_PEERS) {
+            row = &m->xfer[m->xfer_n++];
+            snprintf(row->backend, sizeof row->backend, "%s", backend);
+            snprintf(row->peer, sizeof row->peer, "%s", peer);
+        } else {
+            row = &m->xfer[METRICS_XFER_PEERS]; /* the overflow row, peer="other" */
+            snprintf(row->backend, sizeof row->backend, "%s", "other");
+            snprintf(row->peer, sizeof row->peer, "%s", "other");
+        }
+    }
+    row->sent += bytes_sent;
+    row->received += bytes_received;
+    row->errors += errors;
+    pthread_mutex_unlock(&m->xfer_lock);
+}
+
+/* ---- text format helpers ------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t need;
+    uint32_t cp, min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        need = 2, cp = c & 0x1f, min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        need = 3, cp = c & 0x0f, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        need = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < need)
+        return 0;
+    for (size_t i = 1; i < need; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return need;
+}
+
+void metrics_label_escape(struct buf *out, const char *v, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)v;
+    size_t i = 0;
+    while (i < len) {
+        size_t run = i;
+        /* copy runs of plain bytes at once */
+        while (run < len && s[run] >= 0x20 && s[run] < 0x80 && s[run] != '\\' && s[run] != '"')
+            run++;
+        if (run > i) {
+            buf_append(out, s + i, run - i);
+            i = run;
+            continue;
+        }
+        unsigned char c = s[i];
+        if (c == '\\') {
+            buf_puts(out, "\\\\");
+            i++;
+        } else if (c == '"') {
+            buf_puts(out, "\\\"");
+            i++;
+        } else if (c == '\n') {
+            buf_puts(out, "\\n");
+            i++;
+        } else if (c < 0x80) {
+            buf_append(out, &c, 1); /* other control bytes are valid in a label value */
+            i++;
+        } else {
+            size_t k = utf8_seq(s + i, len - i);
+            if (k) {
+                buf_append(out, s + i, k);
+                i += k;
+            } else {
+                buf_puts(out, "\xef\xbf\xbd"); /* U+FFFD */
+                i++;
+            }
+        }
+    }
+}
+
+static void family(struct buf *out, const char *name, const char *type, const char *help)
+{
+    buf_puts(out, "# HELP ");
+    buf_puts(out, name);
+    buf_puts(out, " ");
+    buf_puts(out, help);
+    buf_puts(out, "\n# TYPE ");
+    buf_puts(out, name);
+    buf_puts(out, " ");
+    buf_puts(out, type);
+    buf_puts(out, "\n");
+}
+
+/* name value\n */
+static void sample(struct buf *out, const char *name, uint64_t v)
+{
+    buf_puts(out, name);
+    buf_puts(out, " ");
+    buf_putu64(out, v);
+    buf_puts(out, "\n");
+}
+
+/* name{key="value"} v\n, value escaped */
+static void sample1(struct buf *out, const char *name, const char *key, const char *value,
+                    uint64_t v)
+{
+    buf_puts(out, name);
+    buf_puts(out, "{");
+    buf_puts(out, key);
+    buf_puts(out, "=\"");
+    metrics_label_escape(out, value, strlen(value));
+    buf_puts(out, "\"} ");
+    buf_putu64(out, v);
+    buf_puts(out, "\n");
+}
+
+static void sample1u(struct buf *out, const char *name, const char *key, uint64_t label, uint64_t v)
+{
+    char l[24];
+    snprintf(l, sizeof l, "%llu", (unsigned long long)label);
+    sample1(out, name, key, l, v);
+}
+
+/* A comment saying why a family has no samples now (one line). */
+static void unavailable(struct buf *out, const char *what)
+{
+    buf_puts(out, "# kvcoord: ");
+    buf_puts(out, what);
+    buf_puts(out, " unavailable: ");
+    const char *e = kvc_last_error();
+    for (; *e; e++)
+        buf_append(out, (unsigned char)*e < 0x20 ? " " : e, 1);
+    buf_puts(out, "\n");
+}
+
+static uint64_t ld(const atomic_uint_fast64_t *a)
+{
+    return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+/* ---- families ----------------------------------------------------------- */
+
+static void render_build(struct buf *out)
+{
+    family(out, "kvcoord_build_info", "gauge",
+           "Version of kvcoordd and the segment layout version it reads and writes (always 1).");
+    char layout[16];
+    snprintf(layout, sizeof layout, "%u", KVC_LAYOUT_VERSION);
+    buf_puts(out, "kvcoord_build_info{version=\"" KVC_VERSION "\",layout_version=\"");
+    buf_puts(out, layout);
+    buf_puts(out, "\"} 1\n");
+}
+
+static void render_segment_header(struct buf *out, kvc_segment *seg, const kvc_segment_info *si)
+{
+    family(out, "kvcoord_segment_info", "gauge", "The served segment (always 1).");
+    sample1(out, "kvcoord_segment_info", "segment", kvc_segment_name(seg), 1);
+    family(out, "kvcoord_segment_size_bytes", "gauge", "Size of the segment file.");
+    sample(out, "kvcoord_segment_size_bytes", si->total_bytes);
+    family(out, "kvcoord_arena_size_bytes", "gauge",
+           "Size of the info arena shared by all ranks (sparse: untouched pages cost nothing).");
+    sample(out, "kvcoord_arena_size_bytes", si->arena_bytes);
+    family(out, "kvcoord_arena_used_bytes", "gauge",
+           "Bytes of the info arena in use by published rank info.");
+    sample(out, "kvcoord_arena_used_bytes", si->arena_used);
+    family(out, "kvcoord_world_size", "gauge", "TP group size recorded in the segment.");
+    sample(out, "kvcoord_world_size", si->world_size);
+    family(out, "kvcoord_ranks_max", "gauge", "Rank table entries (capacity).");
+    sample(out, "kvcoord_ranks_max", si->max_ranks);
+    family(out, "kvcoord_ranks_registered", "gauge", "Ranks registered now.");
+    sample(out, "kvcoord_ranks_registered", si->ranks_registered);
+    family(out, "kvcoord_rooms_max", "gauge", "Room table entries (capacity).");
+    sample(out, "kvcoord_rooms_max", si->max_rooms);
+    family(out, "kvcoord_lock_recoveries_total", "counter",
+           "Locks of the segment recovered from a dead owner (EOWNERDEAD) since its creation.");
+    sample(out, "kvcoord_lock_recoveries_total", si->lock_recoveries);
+    family(out, "kvcoord_failures_total", "counter",
+           "Room failure records kept since the segment's creation.");
+    sample(out, "kvcoord_failures_total", si->failures_total);
+}
+
+static void render_ranks(struct buf *out, kvc_segment *seg)
+{
+    size_t count = 0, n = 0;
+    kvc_rank_info *list = NULL;
+    kvc_err e = kvc_rank_list(seg, NULL, 0, &count, 1);
+    if (!e && count) {
+        list = calloc(count, sizeof *list);
+        if (!list) {
+            out->oom = 1;
+            return;
+        }
+        e = kvc_rank_list(seg, list, count, &n, 1);
+        if (n > count)
+            n = count; /* more appeared meanwhile: the next scrape shows them */
+    }
+    family(out, "kvcoord_ranks_withdrawn", "gauge",
+           "Ranks withdrawn (by a call or because their process died) and not registered again.");
+    if (!e) {
+        uint64_t withdrawn = 0;
+        for (size_t i = 0; i < n; i++)
+            withdrawn += list[i].state == KVC_RANK_WITHDRAWN;
+        sample(out, "kvcoord_ranks_withdrawn", withdrawn);
+    }
+    family(out, "kvcoord_rank_generation", "gauge",
+           "Generation of each rank's entry (bumped by every registration and withdrawal).");
+    if (e)
+        unavailable(out, "ranks");
+    for (size_t i = 0; !e && i < n; i++)
+        sample1u(out, "kvcoord_rank_generation", "rank", list[i].rank, list[i].generation);
+    free(list);
+}
+
+static void render_rooms(struct buf *out, kvc_segment *seg)
+{
+    static const kvc_poll states[] = {KVC_POLL_FAILED, KVC_POLL_BOOTSTRAPPING,
+                                      KVC_POLL_WAITING_FOR_INPUT, KVC_POLL_TRANSFERRING,
+                                      KVC_POLL_SUCCESS};
+    size_t counts[5];
+    for (int i = 0; i < 5; i++) {
+        if (kvc_room_list(seg, (int)states[i], NULL, 0, &counts[i])) {
+            family(out, "kvcoord_rooms", "gauge", "Rooms in the room table, by KVPoll state.");
+            unavailable(out, "rooms");
+            return;
+        }
+    }
+    family(out, "kvcoord_rooms", "gauge", "Rooms in the room table, by KVPoll state.");
+    for (int i = 0; i < 5; i++)
+        sample1(out, "kvcoord_rooms", "state", kvc_poll_name(states[i]), counts[i]);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void render_failures(struct buf *out, kvc_segment *seg)
+{
+    family(out, "kvcoord_failures_recent", "gauge",
+           "Failure records among the most recent 1024 kept, by origin rank.");
+    kvc_failure_info *f = malloc(KVC_FAILURE_RING * sizeof *f);
+    uint32_t *origin = malloc(KVC_FAILURE_RING * sizeof *origin);
+    size_t n = 0;
+    if (!f || !origin) {
+        out->oom = 1;
+    } else if (kvc_failures_recent(seg, f, KVC_FAILURE_RING, &n)) {
+        unavailable(out, "failure records");
+    } else {
+        for (size_t i = 0; i < n; i++)
+            origin[i] = f[i].origin_rank;
+        qsort(origin, n, sizeof *origin, cmp_u32);
+        for (size_t i = 0; i < n;) {
+            size_t j = i;
+            while (j < n && origin[j] == origin[i])
+                j++;
+            sample1u(out, "kvcoord_failures_recent", "origin_rank", origin[i], j - i);
+            i = j;
+        }
+    }
+    free(f);
+    free(origin);
+}
+
+static void render_procs(struct buf *out, kvc_segment *seg)
+{
+    static const char *const roles[] = {"none", "worker", "daemon", "client"};
+    size_t count = 0, n = 0;
+    kvc_proc_info *p = NULL;
+    kvc_err e = kvc_proc_list(seg, NULL, 0, &count);
+    if (!e && count) {
+        p = calloc(count, sizeof *p);
+        if (!p) {
+            out->oom = 1;
+            return;
+        }
+        e = kvc_proc_list(seg, p, count, &n);
+        if (n > count)
+            n = count;
+    }
+    uint64_t by_role[4] = {0}, dead = 0;
+    for (size_t i = 0; !e && i < n; i++) {
+        unsigned r = (unsigned)p[i].role < 4 ? (unsigned)p[i].role : 0;
+        by_role[r]++;
+        dead += !p[i].alive;
+    }
+    free(p);
+    family(out, "kvcoord_processes_attached", "gauge",
+           "Processes in the segment's process table, by role.");
+    if (e)
+        unavailable(out, "processes");
+    for (unsigned r = 0; !e && r < 4; r++)
+        sample1(out, "kvcoord_processes_attached", "role", roles[r], by_role[r]);
+    family(out, "kvcoord_processes_dead", "gauge",
+           "Processes in the segment's process table found dead and not reaped yet.");
+    if (!e)
+        sample(out, "kvcoord_processes_dead", dead);
+}
+
+static void render_http(struct buf *out, const struct metrics *m)
+{
+    family(out, "kvcoord_http_requests_total", "counter",
+           "HTTP requests answered, by route and status code (0: none, the connection was "
+           "closed).");
+    for (int r = 0; r < MR_COUNT; r++) {
+        for (int st = 0; st < STATUS_MAX; st++) {
+            uint64_t v = ld(&m->requests[r][st]);
+            if (!v)
+                continue;
+            buf_puts(out, "kvcoord_http_requests_total{route=\"");
+            metrics_label_escape(out, route_names[r], strlen(route_names[r]));
+            buf_puts(out, "\",status=\"");
+            buf_putu64(out, (uint64_t)st);
+            buf_puts(out, "\"} ");
+            buf_putu64(out, v);
+            buf_puts(out, "\n");
+        }
+    }
+    family(out, "kvcoord_http_request_duration_seconds", "histogram",
+           "Time from a request's first byte to its answer being queued, by route (long-polls "
+           "included).");
+    for (int r = 0; r < MR_COUNT; r++) {
+        uint64_t cum = 0;
+        for (int b = 0; b <= METRICS_BUCKETS; b++) {
+            cum += ld(&m->buckets[r][b]);
+            buf_puts(out, "kvcoord_http_request_duration_seconds_bucket{route=\"");
+            buf_puts(out, route_names[r]);
+            buf_puts(out, "\",le=\"");
+            buf_puts(out, b < METRICS_BUCKETS ? bucket_le[b] : "+Inf");
+            buf_puts(out, "\"} ");
+            buf_putu64(out, cum);
+            buf_puts(out, "\n");
+        }
+        uint64_t ns = ld(&m->sum_ns[r]);
+        char sum[48];
+        snprintf(sum, sizeof sum, "%llu.%09llu", (unsigned long long)(ns / 1000000000ull),
+                 (unsigned long long)(ns % 1000000000ull));
+        buf_puts(out, "kvcoord_http_request_duration_seconds_sum{route=\"");
+        buf_puts(out, route_names[r]);
+        buf_puts(out, "\"} ");
+        buf_puts(out, sum);
+        buf_puts(out, "\nkvcoord_http_request_duration_seconds_count{route=\"");
+        buf_puts(out, route_names[r]);
+        buf_puts(out, "\"} ");
+        buf_putu64(out, cum); /* the +Inf bucket: consistent with the buckets read */
+        buf_puts(out, "\n");
+    }
+    int64_t open = atomic_load_explicit(&m->open_conns, memory_order_relaxed);
+    family(out, "kvcoord_http_open_connections", "gauge", "HTTP connections open now.");
+    sample(out, "kvcoord_http_open_connections", open > 0 ? (uint64_t)open : 0);
+    family(out, "kvcoord_http_connections_total", "counter", "HTTP connections accepted.");
+    sample(out, "kvcoord_http_connections_total", ld(&m->conns_total));
+    family(out, "kvcoord_http_connections_refused_total", "counter",
+           "HTTP connections answered 503 and closed because max-conns were open.");
+    sample(out, "kvcoord_http_connections_refused_total", ld(&m->conns_refused));
+}
+
+static void render_daemon(struct buf *out, const struct metrics *m)
+{
+    family(out, "kvcoord_dead_processes_total", "counter",
+           "Attached processes kvcoordd found dead (their rooms failed, their ranks withdrawn).");
+    sample(out, "kvcoord_dead_processes_total", ld(&m->dead_procs));
+    family(out, "kvcoord_auth_reloads_total", "counter",
+           "Token file re-reads on SIGHUP, by result (error: the previous token stays).");
+    sample1(out, "kvcoord_auth_reloads_total", "result", "ok", ld(&m->reloads_ok));
+    sample1(out, "kvcoord_auth_reloads_total", "result", "error", ld(&m->reloads_failed));
+}
+
+/* Transfer families: fed by metrics_xfer_add(); empty (HELP and TYPE only)
+ * while no transfer engine reports, as in kvcoordd today (the engines live
+ * in the workers). */
+static void render_xfer(struct buf *out, const struct metrics *m)
+{
+    struct metrics *mm = (struct metrics *)m; /* the lock only */
+    pthread_mutex_lock(&mm->xfer_lock);
+    size_t rows = m->xfer_n;
+    int other = m->xfer[METRICS_XFER_PEERS].backend[0] != '\0';
+    family(out, "kvcoord_transfer_bytes_total", "counter",
+           "Transfer engine payload bytes, by backend, peer session_id and direction.");
+    for (size_t i = 0; i <= rows; i++) {
+        const struct xfer_row *x = i < rows ? &m->xfer[i] : &m->xfer[METRICS_XFER_PEERS];
+        if (i == rows && !other)
+            break;
+        for (int d = 0; d < 2; d++) {
+            buf_puts(out, "kvcoord_transfer_bytes_total{backend=\"");
+            metrics_label_escape(out, x->backend, strlen(x->backend));
+            buf_puts(out, "\",peer=\"");
+            metrics_label_escape(out, x->peer, strlen(x->peer));
+            buf_puts(out, d ? "\",direction=\"received\"} " : "\",direction=\"sent\"} ");
+            buf_putu64(out, d ? x->received : x->sent);
+            buf_puts(out, "\n");
+        }
+    }
+    family(out, "kvcoord_transfer_errors_total", "counter",
+           "Transfer engine rooms failed, by backend and peer session_id.");
+    for (size_t i = 0; i <= rows; i++) {
+        const struct xfer_row *x = i < rows ? &m->xfer[i] : &m->xfer[METRICS_XFER_PEERS];
+        if (i == rows && !other)
+            break;
+        buf_puts(out, "kvcoord_transfer_errors_total{backend=\"");
+        metrics_label_escape(out, x->backend, strlen(x->backend));
+        buf_puts(out, "\",peer=\"");
+        metrics_label_escape(out, x->peer, strlen(x->peer));
+        buf_puts(out, "\"} ");
+        buf_putu64(out, x->errors);
+        buf_puts(out, "\n");
+    }
+    pthread_mutex_unlock(&mm->xfer_lock);
+}
+
+int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m)
+{
+    render_build(out);
+    if (seg) {
+        kvc_segment_info si;
+        if (kvc_segment_stat(seg, &si) == KVC_OK)
+            render_segment_header(out, seg, &si);
+        else
+            unavailable(out, "segment header");
+        render_ranks(out, seg);
+        render_rooms(out, seg);
+        render_failures(out, seg);
+        render_procs(out, seg);
+    }
+    if (m) {
+        render_daemon(out, m);
+        render_http(out, m);
+        render_xfer(out, m);
+    }
+    return out->oom ? -1 : 0;
+}

@@ -1,0 +1,100 @@
+/*
+ * metrics.h - kvcoordd's counters and the Prometheus text exposition of
+ * GET /metrics.
+ *
+ * Two kinds of figures:
+ *  - the daemon's own, kept in struct metrics (HTTP requests by route and
+ *    status, request latency histogram, connections, dead processes
+ *    detected, token reloads, transfer bytes and errors by backend and
+ *    peer): updated with the metrics_*() calls below, from any thread
+ *    (relaxed atomics; the transfer table takes a mutex);
+ *  - the segment's, read at render time through the public kvc_* API only
+ *    (ranks, generations, rooms by state, failure records, lock recoveries,
+ *    arena bytes, attached processes).
+ *
+ * metrics_render() writes text format 0.0.4 (HELP and TYPE for every
+ * family, names prefixed kvcoord_, counters ending _total, durations in
+ * _seconds, sizes in _bytes, label values escaped).  Every metric name,
+ * type and label is listed in docs/operations.md.
+ */
+#ifndef KVC_METRICS_H
+#define KVC_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "kvcoord/kvcoord.h"
+
+/* Content-Type of a GET /metrics answer. */
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* Route labels: a fixed set, so a client sending random paths cannot grow
+ * the number of series.  metrics_route_of() maps a request path. */
+enum metrics_route {
+    MR_HEALTH = 0, /* /health */
+    MR_GET_INFO,   /* /get_transfer_engine_info */
+    MR_REGISTER,   /* /register_transfer_engine_info */
+    MR_RANKS,      /* /ranks */
+    MR_INFO,       /* /transfer_engine_info (DELETE) */
+    MR_FAILURES,   /* /failures */
+    MR_ROOMS,      /* /rooms and /rooms/... (label "/rooms/{room}") */
+    MR_METRICS,    /* /metrics */
+    MR_OTHER,      /* anything else (404s), and errors before routing */
+    MR_COUNT
+};
+
+/* Latency histogram upper bounds, seconds (long-polls wait up to 60 s). */
+#define METRICS_BUCKETS 16
+
+/* Most (backend, peer) pairs of the transfer family; more are summed under
+ * peer="other". */
+#define METRICS_XFER_PEERS 256
+
+struct metrics;
+
+/* Allocate zeroed counters.  Returns NULL when out of memory. */
+struct metrics *metrics_create(void);
+void metrics_destroy(struct metrics *m);
+
+/* The route label index of path[0..len) (not NUL-terminated). */
+enum metrics_route metrics_route_of(const char *path, size_t len);
+
+/* The label text of a route index ("/health", ..., "other"). */
+const char *metrics_route_name(enum metrics_route r);
+
+/* One request answered: its route, HTTP status (100..599; others count as
+ * 0) and time from its first byte to its answer being queued, nanoseconds. */
+void metrics_request(struct metrics *m, enum metrics_route route, int status, uint64_t duration_ns);
+
+/* A connection accepted / closed (kvcoord_http_open_connections). */
+void metrics_conn_open(struct metrics *m);
+void metrics_conn_close(struct metrics *m);
+
+/* A connection refused because max-conns were open (the 503). */
+void metrics_conn_refused(struct metrics *m);
+
+/* An attached process found dead (pidfd fired / reaped), n of them. */
+void metrics_dead_processes(struct metrics *m, uint64_t n);
+
+/* A SIGHUP token reload: ok 1 re-read, 0 failed (old token kept). */
+void metrics_auth_reload(struct metrics *m, int ok);
+
+/* A transfer engine's figures: add bytes sent/received and errors for
+ * (backend, peer) - e.g. from each kvt_event (peer, bytes, Failed).
+ * backend is "tcp" or "verbs"; peer a session_id.  Both are copied. */
+void metrics_xfer_add(struct metrics *m, const char *backend, const char *peer, uint64_t bytes_sent,
+                      uint64_t bytes_received, uint64_t errors);
+
+/* Render every family into out (appended).  seg may be NULL: only the
+ * daemon's own figures then.  A family the segment cannot give now (a lock
+ * busy) is left out with a "# kvcoord: ..." comment line naming why.
+ * Returns 0, or -1 when out ran out of memory (out->oom). */
+int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m);
+
+/* Append v to out as a Prometheus label value, escaped: backslash, double
+ * quote and newline as \\, \" and \n; bytes that are not valid UTF-8
+ * become U+FFFD.  Without the surrounding quotes. */
+void metrics_label_escape(struct buf *out, const char *v, size_t len);
+
+#endif /* KVC_METRICS_H */

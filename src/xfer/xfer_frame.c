@@ -1,0 +1,142 @@
+/*
+ * xfer_frame.c - encode and decode the transfer engine's wire frames.
+ * Pure: see xfer_frame.h for the layout.
+ */
+#include "xfer_frame.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *kvt_ftype_name(uint8_t type)
+{
+    switch (type) {
+    case KVT_F_HELLO: return "HELLO";
+    case KVT_F_HELLO_OK: return "HELLO_OK";
+    case KVT_F_WRITE: return "WRITE";
+    case KVT_F_ACK: return "ACK";
+    case KVT_F_NACK: return "NACK";
+    case KVT_F_DONE: return "DONE";
+    case KVT_F_DONE_ACK: return "DONE_ACK";
+    case KVT_F_ABORT: return "ABORT";
+    case KVT_F_ERROR: return "ERROR";
+    case KVT_F_QP_INFO: return "QP_INFO";
+    }
+    return "unknown";
+}
+
+void kvt_frame_encode(const kvt_frame *f, uint8_t out[KVT_HDR_LEN])
+{
+    kvt_put32(out, KVT_FRAME_MAGIC);
+    out[4] = f->type;
+    out[5] = f->flags;
+    out[6] = 0;
+    out[7] = 0;
+    kvt_put32(out + 8, f->len);
+    kvt_put32(out + 12, (uint32_t)f->status);
+    kvt_put64(out + 16, f->seq);
+    kvt_put64(out + 24, f->room);
+    kvt_put64(out + 32, f->addr);
+}
+
+int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_frame *f, char *err,
+                     size_t cap)
+{
+    uint32_t magic = kvt_get32(in);
+    if (magic != KVT_FRAME_MAGIC) {
+        snprintf(err, cap, "bad frame magic 0x%08x (expected 0x%08x): not a kvcoord transfer peer",
+                 magic, KVT_FRAME_MAGIC);
+        return -1;
+    }
+    f->type = in[4];
+    f->flags = in[5];
+    f->len = kvt_get32(in + 8);
+    f->status = (int32_t)kvt_get32(in + 12);
+    f->seq = kvt_get64(in + 16);
+    f->room = kvt_get64(in + 24);
+    f->addr = kvt_get64(in + 32);
+    if (f->flags || in[6] || in[7]) {
+        snprintf(err, cap, "frame %s has reserved bits set", kvt_ftype_name(f->type));
+        return -1;
+    }
+    if (f->type < KVT_F_HELLO || f->type > KVT_F_MAX) {
+        snprintf(err, cap, "unknown frame type %u", f->type);
+        return -1;
+    }
+    uint32_t lim = f->type == KVT_F_WRITE ? max_write : KVT_CTL_MAX;
+    if (f->len > lim) {
+        snprintf(err, cap, "frame %s payload of %u bytes exceeds the limit of %u bytes",
+                 kvt_ftype_name(f->type), f->len, lim);
+        return -1;
+    }
+    return 0;
+}
+
+static size_t put_str(uint8_t *p, const char *s, size_t n)
+{
+    p[0] = (uint8_t)n;
+    p[1] = (uint8_t)(n >> 8);
+    memcpy(p + 2, s, n);
+    return n + 2;
+}
+
+size_t kvt_hello_encode(const kvt_hello *h, uint8_t *buf, size_t cap)
+{
+    size_t ls = strnlen(h->session_id, sizeof h->session_id);
+    size_t lt = strnlen(h->token, sizeof h->token);
+    size_t need = 16 + 2 + ls + 2 + lt;
+    if (ls > KVT_HELLO_STR_MAX || lt > KVT_HELLO_STR_MAX || need > cap)
+        return 0;
+    kvt_put32(buf, h->version);
+    kvt_put32(buf + 4, 0);
+    kvt_put64(buf + 8, h->generation);
+    size_t off = 16;
+    off += put_str(buf + off, h->session_id, ls);
+    off += put_str(buf + off, h->token, lt);
+    return off;
+}
+
+/* Read a u16-length-prefixed string at *off into dst (KVT_HELLO_STR_MAX+1). */
+static int get_str(const uint8_t *buf, size_t len, size_t *off, char *dst)
+{
+    if (len - *off < 2)
+        return -1;
+    size_t n = (size_t)buf[*off] | ((size_t)buf[*off + 1] << 8);
+    *off += 2;
+    if (n > KVT_HELLO_STR_MAX || len - *off < n || memchr(buf + *off, 0, n))
+        return -1;
+    memcpy(dst, buf + *off, n);
+    dst[n] = '\0';
+    *off += n;
+    return 0;
+}
+
+int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, size_t cap)
+{
+    memset(h, 0, sizeof *h);
+    if (len < 4) {
+        snprintf(err, cap, "HELLO of %zu bytes is too short", len);
+        return -1;
+    }
+    h->version = kvt_get32(buf);
+    if (len < 16) {
+        snprintf(err, cap, "HELLO of %zu bytes is too short", len);
+        return -1;
+    }
+    h->generation = kvt_get64(buf + 8);
+    size_t off = 16;
+    if (get_str(buf, len, &off, h->session_id) || get_str(buf, len, &off, h->token) || off != len) {
+        snprintf(err, cap, "malformed HELLO payload (%zu bytes)", len);
+        return -1;
+    }
+    return 0;
+}
+
+int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1])
+{
+    /* volatile: keep the compiler from ending the loop at the first
+     * difference. */
+    volatile unsigned char d = 0;
+    for (size_t i = 0; i < KVT_HELLO_STR_MAX + 1; i++)
+        d |= (unsigned char)(want[i] ^ got[i]);
+    return d == 0;
+}

@@ -1,0 +1,336 @@
+/*
+ * xfer_internal.h - what the transfer engine's files share: the engine,
+ * its regions, peers, connections, rooms and the frames in flight.
+ *
+ * Ownership, in one place:
+ *  - the engine owns peers (array), receiving peers (list), connections
+ *    (table indexed by id), sender rooms (per peer) and receiver rooms (per
+ *    receiving peer), and the event queue;
+ *  - a kvt_wr (one frame to send) is owned by whichever of these holds it:
+ *    a peer's backlog, a connection's send queue, the connection's send
+ *    batch (the kernel is reading it), the connection's ack FIFO.  It is
+ *    freed when none does (flags in_q/in_batch/in_fifo all clear);
+ *  - a connection is freed only once no SQE of it is in flight (ops == 0):
+ *    the kernel may still be reading our iovecs or writing into rbuf.
+ */
+#ifndef KVC_XFER_INTERNAL_H
+#define KVC_XFER_INTERNAL_H
+
+#include <jansson.h>
+#include <liburing.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "clock.h"
+#include "kvcoord/kvcoord.h"
+#include "kvcoord/transfer.h"
+#include "xfer_frame.h"
+#include "xfer_verbs_rules.h"
+
+/* Marks the engine's public functions (kvt_*): the only symbols
+ * libkvcoord-transfer exports (the library is built with hidden visibility
+ * and a version script). */
+#define KVT_API __attribute__((visibility("default")))
+
+/* Record the calling thread's error message (kvc_last_error()), return err. */
+#define kvt__fail kvc_error_set
+
+#define KVT_MAX_REGIONS 4096
+#define KVT_MAX_PEERS 1024
+#define KVT_BATCH_WRS 64           /* frames per sendmsg */
+#define KVT_RBUF (256u << 10)      /* staging buffer for received bytes */
+#define KVT_DIRECT_MIN (32u << 10) /* payload left >= this: recv straight into place */
+#define KVT_SOCK_RCVBUF (2 << 20)  /* SO_RCVBUF of accepted connections (kernel doubles it) */
+#define KVT_TICK_MS 50             /* deadline timer granularity */
+/* The receiver acknowledges applied writes (one cumulative ACK) when its
+ * input goes idle (the recv's CQE lacks IORING_CQE_F_SOCK_NONEMPTY), or
+ * once this many writes / bytes are unacknowledged, or before a NACK or a
+ * DONE_ACK.  Far below the sender's window (window_bytes, >= slice_bytes):
+ * the sender never stalls on a held-back ACK. */
+#define KVT_ACK_WRITES 64
+#define KVT_ACK_BYTES (4u << 20)
+
+/* io_uring user_data: operation in the top byte, connection id below.
+ * Encoded and decoded only here. */
+enum kvt_op {
+    OP_ACCEPT = 1,
+    OP_CONNECT,
+    OP_SEND,
+    OP_RECV,
+    OP_CANCEL,
+    OP_TIMER,
+    OP_VERBS_CQ,   /* POLL_ADD on the completion channel's fd */
+    OP_VERBS_ASYNC /* POLL_ADD on the device context's async event fd */
+};
+#define KVT_UD(op, id) (((uint64_t)(op) << 56) | (uint64_t)(uint32_t)(id))
+#define KVT_UD_OP(ud) ((int)((ud) >> 56))
+#define KVT_UD_ID(ud) ((uint32_t)(ud))
+
+typedef struct kvt_region {
+    uint64_t addr, len;
+    uint32_t rkey;
+    uint32_t busy; /* receives into it in progress */
+    void *mr;      /* struct ibv_mr * (verbs) */
+} kvt_region;
+
+typedef struct kvt_rregion { /* a peer's region, from its descriptor */
+    uint64_t addr, len;
+    uint32_t rkey;
+} kvt_rregion;
+
+struct kvt_sroom;
+
+typedef struct kvt_wr {
+    struct kvt_wr *next;    /* backlog / send queue / ack FIFO link */
+    struct kvt_sroom *room; /* NULL for a control frame */
+    uint8_t hdr[KVT_HDR_LEN];
+    const void *payload;
+    uint32_t plen;
+    uint64_t seq;
+    uint8_t in_q, in_batch, in_fifo, acked;
+    uint8_t owned[]; /* control payload copy (payload points here) */
+} kvt_wr;
+
+/* A room being sent to one peer. */
+typedef struct kvt_sroom {
+    struct kvt_sroom *next;
+    struct kvt_peer *peer;
+    uint64_t room;
+    uint64_t writes, bytes; /* posted */
+    uint64_t acked_writes, acked_bytes;
+    uint32_t pending;   /* data wrs not yet acked or dropped */
+    uint32_t in_kernel; /* data wrs in a send batch (pages in use) */
+    bool closed;        /* last batch submitted */
+    bool done_sent, failed, finished;
+    kvt_wc_tally wc; /* verbs: the room's work completions */
+    int32_t code;
+    char reason[KVC_REASON_MAX + 1];
+} kvt_sroom;
+
+typedef struct kvt_conn kvt_conn;
+
+struct kvt_peer {
+    char sid[KVC_SESSION_ID_MAX + 1];
+    uint64_t generation;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    kvt_rregion *regions;
+    size_t nregions;
+    kvt_conn **conns;          /* conns_per_peer slots, NULL when none */
+    uint32_t rr;               /* round-robin cursor */
+    kvt_wr *bl_head, *bl_tail; /* data wrs waiting for a connection */
+    kvt_sroom *rooms;
+    uint64_t unhealthy_until_ns; /* 0: healthy */
+    int32_t last_code;
+    char last_error[KVC_REASON_MAX + 1];
+    uint64_t bytes_sent;
+    uint64_t next_seq;
+    bool verbs;          /* both engines run verbs: data by RDMA WRITE,
+                                      connection slot 0 is the control channel */
+    struct kvt_vqp *vqp; /* its RC QP (NULL until set up, and after a failure) */
+};
+
+/* A room being received from one peer. */
+typedef struct kvt_rroom {
+    struct kvt_rroom *next;
+    uint64_t room;
+    uint64_t writes, bytes;
+} kvt_rroom;
+
+/* A sending engine, as seen by this (receiving) engine. */
+typedef struct kvt_rpeer {
+    struct kvt_rpeer *next;
+    char sid[KVC_SESSION_ID_MAX + 1];
+    uint64_t generation;
+    uint32_t conns;
+    kvt_rroom *rooms;
+    struct kvt_vqp *vqp; /* verbs: the QP its RDMA WRITEs arrive on */
+} kvt_rpeer;
+
+/* Rooms a receiving engine expects several senders for. */
+typedef struct kvt_expect {
+    struct kvt_expect *next;
+    uint64_t room;
+    uint32_t senders, done;
+    uint64_t bytes;
+} kvt_expect;
+
+enum kvt_cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
+enum kvt_rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP };
+
+struct kvt_conn {
+    uint32_t id;
+    int fd;
+    bool client;
+    enum kvt_cstate state;
+    int ops; /* SQEs in flight */
+    bool recving, close_after_send, want_close;
+    struct kvt_peer *peer; /* client side */
+    kvt_rpeer *rpeer;      /* server side, after HELLO */
+    uint64_t started_ns, progress_ns;
+    /* send side */
+    kvt_wr *q_head, *q_tail;
+    kvt_wr *f_head, *f_tail; /* data wrs sent or being sent, awaiting ACK */
+    uint64_t unacked_bytes;
+    uint32_t done_waits; /* DONE frames awaiting DONE_ACK */
+    bool sending;
+    kvt_wr *batch[KVT_BATCH_WRS];
+    int nbatch;
+    struct iovec iov[2 * KVT_BATCH_WRS];
+    int niov, iov_at;
+    struct msghdr msg;
+    /* receive side */
+    uint8_t *rbuf;
+    size_t rpos, rlen;
+    enum kvt_rstate rstate;
+    kvt_frame cur;
+    uint8_t *dst;  /* payload destination (RS_PAYLOAD) */
+    uint64_t left; /* payload bytes still to come */
+    kvt_region *dreg;
+    bool direct;                 /* current recv goes straight to dst */
+    bool big;                    /* last WRITE was large: recv headers alone */
+    bool qp_wait;                /* verbs: QP_INFO sent, the answer is due */
+    uint64_t ack_seq, ack_count; /* writes applied, not yet acknowledged */
+    uint64_t ack_bytes;          /* their payload bytes */
+    char ctl[KVT_CTL_MAX + 1];   /* control payload being assembled, NUL-terminated */
+    uint32_t ctl_len;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+};
+
+/* The engine's RDMA device (xfer_verbs.c opens it; xfer_verbs_qp.c runs
+ * the data path on it). */
+typedef struct kvt_vqp kvt_vqp;
+struct kvt_verbs {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    int port;
+    int gid_index;
+    union ibv_gid gid;
+    uint16_t lid;
+    bool is_roce;
+    enum ibv_mtu active_mtu;
+    char dev[64];
+    bool cq_armed, async_armed; /* POLL_ADD in flight */
+    bool dead;                  /* device-fatal event seen */
+    char dead_why[KVC_REASON_MAX + 1];
+    struct kvt_vqp *qps; /* every QP, live or draining */
+    uint32_t nqps;
+};
+
+struct kvt_engine {
+    kvt_options o;
+    char *token;                           /* NULL: none */
+    char token_pad[KVT_HELLO_STR_MAX + 1]; /* token zero-padded (kvt_token_equal) */
+    kvt_backend backend;
+    char sid[KVC_SESSION_ID_MAX + 1];
+    uint64_t generation;
+    struct io_uring ring;
+    bool ring_ok;
+    int lfd;
+    bool accept_armed, timer_armed;
+    struct __kernel_timespec timer_ts;
+    kvt_region regions[KVT_MAX_REGIONS];
+    size_t nregions;
+    uint32_t next_rkey;
+    struct kvt_peer *peers[KVT_MAX_PEERS];
+    size_t npeers;
+    kvt_rpeer *rpeers;
+    kvt_expect *expects;
+    kvt_conn **conns;
+    uint32_t nconns_cap;
+    kvt_event *evq;
+    size_t nev, evcap;
+    kvt_stats st;
+    struct kvt_verbs *verbs;
+    int pending_sqes;
+};
+
+/* xfer_net.c */
+kvc_err kvt__split_hostport(const char *s, char *host, size_t hcap, uint16_t *port);
+kvc_err kvt__resolve(const char *hostport, struct sockaddr_storage *sa, socklen_t *len);
+void kvt__format_session(const struct sockaddr_storage *sa, const char *host, char *out,
+                         size_t cap);
+int kvt__first_address(int family, char *out, size_t cap);
+
+/* xfer_engine.c */
+/* snprintf that truncates silently (messages are cut at their buffer's
+ * size on purpose; gcc's -Wformat-truncation cannot see through it). */
+void kvt__str(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void kvt__log(kvt_engine *e, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+struct io_uring_sqe *kvt__sqe(kvt_engine *e);
+kvt_region *kvt__region_find(kvt_engine *e, uint64_t addr, uint64_t len);
+void kvt__push_event(kvt_engine *e, const kvt_event *ev);
+void kvt__peer_fail(kvt_engine *e, struct kvt_peer *p, int32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reason);
+void kvt__sroom_check(kvt_engine *e, kvt_sroom *r);
+void kvt__peer_pump(kvt_engine *e, struct kvt_peer *p);
+void kvt__wr_release(kvt_engine *e, kvt_wr *w);
+void kvt__seg_open(kvt_engine *e, uint64_t room, kvc_room_role role);
+void kvt__seg_success(kvt_engine *e, uint64_t room);
+void kvt__seg_fail(kvt_engine *e, uint64_t room, int32_t code, const char *reason);
+
+/* xfer_submit.c: peers by session_id (find: NULL if unknown; get: create
+ * on first use), their renewal on re-registration, the engine's teardown
+ * of all peers, and a receiver's DONE_ACK for a sender room. */
+kvt_peer *kvt__peer_find(kvt_engine *e, const char *sid);
+kvc_err kvt__peer_get(kvt_engine *e, const char *sid, kvt_peer **out);
+void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation);
+void kvt__peers_free(kvt_engine *e);
+void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t status,
+                         const char *msg);
+
+/* xfer_rx.c: the receiving side of a connection: (re)arm its recv, handle
+ * its completions. */
+void kvt__rx_arm(kvt_engine *e, kvt_conn *c);
+void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags);
+
+/* xfer_tcp.c */
+void kvt__send_hello_ok(kvt_engine *e, kvt_conn *c);
+/* Fail connection c (and what rides on it) with code, naming op and what. */
+void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what);
+kvc_err kvt__tcp_listen(kvt_engine *e);
+void kvt__tcp_arm_accept(kvt_engine *e);
+kvc_err kvt__tcp_connect(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
+void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
+void kvt__tcp_kick(kvt_engine *e, kvt_conn *c);
+void kvt__tcp_close(kvt_engine *e, kvt_conn *c);
+void kvt__tcp_deadlines(kvt_engine *e, uint64_t now);
+bool kvt__tcp_has_deadlines(kvt_engine *e);
+kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
+                    const void *payload, uint32_t plen);
+void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w);
+void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why);
+
+/* xfer_verbs.c: device probe for auto/verbs; fills why on failure. */
+int kvt__verbs_open(kvt_engine *e, char *why, size_t cap);
+/* The "verbs" member of this engine's descriptor (NULL without verbs). */
+json_t *kvt__verbs_desc(kvt_engine *e);
+void kvt__verbs_close(kvt_engine *e);
+kvc_err kvt__verbs_reg(kvt_engine *e, kvt_region *r);
+void kvt__verbs_dereg(kvt_engine *e, kvt_region *r);
+/* Message for a failed registration, naming RLIMIT_MEMLOCK when relevant. */
+kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what);
+/* The verbs data path (xfer_verbs_qp.c).  QP setup over connection c: */
+void kvt__verbs_hello_ok(kvt_engine *e, kvt_conn *c); /* client: create, send QP_INFO */
+int kvt__verbs_qp_info(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *err, size_t cap);
+void kvt__verbs_pump(kvt_engine *e, struct kvt_peer *p);      /* post RDMA WRITEs */
+void kvt__verbs_notify(kvt_engine *e, kvt_sroom *r);          /* end of room: SEND */
+void kvt__verbs_peer_down(kvt_engine *e, struct kvt_peer *p); /* QP to ERR: flush */
+void kvt__verbs_rpeer_down(kvt_engine *e, kvt_rpeer *rp);
+void kvt__verbs_conn_closed(kvt_engine *e, kvt_conn *c);
+void kvt__verbs_arm(kvt_engine *e); /* POLL_ADD on CQ and async fds */
+void kvt__verbs_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
+bool kvt__verbs_busy(kvt_engine *e); /* work requests outstanding */
+void kvt__verbs_free_qps(kvt_engine *e);
+/* xfer_rx.c: the end-of-room note of an RDMA sender arrived. */
+void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes,
+                           uint64_t bytes);
+
+#endif

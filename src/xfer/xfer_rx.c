@@ -1,0 +1,608 @@
+/*
+ * xfer_rx.c - receiving frames on a connection: the recv loop, the frame
+ * parser, and the handlers of each frame type on either side.
+ *
+ * Headers and control payloads arrive in the connection's staging buffer
+ * (rbuf).  A WRITE's payload is checked against the registered regions
+ * from its header alone, before one payload byte is stored.  Small writes
+ * are read many to a recv and copied out of rbuf; on a connection carrying
+ * large writes only the header is read into rbuf and the payload is
+ * received straight into place (kvt__rx_arm), short recvs resumed.
+ * A write is acknowledged only after all of its bytes are in place.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xfer_internal.h"
+
+/* Arm the connection's one recv.  Three shapes:
+ *  - payload of the current WRITE, nothing buffered: straight into the
+ *    destination region (already checked against the registered regions
+ *    by on_write_header), as much as is left; a short recv is resumed by
+ *    the next arm;
+ *  - between frames on a connection carrying large writes (c->big): only
+ *    the rest of the 40-byte header, into rbuf, so that no payload byte
+ *    lands in the staging buffer and has to be copied out again;
+ *  - otherwise (small frames, control payloads, skipped bytes, before the
+ *    first large write): as much as rbuf holds, so many small frames cost
+ *    one recv.
+ * Hazard: rbuf is compacted only here, when no recv into it is in flight. */
+void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
+{
+    if (c->recving || c->state == CS_CLOSING)
+        return;
+    struct io_uring_sqe *s = kvt__sqe(e);
+    if (c->rstate == RS_PAYLOAD && c->rpos == c->rlen && c->left &&
+        (c->big || c->left >= KVT_DIRECT_MIN)) {
+        size_t n = c->left > (1u << 30) ? (1u << 30) : (size_t)c->left;
+        io_uring_prep_recv(s, c->fd, c->dst, n, 0);
+        c->direct = true;
+    } else {
+        if (c->rpos == c->rlen)
+            c->rpos = c->rlen = 0;
+        else if (c->rpos > 0) { /* under a header's worth left: move it down */
+            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+            c->rlen -= c->rpos;
+            c->rpos = 0;
+        }
+        size_t want = KVT_RBUF - c->rlen;
+        if (c->big && c->rstate == RS_HDR && c->rlen < KVT_HDR_LEN)
+            want = KVT_HDR_LEN - c->rlen; /* header only: the payload goes in place */
+        io_uring_prep_recv(s, c->fd, c->rbuf + c->rlen, want, 0);
+        c->direct = false;
+    }
+    io_uring_sqe_set_data64(s, KVT_UD(OP_RECV, c->id));
+    c->ops++;
+    c->recving = true;
+}
+
+/* Protocol error on input: tell the peer why (ERROR frame), stop reading
+ * and close once the ERROR is sent.  Other connections are unaffected. */
+static void proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg)
+{
+    e->st.frames_refused++;
+    kvt__log(e, KVT_LOG_WARN, "connection from %s refused: %s",
+             c->rpeer  ? c->rpeer->sid
+             : c->peer ? c->peer->sid
+                       : "(unknown peer)",
+             msg);
+    if (c->client) {
+        kvt__conn_fail(e, c, code, "receive", msg);
+        return;
+    }
+    if (c->rpeer)
+        kvt__rx_fail_rpeer_rooms(e, c->rpeer, code, msg);
+    kvt_wr *w = kvt__ctl_wr(KVT_F_ERROR, 0, 0, 0, code, msg, (uint32_t)strlen(msg));
+    if (w)
+        kvt__conn_enqueue(c, w);
+    c->close_after_send = true;
+    c->rstate = RS_SKIP;
+    c->left = UINT64_MAX; /* discard whatever else comes */
+    kvt__tcp_kick(e, c);
+    if (!c->sending)
+        kvt__tcp_close(e, c);
+}
+
+/* ---- receiver rooms -------------------------------------------------------------- */
+
+static kvt_rroom *rroom_get(kvt_engine *e, kvt_rpeer *rp, uint64_t room, bool create)
+{
+    for (kvt_rroom *r = rp->rooms; r; r = r->next)
+        if (r->room == room)
+            return r;
+    if (!create)
+        return NULL;
+    kvt_rroom *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->room = room;
+    r->next = rp->rooms;
+    rp->rooms = r;
+    kvt__seg_open(e, room, KVC_ROOM_ROLE_DECODE);
+    return r;
+}
+
+static void rroom_remove(kvt_rpeer *rp, kvt_rroom *r)
+{
+    kvt_rroom **pp = &rp->rooms;
+    while (*pp && *pp != r)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = r->next;
+    free(r);
+}
+
+static void rx_event(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t bytes, int32_t code,
+                     const char *why)
+{
+    kvt_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.room = room;
+    ev.side = KVT_SIDE_RECEIVER;
+    ev.state = why ? KVC_POLL_FAILED : KVC_POLL_SUCCESS;
+    ev.code = code;
+    ev.bytes = bytes;
+    kvt__str(ev.peer, sizeof ev.peer, "%s", rp->sid);
+    if (why)
+        kvt__str(ev.reason, sizeof ev.reason, "%s", why);
+    kvt__push_event(e, &ev);
+}
+
+void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why)
+{
+    while (rp->rooms) {
+        kvt_rroom *r = rp->rooms;
+        char msg[KVC_REASON_MAX + 1];
+        kvt__str(msg, sizeof msg, "room %llu from peer %s: %s", (unsigned long long)r->room,
+                 rp->sid, why);
+        kvt__seg_fail(e, r->room, code, msg);
+        rx_event(e, rp, r->room, r->bytes, code, msg);
+        rroom_remove(rp, r);
+    }
+}
+
+KVT_API kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders)
+{
+    if (!e || !senders)
+        return kvt__fail(KVC_E_INVAL, "kvt_room_expect: senders must be >= 1");
+    for (kvt_expect *x = e->expects; x; x = x->next)
+        if (x->room == room) {
+            x->senders = senders;
+            return KVC_OK;
+        }
+    kvt_expect *x = calloc(1, sizeof *x);
+    if (!x)
+        return kvt__fail(KVC_E_SYS, "out of memory");
+    x->room = room;
+    x->senders = senders;
+    x->next = e->expects;
+    e->expects = x;
+    return KVC_OK;
+}
+
+/* One sender ended room r correctly: Success once every expected sender did. */
+static void rx_room_done(kvt_engine *e, kvt_rpeer *rp, kvt_rroom *r)
+{
+    uint64_t bytes = r->bytes;
+    for (kvt_expect **pp = &e->expects; *pp; pp = &(*pp)->next) {
+        kvt_expect *x = *pp;
+        if (x->room != r->room)
+            continue;
+        x->bytes += r->bytes;
+        if (++x->done < x->senders)
+            return;
+        bytes = x->bytes;
+        *pp = x->next;
+        free(x);
+        break;
+    }
+    kvt__seg_success(e, r->room);
+    rx_event(e, rp, r->room, bytes, 0, NULL);
+}
+
+/* ---- frame handlers: server side --------------------------------------------------- */
+
+static kvt_rpeer *rpeer_get(kvt_engine *e, const kvt_hello *h)
+{
+    for (kvt_rpeer *rp = e->rpeers; rp; rp = rp->next)
+        if (rp->generation == h->generation && !strcmp(rp->sid, h->session_id))
+            return rp;
+    kvt_rpeer *rp = calloc(1, sizeof *rp);
+    if (!rp)
+        return NULL;
+    kvt__str(rp->sid, sizeof rp->sid, "%s", h->session_id);
+    rp->generation = h->generation;
+    rp->next = e->rpeers;
+    e->rpeers = rp;
+    return rp;
+}
+
+static void on_hello(kvt_engine *e, kvt_conn *c)
+{
+    kvt_hello h;
+    char err[160], msg[256];
+    int bad = kvt_hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
+    if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
+        kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
+                 h.version, KVT_PROTOCOL_VERSION);
+        proto_error(e, c, EPROTONOSUPPORT, msg);
+        return;
+    }
+    if (bad) {
+        proto_error(e, c, EPROTO, err);
+        return;
+    }
+    /* The token: compared in constant time (kvt_token_equal), whatever
+     * its length.  Refused before the peer is known (no rpeer, no room):
+     * nothing of its is ever written here. */
+    if (e->token && !kvt_token_equal(e->token_pad, h.token)) {
+        kvt__str(msg, sizeof msg, "unauthorized: peer %s sent %s handshake token", h.session_id,
+                 h.token[0] ? "a wrong" : "no");
+        proto_error(e, c, EACCES, msg);
+        return;
+    }
+    kvt_rpeer *rp = rpeer_get(e, &h);
+    if (!rp) {
+        proto_error(e, c, ENOMEM, "out of memory");
+        return;
+    }
+    rp->conns++;
+    c->rpeer = rp;
+    c->state = CS_UP;
+    kvt__send_hello_ok(e, c);
+}
+
+/* Queue one ACK for every write applied since the last one. */
+static void flush_acks(kvt_engine *e, kvt_conn *c)
+{
+    if (!c->ack_count)
+        return;
+    kvt_wr *w = kvt__ctl_wr(KVT_F_ACK, c->ack_seq, 0, c->ack_count, 0, NULL, 0);
+    if (!w) {
+        kvt__conn_fail(e, c, ENOMEM, "acknowledge", "out of memory");
+        return;
+    }
+    c->ack_count = 0;
+    c->ack_bytes = 0;
+    kvt__conn_enqueue(c, w);
+}
+
+static void on_write_header(kvt_engine *e, kvt_conn *c)
+{
+    kvt_frame *f = &c->cur;
+    kvt_region *reg = f->len ? kvt__region_find(e, f->addr, f->len) : NULL;
+    if (!reg) {
+        char msg[200];
+        kvt__str(msg, sizeof msg,
+                 "write of %u bytes to 0x%llx (room %llu) is outside every region registered here",
+                 f->len, (unsigned long long)f->addr, (unsigned long long)f->room);
+        e->st.frames_refused++;
+        kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
+        flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
+        kvt_wr *w = kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
+        if (w)
+            kvt__conn_enqueue(c, w);
+        c->rstate = RS_SKIP;
+        c->left = f->len;
+        return;
+    }
+    if (!rroom_get(e, c->rpeer, f->room, true)) {
+        proto_error(e, c, ENOMEM, "out of memory for a room");
+        return;
+    }
+    reg->busy++;
+    c->big = f->len >= KVT_DIRECT_MIN; /* sizes the next header's recv (kvt__rx_arm) */
+    c->dreg = reg;
+    c->dst = (uint8_t *)(uintptr_t)f->addr;
+    c->left = f->len;
+    c->rstate = RS_PAYLOAD;
+}
+
+static void on_write_applied(kvt_engine *e, kvt_conn *c)
+{
+    c->dreg->busy--;
+    c->dreg = NULL;
+    kvt_rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
+    if (r) {
+        r->writes++;
+        r->bytes += c->cur.len;
+    }
+    e->st.writes_recv++;
+    e->st.bytes_recv += c->cur.len;
+    c->ack_seq = c->cur.seq;
+    c->ack_count++;
+    c->ack_bytes += c->cur.len;
+    c->rstate = RS_HDR;
+}
+
+static void on_done(kvt_engine *e, kvt_conn *c)
+{
+    kvt_frame *f = &c->cur;
+    kvt_rroom *r = rroom_get(e, c->rpeer, f->room, true);
+    if (!r) {
+        proto_error(e, c, ENOMEM, "out of memory for a room");
+        return;
+    }
+    flush_acks(e, c);
+    char msg[256] = "";
+    int32_t st = 0;
+    if (r->writes != f->seq || r->bytes != f->addr) {
+        st = EIO;
+        kvt__str(msg, sizeof msg,
+                 "room %llu: received %llu writes / %llu bytes, sender sent %llu / %llu",
+                 (unsigned long long)f->room, (unsigned long long)r->writes,
+                 (unsigned long long)r->bytes, (unsigned long long)f->seq,
+                 (unsigned long long)f->addr);
+        kvt__seg_fail(e, r->room, st, msg);
+        rx_event(e, c->rpeer, r->room, r->bytes, st, msg);
+    } else {
+        rx_room_done(e, c->rpeer, r);
+    }
+    rroom_remove(c->rpeer, r);
+    kvt_wr *w =
+        kvt__ctl_wr(KVT_F_DONE_ACK, f->seq, f->room, f->addr, st, msg, (uint32_t)strlen(msg));
+    if (w)
+        kvt__conn_enqueue(c, w);
+}
+
+static void on_abort(kvt_engine *e, kvt_conn *c)
+{
+    kvt_rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
+    if (!r)
+        return;
+    char msg[KVC_REASON_MAX + 1];
+    kvt__str(msg, sizeof msg, "room %llu aborted by peer %s: %.*s", (unsigned long long)r->room,
+             c->rpeer->sid, (int)c->ctl_len, c->ctl);
+    kvt__seg_fail(e, r->room, c->cur.status, msg);
+    rx_event(e, c->rpeer, r->room, r->bytes, c->cur.status, msg);
+    rroom_remove(c->rpeer, r);
+}
+
+/* ---- frame handlers: client side ---------------------------------------------------- */
+
+static void on_hello_ok(kvt_engine *e, kvt_conn *c)
+{
+    kvt_hello h;
+    char err[160], msg[256];
+    int bad = kvt_hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
+    if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
+        kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
+                 h.version, KVT_PROTOCOL_VERSION);
+        kvt__conn_fail(e, c, EPROTONOSUPPORT, "handshake", msg);
+        return;
+    }
+    if (bad) {
+        kvt__conn_fail(e, c, EPROTO, "handshake", err);
+        return;
+    }
+    c->state = CS_UP;
+    c->progress_ns = kvc__mono_ns();
+    kvt__verbs_hello_ok(e, c); /* verbs peer: set up the QP first */
+    kvt__peer_pump(e, c->peer);
+}
+
+/* QP_INFO: the peer's RC QP record (verbs), either side. */
+static void on_qp_info(kvt_engine *e, kvt_conn *c)
+{
+    kvt_qp_rec r;
+    char err[200];
+    if (kvt_qp_rec_decode((const uint8_t *)c->ctl, c->ctl_len, &r, err, sizeof err) ||
+        kvt__verbs_qp_info(e, c, &r, err, sizeof err)) {
+        char msg[256];
+        kvt__str(msg, sizeof msg, "RDMA QP setup: %s", err);
+        if (c->client)
+            kvt__conn_fail(e, c, EPROTO, "QP setup", msg);
+        else
+            proto_error(e, c, EPROTO, msg);
+    }
+}
+
+void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes,
+                           uint64_t bytes)
+{
+    kvt_rroom *r = rroom_get(e, rp, room, true); /* Transferring, then at once: */
+    if (!r) {
+        kvt__log(e, KVT_LOG_ERROR, "room %llu from %s: out of memory", (unsigned long long)room,
+                 rp->sid);
+        return;
+    }
+    r->writes = writes;
+    r->bytes = bytes;
+    e->st.writes_recv += writes;
+    e->st.bytes_recv += bytes;
+    rx_room_done(e, rp, r);
+    rroom_remove(rp, r);
+}
+
+static void on_ack(kvt_engine *e, kvt_conn *c)
+{
+    uint64_t n = c->cur.addr;
+    kvt_wr *last = NULL;
+    c->progress_ns = kvc__mono_ns();
+    while (n--) {
+        kvt_wr *w = c->f_head;
+        if (!w) {
+            kvt__conn_fail(e, c, EPROTO, "receive", "ACK for more writes than were sent");
+            return;
+        }
+        c->f_head = w->next;
+        if (!c->f_head)
+            c->f_tail = NULL;
+        w->in_fifo = 0;
+        c->unacked_bytes -= w->plen;
+        w->room->acked_writes++;
+        w->room->acked_bytes += w->plen;
+        c->peer->bytes_sent += w->plen;
+        e->st.writes_sent++;
+        e->st.bytes_sent += w->plen;
+        last = w;
+        if (!n && last->seq != c->cur.seq) {
+            kvt__conn_fail(e, c, EPROTO, "receive", "ACK out of order");
+            kvt__wr_release(e, w);
+            return;
+        }
+        kvt__wr_release(e, w);
+    }
+    kvt__peer_pump(e, c->peer);
+}
+
+static void on_nack(kvt_engine *e, kvt_conn *c)
+{
+    kvt_wr *w = c->f_head;
+    if (!w || w->seq != c->cur.seq) {
+        kvt__conn_fail(e, c, EPROTO, "receive", "NACK out of order");
+        return;
+    }
+    c->f_head = w->next;
+    if (!c->f_head)
+        c->f_tail = NULL;
+    w->in_fifo = 0;
+    c->unacked_bytes -= w->plen;
+    char why[KVC_REASON_MAX + 1];
+    kvt__str(why, sizeof why, "peer %s refused a write of room %llu: %.*s", c->peer->sid,
+             (unsigned long long)c->cur.room, (int)c->ctl_len, c->ctl);
+    kvt_sroom *r = w->room;
+    r->pending++; /* keep r alive across the release */
+    kvt__wr_release(e, w);
+    kvt__sroom_fail(e, r, c->cur.status ? c->cur.status : EFAULT, why);
+    r->pending--;
+    kvt__sroom_check(e, r);
+    kvt__peer_pump(e, c->peer);
+}
+
+static void on_error(kvt_engine *e, kvt_conn *c)
+{
+    char msg[KVC_REASON_MAX + 1];
+    kvt__str(msg, sizeof msg, "peer said: %.*s", (int)c->ctl_len, c->ctl);
+    if (c->client)
+        kvt__conn_fail(e, c, c->cur.status ? c->cur.status : EPROTO,
+                       c->state == CS_HELLO ? "handshake" : "write", msg);
+    else
+        kvt__conn_fail(e, c, c->cur.status ? c->cur.status : EPROTO, "connection", msg);
+}
+
+/* A complete frame (header, and control payload in c->ctl). */
+static void on_frame(kvt_engine *e, kvt_conn *c)
+{
+    uint8_t t = c->cur.type;
+    char msg[128];
+    if (t == KVT_F_ERROR) {
+        on_error(e, c);
+        return;
+    }
+    bool ok = c->client ? (c->state == CS_HELLO ? t == KVT_F_HELLO_OK
+                                                : t == KVT_F_ACK || t == KVT_F_NACK ||
+                                                      t == KVT_F_DONE_ACK || t == KVT_F_QP_INFO)
+                        : (c->state == CS_HELLO ? t == KVT_F_HELLO
+                                                : t == KVT_F_WRITE || t == KVT_F_DONE ||
+                                                      t == KVT_F_ABORT || t == KVT_F_QP_INFO);
+    if (!ok) {
+        kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt_ftype_name(t),
+                 c->state == CS_HELLO ? "before the handshake" : "here");
+        proto_error(e, c, EPROTO, msg);
+        return;
+    }
+    switch (t) {
+    case KVT_F_HELLO: on_hello(e, c); break;
+    case KVT_F_HELLO_OK: on_hello_ok(e, c); break;
+    case KVT_F_WRITE: on_write_header(e, c); break;
+    case KVT_F_DONE: on_done(e, c); break;
+    case KVT_F_ABORT: on_abort(e, c); break;
+    case KVT_F_ACK: on_ack(e, c); break;
+    case KVT_F_NACK: on_nack(e, c); break;
+    case KVT_F_QP_INFO: on_qp_info(e, c); break;
+    case KVT_F_DONE_ACK:
+        kvt__sroom_done_ack(e, c, c->cur.room, c->cur.status, c->ctl_len ? c->ctl : "");
+        break;
+    }
+}
+
+/* ---- parser -------------------------------------------------------------------------- */
+
+/* Consume what rbuf holds.  Stops at the end of the data, or when the
+ * connection starts closing. */
+static void rx_parse(kvt_engine *e, kvt_conn *c)
+{
+    while (c->state != CS_CLOSING && !c->close_after_send) {
+        size_t avail = c->rlen - c->rpos;
+        uint8_t *p = c->rbuf + c->rpos;
+        if (c->rstate == RS_HDR) {
+            if (avail < KVT_HDR_LEN)
+                return;
+            char err[160];
+            if (kvt_frame_decode(p, KVT_FRAME_MAX, &c->cur, err, sizeof err)) {
+                proto_error(e, c, EPROTO, err);
+                return;
+            }
+            c->rpos += KVT_HDR_LEN;
+            c->ctl_len = 0;
+            if (c->cur.type == KVT_F_WRITE) {
+                if (c->state == CS_UP && !c->client)
+                    on_write_header(e, c);
+                else
+                    on_frame(e, c); /* refused there */
+            } else if (c->cur.len) {
+                c->rstate = RS_CTL;
+            } else {
+                c->ctl[0] = '\0';
+                on_frame(e, c);
+            }
+            continue;
+        }
+        if (!avail)
+            return;
+        if (c->rstate == RS_CTL) {
+            size_t n = c->cur.len - c->ctl_len;
+            n = n < avail ? n : avail;
+            memcpy(c->ctl + c->ctl_len, p, n);
+            c->ctl_len += (uint32_t)n;
+            c->rpos += n;
+            if (c->ctl_len == c->cur.len) {
+                c->ctl[c->ctl_len] = '\0';
+                c->rstate = RS_HDR;
+                on_frame(e, c);
+            }
+        } else {
+            size_t n = c->left < avail ? (size_t)c->left : avail;
+            if (c->rstate == RS_PAYLOAD) {
+                memcpy(c->dst, p, n);
+                c->dst += n;
+            }
+            c->left -= n;
+            c->rpos += n;
+            if (!c->left) {
+                if (c->rstate == RS_PAYLOAD)
+                    on_write_applied(e, c);
+                else
+                    c->rstate = RS_HDR;
+            }
+        }
+    }
+}
+
+void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
+{
+    c->ops--;
+    c->recving = false;
+    if (c->state == CS_CLOSING)
+        goto out;
+    if (res <= 0) {
+        const char *what = res == 0 ? "connection closed by peer" : strerror(-res);
+        if (!c->client && res == 0 && c->rstate == RS_HDR && c->rlen == c->rpos &&
+            (!c->rpeer || !c->rpeer->rooms))
+            kvt__tcp_close(e, c); /* clean end between frames, nothing pending */
+        else if (c->client && res == 0 && c->close_after_send)
+            kvt__tcp_close(e, c);
+        else
+            kvt__conn_fail(e, c, res == 0 ? ECONNRESET : -res, "receive", what);
+        goto out;
+    }
+    c->progress_ns = kvc__mono_ns();
+    if (c->direct) {
+        c->dst += res;
+        c->left -= (uint64_t)res;
+        if (!c->left)
+            on_write_applied(e, c);
+    } else {
+        c->rlen += (size_t)res;
+    }
+    rx_parse(e, c);
+    if (c->state != CS_CLOSING) {
+        /* Acknowledge now unless more input is already queued on the
+         * socket (the kernel says so in the CQE: a recv will complete at
+         * once, and this is decided again then) and the writes held back
+         * are few.  Without that flag (older kernels) every recv flushes.
+         * Either way a write is acknowledged only once it is in place. */
+        if (!c->client && (!(cflags & IORING_CQE_F_SOCK_NONEMPTY) ||
+                           c->ack_count >= KVT_ACK_WRITES || c->ack_bytes >= KVT_ACK_BYTES))
+            flush_acks(e, c);
+        kvt__tcp_kick(e, c);
+        if (!c->close_after_send) /* after a refusal: stop reading, close once sent */
+            kvt__rx_arm(e, c);
+    }
+out:
+    if (c->state == CS_CLOSING && c->ops == 0)
+        c->want_close = true;
+}

@@ -1,0 +1,519 @@
+/*
+ * xfer_submit.c - the sending side: peers and their health, batches of
+ * writes (check, coalesce, slice), sender rooms and their outcome.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xfer_internal.h"
+
+/* ---- peers ---------------------------------------------------------------- */
+
+kvt_peer *kvt__peer_find(kvt_engine *e, const char *sid)
+{
+    for (size_t i = 0; i < e->npeers; i++)
+        if (!strcmp(e->peers[i]->sid, sid))
+            return e->peers[i];
+    return NULL;
+}
+
+kvc_err kvt__peer_get(kvt_engine *e, const char *sid, kvt_peer **out)
+{
+    kvt_peer *p = kvt__peer_find(e, sid);
+    if (!p) {
+        if (e->npeers == KVT_MAX_PEERS)
+            return kvt__fail(KVC_E_FULL, "too many peers (max %d)", KVT_MAX_PEERS);
+        struct sockaddr_storage sa;
+        socklen_t len;
+        kvc_err err = kvt__resolve(sid, &sa, &len);
+        if (err)
+            return err;
+        p = calloc(1, sizeof *p);
+        if (p)
+            p->conns = calloc(e->o.conns_per_peer, sizeof *p->conns);
+        if (!p || !p->conns) {
+            free(p);
+            return kvt__fail(KVC_E_SYS, "out of memory for a peer");
+        }
+        kvt__str(p->sid, sizeof p->sid, "%s", sid);
+        p->sa = sa;
+        p->salen = len;
+        p->next_seq = 1;
+        e->peers[e->npeers++] = p;
+    }
+    *out = p;
+    return KVC_OK;
+}
+
+KVT_API kvc_err kvt_peer_stat(kvt_engine *e, const kvt_peer *p, kvt_peer_info *out)
+{
+    if (!e || !p || !out)
+        return kvt__fail(KVC_E_INVAL, "kvt_peer_stat: NULL argument");
+    memset(out, 0, sizeof *out);
+    kvt__str(out->session_id, sizeof out->session_id, "%s", p->sid);
+    out->generation = p->generation;
+    uint64_t now = kvc__mono_ns();
+    out->healthy = p->unhealthy_until_ns <= now;
+    out->unhealthy_left_ms = out->healthy ? 0 : (p->unhealthy_until_ns - now) / 1000000ull;
+    out->last_code = p->last_code;
+    kvt__str(out->last_error, sizeof out->last_error, "%s", p->last_error);
+    for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
+        if (p->conns[i] && p->conns[i]->state == CS_UP)
+            out->conns_up++;
+    out->bytes_sent = p->bytes_sent;
+    return KVC_OK;
+}
+
+void kvt__peers_free(kvt_engine *e)
+{
+    for (size_t i = 0; i < e->npeers; i++) {
+        kvt_peer *p = e->peers[i];
+        while (p->bl_head) {
+            kvt_wr *w = p->bl_head;
+            p->bl_head = w->next;
+            free(w);
+        }
+        while (p->rooms) {
+            kvt_sroom *r = p->rooms;
+            p->rooms = r->next;
+            free(r);
+        }
+        free(p->regions);
+        free(p->conns);
+        free(p);
+    }
+    e->npeers = 0;
+}
+
+/* Mark p unhealthy for the TTL and fail every unfinished room to it; close
+ * its connections.  Rooms to other peers are untouched. */
+void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, ...)
+{
+    char msg[KVC_REASON_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->unhealthy_until_ns = kvc__mono_ns() + (uint64_t)e->o.unhealthy_ttl_ms * 1000000ull;
+    p->last_code = code;
+    kvt__str(p->last_error, sizeof p->last_error, "%s", msg);
+    kvt__log(e, KVT_LOG_WARN, "peer %s marked unhealthy for %u ms: %s", p->sid,
+             e->o.unhealthy_ttl_ms, msg);
+    for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
+        if (p->conns[i])
+            kvt__tcp_close(e, p->conns[i]);
+    kvt__verbs_peer_down(e, p); /* its QP flushes: rooms' events follow the flush */
+    while (p->bl_head) {
+        kvt_wr *w = p->bl_head;
+        p->bl_head = w->next;
+        w->in_q = 0;
+        kvt__wr_release(e, w);
+    }
+    p->bl_tail = NULL;
+    for (kvt_sroom *r = p->rooms, *next; r; r = next) {
+        next = r->next; /* r may be freed by sroom_fail */
+        if (!r->failed && !r->finished)
+            kvt__sroom_fail(e, r, code, msg);
+    }
+}
+
+/* Clear the unhealthy mark: the peer registered again (new generation). */
+void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation)
+{
+    if (p->generation && p->generation != generation) {
+        /* Old connections lead to the old process (or nowhere). */
+        for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
+            if (p->conns[i])
+                kvt__tcp_close(e, p->conns[i]);
+        kvt__verbs_peer_down(e, p);
+        if (p->unhealthy_until_ns)
+            kvt__log(e, KVT_LOG_INFO, "peer %s registered again (generation %llu): healthy", p->sid,
+                     (unsigned long long)generation);
+        p->unhealthy_until_ns = 0;
+    }
+    p->generation = generation;
+}
+
+/* ---- sender rooms ------------------------------------------------------------ */
+
+static void sroom_unlink_free(kvt_sroom *r)
+{
+    kvt_sroom **pp = &r->peer->rooms;
+    while (*pp && *pp != r)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = r->next;
+    free(r);
+}
+
+static void sroom_event(kvt_engine *e, kvt_sroom *r, kvc_poll state)
+{
+    kvt_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.room = r->room;
+    ev.side = KVT_SIDE_SENDER;
+    ev.state = state;
+    ev.code = r->code;
+    ev.bytes = r->acked_bytes;
+    kvt__str(ev.peer, sizeof ev.peer, "%s", r->peer->sid);
+    kvt__str(ev.reason, sizeof ev.reason, "%s", r->reason);
+    kvt__push_event(e, &ev);
+}
+
+/* Remove r's writes that are still only queued (backlog or send queues):
+ * they will never be sent. */
+static void sroom_drop_queued(kvt_engine *e, kvt_sroom *r)
+{
+    kvt_peer *p = r->peer;
+    kvt_wr **pp = &p->bl_head, *last = NULL;
+    while (*pp) {
+        kvt_wr *w = *pp;
+        if (w->room == r) {
+            *pp = w->next;
+            w->in_q = 0;
+            kvt__wr_release(e, w);
+        } else {
+            last = w;
+            pp = &w->next;
+        }
+    }
+    p->bl_tail = last;
+    for (uint32_t i = 0; i < e->o.conns_per_peer; i++) {
+        kvt_conn *c = p->conns[i];
+        if (!c)
+            continue;
+        pp = &c->q_head;
+        last = NULL;
+        while (*pp) {
+            kvt_wr *w = *pp;
+            if (w->room == r) {
+                *pp = w->next;
+                w->in_q = 0;
+                c->unacked_bytes -= w->plen;
+                kvt__wr_release(e, w);
+            } else {
+                last = w;
+                pp = &w->next;
+            }
+        }
+        c->q_tail = last;
+    }
+}
+
+/* Record r's failure (first one wins here and in the segment).  Its event
+ * follows once no write of it is in the kernel (kvt__sroom_check). */
+void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reason)
+{
+    if (r->failed || r->finished)
+        return;
+    r->failed = true;
+    r->code = code;
+    kvt__str(r->reason, sizeof r->reason, "%s", reason);
+    kvt__seg_fail(e, r->room, code, r->reason);
+    sroom_drop_queued(e, r);
+    kvt__sroom_check(e, r);
+}
+
+/* Advance r: send its DONE when every write is acknowledged; emit its
+ * event when it ended; free it when nothing refers to it any more. */
+void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
+{
+    if (!r->finished && r->failed && r->in_kernel == 0) {
+        r->finished = true;
+        sroom_event(e, r, KVC_POLL_FAILED);
+    } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent &&
+               r->peer->verbs) {
+        /* Every RDMA WRITE completed: the end-of-room SEND.  Hold r: a
+         * failed post fails the peer, and with it r, re-entering here. */
+        r->pending++;
+        kvt__verbs_notify(e, r);
+        r->pending--;
+    } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent) {
+        kvt_conn *c = NULL;
+        for (uint32_t i = 0; i < e->o.conns_per_peer && !c; i++)
+            if (r->peer->conns[i] && r->peer->conns[i]->state == CS_UP)
+                c = r->peer->conns[i];
+        if (!c)
+            return; /* no connection yet: kvt__peer_pump calls again */
+        kvt_wr *w = kvt__ctl_wr(KVT_F_DONE, r->writes, r->room, r->bytes, 0, NULL, 0);
+        if (!w) {
+            kvt__sroom_fail(e, r, ENOMEM, "out of memory for DONE");
+            return;
+        }
+        r->done_sent = true;
+        c->done_waits++;
+        kvt__conn_enqueue(c, w);
+        kvt__tcp_kick(e, c);
+    }
+    if (r->finished && r->pending == 0)
+        sroom_unlink_free(r);
+}
+
+/* DONE_ACK for room from p's connection c. */
+void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t status, const char *msg)
+{
+    if (c->done_waits)
+        c->done_waits--;
+    for (kvt_sroom *r = c->peer->rooms; r; r = r->next) {
+        if (r->room != room || !r->done_sent || r->finished)
+            continue;
+        if (status == 0) {
+            r->finished = true;
+            kvt__seg_success(e, room);
+            sroom_event(e, r, KVC_POLL_SUCCESS);
+            kvt__sroom_check(e, r);
+        } else {
+            char why[KVC_REASON_MAX + 1];
+            kvt__str(why, sizeof why, "peer %s refused the end of room %llu: %s", c->peer->sid,
+                     (unsigned long long)room, msg);
+            kvt__sroom_fail(e, r, status, why);
+        }
+        return;
+    }
+    kvt__log(e, KVT_LOG_WARN, "peer %s: DONE_ACK for unknown room %llu", c->peer->sid,
+             (unsigned long long)room);
+}
+
+/* Release w from whichever holder just let go of it (flags already
+ * cleared by the caller); free it when nobody holds it. */
+void kvt__wr_release(kvt_engine *e, kvt_wr *w)
+{
+    if (w->in_q || w->in_batch || w->in_fifo)
+        return;
+    kvt_sroom *r = w->room;
+    free(w);
+    if (r) {
+        r->pending--;
+        kvt__sroom_check(e, r);
+    }
+}
+
+/* ---- submitting ----------------------------------------------------------------- */
+
+static kvt_rregion *rregion_find(kvt_peer *p, uint64_t addr, uint64_t len)
+{
+    for (size_t i = 0; i < p->nregions; i++) {
+        kvt_rregion *r = &p->regions[i];
+        if (addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr))
+            return r;
+    }
+    return NULL;
+}
+
+static int run_cmp(const void *a, const void *b)
+{
+    const kvt_run *x = a, *y = b;
+    return x->laddr < y->laddr ? -1 : x->laddr > y->laddr;
+}
+
+/* Check every run before anything is queued. */
+static kvc_err check_runs(kvt_engine *e, kvt_peer *p, const kvt_run *runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const kvt_run *r = &runs[i];
+        if (!r->len)
+            return kvt__fail(KVC_E_INVAL, "run %zu has length 0", i);
+        if (!kvt__region_find(e, r->laddr, r->len))
+            return kvt__fail(
+                KVC_E_INVAL,
+                "run %zu: local range [0x%llx, +%llu) is not inside a registered region", i,
+                (unsigned long long)r->laddr, (unsigned long long)r->len);
+        if (!rregion_find(p, r->raddr, r->len))
+            return kvt__fail(KVC_E_INVAL,
+                             "run %zu: remote range [0x%llx, +%llu) is not inside a region of peer "
+                             "%s's descriptor",
+                             i, (unsigned long long)r->raddr, (unsigned long long)r->len, p->sid);
+    }
+    return KVC_OK;
+}
+
+/* Sort by local address and merge runs contiguous on both sides within
+ * the same regions.  Returns the new count. */
+static size_t coalesce(kvt_engine *e, kvt_peer *p, kvt_run *v, size_t n)
+{
+    if (n < 2)
+        return n;
+    qsort(v, n, sizeof *v, run_cmp);
+    size_t k = 0;
+    for (size_t i = 1; i < n; i++) {
+        kvt_run *a = &v[k];
+        const kvt_run *b = &v[i];
+        if (a->laddr + a->len == b->laddr && a->raddr + a->len == b->raddr &&
+            kvt__region_find(e, a->laddr, a->len + b->len) &&
+            rregion_find(p, a->raddr, a->len + b->len))
+            a->len += b->len;
+        else
+            v[++k] = *b;
+    }
+    return k + 1;
+}
+
+static kvt_wr *data_wr(kvt_peer *p, kvt_sroom *r, uint64_t laddr, uint64_t raddr, uint32_t len)
+{
+    kvt_wr *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->room = r;
+    w->payload = (const void *)(uintptr_t)laddr;
+    w->plen = len;
+    w->seq = p->next_seq++;
+    kvt_frame f = {.type = KVT_F_WRITE, .len = len, .seq = w->seq, .room = r->room, .addr = raddr};
+    kvt_frame_encode(&f, w->hdr);
+    return w;
+}
+
+static kvt_sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool *created)
+{
+    *created = false;
+    for (kvt_sroom *r = p->rooms; r; r = r->next)
+        if (r->room == room && !r->finished)
+            return r;
+    kvt_sroom *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->peer = p;
+    r->room = room;
+    r->next = p->rooms;
+    p->rooms = r;
+    *created = true;
+    (void)e;
+    return r;
+}
+
+/* Queue the runs as slices on the peer's backlog. */
+static kvc_err queue_runs(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (uint64_t off = 0; off < v[i].len;) {
+            uint64_t len = v[i].len - off;
+            if (len > e->o.slice_bytes)
+                len = e->o.slice_bytes;
+            kvt_wr *w = data_wr(p, r, v[i].laddr + off, v[i].raddr + off, (uint32_t)len);
+            if (!w)
+                return kvt__fail(KVC_E_SYS, "out of memory queueing writes");
+            w->in_q = 1;
+            if (p->bl_tail)
+                p->bl_tail->next = w;
+            else
+                p->bl_head = w;
+            p->bl_tail = w;
+            r->pending++;
+            r->writes++;
+            r->bytes += len;
+            off += len;
+        }
+    }
+    return KVC_OK;
+}
+
+static kvc_err refuse_unhealthy(kvt_engine *e, kvt_peer *p, uint64_t room)
+{
+    uint64_t left = (p->unhealthy_until_ns - kvc__mono_ns()) / 1000000ull;
+    char why[KVC_REASON_MAX + 1];
+    kvt__str(why, sizeof why, "peer %s is unhealthy for another %llu ms (%s)", p->sid,
+             (unsigned long long)left, p->last_error);
+    kvt__seg_open(e, room, KVC_ROOM_ROLE_PREFILL);
+    kvt__seg_fail(e, room, p->last_code ? p->last_code : EHOSTDOWN, why);
+    return kvt__fail(KVC_E_BUSY, "room %llu: %s", (unsigned long long)room, why);
+}
+
+KVT_API kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
+                           unsigned flags)
+{
+    if (!e || !p || (n && !runs))
+        return kvt__fail(KVC_E_INVAL, "kvt_submit: NULL argument");
+    uint64_t now = kvc__mono_ns();
+    if (p->unhealthy_until_ns > now)
+        return refuse_unhealthy(e, p, room);
+    kvc_err err = check_runs(e, p, runs, n);
+    if (err)
+        return err;
+    kvt_run *v = n ? malloc(n * sizeof *v) : NULL;
+    if (n && !v)
+        return kvt__fail(KVC_E_SYS, "out of memory copying %zu runs", n);
+    if (n)
+        memcpy(v, runs, n * sizeof *v);
+    n = coalesce(e, p, v, n);
+    bool created;
+    kvt_sroom *r = sroom_get(e, p, room, &created);
+    if (!r) {
+        free(v);
+        return kvt__fail(KVC_E_SYS, "out of memory for a room");
+    }
+    if (r->closed) {
+        free(v);
+        return kvt__fail(KVC_E_INVAL, "room %llu to %s already ended", (unsigned long long)room,
+                         p->sid);
+    }
+    if (created)
+        kvt__seg_open(e, room, KVC_ROOM_ROLE_PREFILL);
+    err = queue_runs(e, p, r, v, n);
+    free(v);
+    if (!(flags & KVT_SUBMIT_MORE))
+        r->closed = true;
+    if (err) {
+        kvt__sroom_fail(e, r, ENOMEM, "out of memory queueing writes");
+        return err;
+    }
+    kvt__peer_pump(e, p);
+    kvt__sroom_check(e, r);
+    return KVC_OK;
+}
+
+/* The UP connection of p with the fewest unacknowledged bytes, below the
+ * window; NULL if none. */
+static kvt_conn *pick_conn(kvt_engine *e, kvt_peer *p, uint32_t need)
+{
+    kvt_conn *best = NULL;
+    for (uint32_t i = 0; i < e->o.conns_per_peer; i++) {
+        kvt_conn *c = p->conns[(p->rr + i) % e->o.conns_per_peer];
+        if (!c || c->state != CS_UP || c->unacked_bytes + need > e->o.window_bytes)
+            continue;
+        if (!best || c->unacked_bytes < best->unacked_bytes)
+            best = c;
+    }
+    p->rr++;
+    return best;
+}
+
+/* Open missing connections and move backlog writes onto connections
+ * within their window. */
+void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
+{
+    if (p->unhealthy_until_ns > kvc__mono_ns())
+        return;
+    /* A verbs peer needs one connection: the control channel for its QP. */
+    uint32_t nconn = p->verbs ? 1 : e->o.conns_per_peer;
+    for (uint32_t i = 0; i < nconn; i++)
+        if (!p->conns[i] && (p->bl_head || p->rooms)) {
+            kvc_err err = kvt__tcp_connect(e, p, i);
+            if (err) {
+                kvt__peer_fail(e, p, ECONNREFUSED, "connect to %s: %s", p->sid, kvc_last_error());
+                return;
+            }
+        }
+    if (p->verbs)
+        kvt__verbs_pump(e, p);
+    while (!p->verbs && p->bl_head) {
+        kvt_conn *c = pick_conn(e, p, p->bl_head->plen);
+        if (!c)
+            break;
+        kvt_wr *w = p->bl_head;
+        p->bl_head = w->next;
+        if (!p->bl_head)
+            p->bl_tail = NULL;
+        w->next = NULL;
+        c->unacked_bytes += w->plen;
+        kvt__conn_enqueue(c, w);
+    }
+    for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
+        if (p->conns[i])
+            kvt__tcp_kick(e, p->conns[i]);
+    for (kvt_sroom *r = p->rooms, *next; r; r = next) {
+        next = r->next;
+        kvt__sroom_check(e, r);
+    }
+}

@@ -1,0 +1,484 @@
+/*
+ * xfer_tcp.c - the TCP backend on io_uring: connections, the handshake,
+ * sending frames (batched sendmsg, short sends resumed) and deadlines.
+ * Received frames are parsed and applied in xfer_rx.c.
+ *
+ * One SQE kind per operation (accept, connect, send, recv, cancel), each
+ * with its handler; user_data is encoded with KVT_UD (operation, conn id).
+ */
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "xfer_internal.h"
+
+/* ---- connection table ------------------------------------------------------ */
+
+static kvt_conn *conn_new(kvt_engine *e, int fd, bool client)
+{
+    uint32_t id = 0;
+    while (id < e->nconns_cap && e->conns[id])
+        id++;
+    if (id == e->nconns_cap) {
+        uint32_t cap = e->nconns_cap ? e->nconns_cap * 2 : 64;
+        kvt_conn **n = realloc(e->conns, cap * sizeof *n);
+        if (!n)
+            return NULL;
+        memset(n + e->nconns_cap, 0, (cap - e->nconns_cap) * sizeof *n);
+        e->conns = n;
+        e->nconns_cap = cap;
+    }
+    kvt_conn *c = calloc(1, sizeof *c);
+    if (!c || !(c->rbuf = malloc(KVT_RBUF))) {
+        free(c);
+        return NULL;
+    }
+    c->id = id;
+    c->fd = fd;
+    c->client = client;
+    c->started_ns = c->progress_ns = kvc__mono_ns();
+    e->conns[id] = c;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return c;
+}
+
+static void conn_maybe_free(kvt_engine *e, kvt_conn *c)
+{
+    if (c->state != CS_CLOSING || c->ops > 0)
+        return;
+    /* Every SQE of c has completed: the kernel no longer reads our iovecs
+     * or writes into rbuf / region memory. */
+    close(c->fd);
+    e->conns[c->id] = NULL;
+    free(c->rbuf);
+    free(c);
+}
+
+kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
+                    const void *payload, uint32_t plen)
+{
+    kvt_wr *w = calloc(1, sizeof *w + plen);
+    if (!w)
+        return NULL;
+    if (plen)
+        memcpy(w->owned, payload, plen);
+    w->payload = w->owned;
+    w->plen = plen;
+    kvt_frame f = {
+        .type = type, .len = plen, .status = status, .seq = seq, .room = room, .addr = addr};
+    kvt_frame_encode(&f, w->hdr);
+    return w;
+}
+
+void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w)
+{
+    w->in_q = 1;
+    w->next = NULL;
+    if (c->q_tail)
+        c->q_tail->next = w;
+    else
+        c->q_head = w;
+    c->q_tail = w;
+}
+
+/* ---- listen / accept / connect ----------------------------------------------------- */
+
+kvc_err kvt__tcp_listen(kvt_engine *e)
+{
+    struct sockaddr_storage sa;
+    socklen_t len;
+    kvc_err err = kvt__resolve(e->o.listen, &sa, &len);
+    if (err)
+        return err;
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kvt__fail(KVC_E_SYS, "socket: %s", strerror(errno));
+    int one = 1, rcvbuf = KVT_SOCK_RCVBUF;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* Accepted sockets inherit the receive buffer, and it must be set
+     * before the handshake to count in the window scale.  Fixed rather
+     * than autotuned: measured on loopback, it saves the receiver recvs
+     * and wakeups (docs/transfer.md, Benchmark).  Best effort: the kernel
+     * caps it at net.core.rmem_max (and doubles it). */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, 1024)) {
+        int er = errno;
+        close(fd);
+        return kvt__fail(KVC_E_SYS, "bind/listen %s: %s", e->o.listen, strerror(er));
+    }
+    len = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    e->lfd = fd;
+    char host[256] = "", *use = NULL;
+    if (e->o.advertise_host) {
+        kvt__str(host, sizeof host, "%s", e->o.advertise_host);
+        use = host;
+    } else {
+        uint16_t port;
+        kvt__split_hostport(e->o.listen, host, sizeof host, &port);
+        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
+            if (kvt__first_address(sa.ss_family, host, sizeof host))
+                kvt__str(host, sizeof host, "%s", sa.ss_family == AF_INET6 ? "::1" : "127.0.0.1");
+            use = host;
+        }
+    }
+    kvt__format_session(&sa, use, e->sid, sizeof e->sid);
+    return KVC_OK;
+}
+
+void kvt__tcp_arm_accept(kvt_engine *e)
+{
+    if (e->lfd < 0 || e->accept_armed)
+        return;
+    struct io_uring_sqe *s = kvt__sqe(e);
+    io_uring_prep_accept(s, e->lfd, NULL, NULL, SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(s, KVT_UD(OP_ACCEPT, 0));
+    e->accept_armed = true;
+}
+
+static void handle_accept(kvt_engine *e, int res)
+{
+    if (res < 0) {
+        /* EMFILE and the like: re-armed on the next progress call, never
+         * in a tight loop here. */
+        kvt__log(e, KVT_LOG_WARN, "accept: %s", strerror(-res));
+        return;
+    }
+    kvt_conn *c = conn_new(e, res, false);
+    if (!c) {
+        close(res);
+        kvt__log(e, KVT_LOG_ERROR, "out of memory accepting a connection");
+        return;
+    }
+    c->state = CS_HELLO; /* until the peer's HELLO, under connect_timeout */
+    kvt__rx_arm(e, c);
+    kvt__tcp_arm_accept(e);
+}
+
+static void send_hello(kvt_engine *e, kvt_conn *c, uint8_t type)
+{
+    kvt_hello h;
+    memset(&h, 0, sizeof h);
+    h.version = KVT_PROTOCOL_VERSION;
+    h.generation = e->generation;
+    kvt__str(h.session_id, sizeof h.session_id, "%s", e->sid);
+    if (e->token && type == KVT_F_HELLO)
+        kvt__str(h.token, sizeof h.token, "%s", e->token);
+    uint8_t buf[16 + 4 + 2 * KVT_HELLO_STR_MAX];
+    size_t n = kvt_hello_encode(&h, buf, sizeof buf);
+    kvt_wr *w = kvt__ctl_wr(type, 0, 0, 0, 0, buf, (uint32_t)n);
+    if (w) {
+        kvt__conn_enqueue(c, w);
+        kvt__tcp_kick(e, c);
+    }
+}
+
+void kvt__send_hello_ok(kvt_engine *e, kvt_conn *c) { send_hello(e, c, KVT_F_HELLO_OK); }
+
+kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
+{
+    int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kvt__fail(KVC_E_SYS, "socket: %s", strerror(errno));
+    kvt_conn *c = conn_new(e, fd, true);
+    if (!c) {
+        close(fd);
+        return kvt__fail(KVC_E_SYS, "out of memory for a connection");
+    }
+    c->peer = p;
+    c->state = CS_CONNECTING;
+    c->sa = p->sa;
+    c->salen = p->salen;
+    p->conns[slot] = c;
+    struct io_uring_sqe *s = kvt__sqe(e);
+    io_uring_prep_connect(s, fd, (struct sockaddr *)&c->sa, c->salen);
+    io_uring_sqe_set_data64(s, KVT_UD(OP_CONNECT, c->id));
+    c->ops++;
+    return KVC_OK;
+}
+
+static void handle_connect(kvt_engine *e, kvt_conn *c, int res)
+{
+    if (c->state == CS_CLOSING)
+        return;
+    if (res < 0) {
+        kvt__peer_fail(e, c->peer, -res, "connect to %s: %s", c->peer->sid, strerror(-res));
+        return;
+    }
+    c->state = CS_HELLO;
+    c->progress_ns = kvc__mono_ns();
+    send_hello(e, c, KVT_F_HELLO);
+    kvt__rx_arm(e, c);
+}
+
+/* ---- sending ----------------------------------------------------------------------- */
+
+static void submit_send(kvt_engine *e, kvt_conn *c)
+{
+    memset(&c->msg, 0, sizeof c->msg);
+    c->msg.msg_iov = c->iov + c->iov_at;
+    c->msg.msg_iovlen = (size_t)(c->niov - c->iov_at);
+    struct io_uring_sqe *s = kvt__sqe(e);
+    io_uring_prep_sendmsg(s, c->fd, &c->msg, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(s, KVT_UD(OP_SEND, c->id));
+    c->ops++;
+    c->sending = true;
+}
+
+/* Start a send of the queued frames, if none is in flight.
+ * Hazard: only one send per connection may be in flight.  Two sendmsg on
+ * one stream socket may each be cut short and their bytes interleave,
+ * corrupting the framing; so the next batch waits for the previous one
+ * to complete entirely (short sends resumed first, in handle_send). */
+void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
+{
+    if (c->sending || !c->q_head || c->state == CS_CONNECTING || c->state == CS_CLOSING)
+        return;
+    c->nbatch = c->niov = c->iov_at = 0;
+    while (c->q_head && c->nbatch < KVT_BATCH_WRS) {
+        kvt_wr *w = c->q_head;
+        c->q_head = w->next;
+        if (!c->q_head)
+            c->q_tail = NULL;
+        w->next = NULL;
+        w->in_q = 0;
+        w->in_batch = 1;
+        c->batch[c->nbatch++] = w;
+        c->iov[c->niov++] = (struct iovec){w->hdr, KVT_HDR_LEN};
+        if (w->plen)
+            c->iov[c->niov++] = (struct iovec){(void *)w->payload, w->plen};
+        if (w->room) {
+            /* Data: awaits its ACK in send order (the receiver applies and
+             * acknowledges a connection's writes in order).  The ACK may
+             * arrive before this send's CQE, so it is queued now. */
+            w->room->in_kernel++;
+            w->in_fifo = 1;
+            if (c->f_tail)
+                c->f_tail->next = w;
+            else
+                c->f_head = w;
+            c->f_tail = w;
+        }
+    }
+    if (!c->f_head || c->f_head == c->batch[0])
+        c->progress_ns = kvc__mono_ns(); /* idle until now: the clock starts */
+    submit_send(e, c);
+}
+
+/* The batch left the kernel (sent, or failed/cancelled): let go of it. */
+static void batch_done(kvt_engine *e, kvt_conn *c)
+{
+    /* Hazard: releasing a write may end a room, whose DONE is queued and
+     * kicked on this very connection.  Keep `sending` set until the whole
+     * batch is released, or that kick would refill c->batch under us. */
+    int nb = c->nbatch;
+    c->nbatch = 0;
+    for (int i = 0; i < nb; i++) {
+        kvt_wr *w = c->batch[i];
+        kvt_sroom *r = w->room;
+        w->in_batch = 0;
+        if (r)
+            r->in_kernel--;
+        kvt__wr_release(e, w); /* freed here unless still awaiting its ACK */
+    }
+    c->sending = false;
+    /* A failed room's event waits for in_kernel == 0: check them now. */
+    if (c->peer)
+        for (kvt_sroom *r = c->peer->rooms, *next; r; r = next) {
+            next = r->next;
+            if (r->failed && !r->finished)
+                kvt__sroom_check(e, r);
+        }
+}
+
+static void conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what)
+{
+    if (c->state == CS_CLOSING)
+        return;
+    e->st.conns_failed++;
+    if (c->client) {
+        kvt__peer_fail(e, c->peer, code, "%s to peer %s failed: %s", op, c->peer->sid, what);
+    } else {
+        char why[KVC_REASON_MAX + 1];
+        kvt__str(why, sizeof why, "%s from peer %s failed: %s", op,
+                 c->rpeer ? c->rpeer->sid : "(before handshake)", what);
+        if (c->rpeer)
+            kvt__rx_fail_rpeer_rooms(e, c->rpeer, code, why);
+        kvt__log(e, KVT_LOG_WARN, "%s", why);
+        kvt__tcp_close(e, c);
+    }
+}
+
+void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what)
+{
+    conn_fail(e, c, code, op, what);
+}
+
+static void handle_send(kvt_engine *e, kvt_conn *c, int res)
+{
+    c->ops--;
+    if (c->state == CS_CLOSING || res <= 0) {
+        batch_done(e, c);
+        if (c->state != CS_CLOSING)
+            conn_fail(e, c, res < 0 ? -res : EPIPE, "send",
+                      res < 0 ? strerror(-res) : "sent 0 bytes");
+        conn_maybe_free(e, c);
+        return;
+    }
+    c->progress_ns = kvc__mono_ns();
+    size_t n = (size_t)res;
+    while (n && c->iov_at < c->niov) {
+        struct iovec *v = &c->iov[c->iov_at];
+        if (n >= v->iov_len) {
+            n -= v->iov_len;
+            c->iov_at++;
+        } else {
+            v->iov_base = (char *)v->iov_base + n;
+            v->iov_len -= n;
+            n = 0;
+        }
+    }
+    if (c->iov_at < c->niov) {
+        submit_send(e, c); /* short send: resume the remainder first */
+        return;
+    }
+    batch_done(e, c);
+    if (c->close_after_send && !c->q_head) {
+        kvt__tcp_close(e, c);
+        conn_maybe_free(e, c);
+        return;
+    }
+    kvt__tcp_kick(e, c);
+    if (c->peer && !c->sending)
+        kvt__peer_pump(e, c->peer);
+}
+
+/* ---- closing ---------------------------------------------------------------------- */
+
+void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
+{
+    if (c->state == CS_CLOSING)
+        return;
+    c->state = CS_CLOSING;
+    if (c->peer) {
+        for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
+            if (c->peer->conns[i] == c)
+                c->peer->conns[i] = NULL;
+    }
+    if (c->rpeer && c->rpeer->conns)
+        c->rpeer->conns--;
+    kvt__verbs_conn_closed(e, c);
+    if (c->rstate == RS_PAYLOAD && c->dreg)
+        c->dreg->busy--;
+    c->dreg = NULL;
+    while (c->q_head) {
+        kvt_wr *w = c->q_head;
+        c->q_head = w->next;
+        w->in_q = 0;
+        kvt__wr_release(e, w);
+    }
+    c->q_tail = NULL;
+    while (c->f_head) {
+        kvt_wr *w = c->f_head;
+        c->f_head = w->next;
+        w->in_fifo = 0;
+        kvt__wr_release(e, w); /* one still in the batch waits for its CQE */
+    }
+    c->f_tail = NULL;
+    /* Wake every pending operation: shutdown() ends blocked recv/send, the
+     * cancel covers a connect in progress.  The fd is closed only when the
+     * last CQE is in (conn_maybe_free). */
+    shutdown(c->fd, SHUT_RDWR);
+    if (c->ops) {
+        struct io_uring_sqe *s = kvt__sqe(e);
+        io_uring_prep_cancel_fd(s, c->fd, IORING_ASYNC_CANCEL_ALL);
+        io_uring_sqe_set_data64(s, KVT_UD(OP_CANCEL, c->id));
+        c->ops++;
+    } else {
+        c->want_close = true;
+    }
+}
+
+/* ---- CQE dispatch ------------------------------------------------------------------- */
+
+void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
+{
+    int op = KVT_UD_OP(cqe->user_data);
+    if (op == OP_ACCEPT) {
+        handle_accept(e, cqe->res);
+        return;
+    }
+    uint32_t id = KVT_UD_ID(cqe->user_data);
+    kvt_conn *c = id < e->nconns_cap ? e->conns[id] : NULL;
+    if (!c)
+        return; /* cannot happen: a conn is freed only after its last CQE */
+    switch (op) {
+    case OP_CONNECT:
+        c->ops--;
+        handle_connect(e, c, cqe->res);
+        break;
+    case OP_SEND: handle_send(e, c, cqe->res); return;
+    case OP_RECV: kvt__rx_cqe(e, c, cqe->res, cqe->flags); return;
+    case OP_CANCEL: c->ops--; break;
+    }
+    conn_maybe_free(e, c);
+}
+
+/* ---- deadlines ------------------------------------------------------------------------ */
+
+static bool conn_busy(const kvt_conn *c)
+{
+    if (c->state == CS_CONNECTING || c->state == CS_HELLO)
+        return true;
+    if (c->state != CS_UP)
+        return false;
+    if (c->sending || c->q_head || c->f_head || c->done_waits || c->qp_wait)
+        return true;
+    return !c->client && (c->rstate != RS_HDR || c->rlen > c->rpos);
+}
+
+bool kvt__tcp_has_deadlines(kvt_engine *e)
+{
+    for (uint32_t i = 0; i < e->nconns_cap; i++)
+        if (e->conns[i] && conn_busy(e->conns[i]))
+            return true;
+    return false;
+}
+
+void kvt__tcp_deadlines(kvt_engine *e, uint64_t now)
+{
+    for (uint32_t i = 0; i < e->nconns_cap; i++) {
+        kvt_conn *c = e->conns[i];
+        if (!c)
+            continue;
+        if (c->state == CS_CLOSING) {
+            if (c->want_close && !c->ops) {
+                conn_maybe_free(e, c);
+            }
+            continue;
+        }
+        if (!conn_busy(c)) {
+            c->progress_ns = now;
+            continue;
+        }
+        char what[128];
+        if (c->state != CS_UP) {
+            uint64_t lim = (uint64_t)e->o.connect_timeout_ms * 1000000ull;
+            if (now - c->started_ns <= lim)
+                continue;
+            kvt__str(what, sizeof what, "no handshake within %u ms", e->o.connect_timeout_ms);
+            conn_fail(e, c, ETIMEDOUT, c->state == CS_CONNECTING ? "connect" : "handshake", what);
+        } else if (now - c->progress_ns > (uint64_t)e->o.io_timeout_ms * 1000000ull) {
+            kvt__str(what, sizeof what, "no progress for %u ms (%s)", e->o.io_timeout_ms,
+                     c->client ? (c->sending ? "send pending" : "waiting for acknowledgement")
+                               : "frame incomplete");
+            conn_fail(e, c, ETIMEDOUT, c->client ? "write" : "receive", what);
+        }
+        if (e->conns[i] == c)
+            conn_maybe_free(e, c);
+    }
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# bench_http.sh - HTTP throughput of kvcoordd against nginx serving the same
+# bytes, plus kvcoord-bench's library-vs-HTTP lookup and registration figures,
+# all in one run so the figures are comparable (same machine, same moment).
+#
+#   1. kvcoordd on a free loopback port with a scratch segment; the
+#      Llama-3.1-8B rank 0 (tools/gen_model_info.py) registered over HTTP.
+#   2. nginx (nginx-light, ONE worker, access_log off) on another port,
+#      serving the exact response bytes of GET
+#      /get_transfer_engine_info?rank=0 (fetched from kvcoordd with curl) as a
+#      static file with default_type application/json.
+#   3. wrk against both, one after the other, same settings: Requests/sec,
+#      latency, and the ratio kvcoordd/nginx.
+#   4. kvcoord-bench lookup (Llama rank 0, and the 4 MB stress rank) and
+#      kvcoord-bench register (the 4 MB stress rank), library and HTTP.
+#
+# Figures are printed, never judged.  Everything started here is stopped and
+# every temporary file removed on exit (trap).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PY=/usr/bin/python3
+BUILD=${KVCOORD_BUILD:-$ROOT/build}
+THREADS=2
+CONNS=64
+DURATION=10s
+ROUNDS=1
+MODEL=llama-3.1-8b
+SKIP_LIB=0
+
+usage() {
+    cat <<EOF
+Usage: tools/bench/bench_http.sh [--build DIR] [-t THREADS] [-c CONNECTIONS] [-d DURATION]
+                           [--rounds N] [--model M] [--no-lib]
+
+wrk against kvcoordd's GET /get_transfer_engine_info?rank=0 (a $MODEL rank) and,
+side by side, against nginx with one worker serving the same response bytes as a
+static file; prints Requests/sec, latency and the ratio kvcoordd/nginx.  Then
+kvcoord-bench lookup and register (library vs HTTP) with the 4 MB stress rank.
+
+Options:
+  --build DIR        build directory with kvcoordd and kvcoord-bench
+                     (default: \$KVCOORD_BUILD or build/)
+  -t THREADS         wrk threads (default $THREADS)
+  -c CONNECTIONS     wrk connections (default $CONNS)
+  -d DURATION        wrk duration per run (default $DURATION)
+  --rounds N         alternate kvcoordd/nginx runs N times each (default $ROUNDS)
+  --model M          model of the rank served: llama-3.1-8b (default), qwen2.5-72b
+  --no-lib           skip the kvcoord-bench part
+  -h, --help         print this help
+
+Needs: kvcoordd and kvcoord-bench built, wrk, nginx (nginx-light), curl, python3.
+EOF
+}
+
+while (($#)); do
+    case $1 in
+        --build) BUILD=$2; shift 2 ;;
+        -t) THREADS=$2; shift 2 ;;
+        -c) CONNS=$2; shift 2 ;;
+        -d) DURATION=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --model) MODEL=$2; shift 2 ;;
+        --no-lib) SKIP_LIB=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench_http.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+die() { printf 'bench_http.sh: %s\n' "$*" >&2; exit 1; }
+log() { printf '==> %s\n' "$*"; }
+
+KVCOORDD=$BUILD/kvcoordd
+BENCH=$BUILD/kvcoord-bench
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[[ -x $KVCOORDD ]] || die "$KVCOORDD not found: build first (cmake -B build && cmake --build build)"
+[[ -x $NGINX ]] || die "nginx not found (Debian package nginx-light)"
+command -v wrk >/dev/null || die "wrk not found (Debian package wrk)"
+command -v curl >/dev/null || die "curl not found"
+((SKIP_LIB)) || [[ -x $BENCH ]] || die "$BENCH not found (or pass --no-lib)"
+
+TMP=$(mktemp -d /tmp/kvcbench.XXXXXX)
+SEGMENT=kvcbench-$$
+DAEMON_PID=
+NGINX_PID=
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n $NGINX_PID ]]; then kill "$NGINX_PID" 2>/dev/null; wait "$NGINX_PID" 2>/dev/null; fi
+    if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null; fi
+    rm -f "/dev/shm/$SEGMENT"
+    rm -rf "$TMP"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_http() { # URL what
+    local i
+    for ((i = 0; i < 300; i++)); do
+        curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# ---- kvcoordd ----------------------------------------------------------------
+KPORT=$(free_port)
+"$KVCOORDD" --listen "127.0.0.1:$KPORT" --segment "$SEGMENT" --fresh \
+    --max-body-bytes $((64 << 20)) >"$TMP/kvcoordd.log" 2>&1 &
+DAEMON_PID=$!
+wait_http "http://127.0.0.1:$KPORT/health" ||
+    die "kvcoordd did not answer /health: $(tail -20 "$TMP/kvcoordd.log")"
+KURL=http://127.0.0.1:$KPORT
+
+$PY "$ROOT/tools/gen_model_info.py" --model "$MODEL" --tp 8 --out "$TMP/$MODEL" --quiet
+$PY "$ROOT/tools/gen_model_info.py" --model stress --tp 1 --out "$TMP/stress" --quiet
+reg=$(curl -sS -X PUT -H 'Content-Type: application/json' \
+    --data-binary "@$TMP/$MODEL/rank-0.json" "$KURL/register_transfer_engine_info")
+[[ $reg == OK ]] || die "registering $MODEL rank 0 answered: $reg"
+
+# ---- nginx with the same bytes ---------------------------------------------
+mkdir -p "$TMP/www" "$TMP/nginx"
+curl -sS -f -o "$TMP/www/rank0.json" -D "$TMP/kvcoordd.headers" \
+    "$KURL/get_transfer_engine_info?rank=0"
+chmod 755 "$TMP" "$TMP/www"
+chmod 644 "$TMP/www/rank0.json"
+NPORT=$(free_port)
+cat >"$TMP/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    types { }
+    default_type application/json;
+    keepalive_requests 1000000000;
+    keepalive_timeout 75s;
+    client_body_temp_path $TMP/nginx/body;
+    proxy_temp_path $TMP/nginx/proxy;
+    fastcgi_temp_path $TMP/nginx/fastcgi;
+    uwsgi_temp_path $TMP/nginx/uwsgi;
+    scgi_temp_path $TMP/nginx/scgi;
+    server {
+        listen 127.0.0.1:$NPORT;
+        location = /get_transfer_engine_info {
+            alias $TMP/www/rank0.json;
+        }
+    }
+}
+EOF
+"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx.conf" -e "$TMP/nginx/error.log" \
+    >"$TMP/nginx/stdout.log" 2>&1 &
+NGINX_PID=$!
+NURL=http://127.0.0.1:$NPORT
+wait_http "$NURL/get_transfer_engine_info?rank=0" ||
+    die "nginx did not serve: $(cat "$TMP/nginx/error.log" "$TMP/nginx/stdout.log" 2>/dev/null | tail -20)"
+curl -sS -f -o "$TMP/nginx.body" -D "$TMP/nginx.headers" "$NURL/get_transfer_engine_info?rank=0"
+cmp -s "$TMP/nginx.body" "$TMP/www/rank0.json" || die "nginx does not serve the same bytes"
+ctype_k=$(grep -i '^content-type:' "$TMP/kvcoordd.headers" | tr -d '\r')
+ctype_n=$(grep -i '^content-type:' "$TMP/nginx.headers" | tr -d '\r')
+
+# ---- wrk -------------------------------------------------------------------
+PATHQ=/get_transfer_engine_info?rank=0
+log "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), $(uname -r)"
+log "response: $(stat -c %s "$TMP/www/rank0.json") bytes of JSON ($MODEL rank 0); $ctype_k (kvcoordd), $ctype_n (nginx)"
+log "wrk -t$THREADS -c$CONNS -d$DURATION --latency, $ROUNDS round(s); wrk, server and nginx share the CPUs above"
+
+# wrk_run NAME URL -> prints wrk's output, appends "NAME rps p50 p99 avg errors" to $TMP/results
+wrk_run() {
+    local name=$1 url=$2 out="$TMP/wrk-$1-$RANDOM.txt"
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" >"$out" 2>&1 ||
+        die "wrk against $name failed: $(cat "$out")"
+    sed 's/^/    /' "$out"
+    $PY - "$name" "$out" >>"$TMP/results" <<'PYEOF'
+import re, sys
+name, path = sys.argv[1], sys.argv[2]
+text = open(path).read()
+def us(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", v)
+    if not m:
+        sys.stderr.write("bench_http.sh: cannot read wrk latency %r in %s\n" % (v, path))
+        return float("nan")
+    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6, "m": 6e7, "h": 3.6e9}[m.group(2)]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+avg = us(re.search(r"^\s*Latency[ \t]+(\S+)", text, re.M).group(1))
+p50 = us(re.search(r"^\s*50%[ \t]+(\S+)", text, re.M).group(1))
+p99 = us(re.search(r"^\s*99%[ \t]+(\S+)", text, re.M).group(1))
+m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+errs = int(m.group(1)) if m else 0
+m = re.search(r"Socket errors:(.*)", text)
+sock = m.group(1).strip() if m else "none"
+print(name, rps, avg, p50, p99, errs, sock.replace(" ", "_"))
+PYEOF
+}
+
+: >"$TMP/results"
+for ((r = 1; r <= ROUNDS; r++)); do
+    log "round $r: kvcoordd $KURL$PATHQ"
+    wrk_run kvcoordd "$KURL$PATHQ"
+    log "round $r: nginx (1 worker) $NURL$PATHQ"
+    wrk_run nginx "$NURL$PATHQ"
+done
+
+$PY - "$TMP/results" <<'PYEOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+by = {}
+for name, rps, avg, p50, p99, errs, sock in rows:
+    by.setdefault(name, []).append((float(rps), float(avg), float(p50), float(p99), int(errs), sock))
+print()
+print("%-10s %12s %12s %12s %12s  %s" % ("server", "req/s", "lat avg", "lat p50", "lat p99", "non-2xx / socket errors"))
+med = {}
+for name in ("kvcoordd", "nginx"):
+    runs = by.get(name, [])
+    if not runs:
+        continue
+    rps = statistics.median(r[0] for r in runs)
+    avg = statistics.median(r[1] for r in runs)
+    p50 = statistics.median(r[2] for r in runs)
+    p99 = statistics.median(r[3] for r in runs)
+    med[name] = rps
+    print("%-10s %12.0f %10.0fus %10.0fus %10.0fus  %s / %s" % (
+        name, rps, avg, p50, p99, sum(r[4] for r in runs), ",".join(r[5] for r in runs)))
+if len(med) == 2:
+    print("ratio kvcoordd/nginx requests/sec: %.2f" % (med["kvcoordd"] / med["nginx"]))
+PYEOF
+
+# ---- kvcoord-bench -----------------------------------------------------------
+if ((SKIP_LIB == 0)); then
+    log "kvcoord-bench lookup: $MODEL rank 0 (library from this process vs HTTP GET)"
+    "$BENCH" lookup --segment "$SEGMENT" --rank 0 --url "$KURL"
+    log "kvcoord-bench lookup: the same client's HTTP round trip against nginx (baseline)"
+    "$BENCH" lookup --segment "$SEGMENT" --rank 0 --iters 1000 --url "$NURL"
+    log "kvcoord-bench register: 4 MB stress rank as rank 1 (library vs HTTP PUT)"
+    "$BENCH" register --segment "$SEGMENT" --info "$TMP/stress/rank-0.json" --rank 1 \
+        --url "$KURL" --reps 7
+    log "kvcoord-bench lookup: 4 MB stress rank (rank 1)"
+    "$BENCH" lookup --segment "$SEGMENT" --rank 1 --iters 2000 --http-iters 200 --url "$KURL"
+fi
+
+if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+    die "kvcoordd died during the benchmark: $(tail -20 "$TMP/kvcoordd.log")"
+fi

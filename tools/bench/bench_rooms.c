@@ -1,0 +1,244 @@
+/*
+ * bench_rooms.c - `kvcoord-bench rooms`: how fast a failure reaches the
+ * other ranks, and how many room operations the segment sustains.
+ *
+ * propagation: a waiter process blocks in kvc_room_wait() on a room; this
+ * process records a failure (kvc_room_fail) after noting the time in a
+ * shared page; the waiter notes when it returned.  --rounds rounds; median
+ * and p99 in us.  Baseline in the same run: the same two processes, the
+ * waiter blocked in read() on a pipe and woken by a one-byte write - the
+ * cost of a bare cross-process wake-up.
+ *
+ * ops: P processes (each of --procs), each for --duration seconds: open a
+ * room of its own, 3 state updates (WaitingForInput, Transferring, Success),
+ * one poll (kvc_room_get), release (the room is reclaimed).  Cycles per
+ * second in total, and the ratio to the 1-process figure of the same run.
+ *
+ * A scratch segment is created and removed.  Figures are printed, never
+ * judged.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_rooms.h"
+#include "kvcoord/kvcoord.h"
+
+struct shared {              /* one page shared with the forked processes */
+    volatile uint64_t t0;    /* CLOCK_MONOTONIC ns, set before the wake */
+    volatile uint64_t lat[]; /* per round, written by the waiter */
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void stats(uint64_t *v, size_t n, double *p50, double *p99)
+{
+    qsort(v, n, sizeof *v, cmp64);
+    *p50 = (double)v[n / 2] / 1e3;
+    *p99 = (double)v[n * 99 / 100 < n ? n * 99 / 100 : n - 1] / 1e3;
+}
+
+static kvc_segment *open_seg(const char *name, kvc_open_mode mode)
+{
+    kvc_options o;
+    kvc_options_init(&o);
+    o.name = name;
+    o.mode = mode;
+    o.role = KVC_ROLE_CLIENT;
+    o.max_ranks = 16;
+    o.arena_bytes = 1 << 20;
+    o.max_info_bytes = 1 << 16;
+    o.max_rooms = 4096;
+    kvc_segment *s = NULL;
+    if (kvc_open(&o, &s) != KVC_OK) {
+        fprintf(stderr, "kvcoord-bench rooms: %s\n", kvc_last_error());
+        exit(1);
+    }
+    return s;
+}
+
+/* Waiter side of one propagation round: block until the room fails. */
+static void wait_round(kvc_segment *s, uint64_t room, int ready_fd, struct shared *sh, size_t i)
+{
+    kvc_room_info ri;
+    kvc_room_open(s, room, 2, 1, KVC_ROOM_ROLE_DECODE);
+    kvc_room_set_state(s, room, 1, KVC_POLL_TRANSFERRING);
+    if (write(ready_fd, "r", 1) != 1)
+        _exit(2);
+    kvc_err e = kvc_room_wait(s, room, 1, KVC_POLL_BOOTSTRAPPING, 10000, &ri);
+    while (!e && !ri.has_failure)
+        e = kvc_room_wait(s, room, 1, ri.state, 10000, &ri);
+    sh->lat[i] = mono_ns() - sh->t0;
+    kvc_room_release(s, room, 1);
+}
+
+static void run_propagation(const char *name, size_t rounds, double out[4])
+{
+    struct shared *sh = mmap(NULL, sizeof *sh + 2 * rounds * sizeof(uint64_t),
+                             PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int ready[2], wake[2];
+    if (sh == MAP_FAILED || pipe(ready) || pipe(wake)) {
+        perror("kvcoord-bench rooms");
+        exit(1);
+    }
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
+        for (size_t i = 0; i < rounds; i++)
+            wait_round(s, 1000 + i, ready[1], sh, i);
+        for (size_t i = 0; i < rounds; i++) { /* baseline: bare pipe wake-ups */
+            char c;
+            if (write(ready[1], "r", 1) != 1 || read(wake[0], &c, 1) != 1)
+                _exit(2);
+            sh->lat[rounds + i] = mono_ns() - sh->t0;
+        }
+        kvc_close(s);
+        _exit(0);
+    }
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
+    char c;
+    for (size_t i = 0; i < 2 * rounds; i++) {
+        if (read(ready[0], &c, 1) != 1)
+            break;
+        usleep(200); /* let the waiter reach its futex (or read) */
+        sh->t0 = mono_ns();
+        if (i < rounds)
+            kvc_room_fail(s, 1000 + i, 0, ETIMEDOUT, "bench: transfer timed out", NULL);
+        else if (write(wake[1], "w", 1) != 1)
+            break;
+    }
+    waitpid(child, NULL, 0);
+    uint64_t *v = malloc(2 * rounds * sizeof *v);
+    memcpy(v, (const void *)sh->lat, 2 * rounds * sizeof *v);
+    stats(v, rounds, &out[0], &out[1]);
+    stats(v + rounds, rounds, &out[2], &out[3]);
+    free(v);
+    kvc_close(s);
+    munmap(sh, sizeof *sh + 2 * rounds * sizeof(uint64_t));
+}
+
+/* One process's share of the ops run: room cycles until the deadline. */
+static uint64_t ops_worker(const char *name, unsigned id, uint64_t deadline)
+{
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
+    uint64_t n = 0;
+    kvc_room_info ri;
+    for (uint64_t room = ((uint64_t)id << 40) + 1; mono_ns() < deadline; room++, n++) {
+        if (kvc_room_open(s, room, 1, 0, KVC_ROOM_ROLE_PREFILL) ||
+            kvc_room_set_state(s, room, 0, KVC_POLL_WAITING_FOR_INPUT) ||
+            kvc_room_set_state(s, room, 0, KVC_POLL_TRANSFERRING) ||
+            kvc_room_set_state(s, room, 0, KVC_POLL_SUCCESS) || kvc_room_get(s, room, 0, &ri) ||
+            kvc_room_release(s, room, 0)) {
+            fprintf(stderr, "kvcoord-bench rooms: %s\n", kvc_last_error());
+            break;
+        }
+    }
+    kvc_close(s);
+    return n;
+}
+
+static double run_ops(const char *name, unsigned procs, double seconds)
+{
+    uint64_t *counts = mmap(NULL, procs * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t start = mono_ns(), deadline = start + (uint64_t)(seconds * 1e9);
+    pid_t pids[64];
+    for (unsigned p = 0; p < procs; p++)
+        if ((pids[p] = fork()) == 0) {
+            counts[p] = ops_worker(name, p + 1, deadline);
+            _exit(0);
+        }
+    uint64_t total = 0;
+    for (unsigned p = 0; p < procs; p++) {
+        waitpid(pids[p], NULL, 0);
+        total += counts[p];
+    }
+    double elapsed = (double)(mono_ns() - start) / 1e9;
+    munmap(counts, procs * sizeof(uint64_t));
+    return (double)total / elapsed;
+}
+
+void bench_rooms_usage(FILE *out)
+{
+    fprintf(out, "       kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--json]\n");
+}
+
+int bench_rooms_main(int argc, char **argv)
+{
+    static const struct option longs[] = {{"rounds", required_argument, 0, 'n'},
+                                          {"duration", required_argument, 0, 'd'},
+                                          {"json", no_argument, 0, 'j'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
+    size_t rounds = 1000;
+    double duration = 2.0;
+    int json = 0, c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "n:d:jh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'n': rounds = strtoul(optarg, NULL, 10); break;
+        case 'd': duration = strtod(optarg, NULL); break;
+        case 'j': json = 1; break;
+        case 'h':
+            printf("Usage: kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--json]\n\n"
+                   "propagation: time from kvc_room_fail() in one process to the return of\n"
+                   "another process's kvc_room_wait(), --rounds rounds (default 1000); baseline:\n"
+                   "a bare pipe wake-up between the same processes.\n"
+                   "ops: room cycles per second (open, 3 state updates, poll, release) with 1,\n"
+                   "2 and 8 processes for --duration seconds each (default 2); ratio to 1.\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (rounds < 10 || rounds > 1000000 || duration <= 0) {
+        fprintf(stderr, "kvcoord-bench rooms: --rounds 10..1000000, --duration > 0\n");
+        return 2;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "kvcbench-rooms-%d", (int)getpid());
+    kvc_segment *owner = open_seg(name, KVC_OPEN_FRESH);
+    double prop[4];
+    run_propagation(name, rounds, prop);
+    unsigned procs[3] = {1, 2, 8};
+    double ops[3];
+    for (int i = 0; i < 3; i++)
+        ops[i] = run_ops(name, procs[i], duration);
+    kvc_close(owner);
+    kvc_unlink(name);
+    if (json) {
+        printf("{\"propagation_us\":{\"median\":%.1f,\"p99\":%.1f},\"pipe_wake_us\":{\"median\":"
+               "%.1f,\"p99\":%.1f},\"ratio\":%.2f,\"room_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,"
+               "\"8\":%.0f}}\n",
+               prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops[0], ops[1], ops[2]);
+        return 0;
+    }
+    printf("failure propagation (%zu rounds): kvc_room_fail -> other process's kvc_room_wait "
+           "returns: median %.1f us, p99 %.1f us\n",
+           rounds, prop[0], prop[1]);
+    printf("  baseline, bare pipe wake-up between the same processes:       median %.1f us, "
+           "p99 %.1f us; ratio %.2fx\n",
+           prop[2], prop[3], prop[0] / prop[2]);
+    for (int i = 0; i < 3; i++)
+        printf("room cycles (open + 3 updates + poll + release), %u process%s: %9.0f /s "
+               "(%6.0f calls/s); ratio to 1 process %.2fx\n",
+               procs[i], procs[i] > 1 ? "es" : "", ops[i], ops[i] * 6, ops[i] / ops[0]);
+    return 0;
+}

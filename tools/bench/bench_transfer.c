@@ -1,0 +1,358 @@
+/*
+ * bench_transfer.c - the `transfer` and `kv` subcommands of kvcoord-bench
+ * (dispatched from bench.c's main to bench_transfer_main), measuring the
+ * transfer engine between two processes.
+ *
+ *   kvcoord-bench transfer [--backend tcp|verbs|auto] [--block 1M]
+ *       [--batch 16] [--conns 2] [--depth 2] [--duration 4] [--listen H:P] [--json]
+ *   kvcoord-bench kv [--backend ...] [--conns 2] [--depth 2] [--duration 4] [--json]
+ *
+ * transfer: each room is a batch of `batch` blocks of `block` bytes
+ * (4 KiB..64 MiB; K/M suffixes), never contiguous (so never coalesced),
+ * written as one frame each; `depth` rooms in flight.  kv: each room is
+ * one request of Llama-3.1-8B at TP=8, per rank: 32 layers x K,V x 1 KV
+ * head x 128 dim x bf16 per token, 4096 tokens in scattered pages of 16
+ * tokens (16384 runs of 4 KiB, 64 MiB).  One summary line: GB/s (1e9
+ * bytes), writes/s, room latency median and p99.  The receiver is a
+ * forked process on the same host.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_transfer.h"
+#include "kvcoord/transfer.h"
+
+typedef struct args {
+    int kv;
+    kvt_backend backend;
+    uint64_t block;
+    uint32_t batch, conns, depth;
+    double duration;
+    const char *listen;
+    int json;
+} args;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v <= 0)
+        return -1;
+    if (*end == 'K' || *end == 'k')
+        v *= 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024.0 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B')
+        end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+    if (*end)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+void bench_transfer_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "       kvcoord-bench transfer [--backend tcp|verbs|auto] [--block SIZE] [--batch N]\n"
+        "                       [--conns N] [--depth N] [--duration S] [--listen HOST:PORT] "
+        "[--json]\n"
+        "       kvcoord-bench kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage:\n");
+    bench_transfer_usage(stderr);
+    fprintf(stderr, "SIZE accepts K/M suffixes (4K..64M).\n");
+    exit(2);
+}
+
+static void parse(int argc, char **argv, args *a)
+{
+    if (argc < 2 || (strcmp(argv[1], "transfer") && strcmp(argv[1], "kv")))
+        usage();
+    *a = (args){.kv = !strcmp(argv[1], "kv"),
+                .backend = KVT_BACKEND_TCP,
+                .block = 1u << 20,
+                .batch = 16,
+                .conns = 2,
+                .depth = 2,
+                .duration = 4,
+                .listen = "127.0.0.1:0"};
+    static struct option opts[] = {{"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'},
+                                   {"batch", 1, 0, 'n'},   {"conns", 1, 0, 'c'},
+                                   {"depth", 1, 0, 'd'},   {"duration", 1, 0, 't'},
+                                   {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},
+                                   {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            if (kvt_backend_parse(optarg, &a->backend))
+                usage();
+            break;
+        case 'k':
+            if (parse_size(optarg, &a->block) || a->block < 4096 || a->block > (64u << 20)) {
+                fprintf(stderr, "--block must be 4K..64M\n");
+                exit(2);
+            }
+            break;
+        case 'n': a->batch = (uint32_t)atoi(optarg); break;
+        case 'c': a->conns = (uint32_t)atoi(optarg); break;
+        case 'd': a->depth = (uint32_t)atoi(optarg); break;
+        case 't': a->duration = atof(optarg); break;
+        case 'l': a->listen = optarg; break;
+        case 'j': a->json = 1; break;
+        case 'h':
+            printf("usage:\n");
+            bench_transfer_usage(stdout);
+            printf("SIZE accepts K/M suffixes (4K..64M).  kvcoord-bench --help describes them.\n");
+            exit(0);
+        default: usage();
+        }
+    }
+    if (!a->batch || !a->conns || !a->depth || a->depth > 64 || a->duration <= 0)
+        usage();
+}
+
+static void log_err(void *ctx, int level, const char *msg)
+{
+    (void)ctx;
+    if (level <= KVT_LOG_WARN || getenv("KVT_BENCH_VERBOSE"))
+        fprintf(stderr, "kvcoord-bench[%d]: %s\n", (int)getpid(), msg);
+}
+
+static kvt_engine *make_engine(const args *a, uint64_t slice)
+{
+    kvt_options o;
+    kvt_options_init(&o);
+    o.backend = a->backend;
+    o.listen = a->listen;
+    o.conns_per_peer = a->conns;
+    o.slice_bytes = (uint32_t)slice;
+    o.window_bytes = (uint32_t)(slice * 4 > (32u << 20) ? slice * 4 : (32u << 20));
+    o.log = log_err;
+    kvt_engine *e;
+    if (kvt_engine_create(&o, &e)) {
+        fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
+        exit(1);
+    }
+    return e;
+}
+
+static void *map(size_t n)
+{
+    void *p =
+        mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    return p;
+}
+
+/* Receiver: a region of len bytes; writes its descriptor to fd; drives
+ * its engine until killed. */
+static void receiver(const args *a, uint64_t slice, size_t len, int fd)
+{
+    kvt_engine *e = make_engine(a, slice);
+    void *buf = map(len);
+    char *d;
+    if (kvt_mr_register(e, buf, len, NULL) || kvt_descriptor_export(e, &d)) {
+        fprintf(stderr, "receiver: %s\n", kvc_last_error());
+        _exit(1);
+    }
+    uint32_t n = (uint32_t)strlen(d);
+    if (write(fd, &n, 4) != 4 || write(fd, d, n) != (ssize_t)n)
+        _exit(1);
+    for (;;) {
+        kvt_event ev[64];
+        size_t k;
+        if (kvt_progress(e, 1000, ev, 64, &k))
+            _exit(1);
+    }
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The kv mode's request: 64 planes x 256 pages of 4 KiB, pages scattered
+ * in a pool of 512 pages per plane on each side. */
+#define KV_PLANES 64u
+#define KV_PAGE 4096u
+#define KV_POOL_PAGES 512u
+#define KV_REQ_PAGES 256u
+
+static size_t kv_runs(uint64_t lbase, uint64_t rbase, kvt_run *runs, unsigned seed)
+{
+    uint32_t src[KV_POOL_PAGES], dst[KV_POOL_PAGES];
+    for (uint32_t i = 0; i < KV_POOL_PAGES; i++)
+        src[i] = dst[i] = i;
+    srand(seed);
+    for (uint32_t i = KV_POOL_PAGES - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rand() % (i + 1), t = src[i];
+        src[i] = src[j], src[j] = t;
+        j = (uint32_t)rand() % (i + 1), t = dst[i];
+        dst[i] = dst[j], dst[j] = t;
+    }
+    size_t n = 0;
+    for (uint32_t p = 0; p < KV_PLANES; p++)
+        for (uint32_t i = 0; i < KV_REQ_PAGES; i++)
+            runs[n++] =
+                (kvt_run){lbase + ((uint64_t)p * KV_POOL_PAGES + src[i]) * KV_PAGE,
+                          rbase + ((uint64_t)p * KV_POOL_PAGES + dst[i]) * KV_PAGE, KV_PAGE};
+    return n;
+}
+
+int bench_transfer_main(int argc, char **argv)
+{
+    args a;
+    parse(argc, argv, &a);
+    signal(SIGPIPE, SIG_IGN);
+    uint64_t stride = a.block + 4096; /* a gap: blocks are never coalesced */
+    uint32_t slots = a.batch;
+    while (slots > 1 && (uint64_t)slots * stride > (512ull << 20))
+        slots--;
+    size_t len = a.kv ? (size_t)KV_PLANES * KV_POOL_PAGES * KV_PAGE : (size_t)slots * stride;
+    uint64_t slice = a.kv ? (1u << 20) : a.block;
+    int p[2];
+    if (pipe(p))
+        return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        receiver(&a, slice, len, p[1]);
+    }
+    close(p[1]);
+    uint32_t n;
+    char *desc = NULL;
+    if (read(p[0], &n, 4) != 4 || !(desc = calloc(1, n + 1)) || read(p[0], desc, n) != (ssize_t)n) {
+        fprintf(stderr, "kvcoord-bench: receiver did not start\n");
+        return 1;
+    }
+    kvt_engine *e = make_engine(&a, slice);
+    unsigned char *src = map(len);
+    memset(src, 0x5a, len);
+    kvt_peer *peer;
+    if (kvt_mr_register(e, src, len, NULL) || kvt_peer_import(e, desc, n, &peer)) {
+        fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
+        return 1;
+    }
+    const char *ad = strstr(desc, "\"addr\":");
+    uint64_t rbase = ad ? strtoull(ad + 7, NULL, 10) : 0;
+    size_t nruns = a.kv ? (size_t)KV_PLANES * KV_REQ_PAGES : a.batch;
+    kvt_run *runs = calloc(nruns, sizeof *runs);
+    uint64_t room_bytes = 0;
+    if (a.kv) {
+        kv_runs((uint64_t)(uintptr_t)src, rbase, runs, 1);
+    } else {
+        for (uint32_t i = 0; i < a.batch; i++)
+            runs[i] = (kvt_run){(uint64_t)(uintptr_t)src + (i % slots) * stride,
+                                rbase + (i % slots) * stride, a.block};
+    }
+    for (size_t i = 0; i < nruns; i++)
+        room_bytes += runs[i].len;
+
+    size_t lat_cap = 1 << 20, nlat = 0;
+    uint64_t *lat = malloc(lat_cap * sizeof *lat);
+    uint64_t start_of[64] = {0};
+    uint64_t next_room = 1, done_rooms = 0, failed = 0;
+    kvt_stats s0, s1;
+    kvt_engine_stat(e, &s0);
+    uint64_t t0 = now_ns(), end = t0 + (uint64_t)(a.duration * 1e9), inflight = 0;
+    for (;;) {
+        uint64_t t = now_ns();
+        while (t < end && inflight < a.depth) {
+            start_of[next_room % 64] = now_ns();
+            if (kvt_submit(e, peer, next_room, runs, nruns, 0)) {
+                fprintf(stderr, "kvcoord-bench: submit: %s\n", kvc_last_error());
+                return 1;
+            }
+            next_room++;
+            inflight++;
+        }
+        if (!inflight)
+            break;
+        kvt_event ev[64];
+        size_t k;
+        if (kvt_progress(e, 100, ev, 64, &k)) {
+            fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
+            return 1;
+        }
+        uint64_t tn = now_ns();
+        for (size_t i = 0; i < k; i++) {
+            inflight--;
+            if (ev[i].state != KVC_POLL_SUCCESS) {
+                failed++;
+                fprintf(stderr, "kvcoord-bench: room %llu failed: %s\n",
+                        (unsigned long long)ev[i].room, ev[i].reason);
+                continue;
+            }
+            done_rooms++;
+            if (nlat < lat_cap)
+                lat[nlat++] = tn - start_of[ev[i].room % 64];
+        }
+    }
+    double secs = (double)(now_ns() - t0) / 1e9;
+    kvt_engine_stat(e, &s1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    qsort(lat, nlat, sizeof *lat, cmp_u64);
+    double med = nlat ? (double)lat[nlat / 2] / 1e6 : 0,
+           p99 = nlat ? (double)lat[(nlat * 99) / 100] / 1e6 : 0;
+    uint64_t bytes = s1.bytes_sent - s0.bytes_sent, writes = s1.writes_sent - s0.writes_sent;
+    double gbs = (double)bytes / secs / 1e9, ops = (double)writes / secs;
+    const char *be = kvt_backend_name(kvt_engine_backend(e));
+    if (a.json)
+        printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"block\":%llu,\"batch\":%u,\"conns\":%u,"
+               "\"depth\":%u,"
+               "\"duration_s\":%.3f,\"rooms\":%llu,\"rooms_failed\":%llu,\"room_bytes\":%llu,"
+               "\"bytes\":%llu,"
+               "\"gb_per_s\":%.3f,\"writes_per_s\":%.1f,\"latency_median_ms\":%.3f,\"latency_p99_"
+               "ms\":%.3f}\n",
+               a.kv ? "kv" : "transfer", be, (unsigned long long)(a.kv ? KV_PAGE : a.block),
+               a.kv ? (unsigned)nruns : a.batch, a.conns, a.depth, secs,
+               (unsigned long long)done_rooms, (unsigned long long)failed,
+               (unsigned long long)room_bytes, (unsigned long long)bytes, gbs, ops, med, p99);
+    else if (a.kv)
+        printf("kv backend=%s request=%llu MiB (%zu runs of 4 KiB) conns=%u depth=%u: %.2f GB/s, "
+               "%.0f writes/s, "
+               "%.1f requests/s, request latency median %.2f ms p99 %.2f ms (%llu requests, %llu "
+               "failed)\n",
+               be, (unsigned long long)(room_bytes >> 20), nruns, a.conns, a.depth, gbs, ops,
+               (double)done_rooms / secs, med, p99, (unsigned long long)done_rooms,
+               (unsigned long long)failed);
+    else
+        printf("transfer backend=%s block=%llu batch=%u conns=%u depth=%u: %.2f GB/s, %.0f ops/s, "
+               "batch latency median %.2f ms p99 %.2f ms (%llu batches, %llu failed)\n",
+               be, (unsigned long long)a.block, a.batch, a.conns, a.depth, gbs, ops, med, p99,
+               (unsigned long long)done_rooms, (unsigned long long)failed);
+    kvt_engine_destroy(e);
+    free(runs);
+    free(lat);
+    free(desc);
+    return failed ? 1 : 0;
+}

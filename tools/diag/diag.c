@@ -1,0 +1,283 @@
+/*
+ * diag.c - kvcoord-diag: the node-level diagnostics tool.
+ *
+ * Reads a kvcoord segment directly (not through kvcoordd), so it works with
+ * the daemon dead and with a lock whose owner was killed.  This file holds
+ * main(), the global options and the help; each command is a diag_cmd in
+ * its own diag_<command>.c.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "diag.h"
+
+static const diag_cmd *const commands[] = {
+    &diag_cmd_status, &diag_cmd_ranks, &diag_cmd_rooms, &diag_cmd_failures,
+    &diag_cmd_procs,  &diag_cmd_locks, &diag_cmd_check, &diag_cmd_repair,
+    &diag_cmd_unlink, &diag_cmd_rdma,  &diag_cmd_watch,
+};
+#define NCOMMANDS (sizeof commands / sizeof *commands)
+
+static const char global_options[] =
+    "GLOBAL OPTIONS (before or after the command)\n"
+    "  -s, --segment NAME     segment to read: /dev/shm/NAME (default kvcoord-6789, the\n"
+    "                         segment of a kvcoordd on port 6789)\n"
+    "  -p, --port PORT        the segment of the kvcoordd on PORT (kvcoord-PORT)\n"
+    "  -j, --json             print one JSON document instead of text (see OUTPUT)\n"
+    "  -T, --lock-timeout MS  longest wait for any lock of the segment, in milliseconds\n"
+    "                         (default 300); a lock held longer is reported with its\n"
+    "                         owner, never waited on\n"
+    "  -h, --help             print the help of the tool, or of the command\n";
+
+static const char exit_status[] =
+    "EXIT STATUS\n"
+    "  0   success; for check and repair: the segment is healthy\n"
+    "  1   check/repair: degraded (works, but holds stale state: dead processes\n"
+    "      still attached, ranks of dead workers, a stuck lock);\n"
+    "      ranks --rank N: rank N is not registered (never, or withdrawn)\n"
+    "  2   the segment is broken (an invariant is violated, or a lock's owner died\n"
+    "      and the state under it awaits recovery), or cannot be read (missing,\n"
+    "      another layout version, truncated, no permission), or an operation\n"
+    "      failed\n"
+    "  3   rdma --require: no usable RDMA device\n"
+    "  64  usage error (unknown command or option, bad value)\n";
+
+static void main_help(const diag *d, FILE *out)
+{
+    fprintf(out,
+            "NAME\n"
+            "  %s - inspect and repair a node's kvcoord segment\n"
+            "\n"
+            "SYNOPSIS\n"
+            "  %s [--segment NAME | --port PORT] [--json] [--lock-timeout MS] COMMAND [ARGS]\n"
+            "  %s help [COMMAND]\n"
+            "\n"
+            "DESCRIPTION\n"
+            "  kvcoord keeps a node's rank table (each TP rank's transfer-engine info),\n"
+            "  bootstrap rooms (KVPoll state, failure records) and attached processes in one\n"
+            "  shared-memory segment, /dev/shm/NAME.  %s reads that segment directly,\n"
+            "  not through kvcoordd, so it works when the daemon is dead or a lock owner was\n"
+            "  killed.  It never waits on a lock for longer than the lock timeout, never\n"
+            "  leaves a lock held, and repairs (then marks consistent) any lock whose owner\n"
+            "  died that it has to take.  Rank entries are read through their seqlock.\n"
+            "\n"
+            "  Read-only commands (status, procs, locks, check) change nothing unless a lock\n"
+            "  owner dies while they look; ranks, rooms, failures and watch read through the\n"
+            "  library like any reader, which recovers a dead owner's lock when it meets one\n"
+            "  (and they say so).  repair and unlink change the segment.\n"
+            "\n"
+            "COMMANDS\n",
+            d->prog, d->prog, d->prog, d->prog);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(out, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out, "\n  `%s help COMMAND` or `%s COMMAND --help` describes each.\n\n%s\n", d->prog,
+            d->prog, global_options);
+    fprintf(out,
+            "OUTPUT\n"
+            "  Text: aligned tables for people; times are local.  Text read from the segment\n"
+            "  (session_id, reasons) is printed with control bytes escaped as \\xNN.\n"
+            "  --json: one JSON document on stdout, with \"schema\": %d, \"command\" and\n"
+            "  \"segment\" first; fields are only added, never renamed or removed, within a\n"
+            "  schema version; times are *_ns (Unix epoch ns) with *_utc (RFC 3339) beside\n"
+            "  them.  A segment that cannot be read gives, for every command,\n"
+            "  {\"readable\": false, \"error\": {\"code\", \"message\"}, \"header\": {...},\n"
+            "  \"verdict\": \"broken\", \"exit_code\": 2}.  docs/diag.md documents every field.\n"
+            "\n%s\n"
+            "FILES\n"
+            "  /dev/shm/NAME  the segment\n"
+            "\n"
+            "EXAMPLES\n"
+            "  %s status                    what the coordinator on port 6789 holds\n"
+            "  %s --port 7000 check         exit 0/1/2: healthy/degraded/broken\n"
+            "  %s ranks --rank 3 --full     rank 3's whole weights_info_dict\n"
+            "  %s --json rooms --state Failed | jq '.rooms[].failure.reason'\n"
+            "  %s repair                    recover locks, reap dead processes\n"
+            "\n"
+            "SEE ALSO\n"
+            "  kvcoordd --help, docs/diag.md\n",
+            DIAG_JSON_SCHEMA, exit_status, d->prog, d->prog, d->prog, d->prog, d->prog);
+}
+
+void diag_cmd_help(const diag *d, const diag_cmd *c, FILE *out)
+{
+    fprintf(out, "NAME\n  %s %s - %s\n\nSYNOPSIS\n", d->prog, c->name, c->summary);
+    /* One synopsis line per form of the command. */
+    for (const char *s = c->synopsis; *s;) {
+        size_t n = strcspn(s, "\n");
+        fprintf(out, "  %s [GLOBAL OPTIONS] %.*s\n", d->prog, (int)n, s);
+        s += n + (s[n] == '\n');
+    }
+    fprintf(out, "\n%s\n%s\n%s", c->help, global_options, exit_status);
+}
+
+int diag_usage_error(const diag *d, const diag_cmd *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s%s%s: ", d->prog, c ? " " : "", c ? c->name : "");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s help%s%s' for more information.\n", d->prog, c ? " " : "",
+            c ? c->name : "");
+    return -1;
+}
+
+int diag_parse_u64(const diag *d, const diag_cmd *c, const char *name, const char *s, uint64_t max,
+                   uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || errno || *s == '-' || v > max)
+        return diag_usage_error(d, c, "%s must be an integer in 0..%llu, not '%s'", name,
+                                (unsigned long long)max, s);
+    *out = v;
+    return 0;
+}
+
+int diag_poll_state(const char *s)
+{
+    static const char *const names[] = {"Failed", "Bootstrapping", "WaitingForInput",
+                                        "Transferring", "Success"};
+    for (int i = 0; i < 5; i++)
+        if (!strcasecmp(s, names[i]) || (s[0] == '0' + i && !s[1]))
+            return i;
+    return -1;
+}
+
+/* Handle one global option; 1 if it was one, -1 on a bad value. */
+static int global_opt(diag *d, const diag_cmd *c, int opt, const char *arg)
+{
+    uint64_t v = 0;
+    switch (opt) {
+    case 's':
+        if (kvc_name_check(arg) != KVC_OK)
+            return diag_usage_error(d, c, "--segment: %s", kvc_last_error());
+        snprintf(d->segment, sizeof d->segment, "%s", arg);
+        return 1;
+    case 'p':
+        if (diag_parse_u64(d, c, "--port", arg, 65535, &v) < 0)
+            return -1;
+        kvc_name_for_port((uint16_t)v, d->segment, sizeof d->segment);
+        return 1;
+    case 'j': d->json = 1; return 1;
+    case 'T':
+        if (diag_parse_u64(d, c, "--lock-timeout", arg, 600000, &v) < 0)
+            return -1;
+        if (v == 0)
+            return diag_usage_error(d, c, "--lock-timeout must be at least 1 ms");
+        d->lock_timeout_ms = (uint32_t)v;
+        return 1;
+    }
+    return 0;
+}
+
+static const struct option global_long[] = {
+    {"segment", required_argument, NULL, 's'}, {"port", required_argument, NULL, 'p'},
+    {"json", no_argument, NULL, 'j'},          {"lock-timeout", required_argument, NULL, 'T'},
+    {"help", no_argument, NULL, 'h'},
+};
+#define NGLOBAL (sizeof global_long / sizeof *global_long)
+
+int diag_parse(diag *d, const diag_cmd *c, int argc, char **argv, const char *shortopts,
+               const struct option *longopts, diag_opt_fn on, void *ctx)
+{
+    struct option all[32];
+    size_t n = 0;
+    for (; longopts && longopts[n].name && n < 32 - NGLOBAL - 1; n++)
+        all[n] = longopts[n];
+    memcpy(all + n, global_long, sizeof global_long);
+    memset(&all[n + NGLOBAL], 0, sizeof all[0]);
+    char shorts[64];
+    snprintf(shorts, sizeof shorts, ":s:p:jT:h%s", shortopts ? shortopts : "");
+    optind = 0; /* glibc: full re-initialisation for this argv */
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
+        if (opt == 'h') {
+            diag_cmd_help(d, c, stdout);
+            return DIAG_PARSED_HELP;
+        }
+        if (opt == '?')
+            return diag_usage_error(d, c, "unknown option '%s'", argv[optind - 1]);
+        if (opt == ':')
+            return diag_usage_error(d, c, "option '%s' needs a value", argv[optind - 1]);
+        int g = global_opt(d, c, opt, optarg);
+        if (g < 0)
+            return -1;
+        if (g == 0 && (!on || on(ctx, opt, optarg) < 0))
+            return -1;
+    }
+    return optind;
+}
+
+int diag_parse_exit(int parsed)
+{
+    if (parsed == DIAG_PARSED_HELP)
+        return DIAG_EXIT_OK;
+    if (parsed < 0)
+        return DIAG_EXIT_USAGE;
+    return -1;
+}
+
+static const diag_cmd *find_cmd(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(commands[i]->name, name))
+            return commands[i];
+    return NULL;
+}
+
+static int help_cmd(diag *d, int argc, char **argv)
+{
+    if (argc < 1) {
+        main_help(d, stdout);
+        return DIAG_EXIT_OK;
+    }
+    const diag_cmd *c = find_cmd(argv[0]);
+    if (!c) {
+        diag_usage_error(d, NULL, "no command '%s'", argv[0]);
+        return DIAG_EXIT_USAGE;
+    }
+    diag_cmd_help(d, c, stdout);
+    return DIAG_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    diag d = {.prog = "kvcoord-diag", .lock_timeout_ms = DIAG_DEFAULT_LOCK_TIMEOUT_MS};
+    kvc_name_for_port(KVC_DEFAULT_PORT, d.segment, sizeof d.segment);
+    int opt;
+    opterr = 0;
+    /* '+': stop at the command; its own options are parsed by the command. */
+    while ((opt = getopt_long(argc, argv, "+:s:p:jT:h", global_long, NULL)) != -1) {
+        if (opt == 'h') {
+            main_help(&d, stdout);
+            return DIAG_EXIT_OK;
+        }
+        if (opt == '?' || opt == ':') {
+            diag_usage_error(&d, NULL, "%s '%s'",
+                             opt == ':' ? "option needs a value:" : "unknown option",
+                             argv[optind - 1]);
+            return DIAG_EXIT_USAGE;
+        }
+        if (global_opt(&d, NULL, opt, optarg) < 0)
+            return DIAG_EXIT_USAGE;
+    }
+    if (optind >= argc) {
+        diag_usage_error(&d, NULL, "no command given");
+        return DIAG_EXIT_USAGE;
+    }
+    const char *name = argv[optind];
+    if (!strcmp(name, "help"))
+        return help_cmd(&d, argc - optind - 1, argv + optind + 1);
+    const diag_cmd *c = find_cmd(name);
+    if (!c) {
+        diag_usage_error(&d, NULL, "no command '%s'", name);
+        return DIAG_EXIT_USAGE;
+    }
+    return c->run(&d, argc - optind, argv + optind);
+}
