@@ -1,0 +1,147 @@
+/*
+ * etcd_client.h - a small blocking client of etcd's v3 JSON gateway
+ * (grpc-gateway, paths /v3/...; etcd 3.4 as Debian 12 ships it), over
+ * libcurl, with jansson for the JSON.
+ *
+ * What kvcoordd's cluster view needs and nothing more: put (with a lease),
+ * create-only put (a transaction comparing the key's create revision with
+ * 0), range over a prefix, delete, lease grant / keep-alive / revoke, and a
+ * watch stream on a prefix.  Keys and values are bytes; the gateway carries
+ * them base64-encoded, which this module hides.
+ *
+ * Endpoints: a comma-separated list of client URLs.  A request that cannot
+ * reach a member (connect error, timeout, or a server error that names a
+ * lost leader or quorum) is tried on the next member, each at most once per
+ * call; the member that answered last is tried first next time.
+ *
+ * Authentication: with a user, the password is read from a file (its first
+ * line) and exchanged for a token at /v3/auth/authenticate; the token is
+ * sent in the Authorization header and renewed once when etcd says it is
+ * invalid.  TLS: CA file, client certificate and key go to libcurl.
+ *
+ * Threads: one etcd handle per thread (a handle owns a curl easy handle);
+ * several handles may run at once.  Every call blocks for at most about
+ * timeout_ms per member tried (the watch blocks until stopped).  Errors
+ * return -1 and leave a message in etcd_error(); nothing is printed.
+ */
+#ifndef KVC_ETCD_CLIENT_H
+#define KVC_ETCD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* How to reach and authenticate to the cluster; strings are copied. */
+struct etcd_conf {
+    const char *endpoints;     /* "http://h:p[,http://h:p...]"; required */
+    const char *user;          /* NULL: no authentication */
+    const char *password_file; /* needed with user: first line is the password */
+    const char *cacert;        /* PEM CA bundle for https endpoints, or NULL */
+    const char *cert;          /* PEM client certificate, or NULL */
+    const char *key;           /* PEM client key, or NULL */
+    long timeout_ms;           /* per request and member; 0: 2000 */
+};
+
+typedef struct etcd etcd;
+
+/* A key-value as etcd returns it.  key and value are malloc'd and
+ * NUL-terminated (the NUL is not counted); free with etcd_kv_free(). */
+typedef struct etcd_kv {
+    char *key;
+    size_t key_len;
+    char *value;
+    size_t value_len;
+    int64_t create_rev;
+    int64_t mod_rev;
+    int64_t version;
+    int64_t lease;
+} etcd_kv;
+
+/* One watch event: a put (value set) or a delete (value empty; mod_rev is
+ * the delete's revision). */
+typedef struct etcd_event {
+    int is_delete;
+    etcd_kv kv;
+} etcd_event;
+
+/* Create a handle (no network I/O: the first request connects, and
+ * authenticates when a user is configured).  Returns 0, or -1 with a message
+ * in err (cap bytes): no endpoint, unreadable password file, curl init. */
+int etcd_open(const struct etcd_conf *conf, etcd **out, char *err, size_t cap);
+
+/* Close the handle (NULL ignored). */
+void etcd_close(etcd *c);
+
+/* Message of the handle's last failed call ("" if none).  Owned by c. */
+const char *etcd_error(const etcd *c);
+
+/* The endpoint that answered the last successful request (owned by c). */
+const char *etcd_endpoint(const etcd *c);
+
+/* Free key and value of kv (the struct itself is the caller's). */
+void etcd_kv_free(etcd_kv *kv);
+
+/* Free an array of n kvs returned by etcd_range_prefix(). */
+void etcd_kvs_free(etcd_kv *kvs, size_t n);
+
+/* Put key = value (len bytes) attached to lease (0: none).  *rev (may be
+ * NULL) receives the revision of the put.  An unknown lease is an error
+ * ("requested lease not found"). */
+int etcd_put(etcd *c, const char *key, const void *value, size_t len, int64_t lease,
+             int64_t *rev);
+
+/* Create-only put: in one transaction, put key = value with lease only if
+ * the key does not exist.  *created is 1 when this call created it; else 0
+ * and *existing (may be NULL) receives the key's current value. *rev (may
+ * be NULL) receives the transaction's revision. */
+int etcd_put_create(etcd *c, const char *key, const void *value, size_t len, int64_t lease,
+                    int *created, etcd_kv *existing, int64_t *rev);
+
+/* Every key starting with prefix (in key order), at one revision: *kvs
+ * (malloc'd array of *n, free with etcd_kvs_free) and *rev (the store's
+ * revision then, for a watch that starts right after it). */
+int etcd_range_prefix(etcd *c, const char *prefix, etcd_kv **kvs, size_t *n, int64_t *rev);
+
+/* Delete key (prefix 0) or every key starting with it (prefix 1).
+ * *deleted (may be NULL) receives how many were. */
+int etcd_delete(etcd *c, const char *key, int prefix, int64_t *deleted);
+
+/* Grant a lease of ttl_s seconds; *id receives it. */
+int etcd_lease_grant(etcd *c, int64_t ttl_s, int64_t *id);
+
+/* Renew lease id once.  *ttl_left receives the seconds it now has; 0 means
+ * the lease does not exist any more (expired or revoked). */
+int etcd_lease_keepalive(etcd *c, int64_t id, int64_t *ttl_left);
+
+/* Revoke lease id (its keys are deleted).  A lease already gone is not an
+ * error. */
+int etcd_lease_revoke(etcd *c, int64_t id);
+
+/* Watch callback: events of one watch response, and the response header's
+ * revision.  Return 0 to go on, non-zero to end the watch (etcd_watch then
+ * returns 0). */
+typedef int (*etcd_watch_fn)(void *arg, const etcd_event *ev, size_t n, int64_t rev);
+
+/* Idle callback, called about every 100 ms while the stream is open and
+ * quiet; return non-zero to end the watch (etcd_watch returns 0). */
+typedef int (*etcd_idle_fn)(void *arg);
+
+/* Watch every key starting with prefix from revision start_rev on (> 0;
+ * events from the past are delivered first), calling fn for every response
+ * with events, until fn or idle returns non-zero (returns 0) or the stream
+ * ends or fails (returns -1: member gone, compacted past start_rev - the
+ * message says "compacted" - or canceled).  Blocking; needs its own handle
+ * (a watch occupies it).  *last_rev (may be NULL) receives the newest
+ * revision seen, so the caller can resume from last_rev + 1. */
+int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, etcd_watch_fn fn,
+               etcd_idle_fn idle, void *arg, int64_t *last_rev);
+
+/* Status of one member: its URL answered /v3/maintenance/status, giving
+ * *leader (member id of the leader, 0 if none) and *revision.  Returns 0 or
+ * -1 (unreachable).  Does not fail over. */
+int etcd_member_status(etcd *c, const char *url, uint64_t *leader, int64_t *revision);
+
+/* Number of endpoints configured, and the i-th (owned by c). */
+size_t etcd_endpoint_count(const etcd *c);
+const char *etcd_endpoint_at(const etcd *c, size_t i);
+
+#endif /* KVC_ETCD_CLIENT_H */
