@@ -29,10 +29,10 @@ struct etcd {
     CURL *curl;
     char *urls[MAX_ENDPOINTS];
     size_t nurls;
-    size_t cur;        /* member tried first */
+    size_t cur; /* member tried first */
     char *user;
     char *password;
-    char *token;       /* NULL until authenticated */
+    char *token; /* NULL until authenticated */
     char *cacert, *cert, *key;
     long timeout_ms;
     char err[ERR_CAP];
@@ -494,8 +494,7 @@ static int call(etcd *c, const char *path, json_t *req, json_t **resp)
 
 /* ---- KV ------------------------------------------------------------------ */
 
-int etcd_put(etcd *c, const char *key, const void *value, size_t len, int64_t lease,
-             int64_t *rev)
+int etcd_put(etcd *c, const char *key, const void *value, size_t len, int64_t lease, int64_t *rev)
 {
     json_t *req = json_object();
     json_object_set_new(req, "key", b64_json(key, strlen(key)));
@@ -521,9 +520,8 @@ int etcd_put_create(etcd *c, const char *key, const void *value, size_t len, int
     if (lease)
         json_object_set_new(put, "lease", i64_json(lease));
     json_t *req = json_pack("{s:[{s:O, s:s, s:s, s:s}], s:[{s:o}], s:[{s:{s:O}}]}", "compare",
-                            "key", k, "target", "CREATE", "result", "EQUAL", "create_revision",
-                            "0", "success", "request_put", put, "failure", "request_range",
-                            "key", k);
+                            "key", k, "target", "CREATE", "result", "EQUAL", "create_revision", "0",
+                            "success", "request_put", put, "failure", "request_range", "key", k);
     json_decref(k);
     if (!req) {
         set_err(c, "out of memory for an etcd transaction");
@@ -698,9 +696,9 @@ struct watch_ctx {
     etcd_idle_fn idle;
     void *arg;
     int64_t last_rev;
-    int stop;     /* a callback asked to end */
-    int failed;   /* the stream said canceled / compacted / error */
-    int created;  /* the watch was acknowledged */
+    int stop;    /* a callback asked to end */
+    int failed;  /* the stream said canceled / compacted / error */
+    int created; /* the watch was acknowledged */
 };
 
 /* Handle one JSON message of the stream. */
@@ -714,8 +712,8 @@ static void watch_message(struct watch_ctx *w, const char *text, size_t len)
     json_t *err = json_object_get(j, "error");
     if (err || !r) {
         json_t *msg = json_is_object(err) ? json_object_get(err, "message") : err;
-        set_err(w->c, "etcd watch: %s", json_is_string(msg) ? json_string_value(msg)
-                                                             : "stream error");
+        set_err(w->c, "etcd watch: %s",
+                json_is_string(msg) ? json_string_value(msg) : "stream error");
         w->failed = 1;
         json_decref(j);
         return;
@@ -727,8 +725,7 @@ static void watch_message(struct watch_ctx *w, const char *text, size_t len)
     if (compact || json_is_true(json_object_get(r, "canceled"))) {
         const char *why = json_string_value(json_object_get(r, "cancel_reason"));
         if (compact)
-            set_err(w->c, "etcd watch: compacted (oldest revision kept %lld)",
-                    (long long)compact);
+            set_err(w->c, "etcd watch: compacted (oldest revision kept %lld)", (long long)compact);
         else
             set_err(w->c, "etcd watch canceled: %s", why ? why : "no reason given");
         w->failed = 1;
@@ -794,8 +791,8 @@ static int on_watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c
     return w->stop;
 }
 
-int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, etcd_watch_fn fn,
-               etcd_idle_fn idle, void *arg, int64_t *last_rev)
+int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, etcd_watch_fn fn, etcd_idle_fn idle,
+               void *arg, int64_t *last_rev)
 {
     json_t *cr = range_req(prefix);
     json_object_set_new(cr, "start_revision", i64_json(start_rev));

@@ -86,8 +86,7 @@ void etcd_kvs_free(etcd_kv *kvs, size_t n);
 /* Put key = value (len bytes) attached to lease (0: none).  *rev (may be
  * NULL) receives the revision of the put.  An unknown lease is an error
  * ("requested lease not found"). */
-int etcd_put(etcd *c, const char *key, const void *value, size_t len, int64_t lease,
-             int64_t *rev);
+int etcd_put(etcd *c, const char *key, const void *value, size_t len, int64_t lease, int64_t *rev);
 
 /* Create-only put: in one transaction, put key = value with lease only if
  * the key does not exist.  *created is 1 when this call created it; else 0
@@ -132,8 +131,8 @@ typedef int (*etcd_idle_fn)(void *arg);
  * message says "compacted" - or canceled).  Blocking; needs its own handle
  * (a watch occupies it).  *last_rev (may be NULL) receives the newest
  * revision seen, so the caller can resume from last_rev + 1. */
-int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, etcd_watch_fn fn,
-               etcd_idle_fn idle, void *arg, int64_t *last_rev);
+int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, etcd_watch_fn fn, etcd_idle_fn idle,
+               void *arg, int64_t *last_rev);
 
 /* Status of one member: its URL answered /v3/maintenance/status, giving
  * *leader (member id of the leader, 0 if none) and *revision.  Returns 0 or

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/etcd_client.h"
+#include "etcd_client.h"
 #include "etcd_fixture.h"
 
 static struct etcd_fixture fx;
@@ -104,7 +104,7 @@ static void test_lease(void **state)
     assert_int_equal(n, 0); /* revoking deleted the key */
     etcd_kvs_free(kvs, n);
     ok(c, etcd_lease_keepalive(c, id, &ttl));
-    assert_int_equal(ttl, 0); /* gone */
+    assert_int_equal(ttl, 0);        /* gone */
     ok(c, etcd_lease_revoke(c, id)); /* already gone: not an error */
     assert_int_not_equal(etcd_put(c, "/t/lease/k", "v", 1, id, NULL), 0);
     assert_non_null(strstr(etcd_error(c), "lease not found"));
@@ -299,9 +299,12 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_put_range_delete), cmocka_unit_test(test_create_only),
-        cmocka_unit_test(test_lease),            cmocka_unit_test(test_watch_stream),
-        cmocka_unit_test(test_watch_stop_idle),  cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_put_range_delete),
+        cmocka_unit_test(test_create_only),
+        cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_watch_stream),
+        cmocka_unit_test(test_watch_stop_idle),
+        cmocka_unit_test(test_failover),
         cmocka_unit_test(test_auth),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
