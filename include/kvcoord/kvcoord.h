@@ -37,7 +37,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 2u
+#define KVC_LAYOUT_VERSION 3u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -50,6 +50,9 @@ extern "C" {
 
 /* Longest withdrawal note kept for a rank, in bytes, excluding the NUL. */
 #define KVC_NOTE_MAX 127
+
+/* Longest origin node name of a mirrored rank, in bytes, excluding the NUL. */
+#define KVC_ORIGIN_MAX 63
 
 /* Error codes.  kvc_strerror() gives a short fixed description of each;
  * kvc_last_error() gives the message of the last failure with its context. */
@@ -243,6 +246,11 @@ typedef struct kvc_rank_info {
     char *info;                              /* weights_info_dict JSON text (lookup only) */
     size_t info_len;                         /* bytes of JSON in info, excluding the NUL */
     size_t info_cap;                         /* allocated bytes behind info */
+    char origin[KVC_ORIGIN_MAX + 1];         /* "" for a registration made on this node;
+                                                for a rank mirrored from another node
+                                                (kvcoordd --etcd) that node's name, kept
+                                                when the mirror is withdrawn */
+    uint64_t origin_generation;              /* its generation on the origin node, else 0 */
 } kvc_rank_info;
 
 /* Free the info buffer of *ri and reset the buffer fields.  NULL is ignored. */
@@ -276,6 +284,19 @@ kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *session_i
 kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, const char *session_id,
                                     const char *info_json, size_t info_len, uint32_t entries,
                                     uint64_t *gen_out);
+
+/* Register rank as a mirror of another node's registration (kvcoordd's
+ * cluster view): as kvc_rank_register(), and the entry records origin (the
+ * origin node's name: 1..KVC_ORIGIN_MAX bytes of [A-Za-z0-9._-]) and
+ * origin_generation (the rank's generation there), which lookups and lists
+ * return.  A mirrored entry is never withdrawn with the process that wrote
+ * it.  An identical call (same bytes, same origin and origin generation)
+ * changes nothing; kvc_rank_register() of the same bytes over a mirrored
+ * entry makes it a local registration again (and bumps the generation).
+ * Errors: those of kvc_rank_register(), KVC_E_INVAL for a bad origin. */
+kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                 const char *info_json, size_t info_len, const char *origin,
+                                 uint64_t origin_generation, uint64_t *gen_out);
 
 /* Read rank's entry into *out without taking a lock (seqlock: copy,
  * re-check, retry; a writer that died mid-publish is recovered by taking the
@@ -430,6 +451,25 @@ kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_r
  * Errors: those of kvc_room_get(), KVC_E_TIMEDOUT. */
 kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
                       uint32_t timeout_ms, kvc_room_info *out);
+
+/* Record, for room, the failure that won cluster-wide (kvcoordd's cluster
+ * view: the first record of any node, from etcd): like kvc_room_fail(), but
+ * a different record already kept here is replaced by this one (reason,
+ * origin_rank, code, time_ns as given; origin pid 0), so every node reads
+ * the same record.  Creates the room if it does not exist.  *changed (may
+ * be NULL) is 1 when the room's record changed.  Wakes waiters.
+ * Errors: KVC_E_INVAL (NULL, origin_rank >= max ranks), KVC_E_FULL,
+ * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
+                            const char *reason, uint64_t time_ns, int *changed);
+
+/* Current value of the rooms' change epoch (bumped on every room change,
+ * wrapping).  Use with kvc_room_wait_change(). */
+uint32_t kvc_room_epoch(kvc_segment *seg);
+
+/* Sleep until the rooms' epoch differs from seen or timeout_ms passes
+ * (shared futex, no polling).  Errors: KVC_E_INVAL (NULL), KVC_E_TIMEDOUT. */
+kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
 
 /* Write into buf (cap bytes, always NUL-terminated when cap > 0) the error
  * text a rank raises for a failed room, naming the room, the origin rank

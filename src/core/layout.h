@@ -54,6 +54,8 @@ typedef struct kvc_rank_slot {
     uint32_t owned;       /* 1: registered by a worker, withdrawn when it dies */
     uint32_t pad;
     char note[KVC_NOTE_MAX + 1];
+    uint64_t origin_generation;      /* mirrored entry: its generation on the origin node */
+    char origin[KVC_ORIGIN_MAX + 1]; /* mirrored entry: the origin node; "" = local */
 } kvc_rank_slot;
 
 /* A rank's entry.  Readers: s1 = seq (even), copy slot[active] and its blob,

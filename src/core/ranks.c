@@ -137,6 +137,9 @@ static void fill_meta(kvc_rank_info *out, uint32_t rank, const kvc_rank_slot *sl
     out->entries = sl->entries;
     memcpy(out->note, sl->note, sizeof out->note);
     out->note[KVC_NOTE_MAX] = '\0';
+    memcpy(out->origin, sl->origin, sizeof out->origin);
+    out->origin[KVC_ORIGIN_MAX] = '\0';
+    out->origin_generation = sl->origin_generation;
 }
 
 static kvc_err grow(kvc_rank_info *out, size_t need)
@@ -332,11 +335,22 @@ static void retire(kvc_segment *seg, kvc_rank_slot *old, int registered_delta)
     atomic_fetch_add(&seg->hdr->rank_epoch, 1);
 }
 
+/* Who a registration is from: a local one ("", 0) or a mirror of another
+ * node's (kvc_rank_register_mirror). */
+struct origin {
+    const char *name;
+    uint64_t generation;
+};
+
+static const struct origin LOCAL = {"", 0};
+
 static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, const char *sid,
-                              size_t sid_len, const char *info, size_t info_len)
+                              size_t sid_len, const char *info, size_t info_len,
+                              const struct origin *o)
 {
     if (cur->state != KVC_RANK_REGISTERED || cur->session_len != sid_len ||
-        cur->info_len != info_len)
+        cur->info_len != info_len || cur->origin_generation != o->generation ||
+        strncmp(cur->origin, o->name, sizeof cur->origin))
         return false;
     const unsigned char *blob = seg->arena + cur->blob_off;
     return !memcmp(blob, sid, sid_len) && !memcmp(blob + sid_len, info, info_len);
@@ -344,12 +358,12 @@ static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, 
 
 static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *sid, size_t sid_len,
                                   const char *info, size_t info_len, uint32_t entries,
-                                  uint64_t *gen_out)
+                                  const struct origin *o, uint64_t *gen_out)
 {
     kvc_rank_entry *e = &seg->ranks[rank];
     uint32_t a = atomic_load(&e->active) & 1;
     kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
-    if (same_registration(seg, cur, sid, sid_len, info, info_len)) {
+    if (same_registration(seg, cur, sid, sid_len, info, info_len, o)) {
         *gen_out = cur->generation;
         return KVC_OK;
     }
@@ -380,7 +394,9 @@ static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *s
     nxt->blob_off = off;
     nxt->blob_blocks = blocks;
     nxt->info_len = info_len;
-    nxt->owned = seg->role == KVC_ROLE_WORKER;
+    nxt->owned = seg->role == KVC_ROLE_WORKER && !o->name[0];
+    nxt->origin_generation = o->generation;
+    snprintf(nxt->origin, sizeof nxt->origin, "%s", o->name);
     KVC_INJECT("reg.slot_written");
     int delta = cur->state == KVC_RANK_REGISTERED ? 0 : 1;
     publish(e, a ^ 1);
@@ -405,7 +421,7 @@ static bool published_equal(kvc_segment *seg, uint32_t rank, const char *sid, si
             continue;
         if (!slot_sane(seg, &sl))
             return false;
-        bool same = same_registration(seg, &sl, sid, sid_len, info, info_len);
+        bool same = same_registration(seg, &sl, sid, sid_len, info, info_len, &LOCAL);
         if (!unchanged(e, s1))
             continue;
         *gen = sl.generation;
@@ -438,7 +454,7 @@ static kvc_err check_args(kvc_segment *seg, uint32_t rank, const char *session_i
 
 static kvc_err register_checked(kvc_segment *seg, uint32_t rank, const char *session_id,
                                 size_t sid_len, const char *info_json, size_t info_len,
-                                uint32_t entries, uint64_t *gen_out)
+                                uint32_t entries, const struct origin *o, uint64_t *gen_out)
 {
     kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
     if (err)
@@ -446,13 +462,14 @@ static kvc_err register_checked(kvc_segment *seg, uint32_t rank, const char *ses
     KVC_INJECT("reg.locked");
     uint64_t gen = 0;
     uint32_t ep = atomic_load(&seg->hdr->rank_epoch);
-    err = write_registration(seg, rank, session_id, sid_len, info_json, info_len, entries, &gen);
+    err = write_registration(seg, rank, session_id, sid_len, info_json, info_len, entries, o, &gen);
     bool changed = atomic_load(&seg->hdr->rank_epoch) != ep;
     kvc__unlock(seg, KVC_LOCK_RANKS);
     if (changed)
         kvc__futex_wake_all(&seg->hdr->rank_epoch);
     if (!err) {
-        kvc__proc_set_rank(seg, (int32_t)rank);
+        if (!o->name[0]) /* the daemon writing a mirror does not serve that rank */
+            kvc__proc_set_rank(seg, (int32_t)rank);
         if (gen_out)
             *gen_out = gen;
     }
@@ -477,7 +494,8 @@ KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *s
     uint32_t entries;
     if ((err = validate_info(info_json, info_len, &entries)))
         return err;
-    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, gen_out);
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
+                            gen_out);
 }
 
 KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, const char *session_id,
@@ -495,7 +513,33 @@ KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, con
                          "weights_info_dict is not a JSON object (starts with "
                          "0x%02x, %zu bytes)",
                          info_len ? (unsigned char)info_json[0] : 0u, info_len);
-    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, gen_out);
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
+                            gen_out);
+}
+
+KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                         const char *info_json, size_t info_len, const char *origin,
+                                         uint64_t origin_generation, uint64_t *gen_out)
+{
+    size_t sid_len = 0;
+    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    if (err)
+        return err;
+    if (!origin || !*origin || strlen(origin) > KVC_ORIGIN_MAX)
+        return kvc__fail(KVC_E_INVAL, "origin node name must be 1..%d bytes", KVC_ORIGIN_MAX);
+    for (const char *p = origin; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            return kvc__fail(KVC_E_INVAL,
+                             "origin node name '%s' has byte 0x%02x (allowed: "
+                             "[A-Za-z0-9._-])",
+                             origin, (unsigned char)*p);
+    uint32_t entries;
+    if ((err = validate_info(info_json, info_len, &entries)))
+        return err;
+    struct origin o = {origin, origin_generation};
+    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, &o,
+                            gen_out);
 }
 
 /* Publish a withdrawal of rank (lock held). */
@@ -513,6 +557,8 @@ static kvc_err withdraw_locked(kvc_segment *seg, uint32_t rank, const char *note
     nxt->pid = seg->pid;
     nxt->pid_start = seg->start;
     snprintf(nxt->note, sizeof nxt->note, "%s", note ? note : "withdrawn");
+    memcpy(nxt->origin, cur->origin, sizeof nxt->origin); /* a mirror says whose it was */
+    nxt->origin_generation = cur->origin_generation;
     publish(e, a ^ 1);
     retire(seg, cur, -1);
     return KVC_OK;

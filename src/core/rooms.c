@@ -165,17 +165,29 @@ static void copy_reason(char *dst, const char *src)
 }
 
 /* Record the first failure of room r (lock held, outside any undo). */
+static void write_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_t code,
+                          const char *reason, int32_t pid, uint64_t time_ns);
+
 static int record_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_t code,
                           const char *reason, int32_t pid)
 {
     if (r->has_failure || r->terminal == KVC_POLL_SUCCESS)
         return 0;
+    write_failure(seg, r, origin, code, reason, pid, kvc__now_ns());
+    return 1;
+}
+
+/* Write r's failure record (and its copy in the ring) under one undo
+ * record, replacing any record r had (lock held). */
+static void write_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_t code,
+                          const char *reason, int32_t pid, uint64_t time_ns)
+{
     kvc_room_counters *c = &seg->hdr->room_counters;
     kvc_failure_rec *ring = &seg->failures[c->failures_total % KVC_FAILURE_RING];
     undo_begin(seg, r, sizeof *r, ring, sizeof *ring);
     kvc_failure_rec *f = &r->failure;
     f->room = r->id;
-    f->time_ns = kvc__now_ns();
+    f->time_ns = time_ns;
     f->origin_rank = (int32_t)origin;
     f->origin_pid = pid;
     f->code = code;
@@ -187,7 +199,6 @@ static int record_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_
     *ring = *f;
     c->failures_total++;
     undo_end(seg);
-    return 1;
 }
 
 static kvc_err lock_rooms(kvc_segment *seg) { return kvc__lock(seg, KVC_LOCK_ROOMS); }
@@ -423,6 +434,60 @@ KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_r
     }
     unlock_rooms(seg, ep);
     return e;
+}
+
+KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_rank,
+                                    int32_t code, const char *reason, uint64_t time_ns,
+                                    int *changed)
+{
+    if (changed)
+        *changed = 0;
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_fail_adopt: NULL segment");
+    if (origin_rank >= seg->hdr->max_ranks)
+        return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
+                         origin_rank, seg->hdr->max_ranks);
+    kvc_err e = lock_rooms(seg);
+    if (e)
+        return e;
+    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
+    int64_t i = find(seg, room);
+    if (i < 0)
+        e = create_room(seg, room, seg->hdr->world_size, &i);
+    if (!e) {
+        kvc_room *r = &seg->rooms[i];
+        char want[KVC_REASON_MAX + 1];
+        copy_reason(want, reason && *reason ? reason : "no reason given");
+        if (!r->has_failure || r->failure.origin_rank != (int32_t)origin_rank ||
+            r->failure.code != code || strcmp(r->failure.reason, want)) {
+            write_failure(seg, r, origin_rank, code, want, 0, time_ns ? time_ns : kvc__now_ns());
+            if (changed)
+                *changed = 1;
+        }
+    }
+    unlock_rooms(seg, ep);
+    return e;
+}
+
+KVC_API uint32_t kvc_room_epoch(kvc_segment *seg)
+{
+    return seg ? atomic_load_explicit(&seg->hdr->room_epoch, memory_order_acquire) : 0;
+}
+
+KVC_API kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_wait_change: NULL segment");
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        if (kvc_room_epoch(seg) != seen)
+            return KVC_OK;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "rooms unchanged after %u ms", timeout_ms);
+        kvc__futex_wait(&seg->hdr->room_epoch, seen,
+                        (uint32_t)((deadline - now + 999999) / 1000000));
+    }
 }
 
 KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank,

@@ -273,8 +273,8 @@ class Empty(Base):
             self.assertEqual(h["magic_text"], "COKVCRD1")
             self.assertTrue(h["magic_ok"])
             self.assertEqual(h["magic"], "0x31445243564b4f43")
-            self.assertEqual(h["layout_version"], 2)
-            self.assertEqual(h["build_layout_version"], 2)
+            self.assertEqual(h["layout_version"], 3)
+            self.assertEqual(h["build_layout_version"], 3)
             self.assertEqual(h["total_bytes"], h["file_bytes"])
             self.assertEqual(h["file_bytes"], os.stat("/dev/shm/" + fx.name).st_size)
             self.assertEqual(h["file_mode"], "0600")
@@ -309,7 +309,7 @@ class Empty(Base):
             rc, out, _ = diag(fx.name, "status")
             self.assertEqual(rc, 0)
             self.assertIn("verdict: healthy", out)
-            self.assertIn("layout version   2 (this build reads 2)", out)
+            self.assertIn("layout version   3 (this build reads 3)", out)
 
     def test_check_and_lists(self):
         with Fixture("empty") as fx:
@@ -676,9 +676,9 @@ class Unreadable(Base):
                 self.assertTrue(doc["exists"])
                 self.assertEqual(doc["error"]["code"], "KVC_E_VERSION")
                 self.assertIn("layout version 1", doc["error"]["message"])
-                self.assertIn("layout version 2", doc["error"]["message"])
+                self.assertIn("layout version 3", doc["error"]["message"])
                 h = doc["header"]
-                self.assertEqual((h["layout_version"], h["build_layout_version"]), (1, 2))
+                self.assertEqual((h["layout_version"], h["build_layout_version"]), (1, 3))
                 self.assertTrue(h["magic_ok"])
                 self.assertEqual(h["creator_pid"], fx.pid)
                 self.assertFalse(h["creator_alive"])
@@ -686,7 +686,7 @@ class Unreadable(Base):
                 self.assertIn("unlink", doc["error"]["advice"])
             rc, out, err = diag(fx.name, "status")
             self.assertEqual(rc, 2)
-            self.assertIn("layout version  1 (this build reads 2)", out)
+            self.assertIn("layout version  1 (this build reads 3)", out)
             self.assertIn("creator         pid %d (dead)" % fx.pid, out)
             rc, _, _ = diag(fx.name, "unlink", "--yes")
             self.assertEqual(rc, 0)

@@ -184,12 +184,68 @@ static void test_wait_timeout_and_wake(void **st)
     kvc_rank_info_free(&ri);
 }
 
+/* A mirrored entry (kvcoordd's cluster view) carries its origin node and
+ * generation, survives its writer's exit, and a local registration of the
+ * same bytes takes it back. */
+static void test_mirror_origin(void **st)
+{
+    (void)st;
+    char *v = tu_info(5, 7);
+    uint64_t gen = 0;
+    kvc_rank_info ri = {0};
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 42, &gen), KVC_OK);
+    assert_int_equal(gen, 1);
+    assert_int_equal(kvc_rank_lookup(S, 3, &ri), KVC_OK);
+    assert_string_equal(ri.origin, "node-b");
+    assert_int_equal(ri.origin_generation, 42);
+    assert_string_equal(ri.info, v);
+    /* identical mirror: no change */
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 42, &gen), KVC_OK);
+    assert_int_equal(gen, 1);
+    /* new origin generation: a change */
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 43, &gen), KVC_OK);
+    assert_int_equal(gen, 2);
+    /* bad origin names */
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", v, strlen(v), "", 1, NULL), KVC_E_INVAL);
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", v, strlen(v), "a/b", 1, NULL),
+                     KVC_E_INVAL);
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", "[1]", 3, "b", 1, NULL), KVC_E_INVAL);
+    /* a local registration of the same bytes is a change: the entry is local */
+    assert_int_equal(kvc_rank_register(S, 3, "10.0.0.9:16000", v, strlen(v), &gen), KVC_OK);
+    assert_int_equal(gen, 3);
+    assert_int_equal(kvc_rank_lookup(S, 3, &ri), KVC_OK);
+    assert_string_equal(ri.origin, "");
+    assert_int_equal(ri.origin_generation, 0);
+    /* withdrawing a mirror keeps whose it was */
+    assert_int_equal(kvc_rank_register_mirror(S, 4, "h:1", v, strlen(v), "node-c", 1, NULL),
+                     KVC_OK);
+    assert_int_equal(kvc_rank_withdraw(S, 4, "node-c left"), KVC_OK);
+    assert_int_equal(kvc_rank_lookup(S, 4, &ri), KVC_E_WITHDRAWN);
+    assert_string_equal(ri.origin, "node-c");
+    assert_string_equal(ri.note, "node-c left");
+    /* the list reports origins */
+    kvc_rank_info list[8] = {0};
+    size_t n = 0;
+    assert_int_equal(kvc_rank_list(S, list, 8, &n, 1), KVC_OK);
+    int seen = 0;
+    for (size_t i = 0; i < n; i++)
+        if (list[i].rank == 4)
+            seen = !strcmp(list[i].origin, "node-c");
+    assert_true(seen);
+    kvc_rank_withdraw(S, 3, NULL);
+    free(v);
+    kvc_rank_info_free(&ri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_register_lookup_overwrite), cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_withdraw_and_list),         cmocka_unit_test(test_arena_full),
-        cmocka_unit_test(test_wait_timeout_and_wake),
+        cmocka_unit_test(test_wait_timeout_and_wake),     cmocka_unit_test(test_mirror_origin),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

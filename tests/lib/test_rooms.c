@@ -537,6 +537,42 @@ static void test_random_against_model(void **st)
     kvc_unlink(name);
 }
 
+/* The cluster-wide first failure replaces a different local one; the same
+ * record again changes nothing; the rooms' epoch moves and wakes. */
+static void test_fail_adopt(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
+    uint32_t ep = kvc_room_epoch(s);
+    assert_int_equal(kvc_room_wait_change(s, ep, 10), KVC_E_TIMEDOUT);
+    int kept = 0, changed = 0;
+    assert_int_equal(kvc_room_fail(s, 77, 1, 5, "local reason", &kept), KVC_OK);
+    assert_int_equal(kept, 1);
+    assert_int_equal(kvc_room_wait_change(s, ep, 10), KVC_OK);
+    assert_int_equal(kvc_room_fail_adopt(s, 77, 3, 110, "node A: rank 3 timed out", 1234, &changed),
+                     KVC_OK);
+    assert_int_equal(changed, 1);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 77, -1, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    assert_int_equal(ri.failure.origin_rank, 3);
+    assert_int_equal(ri.failure.code, 110);
+    assert_int_equal(ri.failure.time_ns, 1234);
+    assert_string_equal(ri.failure.reason, "node A: rank 3 timed out");
+    assert_int_equal(kvc_room_fail_adopt(s, 77, 3, 110, "node A: rank 3 timed out", 99, &changed),
+                     KVC_OK);
+    assert_int_equal(changed, 0);
+    /* a room this node never saw is created with the record */
+    assert_int_equal(kvc_room_fail_adopt(s, 78, 0, 0, "remote", 0, &changed), KVC_OK);
+    assert_int_equal(changed, 1);
+    assert_int_equal(kvc_room_get(s, 78, 0, &ri), KVC_OK);
+    assert_string_equal(ri.failure.reason, "remote");
+    assert_int_equal(kvc_room_fail_adopt(s, 79, 128, 0, "x", 0, NULL), KVC_E_INVAL);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -547,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_crash_inside_room_updates),
         cmocka_unit_test(test_load_full_and_ttl),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_fail_adopt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
