@@ -1,0 +1,118 @@
+/*
+ * _kvcoord.h - shared declarations of the C extension module kvcoord._kvcoord
+ * (a thin CPython layer over the public API in include/kvcoord/kvcoord.h).
+ *
+ * Files: _module.c (module, exceptions, argument conversion, fork rule),
+ * _segment.c (the Segment type: open/close and the rank table), _rankinfo.c
+ * (RankInfo objects), _rooms.c (rooms, failure records, processes).
+ *
+ * Every call that can block (locks, futex waits, /proc reads) runs with the
+ * GIL released, inside seg_enter()/seg_leave(), which keep close() from
+ * unmapping the segment while another thread is inside the library.
+ */
+#ifndef KVCOORD_PY_KVCOORD_H
+#define KVCOORD_PY_KVCOORD_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include <kvcoord/kvcoord.h>
+
+/* A Segment: one kvc_segment handle.  `use` is held for reading by every
+ * call in progress (several at once, from several threads) and for writing
+ * by close(), so the handle is never freed under a running call. */
+typedef struct {
+    PyObject_HEAD kvc_segment *seg; /* NULL once closed */
+    pthread_rwlock_t use;
+    unsigned long fork_gen; /* kvcpy_fork_gen when opened (fork rule) */
+    long owner_pid;         /* process that opened it */
+    int32_t rank;           /* rank declared at open, -1 if none */
+    kvc_role role;
+    PyObject *weakrefs;
+} SegmentObject;
+
+extern PyTypeObject kvcpy_SegmentType;
+extern PyTypeObject kvcpy_RankInfoType;
+extern PyTypeObject kvcpy_RoomInfoType;    /* struct sequence */
+extern PyTypeObject kvcpy_FailureInfoType; /* struct sequence */
+extern PyTypeObject kvcpy_ProcInfoType;    /* struct sequence */
+
+/* Exceptions (created in _module.c, exported by the module). */
+extern PyObject *kvcpy_Error;                /* kvcoord.Error(Exception): .code, .code_name */
+extern PyObject *kvcpy_NotFoundError;        /* (Error, KeyError) */
+extern PyObject *kvcpy_WithdrawnError;       /* (NotFoundError) */
+extern PyObject *kvcpy_InvalidError;         /* (Error, ValueError) */
+extern PyObject *kvcpy_TimeoutError;         /* (Error, TimeoutError) */
+extern PyObject *kvcpy_SegmentNotFoundError; /* (Error, FileNotFoundError) */
+extern PyObject *kvcpy_ForkedError;          /* (Error): a Segment used across fork() */
+
+/* Bumped in the child by a pthread_atfork handler. */
+extern volatile unsigned long kvcpy_fork_gen;
+
+/* The KVPoll members (KVPoll(0)..KVPoll(4)) once kvcoord registered its
+ * enum, else NULL (states are then plain ints). */
+extern PyObject *kvcpy_kvpoll[5];
+
+/* Raise the Python exception for library error e with the calling thread's
+ * kvc_last_error() message; returns NULL.  A code of KVC_E_NOENT raised by
+ * kvc_open becomes SegmentNotFoundError (pass open_call = 1). */
+PyObject *kvcpy_raise(kvc_err e, int open_call);
+/* As kvcpy_raise() with message msg. */
+PyObject *kvcpy_raise_msg(kvc_err e, int open_call, const char *msg);
+
+/* A KVPoll member (or int) for state s (a new reference). */
+PyObject *kvcpy_state(int s);
+
+/* "O&" converters: a rank (int, 0..UINT32_MAX-1), a room id (int,
+ * 0..2^63-1), a KVPoll state (int 0..4), a timeout in seconds (int/float
+ * >= 0, or None for no limit: stored as -1.0).  They raise TypeError for a
+ * wrong type and ValueError naming the range otherwise. */
+int kvcpy_conv_rank(PyObject *o, void *out);    /* uint32_t * */
+int kvcpy_conv_room(PyObject *o, void *out);    /* uint64_t * */
+int kvcpy_conv_state(PyObject *o, void *out);   /* int * */
+int kvcpy_conv_timeout(PyObject *o, void *out); /* double * (seconds; -1 none) */
+
+/* Enter a call on s: checks the fork rule and that s is open, takes `use`
+ * for reading.  Returns the handle, or NULL with an exception set. */
+kvc_segment *kvcpy_seg_enter(SegmentObject *s);
+/* Leave a call entered with kvcpy_seg_enter (GIL held). */
+void kvcpy_seg_leave(SegmentObject *s);
+
+/* Longest slice of a blocking wait between checks for signals, ms (so
+ * Ctrl-C interrupts a long wait). */
+#define KVCPY_WAIT_SLICE_MS 200u
+
+/* Milliseconds left until deadline (monotonic seconds), capped at the wait
+ * slice; 0 when it passed.  deadline < 0: no limit (always the slice). */
+uint32_t kvcpy_slice_ms(double deadline);
+/* Monotonic clock, seconds. */
+double kvcpy_now(void);
+
+/* A RankInfo from a lookup (steals nothing; copies info when with_info). */
+PyObject *kvcpy_rankinfo_new(const kvc_rank_info *ri, int with_info);
+
+/* Room methods, defined in _rooms.c and listed in the Segment type. */
+PyObject *kvcpy_room_open(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_set_state(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_fail(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_get(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_wait(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_release(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_sync(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_room_list(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_failures(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_procs(SegmentObject *s, PyObject *args);
+PyObject *kvcpy_reap_dead(SegmentObject *s, PyObject *args);
+PyObject *kvcpy_room_sweep(SegmentObject *s, PyObject *args);
+
+/* Docstrings of the room methods (in _rooms.c). */
+extern const char kvcpy_doc_room_open[], kvcpy_doc_room_set_state[], kvcpy_doc_room_fail[],
+    kvcpy_doc_room_get[], kvcpy_doc_room_wait[], kvcpy_doc_room_release[], kvcpy_doc_room_sync[],
+    kvcpy_doc_room_list[], kvcpy_doc_failures[], kvcpy_doc_procs[], kvcpy_doc_reap_dead[],
+    kvcpy_doc_room_sweep[];
+
+int kvcpy_rooms_init_types(void); /* struct sequence types; -1 on error */
+
+#endif

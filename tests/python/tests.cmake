@@ -1,0 +1,24 @@
+# Tests of the Python package (label "python"), run as
+# `/usr/bin/python3 -m unittest` against the build tree's package
+# (PYTHONPATH=build/python).  Included from tests/CMakeLists.txt.
+if(TARGET kvcoord_python)
+  set(KVC_PY_TEST_ENV PYTHONPATH=${KVC_PY_BUILD_DIR} PYTHONDONTWRITEBYTECODE=1
+      KVCOORD_BUILD_DIR=${CMAKE_BINARY_DIR} KVCOORD_SOURCE_DIR=${CMAKE_SOURCE_DIR})
+  if(KVCOORD_SANITIZE)
+    # The extension is instrumented: the interpreter needs the sanitizer
+    # runtimes loaded first.  Python's own allocations are not leaks to report.
+    foreach(rt asan ubsan)
+      execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=lib${rt}.so
+                      OUTPUT_VARIABLE kvc_${rt} OUTPUT_STRIP_TRAILING_WHITESPACE)
+    endforeach()
+    list(APPEND KVC_PY_TEST_ENV "LD_PRELOAD=${kvc_asan}:${kvc_ubsan}"
+         "ASAN_OPTIONS=detect_leaks=0:$ENV{ASAN_OPTIONS}")
+  endif()
+  function(kvc_py_test name file labels)
+    add_test(NAME ${name}
+      COMMAND ${CMAKE_COMMAND} -E env ${KVC_PY_TEST_ENV} KVCOORD_DAEMON=$<TARGET_FILE:kvcoordd>
+              ${PYTHON3} -m unittest discover -v -s ${CMAKE_CURRENT_LIST_DIR} -p ${file})
+    set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT 600)
+  endfunction()
+  kvc_py_test(python_binding test_binding.py "python;unit")
+endif()
