@@ -19,6 +19,12 @@
 #define KVC_API
 #endif
 
+/* A table's repair of what a lock owner that died may have half-written,
+ * run with lock id held (after EOWNERDEAD, before the mutex is marked
+ * consistent; or on demand through kvc__lock_recover).  Must only
+ * recompute or roll back: never fails, never takes another lock. */
+typedef void (*kvc_recover_fn)(kvc_segment *seg, int id);
+
 struct kvc_segment {
     char name[KVC_NAME_MAX + 1];
     int fd;
@@ -36,6 +42,9 @@ struct kvc_segment {
     uint64_t start; /* our start time, ticks since boot */
     uint32_t lock_timeout_ms;
     kvc_role role;
+    /* Each lock's recovery, registered by the table that owns the lock
+     * (kvc__lock_register); see lock.c. */
+    kvc_recover_fn recover[KVC_LOCK_COUNT];
 };
 
 /* errors.c: set the calling thread's last error message; returns err. */
@@ -53,15 +62,23 @@ void kvc__proc_how(int32_t pid, char *buf, size_t cap);
 int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms);
 void kvc__futex_wake_all(_Atomic uint32_t *word);
 
-/* lock.c: take lock id, recovering a dead owner's state (per-lock recovery
- * function) before marking the mutex consistent.  Bounded by the segment's
- * lock timeout.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE, KVC_E_SYS. */
+/* lock.c: take lock id, recovering a dead owner's state (the recovery
+ * registered for that lock) before marking the mutex consistent.  Bounded
+ * by the segment's lock timeout.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE,
+ * KVC_E_SYS. */
 kvc_err kvc__lock(kvc_segment *seg, int id);
 void kvc__unlock(kvc_segment *seg, int id);
-/* Recovery functions called with the lock held after EOWNERDEAD. */
-void kvc__ranks_recover(kvc_segment *seg);
-void kvc__procs_recover(kvc_segment *seg);
-void kvc__rooms_recover(kvc_segment *seg);
+/* lock.c: register fn as lock id's recovery on seg.  lock.c knows no table:
+ * each table registers its own (kvc__ranks_register, ...), and kvc_open has
+ * every table register before any lock of the handle is taken. */
+void kvc__lock_register(kvc_segment *seg, int id, kvc_recover_fn fn);
+/* lock.c: run lock id's registered recovery now (caller holds lock id).
+ * Used by repair: every recovery is safe to run at any time under its lock. */
+void kvc__lock_recover(kvc_segment *seg, int id);
+/* Each table registers the recovery of the lock it owns on seg. */
+void kvc__ranks_register(kvc_segment *seg);
+void kvc__procs_register(kvc_segment *seg);
+void kvc__rooms_register(kvc_segment *seg);
 /* The room table's hash (splitmix64's finaliser): a room lives on the
  * linear probe path starting at kvc__room_hash(id) & (room_slots - 1).
  * Room ids are random, but the table does not rely on it. */

@@ -4,7 +4,9 @@
  * Every lock path goes through kvc__lock(): a bounded timed wait; on
  * EOWNERDEAD the lock's recovery function repairs the shared state the dead
  * owner may have half-written, and only then is the mutex marked consistent
- * (LMDB's order: repair first, then pthread_mutex_consistent).
+ * (LMDB's order: repair first, then pthread_mutex_consistent).  The
+ * recovery functions are the tables': each registers its own on the handle
+ * (kvc__lock_register), so this file depends on no table.
  * ENOTRECOVERABLE is reported, never spun on.
  */
 #include <errno.h>
@@ -15,13 +17,16 @@
 
 static const char *const lock_names[KVC_LOCK_COUNT] = {"ranks", "procs", "rooms"};
 
-static void recover(kvc_segment *seg, int id)
+void kvc__lock_register(kvc_segment *seg, int id, kvc_recover_fn fn)
 {
-    switch (id) {
-    case KVC_LOCK_RANKS: kvc__ranks_recover(seg); break;
-    case KVC_LOCK_PROCS: kvc__procs_recover(seg); break;
-    case KVC_LOCK_ROOMS: kvc__rooms_recover(seg); break;
-    }
+    if (id >= 0 && id < KVC_LOCK_COUNT)
+        seg->recover[id] = fn;
+}
+
+void kvc__lock_recover(kvc_segment *seg, int id)
+{
+    if (id >= 0 && id < KVC_LOCK_COUNT && seg->recover[id])
+        seg->recover[id](seg, id);
 }
 
 static void note_owner(kvc_segment *seg, kvc_lock *l)
@@ -47,7 +52,7 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
         return KVC_OK;
     }
     if (r == EOWNERDEAD) {
-        recover(seg, id);
+        kvc__lock_recover(seg, id);
         atomic_fetch_add(&l->recoveries, 1);
         pthread_mutex_consistent(&l->mutex);
         note_owner(seg, l);

@@ -12,7 +12,17 @@
 
 #include "internal.h"
 
-void kvc__procs_recover(kvc_segment *seg) { atomic_fetch_add(&seg->hdr->proc_epoch, 1); }
+/* Nothing to roll back (see above): only tell watchers to look again. */
+static void procs_recover(kvc_segment *seg, int id)
+{
+    (void)id;
+    atomic_fetch_add(&seg->hdr->proc_epoch, 1);
+}
+
+void kvc__procs_register(kvc_segment *seg)
+{
+    kvc__lock_register(seg, KVC_LOCK_PROCS, procs_recover);
+}
 
 static int32_t find_slot(kvc_segment *seg)
 {

@@ -7,7 +7,7 @@
  * they copy the active half and its blob and re-check the sequence.
  *
  * Crash points (KVC_INJECT) name every step of a registration so tests can
- * SIGKILL a writer there; kvc__ranks_recover() then makes the table
+ * SIGKILL a writer there; ranks_recover() then makes the table
  * consistent again from the published halves alone.
  */
 #include <errno.h>
@@ -46,8 +46,9 @@ static bool slot_sane(const kvc_segment *seg, const kvc_rank_slot *sl)
 
 /* ---- recovery (rank lock held, after EOWNERDEAD) --------------------- */
 
-void kvc__ranks_recover(kvc_segment *seg)
+static void ranks_recover(kvc_segment *seg, int id)
 {
+    (void)id;
     kvc_header *h = seg->hdr;
     uint32_t registered = 0;
     kvc__arena_clear_all(seg);
@@ -78,6 +79,11 @@ void kvc__ranks_recover(kvc_segment *seg)
     atomic_store(&h->ranks_registered, registered);
     atomic_fetch_add(&h->rank_epoch, 1);
     kvc__futex_wake_all(&h->rank_epoch);
+}
+
+void kvc__ranks_register(kvc_segment *seg)
+{
+    kvc__lock_register(seg, KVC_LOCK_RANKS, ranks_recover);
 }
 
 /* ---- reading --------------------------------------------------------- */

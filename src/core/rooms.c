@@ -11,7 +11,7 @@
  * about to change (the room slot, the failure ring slot, the counters) are
  * saved first and marked valid by one store; the update runs; the mark is
  * cleared.  A writer that dies at any instruction leaves a valid undo
- * record, and kvc__rooms_recover() copies the saved bytes back before the
+ * record, and rooms_recover() copies the saved bytes back before the
  * mutex is marked consistent.
  */
 #include <errno.h>
@@ -66,8 +66,9 @@ static void undo_end(kvc_segment *seg)
     atomic_fetch_add(&seg->hdr->room_epoch, 1);
 }
 
-void kvc__rooms_recover(kvc_segment *seg)
+static void rooms_recover(kvc_segment *seg, int id)
 {
+    (void)id;
     kvc_header *h = seg->hdr;
     kvc_undo *u = &h->room_undo;
     if (atomic_load(&u->valid)) {
@@ -87,6 +88,11 @@ void kvc__rooms_recover(kvc_segment *seg)
     h->room_counters.rooms_live = live;
     atomic_fetch_add(&h->room_epoch, 1);
     kvc__futex_wake_all(&h->room_epoch);
+}
+
+void kvc__rooms_register(kvc_segment *seg)
+{
+    kvc__lock_register(seg, KVC_LOCK_ROOMS, rooms_recover);
 }
 
 /* ---- table ------------------------------------------------------------ */

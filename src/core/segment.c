@@ -518,6 +518,10 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     seg->start = kvc__proc_start(seg->pid);
     seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
     seg->role = opts->role;
+    /* Every table's lock recovery, before any lock of this handle is taken. */
+    kvc__ranks_register(seg);
+    kvc__procs_register(seg);
+    kvc__rooms_register(seg);
     switch (opts->mode) {
     case KVC_OPEN_ATTACH: e = attach(seg); break;
     case KVC_OPEN_CREATE:

@@ -279,11 +279,7 @@ kvc_err kvc__rebuild(kvc_segment *seg, int id, int *recovered)
         *recovered = atomic_load(&seg->hdr->locks[id].recoveries) != before;
     /* Safe at any time under the lock: no writer is inside, so each
      * recovery function only recomputes what is derived. */
-    switch (id) {
-    case KVC_LOCK_RANKS: kvc__ranks_recover(seg); break;
-    case KVC_LOCK_PROCS: kvc__procs_recover(seg); break;
-    case KVC_LOCK_ROOMS: kvc__rooms_recover(seg); break;
-    }
+    kvc__lock_recover(seg, id);
     kvc__unlock(seg, id);
     return KVC_OK;
 }
