@@ -14,6 +14,13 @@
  * one poll (kvc_room_get), release (the room is reclaimed).  Cycles per
  * second in total, and the ratio to the 1-process figure of the same run.
  *
+ * get: 8 forked participant processes open one room (8 participants) and
+ * set their states, then stay alive; this process - not a participant -
+ * times kvc_room_get() of that room, in batches of GET_BATCH calls, and
+ * reports the median per call.  Baseline in the same run, interleaved batch
+ * by batch: kvc_rank_lookup() of a small rank (session_id and a one-entry
+ * weights_info_dict) into a reused buffer - the rank table's seqlock read.
+ *
  * A scratch segment is created and removed.  Figures are printed, never
  * judged.
  */
@@ -35,6 +42,9 @@ struct shared {              /* one page shared with the forked processes */
     volatile uint64_t t0;    /* CLOCK_MONOTONIC ns, set before the wake */
     volatile uint64_t lat[]; /* per round, written by the waiter */
 };
+
+#define GET_BATCH 64
+#define GET_PARTICIPANTS 8
 
 static uint64_t mono_ns(void)
 {
@@ -176,6 +186,93 @@ static double run_ops(const char *name, unsigned procs, double seconds)
     return (double)total / elapsed;
 }
 
+/* One participant of the get run: join the room, report a state, wait for
+ * the parent to close the pipe. */
+static void get_participant(const char *name, uint64_t room, unsigned rank, int ready_fd,
+                            int hold_fd)
+{
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
+    if (kvc_room_open(s, room, GET_PARTICIPANTS, rank, KVC_ROOM_ROLE_DECODE) ||
+        kvc_room_set_state(s, room, rank, KVC_POLL_TRANSFERRING)) {
+        fprintf(stderr, "kvcoord-bench rooms: %s\n", kvc_last_error());
+        _exit(1);
+    }
+    char c;
+    if (write(ready_fd, "r", 1) != 1 || read(hold_fd, &c, 1) < 0)
+        _exit(2);
+    kvc_room_release(s, room, rank);
+    kvc_close(s);
+    _exit(0);
+}
+
+static double median_of(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp64);
+    return (double)v[n / 2] / GET_BATCH;
+}
+
+/* out: kvc_room_get median ns, kvc_rank_lookup median ns. */
+static void run_get(const char *name, size_t batches, double out[2])
+{
+    const uint64_t room = 7777;
+    int ready[2], hold[2];
+    if (pipe(ready) || pipe(hold)) {
+        perror("kvcoord-bench rooms");
+        exit(1);
+    }
+    pid_t pids[GET_PARTICIPANTS];
+    for (unsigned r = 0; r < GET_PARTICIPANTS; r++)
+        if ((pids[r] = fork()) == 0) {
+            close(hold[1]);
+            get_participant(name, room, r, ready[1], hold[0]);
+        }
+    close(hold[0]);
+    char c;
+    for (unsigned r = 0; r < GET_PARTICIPANTS; r++)
+        if (read(ready[0], &c, 1) != 1) {
+            fprintf(stderr, "kvcoord-bench rooms: a participant failed\n");
+            exit(1);
+        }
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
+    static const char wid[] = "{\"model.embed_tokens.weight\":[139637976727552,65667072,2]}";
+    uint64_t gen = 0;
+    if (kvc_rank_register(s, 0, "127.0.0.1:16000", wid, sizeof wid - 1, &gen)) {
+        fprintf(stderr, "kvcoord-bench rooms: %s\n", kvc_last_error());
+        exit(1);
+    }
+    kvc_room_info ri;
+    kvc_rank_info rk = {0};
+    uint64_t *tg = malloc(batches * sizeof *tg), *tl = malloc(batches * sizeof *tl);
+    for (size_t b = 0; b < batches; b++) {
+        uint64_t t0 = mono_ns();
+        for (int i = 0; i < GET_BATCH; i++)
+            if (kvc_room_get(s, room, -1, &ri) || ri.joined != GET_PARTICIPANTS) {
+                fprintf(stderr, "kvcoord-bench rooms: kvc_room_get: %s\n", kvc_last_error());
+                exit(1);
+            }
+        uint64_t t1 = mono_ns();
+        for (int i = 0; i < GET_BATCH; i++)
+            if (kvc_rank_lookup(s, 0, &rk)) {
+                fprintf(stderr, "kvcoord-bench rooms: kvc_rank_lookup: %s\n", kvc_last_error());
+                exit(1);
+            }
+        uint64_t t2 = mono_ns();
+        tg[b] = t1 - t0;
+        tl[b] = t2 - t1;
+    }
+    out[0] = median_of(tg, batches);
+    out[1] = median_of(tl, batches);
+    free(tg);
+    free(tl);
+    kvc_rank_info_free(&rk);
+    close(hold[1]);
+    for (unsigned r = 0; r < GET_PARTICIPANTS; r++)
+        waitpid(pids[r], NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+    kvc_close(s);
+}
+
 void bench_rooms_usage(FILE *out)
 {
     fprintf(out, "       kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--json]\n");
@@ -202,6 +299,9 @@ int bench_rooms_main(int argc, char **argv)
                    "propagation: time from kvc_room_fail() in one process to the return of\n"
                    "another process's kvc_room_wait(), --rounds rounds (default 1000); baseline:\n"
                    "a bare pipe wake-up between the same processes.\n"
+                   "get: median ns of kvc_room_get() of a room joined by 8 live processes,\n"
+                   "from another process, --rounds batches of 64 calls; baseline:\n"
+                   "kvc_rank_lookup() of a small rank, interleaved batch by batch.\n"
                    "ops: room cycles per second (open, 3 state updates, poll, release) with 1,\n"
                    "2 and 8 processes for --duration seconds each (default 2); ratio to 1.\n");
             return 0;
@@ -215,6 +315,8 @@ int bench_rooms_main(int argc, char **argv)
     char name[64];
     snprintf(name, sizeof name, "kvcbench-rooms-%d", (int)getpid());
     kvc_segment *owner = open_seg(name, KVC_OPEN_FRESH);
+    double get[2];
+    run_get(name, rounds, get);
     double prop[4];
     run_propagation(name, rounds, prop);
     unsigned procs[3] = {1, 2, 8};
@@ -226,10 +328,17 @@ int bench_rooms_main(int argc, char **argv)
     if (json) {
         printf("{\"propagation_us\":{\"median\":%.1f,\"p99\":%.1f},\"pipe_wake_us\":{\"median\":"
                "%.1f,\"p99\":%.1f},\"ratio\":%.2f,\"room_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,"
-               "\"8\":%.0f}}\n",
-               prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops[0], ops[1], ops[2]);
+               "\"8\":%.0f},\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f}\n",
+               prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops[0], ops[1], ops[2],
+               get[0], get[1], get[0] / get[1]);
         return 0;
     }
+    printf("kvc_room_get of a room joined by %d live processes, from another process "
+           "(%zu batches of %d): median %.0f ns\n",
+           GET_PARTICIPANTS, rounds, GET_BATCH, get[0]);
+    printf("  baseline, kvc_rank_lookup of a small rank, same process, interleaved: "
+           "median %.0f ns; ratio %.2fx\n",
+           get[1], get[0] / get[1]);
     printf("failure propagation (%zu rounds): kvc_room_fail -> other process's kvc_room_wait "
            "returns: median %.1f us, p99 %.1f us\n",
            rounds, prop[0], prop[1]);
