@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -34,6 +35,7 @@ struct options {
     uint64_t max_info_bytes, arena_bytes, max_body, max_head;
     uint32_t max_conns;
     uint32_t header_timeout_s, idle_timeout_s;
+    uint32_t bind_retry_s; /* how long EADDRINUSE is retried at start */
     enum log_level log_level;
 };
 
@@ -91,6 +93,10 @@ static void usage(FILE *f)
                "                         variable KVCOORD_AUTH_TOKEN; with neither, every\n"
                "                         request is allowed.  An empty token refuses all\n"
                "                         mutating requests.  Read routes stay open.\n"
+               "  --bind-retry SECS      while the port is still taken (the listening socket of\n"
+               "                         a daemon killed a moment ago lingers for a few tens\n"
+               "                         of milliseconds), retry binding for up to SECS\n"
+               "                         (default 5; 0: fail at once)\n"
                "  --log-level LEVEL      debug, info, warn or error (default info)\n"
                "  -V, --version          print the version and the segment layout version\n"
                "  -h, --help             print this help\n"
@@ -104,6 +110,12 @@ static void usage(FILE *f)
                "When /dev/shm is too small (a container's default 64 MiB, say), start is\n"
                "refused with a message saying so, and a registration that finds no space is\n"
                "answered 507; lower --max-rooms or enlarge /dev/shm.\n"
+               "\n"
+               "Socket activation: when started with LISTEN_PID (its own pid) and\n"
+               "LISTEN_FDS=1 (systemd's protocol; tools/kvcoordd@.socket), kvcoordd serves\n"
+               "the listening socket at descriptor 3 instead of binding --listen; the\n"
+               "supervisor keeps it open across restarts, so connections that arrive while\n"
+               "the daemon is down wait in its backlog and are answered by the next one.\n"
                "\n"
                "Signals: SIGINT and SIGTERM stop the daemon cleanly; the segment and its\n"
                "registrations stay in /dev/shm for the next start.  SIGHUP re-reads the\n"
@@ -186,7 +198,8 @@ enum {
     OPT_AUTH,
     OPT_ROOMS,
     OPT_PROCS,
-    OPT_TTL
+    OPT_TTL,
+    OPT_BIND_RETRY
 };
 
 static const struct option long_opts[] = {
@@ -207,6 +220,7 @@ static const struct option long_opts[] = {
     {"max-rooms", required_argument, NULL, OPT_ROOMS},
     {"max-procs", required_argument, NULL, OPT_PROCS},
     {"room-ttl", required_argument, NULL, OPT_TTL},
+    {"bind-retry", required_argument, NULL, OPT_BIND_RETRY},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -262,6 +276,13 @@ static int apply_opt(struct options *o, int c, const char *v)
     case OPT_CONNS: return count_arg("--max-conns", v, 65536, &o->max_conns);
     case OPT_HTIMEOUT: return count_arg("--header-timeout", v, 86400, &o->header_timeout_s);
     case OPT_ITIMEOUT: return count_arg("--idle-timeout", v, 86400, &o->idle_timeout_s);
+    case OPT_BIND_RETRY: {
+        uint64_t n;
+        if (parse_uint(v, 3600, &n))
+            return usage_error("invalid --bind-retry '%s' (expected seconds in 0..3600)", v);
+        o->bind_retry_s = (uint32_t)n;
+        return 0;
+    }
     case OPT_LOG:
         if (log_parse_level(v, &o->log_level))
             return usage_error("invalid --log-level '%s' (expected debug, info, warn or "
@@ -299,6 +320,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                           .max_conns = 4096,
                           .header_timeout_s = 10,
                           .idle_timeout_s = 60,
+                          .bind_retry_s = 5,
                           .log_level = LOG_INFO};
     opterr = 0; /* our own messages */
     int c;
@@ -437,6 +459,47 @@ static int setup_auth(struct auth *auth, const struct options *o)
     return 0;
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The listening socket: the supervisor's (socket activation), else bound
+ * to --listen.  A port still held by the listening socket of a daemon that
+ * was just killed (the kernel closes it a few tens of ms after the process
+ * is gone) is retried every 50 ms for --bind-retry seconds, with one log
+ * line.  Returns the socket, or -1 with err set. */
+static int open_listener(const struct options *o, char *bound, size_t boundcap, uint16_t *port,
+                         char *err, size_t errcap)
+{
+    int fd = net_inherited(bound, boundcap, port, err, errcap);
+    if (fd >= 0) {
+        log_event(LOG_INFO, "socket_activation", "addr=%s fd=%d", bound, fd);
+        return fd;
+    }
+    if (fd == -2)
+        return -1;
+    uint64_t deadline = mono_ms() + (uint64_t)o->bind_retry_s * 1000;
+    unsigned tries = 0;
+    for (;;) {
+        fd = net_listen(o->listen, bound, boundcap, port, err, errcap);
+        if (fd >= 0 || errno != EADDRINUSE || mono_ms() >= deadline)
+            break;
+        if (tries++ == 0)
+            log_event(LOG_WARN, "listen_retry",
+                      "addr=%s err=\"%s\" retry_s=%u note=\"retrying while the port is "
+                      "taken (a daemon killed a moment ago frees it shortly)\"",
+                      o->listen, err, o->bind_retry_s);
+        struct timespec pause = {0, 50 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    if (fd >= 0 && tries)
+        log_event(LOG_INFO, "listen_bound", "addr=%s retries=%u", bound, tries);
+    return fd;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -460,7 +523,7 @@ int main(int argc, char **argv)
     }
     char bound[128], err[256], name[KVC_NAME_MAX + 1];
     uint16_t port;
-    int lfd = net_listen(o.listen, bound, sizeof bound, &port, err, sizeof err);
+    int lfd = open_listener(&o, bound, sizeof bound, &port, err, sizeof err);
     if (lfd < 0) {
         log_event(LOG_ERROR, "listen_failed", "addr=%s err=\"%s\"", o.listen, err);
         auth_clear(&auth);

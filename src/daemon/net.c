@@ -9,7 +9,10 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "query.h"
@@ -118,8 +121,51 @@ int net_listen(const char *spec, char *bound, size_t boundcap, uint16_t *port, c
     freeaddrinfo(res);
     if (fd < 0) {
         snprintf(err, errcap, "cannot listen on %s: %s", spec, strerror(saved));
+        errno = saved;
         return -1;
     }
+    format_bound(fd, bound, boundcap, port);
+    return fd;
+}
+
+int net_inherited(char *bound, size_t boundcap, uint16_t *port, char *err, size_t errcap)
+{
+    const char *pid_s = getenv("LISTEN_PID"), *fds_s = getenv("LISTEN_FDS");
+    uint64_t pid, fds;
+    if (!pid_s || !fds_s)
+        return -1;
+    if (parse_uint(pid_s, INT32_MAX, &pid) || pid != (uint64_t)getpid())
+        return -1; /* meant for another process (e.g. the one that started us) */
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    if (parse_uint(fds_s, 1024, &fds)) {
+        snprintf(err, errcap, "bad LISTEN_FDS '%s'", fds_s);
+        return -2;
+    }
+    if (fds == 0)
+        return -1;
+    if (fds != 1) {
+        snprintf(err, errcap,
+                 "LISTEN_FDS=%llu: kvcoordd takes exactly one listening socket "
+                 "(one ListenStream= in its .socket unit)",
+                 (unsigned long long)fds);
+        return -2;
+    }
+    int fd = NET_LISTEN_FDS_START, type = 0, acc = 0;
+    socklen_t len = sizeof type;
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISSOCK(st.st_mode) ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) || type != SOCK_STREAM) {
+        snprintf(err, errcap, "descriptor %d passed by LISTEN_FDS is not a stream socket", fd);
+        return -2;
+    }
+    len = sizeof acc;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) || !acc) {
+        snprintf(err, errcap, "socket %d passed by LISTEN_FDS is not listening", fd);
+        return -2;
+    }
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
     format_bound(fd, bound, boundcap, port);
     return fd;
 }

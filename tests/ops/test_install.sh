@@ -23,7 +23,7 @@ pc=$(find "$prefix" -name kvcoord.pc | head -n 1)
 [ -n "$pc" ] || { echo "FAIL: no kvcoord.pc installed"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")
 for f in include/kvcoord/kvcoord.h include/kvcoord/transfer.h \
-         lib/systemd/system/kvcoordd@.service share/doc/kvcoord/README.md \
+         lib/systemd/system/kvcoordd@.service lib/systemd/system/kvcoordd@.socket share/doc/kvcoord/README.md \
          share/doc/kvcoord/operations.md bin/kvcoord-diag; do
     [ -f "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
