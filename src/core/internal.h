@@ -42,6 +42,9 @@ struct kvc_segment {
     uint64_t start; /* our start time, ticks since boot */
     uint32_t lock_timeout_ms;
     kvc_role role;
+    /* A room was opened through this handle (set by rooms.c, read by
+     * kvc_close in session.c: the last close fails unreleased rooms). */
+    bool rooms_opened;
     /* Each lock's recovery, registered by the table that owns the lock
      * (kvc__lock_register); see lock.c. */
     kvc_recover_fn recover[KVC_LOCK_COUNT];
@@ -91,9 +94,12 @@ static inline uint64_t kvc__room_hash(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* segment.c: note that this process opened a room on the segment, so its
- * last kvc_close() fails the rooms it leaves unreleased. */
-void kvc__note_room_opened(kvc_segment *seg);
+/* segment.c: map seg (name, pid, start, lock timeout set) as opts->mode
+ * says: attach, create or fresh.  The errors of kvc_open(). */
+kvc_err kvc__segment_map(kvc_segment *seg, const kvc_options *opts);
+/* segment.c: unmap, close and free a handle, with no session teardown (that
+ * is kvc_close's, in session.c).  NULL is ignored. */
+void kvc__segment_free(kvc_segment *seg);
 
 /* rooms.c: fail every non-terminal room pid participates in (own lock). */
 kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
@@ -115,9 +121,13 @@ bool kvc__arena_range_ok(const kvc_segment *seg, uint64_t off, uint64_t blocks);
  * free), KVC_E_SYS. */
 kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *what);
 
-/* procs.c */
+/* procs.c: the process table.  attach/detach this handle's entry; forget
+ * (pid, start)'s entry (the last step of reaping it, session.c); set the
+ * rank this worker serves (ranks.c, on registration: procs.c calls no
+ * other table, so this is no cycle). */
 kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank);
 void kvc__proc_detach(kvc_segment *seg);
+kvc_err kvc__proc_forget(kvc_segment *seg, int32_t pid, uint64_t start);
 void kvc__proc_set_rank(kvc_segment *seg, int32_t rank);
 
 /* Crash-injection hook for tests: when set, called at each named point

@@ -133,8 +133,7 @@ KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, 
     return KVC_OK;
 }
 
-/* Remove (pid, start)'s process entry. */
-static kvc_err forget(kvc_segment *seg, int32_t pid, uint64_t start)
+kvc_err kvc__proc_forget(kvc_segment *seg, int32_t pid, uint64_t start)
 {
     kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
     if (e)
@@ -147,45 +146,5 @@ static kvc_err forget(kvc_segment *seg, int32_t pid, uint64_t start)
     atomic_fetch_add(&seg->hdr->proc_epoch, 1);
     kvc__unlock(seg, KVC_LOCK_PROCS);
     kvc__futex_wake_all(&seg->hdr->proc_epoch);
-    return KVC_OK;
-}
-
-KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
-                              size_t *rooms_failed, size_t *ranks_withdrawn)
-{
-    if (!seg || pid <= 0)
-        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: bad segment or pid %d", (int)pid);
-    char found[96];
-    if (!how) {
-        kvc__proc_how(pid, found, sizeof found);
-        how = found;
-    }
-    if (rooms_failed)
-        *rooms_failed = 0;
-    kvc_err e = kvc__rooms_fail_proc(seg, pid, start, how, rooms_failed);
-    if (!e)
-        e = kvc__ranks_withdraw_proc(seg, pid, start, how, ranks_withdrawn);
-    if (!e)
-        e = forget(seg, pid, start);
-    return e;
-}
-
-KVC_API kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped)
-{
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap_dead: NULL segment");
-    size_t n = 0;
-    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
-        kvc_proc *p = &seg->procs[i];
-        int32_t pid = atomic_load(&p->pid);
-        if (pid == 0 || kvc__proc_alive(pid, p->start))
-            continue;
-        kvc_err e = kvc_proc_reap(seg, pid, p->start, NULL, NULL, NULL);
-        if (e)
-            return e;
-        n++;
-    }
-    if (reaped)
-        *reaped = n;
     return KVC_OK;
 }

@@ -350,7 +350,7 @@ KVC_API kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t particip
         e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)", rank,
                       (unsigned long long)room, r->participants - 1);
     if (!e)
-        kvc__note_room_opened(seg);
+        seg->rooms_opened = true;
     if (!e && !(r->part[rank].pid == seg->pid && r->part[rank].start == seg->start)) {
         undo_begin(seg, r, sizeof *r, NULL, 0);
         r->part[rank].pid = seg->pid;

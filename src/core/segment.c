@@ -437,144 +437,40 @@ static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
     return kvc__fail(KVC_E_SYS, "could not create segment %s: it kept being replaced", seg->name);
 }
 
-/* Handles this process holds, per segment name (participation in rooms
- * is per process, so only the last close ends it). */
-static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    char name[KVC_NAME_MAX + 1];
-    int count;
-    int rooms_opened; /* this process opened a room on the segment */
-} handles[32];
-
-/* A child of fork() holds none of its parent's handles as its own. */
-static void handles_forget(void)
+/* Map seg (its name, pid, start and lock timeout set by the caller) as
+ * opts->mode says. */
+kvc_err kvc__segment_map(kvc_segment *seg, const kvc_options *opts)
 {
-    memset(handles, 0, sizeof handles);
-    pthread_mutex_init(&handles_mu, NULL);
-}
-
-static void handles_init(void) { pthread_atfork(NULL, NULL, handles_forget); }
-
-/* Adjust name's handle count by delta (and set its rooms flag when
- * rooms_opened); returns the count left and, in *rooms, the flag. */
-static int handles_adjust(const char *name, int delta, int rooms_opened, int *rooms)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, handles_init);
-    int left = 0, free_slot = -1, i;
-    pthread_mutex_lock(&handles_mu);
-    for (i = 0; i < 32; i++) {
-        if (handles[i].count && !strcmp(handles[i].name, name))
-            break;
-        if (!handles[i].count && free_slot < 0)
-            free_slot = i;
-    }
-    if (i == 32 && delta > 0 && free_slot >= 0) {
-        i = free_slot;
-        snprintf(handles[i].name, sizeof handles[i].name, "%s", name);
-        handles[i].rooms_opened = 0;
-    }
-    if (rooms)
-        *rooms = 1; /* untracked (more than 32 names): assume rooms were opened */
-    if (i < 32) {
-        handles[i].count += delta;
-        if (handles[i].count < 0)
-            handles[i].count = 0;
-        handles[i].rooms_opened |= rooms_opened;
-        left = handles[i].count;
-        if (rooms)
-            *rooms = handles[i].rooms_opened;
-    } else {
-        left = delta > 0 ? 1 : 0;
-    }
-    pthread_mutex_unlock(&handles_mu);
-    return left;
-}
-
-void kvc__note_room_opened(kvc_segment *seg)
-{
-    if ((int32_t)getpid() == seg->pid)
-        handles_adjust(seg->name, 0, 1, NULL);
-}
-
-KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
-{
-    if (!opts || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_open: NULL argument");
-    *out = NULL;
-    const char *name = opts->name ? opts->name : "kvcoord-6789";
-    kvc_err e = kvc_name_check(name);
-    if (e)
-        return e;
-    if (opts->mode == KVC_OPEN_FRESH && (e = check_options(opts)))
-        return e;
-    kvc_segment *seg = calloc(1, sizeof *seg);
-    if (!seg)
-        return kvc__fail(KVC_E_SYS, "kvc_open: out of memory");
-    snprintf(seg->name, sizeof seg->name, "%s", name);
-    seg->fd = -1;
-    seg->proc_slot = -1;
-    seg->pid = (int32_t)getpid();
-    seg->start = kvc__proc_start(seg->pid);
-    seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
-    seg->role = opts->role;
-    /* Every table's lock recovery, before any lock of this handle is taken. */
-    kvc__ranks_register(seg);
-    kvc__procs_register(seg);
-    kvc__rooms_register(seg);
+    kvc_err e;
     switch (opts->mode) {
-    case KVC_OPEN_ATTACH: e = attach(seg); break;
+    case KVC_OPEN_ATTACH: return attach(seg);
     case KVC_OPEN_CREATE:
         /* Capacities only matter when the segment is made: a valid one is
          * reused whatever they say. */
         if (check_options(opts) == KVC_OK)
-            e = open_create(seg, opts);
-        else if ((e = attach(seg)) != KVC_OK)
+            return open_create(seg, opts);
+        if ((e = attach(seg)) != KVC_OK)
             e = check_options(opts); /* it had to be created: say why it cannot be */
-        break;
+        return e;
     case KVC_OPEN_FRESH:
-        if ((e = check_not_live(name)))
-            break;
-        shm_unlink(name);
+        if ((e = check_options(opts)) || (e = check_not_live(seg->name)))
+            return e;
+        shm_unlink(seg->name);
         e = create_new(seg, opts);
         if (e == KVC_E_EXISTS)
-            e = kvc__fail(KVC_E_SYS, "segment %s was created by another process meanwhile", name);
-        break;
-    default: e = kvc__fail(KVC_E_INVAL, "kvc_open: unknown mode %d", (int)opts->mode);
-    }
-    if (!e && opts->role != KVC_ROLE_NONE)
-        e = kvc__proc_attach(seg, opts->role, opts->rank);
-    if (e) {
-        unmap(seg);
-        free(seg);
+            e = kvc__fail(KVC_E_SYS, "segment %s was created by another process meanwhile",
+                          seg->name);
         return e;
     }
-    handles_adjust(seg->name, +1, 0, NULL);
-    *out = seg;
-    return KVC_OK;
+    return kvc__fail(KVC_E_INVAL, "kvc_open: unknown mode %d", (int)opts->mode);
 }
 
-KVC_API kvc_err kvc_close(kvc_segment *seg)
+void kvc__segment_free(kvc_segment *seg)
 {
     if (!seg)
-        return KVC_OK;
-    /* Rooms this process still takes part in cannot complete without it,
-     * once its last handle on the segment is closed.  (A child that
-     * inherited the handle across fork() is not that process.) */
-    int rooms = 0;
-    bool last =
-        seg->hdr && (int32_t)getpid() == seg->pid && handles_adjust(seg->name, -1, 0, &rooms) == 0;
-    if (last && rooms)
-        kvc__rooms_fail_proc(seg, seg->pid, seg->start,
-                             "closed its segment handle without releasing the room", NULL);
-    /* A worker's session ends with it: its ranks must not be handed out. */
-    if (last && seg->role == KVC_ROLE_WORKER)
-        kvc__ranks_withdraw_proc(seg, seg->pid, seg->start, "exited (closed its segment handle)",
-                                 NULL);
-    kvc__proc_detach(seg);
+        return;
     unmap(seg);
     free(seg);
-    return KVC_OK;
 }
 
 KVC_API kvc_err kvc_unlink(const char *name)

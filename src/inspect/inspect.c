@@ -177,11 +177,7 @@ void kvc__close_reader(kvc_segment *seg)
         kvc_close(seg);
         return;
     }
-    if (seg->base)
-        munmap(seg->base, seg->size);
-    if (seg->fd >= 0)
-        close(seg->fd);
-    free(seg);
+    kvc__segment_free(seg);
 }
 
 /* ---- locks -------------------------------------------------------------- */

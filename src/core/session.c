@@ -1,0 +1,168 @@
+/*
+ * session.c - a process's session on a segment, from kvc_open() to its end.
+ *
+ * A session ends in one of two ways, and both are here: the process closes
+ * its last handle (kvc_close), or it died and someone reaps it
+ * (kvc_proc_reap).  Either way the rooms it still takes part in fail
+ * (rooms.c), the ranks it served as a worker are withdrawn (ranks.c) and its
+ * process entry goes (procs.c), each under its own table's lock, one after
+ * the other.  This file is the only one that calls into several tables; no
+ * table calls back into it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Handles this process holds, per segment name (participation in rooms
+ * is per process, so only the last close ends it). */
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char name[KVC_NAME_MAX + 1];
+    int count;
+    int rooms_opened; /* this process opened a room on the segment */
+} handles[32];
+
+/* A child of fork() holds none of its parent's handles as its own. */
+static void handles_forget(void)
+{
+    memset(handles, 0, sizeof handles);
+    pthread_mutex_init(&handles_mu, NULL);
+}
+
+static void handles_init(void) { pthread_atfork(NULL, NULL, handles_forget); }
+
+/* Adjust name's handle count by delta (and set its rooms flag when
+ * rooms_opened); returns the count left and, in *rooms, the flag. */
+static int handles_adjust(const char *name, int delta, int rooms_opened, int *rooms)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, handles_init);
+    int left = 0, free_slot = -1, i;
+    pthread_mutex_lock(&handles_mu);
+    for (i = 0; i < 32; i++) {
+        if (handles[i].count && !strcmp(handles[i].name, name))
+            break;
+        if (!handles[i].count && free_slot < 0)
+            free_slot = i;
+    }
+    if (i == 32 && delta > 0 && free_slot >= 0) {
+        i = free_slot;
+        snprintf(handles[i].name, sizeof handles[i].name, "%s", name);
+        handles[i].rooms_opened = 0;
+    }
+    if (rooms)
+        *rooms = 1; /* untracked (more than 32 names): assume rooms were opened */
+    if (i < 32) {
+        handles[i].count += delta;
+        if (handles[i].count < 0)
+            handles[i].count = 0;
+        handles[i].rooms_opened |= rooms_opened;
+        left = handles[i].count;
+        if (rooms)
+            *rooms = handles[i].rooms_opened;
+    } else {
+        left = delta > 0 ? 1 : 0;
+    }
+    pthread_mutex_unlock(&handles_mu);
+    return left;
+}
+
+KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
+{
+    if (!opts || !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: NULL argument");
+    *out = NULL;
+    const char *name = opts->name ? opts->name : "kvcoord-6789";
+    kvc_err e = kvc_name_check(name);
+    if (e)
+        return e;
+    kvc_segment *seg = calloc(1, sizeof *seg);
+    if (!seg)
+        return kvc__fail(KVC_E_SYS, "kvc_open: out of memory");
+    snprintf(seg->name, sizeof seg->name, "%s", name);
+    seg->fd = -1;
+    seg->proc_slot = -1;
+    seg->pid = (int32_t)getpid();
+    seg->start = kvc__proc_start(seg->pid);
+    seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
+    seg->role = opts->role;
+    /* Every table's lock recovery, before any lock of this handle is taken. */
+    kvc__ranks_register(seg);
+    kvc__procs_register(seg);
+    kvc__rooms_register(seg);
+    e = kvc__segment_map(seg, opts);
+    if (!e && opts->role != KVC_ROLE_NONE)
+        e = kvc__proc_attach(seg, opts->role, opts->rank);
+    if (e) {
+        kvc__segment_free(seg);
+        return e;
+    }
+    handles_adjust(seg->name, +1, 0, NULL);
+    *out = seg;
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_close(kvc_segment *seg)
+{
+    if (!seg)
+        return KVC_OK;
+    /* Rooms this process still takes part in cannot complete without it,
+     * once its last handle on the segment is closed.  (A child that
+     * inherited the handle across fork() is not that process.) */
+    int rooms = 0;
+    bool last = seg->hdr && (int32_t)getpid() == seg->pid &&
+                handles_adjust(seg->name, -1, seg->rooms_opened, &rooms) == 0;
+    if (last && rooms)
+        kvc__rooms_fail_proc(seg, seg->pid, seg->start,
+                             "closed its segment handle without releasing the room", NULL);
+    /* A worker's session ends with it: its ranks must not be handed out. */
+    if (last && seg->role == KVC_ROLE_WORKER)
+        kvc__ranks_withdraw_proc(seg, seg->pid, seg->start, "exited (closed its segment handle)",
+                                 NULL);
+    kvc__proc_detach(seg);
+    kvc__segment_free(seg);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
+                              size_t *rooms_failed, size_t *ranks_withdrawn)
+{
+    if (!seg || pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: bad segment or pid %d", (int)pid);
+    char found[96];
+    if (!how) {
+        kvc__proc_how(pid, found, sizeof found);
+        how = found;
+    }
+    if (rooms_failed)
+        *rooms_failed = 0;
+    kvc_err e = kvc__rooms_fail_proc(seg, pid, start, how, rooms_failed);
+    if (!e)
+        e = kvc__ranks_withdraw_proc(seg, pid, start, how, ranks_withdrawn);
+    if (!e)
+        e = kvc__proc_forget(seg, pid, start);
+    return e;
+}
+
+KVC_API kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap_dead: NULL segment");
+    size_t n = 0;
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        int32_t pid = atomic_load(&p->pid);
+        if (pid == 0 || kvc__proc_alive(pid, p->start))
+            continue;
+        kvc_err e = kvc_proc_reap(seg, pid, p->start, NULL, NULL, NULL);
+        if (e)
+            return e;
+        n++;
+    }
+    if (reaped)
+        *reaped = n;
+    return KVC_OK;
+}
