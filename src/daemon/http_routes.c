@@ -31,7 +31,14 @@
  *     {"kept": bool, "failure": {...}}.
  *   - GET /failures[?limit=N][&rank=R]: the most recent failure records,
  *     newest first (default 100, at most 1024).
- *   - GET /metrics: Prometheus text exposition (metrics.h).
+ *   - GET /metrics: Prometheus text exposition (metrics.h); with --etcd,
+ *     the cluster view's families too (cluster.h).
+ *   - GET /cluster: the cluster view (--etcd) as JSON: this node, etcd's
+ *     state, the lease, the nodes, conflicts (cluster.h); 404 "Cluster view
+ *     off (kvcoordd runs without --etcd)" otherwise.
+ *   - A rank mirrored from another node (--etcd) is answered like a local
+ *     one, with "X-Kvcoord-Origin: <node>" and "X-Kvcoord-Origin-Generation:
+ *     G" on the lookup and "origin"/"origin_generation" in /ranks.
  *   - With a token configured (auth.h), the mutating routes (registration,
  *     DELETE /transfer_engine_info, PUT /rooms/{room}/failure) need
  *     "Authorization: Bearer <token>"; else 401 {"detail":"Unauthorized"}
@@ -54,6 +61,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "cluster.h"
 #include "http_resp.h"
 #include "log.h"
 #include "metrics.h"
@@ -71,6 +79,7 @@ struct routes {
     kvc_failure_info *failures; /* ROUTES_FAILURES_MAX, for /failures */
     const struct auth *auth;    /* NULL: no token check */
     const struct metrics *metrics;
+    struct cluster *cluster; /* NULL: no --etcd */
 };
 
 #define ROUTES_FAILURES_DEFAULT 100
@@ -187,12 +196,18 @@ static void write_info(struct buf *out, const struct http_req *req, const kvc_ra
 {
     static const char p1[] = "{\"rank\":", p2[] = ",\"remote_instance_transfer_engine_info\":[\"",
                       p3[] = "\",", p4[] = "]}";
-    char num[20], extra[64];
+    char num[20], extra[64 + 2 * KVC_ORIGIN_MAX];
     size_t nlen = u64_to_dec(num, ri->rank);
     size_t sid_len = strlen(ri->session_id);
     size_t clen = sizeof p1 - 1 + nlen + sizeof p2 - 1 + json_escape_len(ri->session_id, sid_len) +
                   sizeof p3 - 1 + ri->info_len + sizeof p4 - 1;
-    snprintf(extra, sizeof extra, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
+    if (ri->origin[0])
+        snprintf(extra, sizeof extra,
+                 "X-Kvcoord-Generation: %" PRIu64 "\r\nX-Kvcoord-Origin: %s\r\n"
+                 "X-Kvcoord-Origin-Generation: %" PRIu64 "\r\n",
+                 ri->generation, ri->origin, ri->origin_generation);
+    else
+        snprintf(extra, sizeof extra, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
     resp_head(out, req, 200, CT_JSON, clen, extra);
     char *start = resp_has_body(req) ? buf_space(out, clen) : NULL;
     if (!start)
@@ -407,6 +422,12 @@ static void append_rank(struct buf *b, const kvc_rank_info *ri, int first)
     buf_putu64(b, ri->registered_ns);
     buf_puts(b, ",\"pid\":");
     buf_putu64(b, (uint64_t)(ri->pid > 0 ? ri->pid : 0));
+    if (ri->origin[0]) { /* origin names are [A-Za-z0-9._-]: nothing to escape */
+        buf_puts(b, ",\"origin\":\"");
+        buf_puts(b, ri->origin);
+        buf_puts(b, "\",\"origin_generation\":");
+        buf_putu64(b, ri->origin_generation);
+    }
     buf_puts(b, "}");
 }
 
@@ -783,10 +804,36 @@ static enum route_rc get_metrics(struct routes *r, struct route_slot *s, const s
     (void)s;
     struct buf *b = &r->body;
     buf_reset(b);
-    if (metrics_render(b, r->seg, r->metrics))
+    int rc = metrics_render(b, r->seg, r->metrics);
+    if (!rc && r->cluster) {
+        cluster_render_metrics(r->cluster, b);
+        rc = b->oom ? -1 : 0;
+    }
+    if (rc)
         resp_detail(out, req, 500, "Out of memory rendering metrics", NULL);
     else
         resp_send(out, req, 200, METRICS_CONTENT_TYPE, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /cluster ---------------------------------------------------------- */
+
+static enum route_rc get_cluster(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out)
+{
+    (void)s;
+    if (!r->cluster) {
+        resp_detail(out, req, 404, "Cluster view off (kvcoordd runs without --etcd)", NULL);
+        return ROUTE_DONE;
+    }
+    struct buf *b = &r->body;
+    buf_reset(b);
+    cluster_render_json(r->cluster, b);
+    if (b->oom)
+        resp_detail(out, req, 500, "Out of memory rendering the cluster view", NULL);
+    else
+        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
     buf_trim(b, RI_KEEP);
     return ROUTE_DONE;
 }
@@ -802,6 +849,7 @@ static const struct route route_table[] = {
     {"/transfer_engine_info", M(HTTP_DELETE), "Allow: DELETE\r\n", delete_info},
     {"/failures", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_failures},
     {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_metrics},
+    {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_cluster},
 };
 
 /* Routes that change the segment: a token is needed when one is configured
@@ -866,6 +914,8 @@ void routes_set_ops(struct routes *r, const struct auth *auth, const struct metr
     r->auth = auth;
     r->metrics = m;
 }
+
+void routes_set_cluster(struct routes *r, struct cluster *c) { r->cluster = c; }
 
 void routes_destroy(struct routes *r)
 {

@@ -55,6 +55,11 @@ void routes_destroy(struct routes *r);
  * routes_dispatch(), on the caller's (the event loop's) thread. */
 void routes_set_ops(struct routes *r, const struct auth *auth, const struct metrics *m);
 
+struct cluster;
+
+/* The cluster view (--etcd) GET /cluster and /metrics report, or NULL. */
+void routes_set_cluster(struct routes *r, struct cluster *c);
+
 /* Answer req into out, or ask to park it. */
 enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const struct http_req *req,
                               struct buf *out);

@@ -374,6 +374,7 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         return -1;
     }
     routes_set_ops(s->routes, cfg->auth, cfg->metrics);
+    routes_set_cluster(s->routes, cfg->cluster);
     for (unsigned i = cfg->max_conns; i-- > 0;) {
         s->conns[i].fd = -1;
         s->conns[i].slot = i;

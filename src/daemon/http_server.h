@@ -28,6 +28,7 @@ struct server_config {
     struct auth *auth;          /* token of the mutating routes (NULL: none);
                                     re-read on SIGHUP by the loop */
     struct metrics *metrics;    /* counters of GET /metrics (may be NULL) */
+    struct cluster *cluster;    /* the cluster view (--etcd), or NULL */
 };
 
 /* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "cluster.h"
 #include "http_server.h"
 #include "kvcoord/kvcoord.h"
 #include "log.h"
@@ -37,6 +38,10 @@ struct options {
     uint32_t header_timeout_s, idle_timeout_s;
     uint32_t bind_retry_s; /* how long EADDRINUSE is retried at start */
     enum log_level log_level;
+    /* cluster view: off without --etcd */
+    const char *etcd, *cluster, *node, *advertise;
+    const char *etcd_user, *etcd_password_file, *etcd_cacert, *etcd_cert, *etcd_key;
+    uint32_t etcd_ttl_s;
 };
 
 static void usage(FILE *f)
@@ -97,6 +102,25 @@ static void usage(FILE *f)
                "                         a daemon killed a moment ago lingers for a few tens\n"
                "                         of milliseconds), retry binding for up to SECS\n"
                "                         (default 5; 0: fail at once)\n"
+               "  --etcd URL[,URL...]    publish this node's ranks and room failures in etcd\n"
+               "                         (v3 JSON gateway; every member's client URL) and\n"
+               "                         mirror the other nodes' into the segment, so a\n"
+               "                         lookup of any node's rank is local (default: off,\n"
+               "                         this node alone).  etcd unreachable: this node\n"
+               "                         serves its own, retrying in the background\n"
+               "  --cluster NAME         keys live under /kvcoord/NAME/ (default kvcoord)\n"
+               "  --node NAME            this node's name in the cluster (default: the host\n"
+               "                         name; [A-Za-z0-9._-], at most 63 bytes)\n"
+               "  --etcd-ttl SECS        lease TTL: a killed or frozen node's entries vanish\n"
+               "                         from the others this long after (default 10)\n"
+               "  --advertise-url URL    how other nodes reach this kvcoordd, to fetch rank\n"
+               "                         info too large for etcd (default http://ADDR:PORT\n"
+               "                         of --listen, the host name for a wildcard address)\n"
+               "  --etcd-user USER       authenticate to etcd as USER, with the password in\n"
+               "  --etcd-password-file FILE  (its first line)\n"
+               "  --etcd-cacert FILE     CA bundle for https:// etcd endpoints\n"
+               "  --etcd-cert FILE       client certificate (PEM) for etcd\n"
+               "  --etcd-key FILE        its key (PEM)\n"
                "  --log-level LEVEL      debug, info, warn or error (default info)\n"
                "  -V, --version          print the version and the segment layout version\n"
                "  -h, --help             print this help\n"
@@ -199,7 +223,17 @@ enum {
     OPT_ROOMS,
     OPT_PROCS,
     OPT_TTL,
-    OPT_BIND_RETRY
+    OPT_BIND_RETRY,
+    OPT_ETCD,
+    OPT_CLUSTER,
+    OPT_NODE,
+    OPT_ETCD_TTL,
+    OPT_ADVERTISE,
+    OPT_ETCD_USER,
+    OPT_ETCD_PW,
+    OPT_ETCD_CA,
+    OPT_ETCD_CERT,
+    OPT_ETCD_KEY
 };
 
 static const struct option long_opts[] = {
@@ -221,6 +255,16 @@ static const struct option long_opts[] = {
     {"max-procs", required_argument, NULL, OPT_PROCS},
     {"room-ttl", required_argument, NULL, OPT_TTL},
     {"bind-retry", required_argument, NULL, OPT_BIND_RETRY},
+    {"etcd", required_argument, NULL, OPT_ETCD},
+    {"cluster", required_argument, NULL, OPT_CLUSTER},
+    {"node", required_argument, NULL, OPT_NODE},
+    {"etcd-ttl", required_argument, NULL, OPT_ETCD_TTL},
+    {"advertise-url", required_argument, NULL, OPT_ADVERTISE},
+    {"etcd-user", required_argument, NULL, OPT_ETCD_USER},
+    {"etcd-password-file", required_argument, NULL, OPT_ETCD_PW},
+    {"etcd-cacert", required_argument, NULL, OPT_ETCD_CA},
+    {"etcd-cert", required_argument, NULL, OPT_ETCD_CERT},
+    {"etcd-key", required_argument, NULL, OPT_ETCD_KEY},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -271,6 +315,20 @@ static int apply_opt(struct options *o, int c, const char *v)
     case OPT_ROOMS: return count_arg("--max-rooms", v, 1u << 22, &o->max_rooms);
     case OPT_PROCS: return count_arg("--max-procs", v, 1u << 20, &o->max_procs);
     case OPT_TTL: return count_arg("--room-ttl", v, 4000000, &o->room_ttl_s);
+    case OPT_ETCD:
+        if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+            return usage_error("invalid --etcd '%s' (expected http://HOST:PORT[,...])", v);
+        o->etcd = v;
+        return 0;
+    case OPT_CLUSTER: o->cluster = v; return 0;
+    case OPT_NODE: o->node = v; return 0;
+    case OPT_ETCD_TTL: return count_arg("--etcd-ttl", v, 3600, &o->etcd_ttl_s);
+    case OPT_ADVERTISE: o->advertise = v; return 0;
+    case OPT_ETCD_USER: o->etcd_user = v; return 0;
+    case OPT_ETCD_PW: o->etcd_password_file = v; return 0;
+    case OPT_ETCD_CA: o->etcd_cacert = v; return 0;
+    case OPT_ETCD_CERT: o->etcd_cert = v; return 0;
+    case OPT_ETCD_KEY: o->etcd_key = v; return 0;
     case OPT_BODY: return size_arg("--max-body-bytes", v, SIZE_MAX / 2, &o->max_body);
     case OPT_HEAD: return size_arg("--max-header-bytes", v, MAX_HEAD_LIMIT, &o->max_head);
     case OPT_CONNS: return count_arg("--max-conns", v, 65536, &o->max_conns);
@@ -315,6 +373,8 @@ static int parse_args(int argc, char **argv, struct options *o)
                           .max_rooms = lib.max_rooms,
                           .max_procs = lib.max_procs,
                           .room_ttl_s = lib.room_ttl_ms / 1000,
+                          .cluster = "kvcoord",
+                          .etcd_ttl_s = 10,
                           .max_body = 64ull << 20,
                           .max_head = 64 << 10,
                           .max_conns = 4096,
@@ -500,6 +560,63 @@ static int open_listener(const struct options *o, char *bound, size_t boundcap, 
     return fd;
 }
 
+/* The host name as a node name: the bytes [A-Za-z0-9._-] of it. */
+static void default_node(char *out, size_t cap)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t n = 0;
+    for (const char *p = host; *p && n + 1 < cap && n < 63; p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '.' || *p == '_' || *p == '-')
+            out[n++] = *p;
+    out[n] = '\0';
+    if (!n)
+        snprintf(out, cap, "node");
+}
+
+/* Start the cluster view (--etcd).  Returns 0, or -1 (logged). */
+static int start_cluster(const struct options *o, kvc_segment *seg, const char *bound,
+                         struct cluster **out)
+{
+    char node[64], url[300], err[512];
+    if (o->node)
+        snprintf(node, sizeof node, "%s", o->node);
+    else
+        default_node(node, sizeof node);
+    if (o->advertise) {
+        snprintf(url, sizeof url, "%s", o->advertise);
+    } else {
+        char host[256], perr[128];
+        uint16_t port = 0;
+        net_parse_addr(bound, host, sizeof host, &port, perr, sizeof perr);
+        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = '\0';
+        }
+        snprintf(url, sizeof url, strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host,
+                 (unsigned)port);
+    }
+    struct cluster_conf cc = {
+        .endpoints = o->etcd,
+        .cluster = o->cluster,
+        .node = node,
+        .url = url,
+        .ttl_s = o->etcd_ttl_s,
+        .user = o->etcd_user,
+        .password_file = o->etcd_password_file,
+        .cacert = o->etcd_cacert,
+        .cert = o->etcd_cert,
+        .key = o->etcd_key,
+        .seg = seg,
+    };
+    if (cluster_start(&cc, out, err, sizeof err)) {
+        log_event(LOG_ERROR, "cluster_failed", "err=\"%s\"", err);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -541,6 +658,14 @@ int main(int argc, char **argv)
         metrics_destroy(metrics);
         return 1;
     }
+    struct cluster *cluster = NULL;
+    if (o.etcd && start_cluster(&o, seg, bound, &cluster)) {
+        kvc_close(seg);
+        close(lfd);
+        auth_clear(&auth);
+        metrics_destroy(metrics);
+        return 1;
+    }
     struct server_config cfg = {
         .listen_fd = lfd,
         .listen_addr = bound,
@@ -553,8 +678,10 @@ int main(int argc, char **argv)
         .idle_timeout_ms = o.idle_timeout_s * 1000,
         .auth = &auth,
         .metrics = metrics,
+        .cluster = cluster,
     };
     rc = server_run(&cfg, seg);
+    cluster_stop(cluster, 1); /* clean stop: this node's records go at once */
     auth_clear(&auth);
     metrics_destroy(metrics);
     kvc_close(seg);

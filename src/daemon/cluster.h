@@ -1,0 +1,103 @@
+/*
+ * cluster.h - kvcoordd's cluster view on etcd (--etcd): this node's ranks
+ * and room failures published under /kvcoord/<cluster>/ with the node's
+ * lease, and the other nodes' ranks and failures mirrored into this node's
+ * segment, so every lookup is local.
+ *
+ * Keys (values are JSON):
+ *   nodes/<node>          {"node","url","pid","ttl","started_ns"}   node's lease
+ *   ranks/<node>/<rank>   {"rank","node","session_id","generation","digest",
+ *                          "bytes","url", "info" (when small)}      node's lease
+ *   rooms/<room>          {"room","origin_rank","code","reason","time_ns",
+ *                          "node"}       a lease of the room TTL; create-only
+ *
+ * A rank's weights_info_dict travels in its record ("info") up to
+ * CLUSTER_INLINE_MAX bytes; a larger one (etcd refuses requests above
+ * 1.5 MiB) is fetched from the origin node's kvcoordd (GET
+ * /get_transfer_engine_info at the record's "url") and checked against the
+ * record's digest (SHA-256 of session_id, a NUL byte and the info).
+ *
+ * Conflict rule: when several nodes hold a record for the same rank, the
+ * record with the newest etcd revision (mod_revision) wins, on every node;
+ * a local registration not yet published counts as newest (this node
+ * serves it while etcd is away).  A shadowed local registration is kept
+ * aside and comes back when the winner goes.
+ *
+ * Threads: cluster_start() starts the cluster thread (the only writer of
+ * mirrored entries and the only publisher), a watch thread (range + watch
+ * stream of the prefix) and two futex waiters (rank table and rooms) that
+ * wake it.  The io_uring loop never calls etcd: it reads the figures below
+ * (a mutex held for a copy) and the segment, which the cluster thread
+ * writes through the public API.
+ */
+#ifndef KVC_CLUSTER_H
+#define KVC_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "kvcoord/kvcoord.h"
+
+/* Largest weights_info_dict carried inside an etcd record, bytes. */
+#define CLUSTER_INLINE_MAX (256u * 1024u)
+
+struct cluster_conf {
+    const char *endpoints;     /* --etcd, comma-separated URLs */
+    const char *cluster;       /* --cluster name ([A-Za-z0-9._-]) */
+    const char *node;          /* --node name ([A-Za-z0-9._-]) */
+    const char *url;           /* this node's HTTP base URL, "http://host:port" */
+    uint32_t ttl_s;            /* lease TTL, seconds (>= 1) */
+    const char *user;          /* --etcd-user, or NULL */
+    const char *password_file; /* --etcd-password-file */
+    const char *cacert, *cert, *key;
+    kvc_segment *seg; /* borrowed; outlives the cluster */
+};
+
+struct cluster;
+
+/* Check the names and endpoints and start the threads.  Does not wait for
+ * etcd: an unreachable cluster is retried with backoff while the node
+ * serves its own ranks.  Returns 0, or -1 with a message in err (bad name,
+ * bad endpoint, unreadable password file, thread creation). */
+int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *err, size_t cap);
+
+/* Stop the threads.  clean: revoke the lease first (this node's records
+ * vanish from every node at once) and withdraw the mirrored entries from
+ * the segment; else leave them to expire.  NULL ignored. */
+void cluster_stop(struct cluster *c, int clean);
+
+/* Figures for /metrics and GET /cluster (a consistent copy). */
+struct cluster_stats {
+    int etcd_up;                 /* last request to etcd succeeded */
+    uint64_t etcd_down_since_ns; /* when it stopped answering; 0 while up */
+    int64_t lease_id;            /* 0: none now */
+    uint64_t lease_granted_ns;
+    uint64_t sessions;   /* leases granted (1 + republishes) */
+    uint64_t lease_lost; /* leases found gone (frozen past TTL, etcd reset) */
+    uint64_t puts, deletes, publish_errors;
+    uint64_t etcd_errors;
+    uint32_t local_ranks;    /* published by this node */
+    uint32_t mirrored_ranks; /* other nodes' ranks in the segment now */
+    uint32_t conflicts;      /* ranks with records from several nodes */
+    uint32_t nodes;          /* nodes with a live record, this one included */
+    uint64_t mirror_writes, mirror_withdrawals;
+    uint64_t fetches, fetch_failures, digest_mismatches;
+    uint64_t rooms_published, rooms_lost_race, rooms_adopted;
+    uint64_t unverified_since_ns; /* mirror not confirmed by etcd since; 0: current */
+    uint64_t mirror_dropped;      /* mirrored entries dropped after etcd stayed away */
+    int64_t revision;             /* newest etcd revision seen */
+    char endpoint[128];           /* member answering */
+    char last_error[256];
+};
+
+void cluster_get_stats(struct cluster *c, struct cluster_stats *out);
+
+/* Append the cluster's Prometheus families (kvcoord_cluster_*) to out. */
+void cluster_render_metrics(struct cluster *c, struct buf *out);
+
+/* Append GET /cluster's JSON answer to out: this node, etcd state, the
+ * figures above, the nodes seen and the conflicts. */
+void cluster_render_json(struct cluster *c, struct buf *out);
+
+#endif /* KVC_CLUSTER_H */
