@@ -28,6 +28,7 @@
 #include "kvcoord/kvcoord.h"
 #include "kvcoord/transfer.h"
 #include "xfer_frame.h"
+#include "xfer_gid.h"
 #include "xfer_verbs_rules.h"
 
 /* Marks the engine's public functions (kvt_*): the only symbols
@@ -308,6 +309,11 @@ kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, in
 void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w);
 void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why);
 
+/* xfer_verbs.c: the GID index the engine uses on a port whose table is
+ * t[0..n-1]: the shared rule (kvt_gid_choose, gid/xfer_gid.h) with the
+ * engine's override (o->verbs_gid_index); -1 and why when none. */
+int kvt__verbs_gid_pick(const kvt_options *o, const kvt_gid_entry *t, size_t n, int link_is_ib,
+                        char *why, size_t cap);
 /* xfer_verbs.c: device probe for auto/verbs; fills why on failure. */
 int kvt__verbs_open(kvt_engine *e, char *why, size_t cap);
 /* The "verbs" member of this engine's descriptor (NULL without verbs). */

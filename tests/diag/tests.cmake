@@ -1,7 +1,7 @@
 # kvcoord-diag tests (label "diag"): the tool run against segments that
 # diag_fixture puts in known states through the library, text and --json
 # output checked field by field, exit codes of every command; and the GID
-# selection rules of `rdma` as a unit test.
+# GID choice fed to both its callers (the engine and `rdma`) as a unit test.
 # Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR is tests/).
 
 add_executable(diag_fixture ${CMAKE_CURRENT_SOURCE_DIR}/diag/fixture.c)

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "inspect.h"
+#include "xfer_gid.h"
 #include "kvcoord/kvcoord.h"
 
 /* Exit status of every command (documented in `kvcoord-diag --help`). */
@@ -166,29 +167,12 @@ kvc_proc_info *diag_procs_fetch(kvc_segment *seg, size_t *n);
 int diag_ranks_table(kvc_segment *seg, FILE *out, int limit);
 int diag_rooms_table(kvc_segment *seg, int state, size_t limit, FILE *out);
 
-/* ---- GID selection (diag_gid.c; pure, unit-tested) ---- */
+/* ---- GIDs (diag_gid.c; no device needed, unit-tested) ---- */
 
-typedef enum diag_gid_type {
-    DIAG_GID_UNKNOWN = 0,
-    DIAG_GID_ROCE_V1 = 1, /* sysfs "IB/RoCE v1": IB on an InfiniBand port */
-    DIAG_GID_ROCE_V2 = 2
-} diag_gid_type;
-
-typedef struct diag_gid {
-    int index;
-    uint8_t raw[16];
-    diag_gid_type type;
-    char netdev[32]; /* "" when none */
-} diag_gid;
-
-/* "IB" (v1 type on an InfiniBand port), "RoCEv1", "RoCEv2", "unknown". */
-const char *diag_gid_type_name(diag_gid_type t, int infiniband);
-/* The GID as an IPv6 address text (IPv4-mapped ones as ::ffff:a.b.c.d). */
-char *diag_gid_text(const uint8_t raw[16], char *buf, size_t cap);
-/* The index of the GID kvcoord would use on a port, -1 if none, and why
- * (into why): on an InfiniBand port index 0; on Ethernet a RoCEv2 GID with
- * a netdev and a routable (not link-local fe80::/10, not zero) address,
- * IPv4-mapped before other routable addresses, then the lowest index. */
-int diag_gid_choose(const diag_gid *g, size_t n, int infiniband, char *why, size_t cap);
+/* Set port's "gids" (the table t[0..n-1] as [{index, type, gid, netdev}]),
+ * "chosen_gid_index" (-1: none) and "chosen_reason": the GID the transfer
+ * engine uses on that port, by its own rule (kvt_gid_choose, no override).
+ * Returns the chosen index. */
+int diag_gid_port(json_t *port, const kvt_gid_entry *t, size_t n, int infiniband);
 
 #endif /* KVC_DIAG_H */

@@ -17,7 +17,6 @@
 
 #include "diag.h"
 
-#define SYS_IB "/sys/class/infiniband"
 #define SYS_VERBS "/sys/class/infiniband_verbs"
 #define MEMLOCK_LOW (64ull << 20)
 
@@ -26,11 +25,12 @@ static const char rdma_help[] =
     "  Lists the RDMA devices libibverbs finds, as the verbs transfer backend would:\n"
     "  for each device its uverbs node, node GUID and firmware; for each port its\n"
     "  state, link layer (InfiniBand or Ethernet) and active MTU, and its GID table -\n"
-    "  index, type (IB, RoCEv1, RoCEv2; from sysfs gid_attrs/types), address and the\n"
-    "  netdev it belongs to (gid_attrs/ndevs) - then the GID index kvcoord would use\n"
-    "  and why: on InfiniBand index 0; on Ethernet a RoCEv2 GID that has a netdev and\n"
-    "  a routable address (never link-local fe80::/10), IPv4-mapped first, then the\n"
-    "  lowest index.  Devices that are listed but cannot be used are shown as\n"
+    "  index, type (IB, RoCEv1, RoCEv2), address and the netdev it belongs to, read\n"
+    "  as the engine reads it - then the GID index the engine uses and why, by the\n"
+    "  engine's own rule: on InfiniBand the lowest valid index; on Ethernet only\n"
+    "  RoCEv2 GIDs with a netdev, IPv4-mapped routable first, then global IPv6, then\n"
+    "  link-local (fe80::/10 or 169.254/16: chosen only when nothing better exists),\n"
+    "  ties to the lowest index.  Devices that are listed but cannot be used are shown as\n"
     "  skipped with the reason - typically a missing /dev/infiniband/uverbsN node in\n"
     "  a container.  Finally the soft and hard RLIMIT_MEMLOCK: memory regions are\n"
     "  pinned, and registering more than the soft limit fails with ENOMEM.\n"
@@ -70,39 +70,6 @@ static int rdma_opt(void *ctx, int opt, const char *arg)
     return 0;
 }
 
-/* Read a one-line sysfs attribute into buf (newline stripped); 0 or -1. */
-static int sysfs_read(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    char *ok = fgets(buf, (int)cap, f);
-    fclose(f);
-    if (!ok)
-        return -1;
-    buf[strcspn(buf, "\n")] = '\0';
-    return 0;
-}
-
-static diag_gid_type gid_type(const char *dev, int port, int index)
-{
-    char path[256], v[64];
-    snprintf(path, sizeof path, SYS_IB "/%s/ports/%d/gid_attrs/types/%d", dev, port, index);
-    if (sysfs_read(path, v, sizeof v) < 0)
-        return DIAG_GID_UNKNOWN;
-    if (strstr(v, "v2"))
-        return DIAG_GID_ROCE_V2;
-    return strstr(v, "v1") ? DIAG_GID_ROCE_V1 : DIAG_GID_UNKNOWN;
-}
-
-static void gid_netdev(const char *dev, int port, int index, char *buf, size_t cap)
-{
-    char path[256];
-    snprintf(path, sizeof path, SYS_IB "/%s/ports/%d/gid_attrs/ndevs/%d", dev, port, index);
-    if (sysfs_read(path, buf, cap) < 0)
-        buf[0] = '\0';
-}
-
 static const char *link_layer_name(uint8_t ll)
 {
     return ll == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand"
@@ -110,58 +77,27 @@ static const char *link_layer_name(uint8_t ll)
                                            : "unspecified";
 }
 
-static json_t *gid_json(const diag_gid *g, int ib)
-{
-    json_t *o = json_object();
-    char addr[64];
-    json_object_set_new(o, "index", diag_jint(g->index));
-    json_object_set_new(o, "type", json_string(diag_gid_type_name(g->type, ib)));
-    json_object_set_new(o, "gid", json_string(diag_gid_text(g->raw, addr, sizeof addr)));
-    json_object_set_new(o, "netdev", diag_jstr(g->netdev));
-    return o;
-}
-
 /* One port: attributes, GID table, choice.  *usable set when active with a GID. */
-static json_t *port_json(struct ibv_context *ctx, const char *dev, int port, int *usable)
+static json_t *port_json(struct ibv_context *ctx, int port, int *usable)
 {
     struct ibv_port_attr pa;
-    json_t *o = json_object(), *gids = json_array();
+    json_t *o = json_object();
     json_object_set_new(o, "port", diag_jint(port));
     if (ibv_query_port(ctx, (uint8_t)port, &pa)) {
         json_object_set_new(o, "error", json_string(strerror(errno)));
-        json_decref(gids);
         return o;
     }
-    int ib = pa.link_layer == IBV_LINK_LAYER_INFINIBAND;
-    diag_gid *tab = calloc(pa.gid_tbl_len > 0 ? (size_t)pa.gid_tbl_len : 1, sizeof *tab);
-    size_t n = 0;
-    for (int i = 0; tab && i < pa.gid_tbl_len; i++) {
-        union ibv_gid gid;
-        if (ibv_query_gid(ctx, (uint8_t)port, i, &gid))
-            continue;
-        diag_gid *g = &tab[n];
-        g->index = i;
-        memcpy(g->raw, gid.raw, 16);
-        if (!memcmp(g->raw, (uint8_t[16]){0}, 16))
-            continue;
-        g->type = gid_type(dev, port, i);
-        gid_netdev(dev, port, i, g->netdev, sizeof g->netdev);
-        json_array_append_new(gids, gid_json(g, ib));
-        n++;
-    }
-    char why[384];
-    int chosen = tab ? diag_gid_choose(tab, n, ib, why, sizeof why) : -1;
-    if (!tab)
-        snprintf(why, sizeof why, "out of memory");
-    free(tab);
     json_object_set_new(o, "state", json_string(ibv_port_state_str(pa.state)));
     json_object_set_new(o, "active", json_boolean(pa.state == IBV_PORT_ACTIVE));
     json_object_set_new(o, "link_layer", json_string(link_layer_name(pa.link_layer)));
     json_object_set_new(o, "active_mtu", diag_jint(128 << pa.active_mtu));
     json_object_set_new(o, "gid_table_len", diag_jint(pa.gid_tbl_len));
-    json_object_set_new(o, "gids", gids);
-    json_object_set_new(o, "chosen_gid_index", diag_jint(chosen));
-    json_object_set_new(o, "chosen_reason", json_string(why));
+    /* The table as the engine reads it, and the engine's own choice. */
+    size_t cap = pa.gid_tbl_len > 0 ? (size_t)pa.gid_tbl_len : 1;
+    kvt_gid_entry *tab = calloc(cap, sizeof *tab);
+    size_t n = tab ? kvt_gid_read_table(ctx, port, tab, cap) : 0;
+    int chosen = diag_gid_port(o, tab, n, pa.link_layer == IBV_LINK_LAYER_INFINIBAND);
+    free(tab);
     if (pa.state == IBV_PORT_ACTIVE && chosen >= 0)
         *usable = 1;
     return o;
@@ -208,7 +144,7 @@ static json_t *device_json(struct ibv_device *dev, json_t **skip, int *usable)
     json_object_set_new(o, "node_guid", json_string(guid));
     json_object_set_new(o, "fw_ver", diag_jstr(da.fw_ver));
     for (int p = 1; p <= da.phys_port_cnt; p++)
-        json_array_append_new(ports, port_json(ctx, name, p, usable));
+        json_array_append_new(ports, port_json(ctx, p, usable));
     json_object_set_new(o, "ports", ports);
     ibv_close_device(ctx);
     return o;

@@ -1,7 +1,7 @@
 /*
  * xfer_verbs.c - the libibverbs side of the engine: device selection
  * (skipping devices that cannot be opened, with a warning), port and GID
- * choice (rules in xfer_gid.c), protection domain, completion channel and
+ * choice (the rule: gid/xfer_gid.c, shared with kvcoord-diag), protection domain, completion channel and
  * CQ, memory registration with RLIMIT_MEMLOCK named in errors.  The data
  * path (QPs, RDMA WRITE, completions, async events) is xfer_verbs_qp.c.
  *
@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <jansson.h>
-#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,26 +41,10 @@ kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what)
                      err == EFAULT ? " (range not mapped)" : "", lim);
 }
 
-/* Read port's GID table into t (cap entries).  Returns the count. */
-static size_t read_gids(struct ibv_context *ctx, int port, kvt_gid_entry *t, size_t cap)
+int kvt__verbs_gid_pick(const kvt_options *o, const kvt_gid_entry *t, size_t n, int link_is_ib,
+                        char *why, size_t cap)
 {
-    struct ibv_gid_entry g[256];
-    ssize_t n = ibv_query_gid_table(ctx, g, 256, 0);
-    size_t k = 0;
-    for (ssize_t i = 0; i < n && k < cap; i++) {
-        if ((int)g[i].port_num != port)
-            continue;
-        kvt_gid_entry *x = &t[k++];
-        memset(x, 0, sizeof *x);
-        x->index = (int)g[i].gid_index;
-        memcpy(x->raw, g[i].gid.raw, 16);
-        x->type = g[i].gid_type == IBV_GID_TYPE_ROCE_V2   ? KVT_GID_ROCE_V2
-                  : g[i].gid_type == IBV_GID_TYPE_ROCE_V1 ? KVT_GID_ROCE_V1
-                                                          : KVT_GID_IB;
-        if (g[i].ndev_ifindex)
-            if_indextoname(g[i].ndev_ifindex, x->netdev);
-    }
-    return k;
+    return kvt_gid_choose(t, n, link_is_ib, o->verbs_gid_index, why, cap);
 }
 
 /* Try one device: open, port active, a GID chosen.  0 on success. */
@@ -81,10 +64,10 @@ static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, 
         return -1;
     }
     kvt_gid_entry t[256];
-    size_t n = read_gids(v->ctx, v->port, t, 256);
-    char gw[200];
-    int idx = kvt_gid_choose(t, n, pa.link_layer == IBV_LINK_LAYER_INFINIBAND, e->o.verbs_gid_index,
-                             gw, sizeof gw);
+    size_t n = kvt_gid_read_table(v->ctx, v->port, t, 256);
+    char gw[384];
+    int idx =
+        kvt__verbs_gid_pick(&e->o, t, n, pa.link_layer == IBV_LINK_LAYER_INFINIBAND, gw, sizeof gw);
     if (idx < 0 || ibv_query_gid(v->ctx, (uint8_t)v->port, idx, &v->gid)) {
         kvt__str(why, cap, "RDMA device %s skipped: %s", name, gw);
         return -1;
