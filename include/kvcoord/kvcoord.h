@@ -16,8 +16,15 @@
  *    once; all cross-process safety comes from the robust mutexes and
  *    seqlocks inside the segment.  kvc_close() must not race other calls on
  *    the same handle.
- *  - Times are CLOCK_REALTIME nanoseconds since the Unix epoch unless noted;
- *    timeouts are milliseconds.
+ *  - Pointer arguments must not be NULL unless the function's comment says
+ *    so; a NULL one is refused with KVC_E_INVAL and kvc_last_error() names
+ *    the function and the argument ("kvc_room_get: argument out is NULL").
+ *    An enum argument outside its declared values is refused the same way.
+ *    Functions that return no kvc_err say what they do with NULL.
+ *  - Timestamps are CLOCK_REALTIME nanoseconds since the Unix epoch unless
+ *    noted; timeouts are milliseconds, and every deadline (lock waits,
+ *    futex waits, timeouts) runs on CLOCK_MONOTONIC, so setting the clock
+ *    neither shortens nor stretches a wait.
  */
 #ifndef KVCOORD_KVCOORD_H
 #define KVCOORD_KVCOORD_H
@@ -149,7 +156,8 @@ typedef struct kvc_options {
                                 default 600000 ms (10 min) */
 } kvc_options;
 
-/* Fill *opts with the defaults documented above.  Never fails. */
+/* Fill *opts with the defaults documented above.  Never fails; NULL is
+ * ignored. */
 void kvc_options_init(kvc_options *opts);
 
 /* Write the default segment name for an HTTP port ("kvcoord-<port>") into
@@ -169,11 +177,14 @@ kvc_err kvc_name_check(const char *name);
  * arena pages are allocated before rank info is written into them, so a full
  * /dev/shm gives an error, never a SIGBUS.
  * On success *out owns the mapping until kvc_close().
- * Errors: KVC_E_INVAL (bad name or options), KVC_E_NOENT (attach and no
+ * Errors: KVC_E_INVAL (NULL opts or out, bad name or options, mode or role
+ * outside the enum, rank below -1), KVC_E_NOENT (attach and no
  * segment), KVC_E_VERSION (attach to another layout version: the message
  * names both versions), KVC_E_EXISTS (create over a live segment of another
  * layout version, or FRESH over a segment whose creator runs), KVC_E_CORRUPT (attach to an invalid or truncated segment),
- * KVC_E_FULL (process table full), KVC_E_SYS (shm_open, ftruncate, mmap,
+ * KVC_E_FULL (process table full of live processes: a dead process's entry
+ * is reaped first - its rooms failed, its ranks withdrawn - then reused),
+ * KVC_E_BUSY (a lock needed for that reaping is held), KVC_E_SYS (shm_open, ftruncate, mmap,
  * flock failed). */
 kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
 
@@ -185,7 +196,12 @@ kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
  * room the process opened and has not released fails
  * ("rank N (pid P) closed its segment handle without releasing the room"),
  * since it cannot complete without this participant.
- * NULL is accepted and ignored.  Errors: none reported (always KVC_OK). */
+ * The handle is freed whatever happens.  NULL is accepted and ignored
+ * (KVC_OK).  Errors: the first failure among failing the rooms,
+ * withdrawing the ranks and removing the process entry (KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE, KVC_E_SYS: a lock could not be taken; the message
+ * says which step was skipped, so the caller knows its ranks may still be
+ * served until the process is reaped). */
 kvc_err kvc_close(kvc_segment *seg);
 
 /* Remove the segment named name from /dev/shm.  Processes attached keep
@@ -293,7 +309,8 @@ kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, const char 
  * it.  An identical call (same bytes, same origin and origin generation)
  * changes nothing; kvc_rank_register() of the same bytes over a mirrored
  * entry makes it a local registration again (and bumps the generation).
- * Errors: those of kvc_rank_register(), KVC_E_INVAL for a bad origin. */
+ * Errors: those of kvc_rank_register(), KVC_E_INVAL for a bad or NULL
+ * origin. */
 kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
                                  const char *info_json, size_t info_len, const char *origin,
                                  uint64_t origin_generation, uint64_t *gen_out);
@@ -330,11 +347,12 @@ kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, size_t *
 kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note);
 
 /* Current value of the rank table's change epoch (a 32-bit counter bumped
- * on every change, wrapping).  Use with kvc_rank_wait_change(). */
+ * on every change, wrapping).  Use with kvc_rank_wait_change().  NULL seg:
+ * returns 0 and sets kvc_last_error(). */
 uint32_t kvc_rank_epoch(kvc_segment *seg);
 
 /* Sleep until the rank table's epoch differs from seen or timeout_ms passes
- * (shared futex).  Errors: KVC_E_TIMEDOUT. */
+ * (shared futex).  Errors: KVC_E_INVAL (NULL seg), KVC_E_TIMEDOUT. */
 kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
 
 /* ---- Rooms: KVPoll state and failure records -------------------------
@@ -369,6 +387,12 @@ typedef enum kvc_room_role {
     KVC_ROOM_ROLE_PREFILL = 1, /* sender of KV pages */
     KVC_ROOM_ROLE_DECODE = 2   /* receiver of KV pages */
 } kvc_room_role;
+
+/* Largest bootstrap room id: ids are 0..2^63-1 on every interface (this
+ * library, kvcoordd's HTTP API, kvcoord-diag's text and JSON), so an id fits
+ * a JSON integer and a signed 64-bit integer everywhere.  Every room function
+ * refuses a larger id with KVC_E_INVAL. */
+#define KVC_ROOM_ID_MAX 0x7fffffffffffffffull
 
 /* Most participants a room can have (TP ranks of one instance on a node). */
 #define KVC_ROOM_MAX_PARTICIPANTS 32
@@ -407,7 +431,8 @@ typedef struct kvc_room_info {
  * creates the room; later openers must give the same count (or 0).  Opening
  * again from the same rank is a no-op.  Records this process (pid + start
  * time) as the rank's participant, for liveness checks.
- * Errors: KVC_E_INVAL (participants > KVC_ROOM_MAX_PARTICIPANTS, rank out of
+ * Errors: KVC_E_INVAL (room > KVC_ROOM_ID_MAX, role outside the enum,
+ * participants > KVC_ROOM_MAX_PARTICIPANTS, rank out of
  * range, count differing from the room's), KVC_E_FULL (as many active rooms
  * as the segment's max rooms: no active room is ever evicted), KVC_E_BUSY,
  * KVC_E_NOTRECOVERABLE. */
@@ -418,7 +443,8 @@ kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, ui
  * failure recorded records one ("rank N reported Failed", code 0).  Once
  * the room is terminal (Failed, or Success from all) further writes are
  * accepted and ignored.  Wakes kvc_room_wait()ers.
- * Errors: KVC_E_INVAL (state out of 0..4, rank out of range), KVC_E_NOENT
+ * Errors: KVC_E_INVAL (state out of 0..4, rank out of range, room >
+ * KVC_ROOM_ID_MAX), KVC_E_NOENT
  * (no such room), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state);
 
@@ -429,7 +455,8 @@ kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_p
  * the world size as participant count) if it does not exist, so a failure
  * reported from another node is not lost.  *kept (may be NULL) is 1 when
  * this call's record is the one kept.  Wakes waiters.
- * Errors: KVC_E_INVAL (origin_rank >= max ranks), KVC_E_FULL, KVC_E_BUSY,
+ * Errors: KVC_E_INVAL (origin_rank >= max ranks, room > KVC_ROOM_ID_MAX),
+ * KVC_E_FULL, KVC_E_BUSY,
  * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                       const char *reason, int *kept);
@@ -441,14 +468,15 @@ kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int
  * one fails the room with a reason naming its rank, pid and how it ended,
  * so detection does not depend on kvcoordd.  A room idle for longer than
  * the TTL fails with a timeout reason.
- * Errors: KVC_E_INVAL, KVC_E_NOENT (no such room, or reclaimed),
- * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+ * Errors: KVC_E_INVAL (NULL, room > KVC_ROOM_ID_MAX), KVC_E_NOENT (no such
+ * room, or reclaimed), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_room_info *out);
 
 /* Wait until room's state differs from `known` (or it gains a failure
  * record), up to timeout_ms, sleeping on the rooms' shared futex epoch (no
  * polling); *out receives the room as kvc_room_get() reads it.
- * Errors: those of kvc_room_get(), KVC_E_TIMEDOUT. */
+ * Errors: those of kvc_room_get(), KVC_E_INVAL (known out of 0..4),
+ * KVC_E_TIMEDOUT. */
 kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
                       uint32_t timeout_ms, kvc_room_info *out);
 
@@ -458,13 +486,15 @@ kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_
  * origin_rank, code, time_ns as given; origin pid 0), so every node reads
  * the same record.  Creates the room if it does not exist.  *changed (may
  * be NULL) is 1 when the room's record changed.  Wakes waiters.
- * Errors: KVC_E_INVAL (NULL, origin_rank >= max ranks), KVC_E_FULL,
+ * Errors: KVC_E_INVAL (NULL, origin_rank >= max ranks, room >
+ * KVC_ROOM_ID_MAX), KVC_E_FULL,
  * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                             const char *reason, uint64_t time_ns, int *changed);
 
 /* Current value of the rooms' change epoch (bumped on every room change,
- * wrapping).  Use with kvc_room_wait_change(). */
+ * wrapping).  Use with kvc_room_wait_change().  NULL seg: returns 0 and sets
+ * kvc_last_error(). */
 uint32_t kvc_room_epoch(kvc_segment *seg);
 
 /* Sleep until the rooms' epoch differs from seen or timeout_ms passes
@@ -475,7 +505,8 @@ kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_m
  * text a rank raises for a failed room, naming the room, the origin rank
  * and the real reason, e.g. "KV transfer of room 42 failed on rank 5
  * (another rank; code 110): timed out".  Returns the length it would have
- * written, as snprintf. */
+ * written, as snprintf.  buf NULL: nothing is written (any cap).  f NULL:
+ * the text is "no failure record". */
 int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap);
 
 /* Release room for rank.  Once every participant released it the room is
@@ -485,12 +516,14 @@ kvc_err kvc_room_release(kvc_segment *seg, uint64_t room, uint32_t rank);
 
 /* Reclaim rooms idle for longer than the segment's room TTL (a non-terminal
  * one is first failed with a timeout reason).  *reclaimed (may be NULL)
- * receives how many.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+ * receives how many.  Errors: KVC_E_INVAL (NULL seg), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed);
 
 /* List live rooms into out[0..cap-1] (no liveness check), optionally only
- * those in state_filter (-1: all).  *count receives the number matching,
- * which may exceed cap.  Errors: KVC_E_INVAL, KVC_E_BUSY. */
+ * those in state_filter (-1: all; else a kvc_poll value 0..4).  *count
+ * receives the number matching, which may exceed cap.  Errors: KVC_E_INVAL
+ * (NULL, state_filter out of -1..4), KVC_E_BUSY. */
 kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
                       size_t *count);
 
@@ -520,7 +553,8 @@ typedef struct kvc_proc_info {
  * entries, which may exceed cap.  Errors: KVC_E_INVAL. */
 kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count);
 
-/* Change counter of the process table (bumped on attach and detach). */
+/* Change counter of the process table (bumped on attach and detach).  NULL
+ * seg: returns 0 and sets kvc_last_error(). */
 uint32_t kvc_proc_epoch(kvc_segment *seg);
 
 /* Sleep until the process table's epoch differs from seen or timeout_ms
@@ -544,7 +578,8 @@ kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char 
 kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped);
 
 /* Describe a wait(2) status: "exited with status N" or "killed by signal N
- * (NAME)".  Writes at most cap bytes into buf; returns buf. */
+ * (NAME)".  Writes at most cap bytes into buf (always NUL-terminated when
+ * cap > 0); returns buf.  buf NULL or cap 0: nothing is written. */
 char *kvc_wait_status_text(int status, char *buf, size_t cap);
 
 #ifdef __cplusplus

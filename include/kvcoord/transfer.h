@@ -17,6 +17,11 @@
  *    on a given engine (serialise externally if needed).  Different engines
  *    are independent, also inside one process.  An engine must not be used
  *    across fork(); create it in the process that uses it.
+ *  - Pointer arguments must not be NULL unless noted: a NULL one is refused
+ *    with KVC_E_INVAL and kvc_last_error() names the function and the
+ *    argument; enum fields outside their values are refused the same way.
+ *    The accessors that return no kvc_err say what they return for NULL.
+ *    Room ids are 0..KVC_ROOM_ID_MAX (2^63 - 1), as everywhere in kvcoord.
  *  - Sizes are bytes, timeouts milliseconds, times CLOCK_MONOTONIC
  *    nanoseconds unless noted.  Addresses are this process's virtual
  *    addresses (uint64_t), remote addresses the peer's.
@@ -106,7 +111,8 @@ typedef struct kvt_options {
     void *log_ctx;               /* passed to log */
 } kvt_options;
 
-/* Fill *o with the defaults documented above.  Never fails. */
+/* Fill *o with the defaults documented above.  Never fails; NULL is
+ * ignored. */
 void kvt_options_init(kvt_options *o);
 
 /* Opaque engine. */
@@ -128,20 +134,22 @@ kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out);
  * NULL is ignored. */
 void kvt_engine_destroy(kvt_engine *e);
 
-/* The backend the engine runs (never AUTO). */
+/* The backend the engine runs (never AUTO; AUTO only for a NULL engine). */
 kvt_backend kvt_engine_backend(const kvt_engine *e);
 
 /* The engine's session_id, "host:port" ("[v6]:port" for IPv6), as peers
- * reach it.  Owned by the engine, valid until destroy. */
+ * reach it.  Owned by the engine, valid until destroy.  "" for NULL. */
 const char *kvt_session_id(const kvt_engine *e);
 
 /* The engine's generation: a number unique to this engine instance, sent in
- * its descriptor and handshake so peers can tell a restarted process. */
+ * its descriptor and handshake so peers can tell a restarted process.  0 for
+ * NULL. */
 uint64_t kvt_generation(const kvt_engine *e);
 
 /* An fd that becomes readable (POLLIN) when kvt_progress() has work to do,
  * including expired deadlines.  Owned by the engine; do not read or close
- * it.  Poll it from another event loop, then call kvt_progress(e, 0, ...). */
+ * it.  Poll it from another event loop, then call kvt_progress(e, 0, ...).
+ * -1 for NULL. */
 int kvt_fd(const kvt_engine *e);
 
 /* ---- Memory regions ------------------------------------------------ */
@@ -228,10 +236,12 @@ typedef struct kvt_run {
  * batch but the last passes KVT_SUBMIT_MORE; the room ends after the last.
  * In the segment (when the engine has one): the room is opened for this
  * rank as prefill and set Transferring; Success or a failure record follow.
- * Errors: KVC_E_INVAL (bad run, see above; room already finished here),
+ * Errors: KVC_E_INVAL (NULL, bad run, see above; room already finished
+ * here; room > KVC_ROOM_ID_MAX),
  * KVC_E_BUSY (peer marked unhealthy: the message gives the peer, the reason
  * and the time left; the room's failure is also recorded in the segment and
- * no event follows), KVC_E_SYS (out of memory). */
+ * no event follows), KVC_E_SYS (out of memory; the engine is unusable, see
+ * kvt_progress()). */
 #define KVT_SUBMIT_MORE \
     1u /* more batches of this room follow; the room ends
                               only after a submit without this flag */
@@ -266,12 +276,15 @@ typedef struct kvt_event {
  * Receiver: Success means every write the sender sent for the room is in
  * place (the sender's count and byte total were checked); Failed means the
  * sender aborted or its connection was lost mid-room.
- * Errors: KVC_E_INVAL, KVC_E_SYS (io_uring failed: the engine is unusable). */
+ * Errors: KVC_E_INVAL, KVC_E_SYS (io_uring failed, or its submission queue
+ * stayed full so no operation could be queued: the engine is unusable,
+ * destroy it; the message says which). */
 kvc_err kvt_progress(kvt_engine *e, int timeout_ms, kvt_event *ev, size_t cap, size_t *n);
 
 /* Receiver side: expect `senders` peers to end room `room` before it counts
  * as Success here (default 1, when a decode rank receives from one prefill
- * rank).  Call before the first write arrives.  Errors: KVC_E_INVAL (0),
+ * rank).  Call before the first write arrives.  Errors: KVC_E_INVAL (NULL,
+ * senders 0, room > KVC_ROOM_ID_MAX),
  * KVC_E_SYS (out of memory). */
 kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders);
 

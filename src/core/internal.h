@@ -53,6 +53,25 @@ struct kvc_segment {
 /* errors.c: set the calling thread's last error message; returns err. */
 kvc_err kvc__fail(kvc_err err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Refuse a NULL pointer argument of the calling public function: return
+ * KVC_E_INVAL with a message naming the function and the argument
+ * ("kvc_room_get: argument out is NULL"). */
+#define KVC_ARG(p)                                                                  \
+    do {                                                                            \
+        if (!(p))                                                                   \
+            return kvc__fail(KVC_E_INVAL, "%s: argument %s is NULL", __func__, #p); \
+    } while (0)
+
+/* Refuse a room id outside 0..KVC_ROOM_ID_MAX (the one range of room ids on
+ * every interface: library, HTTP, kvcoord-diag). */
+#define KVC_ROOM_ARG(room)                                                                    \
+    do {                                                                                      \
+        if ((room) > KVC_ROOM_ID_MAX)                                                         \
+            return kvc__fail(KVC_E_INVAL, "%s: room id %llu out of range 0..%llu (2^63 - 1)", \
+                             __func__, (unsigned long long)(room),                            \
+                             (unsigned long long)KVC_ROOM_ID_MAX);                            \
+    } while (0)
+
 /* sysutil.c (clocks: clock.h) */
 uint64_t kvc__proc_start(int32_t pid); /* ticks since boot; 0 if no such process */
 /* Alive: the pid exists with that start time (0: any) and is not a zombie. */
@@ -125,8 +144,12 @@ kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *w
  * (pid, start)'s entry (the last step of reaping it, session.c); set the
  * rank this worker serves (ranks.c, on registration: procs.c calls no
  * other table, so this is no cycle). */
-kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank);
-void kvc__proc_detach(kvc_segment *seg);
+/* attach: KVC_E_FULL when no entry is free, with the first dead process's
+ * (pid, start) in *dead_pid / *dead_start (0: every entry is alive) for the
+ * caller to reap before trying again. */
+kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank, int32_t *dead_pid,
+                         uint64_t *dead_start);
+kvc_err kvc__proc_detach(kvc_segment *seg);
 kvc_err kvc__proc_forget(kvc_segment *seg, int32_t pid, uint64_t start);
 void kvc__proc_set_rank(kvc_segment *seg, int32_t rank);
 

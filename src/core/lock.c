@@ -8,6 +8,10 @@
  * recovery functions are the tables': each registers its own on the handle
  * (kvc__lock_register), so this file depends on no table.
  * ENOTRECOVERABLE is reported, never spun on.
+ *
+ * The wait's deadline is on CLOCK_MONOTONIC (pthread_mutex_clocklock, glibc
+ * 2.30+): stepping the real-time clock neither fails every locker at once
+ * nor makes a wait unbounded.
  */
 #include <errno.h>
 #include <string.h>
@@ -39,14 +43,14 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
 {
     kvc_lock *l = &seg->hdr->locks[id];
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += seg->lock_timeout_ms / 1000;
     ts.tv_nsec += (long)(seg->lock_timeout_ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    int r = pthread_mutex_timedlock(&l->mutex, &ts);
+    int r = pthread_mutex_clocklock(&l->mutex, CLOCK_MONOTONIC, &ts);
     if (r == 0) {
         note_owner(seg, l);
         return KVC_OK;
@@ -54,7 +58,16 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
     if (r == EOWNERDEAD) {
         kvc__lock_recover(seg, id);
         atomic_fetch_add(&l->recoveries, 1);
-        pthread_mutex_consistent(&l->mutex);
+        int c = pthread_mutex_consistent(&l->mutex);
+        if (c != 0) {
+            /* Still inconsistent: unlocking makes it ENOTRECOVERABLE for
+             * everyone, which every later locker then reports. */
+            pthread_mutex_unlock(&l->mutex);
+            return kvc__fail(KVC_E_NOTRECOVERABLE,
+                             "%s lock of segment %s: its owner died and "
+                             "pthread_mutex_consistent failed: %s",
+                             lock_names[id], seg->name, strerror(c));
+        }
         note_owner(seg, l);
         return KVC_OK;
     }
@@ -65,7 +78,7 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
     if (r == ENOTRECOVERABLE)
         return kvc__fail(KVC_E_NOTRECOVERABLE, "%s lock of segment %s is not recoverable",
                          lock_names[id], seg->name);
-    return kvc__fail(KVC_E_SYS, "%s lock of segment %s: pthread_mutex_timedlock: %s",
+    return kvc__fail(KVC_E_SYS, "%s lock of segment %s: pthread_mutex_clocklock: %s",
                      lock_names[id], seg->name, strerror(r));
 }
 

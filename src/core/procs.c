@@ -24,29 +24,37 @@ void kvc__procs_register(kvc_segment *seg)
     kvc__lock_register(seg, KVC_LOCK_PROCS, procs_recover);
 }
 
-static int32_t find_slot(kvc_segment *seg)
+/* A free slot, or -1 with the first dead process's (pid, start) in
+ * *dead_pid / *dead_start (0 when every entry is alive).  Procs lock held. */
+static int32_t find_slot(kvc_segment *seg, int32_t *dead_pid, uint64_t *dead_start)
 {
     const kvc_header *h = seg->hdr;
+    *dead_pid = 0;
+    *dead_start = 0;
     for (uint32_t i = 0; i < h->max_procs; i++)
         if (atomic_load(&seg->procs[i].pid) == 0)
             return (int32_t)i;
-    /* Table full: reuse the entry of a process that is gone. */
     for (uint32_t i = 0; i < h->max_procs; i++) {
         kvc_proc *p = &seg->procs[i];
-        if (!kvc__proc_alive(atomic_load(&p->pid), p->start)) {
-            atomic_store(&p->pid, 0);
-            return (int32_t)i;
+        int32_t pid = atomic_load(&p->pid);
+        if (pid && !kvc__proc_alive(pid, p->start)) {
+            *dead_pid = pid;
+            *dead_start = p->start;
+            break;
         }
     }
     return -1;
 }
 
-kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank)
+kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank, int32_t *dead_pid,
+                         uint64_t *dead_start)
 {
     kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
     if (e)
         return e;
-    int32_t i = find_slot(seg);
+    /* A full table's dead entry is not reused here: the caller reaps it
+     * first (session.c), so its ranks are never left served by nobody. */
+    int32_t i = find_slot(seg, dead_pid, dead_start);
     if (i < 0) {
         kvc__unlock(seg, KVC_LOCK_PROCS);
         return kvc__fail(KVC_E_FULL, "process table of segment %s is full (%u live processes)",
@@ -65,14 +73,15 @@ kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank)
     return KVC_OK;
 }
 
-void kvc__proc_detach(kvc_segment *seg)
+kvc_err kvc__proc_detach(kvc_segment *seg)
 {
     /* A child that inherited the handle across fork() is not the process
      * the entry names: leave the parent's entry alone. */
     if (seg->proc_slot < 0 || !seg->hdr || (int32_t)getpid() != seg->pid)
-        return;
-    if (kvc__lock(seg, KVC_LOCK_PROCS) != KVC_OK)
-        return;
+        return KVC_OK;
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
+    if (e)
+        return e;
     kvc_proc *p = &seg->procs[seg->proc_slot];
     if (atomic_load(&p->pid) == seg->pid && p->start == seg->start)
         atomic_store(&p->pid, 0);
@@ -80,6 +89,7 @@ void kvc__proc_detach(kvc_segment *seg)
     kvc__unlock(seg, KVC_LOCK_PROCS);
     kvc__futex_wake_all(&seg->hdr->proc_epoch);
     seg->proc_slot = -1;
+    return KVC_OK;
 }
 
 void kvc__proc_set_rank(kvc_segment *seg, int32_t rank)
@@ -90,12 +100,18 @@ void kvc__proc_set_rank(kvc_segment *seg, int32_t rank)
         seg->procs[seg->proc_slot].rank = rank;
 }
 
-KVC_API uint32_t kvc_proc_epoch(kvc_segment *seg) { return atomic_load(&seg->hdr->proc_epoch); }
+KVC_API uint32_t kvc_proc_epoch(kvc_segment *seg)
+{
+    if (!seg) {
+        kvc__fail(KVC_E_INVAL, "kvc_proc_epoch: argument seg is NULL");
+        return 0;
+    }
+    return atomic_load(&seg->hdr->proc_epoch);
+}
 
 KVC_API kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_proc_wait_change: NULL segment");
+    KVC_ARG(seg);
     uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         if (kvc_proc_epoch(seg) != seen)
@@ -110,8 +126,10 @@ KVC_API kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t t
 
 KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count)
 {
-    if (!seg || !count || (cap && !out))
-        return kvc__fail(KVC_E_INVAL, "kvc_proc_list: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
     size_t n = 0;
     for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
         const kvc_proc *p = &seg->procs[i];

@@ -212,8 +212,8 @@ static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, b
 
 KVC_API kvc_err kvc_rank_lookup(kvc_segment *seg, uint32_t rank, kvc_rank_info *out)
 {
-    if (!seg || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_rank_lookup: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(out);
     kvc_err e = check_rank(seg, rank);
     return e ? e : read_entry(seg, rank, out, true);
 }
@@ -230,11 +230,16 @@ KVC_API void kvc_rank_info_free(kvc_rank_info *ri)
 
 KVC_API uint32_t kvc_rank_epoch(kvc_segment *seg)
 {
+    if (!seg) {
+        kvc__fail(KVC_E_INVAL, "kvc_rank_epoch: argument seg is NULL");
+        return 0;
+    }
     return atomic_load_explicit(&seg->hdr->rank_epoch, memory_order_acquire);
 }
 
 KVC_API kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
 {
+    KVC_ARG(seg);
     uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         if (kvc_rank_epoch(seg) != seen)
@@ -250,8 +255,8 @@ KVC_API kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t t
 KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_ms,
                               kvc_rank_info *out)
 {
-    if (!seg || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_rank_wait: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(out);
     kvc_err e = check_rank(seg, rank);
     if (e)
         return e;
@@ -275,8 +280,10 @@ KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_
 KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, size_t *count,
                               int include_withdrawn)
 {
-    if (!seg || !count || (cap && !out))
-        return kvc__fail(KVC_E_INVAL, "kvc_rank_list: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
     size_t n = 0;
     for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
         kvc_rank_info tmp = {0};
@@ -436,11 +443,14 @@ static bool published_equal(kvc_segment *seg, uint32_t rank, const char *sid, si
     return false;
 }
 
-static kvc_err check_args(kvc_segment *seg, uint32_t rank, const char *session_id,
+static kvc_err check_args(const char *fn, kvc_segment *seg, uint32_t rank, const char *session_id,
                           const char *info_json, size_t info_len, size_t *sid_len)
 {
     if (!seg || !session_id || !info_json)
-        return kvc__fail(KVC_E_INVAL, "kvc_rank_register: NULL argument");
+        return kvc__fail(KVC_E_INVAL, "%s: argument %s is NULL", fn,
+                         !seg          ? "seg"
+                         : !session_id ? "session_id"
+                                       : "info_json");
     kvc_err err = check_rank(seg, rank);
     if (err)
         return err;
@@ -487,7 +497,7 @@ KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *s
 {
     size_t sid_len = 0;
     uint64_t gen;
-    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    kvc_err err = check_args(__func__, seg, rank, session_id, info_json, info_len, &sid_len);
     if (err)
         return err;
     /* A repeated registration (a client retrying after its timeout) is
@@ -509,7 +519,7 @@ KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, con
                                             uint32_t entries, uint64_t *gen_out)
 {
     size_t sid_len = 0;
-    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    kvc_err err = check_args(__func__, seg, rank, session_id, info_json, info_len, &sid_len);
     if (err)
         return err;
     /* Not parsed again (the caller did), but what is plainly not an object
@@ -528,10 +538,11 @@ KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const 
                                          uint64_t origin_generation, uint64_t *gen_out)
 {
     size_t sid_len = 0;
-    kvc_err err = check_args(seg, rank, session_id, info_json, info_len, &sid_len);
+    kvc_err err = check_args(__func__, seg, rank, session_id, info_json, info_len, &sid_len);
     if (err)
         return err;
-    if (!origin || !*origin || strlen(origin) > KVC_ORIGIN_MAX)
+    KVC_ARG(origin);
+    if (!*origin || strlen(origin) > KVC_ORIGIN_MAX)
         return kvc__fail(KVC_E_INVAL, "origin node name must be 1..%d bytes", KVC_ORIGIN_MAX);
     for (const char *p = origin; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -572,8 +583,7 @@ static kvc_err withdraw_locked(kvc_segment *seg, uint32_t rank, const char *note
 
 KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_rank_withdraw: NULL argument");
+    KVC_ARG(seg);
     kvc_err err = check_rank(seg, rank);
     if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
         return err;

@@ -327,8 +327,11 @@ static kvc_err check_participants(const kvc_segment *seg, uint32_t *participants
 KVC_API kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, uint32_t rank,
                               kvc_room_role role)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_room_open: NULL segment");
+    KVC_ARG(seg);
+    KVC_ROOM_ARG(room);
+    if ((unsigned)role > KVC_ROOM_ROLE_DECODE)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_open: role %d out of range 0..2 (kvc_room_role)",
+                         (int)role);
     uint32_t asked = participants;
     kvc_err e = check_participants(seg, &participants);
     if (e)
@@ -388,7 +391,9 @@ static kvc_err find_participant(kvc_segment *seg, uint64_t room, uint32_t rank, 
 
 KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state)
 {
-    if (!seg || (int)state < KVC_POLL_FAILED || state > KVC_POLL_SUCCESS)
+    KVC_ARG(seg);
+    KVC_ROOM_ARG(room);
+    if ((unsigned)state > KVC_POLL_SUCCESS)
         return kvc__fail(KVC_E_INVAL, "kvc_room_set_state: KVPoll state %d out of range 0..4",
                          (int)state);
     kvc_err e = lock_rooms(seg);
@@ -418,10 +423,10 @@ KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t ran
 KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                               const char *reason, int *kept)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_room_fail: NULL segment");
     if (kept)
         *kept = 0;
+    KVC_ARG(seg);
+    KVC_ROOM_ARG(room);
     if (origin_rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
@@ -448,8 +453,8 @@ KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t or
 {
     if (changed)
         *changed = 0;
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_room_fail_adopt: NULL segment");
+    KVC_ARG(seg);
+    KVC_ROOM_ARG(room);
     if (origin_rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
@@ -477,13 +482,16 @@ KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t or
 
 KVC_API uint32_t kvc_room_epoch(kvc_segment *seg)
 {
-    return seg ? atomic_load_explicit(&seg->hdr->room_epoch, memory_order_acquire) : 0;
+    if (!seg) {
+        kvc__fail(KVC_E_INVAL, "kvc_room_epoch: argument seg is NULL");
+        return 0;
+    }
+    return atomic_load_explicit(&seg->hdr->room_epoch, memory_order_acquire);
 }
 
 KVC_API kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_room_wait_change: NULL segment");
+    KVC_ARG(seg);
     uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         if (kvc_room_epoch(seg) != seen)
@@ -499,8 +507,9 @@ KVC_API kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t t
 KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank,
                              kvc_room_info *out)
 {
-    if (!seg || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_room_get: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    KVC_ROOM_ARG(room);
     kvc_err e = lock_rooms(seg);
     if (e)
         return e;
@@ -518,6 +527,12 @@ KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_ran
 KVC_API kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
                               uint32_t timeout_ms, kvc_room_info *out)
 {
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    KVC_ROOM_ARG(room);
+    if ((unsigned)known > KVC_POLL_SUCCESS)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_wait: known state %d out of range 0..4",
+                         (int)known);
     uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         uint32_t ep = atomic_load_explicit(&seg->hdr->room_epoch, memory_order_acquire);
@@ -536,6 +551,10 @@ KVC_API kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_ra
 
 KVC_API int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap)
 {
+    if (!buf)
+        cap = 0; /* snprintf(NULL, 0, ...) only measures */
+    if (!f)
+        return snprintf(buf, cap, "no failure record");
     char code[48] = "";
     if (f->code)
         snprintf(code, sizeof code, "; code %d", (int)f->code);
@@ -546,8 +565,8 @@ KVC_API int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap)
 
 KVC_API kvc_err kvc_room_release(kvc_segment *seg, uint64_t room, uint32_t rank)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_room_release: NULL segment");
+    KVC_ARG(seg);
+    KVC_ROOM_ARG(room);
     kvc_err e = lock_rooms(seg);
     if (e)
         return e;
@@ -573,6 +592,7 @@ KVC_API kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed)
 {
     if (reclaimed)
         *reclaimed = 0;
+    KVC_ARG(seg);
     kvc_err e = lock_rooms(seg);
     if (e)
         return e;
@@ -585,8 +605,13 @@ KVC_API kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed)
 KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
                               size_t *count)
 {
-    if (!seg || !count || (cap && !out))
-        return kvc__fail(KVC_E_INVAL, "kvc_room_list: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
+    if (state_filter < -1 || state_filter > KVC_POLL_SUCCESS)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_list: state_filter %d out of range -1..4",
+                         state_filter);
     kvc_err e = lock_rooms(seg);
     if (e)
         return e;
@@ -607,8 +632,10 @@ KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info 
 KVC_API kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap,
                                     size_t *count)
 {
-    if (!seg || !count || (cap && !out))
-        return kvc__fail(KVC_E_INVAL, "kvc_failures_recent: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
     kvc_err e = lock_rooms(seg);
     if (e)
         return e;

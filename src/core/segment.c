@@ -25,6 +25,8 @@
 
 KVC_API void kvc_options_init(kvc_options *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->name = NULL;
     o->mode = KVC_OPEN_ATTACH;
@@ -43,8 +45,7 @@ KVC_API void kvc_options_init(kvc_options *o)
 
 KVC_API kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap)
 {
-    if (!buf)
-        return kvc__fail(KVC_E_INVAL, "kvc_name_for_port: buf is NULL");
+    KVC_ARG(buf);
     int n = snprintf(buf, cap, "kvcoord-%u", (unsigned)port);
     if (n < 0 || (size_t)n >= cap)
         return kvc__fail(KVC_E_INVAL, "kvc_name_for_port: buffer of %zu bytes too small", cap);
@@ -53,7 +54,9 @@ KVC_API kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap)
 
 KVC_API kvc_err kvc_name_check(const char *name)
 {
-    if (!name || !*name)
+    if (!name)
+        return kvc__fail(KVC_E_INVAL, "segment name is NULL");
+    if (!*name)
         return kvc__fail(KVC_E_INVAL, "segment name is empty");
     size_t len = strlen(name);
     if (len > KVC_NAME_MAX)
@@ -490,8 +493,8 @@ KVC_API const char *kvc_segment_name(const kvc_segment *seg) { return seg ? seg-
 
 KVC_API kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out)
 {
-    if (!seg || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_segment_stat: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(out);
     const kvc_header *h = seg->hdr;
     memset(out, 0, sizeof *out);
     out->layout_version = h->layout_version;

@@ -70,11 +70,42 @@ static int handles_adjust(const char *name, int delta, int rooms_opened, int *ro
     return left;
 }
 
+/* Record this process in the process table.  When the table is full, a
+ * dead process's entry is reused only after it is reaped (its rooms failed,
+ * its ranks withdrawn, its entry removed), so its ranks are never left
+ * served by nobody.  Reaping takes the rooms and ranks locks, so it runs
+ * with no lock held; another attacher may take the freed slot meanwhile:
+ * try again (bounded). */
+static kvc_err attach_proc(kvc_segment *seg, kvc_role role, int32_t rank)
+{
+    for (int attempt = 0;; attempt++) {
+        int32_t dead_pid = 0;
+        uint64_t dead_start = 0;
+        kvc_err e = kvc__proc_attach(seg, role, rank, &dead_pid, &dead_start);
+        if (e != KVC_E_FULL || !dead_pid || attempt >= 16)
+            return e;
+        if ((e = kvc_proc_reap(seg, dead_pid, dead_start, NULL, NULL, NULL)))
+            return kvc__fail(e,
+                             "process table of segment %s is full and the entry of dead "
+                             "process %d could not be reaped: %s",
+                             seg->name, (int)dead_pid, kvc_last_error());
+    }
+}
+
 KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
 {
-    if (!opts || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_open: NULL argument");
+    KVC_ARG(opts);
+    KVC_ARG(out);
     *out = NULL;
+    if ((unsigned)opts->role > KVC_ROLE_CLIENT)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: role %d out of range 0..3 (kvc_role)",
+                         (int)opts->role);
+    if ((unsigned)opts->mode > KVC_OPEN_FRESH)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: mode %d out of range 0..2 (kvc_open_mode)",
+                         (int)opts->mode);
+    if (opts->rank < -1)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: rank %d out of range (-1 for none)",
+                         (int)opts->rank);
     const char *name = opts->name ? opts->name : "kvcoord-6789";
     kvc_err e = kvc_name_check(name);
     if (e)
@@ -95,7 +126,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     kvc__rooms_register(seg);
     e = kvc__segment_map(seg, opts);
     if (!e && opts->role != KVC_ROLE_NONE)
-        e = kvc__proc_attach(seg, opts->role, opts->rank);
+        e = attach_proc(seg, opts->role, opts->rank);
     if (e) {
         kvc__segment_free(seg);
         return e;
@@ -115,23 +146,46 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
     int rooms = 0;
     bool last = seg->hdr && (int32_t)getpid() == seg->pid &&
                 handles_adjust(seg->name, -1, seg->rooms_opened, &rooms) == 0;
-    if (last && rooms)
-        kvc__rooms_fail_proc(seg, seg->pid, seg->start,
-                             "closed its segment handle without releasing the room", NULL);
+    /* Every step is tried; the first failure is the one reported, with what
+     * it left undone. */
+    kvc_err first = KVC_OK, e;
+    char msg[512] = "";
+    if (last && rooms &&
+        (e = kvc__rooms_fail_proc(seg, seg->pid, seg->start,
+                                  "closed its segment handle without releasing the room", NULL))) {
+        first = e;
+        snprintf(msg, sizeof msg,
+                 "kvc_close: the rooms this process left unreleased were not failed: %s",
+                 kvc_last_error());
+    }
     /* A worker's session ends with it: its ranks must not be handed out. */
-    if (last && seg->role == KVC_ROLE_WORKER)
-        kvc__ranks_withdraw_proc(seg, seg->pid, seg->start, "exited (closed its segment handle)",
-                                 NULL);
-    kvc__proc_detach(seg);
+    if (last && seg->role == KVC_ROLE_WORKER &&
+        (e = kvc__ranks_withdraw_proc(seg, seg->pid, seg->start,
+                                      "exited (closed its segment handle)", NULL)) &&
+        !first) {
+        first = e;
+        snprintf(msg, sizeof msg,
+                 "kvc_close: this worker's ranks were not withdrawn (they are served until "
+                 "kvcoordd or `kvcoord-diag repair` reaps this process): %s",
+                 kvc_last_error());
+    }
+    if ((e = kvc__proc_detach(seg)) && !first) {
+        first = e;
+        snprintf(msg, sizeof msg,
+                 "kvc_close: this process's entry stays in the process table (reaped once it "
+                 "exits): %s",
+                 kvc_last_error());
+    }
     kvc__segment_free(seg);
-    return KVC_OK;
+    return first ? kvc__fail(first, "%s", msg) : KVC_OK;
 }
 
 KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
                               size_t *rooms_failed, size_t *ranks_withdrawn)
 {
-    if (!seg || pid <= 0)
-        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: bad segment or pid %d", (int)pid);
+    KVC_ARG(seg);
+    if (pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: pid %d is not a process id", (int)pid);
     char found[96];
     if (!how) {
         kvc__proc_how(pid, found, sizeof found);
@@ -149,8 +203,7 @@ KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, con
 
 KVC_API kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped)
 {
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_proc_reap_dead: NULL segment");
+    KVC_ARG(seg);
     size_t n = 0;
     for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
         kvc_proc *p = &seg->procs[i];

@@ -92,6 +92,8 @@ void kvc__proc_how(int32_t pid, char *buf, size_t cap)
 
 KVC_API char *kvc_wait_status_text(int status, char *buf, size_t cap)
 {
+    if (!buf || !cap)
+        return buf;
     if (WIFSIGNALED(status))
         snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status),
                  strsignal(WTERMSIG(status)));

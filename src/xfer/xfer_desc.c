@@ -11,8 +11,8 @@
 
 KVT_API kvc_err kvt_descriptor_export(kvt_engine *e, char **json_out)
 {
-    if (!e || !json_out)
-        return kvt__fail(KVC_E_INVAL, "kvt_descriptor_export: NULL argument");
+    KVT_ARG(e);
+    KVT_ARG(json_out);
     json_t *regs = json_array();
     for (size_t i = 0; regs && i < e->nregions; i++)
         json_array_append_new(
@@ -123,8 +123,9 @@ static kvc_err import(kvt_engine *e, json_t *o, kvt_peer **out)
 
 KVT_API kvc_err kvt_peer_import(kvt_engine *e, const char *json, size_t len, kvt_peer **out)
 {
-    if (!e || !json || !out)
-        return kvt__fail(KVC_E_INVAL, "kvt_peer_import: NULL argument");
+    KVT_ARG(e);
+    KVT_ARG(json);
+    KVT_ARG(out);
     json_error_t je;
     json_t *o = json_loadb(json, len, 0, &je);
     if (!o)

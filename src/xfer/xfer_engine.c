@@ -28,17 +28,20 @@ KVT_API const char *kvt_backend_name(kvt_backend b)
 KVT_API kvc_err kvt_backend_parse(const char *s, kvt_backend *out)
 {
     static const kvt_backend all[] = {KVT_BACKEND_AUTO, KVT_BACKEND_TCP, KVT_BACKEND_VERBS};
-    for (size_t i = 0; s && out && i < 3; i++)
+    KVT_ARG(s);
+    KVT_ARG(out);
+    for (size_t i = 0; i < 3; i++)
         if (!strcmp(s, kvt_backend_name(all[i]))) {
             *out = all[i];
             return KVC_OK;
         }
-    return kvt__fail(KVC_E_INVAL, "unknown backend \"%s\" (want auto, tcp or verbs)",
-                     s ? s : "(null)");
+    return kvt__fail(KVC_E_INVAL, "unknown backend \"%s\" (want auto, tcp or verbs)", s);
 }
 
 KVT_API void kvt_options_init(kvt_options *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->backend = KVT_BACKEND_AUTO;
     o->listen = "127.0.0.1:0";
@@ -72,19 +75,30 @@ void kvt__log(kvt_engine *e, int level, const char *fmt, ...)
     e->o.log(e->o.log_ctx, level, buf);
 }
 
-/* An SQE, submitting what is queued when the SQ is full: never NULL unless
- * io_uring itself fails (then the engine is unusable and we abort loudly
- * rather than dereference NULL). */
 struct io_uring_sqe *kvt__sqe(kvt_engine *e)
 {
+    if (e->ring_err)
+        return NULL;
     struct io_uring_sqe *s = io_uring_get_sqe(&e->ring);
+    int rc = 0;
     if (!s) {
-        io_uring_submit(&e->ring);
+        rc = io_uring_submit(&e->ring);
         s = io_uring_get_sqe(&e->ring);
     }
-    if (!s)
-        abort(); /* SQ full right after a submit: io_uring broken */
+    if (!s) { /* the kernel took nothing: the engine cannot queue work */
+        e->ring_err = rc < 0 ? -rc : EAGAIN;
+        kvt__str(e->ring_why, sizeof e->ring_why,
+                 "io_uring submission queue of the transfer engine stays full (submit: %s); the "
+                 "engine is unusable: destroy it",
+                 rc < 0 ? strerror(-rc) : "nothing consumed");
+    }
     return s;
+}
+
+/* KVC_E_SYS once kvt__sqe() could not get an SQE. */
+kvc_err kvt__ring_check(kvt_engine *e)
+{
+    return e->ring_err ? kvt__fail(KVC_E_SYS, "%s", e->ring_why) : KVC_OK;
 }
 
 static kvc_err check_options(const kvt_options *o)
@@ -103,7 +117,7 @@ static kvc_err check_options(const kvt_options *o)
         return kvt__fail(KVC_E_INVAL, "token longer than %u bytes", KVT_HELLO_STR_MAX);
     if (o->token && !o->token[0]) /* would silently mean "no token required" */
         return kvt__fail(KVC_E_INVAL, "token is empty (pass NULL for none)");
-    if (o->backend > KVT_BACKEND_VERBS)
+    if ((unsigned)o->backend > KVT_BACKEND_VERBS)
         return kvt__fail(KVC_E_INVAL, "unknown backend %d", (int)o->backend);
     return KVC_OK;
 }
@@ -130,8 +144,9 @@ static kvc_err choose_backend(kvt_engine *e)
 
 KVT_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
 {
-    if (!opts || !out)
-        return kvt__fail(KVC_E_INVAL, "kvt_engine_create: NULL argument");
+    KVT_ARG(opts);
+    KVT_ARG(out);
+    *out = NULL;
     kvc_err err = check_options(opts);
     if (err)
         return err;
@@ -177,15 +192,50 @@ KVT_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
     return KVC_OK;
 }
 
-KVT_API kvt_backend kvt_engine_backend(const kvt_engine *e) { return e->backend; }
-KVT_API const char *kvt_session_id(const kvt_engine *e) { return e->sid; }
-KVT_API uint64_t kvt_generation(const kvt_engine *e) { return e->generation; }
-KVT_API int kvt_fd(const kvt_engine *e) { return e->ring.ring_fd; }
+/* The accessors answer a NULL engine with a value no engine has, and say so
+ * in kvc_last_error(). */
+static void null_engine(const char *fn) { kvt__fail(KVC_E_INVAL, "%s: argument e is NULL", fn); }
+
+KVT_API kvt_backend kvt_engine_backend(const kvt_engine *e)
+{
+    if (!e) {
+        null_engine(__func__);
+        return KVT_BACKEND_AUTO;
+    }
+    return e->backend;
+}
+
+KVT_API const char *kvt_session_id(const kvt_engine *e)
+{
+    if (!e) {
+        null_engine(__func__);
+        return "";
+    }
+    return e->sid;
+}
+
+KVT_API uint64_t kvt_generation(const kvt_engine *e)
+{
+    if (!e) {
+        null_engine(__func__);
+        return 0;
+    }
+    return e->generation;
+}
+
+KVT_API int kvt_fd(const kvt_engine *e)
+{
+    if (!e) {
+        null_engine(__func__);
+        return -1;
+    }
+    return e->ring.ring_fd;
+}
 
 KVT_API kvc_err kvt_engine_stat(const kvt_engine *e, kvt_stats *out)
 {
-    if (!e || !out)
-        return kvt__fail(KVC_E_INVAL, "kvt_engine_stat: NULL argument");
+    KVT_ARG(e);
+    KVT_ARG(out);
     *out = e->st;
     out->peers = (uint32_t)e->npeers;
     out->peers_unhealthy = 0;
@@ -232,8 +282,10 @@ static int range_mapped(uint64_t addr, uint64_t len)
 
 KVT_API kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t *rkey_out)
 {
-    if (!e || !addr || !len)
-        return kvt__fail(KVC_E_INVAL, "kvt_mr_register: NULL address or zero length");
+    KVT_ARG(e);
+    KVT_ARG(addr);
+    if (!len)
+        return kvt__fail(KVC_E_INVAL, "kvt_mr_register: len is 0");
     uint64_t a = (uint64_t)(uintptr_t)addr;
     if (a + len < a)
         return kvt__fail(KVC_E_INVAL, "region [0x%llx, +%zu) wraps around", (unsigned long long)a,
@@ -269,8 +321,7 @@ KVT_API kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t 
 
 KVT_API kvc_err kvt_mr_deregister(kvt_engine *e, void *addr)
 {
-    if (!e)
-        return kvt__fail(KVC_E_INVAL, "kvt_mr_deregister: NULL engine");
+    KVT_ARG(e);
     for (size_t i = 0; i < e->nregions; i++) {
         kvt_region *r = &e->regions[i];
         if (r->addr != (uint64_t)(uintptr_t)addr)
@@ -361,6 +412,8 @@ static void arm_timer(kvt_engine *e)
     e->timer_ts.tv_sec = 0;
     e->timer_ts.tv_nsec = KVT_TICK_MS * 1000000LL;
     struct io_uring_sqe *s = kvt__sqe(e);
+    if (!s)
+        return;
     io_uring_prep_timeout(s, &e->timer_ts, 0, 0);
     io_uring_sqe_set_data64(s, KVT_UD(OP_TIMER, 0));
     e->timer_armed = true;
@@ -392,14 +445,19 @@ static kvc_err reap(kvt_engine *e, int wait_ms)
     }
     kvt__tcp_deadlines(e, kvc__mono_ns());
     io_uring_submit(&e->ring);
-    return KVC_OK;
+    return kvt__ring_check(e);
 }
 
 KVT_API kvc_err kvt_progress(kvt_engine *e, int timeout_ms, kvt_event *ev, size_t cap, size_t *n)
 {
-    if (!e || !n || (cap && !ev))
-        return kvt__fail(KVC_E_INVAL, "kvt_progress: NULL argument");
+    KVT_ARG(e);
+    KVT_ARG(n);
     *n = 0;
+    if (cap)
+        KVT_ARG(ev);
+    kvc_err rerr = kvt__ring_check(e);
+    if (rerr)
+        return rerr;
     uint64_t end = timeout_ms < 0 ? UINT64_MAX : kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         uint64_t now = kvc__mono_ns();

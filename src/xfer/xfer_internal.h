@@ -39,6 +39,14 @@
 /* Record the calling thread's error message (kvc_last_error()), return err. */
 #define kvt__fail kvc_error_set
 
+/* Refuse a NULL pointer argument of the calling public function (KVC_E_INVAL,
+ * the message names the function and the argument). */
+#define KVT_ARG(p)                                                                  \
+    do {                                                                            \
+        if (!(p))                                                                   \
+            return kvt__fail(KVC_E_INVAL, "%s: argument %s is NULL", __func__, #p); \
+    } while (0)
+
 #define KVT_MAX_REGIONS 4096
 #define KVT_MAX_PEERS 1024
 #define KVT_BATCH_WRS 64           /* frames per sendmsg */
@@ -233,6 +241,10 @@ struct kvt_engine {
     uint64_t generation;
     struct io_uring ring;
     bool ring_ok;
+    int ring_err; /* 0, or why no SQE could be had: the
+                                               engine is unusable (kvt_progress
+                                               and kvt_submit report it) */
+    char ring_why[KVC_REASON_MAX + 1];
     int lfd;
     bool accept_armed, timer_armed;
     struct __kernel_timespec timer_ts;
@@ -264,7 +276,14 @@ int kvt__first_address(int family, char *out, size_t cap);
  * size on purpose; gcc's -Wformat-truncation cannot see through it). */
 void kvt__str(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void kvt__log(kvt_engine *e, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An SQE, submitting what is queued when the SQ is full.  NULL when the SQ
+ * stays full even then (io_uring refuses the submit, e.g. -EBUSY while the
+ * CQ overflows): e->ring_err and e->ring_why are set, the caller leaves its
+ * state as it was, and the next kvt_progress()/kvt_submit() returns
+ * KVC_E_SYS with that message.  Never aborts. */
 struct io_uring_sqe *kvt__sqe(kvt_engine *e);
+/* KVC_E_SYS with e->ring_why once kvt__sqe() failed, else KVC_OK. */
+kvc_err kvt__ring_check(kvt_engine *e);
 kvt_region *kvt__region_find(kvt_engine *e, uint64_t addr, uint64_t len);
 void kvt__push_event(kvt_engine *e, const kvt_event *ev);
 void kvt__peer_fail(kvt_engine *e, struct kvt_peer *p, int32_t code, const char *fmt, ...)

@@ -34,6 +34,8 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
     if (c->recving || c->state == CS_CLOSING)
         return;
     struct io_uring_sqe *s = kvt__sqe(e);
+    if (!s)
+        return;
     if (c->rstate == RS_PAYLOAD && c->rpos == c->rlen && c->left &&
         (c->big || c->left >= KVT_DIRECT_MIN)) {
         size_t n = c->left > (1u << 30) ? (1u << 30) : (size_t)c->left;
@@ -145,8 +147,13 @@ void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const 
 
 KVT_API kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders)
 {
-    if (!e || !senders)
+    KVT_ARG(e);
+    if (!senders)
         return kvt__fail(KVC_E_INVAL, "kvt_room_expect: senders must be >= 1");
+    if (room > KVC_ROOM_ID_MAX)
+        return kvt__fail(KVC_E_INVAL,
+                         "kvt_room_expect: room id %llu out of range 0..%llu (2^63 - 1)",
+                         (unsigned long long)room, (unsigned long long)KVC_ROOM_ID_MAX);
     for (kvt_expect *x = e->expects; x; x = x->next)
         if (x->room == room) {
             x->senders = senders;

@@ -50,8 +50,9 @@ kvc_err kvt__peer_get(kvt_engine *e, const char *sid, kvt_peer **out)
 
 KVT_API kvc_err kvt_peer_stat(kvt_engine *e, const kvt_peer *p, kvt_peer_info *out)
 {
-    if (!e || !p || !out)
-        return kvt__fail(KVC_E_INVAL, "kvt_peer_stat: NULL argument");
+    KVT_ARG(e);
+    KVT_ARG(p);
+    KVT_ARG(out);
     memset(out, 0, sizeof *out);
     kvt__str(out->session_id, sizeof out->session_id, "%s", p->sid);
     out->generation = p->generation;
@@ -423,8 +424,16 @@ static kvc_err refuse_unhealthy(kvt_engine *e, kvt_peer *p, uint64_t room)
 KVT_API kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
                            unsigned flags)
 {
-    if (!e || !p || (n && !runs))
-        return kvt__fail(KVC_E_INVAL, "kvt_submit: NULL argument");
+    KVT_ARG(e);
+    KVT_ARG(p);
+    if (n)
+        KVT_ARG(runs);
+    if (room > KVC_ROOM_ID_MAX)
+        return kvt__fail(KVC_E_INVAL, "kvt_submit: room id %llu out of range 0..%llu (2^63 - 1)",
+                         (unsigned long long)room, (unsigned long long)KVC_ROOM_ID_MAX);
+    kvc_err rerr = kvt__ring_check(e);
+    if (rerr)
+        return rerr;
     uint64_t now = kvc__mono_ns();
     if (p->unhealthy_until_ns > now)
         return refuse_unhealthy(e, p, room);

@@ -135,6 +135,8 @@ void kvt__tcp_arm_accept(kvt_engine *e)
     if (e->lfd < 0 || e->accept_armed)
         return;
     struct io_uring_sqe *s = kvt__sqe(e);
+    if (!s)
+        return;
     io_uring_prep_accept(s, e->lfd, NULL, NULL, SOCK_CLOEXEC);
     io_uring_sqe_set_data64(s, KVT_UD(OP_ACCEPT, 0));
     e->accept_armed = true;
@@ -195,6 +197,8 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
     c->salen = p->salen;
     p->conns[slot] = c;
     struct io_uring_sqe *s = kvt__sqe(e);
+    if (!s)
+        return kvt__ring_check(e);
     io_uring_prep_connect(s, fd, (struct sockaddr *)&c->sa, c->salen);
     io_uring_sqe_set_data64(s, KVT_UD(OP_CONNECT, c->id));
     c->ops++;
@@ -223,6 +227,8 @@ static void submit_send(kvt_engine *e, kvt_conn *c)
     c->msg.msg_iov = c->iov + c->iov_at;
     c->msg.msg_iovlen = (size_t)(c->niov - c->iov_at);
     struct io_uring_sqe *s = kvt__sqe(e);
+    if (!s)
+        return;
     io_uring_prep_sendmsg(s, c->fd, &c->msg, MSG_NOSIGNAL);
     io_uring_sqe_set_data64(s, KVT_UD(OP_SEND, c->id));
     c->ops++;
@@ -395,6 +401,8 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
     shutdown(c->fd, SHUT_RDWR);
     if (c->ops) {
         struct io_uring_sqe *s = kvt__sqe(e);
+        if (!s) /* shutdown() above ends the operations in flight */
+            return;
         io_uring_prep_cancel_fd(s, c->fd, IORING_ASYNC_CANCEL_ALL);
         io_uring_sqe_set_data64(s, KVT_UD(OP_CANCEL, c->id));
         c->ops++;

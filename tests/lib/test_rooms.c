@@ -366,7 +366,8 @@ static void test_load_full_and_ttl(void **st)
     uint64_t next = 1;
     /* 90% load, then churn: delete and re-insert. */
     while (nlive < cap * 9 / 10) {
-        uint64_t id = ((uint64_t)rand() << 31 ^ (uint64_t)rand()) * 2654435761u + next++;
+        uint64_t id = (((uint64_t)rand() << 31 ^ (uint64_t)rand()) * 2654435761u + next++) &
+                      KVC_ROOM_ID_MAX; /* ids are 63-bit */
         assert_int_equal(kvc_room_open(s, id, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
         live[nlive++] = id;
     }
@@ -375,7 +376,8 @@ static void test_load_full_and_ttl(void **st)
         assert_int_equal(kvc_room_release(s, live[k], 0), KVC_OK);
         kvc_room_info ri;
         assert_int_equal(kvc_room_get(s, live[k], 0, &ri), KVC_E_NOENT);
-        live[k] = ((uint64_t)rand() << 31 ^ (uint64_t)rand()) * 2654435761u + next++;
+        live[k] =
+            (((uint64_t)rand() << 31 ^ (uint64_t)rand()) * 2654435761u + next++) & KVC_ROOM_ID_MAX;
         assert_int_equal(kvc_room_open(s, live[k], 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
     }
     for (size_t k = 0; k < nlive; k++) {
@@ -388,7 +390,7 @@ static void test_load_full_and_ttl(void **st)
     assert_int_equal(si.rooms_live, nlive);
     /* Fill up: KVC_E_FULL, and no active room evicted. */
     while (nlive < cap) {
-        live[nlive] = next++ * 0x9e3779b97f4a7c15ull;
+        live[nlive] = next++ * 0x9e3779b97f4a7c15ull & KVC_ROOM_ID_MAX;
         assert_int_equal(kvc_room_open(s, live[nlive], 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
         nlive++;
     }

@@ -4,6 +4,12 @@ kvc_c_test(test_ranks LABEL "unit" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ranks.
 kvc_c_test(test_multiproc LABEL "multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_multiproc.c)
 kvc_c_test(test_crash LABEL "crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_crash.c)
 kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rooms.c)
+# Every public function called with NULL and out-of-range values; every
+# failure reported; a full process table reaps before reuse.
+kvc_c_test(test_bad_calls LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bad_calls.c)
+# Lock deadlines on CLOCK_MONOTONIC (interposed clocklock + a holder process).
+kvc_c_test(test_lock_clock LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lock_clock.c)
+target_link_libraries(test_lock_clock PRIVATE ${CMAKE_DL_LIBS})
 
 # Crash torture (kvcoord-torture): a few hundred rounds in CI; the documented
 # long run is `kvcoord-torture --rounds 10000`.

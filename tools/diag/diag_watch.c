@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "diag.h"
 
 static const char watch_help[] =
@@ -187,9 +188,10 @@ static int watch_loop(const diag *d, const struct watch_opts *o)
         if (o->count && n + 1 >= o->count)
             break;
         enum key k = KEY_NONE;
-        uint64_t until = diag_now_ns() + (uint64_t)ms * 1000000ull;
+        /* The interval is a deadline: CLOCK_MONOTONIC, not the clock shown. */
+        uint64_t until = kvc__mono_ns() + (uint64_t)ms * 1000000ull;
         while (k == KEY_NONE) {
-            uint64_t now = diag_now_ns();
+            uint64_t now = kvc__mono_ns();
             if (now >= until)
                 break;
             k = wait_key(&t, (long)((until - now) / 1000000ull) + 1, &stdin_open);

@@ -623,12 +623,16 @@ void kvt__verbs_arm(kvt_engine *e)
         return;
     if (!v->cq_armed) {
         struct io_uring_sqe *s = kvt__sqe(e);
+        if (!s)
+            return;
         io_uring_prep_poll_add(s, v->chan->fd, POLLIN);
         io_uring_sqe_set_data64(s, KVT_UD(OP_VERBS_CQ, 0));
         v->cq_armed = true;
     }
     if (!v->async_armed) {
         struct io_uring_sqe *s = kvt__sqe(e);
+        if (!s)
+            return;
         io_uring_prep_poll_add(s, v->ctx->async_fd, POLLIN);
         io_uring_sqe_set_data64(s, KVT_UD(OP_VERBS_ASYNC, 0));
         v->async_armed = true;
