@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 3u
+#define KVC_LAYOUT_VERSION 4u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -354,6 +354,77 @@ uint32_t kvc_rank_epoch(kvc_segment *seg);
 /* Sleep until the rank table's epoch differs from seen or timeout_ms passes
  * (shared futex).  Errors: KVC_E_INVAL (NULL seg), KVC_E_TIMEDOUT. */
 kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
+
+/* ---- Roles and parallelism configs ------------------------------------
+ *
+ * Newer sglang workers publish under a role (e.g. "draft": a speculative-
+ * decoding draft model's ranks, whose registrations must not overwrite the
+ * target model's) and also publish each rank's parallelism config (sglang's
+ * RankParallelismConfig: tp/pp/ep/moe_tp/attn_tp/attn_dp sizes and ranks,
+ * world_size, global_rank, local_rank) as a JSON object.  A segment keeps
+ * both keyed by (rank, role):
+ *  - role NULL, "" and KVC_DEFAULT_ROLE ("target") name the default role,
+ *    whose transfer-engine info is the rank table above (kvc_rank_*);
+ *  - up to KVC_RANK_ROLES - 1 other role names (1..KVC_ROLE_NAME_MAX bytes
+ *    of [A-Za-z0-9._-]), each claimed by the first registration that uses
+ *    it and kept for the segment's life.
+ * Storage, crash consistency (double buffer, one-store publish, seqlock
+ * reads) and process ownership (a worker's entries are withdrawn when it
+ * exits or dies) are those of the rank table.  Thread- and process-safe. */
+
+/* Roles a segment keeps, the default role included. */
+#define KVC_RANK_ROLES 4
+
+/* Longest role name, bytes, excluding the NUL. */
+#define KVC_ROLE_NAME_MAX 31
+
+/* Name of the default role (what a request that names no role means). */
+#define KVC_DEFAULT_ROLE "target"
+
+/* Check a role name (NULL and "" are the default role).
+ * Errors: KVC_E_INVAL naming the bad byte or the length. */
+kvc_err kvc_role_check(const char *role);
+
+/* kvc_rank_register() under a role (claimed if new).  The default role is
+ * exactly kvc_rank_register().  Errors: those of kvc_rank_register(),
+ * KVC_E_INVAL (bad role name), KVC_E_FULL (KVC_RANK_ROLES roles in use). */
+kvc_err kvc_role_register(kvc_segment *seg, const char *role, uint32_t rank, const char *session_id,
+                          const char *info_json, size_t info_len, uint64_t *gen_out);
+
+/* kvc_rank_register_validated() under a role (kvcoordd). */
+kvc_err kvc_role_register_validated(kvc_segment *seg, const char *role, uint32_t rank,
+                                    const char *session_id, const char *info_json, size_t info_len,
+                                    uint32_t entries, uint64_t *gen_out);
+
+/* kvc_rank_lookup() under a role.  Errors: those of kvc_rank_lookup();
+ * KVC_E_NOENT also for a role no registration has used. */
+kvc_err kvc_role_lookup(kvc_segment *seg, const char *role, uint32_t rank, kvc_rank_info *out);
+
+/* kvc_rank_withdraw() under a role.  Errors: those of kvc_rank_withdraw(). */
+kvc_err kvc_role_withdraw(kvc_segment *seg, const char *role, uint32_t rank, const char *note);
+
+/* Store rank's parallelism config under role: config_json/config_len, a
+ * JSON object (validated; stored byte for byte), at most max info bytes.
+ * Re-registration overwrites and bumps the entry's generation (identical
+ * bytes change nothing).  Wakes kvc_rank_wait_change()ers.
+ * Errors: KVC_E_INVAL (NULL, bad role, not a JSON object), KVC_E_CAPACITY,
+ * KVC_E_TOOBIG, KVC_E_FULL (arena or role table full), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_parallelism_register(kvc_segment *seg, const char *role, uint32_t rank,
+                                 const char *config_json, size_t config_len, uint64_t *gen_out);
+
+/* Read rank's parallelism config under role into *out (lock-free, as
+ * kvc_rank_lookup()): out->info holds the JSON object, out->session_id is
+ * "", out->entries its top-level keys.  Errors: those of kvc_rank_lookup()
+ * (KVC_E_NOENT: none stored for that rank and role). */
+kvc_err kvc_parallelism_lookup(kvc_segment *seg, const char *role, uint32_t rank,
+                               kvc_rank_info *out);
+
+/* Names of the roles in use, the default role first, into
+ * names[0..cap-1]; *count receives how many are in use.  Lock-free.
+ * Errors: KVC_E_INVAL (NULL). */
+kvc_err kvc_role_names(kvc_segment *seg, char (*names)[KVC_ROLE_NAME_MAX + 1], size_t cap,
+                       size_t *count);
 
 /* ---- Rooms: KVPoll state and failure records -------------------------
  *

@@ -38,9 +38,11 @@ import enum as _enum
 from . import _kvcoord
 from ._kvcoord import (
     DEFAULT_PORT,
+    DEFAULT_ROLE,
     FAILURE_RING,
     LAYOUT_VERSION,
     NAME_MAX,
+    RANK_ROLES,
     REASON_MAX,
     ROOM_MAX_PARTICIPANTS,
     SESSION_ID_MAX,
@@ -71,7 +73,7 @@ __all__ = [
     "Error", "NotFoundError", "WithdrawnError", "InvalidArgumentError", "WaitTimeoutError",
     "SegmentNotFoundError", "ForkedSegmentError", "name_for_port", "name_check", "unlink",
     "strerror", "wait_status_text", "UNKNOWN_REASON", "VERSION", "LAYOUT_VERSION",
-    "DEFAULT_PORT",
+    "DEFAULT_PORT", "DEFAULT_ROLE", "RANK_ROLES",
 ]
 
 
@@ -151,6 +153,10 @@ class Segment(_kvcoord.Segment):
         if self.closed:
             return "<kvcoord.Segment closed>"
         return f"<kvcoord.Segment {self.name!r} role={self.role} rank={self.rank}>"
+
+    def parallelism_config(self, rank, role=None):
+        """rank's parallelism config under role, as a dict.  Errors as parallelism_lookup()."""
+        return self.parallelism_lookup(rank, role).weights_info_dict
 
     def room_state(self, room, rank=None):
         """The room's KVPoll (minimum over participants).  Errors as room_get()."""

@@ -195,8 +195,11 @@ static PyObject *mod_unlink(PyObject *m, PyObject *arg)
     Py_DECREF(Py_None);
     const char *name = PyUnicode_AsUTF8(arg);
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = kvc_unlink(name);
-    Py_END_ALLOW_THREADS if (e) return kvcpy_raise(e, 1);
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_unlink(name);
+    Py_END_ALLOW_THREADS
+    if (e)
+        return kvcpy_raise(e, 1);
     Py_RETURN_NONE;
 }
 
@@ -329,7 +332,9 @@ static int add_constants(PyObject *m)
            PyModule_AddIntConstant(m, "SESSION_ID_MAX", KVC_SESSION_ID_MAX) ||
            PyModule_AddIntConstant(m, "REASON_MAX", KVC_REASON_MAX) ||
            PyModule_AddIntConstant(m, "ROOM_MAX_PARTICIPANTS", KVC_ROOM_MAX_PARTICIPANTS) ||
-           PyModule_AddIntConstant(m, "FAILURE_RING", KVC_FAILURE_RING);
+           PyModule_AddIntConstant(m, "FAILURE_RING", KVC_FAILURE_RING) ||
+           PyModule_AddIntConstant(m, "RANK_ROLES", KVC_RANK_ROLES) ||
+           PyModule_AddStringConstant(m, "DEFAULT_ROLE", KVC_DEFAULT_ROLE);
 }
 
 PyMODINIT_FUNC PyInit__kvcoord(void);

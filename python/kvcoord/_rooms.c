@@ -179,16 +179,18 @@ static int conv_role(PyObject *o, void *out)
 }
 
 /* Run a void-result room call: enter, release the GIL, leave, raise. */
-#define ROOM_CALL(s, call)                       \
-    do {                                         \
-        kvc_segment *g = kvcpy_seg_enter(s);     \
-        if (!g)                                  \
-            return NULL;                         \
-        kvc_err e_;                              \
-        Py_BEGIN_ALLOW_THREADS e_ = (call);      \
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s); \
-        if (e_)                                  \
-            return kvcpy_raise(e_, 0);           \
+#define ROOM_CALL(s, call)                   \
+    do {                                     \
+        kvc_segment *g = kvcpy_seg_enter(s); \
+        if (!g)                              \
+            return NULL;                     \
+        kvc_err e_;                          \
+        Py_BEGIN_ALLOW_THREADS               \
+        e_ = (call);                         \
+        Py_END_ALLOW_THREADS                 \
+        kvcpy_seg_leave(s);                  \
+        if (e_)                              \
+            return kvcpy_raise(e_, 0);       \
     } while (0)
 
 #define THREADS "Thread- and process-safe; releases the GIL while in the library."
@@ -307,8 +309,10 @@ PyObject *kvcpy_room_wait(SegmentObject *s, PyObject *args, PyObject *kw)
             return NULL;
         uint32_t ms = kvcpy_slice_ms(deadline);
         kvc_err e;
-        Py_BEGIN_ALLOW_THREADS e = kvc_room_wait(g, room, asking, (kvc_poll)known, ms, &ri);
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+        Py_BEGIN_ALLOW_THREADS
+        e = kvc_room_wait(g, room, asking, (kvc_poll)known, ms, &ri);
+        Py_END_ALLOW_THREADS
+        kvcpy_seg_leave(s);
         if (e == KVC_OK)
             return room_new(&ri);
         if (e != KVC_E_TIMEDOUT)
@@ -432,8 +436,10 @@ PyObject *kvcpy_room_sync(SegmentObject *s, PyObject *args, PyObject *kw)
     if (!g)
         goto done;
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = sync_rooms(g, rank, n, rooms, states, out, &failed_at);
-    Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+    Py_BEGIN_ALLOW_THREADS
+    e = sync_rooms(g, rank, n, rooms, states, out, &failed_at);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
     if (e) {
         kvcpy_raise(e, 0);
         goto done;
@@ -482,8 +488,10 @@ PyObject *kvcpy_room_list(SegmentObject *s, PyObject *args, PyObject *kw)
             return NULL;
         }
         kvc_err e;
-        Py_BEGIN_ALLOW_THREADS e = kvc_room_list(g, filter, v, cap, &count);
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+        Py_BEGIN_ALLOW_THREADS
+        e = kvc_room_list(g, filter, v, cap, &count);
+        Py_END_ALLOW_THREADS
+        kvcpy_seg_leave(s);
         if (e) {
             PyMem_Free(v);
             return kvcpy_raise(e, 0);
@@ -529,8 +537,10 @@ PyObject *kvcpy_failures(SegmentObject *s, PyObject *args, PyObject *kw)
         return NULL;
     }
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = kvc_failures_recent(g, v, (size_t)limit, &count);
-    Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_failures_recent(g, v, (size_t)limit, &count);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
     PyObject *list = e ? kvcpy_raise(e, 0) : PyList_New((Py_ssize_t)count);
     for (size_t i = 0; list && i < count; i++) {
         PyObject *o = failure_new(&v[i]);
@@ -588,8 +598,10 @@ PyObject *kvcpy_procs(SegmentObject *s, PyObject *unused)
             return NULL;
         }
         kvc_err e;
-        Py_BEGIN_ALLOW_THREADS e = kvc_proc_list(g, v, cap, &count);
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+        Py_BEGIN_ALLOW_THREADS
+        e = kvc_proc_list(g, v, cap, &count);
+        Py_END_ALLOW_THREADS
+        kvcpy_seg_leave(s);
         if (e) {
             PyMem_Free(v);
             return kvcpy_raise(e, 0);

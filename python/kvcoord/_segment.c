@@ -33,7 +33,8 @@ kvc_segment *kvcpy_seg_enter(SegmentObject *s)
         return (kvc_segment *)closed_error();
     if (pthread_rwlock_tryrdlock(&s->use) != 0) {
         /* close() holds it: wait without the GIL (close needs it to finish) */
-        Py_BEGIN_ALLOW_THREADS pthread_rwlock_rdlock(&s->use);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_rdlock(&s->use);
         Py_END_ALLOW_THREADS
     }
     if (!s->seg) {
@@ -74,10 +75,13 @@ static void seg_close_handle(SegmentObject *s)
         kvc_close(g);
         return;
     }
-    Py_BEGIN_ALLOW_THREADS pthread_rwlock_wrlock(&s->use);
-    Py_END_ALLOW_THREADS kvc_segment *g = s->seg;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&s->use);
+    Py_END_ALLOW_THREADS
+    kvc_segment *g = s->seg;
     s->seg = NULL;
-    Py_BEGIN_ALLOW_THREADS kvc_close(g);
+    Py_BEGIN_ALLOW_THREADS
+    kvc_close(g);
     pthread_rwlock_unlock(&s->use);
     Py_END_ALLOW_THREADS
 }
@@ -253,9 +257,10 @@ static int seg_init(SegmentObject *s, PyObject *args, PyObject *kw)
     }
     kvc_segment *g = NULL;
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = kvc_open(&o, &g);
-    Py_END_ALLOW_THREADS if (e)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_open(&o, &g);
+    Py_END_ALLOW_THREADS
+    if (e) {
         kvcpy_raise(e, 1);
         return -1;
     }
@@ -334,11 +339,12 @@ static const char *session_id_str(PyObject *o)
 
 static PyObject *seg_register(SegmentObject *s, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"rank", "session_id", "weights_info_dict", NULL};
+    static char *kwlist[] = {"rank", "session_id", "weights_info_dict", "role", NULL};
     uint32_t rank;
     PyObject *sido, *info;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO", kwlist, kvcpy_conv_rank, &rank, &sido,
-                                     &info))
+    const char *role = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO|$z", kwlist, kvcpy_conv_rank, &rank, &sido,
+                                     &info, &role))
         return NULL;
     const char *sid = session_id_str(sido);
     Py_buffer view;
@@ -351,8 +357,10 @@ static PyObject *seg_register(SegmentObject *s, PyObject *args, PyObject *kw)
     }
     uint64_t gen = 0;
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = kvc_rank_register(g, rank, sid, view.buf, (size_t)view.len, &gen);
-    Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_role_register(g, role, rank, sid, view.buf, (size_t)view.len, &gen);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
     PyBuffer_Release(&view);
     if (e)
         return kvcpy_raise(e, 0);
@@ -366,13 +374,98 @@ static int lookup(SegmentObject *s, uint32_t rank, kvc_rank_info *ri)
     if (!g)
         return -1;
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = kvc_rank_lookup(g, rank, ri);
-    Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_rank_lookup(g, rank, ri);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
     if (e) {
         kvcpy_raise(e, 0);
         return -1;
     }
     return 0;
+}
+
+/* Lookup under a role (kind 0) or of a parallelism config (kind 1). */
+static PyObject *lookup_kind(SegmentObject *s, PyObject *args, PyObject *kw, int kind)
+{
+    static char *kwlist[] = {"rank", "role", NULL};
+    uint32_t rank;
+    const char *role = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z", kwlist, kvcpy_conv_rank, &rank, &role))
+        return NULL;
+    kvc_segment *g = kvcpy_seg_enter(s);
+    if (!g)
+        return NULL;
+    kvc_rank_info ri = {0};
+    kvc_err e;
+    Py_BEGIN_ALLOW_THREADS
+    e = kind ? kvc_parallelism_lookup(g, role, rank, &ri) : kvc_role_lookup(g, role, rank, &ri);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
+    PyObject *r = e ? kvcpy_raise(e, 0) : kvcpy_rankinfo_new(&ri, 1);
+    kvc_rank_info_free(&ri);
+    return r;
+}
+
+static PyObject *seg_role_lookup(SegmentObject *s, PyObject *args, PyObject *kw)
+{
+    return lookup_kind(s, args, kw, 0);
+}
+
+static PyObject *seg_parallelism_lookup(SegmentObject *s, PyObject *args, PyObject *kw)
+{
+    return lookup_kind(s, args, kw, 1);
+}
+
+static PyObject *seg_parallelism_register(SegmentObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"rank", "parallelism_config", "role", NULL};
+    uint32_t rank;
+    PyObject *cfg;
+    const char *role = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|z", kwlist, kvcpy_conv_rank, &rank, &cfg,
+                                     &role))
+        return NULL;
+    Py_buffer view;
+    if (info_bytes(cfg, &view) < 0)
+        return NULL;
+    kvc_segment *g = kvcpy_seg_enter(s);
+    if (!g) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint64_t gen = 0;
+    kvc_err e;
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_parallelism_register(g, role, rank, view.buf, (size_t)view.len, &gen);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
+    PyBuffer_Release(&view);
+    if (e)
+        return kvcpy_raise(e, 0);
+    return PyLong_FromUnsignedLongLong(gen);
+}
+
+static PyObject *seg_roles(SegmentObject *s, PyObject *unused)
+{
+    (void)unused;
+    kvc_segment *g = kvcpy_seg_enter(s);
+    if (!g)
+        return NULL;
+    char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
+    size_t n = 0;
+    kvc_err e = kvc_role_names(g, names, KVC_RANK_ROLES, &n);
+    kvcpy_seg_leave(s);
+    if (e)
+        return kvcpy_raise(e, 0);
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list && i < n && i < KVC_RANK_ROLES; i++) {
+        PyObject *o = PyUnicode_FromString(names[i]);
+        if (!o || PyList_Append(list, o) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(o);
+    }
+    return list;
 }
 
 static PyObject *seg_lookup(SegmentObject *s, PyObject *arg)
@@ -408,8 +501,10 @@ static int wait_rank(SegmentObject *s, uint32_t rank, double timeout, kvc_rank_i
             return -1;
         uint32_t ms = kvcpy_slice_ms(deadline);
         kvc_err e;
-        Py_BEGIN_ALLOW_THREADS e = kvc_rank_wait(g, rank, ms, ri);
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+        Py_BEGIN_ALLOW_THREADS
+        e = kvc_rank_wait(g, rank, ms, ri);
+        Py_END_ALLOW_THREADS
+        kvcpy_seg_leave(s);
         if (e == KVC_OK)
             return 0;
         if (e != KVC_E_TIMEDOUT && e != KVC_E_NOENT && e != KVC_E_WITHDRAWN) {
@@ -477,8 +572,10 @@ static PyObject *seg_ranks(SegmentObject *s, PyObject *args, PyObject *kw)
             return NULL;
         }
         kvc_err e;
-        Py_BEGIN_ALLOW_THREADS e = kvc_rank_list(g, v, cap, &count, withdrawn);
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+        Py_BEGIN_ALLOW_THREADS
+        e = kvc_rank_list(g, v, cap, &count, withdrawn);
+        Py_END_ALLOW_THREADS
+        kvcpy_seg_leave(s);
         if (e) {
             PyMem_Free(v);
             return kvcpy_raise(e, 0);
@@ -494,17 +591,20 @@ static PyObject *seg_ranks(SegmentObject *s, PyObject *args, PyObject *kw)
 
 static PyObject *seg_withdraw(SegmentObject *s, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"rank", "note", NULL};
+    static char *kwlist[] = {"rank", "note", "role", NULL};
     uint32_t rank;
-    const char *note = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z", kwlist, kvcpy_conv_rank, &rank, &note))
+    const char *note = NULL, *role = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z$z", kwlist, kvcpy_conv_rank, &rank, &note,
+                                     &role))
         return NULL;
     kvc_segment *g = kvcpy_seg_enter(s);
     if (!g)
         return NULL;
     kvc_err e;
-    Py_BEGIN_ALLOW_THREADS e = kvc_rank_withdraw(g, rank, note);
-    Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+    Py_BEGIN_ALLOW_THREADS
+    e = kvc_role_withdraw(g, role, rank, note);
+    Py_END_ALLOW_THREADS
+    kvcpy_seg_leave(s);
     if (e)
         return kvcpy_raise(e, 0);
     Py_RETURN_NONE;
@@ -535,8 +635,10 @@ static PyObject *seg_wait_change(SegmentObject *s, PyObject *args, PyObject *kw)
             return NULL;
         uint32_t ms = kvcpy_slice_ms(deadline);
         kvc_err e;
-        Py_BEGIN_ALLOW_THREADS e = kvc_rank_wait_change(g, (uint32_t)seen, ms);
-        Py_END_ALLOW_THREADS kvcpy_seg_leave(s);
+        Py_BEGIN_ALLOW_THREADS
+        e = kvc_rank_wait_change(g, (uint32_t)seen, ms);
+        Py_END_ALLOW_THREADS
+        kvcpy_seg_leave(s);
         if (e == KVC_OK)
             Py_RETURN_TRUE;
         if (deadline >= 0 && kvcpy_now() >= deadline)
@@ -650,8 +752,10 @@ static PyMethodDef seg_methods[] = {
     {"__enter__", (PyCFunction)seg_enter_ctx, METH_NOARGS, "Return self (ValueError if closed)."},
     {"__exit__", (PyCFunction)seg_exit_ctx, METH_VARARGS, "close()."},
     {"register", KW seg_register, METH_VARARGS | METH_KEYWORDS,
-     "register(rank, session_id, weights_info_dict) -> int\n\nPublish rank's transfer-engine "
-     "info; returns the entry's generation (unchanged by an identical re-registration).  "
+     "register(rank, session_id, weights_info_dict, *, role=None) -> int\n\nPublish rank's "
+     "transfer-engine info under role (None or 'target': the default role, i.e. the rank "
+     "table; another name, e.g. 'draft', is claimed on first use, at most 3 per segment); "
+     "returns the entry's generation (unchanged by an identical re-registration).  "
      "weights_info_dict: a dict (encoded as compact JSON, as kvcoordd stores what it "
      "receives) or bytes already holding a JSON object.\nErrors: TypeError (wrong types, "
      "values json cannot encode), ValueError (negative or huge rank, NaN), "
@@ -673,9 +777,28 @@ static PyMethodDef seg_methods[] = {
      "ranks(include_withdrawn=False) -> list[RankInfo]\n\nRegistered entries ascending by rank, "
      "without their weights_info_dict (raw is None).  " THREADS},
     {"withdraw", KW seg_withdraw, METH_VARARGS | METH_KEYWORDS,
-     "withdraw(rank, note=None) -> None\n\nWithdraw rank: lookups then raise WithdrawnError "
-     "with note (at most 127 bytes kept).\nErrors: NotFoundError (not registered), "
+     "withdraw(rank, note=None, *, role=None) -> None\n\nWithdraw rank (under role): "
+     "lookups then raise WithdrawnError with note (at most 127 bytes kept).\nErrors: NotFoundError "
+     "(not registered), "
      "InvalidArgumentError, Error.  " THREADS},
+    {"role_lookup", KW seg_role_lookup, METH_VARARGS | METH_KEYWORDS,
+     "role_lookup(rank, role=None) -> RankInfo\n\nlookup() of rank's transfer-engine info "
+     "under role (None: the default role).\nErrors: those of lookup(); NotFoundError also for "
+     "a role no registration used, InvalidArgumentError for a bad role name.  " THREADS},
+    {"parallelism_register", KW seg_parallelism_register, METH_VARARGS | METH_KEYWORDS,
+     "parallelism_register(rank, parallelism_config, role=None) -> int\n\nStore rank's "
+     "parallelism config (a dict, or bytes holding a JSON object) under role; returns the "
+     "entry's generation.  Stored in the segment like rank info: kvcoordd serves it at GET "
+     "/get_parallelism_config.  A worker's configs are withdrawn with its ranks.\nErrors: as "
+     "register().  " THREADS},
+    {"parallelism_lookup", KW seg_parallelism_lookup, METH_VARARGS | METH_KEYWORDS,
+     "parallelism_lookup(rank, role=None) -> RankInfo\n\nrank's parallelism config under "
+     "role: .weights_info_dict is the config (dict, decoded on first access), .raw its JSON, "
+     ".session_id ''.\nErrors: NotFoundError (a KeyError: none stored), WithdrawnError, "
+     "InvalidArgumentError.  " THREADS},
+    {"roles", (PyCFunction)seg_roles, METH_NOARGS,
+     "roles() -> list[str]\n\nRole names in use in the segment, the default role "
+     "('target') first.  Thread-safe."},
     {"epoch", (PyCFunction)seg_epoch, METH_NOARGS,
      "epoch() -> int\n\nThe rank table's change counter (32 bits, wrapping).  Thread-safe."},
     {"wait_change", KW seg_wait_change, METH_VARARGS | METH_KEYWORDS,

@@ -3,7 +3,7 @@
  * defines it; every structure here lives in the segment and is addressed by
  * offsets (each process maps the segment at its own address).
  *
- *   [kvc_header | kvc_rank_entry x max_ranks | kvc_proc x max_procs |
+ *   [kvc_header | kvc_rank_entry x max_ranks x KVC_RANK_TABLES | kvc_proc x max_procs |
  *    kvc_room x room_slots | kvc_failure_rec x KVC_FAILURE_RING |
  *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
  *
@@ -35,6 +35,14 @@ typedef struct kvc_lock {
     _Atomic uint64_t owner_start; /* owner's start time, clock ticks since boot */
     _Atomic uint64_t recoveries;  /* EOWNERDEAD recoveries of this lock */
 } kvc_lock;
+
+/* The rank entries form KVC_RANK_TABLES tables of max_ranks entries each:
+ * table kind * KVC_RANK_ROLES + role holds, for role index `role` (0 = the
+ * default role), the transfer-engine info (kind 0) or the parallelism
+ * config (kind 1) of every rank.  Table 0 is the rank table.  All of them
+ * share the ranks lock, the arena and the rank epoch. */
+#define KVC_RANK_TABLES (2 * KVC_RANK_ROLES)
+#define KVC_TABLE_PARALLELISM KVC_RANK_ROLES /* kind 1's first table */
 
 enum kvc_lock_id { KVC_LOCK_RANKS = 0, KVC_LOCK_PROCS = 1, KVC_LOCK_ROOMS = 2, KVC_LOCK_COUNT = 3 };
 
@@ -172,6 +180,12 @@ typedef struct kvc_header {
     _Atomic uint64_t arena_used_blocks; /* derived; rebuilt by recovery */
     _Atomic uint32_t ranks_registered;  /* derived; rebuilt by recovery */
     _Atomic uint32_t room_epoch;        /* futex word: bumped on every room change */
+    /* roles: names of the role tables in use (role_names[0] is
+     * KVC_DEFAULT_ROLE); a name is written before roles_used counts it,
+     * under the ranks lock, and never changes afterwards */
+    _Atomic uint32_t roles_used;
+    uint32_t pad_roles;
+    char role_names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
     /* rooms */
     uint32_t max_rooms;
     uint32_t room_slots; /* power of two >= max_rooms * 5 / 4 */

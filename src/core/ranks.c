@@ -34,11 +34,33 @@ static kvc_err check_rank(const kvc_segment *seg, uint32_t rank)
     return KVC_OK;
 }
 
+kvc_rank_entry *kvc__rank_entry(kvc_segment *seg, unsigned table, uint32_t rank)
+{
+    return &seg->ranks[(uint64_t)table * seg->hdr->max_ranks + rank];
+}
+
+/* What an entry is, for messages: "rank 3", "rank 3 (role draft)",
+ * "the parallelism config of rank 3 (role target)". */
+static const char *label(kvc_segment *seg, unsigned table, uint32_t rank, char *buf, size_t cap)
+{
+    unsigned role = table % KVC_RANK_ROLES;
+    if (table == 0)
+        snprintf(buf, cap, "rank %u", rank);
+    else if (table < KVC_TABLE_PARALLELISM)
+        snprintf(buf, cap, "rank %u (role %s)", rank, seg->hdr->role_names[role]);
+    else
+        snprintf(buf, cap, "the parallelism config of rank %u (role %s)", rank,
+                 seg->hdr->role_names[role]);
+    return buf;
+}
+
 static bool slot_sane(const kvc_segment *seg, const kvc_rank_slot *sl)
 {
     if (sl->state != KVC_RANK_REGISTERED)
         return sl->state == KVC_RANK_EMPTY || sl->state == KVC_RANK_WITHDRAWN;
-    return sl->session_len >= 1 && sl->session_len <= KVC_SESSION_ID_MAX &&
+    /* session_len 0: a parallelism config (the rank table's entries are
+     * refused an empty session_id before they are ever written) */
+    return sl->session_len <= KVC_SESSION_ID_MAX &&
            kvc__arena_range_ok(seg, sl->blob_off, sl->blob_blocks) &&
            sl->info_len <= seg->hdr->max_info_bytes &&
            sl->session_len + sl->info_len <= sl->blob_blocks * KVC_BLOCK;
@@ -52,7 +74,8 @@ static void ranks_recover(kvc_segment *seg, int id)
     kvc_header *h = seg->hdr;
     uint32_t registered = 0;
     kvc__arena_clear_all(seg);
-    for (uint32_t r = 0; r < h->max_ranks; r++) {
+    /* Every table's blobs are in the arena; only the rank table counts. */
+    for (uint64_t r = 0; r < (uint64_t)h->max_ranks * KVC_RANK_TABLES; r++) {
         kvc_rank_entry *e = &seg->ranks[r];
         uint64_t seq = atomic_load(&e->seq);
         /* Odd: the writer died inside the publish window.  The active index
@@ -74,7 +97,7 @@ static void ranks_recover(kvc_segment *seg, int id)
             continue;
         }
         kvc__arena_mark(seg, sl->blob_off, sl->blob_blocks);
-        registered++;
+        registered += r < h->max_ranks;
     }
     atomic_store(&h->ranks_registered, registered);
     atomic_fetch_add(&h->rank_epoch, 1);
@@ -164,9 +187,11 @@ static kvc_err grow(kvc_rank_info *out, size_t need)
 }
 
 /* Read rank's published half (and its blob when want_info) consistently. */
-static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, bool want_info)
+static kvc_err read_entry(kvc_segment *seg, unsigned table, uint32_t rank, kvc_rank_info *out,
+                          bool want_info)
 {
-    kvc_rank_entry *e = &seg->ranks[rank];
+    kvc_rank_entry *e = kvc__rank_entry(seg, table, rank);
+    char what[KVC_ROLE_NAME_MAX + 64];
     int spins = 0;
     for (;;) {
         kvc_rank_slot sl;
@@ -180,8 +205,8 @@ static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, b
         if (r)
             continue;
         if (!slot_sane(seg, &sl))
-            return kvc__fail(KVC_E_CORRUPT, "rank %u of segment %s has an invalid descriptor", rank,
-                             seg->name);
+            return kvc__fail(KVC_E_CORRUPT, "%s of segment %s has an invalid descriptor",
+                             label(seg, table, rank, what, sizeof what), seg->name);
         if (sl.state == KVC_RANK_REGISTERED && want_info) {
             kvc_err err = grow(out, sl.info_len + 1);
             if (err)
@@ -196,10 +221,12 @@ static kvc_err read_entry(kvc_segment *seg, uint32_t rank, kvc_rank_info *out, b
             continue; /* the blob may have been reused meanwhile */
         fill_meta(out, rank, &sl);
         if (sl.state == KVC_RANK_EMPTY)
-            return kvc__fail(KVC_E_NOENT, "rank %u is not registered", rank);
+            return kvc__fail(KVC_E_NOENT, "%s is not registered",
+                             label(seg, table, rank, what, sizeof what));
         if (sl.state == KVC_RANK_WITHDRAWN) {
             out->session_id[0] = '\0';
-            return kvc__fail(KVC_E_WITHDRAWN, "rank %u was withdrawn: %s", rank, sl.note);
+            return kvc__fail(KVC_E_WITHDRAWN, "%s was withdrawn: %s",
+                             label(seg, table, rank, what, sizeof what), sl.note);
         }
         out->session_id[sl.session_len] = '\0';
         if (want_info) {
@@ -215,7 +242,7 @@ KVC_API kvc_err kvc_rank_lookup(kvc_segment *seg, uint32_t rank, kvc_rank_info *
     KVC_ARG(seg);
     KVC_ARG(out);
     kvc_err e = check_rank(seg, rank);
-    return e ? e : read_entry(seg, rank, out, true);
+    return e ? e : read_entry(seg, 0, rank, out, true);
 }
 
 KVC_API void kvc_rank_info_free(kvc_rank_info *ri)
@@ -265,7 +292,7 @@ KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_
         /* Epoch first, then the entry: a registration in between changes
          * the epoch, so the futex wait below returns at once (no lost wake). */
         uint32_t ep = kvc_rank_epoch(seg);
-        e = read_entry(seg, rank, out, true);
+        e = read_entry(seg, 0, rank, out, true);
         if (e != KVC_E_NOENT && e != KVC_E_WITHDRAWN)
             return e;
         uint64_t now = kvc__mono_ns();
@@ -287,7 +314,7 @@ KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, 
     size_t n = 0;
     for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
         kvc_rank_info tmp = {0};
-        kvc_err e = read_entry(seg, r, &tmp, false);
+        kvc_err e = read_entry(seg, 0, r, &tmp, false);
         if (e == KVC_OK || (e == KVC_E_WITHDRAWN && include_withdrawn)) {
             if (n < cap) {
                 char *info = out[n].info;
@@ -306,20 +333,20 @@ KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, 
 
 /* ---- writing (rank lock held) ---------------------------------------- */
 
-static kvc_err validate_info(const char *json, size_t len, uint32_t *entries)
+static kvc_err validate_json(const char *json, size_t len, const char *what, uint32_t *entries)
 {
     json_error_t jerr;
     json_t *root = json_loadb(json, len, 0, &jerr);
     if (!root)
         return kvc__fail(KVC_E_INVAL,
-                         "weights_info_dict is not valid JSON: %s at line %d, "
+                         "%s is not valid JSON: %s at line %d, "
                          "column %d",
-                         jerr.text, jerr.line, jerr.column);
+                         what, jerr.text, jerr.line, jerr.column);
     bool obj = json_is_object(root);
     *entries = obj ? (uint32_t)json_object_size(root) : 0;
     json_decref(root);
     if (!obj)
-        return kvc__fail(KVC_E_INVAL, "weights_info_dict must be a JSON object");
+        return kvc__fail(KVC_E_INVAL, "%s must be a JSON object", what);
     return KVC_OK;
 }
 
@@ -369,11 +396,11 @@ static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, 
     return !memcmp(blob, sid, sid_len) && !memcmp(blob + sid_len, info, info_len);
 }
 
-static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *sid, size_t sid_len,
-                                  const char *info, size_t info_len, uint32_t entries,
-                                  const struct origin *o, uint64_t *gen_out)
+static kvc_err write_registration(kvc_segment *seg, unsigned table, uint32_t rank, const char *sid,
+                                  size_t sid_len, const char *info, size_t info_len,
+                                  uint32_t entries, const struct origin *o, uint64_t *gen_out)
 {
-    kvc_rank_entry *e = &seg->ranks[rank];
+    kvc_rank_entry *e = kvc__rank_entry(seg, table, rank);
     uint32_t a = atomic_load(&e->active) & 1;
     kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
     if (same_registration(seg, cur, sid, sid_len, info, info_len, o)) {
@@ -411,7 +438,7 @@ static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *s
     nxt->origin_generation = o->generation;
     snprintf(nxt->origin, sizeof nxt->origin, "%s", o->name);
     KVC_INJECT("reg.slot_written");
-    int delta = cur->state == KVC_RANK_REGISTERED ? 0 : 1;
+    int delta = cur->state == KVC_RANK_REGISTERED || table ? 0 : 1;
     publish(e, a ^ 1);
     retire(seg, cur, delta);
     *gen_out = nxt->generation;
@@ -420,10 +447,10 @@ static kvc_err write_registration(kvc_segment *seg, uint32_t rank, const char *s
 
 /* Lock-free: is rank's published value exactly (sid, info)?  Compares in
  * place through the seqlock; *gen receives its generation when it is. */
-static bool published_equal(kvc_segment *seg, uint32_t rank, const char *sid, size_t sid_len,
-                            const char *info, size_t info_len, uint64_t *gen)
+static bool published_equal(kvc_segment *seg, unsigned table, uint32_t rank, const char *sid,
+                            size_t sid_len, const char *info, size_t info_len, uint64_t *gen)
 {
-    kvc_rank_entry *e = &seg->ranks[rank];
+    kvc_rank_entry *e = kvc__rank_entry(seg, table, rank);
     for (int tries = 0; tries < 4; tries++) {
         kvc_rank_slot sl;
         uint64_t s1;
@@ -468,9 +495,10 @@ static kvc_err check_args(const char *fn, kvc_segment *seg, uint32_t rank, const
     return KVC_OK;
 }
 
-static kvc_err register_checked(kvc_segment *seg, uint32_t rank, const char *session_id,
-                                size_t sid_len, const char *info_json, size_t info_len,
-                                uint32_t entries, const struct origin *o, uint64_t *gen_out)
+static kvc_err register_checked(kvc_segment *seg, unsigned table, uint32_t rank,
+                                const char *session_id, size_t sid_len, const char *info_json,
+                                size_t info_len, uint32_t entries, const struct origin *o,
+                                uint64_t *gen_out)
 {
     kvc_err err = kvc__lock(seg, KVC_LOCK_RANKS);
     if (err)
@@ -478,13 +506,14 @@ static kvc_err register_checked(kvc_segment *seg, uint32_t rank, const char *ses
     KVC_INJECT("reg.locked");
     uint64_t gen = 0;
     uint32_t ep = atomic_load(&seg->hdr->rank_epoch);
-    err = write_registration(seg, rank, session_id, sid_len, info_json, info_len, entries, o, &gen);
+    err = write_registration(seg, table, rank, session_id, sid_len, info_json, info_len, entries, o,
+                             &gen);
     bool changed = atomic_load(&seg->hdr->rank_epoch) != ep;
     kvc__unlock(seg, KVC_LOCK_RANKS);
     if (changed)
         kvc__futex_wake_all(&seg->hdr->rank_epoch);
     if (!err) {
-        if (!o->name[0]) /* the daemon writing a mirror does not serve that rank */
+        if (!o->name[0] && !table) /* a mirror's writer does not serve that rank */
             kvc__proc_set_rank(seg, (int32_t)rank);
         if (gen_out)
             *gen_out = gen;
@@ -502,15 +531,15 @@ KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *s
         return err;
     /* A repeated registration (a client retrying after its timeout) is
      * answered without parsing megabytes of JSON or taking the lock. */
-    if (published_equal(seg, rank, session_id, sid_len, info_json, info_len, &gen)) {
+    if (published_equal(seg, 0, rank, session_id, sid_len, info_json, info_len, &gen)) {
         if (gen_out)
             *gen_out = gen;
         return KVC_OK;
     }
     uint32_t entries;
-    if ((err = validate_info(info_json, info_len, &entries)))
+    if ((err = validate_json(info_json, info_len, "weights_info_dict", &entries)))
         return err;
-    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
+    return register_checked(seg, 0, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
                             gen_out);
 }
 
@@ -529,7 +558,7 @@ KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, con
                          "weights_info_dict is not a JSON object (starts with "
                          "0x%02x, %zu bytes)",
                          info_len ? (unsigned char)info_json[0] : 0u, info_len);
-    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
+    return register_checked(seg, 0, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
                             gen_out);
 }
 
@@ -552,21 +581,23 @@ KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const 
                              "[A-Za-z0-9._-])",
                              origin, (unsigned char)*p);
     uint32_t entries;
-    if ((err = validate_info(info_json, info_len, &entries)))
+    if ((err = validate_json(info_json, info_len, "weights_info_dict", &entries)))
         return err;
     struct origin o = {origin, origin_generation};
-    return register_checked(seg, rank, session_id, sid_len, info_json, info_len, entries, &o,
+    return register_checked(seg, 0, rank, session_id, sid_len, info_json, info_len, entries, &o,
                             gen_out);
 }
 
 /* Publish a withdrawal of rank (lock held). */
-static kvc_err withdraw_locked(kvc_segment *seg, uint32_t rank, const char *note)
+static kvc_err withdraw_locked(kvc_segment *seg, unsigned table, uint32_t rank, const char *note)
 {
-    kvc_rank_entry *e = &seg->ranks[rank];
+    kvc_rank_entry *e = kvc__rank_entry(seg, table, rank);
     uint32_t a = atomic_load(&e->active) & 1;
     kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
+    char what[KVC_ROLE_NAME_MAX + 64];
     if (cur->state != KVC_RANK_REGISTERED)
-        return kvc__fail(KVC_E_NOENT, "rank %u is not registered", rank);
+        return kvc__fail(KVC_E_NOENT, "%s is not registered",
+                         label(seg, table, rank, what, sizeof what));
     memset(nxt, 0, sizeof *nxt);
     nxt->state = KVC_RANK_WITHDRAWN;
     nxt->generation = cur->generation + 1;
@@ -577,17 +608,24 @@ static kvc_err withdraw_locked(kvc_segment *seg, uint32_t rank, const char *note
     memcpy(nxt->origin, cur->origin, sizeof nxt->origin); /* a mirror says whose it was */
     nxt->origin_generation = cur->origin_generation;
     publish(e, a ^ 1);
-    retire(seg, cur, -1);
+    retire(seg, cur, table ? 0 : -1);
     return KVC_OK;
 }
 
 KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *note)
 {
     KVC_ARG(seg);
+    return kvc__entry_withdraw(seg, 0, rank, note);
+}
+
+kvc_err kvc__entry_withdraw(kvc_segment *seg, unsigned table, uint32_t rank, const char *note)
+{
+    if (!seg)
+        return kvc__fail(KVC_E_INVAL, "kvc_rank_withdraw: NULL argument");
     kvc_err err = check_rank(seg, rank);
     if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
         return err;
-    err = withdraw_locked(seg, rank, note);
+    err = withdraw_locked(seg, table, rank, note);
     kvc__unlock(seg, KVC_LOCK_RANKS);
     if (!err)
         kvc__futex_wake_all(&seg->hdr->rank_epoch);
@@ -601,16 +639,18 @@ kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start, 
     if (err)
         return err;
     size_t n = 0;
-    for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
-        kvc_rank_entry *e = &seg->ranks[r];
-        const kvc_rank_slot *cur = &e->slot[atomic_load(&e->active) & 1];
-        if (cur->state != KVC_RANK_REGISTERED || !cur->owned || cur->pid != pid ||
-            (start && cur->pid_start != start))
-            continue;
-        char note[KVC_NOTE_MAX + 1];
-        snprintf(note, sizeof note, "rank %u's process %d %s", r, (int)pid, how);
-        if (withdraw_locked(seg, r, note) == KVC_OK)
-            n++;
+    for (unsigned t = 0; t < KVC_RANK_TABLES; t++) {
+        for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
+            const kvc_rank_entry *e = kvc__rank_entry(seg, t, r);
+            const kvc_rank_slot *cur = &e->slot[atomic_load(&e->active) & 1];
+            if (cur->state != KVC_RANK_REGISTERED || !cur->owned || cur->pid != pid ||
+                (start && cur->pid_start != start))
+                continue;
+            char note[KVC_NOTE_MAX + 1];
+            snprintf(note, sizeof note, "rank %u's process %d %s", r, (int)pid, how);
+            if (withdraw_locked(seg, t, r, note) == KVC_OK && t == 0)
+                n++; /* counted: the rank table's; the others follow it */
+        }
     }
     kvc__unlock(seg, KVC_LOCK_RANKS);
     if (n)
@@ -618,4 +658,52 @@ kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start, 
     if (withdrawn)
         *withdrawn = n;
     return KVC_OK;
+}
+
+/* ---- entry-level calls for the role and parallelism tables (roles.c) ---- */
+
+kvc_err kvc__entry_lookup(kvc_segment *seg, unsigned table, uint32_t rank, kvc_rank_info *out)
+{
+    if (!seg || !out)
+        return kvc__fail(KVC_E_INVAL, "lookup: NULL argument");
+    kvc_err e = check_rank(seg, rank);
+    return e ? e : read_entry(seg, table, rank, out, true);
+}
+
+kvc_err kvc__entry_register(kvc_segment *seg, unsigned table, uint32_t rank, const char *session_id,
+                            const char *json, size_t len, int validated, uint32_t entries,
+                            uint64_t *gen_out)
+{
+    size_t sid_len = 0;
+    uint64_t gen;
+    kvc_err err;
+    if (table >= KVC_TABLE_PARALLELISM) { /* no session_id: only the JSON object */
+        if (!seg || !json)
+            return kvc__fail(KVC_E_INVAL, "kvc_parallelism_register: NULL argument");
+        if ((err = check_rank(seg, rank)))
+            return err;
+        if (len > seg->hdr->max_info_bytes)
+            return kvc__fail(KVC_E_TOOBIG,
+                             "parallelism config of rank %u is %zu bytes; the segment's max "
+                             "info bytes is %llu",
+                             rank, len, (unsigned long long)seg->hdr->max_info_bytes);
+        session_id = "";
+    } else if ((err =
+                    check_args("kvc_role_register", seg, rank, session_id, json, len, &sid_len))) {
+        return err;
+    }
+    if (published_equal(seg, table, rank, session_id, sid_len, json, len, &gen)) {
+        if (gen_out)
+            *gen_out = gen;
+        return KVC_OK;
+    }
+    if (validated && (len < 2 || json[0] != '{' || json[len - 1] != '}'))
+        return kvc__fail(KVC_E_INVAL, "not a JSON object (%zu bytes)", len);
+    if (!validated &&
+        (err = validate_json(
+             json, len, table >= KVC_TABLE_PARALLELISM ? "parallelism_config" : "weights_info_dict",
+             &entries)))
+        return err;
+    return register_checked(seg, table, rank, session_id, sid_len, json, len, entries, &LOCAL,
+                            gen_out);
 }

@@ -95,7 +95,8 @@ static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint3
     while (g.room_slots < (uint64_t)max_rooms * 5 / 4)
         g.room_slots *= 2;
     g.ranks_off = ALIGN_UP(sizeof(kvc_header), KVC_ALIGN);
-    g.procs_off = ALIGN_UP(g.ranks_off + (uint64_t)max_ranks * sizeof(kvc_rank_entry), KVC_ALIGN);
+    g.procs_off = ALIGN_UP(
+        g.ranks_off + (uint64_t)max_ranks * KVC_RANK_TABLES * sizeof(kvc_rank_entry), KVC_ALIGN);
     g.rooms_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
     g.failures_off = ALIGN_UP(g.rooms_off + (uint64_t)g.room_slots * sizeof(kvc_room), KVC_ALIGN);
     g.bitmap_off =
@@ -212,6 +213,8 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     h->arena_off = g->arena_off;
     h->created_ns = kvc__now_ns();
     atomic_store(&h->updated_ns, h->created_ns);
+    snprintf(h->role_names[0], sizeof h->role_names[0], "%s", KVC_DEFAULT_ROLE);
+    atomic_store(&h->roles_used, 1);
     for (int i = 0; i < KVC_LOCK_COUNT; i++) {
         kvc_err e = init_mutex(&h->locks[i].mutex);
         if (e)

@@ -301,9 +301,8 @@ static void peek_fill(kvc_rank_peek *o, uint64_t seq, uint32_t active, const kvc
 }
 
 /* Seqlock read with at most spins retries of an odd counter. */
-static kvc_err peek(kvc_segment *seg, uint32_t rank, kvc_rank_peek *out, int spins)
+static kvc_err peek_entry(kvc_rank_entry *e, uint32_t rank, kvc_rank_peek *out, int spins)
 {
-    kvc_rank_entry *e = &seg->ranks[rank];
     for (int tries = 0;; tries++) {
         uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
         uint32_t a = atomic_load_explicit(&e->active, memory_order_acquire);
@@ -322,6 +321,11 @@ static kvc_err peek(kvc_segment *seg, uint32_t rank, kvc_rank_peek *out, int spi
         }
         sched_yield();
     }
+}
+
+static kvc_err peek(kvc_segment *seg, uint32_t rank, kvc_rank_peek *out, int spins)
+{
+    return peek_entry(&seg->ranks[rank], rank, out, spins);
 }
 
 kvc_err kvc__rank_peek(kvc_segment *seg, uint32_t rank, kvc_rank_peek *out)
@@ -530,7 +534,8 @@ static const char *slot_problem(const kvc_segment *seg, const kvc_rank_peek *p)
         return "state is not empty, registered or withdrawn";
     if (p->state != KVC_RANK_REGISTERED)
         return NULL;
-    if (p->session_len < 1 || p->session_len > KVC_SESSION_ID_MAX)
+    /* 0: a parallelism config (kept in the other rank tables) */
+    if (p->session_len > KVC_SESSION_ID_MAX)
         return "session_id length out of range";
     if (p->blob_blocks == 0 || !kvc__arena_range_ok(seg, p->blob_off, p->blob_blocks))
         return "info blob outside the arena";
@@ -576,6 +581,26 @@ static void scan_rank(check *ck, rank_scan *rs, uint32_t r, enum access a)
                 "is not running: lookups hand out a dead session until it is reaped (by kvcoordd "
                 "or `repair`)",
                 r, (int)p.pid);
+}
+
+/* The role and parallelism tables (layout.h): their blobs share the arena,
+ * so they count as published info; their descriptors must be valid too. */
+static void scan_other_tables(check *ck, rank_scan *rs, enum access a)
+{
+    uint32_t max = ck->seg->hdr->max_ranks;
+    for (unsigned t = 1; t < KVC_RANK_TABLES; t++) {
+        for (uint32_t r = 0; r < max; r++) {
+            kvc_rank_peek p;
+            peek_entry(&ck->seg->ranks[(uint64_t)t * max + r], r, &p,
+                       a == UNLOCKED_BUSY ? PEEK_SPINS : 0);
+            const char *why = slot_problem(ck->seg, &p);
+            if (why)
+                problem(ck, &rs->slot, KVC_SEV_BROKEN,
+                        "rank %u of rank table %u: published descriptor invalid: %s", r, t, why);
+            else if (p.state == KVC_RANK_REGISTERED)
+                rs->blobs[rs->nblobs++] = (blob){p.blob_off / KVC_BLOCK, p.blob_blocks, r};
+        }
+    }
 }
 
 static void check_overlap(check *ck, rank_scan *rs)
@@ -655,7 +680,7 @@ static void check_ranks(check *ck)
     const kvc_header *h = ck->seg->hdr;
     enum access a = take(ck, KVC_LOCK_RANKS);
     rank_scan rs = {{"ranks.seq", 0, 0}, {"ranks.slot", 0, 0}, {"ranks.owner", 0, 0}, NULL, 0};
-    rs.blobs = malloc((size_t)h->max_ranks * sizeof *rs.blobs);
+    rs.blobs = malloc((size_t)h->max_ranks * KVC_RANK_TABLES * sizeof *rs.blobs);
     if (!rs.blobs) {
         give(ck, KVC_LOCK_RANKS, a);
         say(ck, KVC_SEV_BROKEN, "ranks.seq", "out of memory checking %u ranks", h->max_ranks);
@@ -663,6 +688,7 @@ static void check_ranks(check *ck)
     }
     for (uint32_t r = 0; r < h->max_ranks; r++)
         scan_rank(ck, &rs, r, a);
+    scan_other_tables(ck, &rs, a);
     settle(ck, &rs.seq, "sequence counters of all %u rank entries are even", h->max_ranks);
     settle(ck, &rs.slot, "published descriptors are valid (%u registered, %u withdrawn)",
            ck->st->ranks_registered, ck->st->ranks_withdrawn);

@@ -28,6 +28,11 @@ import time
 import unittest
 
 ARGS = None
+# The layout version this build reads and writes (kvcoord.h), not a copy.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include",
+                       "kvcoord", "kvcoord.h"), encoding="utf-8") as _h:
+    LAYOUT = int(next(line.split()[2].rstrip("u") for line in _h
+                      if line.startswith("#define KVC_LAYOUT_VERSION ")))
 EXIT_OK, EXIT_DEGRADED, EXIT_BROKEN, EXIT_NO_RDMA, EXIT_USAGE = 0, 1, 2, 3, 64
 COMMANDS = ["status", "ranks", "rooms", "failures", "procs", "locks", "check", "repair",
             "unlink", "rdma", "watch"]
@@ -273,8 +278,8 @@ class Empty(Base):
             self.assertEqual(h["magic_text"], "COKVCRD1")
             self.assertTrue(h["magic_ok"])
             self.assertEqual(h["magic"], "0x31445243564b4f43")
-            self.assertEqual(h["layout_version"], 3)
-            self.assertEqual(h["build_layout_version"], 3)
+            self.assertEqual(h["layout_version"], LAYOUT)
+            self.assertEqual(h["build_layout_version"], LAYOUT)
             self.assertEqual(h["total_bytes"], h["file_bytes"])
             self.assertEqual(h["file_bytes"], os.stat("/dev/shm/" + fx.name).st_size)
             self.assertEqual(h["file_mode"], "0600")
@@ -309,7 +314,7 @@ class Empty(Base):
             rc, out, _ = diag(fx.name, "status")
             self.assertEqual(rc, 0)
             self.assertIn("verdict: healthy", out)
-            self.assertIn("layout version   3 (this build reads 3)", out)
+            self.assertIn("layout version   %d (this build reads %d)" % (LAYOUT, LAYOUT), out)
 
     def test_check_and_lists(self):
         with Fixture("empty") as fx:
@@ -676,9 +681,9 @@ class Unreadable(Base):
                 self.assertTrue(doc["exists"])
                 self.assertEqual(doc["error"]["code"], "KVC_E_VERSION")
                 self.assertIn("layout version 1", doc["error"]["message"])
-                self.assertIn("layout version 3", doc["error"]["message"])
+                self.assertIn("layout version %d" % LAYOUT, doc["error"]["message"])
                 h = doc["header"]
-                self.assertEqual((h["layout_version"], h["build_layout_version"]), (1, 3))
+                self.assertEqual((h["layout_version"], h["build_layout_version"]), (1, LAYOUT))
                 self.assertTrue(h["magic_ok"])
                 self.assertEqual(h["creator_pid"], fx.pid)
                 self.assertFalse(h["creator_alive"])
@@ -686,7 +691,7 @@ class Unreadable(Base):
                 self.assertIn("unlink", doc["error"]["advice"])
             rc, out, err = diag(fx.name, "status")
             self.assertEqual(rc, 2)
-            self.assertIn("layout version  1 (this build reads 3)", out)
+            self.assertIn("layout version  1 (this build reads %d)" % LAYOUT, out)
             self.assertIn("creator         pid %d (dead)" % fx.pid, out)
             rc, _, _ = diag(fx.name, "unlink", "--yes")
             self.assertEqual(rc, 0)
