@@ -80,8 +80,15 @@ wait_healthy() {
     for ((i = 0; i < MEMBERS; i++)); do
         member_pid "$i" >/dev/null || continue
         until curl -fsS -m 2 "$(client_url "$i")/health" 2>/dev/null | grep -q '"health":"true"'; do
-            ((SECONDS < deadline)) || die "member m$i not healthy within ${1:-30} s (see $DIR/m$i.log)"
-            member_pid "$i" >/dev/null || die "member m$i exited (see $DIR/m$i.log)"
+            if ((SECONDS >= deadline)); then
+                printf 'etcd-cluster.sh: member m%d not healthy within %d s (see %s)\n' "$i" \
+                    "${1:-30}" "$DIR/m$i.log" >&2
+                return 1
+            fi
+            if ! member_pid "$i" >/dev/null; then
+                printf 'etcd-cluster.sh: member m%d exited (see %s)\n' "$i" "$DIR/m$i.log" >&2
+                return 1
+            fi
             sleep 0.2
         done
     done
@@ -130,7 +137,11 @@ case $cmd in
         fi
         echo "$PORT" >"$DIR/port"
         for ((i = 0; i < MEMBERS; i++)); do start_member "$i"; done
-        wait_healthy 30
+        if ! wait_healthy 30; then
+            # Leave nothing running behind a failed start (a port taken, say).
+            for ((i = 0; i < MEMBERS; i++)); do stop_member "$i"; done
+            exit 1
+        fi
         endpoints | tee "$DIR/endpoints"
         ;;
     stop)

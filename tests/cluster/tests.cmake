@@ -3,3 +3,12 @@
 kvc_c_test(test_etcd_client LABEL "cluster" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_etcd_client.c)
 target_compile_definitions(test_etcd_client PRIVATE KVC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 set_tests_properties(test_etcd_client PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+
+# Nodes (kvcoordd --etcd) against a real cluster: publish, mirror, leases,
+# conflicts, rooms, members killed, the cluster stopped and restarted, auth.
+add_executable(cluster_probe ${CMAKE_CURRENT_LIST_DIR}/cluster_probe.c)
+target_link_libraries(cluster_probe PRIVATE kvcoord_static)
+add_test(NAME cluster_nodes
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_cluster.py --daemon $<TARGET_FILE:kvcoordd>
+          --worker $<TARGET_FILE:kvcoord-worker> --probe $<TARGET_FILE:cluster_probe>)
+set_tests_properties(cluster_nodes PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""test_cluster.py - kvcoordd's cluster view on a real 3-member etcd
+cluster (Debian's etcd-server) started by the test: ranks registered on
+node A (HTTP and through libkvcoord by a worker) seen with the same bytes
+on node B (HTTP and libkvcoord), the 4 MB stress rank, a SIGKILLed or
+frozen node's entries expiring with its lease, withdrawal, the conflict
+rule, room failures (one record everywhere), etcd members killed, the whole
+etcd cluster stopped and restarted, authentication.
+
+Usage: test_cluster.py --daemon KVCOORDD --worker KVCOORD-WORKER --probe CLUSTER_PROBE
+
+No wall-clock limit is asserted: waits are bounded generously and the
+measured times are printed."""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clusterlib as cl  # noqa: E402
+
+ARGS = None
+ETCD = None
+TTL = 2
+SLACK = 8  # seconds past the TTL a wait may take before the test gives up
+
+
+def setUpModule():
+    global ETCD
+    ETCD = cl.Etcd().start()
+
+
+def tearDownModule():
+    if ETCD:
+        ETCD.close()
+
+
+def info(n, tag):
+    return {"model.layers.%d.w%s" % (i, tag): [0x7F0000000000 + i * 256, 4096, 2]
+            for i in range(n)}
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.nodes = []
+        self.cluster = "t%d-%s" % (os.getpid(), self._testMethodName[5:30].replace("_", "-"))
+        self.tmp = tempfile.mkdtemp(prefix="kvc-cl-")
+
+    def tearDown(self):
+        for n in self.nodes:
+            try:
+                n.stop()
+            except Exception:
+                pass
+            n.unlink()
+        if hasattr(self, "workers"):
+            for w in self.workers:
+                w.kill()
+                w.wait()
+                w.stdout.close()
+
+    def node(self, name, **kw):
+        n = cl.Node(ARGS.daemon, kw.pop("endpoints", ETCD.endpoints), self.cluster, name,
+                    ttl=kw.pop("ttl", TTL), logdir=self.tmp, **kw)
+        self.nodes.append(n)
+        return n.start()
+
+    def visible(self, node, rank, body=None, origin=None):
+        def check():
+            st, b, h = node.lookup(rank)
+            if st != 200:
+                return None
+            if body is not None and b != body:
+                return None
+            if origin is not None and h.get("X-Kvcoord-Origin") != origin:
+                return None
+            return (st, b, h)
+        v, took = cl.wait_for(check, TTL + SLACK)
+        self.assertTrue(v, "rank %d not visible on %s (body/origin as expected) within %d s; "
+                           "last: %r" % (rank, node.name, TTL + SLACK, node.lookup(rank)[:2]))
+        return took
+
+    def gone(self, node, rank):
+        v, took = cl.wait_for(lambda: node.lookup(rank)[0] == 404, TTL + SLACK)
+        self.assertTrue(v, "rank %d still on %s after %d s" % (rank, node.name, TTL + SLACK))
+        return took
+
+
+class Publish(Base):
+    def test_http_and_library_registration_seen_with_same_bytes(self):
+        a, b = self.node("A"), self.node("B")
+        a.register(0, "10.0.0.5:16000", info(40, "x"))
+        st, body_a, _ = a.lookup(0)
+        self.assertEqual(st, 200)
+        took = self.visible(b, 0, body=body_a, origin="A")
+        print("rank 0 (HTTP on A) visible on B after %.3f s" % took)
+        _, _, h = b.lookup(0)
+        self.assertEqual(h["X-Kvcoord-Origin-Generation"], "1")
+        # Through the library on B: same bytes, origin and generation.
+        meta, raw = cl.probe(ARGS.probe, b.segment, 0)
+        self.assertEqual(meta["rc"], "success", meta)
+        self.assertEqual(meta["origin"], "A")
+        self.assertEqual(meta["origin_generation"], 1)
+        self.assertEqual(meta["session_id"], "10.0.0.5:16000")
+        self.assertEqual(json.loads(raw), info(40, "x"))
+        # A worker registering through libkvcoord on A.
+        cl.gen_model("llama-3.1-8b", os.path.join(self.tmp, "llama"), tp=2)
+        f = os.path.join(self.tmp, "llama", "rank-1.json")
+        self.workers = [subprocess.Popen([ARGS.worker, "--segment", a.segment, "--info", f,
+                                          "--rank", "1", "--linger"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)]
+        self.workers[0].stdout.readline()
+        st, body_a1, _ = a.lookup(1)
+        self.assertEqual(st, 200)
+        self.visible(b, 1, body=body_a1, origin="A")
+        meta, raw = cl.probe(ARGS.probe, b.segment, 1)
+        with open(f) as fh:
+            want = json.load(fh)["transfer_engine_info"]
+        self.assertEqual(json.loads(raw), want["weights_info_dict"])
+        # The worker exits: withdrawn on A, then gone on B.
+        self.workers[0].send_signal(signal.SIGTERM)
+        self.workers[0].wait(10)
+        took = self.gone(b, 1)
+        print("worker exit on A -> rank gone on B after %.3f s" % took)
+        # B's view: A is a node, the rank is mirrored, nothing conflicts.
+        v = b.cluster_view()
+        self.assertEqual(sorted(n["node"] for n in v["nodes"]), ["A", "B"])
+        self.assertEqual(v["counts"]["mirrored_ranks"], 1)
+        self.assertEqual(v["conflicts"], [])
+        m = b.metrics()
+        self.assertEqual(m["kvcoord_cluster_etcd_up"], 1)
+        self.assertEqual(m["kvcoord_cluster_mirrored_ranks"], 1)
+
+    def test_stress_rank_4mb_across_nodes(self):
+        a, b = self.node("A"), self.node("B")
+        cl.gen_model("stress", os.path.join(self.tmp, "stress"), tp=1)
+        with open(os.path.join(self.tmp, "stress", "rank-0.json"), "rb") as fh:
+            body = fh.read()
+        self.assertGreater(len(body), 3_500_000)
+        a.register_raw(body)
+        st, body_a, _ = a.lookup(0)
+        took = self.visible(b, 0, body=body_a, origin="A")
+        print("4 MB rank visible on B after %.3f s (%d bytes)" % (took, len(body_a)))
+        m = b.metrics()
+        self.assertGreaterEqual(m["kvcoord_cluster_fetches_total"], 1)
+        self.assertEqual(m["kvcoord_cluster_digest_mismatches_total"], 0)
+        meta, raw = cl.probe(ARGS.probe, b.segment, 0)
+        self.assertEqual(meta["info_len"], len(raw))
+        self.assertIn(raw, body_a)
+
+    def test_withdraw_gone_at_once(self):
+        a, b = self.node("A"), self.node("B")
+        a.register(3, "h:1", info(3, "w"))
+        self.visible(b, 3, origin="A")
+        a.withdraw(3)
+        took = self.gone(b, 3)
+        print("withdraw on A -> gone on B after %.3f s" % took)
+        st, body, _ = b.lookup(3)
+        self.assertIn(b"withdrawn on node A", body)
+
+    def test_wait_on_b_wakes_when_a_registers(self):
+        a, b = self.node("A"), self.node("B")
+        out = {}
+
+        def waiter():
+            out["probe"] = cl.probe(ARGS.probe, b.segment, 7, wait_ms=20000)
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.3)
+        a.register(7, "h:7", info(2, "z"))
+        t.join(30)
+        meta, raw = out["probe"]
+        self.assertEqual(meta["rc"], "success")
+        self.assertEqual(meta["origin"], "A")
+        print("kvc_rank_wait on B woke %.3f s after it started" % (meta["wait_us"] / 1e6))
+
+
+class Leases(Base):
+    def test_sigkill_entries_expire_with_the_lease(self):
+        a, b = self.node("A"), self.node("B")
+        for r in range(4):
+            a.register(r, "h:%d" % r, info(3, "k%d" % r))
+        for r in range(4):
+            self.visible(b, r, origin="A")
+        t0 = time.monotonic()
+        a.kill()
+        for r in range(4):
+            self.gone(b, r)
+        took = time.monotonic() - t0
+        print("SIGKILL A -> its 4 ranks gone from B after %.3f s (TTL %d s)" % (took, TTL))
+        st, body, _ = b.lookup(0)
+        self.assertIn(b"node A left the cluster", body)
+        meta, _ = cl.probe(ARGS.probe, b.segment, 0)
+        self.assertEqual(meta["rc"], "rank withdrawn")
+
+    def test_sigstop_past_ttl_then_republish(self):
+        a, b = self.node("A"), self.node("B")
+        a.register(5, "h:5", info(3, "s"))
+        self.visible(b, 5, origin="A")
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            took = self.gone(b, 5)
+            print("SIGSTOP A -> gone from B after %.3f s" % took)
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        took = self.visible(b, 5, origin="A")
+        print("SIGCONT A -> republished, visible on B after %.3f s" % took)
+        self.assertIn("lease_lost", a.logtext())
+        m = a.metrics()
+        self.assertGreaterEqual(m["kvcoord_cluster_lease_lost_total"], 1)
+        self.assertGreaterEqual(m["kvcoord_cluster_sessions_total"], 2)
+
+    def test_clean_stop_deletes_at_once_and_restart_republishes(self):
+        a, b = self.node("A", ttl=30), self.node("B")
+        a.register(2, "h:2", info(3, "c"))
+        self.visible(b, 2, origin="A")
+        a.stop()
+        took = self.gone(b, 2)  # not 30 s: the lease was revoked
+        print("clean stop of A (TTL 30 s) -> gone from B after %.3f s" % took)
+        a.start()  # same segment: the registration survived
+        self.visible(b, 2, origin="A")
+
+
+class Conflicts(Base):
+    def test_same_rank_on_two_nodes_newest_revision_wins(self):
+        a, b, c = self.node("A"), self.node("B"), self.node("C")
+        a.register(0, "a:1", info(2, "a"))
+        self.visible(b, 0, origin="A")
+        b.register(0, "b:1", info(2, "b"))  # newer revision: B wins everywhere
+        self.visible(a, 0, origin="B")
+        self.visible(c, 0, origin="B")
+        st, body_b, h = b.lookup(0)
+        self.assertNotIn("X-Kvcoord-Origin", h)  # B's own
+        for n in (a, c):
+            self.assertEqual(n.lookup(0)[1], body_b)
+        for n in (a, b, c):
+            v, _ = cl.wait_for(lambda: n.cluster_view()["conflicts"], 5)
+            self.assertEqual(v[0]["rank"], 0)
+            self.assertEqual(v[0]["winner"], "B")
+            self.assertEqual(sorted(v[0]["nodes"].split(",")), ["A", "B"])
+            self.assertEqual(n.metrics()["kvcoord_cluster_conflicts"], 1)
+        # A registers again: now A's is newest.
+        a.register(0, "a:2", info(2, "a2"))
+        self.visible(b, 0, origin="A")
+        self.visible(c, 0, origin="A")
+        # A withdraws: B's record is the only one left, everywhere again
+        # (B's shadowed registration comes back on B).
+        a.withdraw(0)
+        self.visible(c, 0, origin="B")
+        v, _ = cl.wait_for(lambda: b.lookup(0)[0] == 200 and
+                           "X-Kvcoord-Origin" not in b.lookup(0)[2], 5)
+        self.assertTrue(v)
+        self.assertEqual(b.lookup(0)[1], body_b)
+        self.visible(a, 0, origin="B")
+
+
+class Rooms(Base):
+    def test_failure_seen_on_the_other_node_with_its_reason(self):
+        a, b = self.node("A"), self.node("B")
+        a.fail_room(42, 3, "prefill rank 3: transfer to 10.0.0.7:17003 timed out", 110)
+        v, took = cl.wait_for(lambda: b.room(42)[0] == 200, 10)
+        self.assertTrue(v)
+        st, room = b.room(42)
+        self.assertEqual(room["state"], "Failed")
+        f = room["failure"]
+        self.assertEqual(f["origin_rank"], 3)
+        self.assertEqual(f["code"], 110)
+        self.assertEqual(f["reason"], "prefill rank 3: transfer to 10.0.0.7:17003 timed out")
+        print("room failure on A seen on B after %.3f s" % took)
+
+    def test_concurrent_failures_one_record_everywhere(self):
+        a, b, c = self.node("A"), self.node("B"), self.node("C")
+        for room in range(100, 110):
+            go = threading.Barrier(2)
+
+            def fail(n, rank):
+                go.wait()
+                n.fail_room(room, rank, "from %s" % n.name, rank)
+            ts = [threading.Thread(target=fail, args=(a, 1)),
+                  threading.Thread(target=fail, args=(b, 2))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+
+        def same():
+            recs = []
+            for n in (a, b, c):
+                st, r = n.room(room_id)
+                if st != 200 or not r["failure"]:
+                    return False
+                f = r["failure"]
+                recs.append((f["origin_rank"], f["reason"], f["code"]))
+            return len(set(recs)) == 1 and recs[0]
+        winners = {}
+        for room_id in range(100, 110):
+            v, _ = cl.wait_for(same, 10)
+            self.assertTrue(v, "room %d differs: %r" % (room_id, [n.room(room_id) for n in (a, b, c)]))
+            winners[room_id] = v[1]
+            out = ETCD.ctl("get", "/kvcoord/%s/rooms/%d" % (self.cluster, room_id),
+                           "--print-value-only")
+            self.assertEqual(json.loads(out.stdout)["reason"], v[1])
+        print("10 concurrent double failures, winners: %s" % sorted(set(winners.values())))
+
+
+class UnhealthyEtcd(Base):
+    def test_etcd_unreachable_at_start_then_converges(self):
+        dead = "http://127.0.0.1:%d" % cl.free_port()
+        a = self.node("A", endpoints=dead)
+        a.register(0, "h:0", info(2, "u"))
+        self.assertEqual(a.lookup(0)[0], 200)  # serves its own node
+        self.assertTrue(a.healthy())
+        v, _ = cl.wait_for(lambda: "etcd_unreachable" in a.logtext(), 10)
+        self.assertTrue(v)
+        self.assertEqual(a.metrics()["kvcoord_cluster_etcd_up"], 0)
+        self.assertFalse(a.cluster_view()["etcd"]["up"])
+
+    def test_kill_one_member_nothing_lost(self):
+        a, b = self.node("A"), self.node("B")
+        a.register(0, "h:0", info(2, "m0"))
+        self.visible(b, 0, origin="A")
+        ETCD.kill_member(0)
+        try:
+            a.register(1, "h:1", info(2, "m1"))
+            took = self.visible(b, 1, origin="A")
+            print("member 0 killed: registration on A visible on B after %.3f s" % took)
+            time.sleep(TTL + 1)  # leases kept alive through the others
+            self.assertEqual(b.lookup(0)[0], 200)
+            self.assertEqual(b.lookup(1)[0], 200)
+        finally:
+            ETCD.start_member(0)
+
+    def test_all_members_stopped_register_restart_converges(self):
+        a, b = self.node("A"), self.node("B")
+        a.register(0, "h:0", info(2, "q0"))
+        self.visible(b, 0, origin="A")
+        ETCD.stop()
+        try:
+            a.register(1, "h:1", info(2, "q1"))
+            self.assertEqual(a.lookup(1)[0], 200)  # local answers go on
+            self.assertTrue(a.healthy() and b.healthy())
+            v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 0, 10)
+            self.assertTrue(v)
+            # B's mirror of A is dropped once A's lease would have expired.
+            took = self.gone(b, 0)
+            print("etcd down -> B dropped A's mirrored rank after %.3f s" % took)
+            self.assertGreater(b.metrics()["kvcoord_cluster_mirror_dropped_total"], 0)
+        finally:
+            ETCD.restart()
+        t0 = time.monotonic()
+        self.visible(b, 0, origin="A")
+        self.visible(b, 1, origin="A")
+        print("etcd restarted -> B has both of A's ranks after %.3f s" % (time.monotonic() - t0))
+        v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 1, 10)
+        self.assertTrue(v)
+
+
+class Auth(Base):
+    def test_wrong_password_clear_error_nothing_published(self):
+        pw = os.path.join(self.tmp, "pw")
+        bad = os.path.join(self.tmp, "bad")
+        with open(pw, "w") as f:
+            f.write("s3cret\n")
+        with open(bad, "w") as f:
+            f.write("nope\n")
+        self.assertEqual(ETCD.ctl("user", "add", "root:s3cret").returncode, 0)
+        self.assertEqual(ETCD.ctl("auth", "enable").returncode, 0)
+        try:
+            # Every member applies it before the nodes start.
+            for ep in ETCD.endpoints.split(","):
+                v, _ = cl.wait_for(lambda: subprocess.run(
+                    ["etcdctl", "--endpoints=" + ep, "get", "x"], capture_output=True,
+                    env=dict(os.environ, ETCDCTL_API="3")).returncode != 0, 10)
+                self.assertTrue(v)
+            a = self.node("A", extra=["--etcd-user", "root", "--etcd-password-file", bad])
+            b = self.node("B", extra=["--etcd-user", "root", "--etcd-password-file", pw])
+            a.register(0, "h:0", info(2, "p"))
+            v, _ = cl.wait_for(lambda: "invalid user ID or password" in a.logtext(), 10)
+            self.assertTrue(v, a.logtext())
+            self.assertIn("authentication of user 'root' failed", a.logtext())
+            self.assertIn("invalid user ID or password", a.cluster_view()["etcd"]["last_error"])
+            out = ETCD.ctl("get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only",
+                           user="root:s3cret")
+            self.assertNotIn("ranks/A", out.stdout)
+            self.assertNotIn("nodes/A", out.stdout)
+            # The node with the right password publishes.
+            b.register(1, "h:1", info(2, "p1"))
+            v, _ = cl.wait_for(lambda: "ranks/B/1" in ETCD.ctl(
+                "get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only",
+                user="root:s3cret").stdout, 10)
+            self.assertTrue(v)
+        finally:
+            ETCD.ctl("auth", "disable", user="root:s3cret")
+            ETCD.ctl("user", "delete", "root")
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--worker", required=True)
+    p.add_argument("--probe", required=True)
+    ARGS, rest = p.parse_known_args()
+    if not cl.have_etcd():
+        print("SKIP: /usr/bin/etcd not installed (apt-get install etcd-server etcd-client)")
+        return 77
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
