@@ -72,7 +72,9 @@ typedef struct kvt_options {
     kvt_backend backend;         /* default KVT_BACKEND_AUTO */
     const char *listen;          /* "host:port" to accept peers on; port 0 picks a
                                    free one; IPv6 literals in brackets
-                                   ("[::1]:0").  Default "127.0.0.1:0".
+                                   ("[::1]:0"), a bare one is refused; an
+                                   empty host (":0") is every address.
+                                   Default "127.0.0.1:0".
                                    Borrowed for the call only. */
     const char *advertise_host;  /* host put in the session_id when listen's host
                                    is a wildcard (0.0.0.0, ::); NULL: the listen

@@ -15,47 +15,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hostport.h"
 #include "query.h"
 
 int net_parse_addr(const char *spec, char *host, size_t hostcap, uint16_t *port, char *err,
                    size_t errcap)
 {
-    const char *h = spec, *colon;
-    size_t hlen;
-    if (spec[0] == '[') {
-        const char *close = strchr(spec, ']');
-        if (!close || close[1] != ':') {
-            snprintf(err, errcap, "expected [IPV6]:PORT");
-            return -1;
-        }
-        h = spec + 1;
-        hlen = (size_t)(close - h);
-        colon = close + 1;
-    } else {
-        colon = strrchr(spec, ':');
-        if (!colon) {
-            snprintf(err, errcap, "expected ADDR:PORT");
-            return -1;
-        }
-        hlen = (size_t)(colon - spec);
-        if (memchr(spec, ':', hlen)) {
-            snprintf(err, errcap, "an IPv6 address must be in brackets: [ADDR]:PORT");
-            return -1;
-        }
-    }
-    uint64_t v;
-    if (parse_uint(colon + 1, 65535, &v)) {
-        snprintf(err, errcap, "bad port '%s' (expected 0..65535)", colon + 1);
-        return -1;
-    }
-    if (hlen >= hostcap) {
-        snprintf(err, errcap, "address too long");
-        return -1;
-    }
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    *port = (uint16_t)v;
-    return 0;
+    const char *why = kvc__hostport_split(spec, KVC_HOSTPORT_LISTEN, host, hostcap, port);
+    if (why)
+        snprintf(err, errcap, "%s", why);
+    return why ? -1 : 0;
 }
 
 /* "ADDR:PORT" or "[ADDR]:PORT" of a bound socket. */

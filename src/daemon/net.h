@@ -8,7 +8,9 @@
 #include <stdint.h>
 
 /* Parse spec ("127.0.0.1:6789", "[::1]:6789", "localhost:6789",
- * ":6789" for every address) without resolving it.  host receives the
+ * ":6789" for every address) without resolving it, by the project's one
+ * host:port rule (src/common/hostport.h, as a listen address: an empty host
+ * is every address; a bare IPv6 literal is refused).  host receives the
  * address part without brackets (hostcap bytes), *port the port.
  * Returns 0, or -1 with a message in err (errcap bytes). */
 int net_parse_addr(const char *spec, char *host, size_t hostcap, uint16_t *port, char *err,

@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 
 #include "clock.h"
+#include "hostport.h"
 #include "kvcoord/kvcoord.h"
 #include "kvcoord/transfer.h"
 #include "xfer_frame.h"
@@ -264,9 +265,12 @@ struct kvt_engine {
     int pending_sqes;
 };
 
-/* xfer_net.c */
-kvc_err kvt__split_hostport(const char *s, char *host, size_t hcap, uint16_t *port);
-kvc_err kvt__resolve(const char *hostport, struct sockaddr_storage *sa, socklen_t *len);
+/* xfer_net.c: split "host:port" by the project's one rule
+ * (src/common/hostport.h; flags KVC_HOSTPORT_LISTEN for a listen address,
+ * 0 for a peer), and resolve it.  KVC_E_INVAL with the reason. */
+kvc_err kvt__split_hostport(const char *s, unsigned flags, char *host, size_t hcap, uint16_t *port);
+kvc_err kvt__resolve(const char *hostport, unsigned flags, struct sockaddr_storage *sa,
+                     socklen_t *len);
 void kvt__format_session(const struct sockaddr_storage *sa, const char *host, char *out,
                          size_t cap);
 int kvt__first_address(int family, char *out, size_t cap);

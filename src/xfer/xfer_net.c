@@ -1,6 +1,6 @@
 /*
- * xfer_net.c - addresses of the transfer engine: "host:port" parsing (IPv6
- * literals in brackets, or the last colon), resolution, session_id text.
+ * xfer_net.c - addresses of the transfer engine: "host:port" parsing (the
+ * project's one rule, src/common/hostport.h), resolution, session_id text.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -10,54 +10,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostport.h"
 #include "xfer_internal.h"
 
-kvc_err kvt__split_hostport(const char *s, char *host, size_t hcap, uint16_t *port)
+kvc_err kvt__split_hostport(const char *s, unsigned flags, char *host, size_t hcap, uint16_t *port)
 {
-    if (!s || !*s)
-        return kvt__fail(KVC_E_INVAL, "empty address (want host:port)");
-    const char *h = s, *colon;
-    size_t hl;
-    if (s[0] == '[') {
-        const char *rb = strchr(s, ']');
-        if (!rb || rb[1] != ':')
-            return kvt__fail(KVC_E_INVAL, "bad address \"%s\": want [v6]:port", s);
-        h = s + 1;
-        hl = (size_t)(rb - h);
-        colon = rb + 1;
-    } else {
-        /* Bare form: the port follows the last colon (a bare IPv6 literal
-         * like ::1:5000 is read as host ::1, port 5000). */
-        colon = strrchr(s, ':');
-        if (!colon)
-            return kvt__fail(KVC_E_INVAL, "bad address \"%s\": no port (want host:port)", s);
-        hl = (size_t)(colon - s);
-    }
-    if (hl == 0 || hl >= hcap)
-        return kvt__fail(KVC_E_INVAL, "bad address \"%s\": empty or too long host", s);
-    char *end;
-    errno = 0;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (!colon[1] || *end || errno || p > 65535)
-        return kvt__fail(KVC_E_INVAL, "bad address \"%s\": port must be 0..65535", s);
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (uint16_t)p;
+    const char *why = kvc__hostport_split(s, flags, host, hcap, port);
+    if (why)
+        return kvt__fail(KVC_E_INVAL, "bad address \"%s\": %s", s ? s : "", why);
     return KVC_OK;
 }
 
-kvc_err kvt__resolve(const char *hostport, struct sockaddr_storage *sa, socklen_t *len)
+kvc_err kvt__resolve(const char *hostport, unsigned flags, struct sockaddr_storage *sa,
+                     socklen_t *len)
 {
-    char host[256];
+    char host[KVC_HOSTPORT_HOST_MAX + 1];
     uint16_t port = 0;
-    kvc_err e = kvt__split_hostport(hostport, host, sizeof host, &port);
+    kvc_err e = kvt__split_hostport(hostport, flags, host, sizeof host, &port);
     if (e)
         return e;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    /* An empty host (listening only): every address. */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | (host[0] ? 0 : AI_PASSIVE)};
     struct addrinfo *res = NULL;
     char ps[8];
     kvt__str(ps, sizeof ps, "%u", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
+    int rc = getaddrinfo(host[0] ? host : NULL, ps, &hints, &res);
     if (rc)
         return kvt__fail(KVC_E_INVAL, "cannot resolve \"%s\": %s", host, gai_strerror(rc));
     memcpy(sa, res->ai_addr, res->ai_addrlen);

@@ -28,7 +28,7 @@ kvc_err kvt__peer_get(kvt_engine *e, const char *sid, kvt_peer **out)
             return kvt__fail(KVC_E_FULL, "too many peers (max %d)", KVT_MAX_PEERS);
         struct sockaddr_storage sa;
         socklen_t len;
-        kvc_err err = kvt__resolve(sid, &sa, &len);
+        kvc_err err = kvt__resolve(sid, 0, &sa, &len);
         if (err)
             return err;
         p = calloc(1, sizeof *p);

@@ -91,7 +91,7 @@ kvc_err kvt__tcp_listen(kvt_engine *e)
 {
     struct sockaddr_storage sa;
     socklen_t len;
-    kvc_err err = kvt__resolve(e->o.listen, &sa, &len);
+    kvc_err err = kvt__resolve(e->o.listen, KVC_HOSTPORT_LISTEN, &sa, &len);
     if (err)
         return err;
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -119,8 +119,8 @@ kvc_err kvt__tcp_listen(kvt_engine *e)
         use = host;
     } else {
         uint16_t port;
-        kvt__split_hostport(e->o.listen, host, sizeof host, &port);
-        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
+        kvt__split_hostport(e->o.listen, KVC_HOSTPORT_LISTEN, host, sizeof host, &port);
+        if (!host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::")) {
             if (kvt__first_address(sa.ss_family, host, sizeof host))
                 kvt__str(host, sizeof host, "%s", sa.ss_family == AF_INET6 ? "::1" : "127.0.0.1");
             use = host;

@@ -10,6 +10,8 @@ kvc_c_test(test_bad_calls LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DI
 # Lock deadlines on CLOCK_MONOTONIC (interposed clocklock + a holder process).
 kvc_c_test(test_lock_clock LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lock_clock.c)
 target_link_libraries(test_lock_clock PRIVATE ${CMAKE_DL_LIBS})
+# One source per shared rule: each rule's callers fed the same cases.
+kvc_c_test(test_shared_rules LABEL "unit" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shared_rules.c)
 
 # Crash torture (kvcoord-torture): a few hundred rounds in CI; the documented
 # long run is `kvcoord-torture --rounds 10000`.

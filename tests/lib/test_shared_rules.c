@@ -1,0 +1,119 @@
+/* test_shared_rules.c - every rule the units share has one source
+ * (docs/architecture.md, "Where each rule lives"); this test feeds each
+ * rule's callers the same cases and expects the same answer from all of
+ * them.  (The GID rule has its own: tests/diag/test_gid.c.) */
+#include "testutil.h"
+
+#include "hostport.h"
+#include "net.h"
+#include "xfer_internal.h"
+
+/* ---- host:port: kvcoordd's --listen and the transfer engine ------------ */
+
+struct hp_case {
+    const char *spec;
+    int listen_ok;    /* valid as a listen address */
+    int peer_ok;      /* valid as a peer to connect to (session_id) */
+    const char *host; /* when valid */
+    unsigned port;    /* when valid */
+    const char *why;  /* a substring of the reason, when invalid as a peer */
+};
+
+static const struct hp_case hp_cases[] = {
+    {"127.0.0.1:6789", 1, 1, "127.0.0.1", 6789, NULL},
+    {"localhost:0", 1, 1, "localhost", 0, NULL},
+    {"node-7.example:65535", 1, 1, "node-7.example", 65535, NULL},
+    {"[::1]:6789", 1, 1, "::1", 6789, NULL},
+    {"[fe80::1%eth0]:5000", 1, 1, "fe80::1%eth0", 5000, NULL},
+    {"0.0.0.0:16000", 1, 1, "0.0.0.0", 16000, NULL},
+    {"10.0.0.5:006789", 1, 1, "10.0.0.5", 6789, NULL},
+    /* empty host: every address, for listening only */
+    {":6789", 1, 0, "", 6789, "empty host"},
+    {"[]:6789", 1, 0, "", 6789, "empty host"},
+    /* a bare IPv6 literal: refused by both (which colon is the port?) */
+    {"::1:5000", 0, 0, NULL, 0, "must be in brackets"},
+    {"fe80::1", 0, 0, NULL, 0, "must be in brackets"},
+    {"2001:db8::5:16000", 0, 0, NULL, 0, "must be in brackets"},
+    /* ports */
+    {"127.0.0.1:65536", 0, 0, NULL, 0, "bad port"},
+    {"127.0.0.1:", 0, 0, NULL, 0, "bad port"},
+    {"127.0.0.1:-1", 0, 0, NULL, 0, "bad port"},
+    {"127.0.0.1:+80", 0, 0, NULL, 0, "bad port"},
+    {"127.0.0.1: 80", 0, 0, NULL, 0, "bad port"},
+    {"127.0.0.1:80x", 0, 0, NULL, 0, "bad port"},
+    {"127.0.0.1:99999999999999999999", 0, 0, NULL, 0, "bad port"},
+    /* shapes */
+    {"127.0.0.1", 0, 0, NULL, 0, "no port"},
+    {"", 0, 0, NULL, 0, "empty address"},
+    {"[::1]6789", 0, 0, NULL, 0, "[IPV6]:PORT"},
+    {"[::1", 0, 0, NULL, 0, "[IPV6]:PORT"},
+};
+
+static void test_hostport_same_rule(void **st)
+{
+    (void)st;
+    for (size_t i = 0; i < sizeof hp_cases / sizeof *hp_cases; i++) {
+        const struct hp_case *c = &hp_cases[i];
+        char h1[256] = "", h2[256] = "", h3[256] = "", err[128] = "";
+        uint16_t p1 = 1, p2 = 2, p3 = 3;
+        /* kvcoordd --listen */
+        int d = net_parse_addr(c->spec, h1, sizeof h1, &p1, err, sizeof err);
+        /* the engine's listen address */
+        kvc_err l = kvt__split_hostport(c->spec, KVC_HOSTPORT_LISTEN, h2, sizeof h2, &p2);
+        /* the engine's peer (a session_id) */
+        kvc_err p = kvt__split_hostport(c->spec, 0, h3, sizeof h3, &p3);
+        print_message("%-34s daemon %s, engine listen %s, engine peer %s\n", c->spec,
+                      d ? "refused" : "ok", l ? "refused" : "ok", p ? "refused" : "ok");
+        assert_int_equal(d == 0, c->listen_ok);
+        assert_int_equal(l == KVC_OK, c->listen_ok);
+        assert_int_equal(p == KVC_OK, c->peer_ok);
+        if (c->listen_ok) {
+            assert_string_equal(h1, c->host);
+            assert_string_equal(h2, c->host);
+            assert_int_equal(p1, c->port);
+            assert_int_equal(p2, c->port);
+        } else {
+            assert_non_null(strstr(err, c->why));
+            assert_int_equal(l, KVC_E_INVAL);
+        }
+        if (c->peer_ok) {
+            assert_string_equal(h3, c->host);
+            assert_int_equal(p3, c->port);
+        } else {
+            assert_int_equal(p, KVC_E_INVAL);
+            assert_non_null(strstr(kvc_last_error(), c->why));
+        }
+    }
+}
+
+static void test_hostport_limits(void **st)
+{
+    (void)st;
+    char spec[300], host[300], err[128];
+    uint16_t port;
+    memset(spec, 'a', 255);
+    snprintf(spec + 255, sizeof spec - 255, ":80");
+    assert_int_equal(net_parse_addr(spec, host, sizeof host, &port, err, sizeof err), 0);
+    assert_int_equal(strlen(host), 255);
+    assert_int_equal(kvt__split_hostport(spec, 0, host, sizeof host, &port), KVC_OK);
+    memset(spec, 'a', 256);
+    snprintf(spec + 256, sizeof spec - 256, ":80");
+    assert_int_equal(net_parse_addr(spec, host, sizeof host, &port, err, sizeof err), -1);
+    assert_non_null(strstr(err, "too long"));
+    assert_int_equal(kvt__split_hostport(spec, 0, host, sizeof host, &port), KVC_E_INVAL);
+    /* a buffer too small for the host is refused, never overrun */
+    char small[4] = "xyz";
+    assert_non_null(kvc__hostport_split("abcd:1", 0, small, sizeof small, &port));
+    assert_string_equal(small, "xyz");
+    assert_null(kvc__hostport_split("abc:1", 0, small, sizeof small, &port));
+    assert_non_null(kvc__hostport_split(NULL, 0, small, sizeof small, &port));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hostport_same_rule),
+        cmocka_unit_test(test_hostport_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
