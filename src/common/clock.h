@@ -1,8 +1,8 @@
 /*
  * clock.h - the project's two clocks, in one place for every unit.
  *
- * kvc__mono_ns: CLOCK_MONOTONIC nanoseconds, for every deadline, timeout
- * and age (immune to clock steps).  kvc__now_ns: CLOCK_REALTIME nanoseconds
+ * kvc__mono_ns (and _us, _ms): CLOCK_MONOTONIC, for every deadline,
+ * timeout, age and measured duration (immune to clock steps).  kvc__now_ns: CLOCK_REALTIME nanoseconds
  * since the Unix epoch, only for timestamps shown to people (failure
  * record times, "changed at").  Header-only: each unit inlines them, so no
  * symbol crosses a library boundary.  Thread- and async-signal-safe.
@@ -22,5 +22,8 @@ static inline uint64_t kvc__clock_ns(clockid_t id)
 
 static inline uint64_t kvc__now_ns(void) { return kvc__clock_ns(CLOCK_REALTIME); }
 static inline uint64_t kvc__mono_ns(void) { return kvc__clock_ns(CLOCK_MONOTONIC); }
+/* The same monotonic clock in coarser units (truncated). */
+static inline uint64_t kvc__mono_us(void) { return kvc__mono_ns() / 1000u; }
+static inline uint64_t kvc__mono_ms(void) { return kvc__mono_ns() / 1000000u; }
 
 #endif /* KVC_COMMON_CLOCK_H */

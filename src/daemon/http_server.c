@@ -12,6 +12,7 @@
  * handle_park_timeout in http_session.c.  What an SQE is
  * for is packed in its user_data (http_server_int.h).
  */
+#include "clock.h"
 #include "http_server.h"
 
 #include <errno.h>
@@ -43,13 +44,6 @@
 #define ACCEPT_BACKOFF_MS 100 /* pause after accept ran out of fds or memory */
 #define ACCEPT_ERRORS_MAX 64  /* consecutive unexpected accept errors before giving up */
 #define SHUTDOWN_WAIT_MS 2000 /* bound on waiting for cancelled operations */
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- submission ------------------------------------------------------------ */
 
@@ -367,7 +361,7 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->limits.max_body = cfg->max_body_bytes;
     s->wake_fd = s->jobs_fd = s->procs_fd = -1;
     s->metrics = cfg->metrics;
-    s->now_ms = mono_ms();
+    s->now_ms = kvc__mono_ms();
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
     if (!s->conns || routes_create(&s->routes, seg) || seg_events_init(&s->events, seg)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"out of memory\"");
@@ -403,8 +397,8 @@ static void server_drain(struct server *s)
     struct io_uring_sqe *sqe = op_sqe(s, OP_IGNORE, NULL, 0);
     if (sqe)
         io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-    uint64_t deadline = mono_ms() + SHUTDOWN_WAIT_MS;
-    while (s->pending > 0 && mono_ms() < deadline) {
+    uint64_t deadline = kvc__mono_ms() + SHUTDOWN_WAIT_MS;
+    while (s->pending > 0 && kvc__mono_ms() < deadline) {
         struct __kernel_timespec ts = ms_ts(100);
         struct io_uring_cqe *cqe;
         io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, &ts, NULL);
@@ -456,7 +450,7 @@ static void loop(struct server *s)
             s->exit_code = 1;
             break;
         }
-        s->now_ms = mono_ms();
+        s->now_ms = kvc__mono_ms();
         reap(s);
     }
 }

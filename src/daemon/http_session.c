@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "http_resp.h"
 #include "http_server_int.h"
 #include "log.h"
@@ -35,13 +36,6 @@
 #define ZERO_SENDS_MAX 8      /* zero-byte send results in a row before giving up */
 
 static void conn_process(struct server *s, struct conn *c);
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The status code of the answer that starts at b->p + off ("HTTP/1.1 NNN"),
  * or 0 when none was written (out of memory). */
@@ -211,7 +205,7 @@ void conn_open(struct server *s, int fd)
     c->slot = slot, c->rbuf = rbuf, c->out[0] = out0, c->out[1] = out1;
     c->fd = fd;
     c->accepted_ms = s->now_ms;
-    c->req_start_ns = mono_ns();
+    c->req_start_ns = kvc__mono_ns();
     hconn_init(&c->http, &s->limits);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -229,7 +223,8 @@ static void request_done(struct server *s, struct conn *c)
     c->served++;
     if (s->metrics)
         metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
-                        answer_status(&c->out[c->cur], c->resp_off), mono_ns() - c->req_start_ns);
+                        answer_status(&c->out[c->cur], c->resp_off),
+                        kvc__mono_ns() - c->req_start_ns);
     /* A registration may come with a newly attached process: look at the
      * process table now rather than at the next sweep (an epoch compare
      * when nothing changed); and log what it changed. */
@@ -315,7 +310,7 @@ static void answer_error(struct server *s, struct conn *c)
     resp_detail(&c->out[c->cur], &closing, c->http.err_status, c->http.err_detail, NULL);
     c->close_after_send = 1;
     if (s->metrics) /* before routing: the path may not even be parsed */
-        metrics_request(s->metrics, MR_OTHER, c->http.err_status, mono_ns() - c->req_start_ns);
+        metrics_request(s->metrics, MR_OTHER, c->http.err_status, kvc__mono_ns() - c->req_start_ns);
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "bad_request", "slot=%u status=%d detail=\"%s\"", c->slot,
                   c->http.err_status, c->http.err_detail);
@@ -407,7 +402,7 @@ static void conn_process(struct server *s, struct conn *c)
         enum hconn_event ev = hconn_parse(&c->http, c->rbuf + c->roff, c->rlen - c->roff, &used);
         c->roff += (uint32_t)used;
         if (between && used) /* the first bytes of a request: its latency starts */
-            c->req_start_ns = mono_ns();
+            c->req_start_ns = kvc__mono_ns();
         if (ev == HCONN_REQUEST)
             serve(s, c);
         else if (ev == HCONN_CONTINUE)

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "auth.h"
 #include "cluster.h"
 #include "http_server.h"
@@ -519,13 +520,6 @@ static int setup_auth(struct auth *auth, const struct options *o)
     return 0;
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The listening socket: the supervisor's (socket activation), else bound
  * to --listen.  A port still held by the listening socket of a daemon that
  * was just killed (the kernel closes it a few tens of ms after the process
@@ -541,11 +535,11 @@ static int open_listener(const struct options *o, char *bound, size_t boundcap, 
     }
     if (fd == -2)
         return -1;
-    uint64_t deadline = mono_ms() + (uint64_t)o->bind_retry_s * 1000;
+    uint64_t deadline = kvc__mono_ms() + (uint64_t)o->bind_retry_s * 1000;
     unsigned tries = 0;
     for (;;) {
         fd = net_listen(o->listen, bound, boundcap, port, err, errcap);
-        if (fd >= 0 || errno != EADDRINUSE || mono_ms() >= deadline)
+        if (fd >= 0 || errno != EADDRINUSE || kvc__mono_ms() >= deadline)
             break;
         if (tries++ == 0)
             log_event(LOG_WARN, "listen_retry",

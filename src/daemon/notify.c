@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 int notify_send(const char *state, char *err, size_t errcap)
 {
     const char *path = getenv("NOTIFY_SOCKET");
@@ -68,11 +70,9 @@ int notify_ready(const char *status)
 
 int notify_reloading(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     char msg[96];
     snprintf(msg, sizeof msg, "RELOADING=1\nMONOTONIC_USEC=%llu",
-             (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+             (unsigned long long)kvc__mono_us());
     return notify_send(msg, NULL, 0);
 }
 

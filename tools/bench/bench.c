@@ -46,6 +46,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "bench_rooms.h"
 #include "bench_transfer.h"
 #include "kvcoord/kvcoord.h"
@@ -122,13 +123,6 @@ static void usage(FILE *out)
 }
 
 /* ---- time and statistics ---------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -553,9 +547,9 @@ static int cmd_lookup(const bench_args *a)
     if (!lib)
         die("out of memory");
     for (long i = 0; i < a->iters; i++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = kvc__mono_ns();
         e = kvc_rank_lookup(seg, (uint32_t)a->rank, &ri);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = kvc__mono_ns();
         if (e != KVC_OK)
             die("lookup %ld of rank %ld failed: %s (%s)", i, a->rank, kvc_strerror(e),
                 kvc_last_error());
@@ -589,9 +583,9 @@ static int cmd_lookup(const bench_args *a)
         if (!hv)
             die("out of memory");
         for (long i = 0; i < a->http_iters; i++) {
-            uint64_t t0 = now_ns();
+            uint64_t t0 = kvc__mono_ns();
             http_roundtrip(&c, head, NULL, 0, &r);
-            uint64_t t1 = now_ns();
+            uint64_t t1 = kvc__mono_ns();
             if (r.status != 200)
                 die("GET %ld answered %d", i, r.status);
             free(r.body);
@@ -750,15 +744,15 @@ static int cmd_register(const bench_args *a)
         last = dump_dict(&ri, &last_len);
         dict_bytes = last_len;
         uint64_t gen0 = 0, gen1 = 0;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = kvc__mono_ns();
         kvc_err e = kvc_rank_register(seg, (uint32_t)rank, ri.session_id, last, last_len, &gen0);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = kvc__mono_ns();
         if (e != KVC_OK)
             die("kvc_rank_register rank %ld: %s (%s)", rank, kvc_strerror(e), kvc_last_error());
         lib[i] = t1 - t0;
-        t0 = now_ns();
+        t0 = kvc__mono_ns();
         e = kvc_rank_register(seg, (uint32_t)rank, ri.session_id, last, last_len, &gen1);
-        t1 = now_ns();
+        t1 = kvc__mono_ns();
         if (e != KVC_OK)
             die("identical kvc_rank_register rank %ld: %s (%s)", rank, kvc_strerror(e),
                 kvc_last_error());
@@ -792,9 +786,9 @@ static int cmd_register(const bench_args *a)
             if (c.fd < 0)
                 http_connect(&c); /* connection set-up is not part of the figure */
             http_response r;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = kvc__mono_ns();
             http_roundtrip(&c, head, body, blen, &r);
-            uint64_t t1 = now_ns();
+            uint64_t t1 = kvc__mono_ns();
             if (r.status != 200)
                 die("PUT rank %ld answered %d: %.300s", rank, r.status, r.body);
             free(r.body);

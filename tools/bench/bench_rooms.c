@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "bench_rooms.h"
 #include "kvcoord/kvcoord.h"
 
@@ -45,13 +46,6 @@ struct shared {              /* one page shared with the forked processes */
 
 #define GET_BATCH 64
 #define GET_PARTICIPANTS 8
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp64(const void *a, const void *b)
 {
@@ -96,7 +90,7 @@ static void wait_round(kvc_segment *s, uint64_t room, int ready_fd, struct share
     kvc_err e = kvc_room_wait(s, room, 1, KVC_POLL_BOOTSTRAPPING, 10000, &ri);
     while (!e && !ri.has_failure)
         e = kvc_room_wait(s, room, 1, ri.state, 10000, &ri);
-    sh->lat[i] = mono_ns() - sh->t0;
+    sh->lat[i] = kvc__mono_ns() - sh->t0;
     kvc_room_release(s, room, 1);
 }
 
@@ -118,7 +112,7 @@ static void run_propagation(const char *name, size_t rounds, double out[4])
             char c;
             if (write(ready[1], "r", 1) != 1 || read(wake[0], &c, 1) != 1)
                 _exit(2);
-            sh->lat[rounds + i] = mono_ns() - sh->t0;
+            sh->lat[rounds + i] = kvc__mono_ns() - sh->t0;
         }
         kvc_close(s);
         _exit(0);
@@ -129,7 +123,7 @@ static void run_propagation(const char *name, size_t rounds, double out[4])
         if (read(ready[0], &c, 1) != 1)
             break;
         usleep(200); /* let the waiter reach its futex (or read) */
-        sh->t0 = mono_ns();
+        sh->t0 = kvc__mono_ns();
         if (i < rounds)
             kvc_room_fail(s, 1000 + i, 0, ETIMEDOUT, "bench: transfer timed out", NULL);
         else if (write(wake[1], "w", 1) != 1)
@@ -151,7 +145,7 @@ static uint64_t ops_worker(const char *name, unsigned id, uint64_t deadline)
     kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
     uint64_t n = 0;
     kvc_room_info ri;
-    for (uint64_t room = ((uint64_t)id << 40) + 1; mono_ns() < deadline; room++, n++) {
+    for (uint64_t room = ((uint64_t)id << 40) + 1; kvc__mono_ns() < deadline; room++, n++) {
         if (kvc_room_open(s, room, 1, 0, KVC_ROOM_ROLE_PREFILL) ||
             kvc_room_set_state(s, room, 0, KVC_POLL_WAITING_FOR_INPUT) ||
             kvc_room_set_state(s, room, 0, KVC_POLL_TRANSFERRING) ||
@@ -169,7 +163,7 @@ static double run_ops(const char *name, unsigned procs, double seconds)
 {
     uint64_t *counts = mmap(NULL, procs * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    uint64_t start = mono_ns(), deadline = start + (uint64_t)(seconds * 1e9);
+    uint64_t start = kvc__mono_ns(), deadline = start + (uint64_t)(seconds * 1e9);
     pid_t pids[64];
     for (unsigned p = 0; p < procs; p++)
         if ((pids[p] = fork()) == 0) {
@@ -181,7 +175,7 @@ static double run_ops(const char *name, unsigned procs, double seconds)
         waitpid(pids[p], NULL, 0);
         total += counts[p];
     }
-    double elapsed = (double)(mono_ns() - start) / 1e9;
+    double elapsed = (double)(kvc__mono_ns() - start) / 1e9;
     munmap(counts, procs * sizeof(uint64_t));
     return (double)total / elapsed;
 }
@@ -244,19 +238,19 @@ static void run_get(const char *name, size_t batches, double out[2])
     kvc_rank_info rk = {0};
     uint64_t *tg = malloc(batches * sizeof *tg), *tl = malloc(batches * sizeof *tl);
     for (size_t b = 0; b < batches; b++) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = kvc__mono_ns();
         for (int i = 0; i < GET_BATCH; i++)
             if (kvc_room_get(s, room, -1, &ri) || ri.joined != GET_PARTICIPANTS) {
                 fprintf(stderr, "kvcoord-bench rooms: kvc_room_get: %s\n", kvc_last_error());
                 exit(1);
             }
-        uint64_t t1 = mono_ns();
+        uint64_t t1 = kvc__mono_ns();
         for (int i = 0; i < GET_BATCH; i++)
             if (kvc_rank_lookup(s, 0, &rk)) {
                 fprintf(stderr, "kvcoord-bench rooms: kvc_rank_lookup: %s\n", kvc_last_error());
                 exit(1);
             }
-        uint64_t t2 = mono_ns();
+        uint64_t t2 = kvc__mono_ns();
         tg[b] = t1 - t0;
         tl[b] = t2 - t1;
     }

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "bench_transfer.h"
 #include "kvcoord/transfer.h"
 
@@ -39,13 +40,6 @@ typedef struct args {
     const char *listen;
     int json;
 } args;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int parse_size(const char *s, uint64_t *out)
 {
@@ -282,11 +276,11 @@ int bench_transfer_main(int argc, char **argv)
     uint64_t next_room = 1, done_rooms = 0, failed = 0;
     kvt_stats s0, s1;
     kvt_engine_stat(e, &s0);
-    uint64_t t0 = now_ns(), end = t0 + (uint64_t)(a.duration * 1e9), inflight = 0;
+    uint64_t t0 = kvc__mono_ns(), end = t0 + (uint64_t)(a.duration * 1e9), inflight = 0;
     for (;;) {
-        uint64_t t = now_ns();
+        uint64_t t = kvc__mono_ns();
         while (t < end && inflight < a.depth) {
-            start_of[next_room % 64] = now_ns();
+            start_of[next_room % 64] = kvc__mono_ns();
             if (kvt_submit(e, peer, next_room, runs, nruns, 0)) {
                 fprintf(stderr, "kvcoord-bench: submit: %s\n", kvc_last_error());
                 return 1;
@@ -302,7 +296,7 @@ int bench_transfer_main(int argc, char **argv)
             fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
             return 1;
         }
-        uint64_t tn = now_ns();
+        uint64_t tn = kvc__mono_ns();
         for (size_t i = 0; i < k; i++) {
             inflight--;
             if (ev[i].state != KVC_POLL_SUCCESS) {
@@ -316,7 +310,7 @@ int bench_transfer_main(int argc, char **argv)
                 lat[nlat++] = tn - start_of[ev[i].room % 64];
         }
     }
-    double secs = (double)(now_ns() - t0) / 1e9;
+    double secs = (double)(kvc__mono_ns() - t0) / 1e9;
     kvt_engine_stat(e, &s1);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);

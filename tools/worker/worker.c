@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "kvcoord/kvcoord.h"
 
 #define EXIT_RUNTIME 1
@@ -290,13 +291,6 @@ static int load_info(const char *path, worker_info *wi)
     return rc;
 }
 
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /* Sleep ms milliseconds unless a stop signal (blocked since main) arrives
  * first.  Returns the signal number, or 0 when the time ran out. */
 static int sleep_ms(uint32_t ms, const sigset_t *stop)
@@ -325,13 +319,13 @@ static kvc_err attach(const worker_args *a, uint32_t rank, const sigset_t *stop,
     o.role = a->linger ? KVC_ROLE_WORKER : KVC_ROLE_CLIENT;
     o.rank = (int32_t)rank;
 
-    uint64_t deadline = now_us() + (uint64_t)a->timeout_ms * 1000u;
+    uint64_t deadline = kvc__mono_us() + (uint64_t)a->timeout_ms * 1000u;
     uint32_t backoff_ms = 5;
     for (;;) {
         kvc_err e = kvc_open(&o, seg);
         if (e != KVC_E_NOENT && e != KVC_E_CORRUPT)
             return e;
-        uint64_t now = now_us();
+        uint64_t now = kvc__mono_us();
         if (now >= deadline)
             return e;
         uint64_t left_ms = (deadline - now) / 1000u + 1;
@@ -397,10 +391,10 @@ static int run(const worker_args *a, const sigset_t *stop)
         goto out;
     }
 
-    uint64_t t0 = now_us();
+    uint64_t t0 = kvc__mono_us();
     int stopped_by = 0;
     kvc_err e = attach(a, (uint32_t)rank, stop, &seg, &stopped_by);
-    uint64_t t1 = now_us();
+    uint64_t t1 = kvc__mono_us();
     if (stopped_by) {
         fail("stopped by %s while waiting for segment %s", strsignal(stopped_by), segment_name(a));
         goto out;
@@ -411,7 +405,7 @@ static int run(const worker_args *a, const sigset_t *stop)
         goto out;
     }
     e = kvc_rank_register(seg, (uint32_t)rank, wi.session_id, wi.dict_json, wi.dict_len, &gen);
-    uint64_t t2 = now_us();
+    uint64_t t2 = kvc__mono_us();
     if (e != KVC_OK) {
         fail("registering rank %ld: %s (%s)", rank, kvc_last_error(), kvc_strerror(e));
         goto out;
