@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -76,6 +77,7 @@ struct rslot {
     int published;                /* ranks/<me>/<rank> exists as far as we know */
     char *saved_sid, *saved_info; /* a local registration shadowed by a mirror */
     size_t saved_len;
+    int32_t saved_pid; /* the process that registered it */
     uint64_t seen_gen; /* segment generation last looked at */
     uint64_t mine_gen; /* generation of the cluster thread's own last write */
     enum applied applied;
@@ -344,6 +346,7 @@ static void drop_saved(struct rslot *s)
     free(s->saved_info);
     s->saved_sid = s->saved_info = NULL;
     s->saved_len = 0;
+    s->saved_pid = 0;
 }
 
 static void mark_dirty(struct cluster *c, uint32_t rank, struct rslot *s)
@@ -397,6 +400,7 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
             if (s->saved_info)
                 memcpy(s->saved_info, c->look.info, c->look.info_len + 1);
             s->saved_len = c->look.info_len;
+            s->saved_pid = c->look.pid;
         }
         e = kvc_rank_register_mirror(c->seg, rank, best->sid, best->info, best->info_len,
                                      best->node, best->gen, &gen);
@@ -425,6 +429,27 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
     }
     if (e != KVC_OK)
         log_event(LOG_WARN, "mirror_write_failed", "rank=%u err=\"%s\"", rank, kvc_last_error());
+}
+
+/* A shadowed local registration of a worker that has exited: the segment
+ * no longer holds it (the mirror does), so the library's withdrawal at the
+ * worker's end did not reach it; withdraw it here. */
+static void reap_shadowed(struct cluster *c)
+{
+    for (uint32_t r = 0; r < c->max_ranks; r++) {
+        struct rslot *s = c->slots[r];
+        if (!s || !s->saved_sid || s->saved_pid <= 0 || s->saved_pid == getpid() ||
+            kill(s->saved_pid, 0) == 0 || errno != ESRCH)
+            continue;
+        log_event(LOG_INFO, "shadowed_withdrawn",
+                  "rank=%u pid=%d note=\"the worker of this node's registration (shadowed by "
+                  "node %s's) exited\"",
+                  r, (int)s->saved_pid, s->applied_node);
+        drop_saved(s);
+        s->local = 0;
+        mark_dirty(c, r, s);
+        apply_winner(c, r, NULL);
+    }
 }
 
 /* ---- local changes (the rank table) ------------------------------------- */
@@ -1271,6 +1296,7 @@ static void *cluster_main(void *arg)
 
         if (ranks)
             scan_local(c);
+        reap_shadowed(c);
         while (q) {
             struct batch *b = q;
             q = b->next;

@@ -658,6 +658,20 @@ int etcd_lease_keepalive(etcd *c, int64_t id, int64_t *ttl_left)
     return 0;
 }
 
+int etcd_lease_ttl(etcd *c, int64_t id, int64_t *ttl_left, int64_t *granted)
+{
+    json_t *req = json_object();
+    json_object_set_new(req, "ID", i64_json(id));
+    json_t *resp;
+    if (call(c, "/v3/lease/timetolive", req, &resp))
+        return -1;
+    /* An expired lease answers TTL -1 (as a string or a number). */
+    *ttl_left = get_i64(resp, "TTL");
+    *granted = get_i64(resp, "grantedTTL");
+    json_decref(resp);
+    return 0;
+}
+
 int etcd_lease_revoke(etcd *c, int64_t id)
 {
     json_t *req = json_object();

@@ -111,6 +111,10 @@ int etcd_lease_grant(etcd *c, int64_t ttl_s, int64_t *id);
  * the lease does not exist any more (expired or revoked). */
 int etcd_lease_keepalive(etcd *c, int64_t id, int64_t *ttl_left);
 
+/* Time left on lease id without renewing it: *ttl_left seconds (-1 when
+ * the lease does not exist), *granted its TTL when granted. */
+int etcd_lease_ttl(etcd *c, int64_t id, int64_t *ttl_left, int64_t *granted);
+
 /* Revoke lease id (its keys are deleted).  A lease already gone is not an
  * error. */
 int etcd_lease_revoke(etcd *c, int64_t id);

@@ -37,14 +37,21 @@ static long ranks_read(struct seg_events *e)
 
 static void log_rank(const kvc_rank_info *ri)
 {
-    if (ri->state == KVC_RANK_REGISTERED)
+    if (ri->state == KVC_RANK_REGISTERED && ri->origin[0])
+        log_event(LOG_INFO, "mirror",
+                  "rank=%u generation=%" PRIu64 " session_id=\"%s\" origin=%s "
+                  "origin_generation=%" PRIu64 " entries=%u",
+                  ri->rank, ri->generation, ri->session_id, ri->origin, ri->origin_generation,
+                  ri->entries);
+    else if (ri->state == KVC_RANK_REGISTERED)
         log_event(LOG_INFO, "register",
                   "rank=%u generation=%" PRIu64 " session_id=\"%s\" "
                   "pid=%d entries=%u",
                   ri->rank, ri->generation, ri->session_id, (int)ri->pid, ri->entries);
     else if (ri->state == KVC_RANK_WITHDRAWN)
-        log_event(LOG_INFO, "withdraw", "rank=%u generation=%" PRIu64 " pid=%d note=\"%s\"",
-                  ri->rank, ri->generation, (int)ri->pid, ri->note);
+        log_event(LOG_INFO, "withdraw", "rank=%u generation=%" PRIu64 " pid=%d note=\"%s\"%s%s",
+                  ri->rank, ri->generation, (int)ri->pid, ri->note, ri->origin[0] ? " origin=" : "",
+                  ri->origin);
 }
 
 void seg_events_ranks(struct seg_events *e)

@@ -246,6 +246,16 @@ class Conflicts(Base):
             self.assertEqual(v[0]["winner"], "B")
             self.assertEqual(sorted(v[0]["nodes"].split(",")), ["A", "B"])
             self.assertEqual(n.metrics()["kvcoord_cluster_conflicts"], 1)
+        # kvcoord-diag, from etcd and B's segment: the same conflict.
+        d = subprocess.run([ARGS.diag, "--json", "cluster", "--segment", a.segment, "--etcd",
+                            ETCD.endpoints, "--cluster", self.cluster], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(d.returncode, 1, d.stderr)  # a conflict: degraded
+        doc = json.loads(d.stdout)
+        self.assertEqual([(c["rank"], c["winner"]) for c in doc["conflicts"]], [(0, "B")])
+        self.assertEqual(sorted(n["node"] for n in doc["nodes"]), ["A", "B", "C"])
+        self.assertTrue(all(m["up"] for m in doc["members"]))
+        self.assertEqual([(m["rank"], m["origin"]) for m in doc["mirrored"]], [(0, "B")])
         # A registers again: now A's is newest.
         a.register(0, "a:2", info(2, "a2"))
         self.visible(b, 0, origin="A")
@@ -259,6 +269,28 @@ class Conflicts(Base):
         self.assertTrue(v)
         self.assertEqual(b.lookup(0)[1], body_b)
         self.visible(a, 0, origin="B")
+
+
+    def test_shadowed_worker_registration_goes_with_its_worker(self):
+        a, b = self.node("A"), self.node("B")
+        cl.gen_model("llama-3.1-8b", os.path.join(self.tmp, "m"), tp=1)
+        f = os.path.join(self.tmp, "m", "rank-0.json")
+        self.workers = [subprocess.Popen([ARGS.worker, "--segment", a.segment, "--info", f,
+                                          "--rank", "0", "--linger"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)]
+        self.workers[0].stdout.readline()
+        self.visible(b, 0, origin="A")
+        b.register(0, "b:0", info(2, "b"))  # newer: shadows A's worker registration
+        self.visible(a, 0, origin="B")
+        self.workers[0].kill()
+        self.workers[0].wait()
+        b.withdraw(0)
+        # A's worker is gone: nothing of rank 0 anywhere.
+        self.gone(a, 0)
+        time.sleep(0.5)
+        self.assertEqual(b.lookup(0)[0], 404)
+        out = ETCD.ctl("get", "--prefix", "/kvcoord/%s/ranks/" % self.cluster, "--keys-only")
+        self.assertNotIn("/0", out.stdout)
 
 
 class Rooms(Base):
@@ -407,6 +439,7 @@ def main():
     p.add_argument("--daemon", required=True)
     p.add_argument("--worker", required=True)
     p.add_argument("--probe", required=True)
+    p.add_argument("--diag", required=True)
     ARGS, rest = p.parse_known_args()
     if not cl.have_etcd():
         print("SKIP: /usr/bin/etcd not installed (apt-get install etcd-server etcd-client)")

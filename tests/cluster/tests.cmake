@@ -10,5 +10,6 @@ add_executable(cluster_probe ${CMAKE_CURRENT_LIST_DIR}/cluster_probe.c)
 target_link_libraries(cluster_probe PRIVATE kvcoord_static)
 add_test(NAME cluster_nodes
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_cluster.py --daemon $<TARGET_FILE:kvcoordd>
-          --worker $<TARGET_FILE:kvcoord-worker> --probe $<TARGET_FILE:cluster_probe>)
+          --worker $<TARGET_FILE:kvcoord-worker> --probe $<TARGET_FILE:cluster_probe>
+          --diag $<TARGET_FILE:kvcoord-diag>)
 set_tests_properties(cluster_nodes PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -17,7 +17,7 @@
 static const diag_cmd *const commands[] = {
     &diag_cmd_status, &diag_cmd_ranks, &diag_cmd_rooms, &diag_cmd_failures,
     &diag_cmd_procs,  &diag_cmd_locks, &diag_cmd_check, &diag_cmd_repair,
-    &diag_cmd_unlink, &diag_cmd_rdma,  &diag_cmd_watch,
+    &diag_cmd_unlink, &diag_cmd_rdma,  &diag_cmd_watch, &diag_cmd_cluster,
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
 

@@ -1,0 +1,341 @@
+/*
+ * diag_cluster.c - `kvcoord-diag cluster`: the cluster view (kvcoordd
+ * --etcd) as this node's segment holds it (which ranks are mirrored from
+ * which node), and, given etcd's endpoints, as etcd holds it: each
+ * member's health, the nodes and their leases, every node's ranks and the
+ * conflicts (a rank published by several nodes; the newest etcd revision
+ * wins).  Needs no kvcoordd: the segment and etcd are read directly.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "etcd_client.h"
+
+static const char cluster_help[] =
+    "DESCRIPTION\n"
+    "  Shows the cluster view of kvcoordd --etcd.  From the segment: how many\n"
+    "  ranks are this node's own and which are mirrored from another node (with\n"
+    "  the origin node and the rank's generation there).  With --etcd: every\n"
+    "  member's health (leader, revision) or why it cannot be reached; the nodes\n"
+    "  with a live record under /kvcoord/CLUSTER/ (URL, pid, lease, seconds left\n"
+    "  on the lease, age); how many ranks each publishes; and the conflicts: ranks\n"
+    "  published by several nodes, with the winner by the rule every kvcoordd\n"
+    "  applies (the record with the newest etcd revision).\n"
+    "\n"
+    "OPTIONS\n"
+    "  --etcd URL[,URL...]        etcd client URLs (as kvcoordd --etcd); without\n"
+    "                             it only the segment is read\n"
+    "  --cluster NAME             cluster name (default kvcoord)\n"
+    "  --etcd-user USER           authenticate as USER ...\n"
+    "  --etcd-password-file FILE  ... with the password on FILE's first line\n"
+    "  --etcd-cacert FILE, --etcd-cert FILE, --etcd-key FILE   TLS\n"
+    "\n"
+    "OUTPUT\n"
+    "  --json: {\"schema\", \"command\": \"cluster\", \"segment\", \"local_ranks\",\n"
+    "  \"mirrored\": [{\"rank\", \"origin\", \"origin_generation\", \"generation\",\n"
+    "  \"session_id\"}], and with --etcd \"cluster\", \"members\": [{\"url\", \"up\",\n"
+    "  \"leader\", \"revision\", \"error\"}], \"nodes\": [{\"node\", \"url\", \"pid\",\n"
+    "  \"lease\", \"ttl_left\", \"ttl\", \"age_s\", \"ranks\"}], \"conflicts\": [{\"rank\",\n"
+    "  \"winner\", \"nodes\"}]}.\n"
+    "\n"
+    "EXIT STATUS\n"
+    "  0 everything answers and nothing conflicts; 1 a member is unreachable or\n"
+    "  a rank conflicts; 2 the segment cannot be read or no member answers.\n";
+
+struct cluster_opts {
+    const char *etcd, *cluster, *user, *pwfile, *cacert, *cert, *key;
+};
+
+enum { O_ETCD = 1000, O_CLUSTER, O_USER, O_PW, O_CA, O_CERT, O_KEY };
+
+static int cluster_opt(void *ctx, int opt, const char *arg)
+{
+    struct cluster_opts *o = ctx;
+    switch (opt) {
+    case O_ETCD: o->etcd = arg; return 0;
+    case O_CLUSTER: o->cluster = arg; return 0;
+    case O_USER: o->user = arg; return 0;
+    case O_PW: o->pwfile = arg; return 0;
+    case O_CA: o->cacert = arg; return 0;
+    case O_CERT: o->cert = arg; return 0;
+    case O_KEY: o->key = arg; return 0;
+    default: return -1;
+    }
+}
+
+/* The segment's part: mirrored ranks (origin set) and the count of local ones. */
+static int segment_part(diag *d, json_t *doc, int *rc)
+{
+    kvc_segment *seg = diag_open(d, "cluster", rc);
+    if (!seg)
+        return -1;
+    kvc_segment_info si;
+    kvc_segment_stat(seg, &si);
+    kvc_rank_info *list = calloc(si.max_ranks ? si.max_ranks : 1, sizeof *list);
+    size_t n = 0, local = 0;
+    if (!list || kvc_rank_list(seg, list, si.max_ranks, &n, 0) != KVC_OK) {
+        fprintf(stderr, "%s cluster: %s\n", d->prog, list ? kvc_last_error() : "out of memory");
+        free(list);
+        kvc__close_reader(seg);
+        *rc = DIAG_EXIT_BROKEN;
+        return -1;
+    }
+    json_t *arr = json_array();
+    static const char *const head[] = {"RANK", "ORIGIN", "ORIGIN_GEN", "GENERATION", "SESSION_ID"};
+    diag_table *t = diag_table_new(5, head, "rlrrl");
+    for (size_t i = 0; i < n && i < si.max_ranks; i++) {
+        const kvc_rank_info *r = &list[i];
+        if (!r->origin[0]) {
+            local++;
+            continue;
+        }
+        json_t *o = json_object();
+        json_object_set_new(o, "rank", diag_jint(r->rank));
+        json_object_set_new(o, "origin", diag_jstr(r->origin));
+        json_object_set_new(o, "origin_generation", diag_jint((int64_t)r->origin_generation));
+        json_object_set_new(o, "generation", diag_jint((int64_t)r->generation));
+        json_object_set_new(o, "session_id", diag_jstr(r->session_id));
+        json_array_append_new(arr, o);
+        diag_table_addf(t, "%u\t%s\t%llu\t%llu\t%s", r->rank, r->origin,
+                        (unsigned long long)r->origin_generation, (unsigned long long)r->generation,
+                        r->session_id);
+    }
+    if (d->json) {
+        json_object_set_new(doc, "local_ranks", diag_jint((int64_t)local));
+        json_object_set_new(doc, "mirrored", arr);
+        diag_table_free(t);
+    } else {
+        printf("segment %s: %zu local ranks, %zu mirrored from other nodes\n", d->segment, local,
+               json_array_size(arr));
+        if (json_array_size(arr))
+            diag_table_print(t, stdout, 2);
+        else
+            diag_table_free(t);
+        json_decref(arr);
+    }
+    free(list);
+    kvc__close_reader(seg);
+    return 0;
+}
+
+struct rank_rec {
+    uint32_t rank;
+    char node[64];
+    int64_t rev;
+};
+
+static int by_rank_rev(const void *a, const void *b)
+{
+    const struct rank_rec *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->rev > y->rev ? -1 : x->rev < y->rev; /* newest first */
+}
+
+/* etcd's part.  Returns the worst exit status found. */
+static int etcd_part(diag *d, const struct cluster_opts *o, json_t *doc)
+{
+    struct etcd_conf conf = {.endpoints = o->etcd,
+                             .user = o->user,
+                             .password_file = o->pwfile,
+                             .cacert = o->cacert,
+                             .cert = o->cert,
+                             .key = o->key,
+                             .timeout_ms = 2000};
+    char err[512];
+    etcd *c;
+    if (etcd_open(&conf, &c, err, sizeof err)) {
+        fprintf(stderr, "%s cluster: %s\n", d->prog, err);
+        return DIAG_EXIT_BROKEN;
+    }
+    int rc = DIAG_EXIT_OK;
+    size_t up = 0;
+    json_t *members = json_array();
+    static const char *const mh[] = {"MEMBER", "STATE", "LEADER", "REVISION"};
+    diag_table *mt = diag_table_new(4, mh, "llrr");
+    for (size_t i = 0; i < etcd_endpoint_count(c); i++) {
+        const char *url = etcd_endpoint_at(c, i);
+        uint64_t leader = 0;
+        int64_t rev = 0;
+        int ok = etcd_member_status(c, url, &leader, &rev) == 0;
+        up += ok;
+        json_t *m = json_object();
+        json_object_set_new(m, "url", diag_jstr(url));
+        json_object_set_new(m, "up", json_boolean(ok));
+        json_object_set_new(m, "leader", diag_jint((int64_t)leader));
+        json_object_set_new(m, "revision", diag_jint(rev));
+        json_object_set_new(m, "error", diag_jstr(ok ? "" : etcd_error(c)));
+        json_array_append_new(members, m);
+        if (ok)
+            diag_table_addf(mt, "%s\t%s\t%llx\t%lld", url, leader ? "up" : "up, no leader",
+                            (unsigned long long)leader, (long long)rev);
+        else
+            diag_table_addf(mt, "%s\tunreachable: %s\t-\t-", url, etcd_error(c));
+        if (!ok || !leader)
+            rc = DIAG_EXIT_DEGRADED;
+    }
+    char prefix[200];
+    snprintf(prefix, sizeof prefix, "/kvcoord/%s/", o->cluster);
+    etcd_kv *kvs = NULL;
+    size_t n = 0;
+    int64_t rev = 0;
+    int ranged = up && etcd_range_prefix(c, prefix, &kvs, &n, &rev) == 0;
+    if (!up || !ranged)
+        rc = DIAG_EXIT_BROKEN;
+    /* Nodes, then every rank record. */
+    json_t *nodes = json_array();
+    struct rank_rec *recs = calloc(n ? n : 1, sizeof *recs);
+    size_t nrecs = 0;
+    size_t plen = strlen(prefix);
+    for (size_t i = 0; ranged && i < n; i++) {
+        const char *k = kvs[i].key + plen;
+        if (!strncmp(k, "ranks/", 6)) {
+            const char *slash = strchr(k + 6, '/');
+            if (slash && (size_t)(slash - (k + 6)) < sizeof recs[0].node && recs) {
+                struct rank_rec *r = &recs[nrecs++];
+                memcpy(r->node, k + 6, (size_t)(slash - (k + 6)));
+                r->node[slash - (k + 6)] = '\0';
+                r->rank = (uint32_t)strtoul(slash + 1, NULL, 10);
+                r->rev = kvs[i].mod_rev;
+            }
+        }
+    }
+    static const char *const nh[] = {"NODE", "URL", "PID", "LEASE", "TTL_LEFT", "AGE", "RANKS"};
+    diag_table *nt = diag_table_new(7, nh, "llrrrrr");
+    for (size_t i = 0; ranged && i < n; i++) {
+        const char *k = kvs[i].key + plen;
+        if (strncmp(k, "nodes/", 6))
+            continue;
+        json_error_t je;
+        json_t *v = json_loadb(kvs[i].value, kvs[i].value_len, 0, &je);
+        int64_t left = -1, granted = 0;
+        etcd_lease_ttl(c, kvs[i].lease, &left, &granted);
+        size_t ranks = 0;
+        for (size_t j = 0; j < nrecs; j++)
+            ranks += !strcmp(recs[j].node, k + 6);
+        uint64_t started = (uint64_t)json_integer_value(json_object_get(v, "started_ns"));
+        char age[32];
+        const char *url = json_string_value(json_object_get(v, "url"));
+        json_t *no = json_object();
+        json_object_set_new(no, "node", diag_jstr(k + 6));
+        json_object_set_new(no, "url", diag_jstr(url ? url : ""));
+        json_object_set_new(no, "pid", diag_jint(json_integer_value(json_object_get(v, "pid"))));
+        json_object_set_new(no, "lease", diag_jint(kvs[i].lease));
+        json_object_set_new(no, "ttl_left", diag_jint(left));
+        json_object_set_new(no, "ttl", diag_jint(granted));
+        json_object_set_new(no, "age_s",
+                            json_real(started && diag_now_ns() > started
+                                          ? (double)(diag_now_ns() - started) / 1e9
+                                          : 0.0));
+        json_object_set_new(no, "ranks", diag_jint((int64_t)ranks));
+        json_array_append_new(nodes, no);
+        diag_table_addf(nt, "%s\t%s\t%lld\t%llx\t%lld/%lld s\t%s\t%zu", k + 6, url ? url : "",
+                        (long long)json_integer_value(json_object_get(v, "pid")),
+                        (unsigned long long)kvs[i].lease, (long long)left, (long long)granted,
+                        diag_age(started, age, sizeof age), ranks);
+        json_decref(v);
+    }
+    qsort(recs, nrecs, sizeof *recs, by_rank_rev);
+    json_t *conflicts = json_array();
+    static const char *const ch[] = {"RANK", "WINNER", "NODES"};
+    diag_table *ct = diag_table_new(3, ch, "rll");
+    for (size_t i = 0; i < nrecs;) {
+        size_t j = i + 1;
+        while (j < nrecs && recs[j].rank == recs[i].rank)
+            j++;
+        if (j - i > 1) {
+            char list[512] = "";
+            size_t at = 0;
+            for (size_t k = i; k < j && at < sizeof list; k++)
+                at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k > i ? "," : "",
+                                       recs[k].node);
+            json_t *co = json_object();
+            json_object_set_new(co, "rank", diag_jint(recs[i].rank));
+            json_object_set_new(co, "winner", diag_jstr(recs[i].node));
+            json_object_set_new(co, "nodes", diag_jstr(list));
+            json_array_append_new(conflicts, co);
+            diag_table_addf(ct, "%u\t%s\t%s", recs[i].rank, recs[i].node, list);
+            if (rc == DIAG_EXIT_OK)
+                rc = DIAG_EXIT_DEGRADED;
+        }
+        i = j;
+    }
+    if (d->json) {
+        json_object_set_new(doc, "cluster", diag_jstr(o->cluster));
+        json_object_set_new(doc, "revision", diag_jint(rev));
+        json_object_set_new(doc, "members", members);
+        json_object_set_new(doc, "nodes", nodes);
+        json_object_set_new(doc, "conflicts", conflicts);
+        diag_table_free(mt);
+        diag_table_free(nt);
+        diag_table_free(ct);
+    } else {
+        printf("\netcd members (%zu of %zu up)\n", up, etcd_endpoint_count(c));
+        diag_table_print(mt, stdout, 2);
+        printf("\ncluster %s: %zu nodes, %zu rank records (revision %lld)\n", o->cluster,
+               json_array_size(nodes), nrecs, (long long)rev);
+        if (json_array_size(nodes))
+            diag_table_print(nt, stdout, 2);
+        else
+            diag_table_free(nt);
+        printf("\nconflicts (newest etcd revision wins): %zu\n", json_array_size(conflicts));
+        if (json_array_size(conflicts))
+            diag_table_print(ct, stdout, 2);
+        else
+            diag_table_free(ct);
+        if (!ranged && up)
+            printf("cannot read %s: %s\n", prefix, etcd_error(c));
+        json_decref(members);
+        json_decref(nodes);
+        json_decref(conflicts);
+    }
+    free(recs);
+    etcd_kvs_free(kvs, n);
+    etcd_close(c);
+    return rc;
+}
+
+static int run_cluster(diag *d, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"etcd", required_argument, NULL, O_ETCD},
+        {"cluster", required_argument, NULL, O_CLUSTER},
+        {"etcd-user", required_argument, NULL, O_USER},
+        {"etcd-password-file", required_argument, NULL, O_PW},
+        {"etcd-cacert", required_argument, NULL, O_CA},
+        {"etcd-cert", required_argument, NULL, O_CERT},
+        {"etcd-key", required_argument, NULL, O_KEY},
+        {0},
+    };
+    struct cluster_opts o = {.cluster = "kvcoord"};
+    int rc = diag_parse_exit(
+        diag_parse(d, &diag_cmd_cluster, argc, argv, "", longopts, cluster_opt, &o));
+    if (rc >= 0)
+        return rc;
+    if (optind < argc) {
+        diag_usage_error(d, &diag_cmd_cluster, "unexpected argument '%s'", argv[optind]);
+        return DIAG_EXIT_USAGE;
+    }
+    json_t *doc = diag_jdoc(d, "cluster");
+    rc = DIAG_EXIT_OK;
+    if (segment_part(d, doc, &rc)) {
+        json_decref(doc);
+        return rc;
+    }
+    if (o.etcd)
+        rc = etcd_part(d, &o, doc);
+    if (d->json)
+        diag_jprint(doc);
+    else
+        json_decref(doc);
+    return rc;
+}
+
+const diag_cmd diag_cmd_cluster = {
+    "cluster",
+    "the cluster view (kvcoordd --etcd): mirrored ranks; with --etcd: members, nodes, conflicts",
+    "cluster [--etcd URL[,URL...]] [--cluster NAME] [--etcd-user U --etcd-password-file F]",
+    cluster_help,
+    run_cluster,
+};
