@@ -281,8 +281,11 @@ void kvc_rank_info_free(kvc_rank_info *ri);
  * half of the entry and published by one store: a crash at any instruction
  * leaves the old or the new value, never a mix.  *gen_out (may be NULL)
  * receives the entry's generation afterwards.  Wakes kvc_rank_wait()ers.
+ * info_json is validated strictly (RFC 8259; UTF-8; at most 2048 nested
+ * levels; integers from -2^63 to 2^64-1; no raw NUL byte) without being
+ * decoded, so numbers stay as written.
  * Errors: KVC_E_INVAL (NULL, empty session_id, info not a JSON object: the
- * message gives jansson's reason and position), KVC_E_CAPACITY (rank >=
+ * message gives the reason, line, column and byte), KVC_E_CAPACITY (rank >=
  * max ranks), KVC_E_TOOBIG (session_id too long, or session_id + info >
  * max info bytes), KVC_E_FULL (arena full, or /dev/shm has no space for
  * the info's pages), KVC_E_BUSY,

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
+#include "json_scan.h"
 
 #include "internal.h"
 
@@ -304,6 +304,20 @@ KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_
     }
 }
 
+/* Lock-free: is entry e plainly empty (never registered)?  Lets a listing
+ * skip it without read_entry()'s message for the caller's last error (the
+ * daemon lists the whole table after every registration). */
+static bool plainly_empty(kvc_rank_entry *e)
+{
+    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 & 1)
+        return false;
+    uint32_t state; /* the state alone, inside the same seqlock window */
+    memcpy(&state, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1].state,
+           sizeof state);
+    return unchanged(e, s1) && state == KVC_RANK_EMPTY;
+}
+
 KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, size_t *count,
                               int include_withdrawn)
 {
@@ -313,6 +327,8 @@ KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, 
         KVC_ARG(out);
     size_t n = 0;
     for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
+        if (plainly_empty(kvc__rank_entry(seg, 0, r)))
+            continue;
         kvc_rank_info tmp = {0};
         kvc_err e = read_entry(seg, 0, r, &tmp, false);
         if (e == KVC_OK || (e == KVC_E_WITHDRAWN && include_withdrawn)) {
@@ -333,20 +349,20 @@ KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, 
 
 /* ---- writing (rank lock held) ---------------------------------------- */
 
+/* Strict RFC 8259 validation without building a tree (json_scan.h): the
+ * bytes are then stored as they are, numbers included. */
 static kvc_err validate_json(const char *json, size_t len, const char *what, uint32_t *entries)
 {
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
-    if (!root)
+    struct kvc_json_error jerr;
+    struct kvc_json_root root;
+    if (kvc__json_scan(json, len, NULL, 0, &root, &jerr))
         return kvc__fail(KVC_E_INVAL,
-                         "%s is not valid JSON: %s at line %d, "
-                         "column %d",
-                         what, jerr.text, jerr.line, jerr.column);
-    bool obj = json_is_object(root);
-    *entries = obj ? (uint32_t)json_object_size(root) : 0;
-    json_decref(root);
-    if (!obj)
+                         "%s is not valid JSON: %s at line %u, "
+                         "column %u (byte %zu)",
+                         what, jerr.text, jerr.line, jerr.column, jerr.offset);
+    if (root.type != KVC_JSON_OBJECT)
         return kvc__fail(KVC_E_INVAL, "%s must be a JSON object", what);
+    *entries = root.members > UINT32_MAX ? UINT32_MAX : (uint32_t)root.members;
     return KVC_OK;
 }
 

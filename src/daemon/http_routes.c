@@ -63,6 +63,7 @@
 #include "auth.h"
 #include "cluster.h"
 #include "http_resp.h"
+#include "json_scan.h"
 #include "log.h"
 #include "metrics.h"
 #include "query.h"
@@ -281,24 +282,38 @@ static int bad_field(struct buf *out, const struct http_req *req, const char *fi
     return -1;
 }
 
+/* The members of a registration body the scanner locates (json_scan.h);
+ * the indexes name them below. */
+enum { W_RANK, W_TP_RANK, W_TEI, W_SID, W_WID, W_COUNT };
+static const struct kvc_json_watch register_watch[W_COUNT] = {
+    [W_RANK] = {.parent = -1, .key = "rank"},
+    [W_TP_RANK] = {.parent = -1, .key = "tp_rank"},
+    [W_TEI] = {.parent = -1, .key = "transfer_engine_info"},
+    [W_SID] = {.parent = W_TEI, .key = "session_id"},
+    [W_WID] = {.parent = W_TEI, .key = "weights_info_dict"},
+};
+
 /* The rank of a registration: "rank", else "tp_rank" (rank 0 is valid). */
-static int register_rank(struct routes *r, json_t *root, const struct http_req *req,
-                         struct buf *out, uint32_t *rank)
+static int register_rank(struct routes *r, const struct http_req *req, struct buf *out,
+                         const struct kvc_json_watch *w, uint32_t *rank)
 {
     const char *name = "rank";
-    json_t *jr = json_object_get(root, name);
-    if (!jr)
-        jr = json_object_get(root, name = "tp_rank");
-    if (!jr) {
+    const struct kvc_json_watch *jr = &w[W_RANK];
+    if (jr->type == KVC_JSON_NONE)
+        jr = &w[W_TP_RANK], name = "tp_rank";
+    if (jr->type == KVC_JSON_NONE) {
         resp_detail(out, req, 400, "Missing field 'rank' (or 'tp_rank')", NULL);
         return -1;
     }
-    if (!json_is_integer(jr) || json_integer_value(jr) < 0)
+    int negative = 1;
+    uint64_t v = 0;
+    if (jr->type == KVC_JSON_INTEGER)
+        kvc__json_integer(req->body, jr->start, jr->end, &negative, &v);
+    if (negative)
         return bad_field(out, req, name, "must be a non-negative integer");
-    json_int_t v = json_integer_value(jr);
-    if (v >= (json_int_t)UINT32_MAX) { /* beyond what the library takes */
+    if (v >= UINT32_MAX) { /* beyond what the library takes */
         detailf(out, req, 400,
-                "Failed to register rank %" JSON_INTEGER_FORMAT ": rank %" JSON_INTEGER_FORMAT
+                "Failed to register rank %" PRIu64 ": rank %" PRIu64
                 " exceeds the segment's max ranks (%u)",
                 v, v, r->max_ranks);
         return -1;
@@ -307,49 +322,46 @@ static int register_rank(struct routes *r, json_t *root, const struct http_req *
     return 0;
 }
 
-/* Check transfer_engine_info; on success *sid and *wid point into root,
+/* Check transfer_engine_info; on success sid holds the decoded session_id,
  * else the 400 naming the field is written and -1 returned. */
-static int register_info(json_t *root, const struct http_req *req, struct buf *out,
-                         const char **sid, json_t **wid)
+static int register_info(const struct http_req *req, struct buf *out,
+                         const struct kvc_json_watch *w, char sid[KVC_SESSION_ID_MAX + 1])
 {
-    json_t *tei = json_object_get(root, "transfer_engine_info");
-    if (!tei)
+    if (w[W_TEI].type == KVC_JSON_NONE)
         return bad_field(out, req, "transfer_engine_info", NULL);
-    if (!json_is_object(tei))
+    if (w[W_TEI].type != KVC_JSON_OBJECT)
         return bad_field(out, req, "transfer_engine_info", "must be an object");
-    json_t *js = json_object_get(tei, "session_id");
-    if (!js)
+    const struct kvc_json_watch *js = &w[W_SID];
+    if (js->type == KVC_JSON_NONE)
         return bad_field(out, req, "transfer_engine_info.session_id", NULL);
-    if (!json_is_string(js) || json_string_length(js) == 0)
+    if (js->type != KVC_JSON_STRING || js->end - js->start == 2)
         return bad_field(out, req, "transfer_engine_info.session_id", "must be a non-empty string");
-    if (json_string_length(js) > KVC_SESSION_ID_MAX)
+    int nul = 0;
+    long n = kvc__json_string(req->body, js->start, js->end, sid, KVC_SESSION_ID_MAX + 1, &nul);
+    if (n < 0)
         return bad_field(out, req, "transfer_engine_info.session_id", "longer than 255 bytes");
-    *sid = json_string_value(js);
-    *wid = json_object_get(tei, "weights_info_dict");
-    if (!*wid)
+    if (n == 0)
+        return bad_field(out, req, "transfer_engine_info.session_id", "must be a non-empty string");
+    if (nul)
+        return bad_field(out, req, "transfer_engine_info.session_id", "must not contain NUL");
+    if (w[W_WID].type == KVC_JSON_NONE)
         return bad_field(out, req, "transfer_engine_info.weights_info_dict", NULL);
-    if (!json_is_object(*wid))
+    if (w[W_WID].type != KVC_JSON_OBJECT)
         return bad_field(out, req, "transfer_engine_info.weights_info_dict", "must be an object");
     return 0;
 }
 
-/* Store a validated registration; writes the answer. */
+/* Store a validated registration: weights_info_dict's bytes exactly as
+ * they were sent (validated, never re-encoded); writes the answer. */
 static void register_store(struct routes *r, const struct http_req *req, struct buf *out,
-                           uint32_t rank, const char *sid, json_t *wid)
+                           uint32_t rank, const char *sid, const struct kvc_json_watch *wid)
 {
-    char *text = json_dumps(wid, JSON_COMPACT);
-    if (!text) {
-        resp_detail(out, req, 500, "Out of memory encoding weights_info_dict", NULL);
-        return;
-    }
-    size_t len = strlen(text);
+    const char *text = req->body + wid->start;
+    size_t len = wid->end - wid->start;
     uint64_t gen = 0;
-    /* wid is a JSON object jansson parsed and serialised: the library need
-     * not parse those (up to megabytes of) bytes again. */
-    size_t entries = json_object_size(wid);
     kvc_err e = kvc_rank_register_validated(
-        r->seg, rank, sid, text, len, entries > UINT32_MAX ? UINT32_MAX : (uint32_t)entries, &gen);
-    free(text);
+        r->seg, rank, sid, text, len,
+        wid->members > UINT32_MAX ? UINT32_MAX : (uint32_t)wid->members, &gen);
     if (e) {
         detailf(out, req, lib_status(e), "Failed to register rank %u: %s", rank, kvc_last_error());
         return;
@@ -373,20 +385,23 @@ static json_t *parse_body(const struct http_req *req, struct buf *out)
     return root;
 }
 
-/* Parse, check and store a registration; writes the answer. */
+/* Validate (one pass of the strict scanner, no tree), check and store a
+ * registration; writes the answer. */
 static void register_now(struct routes *r, const struct http_req *req, struct buf *out)
 {
-    json_t *root = parse_body(req, out);
-    if (!root)
-        return;
+    struct kvc_json_watch w[W_COUNT];
+    memcpy(w, register_watch, sizeof w);
+    struct kvc_json_root root;
+    struct kvc_json_error jerr;
     uint32_t rank;
-    const char *sid;
-    json_t *wid;
-    if (!json_is_object(root))
+    char sid[KVC_SESSION_ID_MAX + 1];
+    if (kvc__json_scan(req->body, req->body_len, w, W_COUNT, &root, &jerr))
+        detailf(out, req, 400, "Invalid JSON at line %u, column %u: %s", jerr.line, jerr.column,
+                jerr.text);
+    else if (root.type != KVC_JSON_OBJECT)
         resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
-    else if (!register_rank(r, root, req, out, &rank) && !register_info(root, req, out, &sid, &wid))
-        register_store(r, req, out, rank, sid, wid);
-    json_decref(root);
+    else if (!register_rank(r, req, out, w, &rank) && !register_info(req, out, w, sid))
+        register_store(r, req, out, rank, sid, &w[W_WID]);
 }
 
 static enum route_rc put_register(struct routes *r, struct route_slot *s,

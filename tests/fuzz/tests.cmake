@@ -53,6 +53,7 @@ endfunction()
 kvc_fuzz_target(http LIBS ${HTTP_PARSER_LIB})
 kvc_fuzz_target(register LIBS ${HTTP_PARSER_LIB})
 kvc_fuzz_target(xfer_frame)
+kvc_fuzz_target(json_scan)
 
 # Writes tests/fuzz/xfer_frame/seed-* from the real encoders (run by hand
 # when the wire format changes; the seeds are checked in).

@@ -343,6 +343,44 @@ class RawHttpTest(unittest.TestCase):
         self.assertTrue(detail(body).startswith("Invalid JSON at line 1, column"), body)
         self.assertEqual(c.response()[2], b"OK")
 
+    def test_numbers_and_bytes_returned_as_sent(self):
+        """weights_info_dict is stored as the bytes sent (validated, never
+        re-encoded): numbers keep their spelling, integers up to 2^64-1 are
+        accepted, whitespace and key order stay."""
+        wid = (b'{ "w.0": [0.1, 1E5, 18446744073709551615, 2],\n  "w.1" :[-0, 1.50, '
+               b'-9223372036854775808, 1e400],"caf\\u00e9":{}, "w.0": [3, 4, 5] }')
+        body = (b'{"rank": 61, "transfer_engine_info": {"session_id": "h\\u003a61", '
+                b'"weights_info_dict": ' + wid + b'}}')
+        c = self.conn()
+        self.assertEqual(c.request("PUT", "/register_transfer_engine_info", body)[:3:2],
+                         (200, b"OK"))
+        status, headers, answer = c.request("GET", "/get_transfer_engine_info?rank=61")
+        self.assertEqual(status, 200)
+        self.assertEqual(answer, b'{"rank":61,"remote_instance_transfer_engine_info":["h:61",'
+                         + wid + b']}')
+        _, _, ranks = c.request("GET", "/ranks")
+        entry = [r for r in json.loads(ranks)["ranks"] if r["rank"] == 61][0]
+        self.assertEqual(entry["entries"], 4)  # keys as written (w.0 twice)
+        self.assertEqual(entry["info_bytes"], len(wid))
+        for bad, why in ((b'{"rank": 62, "transfer_engine_info": {"session_id": "h:1", '
+                          b'"weights_info_dict": {"x": 18446744073709551616}}}',
+                          "Invalid JSON at line 1, column 87: integer out of range"),
+                         (b'{"rank": 62, "transfer_engine_info": {"session_id": "h:1", '
+                          b'"weights_info_dict": {"x": 01}}}',
+                          "Invalid JSON at line 1, column 87: invalid number"),
+                         (b'{"rank": 62,\n "transfer_engine_info": {"session_id": "\xff"}}',
+                          "Invalid JSON at line 2, column 42: invalid UTF-8"),
+                         (b'{"rank": 62, "transfer_engine_info": {"session_id": "a\\u0000b", '
+                          b'"weights_info_dict": {}}}',
+                          "Invalid field 'transfer_engine_info.session_id': must not contain NUL"),
+                         (b'{"rank": 62, "transfer_engine_info": {"session_id": "h:1", '
+                          b'"weights_info_dict": ' + b"[" * 3000 + b"]" * 3000 + b'}}',
+                          "Invalid JSON at line 1, column 2127: nesting too deep")):
+            status, _, answer = c.request("PUT", "/register_transfer_engine_info", bad)
+            self.assertEqual(status, 400, bad[:100])
+            self.assertTrue(detail(answer).startswith(why), (why, answer))
+        self.assertEqual(self.lookup(62)[0], 404)
+
     def test_rank_wins_over_tp_rank(self):
         body = registration(0, "10.0.0.2:1")
         body["tp_rank"] = 7
