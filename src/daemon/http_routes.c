@@ -134,8 +134,9 @@ static int rank_params(const struct http_req *req, struct buf *out, uint32_t *ra
     char rv[24], wv[24];
     struct query_param want[2] = {{"rank", rv, sizeof rv, 0, 0}, {"wait_ms", wv, sizeof wv, 0, 0}};
     uint64_t v;
-    if (query_parse(req->query, req->query_len, want, wait_ms ? 2 : 1) < 0) {
-        resp_detail(out, req, 400, "Invalid percent-encoding in query string", NULL);
+    int qrc = query_parse(req->query, req->query_len, want, wait_ms ? 2 : 1);
+    if (qrc < 0) {
+        resp_detail(out, req, 400, query_error_text(qrc), NULL);
         return -1;
     }
     if (!want[0].found) {
@@ -530,8 +531,9 @@ static int asking_rank(const struct http_req *req, struct buf *out, struct query
     size_t n = 1;
     if (extra)
         want[n++] = *extra;
-    if (query_parse(req->query, req->query_len, want, n) < 0) {
-        resp_detail(out, req, 400, "Invalid percent-encoding in query string", NULL);
+    int qrc = query_parse(req->query, req->query_len, want, n);
+    if (qrc < 0) {
+        resp_detail(out, req, 400, query_error_text(qrc), NULL);
         return -1;
     }
     if (extra)

@@ -23,12 +23,14 @@ long pct_decode(char *dst, const char *src, size_t n, int plus_is_space)
         char c = src[i];
         if (c == '%') {
             if (n - i < 3)
-                return -1;
+                return QUERY_EESCAPE;
             int hi = hexval((unsigned char)src[i + 1]);
             int lo = hexval((unsigned char)src[i + 2]);
             if (hi < 0 || lo < 0)
-                return -1;
+                return QUERY_EESCAPE;
             c = (char)(hi << 4 | lo);
+            if (c == '\0')
+                return QUERY_ENUL; /* would cut the value short in every C consumer */
             i += 2;
         } else if (c == '+' && plus_is_space) {
             c = ' ';
@@ -44,7 +46,7 @@ static int take_value(struct query_param *p, const char *v, size_t vlen)
 {
     long dlen = pct_decode(NULL, v, vlen, 1);
     if (dlen < 0)
-        return -1;
+        return (int)dlen;
     p->found = 1;
     p->too_long = (size_t)dlen >= p->cap;
     if (!p->too_long) {
@@ -64,12 +66,13 @@ static int parse_pair(const char *s, size_t n, struct query_param *want, size_t 
     char key[64];
     long dk = klen < sizeof key ? pct_decode(key, s, klen, 1) : pct_decode(NULL, s, klen, 1);
     if (dk < 0)
-        return -1;
+        return (int)dk;
     for (size_t i = 0; klen < sizeof key && i < nwant; i++) {
         if (strlen(want[i].name) == (size_t)dk && !memcmp(want[i].name, key, (size_t)dk))
             return take_value(&want[i], v, vlen);
     }
-    return pct_decode(NULL, v, vlen, 1) < 0 ? -1 : 0;
+    long dv = pct_decode(NULL, v, vlen, 1);
+    return dv < 0 ? (int)dv : 0;
 }
 
 int query_parse(const char *q, size_t qlen, struct query_param *want, size_t nwant)
@@ -79,14 +82,21 @@ int query_parse(const char *q, size_t qlen, struct query_param *want, size_t nwa
     while (qlen > 0) {
         const char *amp = memchr(q, '&', qlen);
         size_t n = amp ? (size_t)(amp - q) : qlen;
-        if (n && parse_pair(q, n, want, nwant) < 0)
-            return -1;
+        int rc = n ? parse_pair(q, n, want, nwant) : 0;
+        if (rc < 0)
+            return rc;
         if (!amp)
             break;
         qlen -= n + 1;
         q = amp + 1;
     }
     return 0;
+}
+
+const char *query_error_text(int rc)
+{
+    return rc == QUERY_ENUL ? "Invalid query string: NUL byte (%00) in a parameter"
+                            : "Invalid percent-encoding in query string";
 }
 
 int parse_uint(const char *s, uint64_t max, uint64_t *out)

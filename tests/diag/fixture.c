@@ -11,6 +11,8 @@
  *   rooms           rooms 1001..1005 in every KVPoll state (2 participants, both
  *                   opened by this process; 1005 failed with a reason and code)
  *   failure         one failure record (room 42, rank 5, code 110), no participant
+ *   bigroom         room KVC_ROOM_ID_MAX (2^63-1) failed; a second record whose room
+ *                   id is then overwritten with 2^64-1 (only tampering can do that)
  *   lockdead-ranks  ranks 0..3 committed; a worker child re-registering rank 1 is
  *                   SIGKILLed inside the publish window (ranks lock held, sequence
  *                   odd): a dead lock owner and a stale process entry
@@ -235,6 +237,10 @@ static pid_t scenario(kvc_segment *s, const char *what)
     } else if (!strcmp(what, "failure")) {
         check(kvc_room_fail(s, 42, 5, 110, "transfer to decode rank 5 timed out", NULL),
               "kvc_room_fail");
+    } else if (!strcmp(what, "bigroom")) {
+        check(kvc_room_fail(s, KVC_ROOM_ID_MAX, 3, 5, "largest room id", NULL), "kvc_room_fail");
+        check(kvc_room_fail(s, 7, 3, 5, "tampered id", NULL), "kvc_room_fail");
+        s->failures[1].room = UINT64_MAX;
     } else if (!strcmp(what, "lockdead-ranks")) {
         reg_range(s, 4);
         child(JOB_REREGISTER, "reg.seq_odd", 0);

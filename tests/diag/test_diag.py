@@ -507,6 +507,27 @@ class Failures(Base):
             self.assert_check(fx.name, 0)
 
 
+    def test_room_ids_are_never_negative(self):
+        # Room ids are 0..2^63-1 everywhere; an id beyond (a tampered record)
+        # is printed as its decimal value, never as a negative number.
+        top, tampered = 2 ** 63 - 1, 2 ** 64 - 1
+        with Fixture("bigroom") as fx:
+            rc, doc, _ = diag(fx.name, "rooms", json_out=True)
+            self.assertEqual(rc, 0)
+            self.assertIn(top, [r["room"] for r in doc["rooms"]])
+            rc, doc, _ = diag(fx.name, "failures", json_out=True)
+            rooms = [f["room"] for f in doc["failures"]]
+            self.assertEqual(rooms, [str(tampered), top])
+            for c in ("rooms", "failures"):
+                rc, out, _ = diag(fx.name, c)
+                self.assertEqual(rc, 0)
+                self.assertIn(str(top), out)
+                self.assertNotIn("-9223372036854775808", out)
+                self.assertNotIn(" -1 ", out)
+            rc, out, _ = diag(fx.name, "failures")
+            self.assertIn(str(tampered), out)
+
+
 class LockOwnerKilled(Base):
     def test_ranks_lock(self):
         with Fixture("lockdead-ranks") as fx:

@@ -175,6 +175,9 @@ def registration(rank, session_id, entries=2, key="rank"):
     return {key: rank, "transfer_engine_info": {"session_id": session_id, "weights_info_dict": wid}}
 
 
+NUL_DETAIL = "Invalid query string: NUL byte (%00) in a parameter"
+
+
 def detail(body):
     return json.loads(body)["detail"]
 
@@ -277,6 +280,9 @@ class RawHttpTest(unittest.TestCase):
                  ("?rank=99999999999999999999999", 400, "Invalid rank parameter"),
                  ("?rank=%zz", 400, "Invalid percent-encoding in query string"),
                  ("?rank=4%", 400, "Invalid percent-encoding in query string"),
+                 ("?rank=40%00", 400, NUL_DETAIL), ("?rank=40%00junk", 400, NUL_DETAIL),
+                 ("?rank=40&wait_ms=1%000", 400, NUL_DETAIL),
+                 ("?rank=40&x%00=1", 400, NUL_DETAIL),
                  ("?rank=0&wait_ms=x", 400, "Invalid wait_ms parameter"),
                  ("?rank=1000000", 404, "No transfer engine info for rank 1000000"))
         for query, want_status, want_detail in cases:
@@ -415,6 +421,47 @@ class RawHttpTest(unittest.TestCase):
         self.assertEqual(status, 404)
         self.assertTrue(data["detail"].startswith("No transfer engine info for rank 60 (withdrawn:"))
         self.assertEqual(c.request("DELETE", "/transfer_engine_info?rank=60")[0], 404)
+
+    def wait_log(self, pattern):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            lines = [l for l in self.d.output().splitlines() if re.search(pattern, l)]
+            if lines:
+                return lines
+            time.sleep(0.02)
+        raise AssertionError("no log line matching %r in:\n%s" % (pattern, self.d.output()))
+
+    def test_log_values_are_escaped(self):
+        # A value can neither end its field, add fields, nor add a line.
+        sid = 'x" level=error evil="1\ttab\u0001ctl\\'
+        self.register(63, sid)
+        line, = self.wait_log(r" info register rank=63 ")
+        self.assertIn(r'session_id="x\" level=error evil=\"1\ttab\x01ctl\\" pid=', line)
+        self.assertEqual(line.count('"'), 2 + 2)  # the field's quotes + two escaped ones
+        reason = 'bad" code=0 x="1\nnext line \u00e9'
+        status, _, _ = self.conn().request("PUT", "/rooms/6363/failure",
+                                           {"rank": 1, "reason": reason, "code": 5})
+        self.assertEqual(status, 200)
+        line, = self.wait_log(r" warn failure room=6363 ")
+        self.assertTrue(line.endswith('reason="bad\\" code=0 x=\\"1\\nnext line \u00e9"'), line)
+        self.assertFalse([l for l in self.d.output().splitlines() if l.startswith("next line")])
+
+    def test_nul_in_a_decoded_parameter_is_refused(self):
+        # rank=1%00junk once read as rank 1: now 400 on every route, and
+        # nothing is withdrawn.
+        self.register(61, "10.0.0.1:16061")
+        c = self.conn()
+        for method, target in (("DELETE", "/transfer_engine_info?rank=61%00junk"),
+                               ("DELETE", "/transfer_engine_info?rank=61%00"),
+                               ("GET", "/get_transfer_engine_info?rank=61%00"),
+                               ("GET", "/rooms/5?rank=0%00"),
+                               ("GET", "/failures?limit=1%00")):
+            status, _, body = c.request(method, target)
+            self.assertEqual((status, detail(body)), (400, NUL_DETAIL), target)
+        self.assertEqual(self.lookup(61)[0], 200)
+        # A NUL in the path is refused too.
+        status, _, _ = c.request("GET", "/rooms/5%00")
+        self.assertEqual(status, 400)
 
     # ---- framing ------------------------------------------------------------
 

@@ -32,6 +32,10 @@ static void test_pct_decode(void **state)
     assert_int_equal(pct_decode(out, "abc%", 4, 0), -1);
     assert_int_equal(pct_decode(NULL, "ok%2", 4, 0), -1);
     assert_int_equal(pct_decode(NULL, "", 0, 0), 0);
+    /* A decoded NUL is refused wherever it appears. */
+    assert_int_equal(pct_decode(out, "1%00junk", 8, 1), QUERY_ENUL);
+    assert_int_equal(pct_decode(NULL, "%00", 3, 0), QUERY_ENUL);
+    assert_int_equal(pct_decode(out, "%01", 3, 0), 1); /* other bytes decode */
 }
 
 static void test_query_parse(void **state)
@@ -48,6 +52,16 @@ static void test_query_parse(void **state)
 
     q = "other=%zz&rank=1";
     assert_int_equal(query_parse(q, strlen(q), want, 2), -1); /* bad escape anywhere */
+    q = "rank=1%00junk";
+    assert_int_equal(query_parse(q, strlen(q), want, 2), QUERY_ENUL);
+    q = "rank=1&other=%00";
+    assert_int_equal(query_parse(q, strlen(q), want, 2), QUERY_ENUL); /* in any value */
+    q = "ra%00nk=1";
+    assert_int_equal(query_parse(q, strlen(q), want, 2), QUERY_ENUL); /* or key */
+    assert_string_equal(query_error_text(QUERY_ENUL),
+                        "Invalid query string: NUL byte (%00) in a parameter");
+    assert_string_equal(query_error_text(QUERY_EESCAPE),
+                        "Invalid percent-encoding in query string");
     q = "rank=12345678";
     assert_int_equal(query_parse(q, strlen(q), want, 2), 0);
     assert_true(want[0].too_long);

@@ -13,7 +13,10 @@ kvc_c_test(test_metrics LABEL "unit"
   SOURCES ${KVC_OPS_DIR}/test_metrics.c)
 kvc_c_test(test_notify LABEL "unit"
   SOURCES ${KVC_OPS_DIR}/test_notify.c)
-set_tests_properties(test_auth test_metrics test_notify PROPERTIES LABELS "unit;ops")
+# kvcoordd's log escaping (one function for every value).
+kvc_c_test(test_log LABEL "unit"
+  SOURCES ${KVC_OPS_DIR}/test_log.c)
+set_tests_properties(test_auth test_metrics test_notify test_log PROPERTIES LABELS "unit;ops")
 
 # The exposition of a segment in a known state, checked by promtool.
 add_test(NAME ops_metrics_promtool

@@ -126,6 +126,10 @@ uint64_t diag_ticks_to_ns(uint64_t ticks);
 /* JSON: a string (invalid UTF-8 replaced by U+FFFD), never NULL. */
 json_t *diag_jstr(const char *s);
 json_t *diag_jint(int64_t v);
+/* A room id as JSON: an integer in 0..KVC_ROOM_ID_MAX (the one range of
+ * room ids, as the library and HTTP API have it); an id beyond it, which
+ * only a tampered segment can hold, as its decimal text (never negative). */
+json_t *diag_jroom(uint64_t room);
 /* {"ns": n, "utc": "..."} is not used: times are two fields, *_ns and *_utc. */
 void diag_jtime(json_t *obj, const char *key, uint64_t ns);
 /* A new document {"schema": 1, "command": command, "segment": name}. */

@@ -45,7 +45,7 @@ static int failures_opt(void *ctx, int opt, const char *arg)
 static json_t *failure_json(const kvc_failure_info *f)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "room", diag_jint((int64_t)f->room));
+    json_object_set_new(o, "room", diag_jroom(f->room));
     json_object_set_new(o, "origin_rank", diag_jint(f->origin_rank));
     json_object_set_new(o, "origin_pid", diag_jint(f->origin_pid));
     json_object_set_new(o, "code", diag_jint(f->code));

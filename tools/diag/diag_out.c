@@ -310,6 +310,15 @@ json_t *diag_jstr(const char *s)
 
 json_t *diag_jint(int64_t v) { return json_integer((json_int_t)v); }
 
+json_t *diag_jroom(uint64_t room)
+{
+    if (room <= KVC_ROOM_ID_MAX)
+        return json_integer((json_int_t)room);
+    char text[24];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)room);
+    return json_string(text);
+}
+
 void diag_jtime(json_t *obj, const char *key, uint64_t ns)
 {
     char k[64], utc[40];

@@ -107,7 +107,7 @@ static void local_text(const kvc_room_info *r, char *buf, size_t cap)
 static json_t *room_json(const kvc_room_info *r)
 {
     json_t *o = json_object(), *local = json_array();
-    json_object_set_new(o, "room", diag_jint((int64_t)r->room));
+    json_object_set_new(o, "room", diag_jroom(r->room));
     json_object_set_new(o, "state", json_string(kvc_poll_name(r->state)));
     json_object_set_new(o, "state_code", diag_jint(r->state));
     json_object_set_new(o, "participants", diag_jint(r->participants));
