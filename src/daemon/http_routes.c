@@ -19,6 +19,16 @@
  *   - the lookup answer carries "X-Kvcoord-Generation: G", the rank's
  *     generation (changes on every re-registration).
  *   - 404 for a withdrawn rank says why: "... (withdrawn: <note>)".
+ *   - role (e.g. "draft", a speculative draft model's ranks): ?role=R on the
+ *     lookup and the DELETE, "role" in the registration body (or ?role=R);
+ *     entries are keyed by (rank, role), no role meaning "target", the
+ *     rank table.  400 "Invalid role parameter" / "Invalid field 'role'".
+ *   - PUT /register_parallelism_config (POST too) body {"rank"|"tp_rank":
+ *     int, "parallelism_config": {...}, "role": str (optional)}: 200 "OK";
+ *     GET /get_parallelism_config?rank=N[&role=R]: 200 the stored object;
+ *     404 "No parallelism config for rank N".
+ *   - A known path with a trailing slash: 307 to the path without it (the
+ *     query kept), as sglang's FastAPI server answers.
  *   - GET /ranks: {"ranks":[{"rank","session_id","generation","entries",
  *     "info_bytes","registered_ns","pid"}...],"world_size":W}.
  *   - DELETE /transfer_engine_info?rank=N: withdraw; 200 "OK" or 404.
@@ -126,15 +136,28 @@ static int lib_status(kvc_err e)
     }
 }
 
-/* Read rank (required) and wait_ms (optional, 0 when absent) from the
- * query; on a bad one the 400 is written and -1 returned. */
-static int rank_params(const struct http_req *req, struct buf *out, uint32_t *rank,
+/* A role name from a request: "" (the default role) when absent; -1 when
+ * it is not one (the caller answers 400). */
+static int role_value(const char *v, char *role)
+{
+    if (strlen(v) > KVC_ROLE_NAME_MAX || kvc_role_check(v) != KVC_OK)
+        return -1;
+    snprintf(role, KVC_ROLE_NAME_MAX + 1, "%s", v);
+    return 0;
+}
+
+/* Read rank (required), role (optional: "" when absent) and wait_ms
+ * (optional, 0 when absent) from the query; on a bad one the 400 is
+ * written and -1 returned. */
+static int rank_params(const struct http_req *req, struct buf *out, uint32_t *rank, char *role,
                        uint32_t *wait_ms)
 {
-    char rv[24], wv[24];
-    struct query_param want[2] = {{"rank", rv, sizeof rv, 0, 0}, {"wait_ms", wv, sizeof wv, 0, 0}};
+    char rv[24], wv[24], ov[KVC_ROLE_NAME_MAX + 2];
+    struct query_param want[3] = {{"rank", rv, sizeof rv, 0, 0},
+                                  {"role", ov, sizeof ov, 0, 0},
+                                  {"wait_ms", wv, sizeof wv, 0, 0}};
     uint64_t v;
-    int qrc = query_parse(req->query, req->query_len, want, wait_ms ? 2 : 1);
+    int qrc = query_parse(req->query, req->query_len, want, wait_ms ? 3 : 2);
     if (qrc < 0) {
         resp_detail(out, req, 400, query_error_text(qrc), NULL);
         return -1;
@@ -148,11 +171,16 @@ static int rank_params(const struct http_req *req, struct buf *out, uint32_t *ra
         return -1;
     }
     *rank = (uint32_t)v;
+    role[0] = '\0';
+    if (want[1].found && (want[1].too_long || role_value(ov, role))) {
+        resp_detail(out, req, 400, "Invalid role parameter", NULL);
+        return -1;
+    }
     if (!wait_ms)
         return 0;
     *wait_ms = 0;
-    if (want[1].found) {
-        if (want[1].too_long || parse_uint(wv, UINT64_MAX, &v)) {
+    if (want[2].found) {
+        if (want[2].too_long || parse_uint(wv, UINT64_MAX, &v)) {
             resp_detail(out, req, 400, "Invalid wait_ms parameter", NULL);
             return -1;
         }
@@ -225,14 +253,25 @@ static void write_info(struct buf *out, const struct http_req *req, const kvc_ra
     buf_commit(out, (size_t)(p - start));
 }
 
-static void write_lookup_error(struct buf *out, const struct http_req *req, uint32_t rank,
-                               kvc_err e, const kvc_rank_info *ri)
+/* " (role R)" for a named role, "" for the default one. */
+static const char *role_suffix(const char *role, char *buf, size_t cap)
 {
+    if (!role[0] || !strcmp(role, KVC_DEFAULT_ROLE))
+        return "";
+    snprintf(buf, cap, " (role %s)", role);
+    return buf;
+}
+
+static void write_lookup_error(struct buf *out, const struct http_req *req, uint32_t rank,
+                               const char *role, kvc_err e, const kvc_rank_info *ri)
+{
+    char rs[KVC_ROLE_NAME_MAX + 16];
     if (e == KVC_E_NOENT || e == KVC_E_CAPACITY)
-        detailf(out, req, 404, "No transfer engine info for rank %u", rank);
+        detailf(out, req, 404, "No transfer engine info for rank %u%s", rank,
+                role_suffix(role, rs, sizeof rs));
     else if (e == KVC_E_WITHDRAWN)
-        detailf(out, req, 404, "No transfer engine info for rank %u (withdrawn: %s)", rank,
-                ri->note);
+        detailf(out, req, 404, "No transfer engine info for rank %u%s (withdrawn: %s)", rank,
+                role_suffix(role, rs, sizeof rs), ri->note);
     else
         detailf(out, req, lib_status(e), "Lookup of rank %u failed: %s", rank, kvc_last_error());
 }
@@ -244,7 +283,7 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
     /* The epoch is read before the lookup: a registration landing after the
      * lookup changes it, so the parked request is re-checked (no lost wake). */
     uint32_t epoch = may_park ? kvc_rank_epoch(r->seg) : 0;
-    kvc_err e = kvc_rank_lookup(r->seg, s->park_rank, &s->ri);
+    kvc_err e = kvc_role_lookup(r->seg, s->park_role, s->park_rank, &s->ri);
     if (e == KVC_OK) {
         write_info(out, req, &s->ri);
         return ROUTE_DONE;
@@ -253,14 +292,14 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
         s->park_epoch = epoch;
         return ROUTE_PARK;
     }
-    write_lookup_error(out, req, s->park_rank, e, &s->ri);
+    write_lookup_error(out, req, s->park_rank, s->park_role, e, &s->ri);
     return ROUTE_DONE;
 }
 
 static enum route_rc get_info(struct routes *r, struct route_slot *s, const struct http_req *req,
                               struct buf *out)
 {
-    if (rank_params(req, out, &s->park_rank, &s->park_wait_ms))
+    if (rank_params(req, out, &s->park_rank, s->park_role, &s->park_wait_ms))
         return ROUTE_DONE;
     return lookup_once(r, s, req, out, s->park_wait_ms > 0);
 }
@@ -285,13 +324,15 @@ static int bad_field(struct buf *out, const struct http_req *req, const char *fi
 
 /* The members of a registration body the scanner locates (json_scan.h);
  * the indexes name them below. */
-enum { W_RANK, W_TP_RANK, W_TEI, W_SID, W_WID, W_COUNT };
+enum { W_RANK, W_TP_RANK, W_TEI, W_SID, W_WID, W_ROLE, W_PCFG, W_COUNT };
 static const struct kvc_json_watch register_watch[W_COUNT] = {
     [W_RANK] = {.parent = -1, .key = "rank"},
     [W_TP_RANK] = {.parent = -1, .key = "tp_rank"},
     [W_TEI] = {.parent = -1, .key = "transfer_engine_info"},
     [W_SID] = {.parent = W_TEI, .key = "session_id"},
     [W_WID] = {.parent = W_TEI, .key = "weights_info_dict"},
+    [W_ROLE] = {.parent = -1, .key = "role"},
+    [W_PCFG] = {.parent = -1, .key = "parallelism_config"}, /* its own route */
 };
 
 /* The rank of a registration: "rank", else "tp_rank" (rank 0 is valid). */
@@ -352,19 +393,53 @@ static int register_info(const struct http_req *req, struct buf *out,
     return 0;
 }
 
+/* The role of a registration: "role" in the body, else ?role= in the
+ * query, else "" (the default role).  On a bad one the 400 is written. */
+static int register_role(const struct http_req *req, struct buf *out,
+                         const struct kvc_json_watch *w, char *role)
+{
+    const struct kvc_json_watch *jr = &w[W_ROLE];
+    char ov[KVC_ROLE_NAME_MAX + 2];
+    role[0] = '\0';
+    if (jr->type != KVC_JSON_NONE) {
+        int nul = 0;
+        long n = jr->type == KVC_JSON_STRING
+                     ? kvc__json_string(req->body, jr->start, jr->end, ov, sizeof ov, &nul)
+                     : -1;
+        if (n < 0 || nul || role_value(ov, role))
+            return bad_field(out, req, "role",
+                             "must be a role name: at most 31 bytes of [A-Za-z0-9._-]");
+        return 0;
+    }
+    struct query_param want[1] = {{"role", ov, sizeof ov, 0, 0}};
+    int qrc = query_parse(req->query, req->query_len, want, 1);
+    if (qrc < 0) {
+        resp_detail(out, req, 400, query_error_text(qrc), NULL);
+        return -1;
+    }
+    if (want[0].found && (want[0].too_long || role_value(ov, role))) {
+        resp_detail(out, req, 400, "Invalid role parameter", NULL);
+        return -1;
+    }
+    return 0;
+}
+
 /* Store a validated registration: weights_info_dict's bytes exactly as
  * they were sent (validated, never re-encoded); writes the answer. */
 static void register_store(struct routes *r, const struct http_req *req, struct buf *out,
-                           uint32_t rank, const char *sid, const struct kvc_json_watch *wid)
+                           uint32_t rank, const char *role, const char *sid,
+                           const struct kvc_json_watch *wid)
 {
     const char *text = req->body + wid->start;
     size_t len = wid->end - wid->start;
     uint64_t gen = 0;
-    kvc_err e = kvc_rank_register_validated(
-        r->seg, rank, sid, text, len,
+    kvc_err e = kvc_role_register_validated(
+        r->seg, role, rank, sid, text, len,
         wid->members > UINT32_MAX ? UINT32_MAX : (uint32_t)wid->members, &gen);
     if (e) {
-        detailf(out, req, lib_status(e), "Failed to register rank %u: %s", rank, kvc_last_error());
+        char rs[KVC_ROLE_NAME_MAX + 16];
+        detailf(out, req, lib_status(e), "Failed to register rank %u%s: %s", rank,
+                role_suffix(role, rs, sizeof rs), kvc_last_error());
         return;
     }
     /* At debug: the daemon's rank table watch logs every registration
@@ -395,14 +470,15 @@ static void register_now(struct routes *r, const struct http_req *req, struct bu
     struct kvc_json_root root;
     struct kvc_json_error jerr;
     uint32_t rank;
-    char sid[KVC_SESSION_ID_MAX + 1];
+    char sid[KVC_SESSION_ID_MAX + 1], role[KVC_ROLE_NAME_MAX + 1];
     if (kvc__json_scan(req->body, req->body_len, w, W_COUNT, &root, &jerr))
         detailf(out, req, 400, "Invalid JSON at line %u, column %u: %s", jerr.line, jerr.column,
                 jerr.text);
     else if (root.type != KVC_JSON_OBJECT)
         resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
-    else if (!register_rank(r, req, out, w, &rank) && !register_info(req, out, w, sid))
-        register_store(r, req, out, rank, sid, &w[W_WID]);
+    else if (!register_rank(r, req, out, w, &rank) && !register_info(req, out, w, sid) &&
+             !register_role(req, out, w, role))
+        register_store(r, req, out, rank, role, sid, &w[W_WID]);
 }
 
 static enum route_rc put_register(struct routes *r, struct route_slot *s,
@@ -418,6 +494,76 @@ static enum route_rc put_register(struct routes *r, struct route_slot *s,
 void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out)
 {
     register_now(r, req, out); /* the only route deferred */
+}
+
+/* ---- PUT /register_parallelism_config, GET /get_parallelism_config ---------- */
+
+/* Store a checked parallelism config (its bytes as sent, validated by the
+ * scanner); writes the answer. */
+static void parallelism_store(struct routes *r, const struct http_req *req, struct buf *out,
+                              uint32_t rank, const char *role, const struct kvc_json_watch *cfg)
+{
+    uint64_t gen = 0;
+    kvc_err e = kvc_parallelism_register(r->seg, role, rank, req->body + cfg->start,
+                                         cfg->end - cfg->start, &gen);
+    char rs[KVC_ROLE_NAME_MAX + 16];
+    if (e)
+        detailf(out, req, lib_status(e),
+                "Failed to register the parallelism config of rank %u%s: %s", rank,
+                role_suffix(role, rs, sizeof rs), kvc_last_error());
+    else
+        resp_ok(out, req);
+}
+
+/* Configs are small (a few hundred bytes): handled on the loop. */
+static enum route_rc put_parallelism(struct routes *r, struct route_slot *s,
+                                     const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    struct kvc_json_watch w[W_COUNT];
+    memcpy(w, register_watch, sizeof w);
+    struct kvc_json_root root;
+    struct kvc_json_error jerr;
+    uint32_t rank;
+    char role[KVC_ROLE_NAME_MAX + 1];
+    if (kvc__json_scan(req->body, req->body_len, w, W_COUNT, &root, &jerr))
+        detailf(out, req, 400, "Invalid JSON at line %u, column %u: %s", jerr.line, jerr.column,
+                jerr.text);
+    else if (root.type != KVC_JSON_OBJECT)
+        resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
+    else if (register_rank(r, req, out, w, &rank) || register_role(req, out, w, role))
+        ; /* answered */
+    else if (w[W_PCFG].type == KVC_JSON_NONE)
+        bad_field(out, req, "parallelism_config", NULL);
+    else if (w[W_PCFG].type != KVC_JSON_OBJECT)
+        bad_field(out, req, "parallelism_config", "must be an object");
+    else
+        parallelism_store(r, req, out, rank, role, &w[W_PCFG]);
+    return ROUTE_DONE;
+}
+
+static enum route_rc get_parallelism(struct routes *r, struct route_slot *s,
+                                     const struct http_req *req, struct buf *out)
+{
+    uint32_t rank;
+    char role[KVC_ROLE_NAME_MAX + 1], rs[KVC_ROLE_NAME_MAX + 16], gen[48];
+    if (rank_params(req, out, &rank, role, NULL))
+        return ROUTE_DONE;
+    kvc_err e = kvc_parallelism_lookup(r->seg, role, rank, &s->ri);
+    if (e == KVC_OK) {
+        snprintf(gen, sizeof gen, "X-Kvcoord-Generation: %" PRIu64 "\r\n", s->ri.generation);
+        resp_send(out, req, 200, CT_JSON, s->ri.info, s->ri.info_len, gen);
+    } else if (e == KVC_E_NOENT || e == KVC_E_CAPACITY) {
+        detailf(out, req, 404, "No parallelism config for rank %u%s", rank,
+                role_suffix(role, rs, sizeof rs));
+    } else if (e == KVC_E_WITHDRAWN) {
+        detailf(out, req, 404, "No parallelism config for rank %u%s (withdrawn: %s)", rank,
+                role_suffix(role, rs, sizeof rs), s->ri.note);
+    } else {
+        detailf(out, req, lib_status(e), "Lookup of the parallelism config of rank %u failed: %s",
+                rank, kvc_last_error());
+    }
+    return ROUTE_DONE;
 }
 
 /* ---- GET /ranks ----------------------------------------------------------- */
@@ -491,11 +637,13 @@ static enum route_rc delete_info(struct routes *r, struct route_slot *s, const s
 {
     (void)s;
     uint32_t rank;
-    if (rank_params(req, out, &rank, NULL))
+    char role[KVC_ROLE_NAME_MAX + 1], rs[KVC_ROLE_NAME_MAX + 16];
+    if (rank_params(req, out, &rank, role, NULL))
         return ROUTE_DONE;
-    kvc_err e = kvc_rank_withdraw(r->seg, rank, WITHDRAW_NOTE);
+    kvc_err e = kvc_role_withdraw(r->seg, role, rank, WITHDRAW_NOTE);
     if (e == KVC_E_NOENT || e == KVC_E_CAPACITY) {
-        detailf(out, req, 404, "No transfer engine info for rank %u", rank);
+        detailf(out, req, 404, "No transfer engine info for rank %u%s", rank,
+                role_suffix(role, rs, sizeof rs));
     } else if (e) {
         detailf(out, req, lib_status(e), "Withdrawing rank %u failed: %s", rank, kvc_last_error());
     } else {
@@ -867,21 +1015,56 @@ static const struct route route_table[] = {
     {"/failures", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_failures},
     {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_metrics},
     {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_cluster},
+    {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), "Allow: PUT, POST\r\n",
+     put_parallelism},
+    {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n",
+     get_parallelism},
 };
 
 /* Routes that change the segment: a token is needed when one is configured
  * (the room failure route is checked in rooms_route). */
 static int mutating(const struct route *rt)
 {
-    return rt->fn == put_register || rt->fn == delete_info;
+    return rt->fn == put_register || rt->fn == delete_info || rt->fn == put_parallelism;
 }
 
 #define ROOMS_PREFIX "/rooms/"
+
+static const struct route *find_route(const char *path, size_t len)
+{
+    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++)
+        if (strlen(route_table[i].path) == len && !memcmp(route_table[i].path, path, len))
+            return &route_table[i];
+    return NULL;
+}
+
+/* A known path with a trailing slash ("/get_transfer_engine_info/"): 307
+ * to the path without it, query kept, as Starlette's redirect_slashes
+ * answers (requests and curl -L follow it, repeating method and body).
+ * Returns 1 when answered. */
+static int redirect_slash(const struct http_req *req, struct buf *out)
+{
+    size_t n = req->path_len, plen = sizeof ROOMS_PREFIX - 1;
+    if (n < 2 || req->path[n - 1] != '/')
+        return 0;
+    n--;
+    if (!find_route(req->path, n) && !(n > plen && !memcmp(req->path, ROOMS_PREFIX, plen)))
+        return 0;
+    char loc[512];
+    int w = snprintf(loc, sizeof loc, "Location: %.*s%s%.*s\r\n", (int)n, req->path,
+                     req->query_len ? "?" : "", (int)req->query_len, req->query ? req->query : "");
+    if (w < 0 || (size_t)w >= sizeof loc)
+        return 0; /* too long to redirect: let it 404 */
+    resp_send(out, req, 307, CT_JSON, "", 0, loc);
+    return 1;
+}
 
 enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const struct http_req *req,
                               struct buf *out)
 {
     size_t plen = sizeof ROOMS_PREFIX - 1;
+    if (redirect_slash(req, out))
+        return ROUTE_DONE;
     if (req->path_len >= plen && !memcmp(req->path, ROOMS_PREFIX, plen)) {
         rooms_route(r, req, out, req->path + plen, req->path_len - plen);
         return ROUTE_DONE;
