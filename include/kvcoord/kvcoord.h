@@ -120,6 +120,12 @@ typedef enum kvc_role {
     KVC_ROLE_CLIENT = 3  /* any other attached process */
 } kvc_role;
 
+/* Name of a process role ("none", "worker", "daemon", "client"; "invalid"
+ * for any other value), as kvcoordd's metrics and kvcoord-diag show it.
+ * Static storage; never NULL; thread-safe.  (Not the rank roles of
+ * kvc_role_names().) */
+const char *kvc_role_name(kvc_role role);
+
 /* How kvc_open() treats an existing or missing segment. */
 typedef enum kvc_open_mode {
     KVC_OPEN_ATTACH = 0, /* attach to an existing valid segment; KVC_E_NOENT if none */
@@ -635,6 +641,20 @@ uint32_t kvc_proc_epoch(kvc_segment *seg);
  * passes (shared futex, no polling): how kvcoordd learns at once that a
  * process attached.  Errors: KVC_E_INVAL (NULL), KVC_E_TIMEDOUT. */
 kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms);
+
+/* What the kernel says of a process (proc(5), /proc/PID/stat), as the
+ * library itself reads it for liveness: the one parser of that file, for
+ * kvcoordd's process watch too. */
+typedef struct kvc_proc_stat {
+    char state;      /* field 3: 'R', 'S', 'D', 'T', 'Z' (zombie), 'X' (dead), ... */
+    uint64_t start;  /* field 22: start time, clock ticks since boot (kvc_proc_info.start) */
+    int exit_status; /* field 52: a wait status, meaningful for a zombie; -1 when not shown */
+} kvc_proc_stat;
+
+/* Read pid's /proc/PID/stat into *out.  Thread-safe; a few microseconds.
+ * Errors: KVC_E_INVAL (NULL out, pid <= 0), KVC_E_NOENT (no such process,
+ * or its entry cannot be read or parsed). */
+kvc_err kvc_proc_stat_read(int32_t pid, kvc_proc_stat *out);
 
 /* Handle the death of process (pid, start): every non-terminal room it
  * participates in fails with a reason naming the rank, the pid and `how`

@@ -94,6 +94,9 @@ void kvc__unlock(kvc_segment *seg, int id);
  * each table registers its own (kvc__ranks_register, ...), and kvc_open has
  * every table register before any lock of the handle is taken. */
 void kvc__lock_register(kvc_segment *seg, int id, kvc_recover_fn fn);
+/* lock.c: the name of lock id ("ranks", "procs", "rooms"; "unknown"), in
+ * every message and diagnostic that names a lock.  Static storage. */
+const char *kvc__lock_name(int id);
 /* lock.c: run lock id's registered recovery now (caller holds lock id).
  * Used by repair: every recovery is safe to run at any time under its lock. */
 void kvc__lock_recover(kvc_segment *seg, int id);

@@ -19,7 +19,11 @@
 
 #include "internal.h"
 
-static const char *const lock_names[KVC_LOCK_COUNT] = {"ranks", "procs", "rooms"};
+const char *kvc__lock_name(int id)
+{
+    static const char *const names[KVC_LOCK_COUNT] = {"ranks", "procs", "rooms"};
+    return id >= 0 && id < KVC_LOCK_COUNT ? names[id] : "unknown";
+}
 
 void kvc__lock_register(kvc_segment *seg, int id, kvc_recover_fn fn)
 {
@@ -66,20 +70,20 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
             return kvc__fail(KVC_E_NOTRECOVERABLE,
                              "%s lock of segment %s: its owner died and "
                              "pthread_mutex_consistent failed: %s",
-                             lock_names[id], seg->name, strerror(c));
+                             kvc__lock_name(id), seg->name, strerror(c));
         }
         note_owner(seg, l);
         return KVC_OK;
     }
     if (r == ETIMEDOUT)
         return kvc__fail(KVC_E_BUSY, "%s lock of segment %s held for over %u ms by pid %d",
-                         lock_names[id], seg->name, seg->lock_timeout_ms,
+                         kvc__lock_name(id), seg->name, seg->lock_timeout_ms,
                          (int)atomic_load(&l->owner_pid));
     if (r == ENOTRECOVERABLE)
         return kvc__fail(KVC_E_NOTRECOVERABLE, "%s lock of segment %s is not recoverable",
-                         lock_names[id], seg->name);
+                         kvc__lock_name(id), seg->name);
     return kvc__fail(KVC_E_SYS, "%s lock of segment %s: pthread_mutex_clocklock: %s",
-                     lock_names[id], seg->name, strerror(r));
+                     kvc__lock_name(id), seg->name, strerror(r));
 }
 
 void kvc__unlock(kvc_segment *seg, int id)

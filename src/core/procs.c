@@ -26,6 +26,12 @@ void kvc__procs_register(kvc_segment *seg)
 
 /* A free slot, or -1 with the first dead process's (pid, start) in
  * *dead_pid / *dead_start (0 when every entry is alive).  Procs lock held. */
+KVC_API const char *kvc_role_name(kvc_role role)
+{
+    static const char *const names[] = {"none", "worker", "daemon", "client"};
+    return (unsigned)role < sizeof names / sizeof *names ? names[role] : "invalid";
+}
+
 static int32_t find_slot(kvc_segment *seg, int32_t *dead_pid, uint64_t *dead_start)
 {
     const kvc_header *h = seg->hdr;

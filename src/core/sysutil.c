@@ -38,6 +38,8 @@ static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
         return false;
     p += 2; /* field 3 */
     *state = *p;
+    *start = 0;
+    *exit_code = -1;
     unsigned long long v = 0;
     for (int field = 3; *p; p++) {
         if (*p != ' ')
@@ -51,6 +53,20 @@ static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
         }
     }
     return true;
+}
+
+KVC_API kvc_err kvc_proc_stat_read(int32_t pid, kvc_proc_stat *out)
+{
+    if (!out)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_stat_read: argument out is NULL");
+    if (pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_stat_read: bad pid %d", (int)pid);
+    memset(out, 0, sizeof *out);
+    out->exit_status = -1;
+    if (!proc_stat(pid, &out->state, &out->start, &out->exit_status))
+        return kvc__fail(KVC_E_NOENT, "no process %d (or /proc/%d/stat unreadable)", (int)pid,
+                         (int)pid);
+    return KVC_OK;
 }
 
 uint64_t kvc__proc_start(int32_t pid)

@@ -424,7 +424,6 @@ static void render_failures(struct buf *out, kvc_segment *seg)
 
 static void render_procs(struct buf *out, kvc_segment *seg)
 {
-    static const char *const roles[] = {"none", "worker", "daemon", "client"};
     size_t count = 0, n = 0;
     kvc_proc_info *p = NULL;
     kvc_err e = kvc_proc_list(seg, NULL, 0, &count);
@@ -450,7 +449,7 @@ static void render_procs(struct buf *out, kvc_segment *seg)
     if (e)
         unavailable(out, "processes");
     for (unsigned r = 0; !e && r < 4; r++)
-        sample1(out, "kvcoord_processes_attached", "role", roles[r], by_role[r]);
+        sample1(out, "kvcoord_processes_attached", "role", kvc_role_name((kvc_role)r), by_role[r]);
     family(out, "kvcoord_processes_dead", "gauge",
            "Processes in the segment's process table found dead and not reaped yet.");
     if (!e)

@@ -117,38 +117,17 @@ struct proc_watch {
 
 /* ---- /proc --------------------------------------------------------------- */
 
-/* Fields of /proc/PID/stat after the command: state (field 3), start time
- * (22) and exit code (52, a wait status; only meaningful for a zombie).
- * Returns 0, or -1 when the process does not exist. */
+/* State, start time and exit code (a wait status; only meaningful for a
+ * zombie) of pid, by the library's parser of /proc/PID/stat.  Returns 0,
+ * or -1 when the process does not exist. */
 static int read_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
 {
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    kvc_proc_stat ps;
+    if (kvc_proc_stat_read(pid, &ps) != KVC_OK)
         return -1;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    text[n] = '\0';
-    char *p = strrchr(text, ')'); /* the command may hold spaces and ')' */
-    if (!p || p[1] != ' ')
-        return -1;
-    p += 2;
-    *state = *p;
-    *start = 0;
-    *exit_code = -1;
-    for (int field = 3; *p; field++) {
-        if (field == 22)
-            *start = strtoull(p, NULL, 10);
-        else if (field == 52)
-            *exit_code = (int)strtol(p, NULL, 10);
-        p = strchr(p, ' ');
-        if (!p)
-            break;
-        p++;
-    }
+    *state = ps.state;
+    *start = ps.start;
+    *exit_code = ps.exit_status;
     return 0;
 }
 

@@ -36,8 +36,6 @@ _Static_assert(KVC__LOCKS == KVC_LOCK_COUNT && KVC__LOCK_ID_RANKS == KVC_LOCK_RA
 /* Seqlock retries of a peek before an odd counter is called stuck. */
 #define PEEK_SPINS 200
 
-static const char *const lock_names[KVC_LOCK_COUNT] = {"ranks", "procs", "rooms"};
-
 const char *kvc__severity_name(kvc_severity s)
 {
     static const char *const names[] = {"ok", "info", "degraded", "broken"};
@@ -45,11 +43,6 @@ const char *kvc__severity_name(kvc_severity s)
 }
 
 int kvc__pid_alive(int32_t pid, uint64_t start) { return kvc__proc_alive(pid, start); }
-
-const char *kvc__lock_name(int id)
-{
-    return id >= 0 && id < KVC_LOCK_COUNT ? lock_names[id] : "unknown";
-}
 
 /* ---- header ----------------------------------------------------------- */
 
@@ -459,7 +452,7 @@ enum access { LOCKED, UNLOCKED_DEAD, UNLOCKED_BUSY };
 static enum access take(check *ck, int id)
 {
     char id_s[32], text[160];
-    snprintf(id_s, sizeof id_s, "locks.%s", lock_names[id]);
+    snprintf(id_s, sizeof id_s, "locks.%s", kvc__lock_name(id));
     kvc_lock_probe *p = &ck->st->locks[id];
     kvc__lock_probe(ck->seg, id, p);
     /* Held by a process that is gone: look again, in case it released the
@@ -471,12 +464,12 @@ static enum access take(check *ck, int id)
         say(ck, KVC_SEV_BROKEN, id_s,
             "%s lock: %s; the state under it is read as left "
             "(the next locker, or `repair`, recovers it)",
-            lock_names[id], text);
+            kvc__lock_name(id), text);
         return UNLOCKED_DEAD;
     }
     if (p->state == KVC_LOCKST_NOTRECOVERABLE ||
         (p->state == KVC_LOCKST_HELD && !p->owner_alive && !p->recovering)) {
-        say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s", lock_names[id], text);
+        say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s", kvc__lock_name(id), text);
         return UNLOCKED_DEAD;
     }
     uint64_t before = p->recoveries;
@@ -487,20 +480,20 @@ static enum access take(check *ck, int id)
         say(ck, KVC_SEV_DEGRADED, id_s,
             "%s lock: %s for over %u ms (stuck?); what needs the "
             "lock was not checked",
-            lock_names[id], text, ck->seg->lock_timeout_ms);
+            kvc__lock_name(id), text, ck->seg->lock_timeout_ms);
         return UNLOCKED_BUSY;
     }
     if (e) {
-        say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s", lock_names[id], kvc_last_error());
+        say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s", kvc__lock_name(id), kvc_last_error());
         return UNLOCKED_DEAD;
     }
     if (atomic_load(&ck->seg->hdr->locks[id].recoveries) != before) {
         ck->st->recovered_while_checking = 1;
         say(ck, KVC_SEV_INFO, id_s, "%s lock: its owner died while being checked; recovered",
-            lock_names[id]);
+            kvc__lock_name(id));
     } else {
-        say(ck, KVC_SEV_OK, id_s, "%s lock: %s (%llu recoveries since creation)", lock_names[id],
-            p->state == KVC_LOCKST_FREE ? "free" : "taken and released",
+        say(ck, KVC_SEV_OK, id_s, "%s lock: %s (%llu recoveries since creation)",
+            kvc__lock_name(id), p->state == KVC_LOCKST_FREE ? "free" : "taken and released",
             (unsigned long long)p->recoveries);
     }
     return LOCKED;
@@ -714,12 +707,6 @@ static void check_ranks(check *ck)
 
 /* ---- the check: processes ---------------------------------------------- */
 
-static const char *role_name(int32_t role)
-{
-    static const char *const names[] = {"none", "worker", "daemon", "client"};
-    return role >= 0 && role <= 3 ? names[role] : "invalid";
-}
-
 static void check_procs(check *ck)
 {
     const kvc_header *h = ck->seg->hdr;
@@ -745,7 +732,7 @@ static void check_procs(check *ck)
                 "pid %d (%s, rank %d) is not running but still "
                 "attached; reaping it (kvcoordd, or `repair`) fails its rooms and withdraws its "
                 "ranks",
-                (int)pid, role_name(p->role), (int)p->rank);
+                (int)pid, kvc_role_name((kvc_role)p->role), (int)p->rank);
     }
     give(ck, KVC_LOCK_PROCS, a);
     settle(ck, &entry, "%u process entries are well-formed", ck->st->procs_attached);
@@ -941,7 +928,7 @@ kvc_severity kvc__check(kvc_segment *seg, kvc_check_fn fn, void *ctx, kvc_check_
     check ck = {seg, fn, ctx, stats ? stats : &local, KVC_SEV_OK};
     memset(ck.st, 0, sizeof *ck.st);
     for (int i = 0; i < KVC_LOCK_COUNT; i++)
-        ck.st->locks[i].name = lock_names[i];
+        ck.st->locks[i].name = kvc__lock_name(i);
     if (!check_header(&ck))
         return ck.worst;
     check_ranks(&ck);

@@ -115,7 +115,8 @@ typedef struct kvc_lock_probe {
     uint64_t recoveries; /* EOWNERDEAD recoveries of this lock, ever */
 } kvc_lock_probe;
 
-/* Name of lock id (0..KVC__LOCKS-1). */
+/* Name of lock id (0..KVC__LOCKS-1; "unknown" otherwise): the core's own
+ * (src/core/lock.c), the names its error messages use. */
 const char *kvc__lock_name(int id);
 
 /* Read lock id's state and owner without taking it (never blocks, never

@@ -247,6 +247,7 @@ static void test_room_calls(void **st)
     assert_int_equal(text[0], 'x');
     assert_string_equal(kvc_wait_status_text(9, text, 10), "killed by");
     assert_string_equal(kvc_poll_name((kvc_poll)77), "Unknown");
+    assert_string_equal(kvc_role_name((kvc_role)77), "invalid");
 }
 
 static void test_proc_calls(void **st)
@@ -265,6 +266,10 @@ static void test_proc_calls(void **st)
     EXPECT_ERR(KVC_E_INVAL, kvc_proc_reap(seg, 0, 0, NULL, NULL, NULL), "pid 0");
     EXPECT_ERR(KVC_E_INVAL, kvc_proc_reap(seg, -4, 0, NULL, NULL, NULL), "pid -4");
     EXPECT_NULL_ARG(kvc_proc_reap_dead, "seg", kvc_proc_reap_dead(NULL, &n));
+    kvc_proc_stat ps;
+    EXPECT_NULL_ARG(kvc_proc_stat_read, "out", kvc_proc_stat_read(1, NULL));
+    EXPECT_ERR(KVC_E_INVAL, kvc_proc_stat_read(0, &ps), "pid 0");
+    EXPECT_ERR(KVC_E_INVAL, kvc_proc_stat_read(-4, &ps), "pid -4");
 }
 
 static void test_transfer_calls(void **st)

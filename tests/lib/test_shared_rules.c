@@ -4,7 +4,13 @@
  * them.  (The GID rule has its own: tests/diag/test_gid.c.) */
 #include "testutil.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
 #include "hostport.h"
+#include "inspect.h"
+#include "internal.h"
 #include "net.h"
 #include "xfer_internal.h"
 
@@ -109,11 +115,107 @@ static void test_hostport_limits(void **st)
     assert_non_null(kvc__hostport_split(NULL, 0, small, sizeof small, &port));
 }
 
+/* ---- /proc/PID/stat: the core's liveness and kvcoordd's process watch -- */
+
+/* A child whose command name is "a) b (c)" (spaces and parentheses, as a
+ * real comm may hold), stopped in pause() until killed. */
+static pid_t odd_child(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_NAME, "a) b (c)", 0, 0, 0);
+        for (;;)
+            pause();
+    }
+    char comm[64] = "";
+    for (int i = 0; i < 2000 && !strstr(comm, "a) b"); i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(comm, sizeof comm, f))
+                comm[0] = '\0';
+            fclose(f);
+        }
+        usleep(1000);
+    }
+    assert_non_null(strstr(comm, "a) b (c)"));
+    return pid;
+}
+
+static void test_proc_stat_same_answer(void **st)
+{
+    (void)st;
+    kvc_proc_stat ps;
+    char how[96], text[96];
+    /* this process */
+    assert_int_equal(kvc_proc_stat_read(getpid(), &ps), KVC_OK);
+    assert_true(ps.start > 0);
+    assert_int_equal(ps.start, kvc__proc_start(getpid()));
+    assert_true(kvc__proc_alive(getpid(), ps.start));
+    assert_false(kvc__proc_alive(getpid(), ps.start + 1));
+    /* a live child with an awkward command name */
+    pid_t pid = odd_child();
+    assert_int_equal(kvc_proc_stat_read(pid, &ps), KVC_OK);
+    assert_true(ps.state == 'S' || ps.state == 'R');
+    assert_int_equal(ps.start, kvc__proc_start(pid));
+    assert_true(kvc__proc_alive(pid, ps.start));
+    uint64_t start = ps.start;
+    /* the same child as a zombie killed by SIGKILL: both read the same
+     * wait status out of field 52 */
+    kill(pid, SIGKILL);
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(kvc_proc_stat_read(pid, &ps), KVC_OK);
+    assert_int_equal(ps.state, 'Z');
+    assert_int_equal(ps.start, start);
+    assert_false(kvc__proc_alive(pid, start));
+    assert_true(ps.exit_status >= 0);
+    kvc__proc_how(pid, how, sizeof how);
+    assert_string_equal(how, kvc_wait_status_text(ps.exit_status, text, sizeof text));
+    assert_non_null(strstr(how, "killed by signal 9"));
+    waitpid(pid, NULL, 0);
+    /* gone: both say so */
+    assert_int_equal(kvc_proc_stat_read(pid, &ps), KVC_E_NOENT);
+    assert_int_equal(kvc__proc_start(pid), 0);
+    assert_false(kvc__proc_alive(pid, start));
+}
+
+/* ---- names of locks, process roles, KVPoll states ---------------------- */
+
+static void test_names_one_source(void **st)
+{
+    (void)st;
+    static const char *const locks[] = {"ranks", "procs", "rooms"};
+    static const char *const roles[] = {"none", "worker", "daemon", "client"};
+    static const char *const polls[] = {"Failed", "Bootstrapping", "WaitingForInput",
+                                        "Transferring", "Success"};
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_NONE);
+    for (int id = 0; id < KVC_LOCK_COUNT; id++) {
+        kvc_lock_probe p;
+        kvc__lock_probe(s, id, &p); /* what kvcoord-diag shows */
+        assert_string_equal(kvc__lock_name(id), locks[id]);
+        assert_string_equal(p.name, locks[id]);
+    }
+    assert_string_equal(kvc__lock_name(KVC_LOCK_COUNT), "unknown");
+    for (int r = 0; r < 4; r++)
+        assert_string_equal(kvc_role_name((kvc_role)r), roles[r]);
+    assert_string_equal(kvc_role_name((kvc_role)-1), "invalid");
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(kvc_poll_name((kvc_poll)i), polls[i]);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostport_same_rule),
         cmocka_unit_test(test_hostport_limits),
+        cmocka_unit_test(test_proc_stat_same_answer),
+        cmocka_unit_test(test_names_one_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,10 +140,8 @@ int diag_parse_u64(const diag *d, const diag_cmd *c, const char *name, const cha
 
 int diag_poll_state(const char *s)
 {
-    static const char *const names[] = {"Failed", "Bootstrapping", "WaitingForInput",
-                                        "Transferring", "Success"};
-    for (int i = 0; i < 5; i++)
-        if (!strcasecmp(s, names[i]) || (s[0] == '0' + i && !s[1]))
+    for (int i = KVC_POLL_FAILED; i <= KVC_POLL_SUCCESS; i++)
+        if (!strcasecmp(s, kvc_poll_name((kvc_poll)i)) || (s[0] == '0' + i && !s[1]))
             return i;
     return -1;
 }

@@ -85,7 +85,6 @@ kvc_segment *diag_open(const diag *d, const char *command, int *rc);
 json_t *diag_raw_header_json(const kvc_raw_header *h);
 /* Liveness word: "alive" / "dead". */
 const char *diag_alive(int alive);
-const char *diag_role_name(kvc_role role);
 /* Exit status for a verdict severity. */
 int diag_verdict_exit(kvc_severity s);
 /* "healthy", "degraded", "broken". */

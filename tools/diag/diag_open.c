@@ -11,12 +11,6 @@
 
 const char *diag_alive(int alive) { return alive ? "alive" : "dead"; }
 
-const char *diag_role_name(kvc_role role)
-{
-    static const char *const names[] = {"none", "worker", "daemon", "client"};
-    return (unsigned)role <= 3 ? names[role] : "invalid";
-}
-
 int diag_verdict_exit(kvc_severity s)
 {
     return s >= KVC_SEV_BROKEN     ? DIAG_EXIT_BROKEN

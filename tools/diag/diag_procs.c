@@ -50,7 +50,7 @@ static json_t *proc_json(const kvc_proc_info *p)
 {
     json_t *o = json_object();
     json_object_set_new(o, "pid", diag_jint(p->pid));
-    json_object_set_new(o, "role", json_string(diag_role_name(p->role)));
+    json_object_set_new(o, "role", json_string(kvc_role_name(p->role)));
     json_object_set_new(o, "rank", diag_jint(p->rank));
     json_object_set_new(o, "start_ticks", diag_jint((int64_t)p->start));
     diag_jtime(o, "started", diag_ticks_to_ns(p->start));
@@ -71,7 +71,7 @@ static void procs_text(const diag *d, const kvc_proc_info *p, size_t n)
     char started[40], attached[40];
     for (size_t i = 0; i < n; i++)
         diag_table_addf(
-            t, "%d\t%s\t%d\t%s\t%llu\t%s\t%s", (int)p[i].pid, diag_role_name(p[i].role),
+            t, "%d\t%s\t%d\t%s\t%llu\t%s\t%s", (int)p[i].pid, kvc_role_name(p[i].role),
             (int)p[i].rank, diag_time(diag_ticks_to_ns(p[i].start), started, sizeof started),
             (unsigned long long)p[i].start, diag_time(p[i].attached_ns, attached, sizeof attached),
             diag_alive(p[i].alive));

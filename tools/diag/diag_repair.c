@@ -169,7 +169,7 @@ static void reap_procs(repair *rp)
         if (p[i].alive)
             continue;
         char what[96];
-        snprintf(what, sizeof what, "%s, rank %d", diag_role_name(p[i].role), (int)p[i].rank);
+        snprintf(what, sizeof what, "%s, rank %d", kvc_role_name(p[i].role), (int)p[i].rank);
         reap_one(rp, "reap_process", p[i].pid, p[i].start, what);
     }
     free(p);

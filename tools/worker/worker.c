@@ -155,8 +155,6 @@ static int parse_args(int argc, char **argv, worker_args *a)
         {"fail-code", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0},
     };
-    static const char *const states[] = {"failed", "bootstrapping", "waitingforinput",
-                                         "transferring", "success"};
     long v;
     int c;
 
@@ -189,8 +187,8 @@ static int parse_args(int argc, char **argv, worker_args *a)
         }
         case 'S':
             a->room_state = -1;
-            for (long i = 0; i < 5; i++)
-                if (!strcasecmp(optarg, states[i]))
+            for (long i = KVC_POLL_FAILED; i <= KVC_POLL_SUCCESS; i++)
+                if (!strcasecmp(optarg, kvc_poll_name((kvc_poll)i)))
                     a->room_state = i;
             if (a->room_state < 0 && parse_long(optarg, 0, 4, &a->room_state)) {
                 fail("--room-state: '%s' is not a KVPoll state", optarg);
