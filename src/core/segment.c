@@ -342,12 +342,22 @@ static kvc_err flock_bounded(kvc_segment *seg, int how)
 /* Attach to an existing segment.  KVC_E_NOENT (with message) if missing. */
 static kvc_err attach(kvc_segment *seg)
 {
-    seg->fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0);
+    /* O_NONBLOCK: a FIFO under the segment's name must not block the open
+     * (shm_open adds O_NOFOLLOW: a symlink is refused with ELOOP). */
+    seg->fd = shm_open(seg->name, O_RDWR | O_CLOEXEC | O_NONBLOCK, 0);
     if (seg->fd < 0) {
         if (errno == ENOENT)
             return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm (is kvcoordd running?)",
                              seg->name);
+        if (errno == ELOOP)
+            return kvc__fail(KVC_E_CORRUPT, "/dev/shm/%s is a symlink, not a segment", seg->name);
         return kvc__fail(KVC_E_SYS, "shm_open(%s): %s", seg->name, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(seg->fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+        unmap(seg);
+        return kvc__fail(KVC_E_CORRUPT, "/dev/shm/%s is not a regular file (mode 0%o)", seg->name,
+                         (unsigned)st.st_mode);
     }
     /* Waits only while a live creator initialises (a dead one's flock is
      * gone), and at most the lock timeout: a stopped creator is reported. */
@@ -356,7 +366,6 @@ static kvc_err attach(kvc_segment *seg)
         unmap(seg);
         return fe;
     }
-    struct stat st;
     kvc_err e = KVC_OK;
     /* A size of 0 is a creator between shm_open(O_EXCL) and its flock: give
      * it the lock timeout to take the lock before calling the file invalid. */
@@ -390,7 +399,7 @@ static kvc_err attach(kvc_segment *seg)
  * creator is alive.  False when unreadable. */
 static bool creator_alive(const char *name)
 {
-    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0); /* a FIFO must not block */
     if (fd < 0)
         return false;
     kvc_header h;
@@ -405,7 +414,7 @@ static bool creator_alive(const char *name)
  * replacing it under a running coordinator splits the node in two. */
 static kvc_err check_not_live(const char *name)
 {
-    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0); /* a FIFO must not block */
     if (fd < 0)
         return KVC_OK;
     kvc_header h;

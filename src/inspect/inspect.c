@@ -86,7 +86,9 @@ static void fill_prefix(kvc_raw_header *o, const unsigned char *p)
     memcpy(&o->creator_pid, p + offsetof(kvc_header, creator_pid), 4);
     memcpy(&o->creator_start, p + offsetof(kvc_header, creator_start), 8);
     o->magic_ok = o->magic == KVC_MAGIC;
-    o->creator_alive = o->creator_pid > 0 && kvc__proc_alive(o->creator_pid, o->creator_start);
+    /* Without the magic the other bytes mean nothing: no pid is looked up. */
+    o->creator_alive =
+        o->magic_ok && o->creator_pid > 0 && kvc__proc_alive(o->creator_pid, o->creator_start);
 }
 
 /* Whole header of this build's layout, read with pread (never mapped). */
@@ -101,27 +103,75 @@ static void read_full(int fd, kvc_raw_header *o)
     free(h);
 }
 
+const char *kvc__file_type(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "regular file";
+    case S_IFDIR: return "directory";
+    case S_IFIFO: return "FIFO";
+    case S_IFSOCK: return "socket";
+    case S_IFLNK: return "symlink";
+    case S_IFCHR: return "character device";
+    case S_IFBLK: return "block device";
+    }
+    return "special file";
+}
+
 kvc_err kvc__header_read(const char *name, kvc_raw_header *out)
 {
     memset(out, 0, sizeof *out);
     kvc_err e = kvc_name_check(name);
     if (e)
         return e;
-    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm", name);
-        return kvc__fail(KVC_E_SYS, "shm_open(%s, O_RDONLY): %s", name, strerror(errno));
-    }
+    /* Never blocks (a FIFO put there would block a plain open forever) and
+     * never follows a symlink (it could point anywhere). */
+    char path[sizeof "/dev/shm/" + KVC_NAME_MAX];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
     struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        struct stat ls;
+        if (err == ENOENT)
+            return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm", name);
+        if (lstat(path, &ls) == 0) {
+            out->has_stat = 1;
+            out->file_bytes = (uint64_t)ls.st_size;
+            out->file_mode = (uint32_t)(ls.st_mode & 07777);
+            out->file_uid = (uint32_t)ls.st_uid;
+            out->file_type = kvc__file_type(ls.st_mode);
+        }
+        if ((err == ELOOP || err == EMLINK) && out->has_stat && S_ISLNK(ls.st_mode)) {
+            char to[256] = "?";
+            ssize_t n = readlink(path, to, sizeof to - 1);
+            if (n >= 0)
+                to[n] = '\0';
+            return kvc__fail(KVC_E_CORRUPT,
+                             "%s is a symlink (to %s), not a segment: it is not followed", path,
+                             to);
+        }
+        if (err == EACCES || err == EPERM)
+            return kvc__fail(KVC_E_SYS,
+                             "permission denied opening %s (mode %04o, owner uid %u; this "
+                             "process runs as uid %u): run as its owner or root",
+                             path, out->file_mode, out->file_uid, (unsigned)geteuid());
+        return kvc__fail(KVC_E_SYS, "open(%s): %s", path, strerror(err));
+    }
     if (fstat(fd, &st) < 0) {
-        e = kvc__fail(KVC_E_SYS, "fstat(%s): %s", name, strerror(errno));
+        e = kvc__fail(KVC_E_SYS, "fstat(%s): %s", path, strerror(errno));
         close(fd);
         return e;
     }
+    out->has_stat = 1;
     out->file_bytes = (uint64_t)st.st_size;
     out->file_mode = (uint32_t)(st.st_mode & 07777);
     out->file_uid = (uint32_t)st.st_uid;
+    out->file_type = kvc__file_type(st.st_mode);
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return kvc__fail(KVC_E_CORRUPT, "%s is a %s, not a segment (a regular file)", path,
+                         out->file_type);
+    }
     /* A creator holds LOCK_EX while it initialises (segment.c). */
     if (flock(fd, LOCK_SH | LOCK_NB) < 0)
         out->creating = errno == EWOULDBLOCK;
@@ -142,6 +192,8 @@ void kvc__header_of(kvc_segment *seg, kvc_raw_header *out)
     struct stat st;
     out->file_bytes = seg->size;
     if (fstat(seg->fd, &st) == 0) {
+        out->has_stat = 1;
+        out->file_type = kvc__file_type(st.st_mode);
         out->file_bytes = (uint64_t)st.st_size;
         out->file_mode = (uint32_t)(st.st_mode & 07777);
         out->file_uid = (uint32_t)st.st_uid;

@@ -41,8 +41,10 @@ const char *kvc__severity_name(kvc_severity s);
  * from any file long enough to hold it; the rest only when the layout
  * version is this build's and the file holds a whole header. */
 typedef struct kvc_raw_header {
-    uint64_t file_bytes; /* size of the file in /dev/shm */
-    uint32_t file_mode;  /* permission bits */
+    int has_stat;          /* the file_* fields below are known */
+    const char *file_type; /* "regular file", "FIFO", "symlink", ... (static) */
+    uint64_t file_bytes;   /* size of the file in /dev/shm */
+    uint32_t file_mode;    /* permission bits */
     uint32_t file_uid;
     int has_prefix; /* the file holds the stable prefix */
     int magic_ok;
@@ -62,12 +64,20 @@ typedef struct kvc_raw_header {
 } kvc_raw_header;
 
 /* Read name's header from /dev/shm without mapping the file (so a short
- * file cannot SIGBUS).  Errors: KVC_E_INVAL (bad name), KVC_E_NOENT (no such
- * segment), KVC_E_SYS (open, fstat or read failed). */
+ * file cannot SIGBUS).  The file is opened O_NONBLOCK | O_NOFOLLOW, so
+ * nothing put in /dev/shm can block the reader or redirect it.
+ * Errors: KVC_E_INVAL (bad name), KVC_E_NOENT (no such segment),
+ * KVC_E_CORRUPT (a symlink, or not a regular file: a FIFO, a directory...;
+ * the message says which), KVC_E_SYS (permission denied: the message says
+ * so, with the file's mode and owner; open, fstat or read failed).  The
+ * file_* fields are filled whenever the file could be stat'ed (has_stat). */
 kvc_err kvc__header_read(const char *name, kvc_raw_header *out);
 
 /* The header of an open segment (always full). */
 void kvc__header_of(kvc_segment *seg, kvc_raw_header *out);
+
+/* Name of a file type from st_mode ("regular file", "FIFO", ...). */
+const char *kvc__file_type(unsigned mode);
 
 /* This build's structure sizes, in a kvc_raw_header (the *_size fields). */
 void kvc__header_build(kvc_raw_header *out);

@@ -745,13 +745,100 @@ class Unreadable(Base):
             self.assertIsNone(doc["ranks_registered"])
 
 
+class NotASegment(Base):
+    """What sits in /dev/shm under the name is not a segment."""
+
+    def setUp(self):
+        self.name = unique_name()
+        self.path = "/dev/shm/" + self.name
+
+    def tearDown(self):
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def test_fifo_does_not_block(self):
+        os.mkfifo(self.path, 0o600)
+        for c in ("status", "check", "ranks", "rooms", "locks"):
+            rc, doc, _ = diag(self.name, c, json_out=True, timeout=20)
+            self.assertEqual(rc, EXIT_BROKEN, c)
+            self.assertFalse(doc["readable"])
+            self.assertIn("is a FIFO, not a segment", doc["error"]["message"])
+            self.assertEqual(doc["header"]["file_type"], "FIFO")
+            self.assertNotIn("magic", doc["header"])
+        rc, out, err = diag(self.name, "status", timeout=20)
+        self.assertEqual(rc, EXIT_BROKEN)
+        self.assertIn("FIFO", out)
+        self.assertNotIn("too short", out)
+        rc, _, _ = diag(self.name, "unlink", "--yes", timeout=20)
+        self.assertEqual(rc, EXIT_OK)
+        self.assertFalse(os.path.lexists(self.path))
+
+    def test_symlink_is_not_followed(self):
+        with Fixture("ranks8") as fx:
+            os.symlink("/dev/shm/" + fx.name, self.path)
+            rc, doc, _ = diag(self.name, "status", json_out=True)
+            self.assertEqual(rc, EXIT_BROKEN)
+            self.assertIn("is a symlink (to /dev/shm/%s)" % fx.name, doc["error"]["message"])
+            self.assertEqual(doc["header"]["file_type"], "symlink")
+            self.assertNotIn("magic", doc["header"])
+            rc, out, err = diag(self.name, "check")
+            self.assertEqual(rc, EXIT_BROKEN)
+            self.assertIn("symlink", err)
+            self.assertNotIn("too short", out)
+
+    def test_permission_denied_said_as_such(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to create a file another uid cannot read")
+        with Fixture("ranks8") as fx:
+            p = subprocess.run([ARGS.diag, "--segment", fx.name, "--json", "status"],
+                               capture_output=True, text=True, timeout=60,
+                               preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+            if "Permission denied" in p.stderr and "kvcoord-diag" not in p.stdout:
+                self.skipTest("kvcoord-diag not executable as nobody here")
+            doc = json.loads(p.stdout)
+            self.assertEqual(p.returncode, EXIT_BROKEN)
+            self.assertIn("permission denied opening /dev/shm/%s (mode 0600, owner uid 0"
+                          % fx.name, doc["error"]["message"])
+            self.assertEqual(doc["header"]["file_mode"], "0600")
+            self.assertEqual(doc["header"]["file_uid"], 0)
+            self.assertNotIn("magic", doc["header"])
+
+    def test_no_field_without_the_magic(self):
+        with open(self.path, "wb") as f:
+            f.write(b"GARBAGE!" + bytes(range(256)) * 64)
+        os.chmod(self.path, 0o600)
+        rc, doc, _ = diag(self.name, "status", json_out=True)
+        self.assertEqual(rc, EXIT_BROKEN)
+        h = doc["header"]
+        self.assertEqual((h["magic_ok"], h["magic_text"]), (False, "GARBAGE!"))
+        for field in ("layout_version", "header_size", "creator_pid", "creator_alive",
+                      "total_bytes"):
+            self.assertNotIn(field, h)
+        rc, out, _ = diag(self.name, "status")
+        self.assertEqual(rc, EXIT_BROKEN)
+        self.assertIn("NOT a kvcoord magic; no other field is shown", out)
+        for field in ("creator", "layout version", "header size"):
+            self.assertNotRegex(out, r"(?m)^\s+%s\s" % field)
+        rc, out, _ = diag(self.name, "unlink", "--yes")
+        self.assertEqual(rc, EXIT_OK)
+        self.assertIn("not a kvcoord segment", out)
+        self.assertNotIn("creator pid", out)
+
+
 class Unlink(Base):
     def test_confirmation(self):
         with Fixture("ranks8") as fx:
             path = "/dev/shm/" + fx.name
-            rc, _, err = diag(fx.name, "unlink")  # stdin is not a terminal
-            self.assertEqual(rc, EXIT_USAGE)
+            rc, _, err = diag(fx.name, "unlink")  # stdin is not a terminal: not confirmed
+            self.assertEqual(rc, EXIT_DEGRADED)
+            self.assertIn("not confirmed", err)
             self.assertIn("--yes", err)
+            self.assertTrue(os.path.exists(path))
+            rc, doc, _ = diag(fx.name, "unlink", json_out=True)  # --json cannot ask
+            self.assertEqual((rc, doc["removed"]), (EXIT_DEGRADED, False))
+            self.assertIn("not confirmed", doc["error"])
             self.assertTrue(os.path.exists(path))
             rc, doc, _ = diag(fx.name, "unlink", "--yes", json_out=True)
             self.assertEqual(rc, 0)
@@ -761,6 +848,23 @@ class Unlink(Base):
             self.assertFalse(os.path.exists(path))
             rc, _, _ = diag(fx.name, "unlink", "--yes")
             self.assertEqual(rc, EXIT_BROKEN)
+
+    def test_live_creator_needs_force(self):
+        # The fixture created the segment and stays attached: its creator runs.
+        with Fixture("ranks8", hold=True) as fx:
+            path = "/dev/shm/" + fx.name
+            rc, out, err = diag(fx.name, "unlink", "--yes")
+            self.assertEqual(rc, EXIT_DEGRADED)
+            self.assertIn("creator pid %d (alive)" % fx.pid, out)
+            self.assertIn("its creator, pid %d, is running" % fx.pid, err)
+            self.assertIn("--force", err)
+            self.assertTrue(os.path.exists(path))
+            rc, doc, _ = diag(fx.name, "unlink", "--yes", json_out=True)
+            self.assertEqual((rc, doc["removed"]), (EXIT_DEGRADED, False))
+            self.assertTrue(doc["header"]["creator_alive"])
+            rc, _, _ = diag(fx.name, "unlink", "--yes", "--force")
+            self.assertEqual(rc, EXIT_OK)
+            self.assertFalse(os.path.exists(path))
 
     def test_prompt_on_a_terminal(self):
         with Fixture("empty") as fx:

@@ -6,6 +6,7 @@
  * process's entry before reusing it. */
 #include <errno.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "kvcoord/transfer.h"
@@ -95,6 +96,27 @@ static void test_segment_calls(void **st)
     EXPECT_NULL_ARG(kvc_segment_stat, "out", kvc_segment_stat(seg, NULL));
     EXPECT_ERR(KVC_E_BUSY, setv_null(KVC_E_BUSY, 1), "no message");
     assert_string_equal(kvc_strerror((kvc_err)1000), "unknown error");
+}
+
+/* Not a segment under the name: a FIFO must not block kvc_open (attach or
+ * create), a symlink is not followed. */
+static void test_open_refuses_what_is_not_a_regular_file(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    kvc_options o;
+    kvc_options_init(&o);
+    o.name = name;
+    kvc_segment *s = NULL;
+    EXPECT_ERR(KVC_E_CORRUPT, kvc_open(&o, &s), "not a regular file");
+    assert_null(s);
+    unlink(path);
+    assert_int_equal(symlink("/etc/hostname", path), 0);
+    EXPECT_ERR(KVC_E_CORRUPT, kvc_open(&o, &s), "is a symlink");
+    unlink(path);
 }
 
 static void test_rank_calls(void **st)
@@ -499,6 +521,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_calls),
+        cmocka_unit_test(test_open_refuses_what_is_not_a_regular_file),
         cmocka_unit_test(test_rank_calls),
         cmocka_unit_test(test_room_calls),
         cmocka_unit_test(test_proc_calls),

@@ -46,10 +46,13 @@ json_t *diag_raw_header_json(const kvc_raw_header *h)
 {
     json_t *o = json_object();
     char magic[9], hex[24];
-    json_object_set_new(o, "file_bytes", diag_jint((int64_t)h->file_bytes));
-    json_object_set_new(o, "file_mode",
-                        json_string((snprintf(hex, sizeof hex, "%04o", h->file_mode), hex)));
-    json_object_set_new(o, "file_uid", diag_jint(h->file_uid));
+    if (h->has_stat) {
+        json_object_set_new(o, "file_type", json_string(h->file_type ? h->file_type : "?"));
+        json_object_set_new(o, "file_bytes", diag_jint((int64_t)h->file_bytes));
+        json_object_set_new(o, "file_mode",
+                            json_string((snprintf(hex, sizeof hex, "%04o", h->file_mode), hex)));
+        json_object_set_new(o, "file_uid", diag_jint(h->file_uid));
+    }
     json_object_set_new(o, "has_prefix", json_boolean(h->has_prefix));
     json_object_set_new(o, "being_created", json_boolean(h->creating));
     if (!h->has_prefix)
@@ -59,6 +62,8 @@ json_t *diag_raw_header_json(const kvc_raw_header *h)
     json_object_set_new(o, "magic", json_string(hex));
     json_object_set_new(o, "magic_text", json_string(magic));
     json_object_set_new(o, "magic_ok", json_boolean(h->magic_ok));
+    if (!h->magic_ok) /* the rest of the bytes mean nothing */
+        return o;
     json_object_set_new(o, "layout_version", diag_jint(h->layout_version));
     json_object_set_new(o, "build_layout_version", diag_jint(KVC_LAYOUT_VERSION));
     json_object_set_new(o, "header_size", diag_jint(h->header_size));
@@ -91,6 +96,11 @@ static const char *advice(kvc_err e, const kvc_raw_header *h)
     if (e == KVC_E_VERSION)
         return "its creator is dead: kvcoordd of this build recreates it on start (registrations "
                "are lost), or remove it with `kvcoord-diag unlink`";
+    if (h->has_stat && h->file_type && strcmp(h->file_type, "regular file"))
+        return "something else sits under the segment's name: look at it (ls -l /dev/shm) and "
+               "remove it by hand";
+    if (e == KVC_E_SYS && h->has_stat)
+        return "run as the file's owner or root";
     if (e == KVC_E_CORRUPT)
         return "kvcoordd recreates it on start (registrations are lost), or remove it with "
                "`kvcoord-diag unlink`";
@@ -102,20 +112,26 @@ static void print_raw_text(const diag *d, kvc_err e, const char *msg, const kvc_
     char b[64], m[9];
     printf("segment %s  (/dev/shm/%s) cannot be read:\n  %s\n\n", d->segment, d->segment, msg);
     diag_table *t = diag_table_new(2, NULL, "ll");
-    if (e != KVC_E_NOENT) {
-        diag_table_addf(t, "file\t/dev/shm/%s: %llu bytes (%s), mode %04o, uid %u", d->segment,
-                        (unsigned long long)h->file_bytes, diag_bytes(h->file_bytes, b, sizeof b),
-                        h->file_mode, h->file_uid);
+    int is_reg = h->has_stat && h->file_type && !strcmp(h->file_type, "regular file");
+    if (h->has_stat) {
+        diag_table_addf(t, "file\t/dev/shm/%s: %s, %llu bytes (%s), mode %04o, uid %u", d->segment,
+                        h->file_type ? h->file_type : "?", (unsigned long long)h->file_bytes,
+                        diag_bytes(h->file_bytes, b, sizeof b), h->file_mode, h->file_uid);
     }
-    if (h->has_prefix) {
+    if (h->has_prefix && !h->magic_ok) {
+        /* Without the magic, no other byte of the file means anything. */
         kvc__magic_text(h->magic, m);
-        diag_table_addf(t, "magic\t%s (%s)", m, h->magic_ok ? "valid" : "NOT a kvcoord magic");
+        diag_table_addf(t, "magic\t%s (0x%016llx: NOT a kvcoord magic; no other field is shown)", m,
+                        (unsigned long long)h->magic);
+    } else if (h->has_prefix) {
+        kvc__magic_text(h->magic, m);
+        diag_table_addf(t, "magic\t%s (valid)", m);
         diag_table_addf(t, "layout version\t%u (this build reads %u)", h->layout_version,
                         KVC_LAYOUT_VERSION);
         diag_table_addf(t, "header size\t%u bytes", h->header_size);
         diag_table_addf(t, "creator\tpid %d (%s)", (int)h->creator_pid,
                         diag_alive(h->creator_alive));
-    } else if (e != KVC_E_NOENT) {
+    } else if (is_reg) {
         diag_table_addf(t, "header\tthe file is too short to hold a header prefix");
     }
     if (h->full)

@@ -20,31 +20,41 @@ static const char unlink_help[] =
     "\n"
     "  Before removing, unlink says what the segment holds (size, layout version,\n"
     "  creator and whether it runs, ranks registered and live processes attached)\n"
-    "  and asks for confirmation on the terminal.  Without a terminal on stdin it\n"
-    "  refuses unless --yes is given.\n"
+    "  and asks for confirmation on the terminal.  Without a terminal on stdin\n"
+    "  (or with --json) it removes nothing unless --yes is given.\n"
+    "\n"
+    "  A segment whose creator (its kvcoordd) is running is not removed unless\n"
+    "  --force is given: that kvcoordd would go on serving a file no new process\n"
+    "  can find, and the next one would serve another table under the same name.\n"
+    "  Stop it first.\n"
     "\n"
     "OPTIONS\n"
-    "  -y, --yes   do not ask (for scripts)\n"
+    "  -y, --yes     do not ask (for scripts)\n"
+    "  -f, --force   remove it even though its creator runs\n"
     "\n"
     "OUTPUT\n"
-    "  --json (needs --yes): {\"schema\", \"command\": \"unlink\", \"segment\", \"removed\",\n"
+    "  --json: {\"schema\", \"command\": \"unlink\", \"segment\", \"removed\",\n"
     "  \"header\": {...as in status...}, \"ranks_registered\" (null if unreadable),\n"
     "  \"procs_alive\" (null if unreadable), \"error\" (when not removed)}.\n"
     "\n"
-    "  Exit status: 0 removed; 1 not confirmed; 2 no such segment or removal\n"
-    "  failed; 64 no terminal to confirm on and no --yes.\n";
+    "  Exit status: 0 removed; 1 not removed: not confirmed (answered no, no\n"
+    "  terminal to ask on and no --yes, or --json without --yes) or its creator\n"
+    "  runs and no --force; 2 no such segment or removal failed.\n";
 
 struct unlink_opts {
-    int yes;
+    int yes, force;
 };
 
 static int unlink_opt(void *ctx, int opt, const char *arg)
 {
     (void)arg;
     struct unlink_opts *o = ctx;
-    if (opt != 'y')
+    if (opt == 'y')
+        o->yes = 1;
+    else if (opt == 'f')
+        o->force = 1;
+    else
         return -1;
-    o->yes = 1;
     return 0;
 }
 
@@ -79,9 +89,11 @@ static void describe(const diag *d, const kvc_raw_header *h, int64_t ranks, int6
 {
     char b[32];
     printf("segment /dev/shm/%s: %s", d->segment, diag_bytes(h->file_bytes, b, sizeof b));
-    if (h->has_prefix)
+    if (h->has_prefix && h->magic_ok)
         printf(", layout version %u, creator pid %d (%s)", h->layout_version, (int)h->creator_pid,
                diag_alive(h->creator_alive));
+    else if (h->has_prefix)
+        printf(", not a kvcoord segment (no valid magic)");
     if (ranks >= 0)
         printf(", %lld ranks registered, %lld live processes attached", (long long)ranks,
                (long long)alive);
@@ -104,7 +116,7 @@ static int confirm(const diag *d)
 }
 
 static int finish(const diag *d, const kvc_raw_header *h, int64_t ranks, int64_t alive, int removed,
-                  const char *err)
+                  const char *err, int rc)
 {
     if (d->json) {
         json_t *doc = diag_jdoc(d, "unlink");
@@ -120,47 +132,58 @@ static int finish(const diag *d, const kvc_raw_header *h, int64_t ranks, int64_t
     } else if (err) {
         fprintf(stderr, "%s unlink: %s\n", d->prog, err);
     }
-    return removed ? DIAG_EXIT_OK : DIAG_EXIT_BROKEN;
+    return rc;
 }
 
 static int run_unlink(diag *d, int argc, char **argv)
 {
-    static const struct option longopts[] = {{"yes", no_argument, NULL, 'y'}, {0}};
+    static const struct option longopts[] = {
+        {"yes", no_argument, NULL, 'y'}, {"force", no_argument, NULL, 'f'}, {0}};
     struct unlink_opts o = {0};
-    int rc =
-        diag_parse_exit(diag_parse(d, &diag_cmd_unlink, argc, argv, "y", longopts, unlink_opt, &o));
+    int rc = diag_parse_exit(
+        diag_parse(d, &diag_cmd_unlink, argc, argv, "yf", longopts, unlink_opt, &o));
     if (rc >= 0)
         return rc;
     if (optind < argc) {
         diag_usage_error(d, &diag_cmd_unlink, "unexpected argument '%s'", argv[optind]);
         return DIAG_EXIT_USAGE;
     }
-    if (!o.yes && (d->json || !isatty(STDIN_FILENO))) {
-        diag_usage_error(d, &diag_cmd_unlink,
-                         "refusing to remove segment %s without "
-                         "confirmation: %s; pass --yes",
-                         d->segment, d->json ? "--json cannot ask" : "stdin is not a terminal");
-        return DIAG_EXIT_USAGE;
-    }
     kvc_raw_header h;
     int64_t ranks, alive;
-    if (kvc__header_read(d->segment, &h) != KVC_OK)
-        return finish(d, &h, -1, -1, 0, kvc_last_error());
+    kvc_err he = kvc__header_read(d->segment, &h);
+    if (he == KVC_E_NOENT || he == KVC_E_INVAL)
+        return finish(d, &h, -1, -1, 0, kvc_last_error(), DIAG_EXIT_BROKEN);
     ranks = alive = -1;
-    if (!h.creating) /* attaching would wait on its creator's flock */
+    if (he == KVC_OK && !h.creating) /* attaching would wait on its creator's flock */
         contents(d, &ranks, &alive);
     if (!d->json)
         describe(d, &h, ranks, alive);
+    char why[256];
+    if (h.magic_ok && h.creator_alive && h.creator_pid != (int32_t)getpid() && !o.force) {
+        snprintf(why, sizeof why,
+                 "not removed: its creator, pid %d, is running (a kvcoordd serving it would go on "
+                 "serving a file no new process can find); stop it first, or pass --force",
+                 (int)h.creator_pid);
+        return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
+    }
+    if (!o.yes && (d->json || !isatty(STDIN_FILENO))) {
+        snprintf(why, sizeof why, "not removed: not confirmed (%s); pass --yes",
+                 d->json ? "--json cannot ask" : "stdin is not a terminal");
+        return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
+    }
     if (!o.yes && !confirm(d)) {
         printf("not removed\n");
         return DIAG_EXIT_DEGRADED;
     }
     kvc_err e = kvc_unlink(d->segment);
-    return finish(d, &h, ranks, alive, e == KVC_OK, e ? kvc_last_error() : NULL);
+    return finish(d, &h, ranks, alive, e == KVC_OK, e ? kvc_last_error() : NULL,
+                  e == KVC_OK ? DIAG_EXIT_OK : DIAG_EXIT_BROKEN);
 }
 
 const diag_cmd diag_cmd_unlink = {
-    "unlink",         "remove the segment from /dev/shm (asks first; --yes for scripts)",
-    "unlink [--yes]", unlink_help,
+    "unlink",
+    "remove the segment from /dev/shm (asks first; --yes for scripts)",
+    "unlink [--yes] [--force]",
+    unlink_help,
     run_unlink,
 };
