@@ -536,66 +536,100 @@ static void lease_gone(struct cluster *c, const char *why)
     pthread_mutex_unlock(&c->smu);
 }
 
-/* Send the dirty ranks.  Returns 0, -1 when etcd failed (retry later). */
+/* Most operations and bytes of one publishing transaction: below etcd's
+ * default --max-txn-ops (128) and request limit (1.5 MiB, and values
+ * travel base64-encoded: 4/3 of their size). */
+#define BATCH_OPS 64
+#define BATCH_BYTES (900u * 1024u)
+
+/* The record to put for a dirty local rank, or NULL (changed since the
+ * scan: the next scan queues it again). */
+static char *local_record(struct cluster *c, uint32_t rank, struct rslot *s)
+{
+    kvc_err e = kvc_rank_lookup(c->seg, rank, &c->look);
+    if (e == KVC_OK && !c->look.origin[0] && c->look.generation == s->local_gen)
+        return rank_record(c, rank, &c->look, s->local_digest);
+    if (!s->saved_sid)
+        return NULL;
+    /* Shadowed by a mirror: publish the kept copy. */
+    kvc_rank_info tmp = {0};
+    tmp.generation = s->local_gen;
+    snprintf(tmp.session_id, sizeof tmp.session_id, "%s", s->saved_sid);
+    tmp.info = s->saved_info;
+    tmp.info_len = s->saved_len;
+    return rank_record(c, rank, &tmp, s->local_digest);
+}
+
+/* Send the dirty ranks, many per transaction (a node registering 128
+ * ranks costs a few round trips and raft entries, not 128).  Returns 0,
+ * -1 when etcd failed (they stay dirty: retried later). */
 static int publish_dirty(struct cluster *c)
 {
-    char key[256];
+    struct etcd_op ops[BATCH_OPS];
+    char *vals[BATCH_OPS];
+    char keys[BATCH_OPS][256];
+    uint32_t ranks[BATCH_OPS];
     while (c->ndirty) {
-        uint32_t rank = c->dirty_q[c->ndirty - 1];
-        struct rslot *s = slot(c, rank);
-        if (!s->dirty) {
-            s->queued = 0;
-            c->ndirty--;
-            continue;
-        }
-        key_rank(c, c->node, rank, key, sizeof key);
-        if (s->local) {
-            kvc_err e = kvc_rank_lookup(c->seg, rank, &c->look);
-            const kvc_rank_info *ri = &c->look;
+        size_t n = 0, bytes = 0, take = 0;
+        while (take < c->ndirty && n < BATCH_OPS) {
+            uint32_t rank = c->dirty_q[c->ndirty - 1 - take];
+            struct rslot *s = slot(c, rank);
             char *rec = NULL;
-            if (e == KVC_OK && !ri->origin[0] && ri->generation == s->local_gen) {
-                rec = rank_record(c, rank, ri, s->local_digest);
-            } else if (s->saved_sid) {
-                /* Shadowed by a mirror: publish the kept copy. */
-                kvc_rank_info tmp = {0};
-                tmp.generation = s->local_gen;
-                snprintf(tmp.session_id, sizeof tmp.session_id, "%s", s->saved_sid);
-                tmp.info = s->saved_info;
-                tmp.info_len = s->saved_len;
-                rec = rank_record(c, rank, &tmp, s->local_digest);
-            } else {
-                /* Changed since the scan: the next scan queues it again. */
+            if (s->dirty && s->local && !(rec = local_record(c, rank, s)))
                 s->dirty = 0;
+            if (!s->dirty || (!s->local && !s->published)) {
+                s->dirty = 0;
+                take++;
                 continue;
             }
-            if (!rec)
-                return -1;
-            int64_t rev = 0;
-            int rc = etcd_put(c->ec, key, rec, strlen(rec), c->lease, &rev);
-            free(rec);
-            if (rc) {
-                STAT_ADD(c, publish_errors, 1);
-                if (strstr(etcd_error(c->ec), "lease not found"))
-                    lease_gone(c, "a put found the lease gone");
-                else
-                    etcd_failed(c, "put");
-                return -1;
+            size_t len = rec ? strlen(rec) : 0;
+            if (n && bytes + len > BATCH_BYTES) {
+                free(rec);
+                break;
             }
-            etcd_answered(c);
-            s->local_rev = rev;
-            s->published = 1;
-            STAT_ADD(c, puts, 1);
-        } else {
-            if (s->published && etcd_delete(c->ec, key, 0, NULL)) {
-                STAT_ADD(c, publish_errors, 1);
-                etcd_failed(c, "delete");
-                return -1;
-            }
-            if (s->published)
-                STAT_ADD(c, deletes, 1);
-            s->published = 0;
+            key_rank(c, c->node, rank, keys[n], sizeof keys[n]);
+            ops[n] = (struct etcd_op){keys[n], rec, len, !s->local};
+            vals[n] = rec;
+            ranks[n] = rank;
+            bytes += len;
+            n++;
+            take++;
         }
-        s->dirty = 0;
+        int64_t rev = 0;
+        int rc = n ? etcd_txn_batch(c->ec, ops, n, c->lease, &rev) : 0;
+        for (size_t i = 0; i < n; i++)
+            free(vals[i]);
+        if (rc) {
+            STAT_ADD(c, publish_errors, 1);
+            if (strstr(etcd_error(c->ec), "lease not found"))
+                lease_gone(c, "a put found the lease gone");
+            else
+                etcd_failed(c, "put");
+            return -1;
+        }
+        if (n)
+            etcd_answered(c);
+        size_t puts = 0, dels = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct rslot *s = slot(c, ranks[i]);
+            if (ops[i].is_delete) {
+                s->published = 0;
+                dels++;
+            } else {
+                s->local_rev = rev;
+                s->published = 1;
+                puts++;
+            }
+            s->dirty = 0;
+        }
+        for (size_t i = 0; i < take; i++) {
+            slot(c, c->dirty_q[c->ndirty - 1])->queued = 0;
+            c->ndirty--;
+        }
+        pthread_mutex_lock(&c->smu);
+        c->st.puts += puts;
+        c->st.deletes += dels;
+        pthread_mutex_unlock(&c->smu);
     }
     return 0;
 }

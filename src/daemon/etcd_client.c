@@ -551,6 +551,35 @@ int etcd_put_create(etcd *c, const char *key, const void *value, size_t len, int
     return rc;
 }
 
+int etcd_txn_batch(etcd *c, const struct etcd_op *ops, size_t n, int64_t lease, int64_t *rev)
+{
+    json_t *succ = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *op = json_object();
+        json_object_set_new(op, "key", b64_json(ops[i].key, strlen(ops[i].key)));
+        if (ops[i].is_delete) {
+            json_array_append_new(succ, json_pack("{s:o}", "request_delete_range", op));
+            continue;
+        }
+        json_object_set_new(op, "value", b64_json(ops[i].value, ops[i].len));
+        if (lease)
+            json_object_set_new(op, "lease", i64_json(lease));
+        json_array_append_new(succ, json_pack("{s:o}", "request_put", op));
+    }
+    json_t *req = json_pack("{s:o}", "success", succ);
+    if (!req) {
+        set_err(c, "out of memory for an etcd transaction");
+        return -1;
+    }
+    json_t *resp;
+    if (call(c, "/v3/kv/txn", req, &resp))
+        return -1;
+    if (rev)
+        *rev = get_i64(json_object_get(resp, "header"), "revision");
+    json_decref(resp);
+    return 0;
+}
+
 /* The key just past every key starting with prefix (prefix with its last
  * byte incremented, carrying). */
 static char *prefix_end(const char *prefix, size_t *len)

@@ -95,6 +95,21 @@ int etcd_put(etcd *c, const char *key, const void *value, size_t len, int64_t le
 int etcd_put_create(etcd *c, const char *key, const void *value, size_t len, int64_t lease,
                     int *created, etcd_kv *existing, int64_t *rev);
 
+/* One operation of etcd_txn_batch(): put key = value (len bytes) with the
+ * lease given to the batch, or delete key. */
+struct etcd_op {
+    const char *key;
+    const void *value;
+    size_t len;
+    int is_delete;
+};
+
+/* Apply n operations (at most etcd's --max-txn-ops, 128 by default, and
+ * below its request size limit, 1.5 MiB by default) in one transaction:
+ * all or none, one revision, one round trip.  *rev (may be NULL) receives
+ * that revision.  Errors as etcd_put(). */
+int etcd_txn_batch(etcd *c, const struct etcd_op *ops, size_t n, int64_t lease, int64_t *rev);
+
 /* Every key starting with prefix (in key order), at one revision: *kvs
  * (malloc'd array of *n, free with etcd_kvs_free) and *rev (the store's
  * revision then, for a watch that starts right after it). */
