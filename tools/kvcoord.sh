@@ -24,7 +24,7 @@ usage() {
 Usage: tools/kvcoord.sh COMMAND [OPTIONS]
 
 Commands:
-  run [--model M] [--port P]
+  run [--model M] [--port P] [--python]
         Install missing Debian packages, build (build/, RelWithDebInfo), write the
         transfer-engine info of model M's $TP TP ranks to build/run/M/, start
         kvcoordd on 127.0.0.1:P with a fresh segment (kvcoord-P), start $TP
@@ -33,6 +33,10 @@ Commands:
         summary.  Everything keeps running until 'tools/kvcoord.sh stop'.
           --model M   llama-3.1-8b (default), qwen2.5-72b or stress
           --port P    HTTP port (default 6789)
+          --python    then run examples/sglang_tp_group.py against it: 8 Python
+                      processes (import kvcoord) acting as one TP group, one
+                      rank failing a transfer, every rank raising the same
+                      KVTransferError (a table is printed)
         Logs and pid files: build/run/kvcoordd.log, build/run/worker-N.log,
         build/run/kvcoordd.pid, build/run/workers.pid.
   stop  Stop what 'run' started: SIGTERM the workers, then kvcoordd.
@@ -205,9 +209,10 @@ wait_workers() { # every worker prints its line once registered
 }
 
 cmd_run() {
-    local model=llama-3.1-8b port=6789
+    local model=llama-3.1-8b port=6789 python=0
     while (($#)); do
         case $1 in
+        --python) python=1; shift ;;
         --model) model=${2:?--model needs a value}; shift 2 ;;
         --model=*) model=${1#*=}; shift ;;
         --port) port=${2:?--port needs a value}; shift 2 ;;
@@ -238,6 +243,13 @@ cmd_run() {
     log "querying every rank over HTTP as a remote instance would"
     "$PY" "$ROOT/tools/query_ranks.py" --url "http://127.0.0.1:$port" --ranks "$TP" \
         --expect-dir "$info_dir" --worker-logs "$RUN_DIR"
+    if ((python)); then
+        [[ -d $ROOT/build/python/kvcoord ]] ||
+            die "the Python package was not built (needs python3-dev; see the cmake output)"
+        log "8 Python processes as one TP group (examples/sglang_tp_group.py, import kvcoord)"
+        PYTHONPATH=$ROOT/build/python "$PY" "$ROOT/examples/sglang_tp_group.py" --port "$port" \
+            --model-dir "$info_dir"
+    fi
     cat <<EOF
 
 kvcoordd is serving http://127.0.0.1:$port (log: build/run/kvcoordd.log), with $TP
