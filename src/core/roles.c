@@ -92,8 +92,7 @@ KVC_API kvc_err kvc_role_register(kvc_segment *seg, const char *role, uint32_t r
                                   uint64_t *gen_out)
 {
     unsigned i;
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_role_register: NULL argument");
+    KVC_ARG(seg);
     if (is_default(role))
         return kvc_rank_register(seg, rank, session_id, info_json, info_len, gen_out);
     kvc_err e = role_for_write(seg, role, &i);
@@ -106,8 +105,7 @@ KVC_API kvc_err kvc_role_register_validated(kvc_segment *seg, const char *role, 
                                             size_t info_len, uint32_t entries, uint64_t *gen_out)
 {
     unsigned i;
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_role_register_validated: NULL argument");
+    KVC_ARG(seg);
     if (is_default(role))
         return kvc_rank_register_validated(seg, rank, session_id, info_json, info_len, entries,
                                            gen_out);
@@ -121,8 +119,8 @@ KVC_API kvc_err kvc_role_lookup(kvc_segment *seg, const char *role, uint32_t ran
                                 kvc_rank_info *out)
 {
     unsigned i;
-    if (!seg || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_role_lookup: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(out);
     kvc_err e = role_for_read(seg, role, &i);
     return e ? e : kvc__entry_lookup(seg, i, rank, out);
 }
@@ -131,8 +129,7 @@ KVC_API kvc_err kvc_role_withdraw(kvc_segment *seg, const char *role, uint32_t r
                                   const char *note)
 {
     unsigned i;
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_role_withdraw: NULL argument");
+    KVC_ARG(seg);
     kvc_err e = role_for_read(seg, role, &i);
     return e ? e : kvc__entry_withdraw(seg, i, rank, note);
 }
@@ -142,8 +139,8 @@ KVC_API kvc_err kvc_parallelism_register(kvc_segment *seg, const char *role, uin
                                          uint64_t *gen_out)
 {
     unsigned i;
-    if (!seg)
-        return kvc__fail(KVC_E_INVAL, "kvc_parallelism_register: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(config_json);
     kvc_err e = role_for_write(seg, role, &i);
     return e ? e
              : kvc__entry_register(seg, KVC_TABLE_PARALLELISM + i, rank, NULL, config_json,
@@ -154,8 +151,8 @@ KVC_API kvc_err kvc_parallelism_lookup(kvc_segment *seg, const char *role, uint3
                                        kvc_rank_info *out)
 {
     unsigned i;
-    if (!seg || !out)
-        return kvc__fail(KVC_E_INVAL, "kvc_parallelism_lookup: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(out);
     kvc_err e = role_for_read(seg, role, &i);
     return e ? e : kvc__entry_lookup(seg, KVC_TABLE_PARALLELISM + i, rank, out);
 }
@@ -163,8 +160,10 @@ KVC_API kvc_err kvc_parallelism_lookup(kvc_segment *seg, const char *role, uint3
 KVC_API kvc_err kvc_role_names(kvc_segment *seg, char (*names)[KVC_ROLE_NAME_MAX + 1], size_t cap,
                                size_t *count)
 {
-    if (!seg || !count || (cap && !names))
-        return kvc__fail(KVC_E_INVAL, "kvc_role_names: NULL argument");
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(names);
     uint32_t used = atomic_load_explicit(&seg->hdr->roles_used, memory_order_acquire);
     if (used > KVC_RANK_ROLES)
         used = KVC_RANK_ROLES;

@@ -162,6 +162,34 @@ static void test_rank_calls(void **st)
     EXPECT_NULL_ARG(kvc_rank_withdraw, "seg", kvc_rank_withdraw(NULL, 0, NULL));
     EXPECT_ERR(KVC_E_CAPACITY, kvc_rank_withdraw(seg, UINT32_MAX, NULL), "rank");
 
+    /* Roles and parallelism configs. */
+    char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
+    assert_int_equal(kvc_role_check(NULL), KVC_OK); /* NULL: the default role */
+    EXPECT_ERR(KVC_E_INVAL, kvc_role_check("bad role"), "role name", "0x20");
+    EXPECT_NULL_ARG(kvc_role_register, "seg",
+                    kvc_role_register(NULL, "draft", 0, "h:1", info, 13, &gen));
+    EXPECT_NULL_ARG(kvc_role_register, "session_id",
+                    kvc_role_register(seg, "draft", 0, NULL, info, 13, &gen));
+    EXPECT_NULL_ARG(kvc_role_register, "info_json",
+                    kvc_role_register(seg, "draft", 0, "h:1", NULL, 13, &gen));
+    EXPECT_NULL_ARG(kvc_role_register_validated, "seg",
+                    kvc_role_register_validated(NULL, "draft", 0, "h:1", info, 13, 1, &gen));
+    EXPECT_ERR(KVC_E_INVAL, kvc_role_register_validated(seg, "draft", 0, NULL, info, 13, 1, &gen),
+               "argument session_id");
+    EXPECT_NULL_ARG(kvc_role_lookup, "seg", kvc_role_lookup(NULL, "draft", 0, &ri));
+    EXPECT_NULL_ARG(kvc_role_lookup, "out", kvc_role_lookup(seg, "draft", 0, NULL));
+    EXPECT_NULL_ARG(kvc_role_withdraw, "seg", kvc_role_withdraw(NULL, "draft", 0, NULL));
+    EXPECT_NULL_ARG(kvc_parallelism_register, "seg",
+                    kvc_parallelism_register(NULL, NULL, 0, "{}", 2, &gen));
+    EXPECT_NULL_ARG(kvc_parallelism_register, "config_json",
+                    kvc_parallelism_register(seg, NULL, 0, NULL, 2, &gen));
+    EXPECT_NULL_ARG(kvc_parallelism_lookup, "seg", kvc_parallelism_lookup(NULL, NULL, 0, &ri));
+    EXPECT_NULL_ARG(kvc_parallelism_lookup, "out", kvc_parallelism_lookup(seg, NULL, 0, NULL));
+    EXPECT_NULL_ARG(kvc_role_names, "seg", kvc_role_names(NULL, names, 4, &n));
+    EXPECT_NULL_ARG(kvc_role_names, "count", kvc_role_names(seg, names, 4, NULL));
+    EXPECT_NULL_ARG(kvc_role_names, "names", kvc_role_names(seg, NULL, 4, &n));
+    assert_string_equal(kvc_role_name((kvc_role)42), "invalid");
+
     kvc_error_set(KVC_OK, "stale");
     assert_int_equal(kvc_rank_epoch(NULL), 0);
     assert_non_null(strstr(kvc_last_error(), "kvc_rank_epoch: argument seg is NULL"));
