@@ -54,6 +54,8 @@ class RankInfo:
     pid: int
     entries: int
     note: str
+    origin: str
+    origin_generation: int
     raw: Optional[bytes]
     @property
     def weights_info_dict(self) -> Optional[Dict[str, Any]]: ...

@@ -16,8 +16,10 @@ typedef struct {
     PyObject *state;      /* "registered" / "withdrawn" / "empty" */
     PyObject *session_id; /* str */
     PyObject *note;       /* str */
-    PyObject *raw;        /* bytes, or None (from ranks()) */
-    PyObject *decoded;    /* weights_info_dict once decoded, else NULL */
+    PyObject *origin;     /* str: "" local, else the node a mirrored rank comes from */
+    unsigned long long origin_generation;
+    PyObject *raw;     /* bytes, or None (from ranks()) */
+    PyObject *decoded; /* weights_info_dict once decoded, else NULL */
 } RankInfoObject;
 
 static PyObject *json_loads;
@@ -46,13 +48,15 @@ PyObject *kvcpy_rankinfo_new(const kvc_rank_info *ri, int with_info)
     o->session_id =
         PyUnicode_DecodeUTF8(ri->session_id, (Py_ssize_t)strlen(ri->session_id), "surrogateescape");
     o->note = PyUnicode_DecodeUTF8(ri->note, (Py_ssize_t)strlen(ri->note), "replace");
+    o->origin = PyUnicode_FromString(ri->origin); /* [A-Za-z0-9._-] */
+    o->origin_generation = ri->origin_generation;
     if (with_info)
         o->raw = PyBytes_FromStringAndSize(ri->info ? ri->info : "", (Py_ssize_t)ri->info_len);
     else {
         Py_INCREF(Py_None);
         o->raw = Py_None;
     }
-    if (!o->state || !o->session_id || !o->note || !o->raw) {
+    if (!o->state || !o->session_id || !o->note || !o->origin || !o->raw) {
         Py_DECREF(o);
         return NULL;
     }
@@ -64,6 +68,7 @@ static void ri_dealloc(RankInfoObject *o)
     Py_XDECREF(o->state);
     Py_XDECREF(o->session_id);
     Py_XDECREF(o->note);
+    Py_XDECREF(o->origin);
     Py_XDECREF(o->raw);
     Py_XDECREF(o->decoded);
     PyObject_Free(o);
@@ -127,6 +132,11 @@ static PyMemberDef ri_members[] = {
      "\"host:port\" of the rank's transfer engine (str)."},
     {"note", T_OBJECT, offsetof(RankInfoObject, note), READONLY,
      "Why the rank was withdrawn, else '' (str)."},
+    {"origin", T_OBJECT, offsetof(RankInfoObject, origin), READONLY,
+     "'' for a registration made on this node; for a rank mirrored from another node "
+     "(kvcoordd --etcd), that node's name (str)."},
+    {"origin_generation", T_ULONGLONG, offsetof(RankInfoObject, origin_generation), READONLY,
+     "The rank's generation on its origin node; 0 for a local registration (int)."},
     {"raw", T_OBJECT, offsetof(RankInfoObject, raw), READONLY,
      "weights_info_dict JSON as stored (bytes; None from ranks())."},
     {NULL, 0, 0, 0, NULL}};

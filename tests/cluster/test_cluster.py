@@ -182,6 +182,69 @@ class Publish(Base):
         print("kvc_rank_wait on B woke %.3f s after it started" % (meta["wait_us"] / 1e6))
 
 
+    def test_python_binding_across_nodes(self):
+        """Python on A registers (a worker process); Python on B reads the
+        mirrored rank, waits for one, and gets A's room failure as
+        KVTransferError with A's reason."""
+        if not ARGS.pythonpath:
+            self.skipTest("the Python package is not built")
+        a, b = self.node("A"), self.node("B")
+        env = dict(os.environ, PYTHONPATH=ARGS.pythonpath)
+        reg = subprocess.Popen([sys.executable, "-c", """
+import sys, kvcoord
+seg = kvcoord.Segment(sys.argv[1], rank=4)
+seg.register(4, "10.0.0.4:16004", {"lm_head.weight": [139637976727552, 65667072, 2]})
+print("registered", flush=True)
+sys.stdin.read()
+""", a.segment], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(reg.stdout.readline().strip(), "registered")
+            out = subprocess.run([sys.executable, "-c", """
+import json, sys, threading, time, urllib.request, kvcoord
+seg = kvcoord.Segment(sys.argv[1])
+ri = seg.wait(4, timeout=20)
+res = {"origin": ri.origin, "origin_generation": ri.origin_generation,
+       "info": ri.weights_info_dict, "session_id": ri.session_id}
+# a rank that appears later on A wakes Segment.wait on B
+def later():
+    time.sleep(0.3)
+    body = json.dumps({"rank": 9, "transfer_engine_info": {"session_id": "h:9",
+                       "weights_info_dict": {}}}).encode()
+    urllib.request.urlopen(urllib.request.Request(sys.argv[2] +
+        "/register_transfer_engine_info", body, method="PUT")).read()
+threading.Thread(target=later).start()
+res["late_origin"] = seg.wait(9, timeout=20).origin
+# a room failed on A
+body = json.dumps({"rank": 3, "reason": "prefill rank 3: peer reset", "code": 104}).encode()
+urllib.request.urlopen(urllib.request.Request(sys.argv[2] + "/rooms/77/failure", body,
+                                              method="PUT")).read()
+for _ in range(500):
+    try:
+        seg.check_room(77, rank=1)
+    except kvcoord.NotFoundError:
+        time.sleep(0.01)
+        continue
+    except kvcoord.KVTransferError as e:
+        res["error"] = [e.failure_reason, e.is_from_another_rank, e.origin_rank, e.code]
+        break
+print(json.dumps(res))
+""", b.segment, a.url], env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            res = json.loads(out.stdout)
+            self.assertEqual(res["origin"], "A")
+            self.assertEqual(res["info"], {"lm_head.weight": [139637976727552, 65667072, 2]})
+            self.assertEqual(res["session_id"], "10.0.0.4:16004")
+            self.assertEqual(res["late_origin"], "A")
+            self.assertEqual(res["error"][1:], [True, 3, 104])
+            self.assertIn("prefill rank 3: peer reset", res["error"][0])
+        finally:
+            reg.stdin.close()
+            reg.wait(10)
+            reg.stdout.close()
+        # The registering process exited: its rank goes from B too.
+        self.gone(b, 4)
+
+
 class Leases(Base):
     def test_sigkill_entries_expire_with_the_lease(self):
         a, b = self.node("A"), self.node("B")
@@ -440,6 +503,7 @@ def main():
     p.add_argument("--worker", required=True)
     p.add_argument("--probe", required=True)
     p.add_argument("--diag", required=True)
+    p.add_argument("--pythonpath", default=os.environ.get("KVCOORD_PYTHONPATH", ""))
     ARGS, rest = p.parse_known_args()
     if not cl.have_etcd():
         print("SKIP: /usr/bin/etcd not installed (apt-get install etcd-server etcd-client)")

@@ -8,8 +8,11 @@ set_tests_properties(test_etcd_client PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120
 # conflicts, rooms, members killed, the cluster stopped and restarted, auth.
 add_executable(cluster_probe ${CMAKE_CURRENT_LIST_DIR}/cluster_probe.c)
 target_link_libraries(cluster_probe PRIVATE kvcoord_static)
+if(TARGET kvcoord_python)
+  set(KVC_CLUSTER_PY --pythonpath ${KVC_PY_BUILD_DIR})
+endif()
 add_test(NAME cluster_nodes
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_cluster.py --daemon $<TARGET_FILE:kvcoordd>
           --worker $<TARGET_FILE:kvcoord-worker> --probe $<TARGET_FILE:cluster_probe>
-          --diag $<TARGET_FILE:kvcoord-diag>)
+          --diag $<TARGET_FILE:kvcoord-diag> ${KVC_CLUSTER_PY})
 set_tests_properties(cluster_nodes PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77 TIMEOUT 600)
