@@ -44,6 +44,7 @@
 #define ACCEPT_BACKOFF_MS 100 /* pause after accept ran out of fds or memory */
 #define ACCEPT_ERRORS_MAX 64  /* consecutive unexpected accept errors before giving up */
 #define SHUTDOWN_WAIT_MS 2000 /* bound on waiting for cancelled operations */
+#define ACCEPT_BATCH 16       /* accepted sockets opened between two looks at the ring */
 
 /* ---- submission ------------------------------------------------------------ */
 
@@ -142,6 +143,28 @@ static void arm_read(struct server *s, enum op op, int fd, void *dst, unsigned l
 
 /* ---- completion handlers ------------------------------------------------------------- */
 
+/* A burst of connections must not delay the ones being served: accepted
+ * sockets are queued and opened ACCEPT_BATCH at a time, with a look at
+ * the ring (other connections' completions) between two batches. */
+static void accept_push(struct server *s, int fd)
+{
+    if (s->accept_len == s->accept_cap) { /* more than can be served anyway */
+        conn_open(s, fd);
+        return;
+    }
+    s->accept_q[(s->accept_head + s->accept_len++) % s->accept_cap] = fd;
+}
+
+static void accept_drain(struct server *s, unsigned max)
+{
+    for (unsigned n = 0; n < max && s->accept_len; n++) {
+        int fd = s->accept_q[s->accept_head];
+        s->accept_head = (s->accept_head + 1) % s->accept_cap;
+        s->accept_len--;
+        conn_open(s, fd);
+    }
+}
+
 static void handle_accept(struct server *s, int res, unsigned flags)
 {
     /* A multishot accept that ends (no F_MORE: an error, a CQ overflow, or
@@ -153,7 +176,7 @@ static void handle_accept(struct server *s, int res, unsigned flags)
     }
     if (res >= 0) {
         s->accept_errors = 0;
-        conn_open(s, res);
+        accept_push(s, res);
     } else if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM) {
         /* Out of descriptors or memory: the pending connection stays queued,
          * so accepting again at once fails again at once, a hot loop.  Wait
@@ -363,7 +386,10 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->metrics = cfg->metrics;
     s->now_ms = kvc__mono_ms();
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
-    if (!s->conns || routes_create(&s->routes, seg) || seg_events_init(&s->events, seg)) {
+    s->accept_cap = cfg->max_conns + 64;
+    s->accept_q = calloc(s->accept_cap, sizeof *s->accept_q);
+    if (!s->conns || !s->accept_q || routes_create(&s->routes, seg) ||
+        seg_events_init(&s->events, seg)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"out of memory\"");
         return -1;
     }
@@ -391,6 +417,7 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
  * operation still targets our buffers when they are freed. */
 static void server_drain(struct server *s)
 {
+    accept_drain(s, s->accept_len); /* stopping: each is answered 503 and closed */
     for (unsigned i = 0; i < s->cfg->max_conns; i++)
         if (s->conns[i].fd >= 0)
             conn_close(s, &s->conns[i], "shutdown");
@@ -426,6 +453,9 @@ static void server_free(struct server *s)
         free(c->rbuf);
     }
     free(s->conns);
+    for (; s->accept_q && s->accept_len; s->accept_len--, s->accept_head++)
+        close(s->accept_q[s->accept_head % s->accept_cap]);
+    free(s->accept_q);
     procs_free(s); /* after the ring: no poll still reads a pidfd */
     routes_destroy(s->routes);
     seg_events_free(s->events);
@@ -444,7 +474,8 @@ static void loop(struct server *s)
     procs_check(s, 1);
     seg_events_check(s->events); /* recoveries made by those reaps */
     while (!s->stopping) {
-        int ret = io_uring_submit_and_wait(&s->ring, 1);
+        /* With accepted sockets still queued, only look (no wait). */
+        int ret = io_uring_submit_and_wait(&s->ring, s->accept_len ? 0 : 1);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
             log_event(LOG_ERROR, "ring_wait_failed", "err=\"%s\"", strerror(-ret));
             s->exit_code = 1;
@@ -452,6 +483,7 @@ static void loop(struct server *s)
         }
         s->now_ms = kvc__mono_ms();
         reap(s);
+        accept_drain(s, ACCEPT_BATCH);
     }
 }
 

@@ -73,7 +73,8 @@ struct conn {
     uint64_t accepted_ms, head_start_ms, deadline_ms; /* 0: no deadline */
     uint64_t req_start_ns; /* first byte of the request being served (metrics) */
     size_t resp_off;       /* where its answer starts in out[cur] (its status) */
-    char *rbuf;            /* RBUF_SIZE bytes; [roff, rlen) not parsed yet */
+    char *rbuf;            /* RBUF_SIZE bytes, allocated at the first bytes received
+                              and kept with the slot; [roff, rlen) not parsed yet */
     uint32_t roff, rlen;
     struct buf out[2]; /* out[cur]: being filled; out[cur ^ 1]: being sent */
     unsigned cur;
@@ -104,6 +105,8 @@ struct server {
     int stopping, exit_code;
     int accept_armed, accept_waiting;
     unsigned accept_errors;
+    int *accept_q; /* accepted sockets not opened yet (a ring of accept_cap) */
+    unsigned accept_head, accept_len, accept_cap;
     uint64_t cap_logged_ms;
     struct __kernel_timespec sweep_ts, backoff_ts;
     struct signalfd_siginfo sig_buf;

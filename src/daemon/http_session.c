@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -34,6 +35,7 @@
 #define OUT_KEEP (256 * 1024) /* output buffer kept per connection */
 #define LINGER_MS 5000        /* reading (and discarding) after a final answer */
 #define ZERO_SENDS_MAX 8      /* zero-byte send results in a row before giving up */
+#define RECV_POLL 1           /* OP_RECV sequence of the poll before the first recv */
 
 static void conn_process(struct server *s, struct conn *c);
 
@@ -52,14 +54,21 @@ static int answer_status(const struct buf *b, size_t off)
 
 /* ---- operations ---------------------------------------------------------- */
 
+/* A recv into the connection's buffer.  A connection that has none yet (a
+ * slot never used, or one accepted and idle so far) first waits for its
+ * first bytes with a poll (RECV_POLL): the buffer is allocated only then,
+ * so a burst of idle connections costs no memory and no page faults. */
 static void arm_recv(struct server *s, struct conn *c)
 {
-    struct io_uring_sqe *sqe = op_sqe(s, OP_RECV, c, 0);
+    struct io_uring_sqe *sqe = op_sqe(s, OP_RECV, c, c->rbuf ? 0 : RECV_POLL);
     if (!sqe) {
         conn_close(s, c, "no_sqe");
         return;
     }
-    io_uring_prep_recv(sqe, c->fd, c->rbuf + c->rlen, RBUF_SIZE - c->rlen, 0);
+    if (c->rbuf)
+        io_uring_prep_recv(sqe, c->fd, c->rbuf + c->rlen, RBUF_SIZE - c->rlen, 0);
+    else
+        io_uring_prep_poll_add(sqe, c->fd, POLLIN | POLLRDHUP);
     c->recv_armed = 1;
 }
 
@@ -187,10 +196,6 @@ void conn_open(struct server *s, int fd)
 {
     struct conn *c = s->free_list;
     if (!c || s->stopping) {
-        reject_busy(s, fd);
-        return;
-    }
-    if (!c->rbuf && !(c->rbuf = malloc(RBUF_SIZE))) {
         reject_busy(s, fd);
         return;
     }
@@ -422,9 +427,17 @@ static void conn_process(struct server *s, struct conn *c)
 
 /* ---- completions -------------------------------------------------------- */
 
-static void handle_recv(struct server *s, struct conn *c, int res)
+static void handle_recv(struct server *s, struct conn *c, int res, uint16_t seq)
 {
     c->recv_armed = 0;
+    if (seq == RECV_POLL && res >= 0) { /* readable (or closed): now a buffer */
+        if (!c->rbuf && !(c->rbuf = malloc(RBUF_SIZE))) {
+            conn_close(s, c, "out_of_memory");
+            return;
+        }
+        arm_recv(s, c);
+        return;
+    }
     if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
         arm_recv(s, c);
         return;
@@ -496,7 +509,7 @@ void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16
         return;
     }
     if (op == OP_RECV)
-        handle_recv(s, c, res);
+        handle_recv(s, c, res, seq);
     else if (op == OP_SEND)
         handle_send(s, c, res);
     else

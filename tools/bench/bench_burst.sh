@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# bench_burst.sh - connection bursts and slow peers: the latency of an
+# established keep-alive connection to kvcoordd while 1000 connections are
+# opened at once, and while hundreds of slow peers keep connecting and
+# trickle their headers, against nginx (nginx-light, ONE worker) serving
+# /health as a static file, in the same run, alternating
+# (tools/bench/burst_client.py does the timing).
+#
+# Figures are printed, never judged.  Everything started here is stopped and
+# every temporary file removed on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PY=/usr/bin/python3
+BUILD=${KVCOORD_BUILD:-$ROOT/build}
+ROUNDS=5
+BURST=1000
+TRICKLE=300
+
+usage() {
+    cat <<USAGE
+Usage: tools/bench/bench_burst.sh [--build DIR] [--rounds N] [--burst N] [--trickle N]
+
+GET /health on one established connection to kvcoordd and to nginx (1 worker):
+idle, right after N connections opened at once, and while slow peers connect
+and trickle.  Medians over rounds, and the ratio kvcoordd/nginx.
+
+Options:
+  --build DIR    build directory with kvcoordd (default: \$KVCOORD_BUILD or build/)
+  --rounds N     rounds, alternating the servers (default $ROUNDS)
+  --burst N      connections opened at once (default $BURST)
+  --trickle N    slow peers at most (default $TRICKLE)
+  -h, --help     print this help
+
+Needs: kvcoordd built, nginx (nginx-light), curl, python3.
+USAGE
+}
+
+while (($#)); do
+    case $1 in
+        --build) BUILD=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --burst) BURST=$2; shift 2 ;;
+        --trickle) TRICKLE=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench_burst.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+die() { printf 'bench_burst.sh: %s\n' "$*" >&2; exit 1; }
+log() { printf '==> %s\n' "$*"; }
+
+KVCOORDD=$BUILD/kvcoordd
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[[ -x $KVCOORDD ]] || die "$KVCOORDD not found: build first (cmake -B build && cmake --build build)"
+[[ -x $NGINX ]] || die "nginx not found (Debian package nginx-light)"
+
+TMP=$(mktemp -d /tmp/kvcbench-burst.XXXXXX)
+SEGMENT=kvcbench-burst-$$
+DAEMON_PID=
+NGINX_PID=
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n $NGINX_PID ]]; then kill "$NGINX_PID" 2>/dev/null; wait "$NGINX_PID" 2>/dev/null; fi
+    if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null; fi
+    rm -f "/dev/shm/$SEGMENT"
+    rm -rf "$TMP"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_http() { # URL
+    local i
+    for ((i = 0; i < 300; i++)); do
+        curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+KPORT=$(free_port)
+"$KVCOORDD" --listen "127.0.0.1:$KPORT" --segment "$SEGMENT" --fresh \
+    >"$TMP/kvcoordd.log" 2>&1 &
+DAEMON_PID=$!
+wait_http "http://127.0.0.1:$KPORT/health" ||
+    die "kvcoordd did not answer /health: $(tail -20 "$TMP/kvcoordd.log")"
+
+mkdir -p "$TMP/www" "$TMP/nginx"
+printf OK >"$TMP/www/health"
+chmod 755 "$TMP" "$TMP/www"
+chmod 644 "$TMP/www/health"
+NPORT=$(free_port)
+cat >"$TMP/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+worker_rlimit_nofile 8192;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    types { }
+    default_type text/plain;
+    keepalive_requests 1000000000;
+    client_body_temp_path $TMP/nginx/body;
+    proxy_temp_path $TMP/nginx/proxy;
+    fastcgi_temp_path $TMP/nginx/fastcgi;
+    uwsgi_temp_path $TMP/nginx/uwsgi;
+    scgi_temp_path $TMP/nginx/scgi;
+    server {
+        listen 127.0.0.1:$NPORT;
+        location = /health { alias $TMP/www/health; }
+    }
+}
+CONF
+"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx.conf" -e "$TMP/nginx/error.log" \
+    >"$TMP/nginx/stdout.log" 2>&1 &
+NGINX_PID=$!
+wait_http "http://127.0.0.1:$NPORT/health" ||
+    die "nginx did not serve: $(tail -20 "$TMP/nginx/error.log" 2>/dev/null)"
+
+log "machine: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg); client, kvcoordd and nginx share them"
+"$PY" "$ROOT/tools/bench/burst_client.py" --name "kvcoordd=127.0.0.1:$KPORT" \
+    --name "nginx=127.0.0.1:$NPORT" --rounds "$ROUNDS" --burst "$BURST" --trickle "$TRICKLE"
+
+kill -0 "$DAEMON_PID" 2>/dev/null || die "kvcoordd died during the benchmark: $(tail -20 "$TMP/kvcoordd.log")"

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""burst_client.py - latency of an established keep-alive connection while
+other connections are opened at once (a burst) or keep opening and trickle
+(slow peers), against several servers in one run, alternating.
+
+Usage: burst_client.py --name NAME=HOST:PORT [--name ...] [--path P]
+                       [--burst N] [--rounds R] [--trickle N] [--json]
+
+Per round and server, on one established connection (GET PATH, keep-alive):
+  idle     100 requests, nothing else happening: p50 and p99;
+  burst    N sockets connect at once (non-blocking, as fast as the client
+           can), then at once the next request on the established connection:
+           its latency ("next"), and the worst of the 20 requests after it;
+           the N sockets stay open and idle until the round ends;
+  trickle  for about 1 s, a thread keeps opening connections (up to
+           --trickle of them) and feeds each a request header one byte every
+           50 ms (slow peers), while the established connection is timed:
+           p50 and p99.
+A first round per server is run and not counted (warm-up).
+Printed: medians over rounds per server, and each server's figures against
+the last one named (the baseline).  Figures are printed, never judged.
+"""
+import argparse
+import json
+import resource
+import socket
+import statistics
+import threading
+import time
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+
+
+class Conn:
+    def __init__(self, addr, path):
+        self.s = socket.create_connection(addr)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.req = ("GET %s HTTP/1.1\r\nHost: bench\r\n\r\n" % path).encode()
+        self.buf = b""
+
+    def one(self):
+        """One request; returns its latency in microseconds."""
+        t0 = time.perf_counter()
+        self.s.sendall(self.req)
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end >= 0:
+                head = self.buf[:end].decode("latin-1").lower()
+                n = 0
+                for line in head.split("\r\n"):
+                    if line.startswith("content-length:"):
+                        n = int(line.split(":", 1)[1])
+                if len(self.buf) >= end + 4 + n:
+                    if not head.startswith("http/1.1 200"):
+                        raise SystemExit("burst_client.py: answer %r" % head[:80])
+                    self.buf = self.buf[end + 4 + n:]
+                    return (time.perf_counter() - t0) * 1e6
+            chunk = self.s.recv(1 << 20)
+            if not chunk:
+                raise SystemExit("burst_client.py: the server closed the established connection")
+            self.buf += chunk
+
+    def close(self):
+        self.s.close()
+
+
+def burst(addr, n):
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex(addr)
+        socks.append(s)
+    return socks
+
+
+def trickler(addr, limit, stop, out):
+    """Open connections one after another (up to limit), each fed a header
+    byte every 50 ms by this thread, until stop is set."""
+    head = b"GET /health HTTP/1.1\r\nHost: slow\r\nX-Pad: " + b"x" * 200
+    socks, pos = [], []
+    next_tick = time.perf_counter()
+    while not stop.is_set():
+        now = time.perf_counter()
+        if len(socks) < limit:
+            for _ in range(10):  # about 200 new connections a second
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setblocking(False)
+                s.connect_ex(addr)
+                socks.append(s)
+                pos.append(0)
+        if now >= next_tick:
+            for i, s in enumerate(socks):
+                if pos[i] < len(head):
+                    try:
+                        s.send(head[pos[i]:pos[i] + 1])
+                        pos[i] += 1
+                    except OSError:
+                        pass
+            next_tick = now + 0.05
+        time.sleep(0.05)
+    out.extend(socks)
+
+
+def one_round(addr, path, n_burst, n_trickle):
+    c = Conn(addr, path)
+    for _ in range(50):
+        c.one()
+    idle = [c.one() for _ in range(100)]
+    socks = burst(addr, n_burst)
+    nxt = c.one()
+    after = [c.one() for _ in range(20)]
+    for s in socks:
+        s.close()
+    time.sleep(0.3)
+    stop, tsocks = threading.Event(), []
+    t = threading.Thread(target=trickler, args=(addr, n_trickle, stop, tsocks))
+    t.start()
+    trick = []
+    t_end = time.perf_counter() + 1.0
+    while time.perf_counter() < t_end:
+        trick.append(c.one())
+        time.sleep(0.001)
+    stop.set()
+    t.join()
+    for s in tsocks:
+        s.close()
+    c.close()
+    time.sleep(0.3)
+    return {"idle_p50": pct(idle, 50), "idle_p99": pct(idle, 99), "next": nxt,
+            "after_max": max(after), "trickle_p50": pct(trick, 50),
+            "trickle_p99": pct(trick, 99), "trickle_n": len(trick)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", action="append", required=True, help="NAME=HOST:PORT")
+    ap.add_argument("--path", default="/health")
+    ap.add_argument("--burst", type=int, default=1000)
+    ap.add_argument("--trickle", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = a.burst + a.trickle + 64
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
+    servers = []
+    for n in a.name:
+        name, hp = n.split("=", 1)
+        host, port = hp.rsplit(":", 1)
+        servers.append((name, (host, int(port))))
+    for _, addr in servers:  # warm-up round, not counted (first sockets, caches)
+        one_round(addr, a.path, a.burst, a.trickle)
+    per = {n: [] for n, _ in servers}
+    for r in range(a.rounds):
+        for name, addr in (servers if r % 2 == 0 else servers[::-1]):
+            per[name].append(one_round(addr, a.path, a.burst, a.trickle))
+    keys = ("idle_p50", "idle_p99", "next", "after_max", "trickle_p50", "trickle_p99")
+    med = {n: {k: statistics.median(x[k] for x in v) for k in keys} for n, v in per.items()}
+    if a.json:
+        print(json.dumps({"rounds": per, "median": med}))
+        return
+    print("GET %s on one established connection; burst of %d connections; trickle of up to %d"
+          " slow peers; %d rounds (us, medians over rounds)" % (a.path, a.burst, a.trickle,
+                                                                 a.rounds))
+    print("  %-10s %9s %9s %11s %11s %12s %12s" % ("server", "idle p50", "idle p99",
+                                                   "next after", "worst of 20", "trickle p50",
+                                                   "trickle p99"))
+    for name, _ in servers:
+        m = med[name]
+        print("  %-10s %9.0f %9.0f %11.0f %11.0f %12.0f %12.0f" % ((name,) + tuple(m[k]
+                                                                    for k in keys)))
+        print("  %-10s %s" % ("", "next per round: " + " ".join("%.0f" % x["next"]
+                                                             for x in per[name])))
+    base = servers[-1][0]
+    for name, _ in servers[:-1]:
+        print("  ratio %s/%s: next after burst %.2fx, trickle p99 %.2fx (below 1: %s better)" % (
+            name, base, med[name]["next"] / med[base]["next"],
+            med[name]["trickle_p99"] / med[base]["trickle_p99"], name))
+
+
+if __name__ == "__main__":
+    main()
