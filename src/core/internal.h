@@ -141,6 +141,16 @@ kvc_err kvc__entry_register(kvc_segment *seg, unsigned table, uint32_t rank, con
                             uint64_t *gen_out);
 kvc_err kvc__entry_withdraw(kvc_segment *seg, unsigned table, uint32_t rank, const char *note);
 
+/* ranks.c: the seqlock read of a rank entry, the one rule for lookups and
+ * for inspect.  Copies e's published (active) descriptor into *sl, the
+ * sequence read first into *seq and, when active is not NULL, the active
+ * index into *active.  Returns 0 when the copy is one whole published
+ * value; 1 when the sequence is odd (a writer is inside its publish window:
+ * with active NULL nothing is copied, else *sl holds what is there now, for
+ * diagnostics); -1 when the entry moved during the copy (retry).  Lock-free,
+ * never blocks. */
+int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint32_t *active);
+
 /* arena.c (rank lock held) */
 kvc_err kvc__arena_alloc(kvc_segment *seg, uint64_t bytes, uint64_t *off, uint64_t *blocks);
 void kvc__arena_free(kvc_segment *seg, uint64_t off, uint64_t blocks);

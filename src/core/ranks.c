@@ -111,7 +111,7 @@ void kvc__ranks_register(kvc_segment *seg)
 
 /* ---- reading --------------------------------------------------------- */
 
-/* Seqlock read, step 2: nothing was republished since the sequence read
+/* The seqlock's check: nothing was republished since the sequence read
  * as seq (so what was copied in between is one whole value). */
 static bool unchanged(kvc_rank_entry *e, uint64_t seq)
 {
@@ -119,20 +119,19 @@ static bool unchanged(kvc_rank_entry *e, uint64_t seq)
     return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq;
 }
 
-/* Seqlock read, step 1: copy entry e's published descriptor into *sl.
- * Returns 0 with *seq set when the copy is consistent, 1 when the sequence
- * is odd (a writer is inside its publish window), -1 when it moved during
- * the copy (retry). */
-static int snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq)
+int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint32_t *active)
 {
     uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    *seq = s1;
+    if (s1 & 1 && !active)
+        return 1; /* a lookup only needs to know */
+    uint32_t a = atomic_load_explicit(&e->active, memory_order_acquire);
+    memcpy(sl, &e->slot[a & 1], sizeof *sl);
+    if (active)
+        *active = a;
     if (s1 & 1)
         return 1;
-    memcpy(sl, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1], sizeof *sl);
-    if (!unchanged(e, s1))
-        return -1;
-    *seq = s1;
-    return 0;
+    return unchanged(e, s1) ? 0 : -1;
 }
 
 /* Wait out an odd sequence; after ODD_SPINS take the lock, which recovers a
@@ -196,7 +195,7 @@ static kvc_err read_entry(kvc_segment *seg, unsigned table, uint32_t rank, kvc_r
     for (;;) {
         kvc_rank_slot sl;
         uint64_t s1;
-        int r = snapshot(e, &sl, &s1);
+        int r = kvc__rank_snapshot(e, &sl, &s1, NULL);
         if (r > 0) {
             kvc_err err = odd_backoff(seg, e, &spins);
             if (err)
@@ -470,7 +469,7 @@ static bool published_equal(kvc_segment *seg, unsigned table, uint32_t rank, con
     for (int tries = 0; tries < 4; tries++) {
         kvc_rank_slot sl;
         uint64_t s1;
-        int r = snapshot(e, &sl, &s1);
+        int r = kvc__rank_snapshot(e, &sl, &s1, NULL);
         if (r > 0)
             return false; /* a writer is publishing: let the locked path decide */
         if (r < 0)

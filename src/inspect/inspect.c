@@ -345,24 +345,22 @@ static void peek_fill(kvc_rank_peek *o, uint64_t seq, uint32_t active, const kvc
     o->owned = sl->owned;
 }
 
-/* Seqlock read with at most spins retries of an odd counter. */
+/* The core's seqlock read, with at most spins retries of an odd counter. */
 static kvc_err peek_entry(kvc_rank_entry *e, uint32_t rank, kvc_rank_peek *out, int spins)
 {
     for (int tries = 0;; tries++) {
-        uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
-        uint32_t a = atomic_load_explicit(&e->active, memory_order_acquire);
         kvc_rank_slot sl;
-        memcpy(&sl, &e->slot[a & 1], sizeof sl);
-        atomic_thread_fence(memory_order_acquire);
-        uint64_t s2 = atomic_load_explicit(&e->seq, memory_order_relaxed);
-        if (s1 == s2 && !(s1 & 1)) {
-            peek_fill(out, s1, a, &sl);
+        uint64_t seq;
+        uint32_t a;
+        int r = kvc__rank_snapshot(e, &sl, &seq, &a);
+        if (r == 0) {
+            peek_fill(out, seq, a, &sl);
             return KVC_OK;
         }
         if (tries >= spins) {
-            peek_fill(out, s2, a, &sl);
+            peek_fill(out, seq, a, &sl);
             return kvc__fail(KVC_E_BUSY, "rank %u: sequence counter stays odd (%llu)", rank,
-                             (unsigned long long)s2);
+                             (unsigned long long)seq);
         }
         sched_yield();
     }
