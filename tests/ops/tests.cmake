@@ -57,3 +57,15 @@ endif()
 add_test(NAME ops_symbols
   COMMAND sh ${KVC_OPS_DIR}/test_symbols.sh $<TARGET_FILE:kvcoord> $<TARGET_FILE:kvcoord-transfer>)
 set_tests_properties(ops_symbols PROPERTIES LABELS "ops;unit" TIMEOUT 60)
+
+# The README's C program, extracted and compiled exactly as printed, and its
+# curl examples, run against a real kvcoordd.
+set(KVC_README_SANITIZE "")
+if(KVCOORD_SANITIZE)
+  set(KVC_README_SANITIZE "--sanitize")
+endif()
+add_test(NAME ops_readme_examples
+  COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_readme_snippet.py --readme ${CMAKE_SOURCE_DIR}/README.md
+          --include ${CMAKE_SOURCE_DIR}/include --libdir $<TARGET_FILE_DIR:kvcoord>
+          --daemon $<TARGET_FILE:kvcoordd> --cc ${CMAKE_C_COMPILER} ${KVC_README_SANITIZE})
+set_tests_properties(ops_readme_examples PROPERTIES LABELS "ops" TIMEOUT 300)
