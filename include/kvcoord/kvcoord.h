@@ -560,6 +560,21 @@ kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_r
 kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
                       uint32_t timeout_ms, kvc_room_info *out);
 
+/* The node-local replacement of sglang's poll all-reduce, for n rooms at
+ * once: for each i in order, set rank's own state in rooms[i] to states[i]
+ * (skipped when states is NULL), then check the room (dead participants,
+ * TTL, as kvc_room_get()) and read its state (the minimum over its
+ * participants, terminal states sticky) into out[i].  One take of the rooms
+ * lock for the whole call, and each participant process's liveness read
+ * from /proc once per call rather than once per room.  Unlike an all-reduce
+ * it does not wait for the other ranks.  *failed_at (may be NULL) receives
+ * the index of the room an error is about; rooms before it were updated.
+ * Errors: KVC_E_INVAL (NULL, room id or state out of range, rank not a
+ * participant of a room), KVC_E_NOENT (no such room), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const uint64_t *rooms,
+                      const kvc_poll *states, kvc_poll *out, size_t *failed_at);
+
 /* Record, for room, the failure that won cluster-wide (kvcoordd's cluster
  * view: the first record of any node, from etcd): like kvc_room_fail(), but
  * a different record already kept here is replaced by this one (reason,

@@ -347,28 +347,9 @@ PyObject *kvcpy_room_release(SegmentObject *s, PyObject *args, PyObject *kw)
 
 /* ---- room_sync: the node-local poll agreement ------------------------------ */
 
-/* Set states[i] (when states) and read rooms[i]'s state into out[i], for
- * every i; stops at the first error and reports its index. */
-static kvc_err sync_rooms(kvc_segment *g, uint32_t rank, size_t n, const uint64_t *rooms,
-                          const int *states, int *out, size_t *failed_at)
-{
-    kvc_room_info ri;
-    for (size_t i = 0; i < n; i++) {
-        kvc_err e = states ? kvc_room_set_state(g, rooms[i], rank, (kvc_poll)states[i]) : KVC_OK;
-        if (!e)
-            e = kvc_room_get(g, rooms[i], (int32_t)rank, &ri);
-        if (e) {
-            *failed_at = i;
-            return e;
-        }
-        out[i] = ri.state;
-    }
-    return KVC_OK;
-}
-
 /* Convert the sequences into C arrays (PyMem); -1 with an exception. */
 static int sync_args(PyObject *rooms_o, PyObject *states_o, size_t *n, uint64_t **rooms,
-                     int **states)
+                     kvc_poll **states)
 {
     PyObject *rs = PySequence_Fast(rooms_o, "rooms must be a sequence of room ids");
     PyObject *ss = NULL;
@@ -393,9 +374,12 @@ static int sync_args(PyObject *rooms_o, PyObject *states_o, size_t *n, uint64_t 
         goto out;
     }
     for (size_t i = 0; i < *n; i++) {
+        int st = 0;
         if (!kvcpy_conv_room(PySequence_Fast_GET_ITEM(rs, i), &(*rooms)[i]) ||
-            (ss && !kvcpy_conv_state(PySequence_Fast_GET_ITEM(ss, i), &(*states)[i])))
+            (ss && !kvcpy_conv_state(PySequence_Fast_GET_ITEM(ss, i), &st)))
             goto out;
+        if (ss)
+            (*states)[i] = (kvc_poll)st;
     }
     rc = 0;
 out:
@@ -408,7 +392,8 @@ const char kvcpy_doc_room_sync[] =
     "room_sync(rank, rooms, states=None) -> list[KVPoll]\n\nThe node-local replacement for "
     "sglang's poll all-reduce: for each room (in order) set this rank's own state from "
     "`states` (when given), then read the room's state, the minimum over its participants "
-    "(Failed from any rank wins, Success needs all).  One call, the GIL released once.  "
+    "(Failed from any rank wins, Success needs all).  One library call (kvc_room_sync: the "
+    "rooms lock taken once), the GIL released once.  "
     "Unlike an all-reduce it does not wait for the other ranks: a rank reads what they "
     "have written so far (states only rise, and Failed is sticky).\nErrors: those of "
     "room_set_state() and room_get() (the message names the room), TypeError/ValueError "
@@ -424,7 +409,7 @@ PyObject *kvcpy_room_sync(SegmentObject *s, PyObject *args, PyObject *kw)
         return NULL;
     size_t n = 0, failed_at = 0;
     uint64_t *rooms = NULL;
-    int *states = NULL, *out = NULL;
+    kvc_poll *states = NULL, *out = NULL;
     PyObject *list = NULL;
     if (sync_args(rooms_o, states_o, &n, &rooms, &states) < 0)
         goto done;
@@ -437,7 +422,7 @@ PyObject *kvcpy_room_sync(SegmentObject *s, PyObject *args, PyObject *kw)
         goto done;
     kvc_err e;
     Py_BEGIN_ALLOW_THREADS
-    e = sync_rooms(g, rank, n, rooms, states, out, &failed_at);
+    e = kvc_room_sync(g, rank, n, rooms, states, out, &failed_at);
     Py_END_ALLOW_THREADS
     kvcpy_seg_leave(s);
     if (e) {

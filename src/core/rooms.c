@@ -217,14 +217,43 @@ static void unlock_rooms(kvc_segment *seg, uint32_t epoch_before)
         kvc__futex_wake_all(&seg->hdr->room_epoch);
 }
 
-/* Fail r if a participant died or it idled past the TTL (lock held). */
-static void check_room(kvc_segment *seg, kvc_room *r, uint64_t now)
+/* Liveness answers already read during one call over many rooms
+ * (kvc_room_sync): the same processes take part in every room of a TP
+ * group, and each check reads /proc. */
+struct alive_cache {
+    uint32_t n;
+    struct {
+        int32_t pid;
+        bool alive;
+        uint64_t start;
+    } e[2 * KVC_ROOM_MAX_PARTICIPANTS];
+};
+
+static bool part_alive(struct alive_cache *c, const kvc_room_part *p)
+{
+    if (!c)
+        return kvc__proc_alive(p->pid, p->start);
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->e[i].pid == p->pid && c->e[i].start == p->start)
+            return c->e[i].alive;
+    bool alive = kvc__proc_alive(p->pid, p->start);
+    if (c->n < sizeof c->e / sizeof c->e[0]) {
+        c->e[c->n].pid = p->pid;
+        c->e[c->n].start = p->start;
+        c->e[c->n++].alive = alive;
+    }
+    return alive;
+}
+
+/* Fail r if a participant died or it idled past the TTL (lock held).
+ * cache: NULL, or the liveness answers of the current call. */
+static void check_room(kvc_segment *seg, kvc_room *r, uint64_t now, struct alive_cache *cache)
 {
     if (r->terminal >= 0)
         return;
     for (uint32_t i = 0; i < r->participants; i++) {
         kvc_room_part *p = &r->part[i];
-        if (!p->pid || p->released || kvc__proc_alive(p->pid, p->start))
+        if (!p->pid || p->released || part_alive(cache, p))
             continue;
         char how[96], reason[KVC_REASON_MAX + 1];
         kvc__proc_how(p->pid, how, sizeof how);
@@ -275,7 +304,7 @@ static void sweep_locked(kvc_segment *seg, size_t *reclaimed)
         kvc_room *r = &seg->rooms[i];
         if (r->slot != KVC_SLOT_USED || now <= r->updated_ns + ttl_ns)
             continue;
-        check_room(seg, r, now); /* records the timeout if not terminal */
+        check_room(seg, r, now, NULL); /* records the timeout if not terminal */
         delete_slot(seg, i);
         if (reclaimed)
             (*reclaimed)++;
@@ -389,6 +418,25 @@ static kvc_err find_participant(kvc_segment *seg, uint64_t room, uint32_t rank, 
     return e;
 }
 
+/* Write rank's own state in r (lock held, r found and rank in range). */
+static void set_state_locked(kvc_segment *seg, kvc_room *r, uint32_t rank, kvc_poll state)
+{
+    if (r->terminal >= 0)
+        return;
+    undo_begin(seg, r, sizeof *r, NULL, 0);
+    r->part[rank].state = (int8_t)state;
+    r->updated_ns = kvc__now_ns();
+    KVC_INJECT("room.state_written");
+    if (room_state(r) == KVC_POLL_SUCCESS)
+        r->terminal = KVC_POLL_SUCCESS;
+    undo_end(seg);
+    if (state == KVC_POLL_FAILED) {
+        char reason[64];
+        snprintf(reason, sizeof reason, "rank %u reported Failed", rank);
+        record_failure(seg, r, rank, 0, reason, seg->pid);
+    }
+}
+
 KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state)
 {
     KVC_ARG(seg);
@@ -402,19 +450,44 @@ KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t ran
     uint32_t ep = atomic_load(&seg->hdr->room_epoch);
     kvc_room *r = NULL;
     e = find_participant(seg, room, rank, &r);
-    if (!e && r->terminal < 0) {
-        undo_begin(seg, r, sizeof *r, NULL, 0);
-        r->part[rank].state = (int8_t)state;
-        r->updated_ns = kvc__now_ns();
-        KVC_INJECT("room.state_written");
-        if (room_state(r) == KVC_POLL_SUCCESS)
-            r->terminal = KVC_POLL_SUCCESS;
-        undo_end(seg);
-        if (state == KVC_POLL_FAILED) {
-            char reason[64];
-            snprintf(reason, sizeof reason, "rank %u reported Failed", rank);
-            record_failure(seg, r, rank, 0, reason, seg->pid);
-        }
+    if (!e)
+        set_state_locked(seg, r, rank, state);
+    unlock_rooms(seg, ep);
+    return e;
+}
+
+KVC_API kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const uint64_t *rooms,
+                              const kvc_poll *states, kvc_poll *out, size_t *failed_at)
+{
+    KVC_ARG(seg);
+    if (n && (!rooms || !out))
+        return kvc__fail(KVC_E_INVAL, "kvc_room_sync: argument %s is NULL",
+                         !rooms ? "rooms" : "out");
+    for (size_t i = 0; i < n; i++) {
+        if (failed_at)
+            *failed_at = i;
+        KVC_ROOM_ARG(rooms[i]);
+        if (states && (unsigned)states[i] > KVC_POLL_SUCCESS)
+            return kvc__fail(KVC_E_INVAL, "kvc_room_sync: KVPoll state %d out of range 0..4",
+                             (int)states[i]);
+    }
+    kvc_err e = n ? lock_rooms(seg) : KVC_OK;
+    if (e || !n)
+        return e;
+    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
+    struct alive_cache cache = {0};
+    uint64_t now = kvc__now_ns();
+    for (size_t i = 0; i < n && !e; i++) {
+        kvc_room *r = NULL;
+        if (failed_at)
+            *failed_at = i;
+        e = find_participant(seg, rooms[i], rank, &r);
+        if (e)
+            break;
+        if (states)
+            set_state_locked(seg, r, rank, states[i]);
+        check_room(seg, r, now, &cache);
+        out[i] = room_state(r);
     }
     unlock_rooms(seg, ep);
     return e;
@@ -517,7 +590,7 @@ KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_ran
     kvc_room *r = NULL;
     e = find_room(seg, room, &r);
     if (!e) {
-        check_room(seg, r, kvc__now_ns());
+        check_room(seg, r, kvc__now_ns(), NULL);
         fill_info(r, asking_rank, out);
     }
     unlock_rooms(seg, ep);

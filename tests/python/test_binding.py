@@ -444,6 +444,10 @@ class Rooms(SegmentCase):
         self.assertEqual(s.room_state(42), P.Bootstrapping)  # rank 1 has not written
         self.assertEqual(s.room_sync(1, [42], [P.Transferring]), [P.Transferring])
         self.assertEqual(s.room_sync(0, [42]), [P.Transferring])
+        with self.assertRaises(KeyError) as cm:  # stops at the unknown room, names it
+            s.room_sync(0, [42, 999], [P.Transferring, P.Transferring])
+        self.assertIn("999", str(cm.exception))
+        self.assertEqual(s.room_sync(0, []), [])
         s.room_set_state(42, 0, P.Success)
         self.assertEqual(s.room_state(42), P.Transferring)
         s.room_set_state(42, 1, P.Success)
