@@ -280,18 +280,15 @@ static void write_lookup_error(struct buf *out, const struct http_req *req, uint
 static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const struct http_req *req,
                                  struct buf *out, int may_park)
 {
-    /* The epoch is read before the lookup: a registration landing after the
-     * lookup changes it, so the parked request is re-checked (no lost wake). */
-    uint32_t epoch = may_park ? kvc_rank_epoch(r->seg) : 0;
+    /* No lost wake: a registration landing after this lookup wakes the rank
+     * watch (rank_watch.h), which has the loop re-check every parked one. */
     kvc_err e = kvc_role_lookup(r->seg, s->park_role, s->park_rank, &s->ri);
     if (e == KVC_OK) {
         write_info(out, req, &s->ri);
         return ROUTE_DONE;
     }
-    if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN)) {
-        s->park_epoch = epoch;
+    if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN))
         return ROUTE_PARK;
-    }
     write_lookup_error(out, req, s->park_rank, s->park_role, e, &s->ri);
     return ROUTE_DONE;
 }

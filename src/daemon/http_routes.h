@@ -31,7 +31,6 @@ struct route_slot {
     kvc_rank_info ri;                      /* lookup buffer, reused from request to request */
     uint32_t park_rank;                    /* parked lookup: the rank waited for */
     uint32_t park_wait_ms;                 /* ... how long to wait at most */
-    uint32_t park_epoch;                   /* ... rank table epoch read before its lookup */
     char park_role[KVC_ROLE_NAME_MAX + 1]; /* ... under this role ("": default) */
 };
 

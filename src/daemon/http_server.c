@@ -1,10 +1,12 @@
 /*
  * http_server.c - the io_uring event loop of kvcoordd; see http_server.h.
  *
- * One ring, one thread (plus two helpers that never touch the ring: the
- * rank watch for long-polls, and the worker for large registrations; each
- * wakes the loop through an eventfd read on the ring).  The loop reaps
- * completions and hands each to the handler named after its operation:
+ * One ring, one thread.  Helper threads never touch the ring: the rank
+ * watch (rank_watch.c: long-polls, change log), the worker for slow requests
+ * (http_worker.c) and the process-table waker (proc_watch.c) each wake the
+ * loop through an eventfd read on the ring; the cluster threads (cluster.c)
+ * talk to etcd.  The loop drains completions and hands each to the handler
+ * named after its operation:
  * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs,
  * handle_procs here, procs_complete (a watched process exited;
  * proc_watch.c), and for
@@ -52,7 +54,7 @@
  * never dereference it).  A full SQ is normal under load: hand what is
  * queued to the kernel to make room, then retry; a ring that keeps
  * refusing (EBUSY/EAGAIN while its CQ is backed up) gets a few tries only,
- * since completions are only reaped by our own loop. */
+ * since completions are only drained by our own loop. */
 static struct io_uring_sqe *get_sqe(struct server *s)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
@@ -314,11 +316,11 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     }
 }
 
-/* Reap every completion there is.  Each CQE is copied and marked seen
+/* Drain every completion there is.  Each CQE is copied and marked seen
  * before its handler runs, so handlers may submit (and the kernel post)
  * freely.  io_uring_peek_cqe() also flushes completions the kernel kept
  * aside when the CQ was full (IORING_FEAT_NODROP): none is lost. */
-static void reap(struct server *s)
+static void drain_completions(struct server *s)
 {
     struct io_uring_cqe *cqe;
     while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
@@ -344,7 +346,7 @@ static unsigned pow2_at_least(unsigned v)
  * once (per connection a recv, a send and a park timer, plus a few of the
  * server's own), so it does not overflow even with every connection busy;
  * should it anyway, the kernel keeps the extra completions (NODROP) and
- * reap() flushes them. */
+ * drain_completions() flushes them. */
 static int ring_init(struct server *s)
 {
     unsigned cq = pow2_at_least(s->cfg->max_conns * 4 + 64);
@@ -429,7 +431,7 @@ static void server_drain(struct server *s)
         struct __kernel_timespec ts = ms_ts(100);
         struct io_uring_cqe *cqe;
         io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, &ts, NULL);
-        reap(s);
+        drain_completions(s);
     }
     if (s->pending)
         log_event(LOG_WARN, "shutdown_incomplete", "pending=%llu", (unsigned long long)s->pending);
@@ -482,7 +484,7 @@ static void loop(struct server *s)
             break;
         }
         s->now_ms = kvc__mono_ms();
-        reap(s);
+        drain_completions(s);
         accept_drain(s, ACCEPT_BATCH);
     }
 }

@@ -127,7 +127,6 @@ static void unpark(struct server *s, struct conn *c)
         return;
     c->parked = 0;
     park_unlink(s, c);
-    rank_watch_unpark(s->watch);
     if (c->park_timer)
         cancel_park_timer(s, c);
 }
@@ -259,7 +258,6 @@ static void park(struct server *s, struct conn *c)
     if (s->parked)
         s->parked->park_prev = c;
     s->parked = c;
-    rank_watch_park(s->watch, c->route.park_epoch);
     arm_park_timer(s, c);
 }
 

@@ -5,7 +5,6 @@
  */
 #include "metrics.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +35,6 @@ static const char *const route_names[MR_COUNT] = {
     [MR_OTHER] = "other",
 };
 
-struct xfer_row {
-    char backend[16];
-    char peer[KVC_SESSION_ID_MAX + 1];
-    uint64_t sent, received, errors;
-};
-
 struct metrics {
     atomic_uint_fast64_t requests[MR_COUNT][STATUS_MAX];
     atomic_uint_fast64_t buckets[MR_COUNT][METRICS_BUCKETS + 1]; /* last: +Inf only */
@@ -50,9 +43,6 @@ struct metrics {
     atomic_uint_fast64_t conns_total, conns_refused;
     atomic_uint_fast64_t dead_procs;
     atomic_uint_fast64_t reloads_ok, reloads_failed;
-    pthread_mutex_t xfer_lock;
-    size_t xfer_n;
-    struct xfer_row xfer[METRICS_XFER_PEERS + 1]; /* + the "other" row */
 };
 
 struct metrics *metrics_create(void)
@@ -61,17 +51,10 @@ struct metrics *metrics_create(void)
     if (!m)
         return NULL;
     /* calloc's zero bytes are valid zero atomics on every target we build for */
-    pthread_mutex_init(&m->xfer_lock, NULL);
     return m;
 }
 
-void metrics_destroy(struct metrics *m)
-{
-    if (!m)
-        return;
-    pthread_mutex_destroy(&m->xfer_lock);
-    free(m);
-}
+void metrics_destroy(struct metrics *m) { free(m); }
 
 /* ---- observing ---------------------------------------------------------- */
 
@@ -132,39 +115,6 @@ void metrics_dead_processes(struct metrics *m, uint64_t n)
 void metrics_auth_reload(struct metrics *m, int ok)
 {
     atomic_fetch_add_explicit(ok ? &m->reloads_ok : &m->reloads_failed, 1, memory_order_relaxed);
-}
-
-void metrics_xfer_add(struct metrics *m, const char *backend, const char *peer, uint64_t bytes_sent,
-                      uint64_t bytes_received, uint64_t errors)
-{
-    if (!backend)
-        backend = "unknown";
-    if (!peer)
-        peer = "";
-    pthread_mutex_lock(&m->xfer_lock);
-    struct xfer_row *row = NULL;
-    for (size_t i = 0; i < m->xfer_n; i++) {
-        if (!strncmp(m->xfer[i].backend, backend, sizeof m->xfer[i].backend - 1) &&
-            !strncmp(m->xfer[i].peer, peer, sizeof m->xfer[i].peer - 1)) {
-            row = &m->xfer[i];
-            break;
-        }
-    }
-    if (!row) {
-        if (m->xfer_n < METRICS_XFER_PEERS) {
-            row = &m->xfer[m->xfer_n++];
-            snprintf(row->backend, sizeof row->backend, "%s", backend);
-            snprintf(row->peer, sizeof row->peer, "%s", peer);
-        } else {
-            row = &m->xfer[METRICS_XFER_PEERS]; /* the overflow row, peer="other" */
-            snprintf(row->backend, sizeof row->backend, "%s", "other");
-            snprintf(row->peer, sizeof row->peer, "%s", "other");
-        }
-    }
-    row->sent += bytes_sent;
-    row->received += bytes_received;
-    row->errors += errors;
-    pthread_mutex_unlock(&m->xfer_lock);
 }
 
 /* ---- text format helpers ------------------------------------------------ */
@@ -525,48 +475,6 @@ static void render_daemon(struct buf *out, const struct metrics *m)
     sample1(out, "kvcoord_auth_reloads_total", "result", "error", ld(&m->reloads_failed));
 }
 
-/* Transfer families: fed by metrics_xfer_add(); empty (HELP and TYPE only)
- * while no transfer engine reports, as in kvcoordd today (the engines live
- * in the workers). */
-static void render_xfer(struct buf *out, const struct metrics *m)
-{
-    struct metrics *mm = (struct metrics *)m; /* the lock only */
-    pthread_mutex_lock(&mm->xfer_lock);
-    size_t rows = m->xfer_n;
-    int other = m->xfer[METRICS_XFER_PEERS].backend[0] != '\0';
-    family(out, "kvcoord_transfer_bytes_total", "counter",
-           "Transfer engine payload bytes, by backend, peer session_id and direction.");
-    for (size_t i = 0; i <= rows; i++) {
-        const struct xfer_row *x = i < rows ? &m->xfer[i] : &m->xfer[METRICS_XFER_PEERS];
-        if (i == rows && !other)
-            break;
-        for (int d = 0; d < 2; d++) {
-            buf_puts(out, "kvcoord_transfer_bytes_total{backend=\"");
-            metrics_label_escape(out, x->backend, strlen(x->backend));
-            buf_puts(out, "\",peer=\"");
-            metrics_label_escape(out, x->peer, strlen(x->peer));
-            buf_puts(out, d ? "\",direction=\"received\"} " : "\",direction=\"sent\"} ");
-            buf_putu64(out, d ? x->received : x->sent);
-            buf_puts(out, "\n");
-        }
-    }
-    family(out, "kvcoord_transfer_errors_total", "counter",
-           "Transfer engine rooms failed, by backend and peer session_id.");
-    for (size_t i = 0; i <= rows; i++) {
-        const struct xfer_row *x = i < rows ? &m->xfer[i] : &m->xfer[METRICS_XFER_PEERS];
-        if (i == rows && !other)
-            break;
-        buf_puts(out, "kvcoord_transfer_errors_total{backend=\"");
-        metrics_label_escape(out, x->backend, strlen(x->backend));
-        buf_puts(out, "\",peer=\"");
-        metrics_label_escape(out, x->peer, strlen(x->peer));
-        buf_puts(out, "\"} ");
-        buf_putu64(out, x->errors);
-        buf_puts(out, "\n");
-    }
-    pthread_mutex_unlock(&mm->xfer_lock);
-}
-
 int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m)
 {
     render_build(out);
@@ -584,7 +492,6 @@ int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m)
     if (m) {
         render_daemon(out, m);
         render_http(out, m);
-        render_xfer(out, m);
     }
     return out->oom ? -1 : 0;
 }

@@ -47,10 +47,6 @@ enum metrics_route {
 /* Latency histogram upper bounds, seconds (long-polls wait up to 60 s). */
 #define METRICS_BUCKETS 16
 
-/* Most (backend, peer) pairs of the transfer family; more are summed under
- * peer="other". */
-#define METRICS_XFER_PEERS 256
-
 struct metrics;
 
 /* Allocate zeroed counters.  Returns NULL when out of memory. */
@@ -79,12 +75,6 @@ void metrics_dead_processes(struct metrics *m, uint64_t n);
 
 /* A SIGHUP token reload: ok 1 re-read, 0 failed (old token kept). */
 void metrics_auth_reload(struct metrics *m, int ok);
-
-/* A transfer engine's figures: add bytes sent/received and errors for
- * (backend, peer) - e.g. from each kvt_event (peer, bytes, Failed).
- * backend is "tcp" or "verbs"; peer a session_id.  Both are copied. */
-void metrics_xfer_add(struct metrics *m, const char *backend, const char *peer, uint64_t bytes_sent,
-                      uint64_t bytes_received, uint64_t errors);
 
 /* Render every family into out (appended).  seg may be NULL: only the
  * daemon's own figures then.  A family the segment cannot give now (a lock

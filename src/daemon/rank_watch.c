@@ -17,10 +17,7 @@ struct rank_watch {
     kvc_segment *seg;
     int efd;
     pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned parked;      /* lookups parked in the loop */
-    uint32_t first_epoch; /* epoch given with the park that made parked 1 */
+    pthread_mutex_t mu; /* guards stop */
     int stop;
 };
 
@@ -55,8 +52,8 @@ int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd)
         return -1;
     w->seg = seg;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
     if (wake_thread_start(&w->efd, &w->thread, watch_main, w)) {
+        pthread_mutex_destroy(&w->mu);
         free(w);
         return -1;
     }
@@ -65,34 +62,14 @@ int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd)
     return 0;
 }
 
-void rank_watch_park(struct rank_watch *w, uint32_t epoch)
-{
-    pthread_mutex_lock(&w->mu);
-    if (w->parked++ == 0) {
-        w->first_epoch = epoch;
-        pthread_cond_signal(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-}
-
-void rank_watch_unpark(struct rank_watch *w)
-{
-    pthread_mutex_lock(&w->mu);
-    if (w->parked)
-        w->parked--;
-    pthread_mutex_unlock(&w->mu);
-}
-
 void rank_watch_stop(struct rank_watch *w)
 {
     if (!w)
         return;
     pthread_mutex_lock(&w->mu);
     w->stop = 1;
-    pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     close(w->efd);
     free(w);

@@ -10,9 +10,9 @@
  *
  * No lost wake-up: after each change the thread reads the new epoch
  * *before* writing the eventfd, so a change either precedes the loop's
- * re-check or bumps the epoch past what the thread waits on.  The park
- * calls only count parked lookups (the epoch passed is no longer needed:
- * the thread started before any lookup read its epoch).
+ * re-check or bumps the epoch past what the thread waits on (the thread
+ * starts before any lookup reads its epoch, so it needs no epoch from the
+ * lookups it wakes).
  */
 #ifndef KVC_RANK_WATCH_H
 #define KVC_RANK_WATCH_H
@@ -26,12 +26,6 @@ struct rank_watch;
 /* Start the thread.  *efd receives the eventfd to read (owned by the
  * watch).  Returns 0, or -1 with errno set. */
 int rank_watch_start(struct rank_watch **out, kvc_segment *seg, int *efd);
-
-/* A lookup was parked after reading epoch (kvc_rank_epoch) before it. */
-void rank_watch_park(struct rank_watch *w, uint32_t epoch);
-
-/* A parked lookup was answered. */
-void rank_watch_unpark(struct rank_watch *w);
 
 /* Stop and join the thread, close the eventfd, free w (NULL ignored). */
 void rank_watch_stop(struct rank_watch *w);

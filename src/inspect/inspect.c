@@ -202,18 +202,6 @@ void kvc__header_of(kvc_segment *seg, kvc_raw_header *out)
     fill_full(out, seg->hdr);
 }
 
-void kvc__header_build(kvc_raw_header *out)
-{
-    memset(out, 0, sizeof *out);
-    out->layout_version = KVC_LAYOUT_VERSION;
-    out->header_size = sizeof(kvc_header);
-    out->rank_entry_size = sizeof(kvc_rank_entry);
-    out->proc_size = sizeof(kvc_proc);
-    out->lock_size = sizeof(kvc_lock);
-    out->block_size = KVC_BLOCK;
-    out->room_size = sizeof(kvc_room);
-}
-
 void kvc__close_reader(kvc_segment *seg)
 {
     if (!seg)

@@ -394,10 +394,10 @@ void kvt__push_event(kvt_engine *e, const kvt_event *ev)
 static void dispatch(kvt_engine *e, struct io_uring_cqe *cqe)
 {
     switch (KVT_UD_OP(cqe->user_data)) {
-    case OP_TIMER: e->timer_armed = false; break;
-    case OP_VERBS_CQ:
-    case OP_VERBS_ASYNC: kvt__verbs_cqe(e, cqe); break;
-    case OP_ACCEPT:
+    case KVT_OP_TIMER: e->timer_armed = false; break;
+    case KVT_OP_VERBS_CQ:
+    case KVT_OP_VERBS_ASYNC: kvt__verbs_cqe(e, cqe); break;
+    case KVT_OP_ACCEPT:
         e->accept_armed = false;
         /* fallthrough */
     default: kvt__tcp_cqe(e, cqe);
@@ -415,11 +415,11 @@ static void arm_timer(kvt_engine *e)
     if (!s)
         return;
     io_uring_prep_timeout(s, &e->timer_ts, 0, 0);
-    io_uring_sqe_set_data64(s, KVT_UD(OP_TIMER, 0));
+    io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_TIMER, 0));
     e->timer_armed = true;
 }
 
-static kvc_err reap(kvt_engine *e, int wait_ms)
+static kvc_err drain_completions(kvt_engine *e, int wait_ms)
 {
     struct io_uring_cqe *cqe;
     int rc;
@@ -466,7 +466,7 @@ KVT_API kvc_err kvt_progress(kvt_engine *e, int timeout_ms, kvt_event *ev, size_
             uint64_t left = (end - now) / 1000000ull;
             wait = left > KVT_TICK_MS ? KVT_TICK_MS : (int)(left ? left : 1);
         }
-        kvc_err err = reap(e, wait);
+        kvc_err err = drain_completions(e, wait);
         if (err)
             return err;
         if (e->nev || kvc__mono_ns() >= end || timeout_ms == 0)
@@ -500,7 +500,7 @@ static void drain_all(kvt_engine *e)
         any = any || kvt__verbs_busy(e); /* WRs not yet flushed read our memory */
         if (!any || kvc__mono_ns() > end)
             break;
-        reap(e, 10);
+        drain_completions(e, 10);
     }
 }
 

@@ -66,14 +66,14 @@
 /* io_uring user_data: operation in the top byte, connection id below.
  * Encoded and decoded only here. */
 enum kvt_op {
-    OP_ACCEPT = 1,
-    OP_CONNECT,
-    OP_SEND,
-    OP_RECV,
-    OP_CANCEL,
-    OP_TIMER,
-    OP_VERBS_CQ,   /* POLL_ADD on the completion channel's fd */
-    OP_VERBS_ASYNC /* POLL_ADD on the device context's async event fd */
+    KVT_OP_ACCEPT = 1,
+    KVT_OP_CONNECT,
+    KVT_OP_SEND,
+    KVT_OP_RECV,
+    KVT_OP_CANCEL,
+    KVT_OP_TIMER,
+    KVT_OP_VERBS_CQ,   /* POLL_ADD on the completion channel's fd */
+    KVT_OP_VERBS_ASYNC /* POLL_ADD on the device context's async event fd */
 };
 #define KVT_UD(op, id) (((uint64_t)(op) << 56) | (uint64_t)(uint32_t)(id))
 #define KVT_UD_OP(ud) ((int)((ud) >> 56))

@@ -55,7 +55,7 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
         io_uring_prep_recv(s, c->fd, c->rbuf + c->rlen, want, 0);
         c->direct = false;
     }
-    io_uring_sqe_set_data64(s, KVT_UD(OP_RECV, c->id));
+    io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_RECV, c->id));
     c->ops++;
     c->recving = true;
 }

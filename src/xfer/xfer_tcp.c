@@ -138,7 +138,7 @@ void kvt__tcp_arm_accept(kvt_engine *e)
     if (!s)
         return;
     io_uring_prep_accept(s, e->lfd, NULL, NULL, SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(s, KVT_UD(OP_ACCEPT, 0));
+    io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_ACCEPT, 0));
     e->accept_armed = true;
 }
 
@@ -200,7 +200,7 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
     if (!s)
         return kvt__ring_check(e);
     io_uring_prep_connect(s, fd, (struct sockaddr *)&c->sa, c->salen);
-    io_uring_sqe_set_data64(s, KVT_UD(OP_CONNECT, c->id));
+    io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_CONNECT, c->id));
     c->ops++;
     return KVC_OK;
 }
@@ -230,7 +230,7 @@ static void submit_send(kvt_engine *e, kvt_conn *c)
     if (!s)
         return;
     io_uring_prep_sendmsg(s, c->fd, &c->msg, MSG_NOSIGNAL);
-    io_uring_sqe_set_data64(s, KVT_UD(OP_SEND, c->id));
+    io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_SEND, c->id));
     c->ops++;
     c->sending = true;
 }
@@ -404,7 +404,7 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
         if (!s) /* shutdown() above ends the operations in flight */
             return;
         io_uring_prep_cancel_fd(s, c->fd, IORING_ASYNC_CANCEL_ALL);
-        io_uring_sqe_set_data64(s, KVT_UD(OP_CANCEL, c->id));
+        io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_CANCEL, c->id));
         c->ops++;
     } else {
         c->want_close = true;
@@ -416,7 +416,7 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
 void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
 {
     int op = KVT_UD_OP(cqe->user_data);
-    if (op == OP_ACCEPT) {
+    if (op == KVT_OP_ACCEPT) {
         handle_accept(e, cqe->res);
         return;
     }
@@ -425,13 +425,13 @@ void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
     if (!c)
         return; /* cannot happen: a conn is freed only after its last CQE */
     switch (op) {
-    case OP_CONNECT:
+    case KVT_OP_CONNECT:
         c->ops--;
         handle_connect(e, c, cqe->res);
         break;
-    case OP_SEND: handle_send(e, c, cqe->res); return;
-    case OP_RECV: kvt__rx_cqe(e, c, cqe->res, cqe->flags); return;
-    case OP_CANCEL: c->ops--; break;
+    case KVT_OP_SEND: handle_send(e, c, cqe->res); return;
+    case KVT_OP_RECV: kvt__rx_cqe(e, c, cqe->res, cqe->flags); return;
+    case KVT_OP_CANCEL: c->ops--; break;
     }
     conn_maybe_free(e, c);
 }

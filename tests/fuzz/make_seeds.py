@@ -5,7 +5,8 @@ fuzz targets: tests/fuzz/http/seed-* and tests/fuzz/register/seed-*.
 The seeds are real requests as sglang and the README's clients send them:
 registrations shaped like sglang's (tools/gen_model_info.py's weights dicts),
 lookups with and without wait_ms, chunked bodies, 100-continue, pipelined
-keep-alive, HTTP/1.0, and the malformed inputs FAILURE-MODES.md names.
+keep-alive, HTTP/1.0, and malformed inputs (conflicting framing headers,
+unsupported transfer codings, oversized heads and bodies, raw bytes, TLS and HTTP/2 prefaces).
 Crash regressions (crash-*) found later sit next to them and are never
 touched by this script.  The transfer-frame seeds come from
 gen_xfer_seeds.c (built as fuzz_gen_xfer_seeds), from the real encoders.

@@ -89,9 +89,6 @@ static struct metrics *build_metrics(void)
     metrics_auth_reload(m, 1);
     metrics_auth_reload(m, 0);
     metrics_auth_reload(m, 1);
-    metrics_xfer_add(m, "tcp", "10.0.0.6:16000", 4096, 0, 0);
-    metrics_xfer_add(m, "tcp", "10.0.0.6:16000", 4096, 100, 1);
-    metrics_xfer_add(m, "verbs", "[fe80::1]:7\"q\\\n\xff", 1, 2, 3);
     return m;
 }
 
@@ -213,34 +210,6 @@ static void test_daemon_families(void **state)
     has(t, "kvcoord_dead_processes_total 2");
     has(t, "kvcoord_auth_reloads_total{result=\"ok\"} 2");
     has(t, "kvcoord_auth_reloads_total{result=\"error\"} 1");
-    has(t, "kvcoord_transfer_bytes_total{backend=\"tcp\",peer=\"10.0.0.6:16000\",direction="
-           "\"sent\"} 8192");
-    has(t, "kvcoord_transfer_bytes_total{backend=\"tcp\",peer=\"10.0.0.6:16000\",direction="
-           "\"received\"} 100");
-    has(t, "kvcoord_transfer_errors_total{backend=\"tcp\",peer=\"10.0.0.6:16000\"} 1");
-    /* escaping: quote, backslash, newline; invalid UTF-8 becomes U+FFFD */
-    has(t, "kvcoord_transfer_errors_total{backend=\"verbs\",peer=\"[fe80::1]:"
-           "7\\\"q\\\\\\n\xef\xbf\xbd\"} 3");
-    free(t);
-    metrics_destroy(m);
-}
-
-static void test_xfer_empty_and_overflow(void **state)
-{
-    (void)state;
-    struct metrics *m = metrics_create();
-    char *t = render(NULL, m);
-    /* no engine: the families are there, with no samples */
-    has(t, "# TYPE kvcoord_transfer_bytes_total counter");
-    lacks(t, "kvcoord_transfer_bytes_total{");
-    free(t);
-    char peer[32];
-    for (int i = 0; i < METRICS_XFER_PEERS + 10; i++) {
-        snprintf(peer, sizeof peer, "10.1.0.%d:1", i);
-        metrics_xfer_add(m, "tcp", peer, 1, 0, 0);
-    }
-    t = render(NULL, m);
-    has(t, "kvcoord_transfer_bytes_total{backend=\"other\",peer=\"other\",direction=\"sent\"} 10");
     free(t);
     metrics_destroy(m);
 }
@@ -285,7 +254,6 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_families),
         cmocka_unit_test(test_daemon_families),
-        cmocka_unit_test(test_xfer_empty_and_overflow),
         cmocka_unit_test(test_label_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -75,14 +75,14 @@ static void vqp_destroy(kvt_engine *e, kvt_vqp *q)
 }
 
 /* Destroy q once no work request of it is outstanding. */
-static void vqp_reap(kvt_engine *e, kvt_vqp *q)
+static void vqp_free_if_flushed(kvt_engine *e, kvt_vqp *q)
 {
     if (q->dead && q->sq_used == 0 && q->rq_posted == 0)
         vqp_destroy(e, q);
 }
 
 /* Move q to the error state: every outstanding WR completes with
- * WR_FLUSH_ERR, after which on_wc destroys q (vqp_reap).
+ * WR_FLUSH_ERR, after which on_wc destroys q (vqp_free_if_flushed).
  * Hazard: never destroys q itself -- callers may be inside a WC handler
  * that still uses q. */
 static void vqp_kill(kvt_engine *e, kvt_vqp *q)
@@ -175,8 +175,8 @@ static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
     for (uint32_t i = 0; i < KVT_VQP_RQ; i++)
         if (post_recv(q, i)) {
             kvt__str(err, cap, "ibv_post_recv: %s", strerror(errno));
-            vqp_kill(e, q); /* flushes what was posted; reaped once flushed */
-            vqp_reap(e, q);
+            vqp_kill(e, q); /* flushes what was posted; freed once flushed */
+            vqp_free_if_flushed(e, q);
             return NULL;
         }
     return q;
@@ -526,7 +526,7 @@ static void on_wc(kvt_engine *e, const struct ibv_wc *wc)
         on_recv_wc(e, q, wc);
     else
         on_send_wc(e, q, wc);
-    vqp_reap(e, q);
+    vqp_free_if_flushed(e, q);
 }
 
 static void poll_cq(kvt_engine *e)
@@ -626,7 +626,7 @@ void kvt__verbs_arm(kvt_engine *e)
         if (!s)
             return;
         io_uring_prep_poll_add(s, v->chan->fd, POLLIN);
-        io_uring_sqe_set_data64(s, KVT_UD(OP_VERBS_CQ, 0));
+        io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_VERBS_CQ, 0));
         v->cq_armed = true;
     }
     if (!v->async_armed) {
@@ -634,7 +634,7 @@ void kvt__verbs_arm(kvt_engine *e)
         if (!s)
             return;
         io_uring_prep_poll_add(s, v->ctx->async_fd, POLLIN);
-        io_uring_sqe_set_data64(s, KVT_UD(OP_VERBS_ASYNC, 0));
+        io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_VERBS_ASYNC, 0));
         v->async_armed = true;
     }
 }
@@ -644,7 +644,7 @@ void kvt__verbs_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
     struct kvt_verbs *v = e->verbs;
     if (!v)
         return;
-    if (KVT_UD_OP(cqe->user_data) == OP_VERBS_CQ) {
+    if (KVT_UD_OP(cqe->user_data) == KVT_OP_VERBS_CQ) {
         v->cq_armed = false;
         on_cq_event(e);
     } else {
