@@ -310,19 +310,36 @@ kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, const char 
                                     const char *info_json, size_t info_len, uint32_t entries,
                                     uint64_t *gen_out);
 
+/* "Any generation" for the expect_generation of the mirror calls below. */
+#define KVC_GEN_ANY UINT64_MAX
+
 /* Register rank as a mirror of another node's registration (kvcoordd's
  * cluster view): as kvc_rank_register(), and the entry records origin (the
  * origin node's name: 1..KVC_ORIGIN_MAX bytes of [A-Za-z0-9._-]) and
  * origin_generation (the rank's generation there), which lookups and lists
  * return.  A mirrored entry is never withdrawn with the process that wrote
- * it.  An identical call (same bytes, same origin and origin generation)
- * changes nothing; kvc_rank_register() of the same bytes over a mirrored
- * entry makes it a local registration again (and bumps the generation).
- * Errors: those of kvc_rank_register(), KVC_E_INVAL for a bad or NULL
- * origin. */
+ * it.  expect_generation: the entry's generation the caller last saw (0 for
+ * a never registered rank); when the entry has another one now (a local
+ * registration landed meanwhile) nothing is written and KVC_E_EXISTS is
+ * returned; KVC_GEN_ANY skips the check.  An identical call (same bytes,
+ * origin and origin generation) changes nothing; kvc_rank_register() of the
+ * same bytes over a mirrored entry makes it a local registration again (and
+ * bumps the generation).
+ * Errors: those of kvc_rank_register(), KVC_E_INVAL for a bad origin,
+ * KVC_E_EXISTS as above. */
 kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
                                  const char *info_json, size_t info_len, const char *origin,
-                                 uint64_t origin_generation, uint64_t *gen_out);
+                                 uint64_t origin_generation, uint64_t expect_generation,
+                                 uint64_t *gen_out);
+
+/* Withdraw rank if it is still a mirrored entry (origin set) with
+ * generation expect_generation (KVC_GEN_ANY: any), with note as
+ * kvc_rank_withdraw().  A local registration, or another generation, is
+ * left alone: KVC_E_EXISTS.  Errors: KVC_E_INVAL, KVC_E_CAPACITY,
+ * KVC_E_NOENT (not registered), KVC_E_EXISTS, KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_rank_withdraw_mirror(kvc_segment *seg, uint32_t rank, const char *note,
+                                 uint64_t expect_generation);
 
 /* Read rank's entry into *out without taking a lock (seqlock: copy,
  * re-check, retry; a writer that died mid-publish is recovered by taking the

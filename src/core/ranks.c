@@ -395,9 +395,10 @@ static void retire(kvc_segment *seg, kvc_rank_slot *old, int registered_delta)
 struct origin {
     const char *name;
     uint64_t generation;
+    uint64_t expect; /* the entry's generation it must still have; KVC_GEN_ANY: any */
 };
 
-static const struct origin LOCAL = {"", 0};
+static const struct origin LOCAL = {"", 0, KVC_GEN_ANY};
 
 static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, const char *sid,
                               size_t sid_len, const char *info, size_t info_len,
@@ -418,6 +419,12 @@ static kvc_err write_registration(kvc_segment *seg, unsigned table, uint32_t ran
     kvc_rank_entry *e = kvc__rank_entry(seg, table, rank);
     uint32_t a = atomic_load(&e->active) & 1;
     kvc_rank_slot *cur = &e->slot[a], *nxt = &e->slot[a ^ 1];
+    if (o->expect != KVC_GEN_ANY && cur->generation != o->expect)
+        return kvc__fail(KVC_E_EXISTS,
+                         "rank %u changed meanwhile (generation %llu, expected %llu): not "
+                         "overwritten by the mirror of node %s",
+                         rank, (unsigned long long)cur->generation, (unsigned long long)o->expect,
+                         o->name);
     if (same_registration(seg, cur, sid, sid_len, info, info_len, o)) {
         *gen_out = cur->generation;
         return KVC_OK;
@@ -579,7 +586,8 @@ KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, con
 
 KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
                                          const char *info_json, size_t info_len, const char *origin,
-                                         uint64_t origin_generation, uint64_t *gen_out)
+                                         uint64_t origin_generation, uint64_t expect_generation,
+                                         uint64_t *gen_out)
 {
     size_t sid_len = 0;
     kvc_err err = check_args(__func__, seg, rank, session_id, info_json, info_len, &sid_len);
@@ -598,7 +606,7 @@ KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const 
     uint32_t entries;
     if ((err = validate_json(info_json, info_len, "weights_info_dict", &entries)))
         return err;
-    struct origin o = {origin, origin_generation};
+    struct origin o = {origin, origin_generation, expect_generation};
     return register_checked(seg, 0, rank, session_id, sid_len, info_json, info_len, entries, &o,
                             gen_out);
 }
@@ -631,6 +639,29 @@ KVC_API kvc_err kvc_rank_withdraw(kvc_segment *seg, uint32_t rank, const char *n
 {
     KVC_ARG(seg);
     return kvc__entry_withdraw(seg, 0, rank, note);
+}
+
+KVC_API kvc_err kvc_rank_withdraw_mirror(kvc_segment *seg, uint32_t rank, const char *note,
+                                         uint64_t expect_generation)
+{
+    KVC_ARG(seg);
+    kvc_err err = check_rank(seg, rank);
+    if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
+        return err;
+    const kvc_rank_entry *e = kvc__rank_entry(seg, 0, rank);
+    const kvc_rank_slot *cur = &e->slot[atomic_load(&e->active) & 1];
+    if (cur->state == KVC_RANK_REGISTERED &&
+        (!cur->origin[0] ||
+         (expect_generation != KVC_GEN_ANY && cur->generation != expect_generation)))
+        err = kvc__fail(KVC_E_EXISTS, "rank %u is %s (generation %llu): not withdrawn as a mirror",
+                        rank, cur->origin[0] ? "a newer mirror" : "a local registration now",
+                        (unsigned long long)cur->generation);
+    else
+        err = withdraw_locked(seg, 0, rank, note);
+    kvc__unlock(seg, KVC_LOCK_RANKS);
+    if (!err)
+        kvc__futex_wake_all(&seg->hdr->rank_epoch);
+    return err;
 }
 
 kvc_err kvc__entry_withdraw(kvc_segment *seg, unsigned table, uint32_t rank, const char *note)

@@ -367,6 +367,14 @@ static void remember_mine(struct cluster *c, uint32_t rank, struct rslot *s)
         s->mine_gen = s->seen_gen = c->look.generation;
 }
 
+/* Look at the rank table again on the next turn of the loop. */
+static void rescan(struct cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->rank_changed = 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Put the winner of rank into the segment (the conflict rule of cluster.h).
  * note: why a mirrored entry goes, when it does. */
 static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
@@ -402,8 +410,11 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
             s->saved_len = c->look.info_len;
             s->saved_pid = c->look.pid;
         }
+        /* Conditional on the generation last seen: a local registration
+         * landing meanwhile is never overwritten (the scan it triggers
+         * decides again). */
         e = kvc_rank_register_mirror(c->seg, rank, best->sid, best->info, best->info_len,
-                                     best->node, best->gen, &gen);
+                                     best->node, best->gen, s->seen_gen, &gen);
         if (e == KVC_OK) {
             s->mine_gen = s->seen_gen = gen;
             s->applied = AP_REMOTE;
@@ -418,16 +429,20 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
     } else if (s->applied == AP_REMOTE) {
         char buf[KVC_NOTE_MAX + 1];
         snprintf(buf, sizeof buf, "%s", note ? note : "withdrawn on its origin node");
-        e = kvc_rank_withdraw(c->seg, rank, buf);
+        e = kvc_rank_withdraw_mirror(c->seg, rank, buf, s->seen_gen);
         if (e == KVC_OK || e == KVC_E_NOENT)
             remember_mine(c, rank, s);
+        if (e == KVC_E_EXISTS)
+            rescan(c);
         s->applied = AP_NONE;
         STAT_ADD(c, mirror_withdrawals, 1);
         log_event(LOG_DEBUG, "mirror_withdrawn", "rank=%u origin=%s note=\"%s\"", rank,
                   s->applied_node, buf);
         e = KVC_OK;
     }
-    if (e != KVC_OK)
+    if (e == KVC_E_EXISTS)
+        rescan(c); /* changed on this node meanwhile */
+    else if (e != KVC_OK)
         log_event(LOG_WARN, "mirror_write_failed", "rank=%u err=\"%s\"", rank, kvc_last_error());
 }
 

@@ -480,7 +480,10 @@ class Auth(Base):
             v, _ = cl.wait_for(lambda: "invalid user ID or password" in a.logtext(), 10)
             self.assertTrue(v, a.logtext())
             self.assertIn("authentication of user 'root' failed", a.logtext())
-            self.assertIn("invalid user ID or password", a.cluster_view()["etcd"]["last_error"])
+            v, _ = cl.wait_for(lambda: "invalid user ID or password" in
+                               a.cluster_view()["etcd"]["last_error"], 10)
+            self.assertTrue(v, a.cluster_view())
+            self.assertFalse(a.cluster_view()["etcd"]["up"])
             out = ETCD.ctl("get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only",
                            user="root:s3cret")
             self.assertNotIn("ranks/A", out.stdout)

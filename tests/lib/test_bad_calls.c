@@ -138,14 +138,17 @@ static void test_rank_calls(void **st)
                     kvc_rank_register_validated(seg, 0, NULL, info, 13, 1, &gen));
     EXPECT_NULL_ARG(kvc_rank_register_validated, "info_json",
                     kvc_rank_register_validated(seg, 0, "h:1", NULL, 13, 1, &gen));
-    EXPECT_NULL_ARG(kvc_rank_register_mirror, "seg",
-                    kvc_rank_register_mirror(NULL, 0, "h:1", info, 13, "node-b", 1, &gen));
-    EXPECT_NULL_ARG(kvc_rank_register_mirror, "session_id",
-                    kvc_rank_register_mirror(seg, 0, NULL, info, 13, "node-b", 1, &gen));
-    EXPECT_NULL_ARG(kvc_rank_register_mirror, "info_json",
-                    kvc_rank_register_mirror(seg, 0, "h:1", NULL, 13, "node-b", 1, &gen));
+    EXPECT_NULL_ARG(
+        kvc_rank_register_mirror, "seg",
+        kvc_rank_register_mirror(NULL, 0, "h:1", info, 13, "node-b", 1, KVC_GEN_ANY, &gen));
+    EXPECT_NULL_ARG(
+        kvc_rank_register_mirror, "session_id",
+        kvc_rank_register_mirror(seg, 0, NULL, info, 13, "node-b", 1, KVC_GEN_ANY, &gen));
+    EXPECT_NULL_ARG(
+        kvc_rank_register_mirror, "info_json",
+        kvc_rank_register_mirror(seg, 0, "h:1", NULL, 13, "node-b", 1, KVC_GEN_ANY, &gen));
     EXPECT_NULL_ARG(kvc_rank_register_mirror, "origin",
-                    kvc_rank_register_mirror(seg, 0, "h:1", info, 13, NULL, 1, &gen));
+                    kvc_rank_register_mirror(seg, 0, "h:1", info, 13, NULL, 1, KVC_GEN_ANY, &gen));
     EXPECT_ERR(KVC_E_CAPACITY, kvc_rank_register(seg, 1u << 30, "h:1", info, 13, NULL), "rank");
     assert_int_equal(kvc_rank_register(seg, 0, "h:1", info, 13, NULL), KVC_OK);
 
@@ -160,6 +163,8 @@ static void test_rank_calls(void **st)
     assert_int_equal(kvc_rank_list(seg, NULL, 0, &n, 0), KVC_OK); /* cap 0: out unused */
     assert_int_equal(n, 1);
     EXPECT_NULL_ARG(kvc_rank_withdraw, "seg", kvc_rank_withdraw(NULL, 0, NULL));
+    EXPECT_NULL_ARG(kvc_rank_withdraw_mirror, "seg",
+                    kvc_rank_withdraw_mirror(NULL, 0, NULL, KVC_GEN_ANY));
     EXPECT_ERR(KVC_E_CAPACITY, kvc_rank_withdraw(seg, UINT32_MAX, NULL), "rank");
 
     /* Roles and parallelism configs. */

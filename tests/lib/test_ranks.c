@@ -193,26 +193,32 @@ static void test_mirror_origin(void **st)
     char *v = tu_info(5, 7);
     uint64_t gen = 0;
     kvc_rank_info ri = {0};
-    assert_int_equal(
-        kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 42, &gen), KVC_OK);
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 42,
+                                              KVC_GEN_ANY, &gen),
+                     KVC_OK);
     assert_int_equal(gen, 1);
     assert_int_equal(kvc_rank_lookup(S, 3, &ri), KVC_OK);
     assert_string_equal(ri.origin, "node-b");
     assert_int_equal(ri.origin_generation, 42);
     assert_string_equal(ri.info, v);
     /* identical mirror: no change */
-    assert_int_equal(
-        kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 42, &gen), KVC_OK);
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 42,
+                                              KVC_GEN_ANY, &gen),
+                     KVC_OK);
     assert_int_equal(gen, 1);
     /* new origin generation: a change */
-    assert_int_equal(
-        kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 43, &gen), KVC_OK);
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "10.0.0.9:16000", v, strlen(v), "node-b", 43,
+                                              KVC_GEN_ANY, &gen),
+                     KVC_OK);
     assert_int_equal(gen, 2);
     /* bad origin names */
-    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", v, strlen(v), "", 1, NULL), KVC_E_INVAL);
-    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", v, strlen(v), "a/b", 1, NULL),
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", v, strlen(v), "", 1, KVC_GEN_ANY, NULL),
                      KVC_E_INVAL);
-    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", "[1]", 3, "b", 1, NULL), KVC_E_INVAL);
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 3, "x:1", v, strlen(v), "a/b", 1, KVC_GEN_ANY, NULL),
+        KVC_E_INVAL);
+    assert_int_equal(kvc_rank_register_mirror(S, 3, "x:1", "[1]", 3, "b", 1, KVC_GEN_ANY, NULL),
+                     KVC_E_INVAL);
     /* a local registration of the same bytes is a change: the entry is local */
     assert_int_equal(kvc_rank_register(S, 3, "10.0.0.9:16000", v, strlen(v), &gen), KVC_OK);
     assert_int_equal(gen, 3);
@@ -220,8 +226,9 @@ static void test_mirror_origin(void **st)
     assert_string_equal(ri.origin, "");
     assert_int_equal(ri.origin_generation, 0);
     /* withdrawing a mirror keeps whose it was */
-    assert_int_equal(kvc_rank_register_mirror(S, 4, "h:1", v, strlen(v), "node-c", 1, NULL),
-                     KVC_OK);
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 4, "h:1", v, strlen(v), "node-c", 1, KVC_GEN_ANY, NULL),
+        KVC_OK);
     assert_int_equal(kvc_rank_withdraw(S, 4, "node-c left"), KVC_OK);
     assert_int_equal(kvc_rank_lookup(S, 4, &ri), KVC_E_WITHDRAWN);
     assert_string_equal(ri.origin, "node-c");
@@ -235,7 +242,23 @@ static void test_mirror_origin(void **st)
         if (list[i].rank == 4)
             seen = !strcmp(list[i].origin, "node-c");
     assert_true(seen);
-    kvc_rank_withdraw(S, 3, NULL);
+    /* Conditional mirror writes: never over a change the caller has not seen. */
+    kvc_rank_info cur = {0};
+    assert_int_equal(kvc_rank_lookup(S, 3, &cur), KVC_OK); /* local now */
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 3, "m:1", v, strlen(v), "node-b", 44, cur.generation - 1, NULL),
+        KVC_E_EXISTS);
+    assert_int_equal(kvc_rank_withdraw_mirror(S, 3, "x", KVC_GEN_ANY), KVC_E_EXISTS);
+    assert_int_equal(
+        kvc_rank_register_mirror(S, 3, "m:1", v, strlen(v), "node-b", 44, cur.generation, &gen),
+        KVC_OK);
+    assert_int_equal(kvc_rank_withdraw_mirror(S, 3, "x", gen - 1), KVC_E_EXISTS);
+    assert_int_equal(kvc_rank_withdraw_mirror(S, 3, "node-b left", gen), KVC_OK);
+    assert_int_equal(kvc_rank_withdraw_mirror(S, 3, "again", KVC_GEN_ANY), KVC_E_NOENT);
+    assert_int_equal(kvc_rank_register_mirror(S, 5, "m:5", v, strlen(v), "node-b", 1, 0, NULL),
+                     KVC_OK); /* never registered: generation 0 */
+    kvc_rank_withdraw(S, 5, NULL);
+    kvc_rank_info_free(&cur);
     free(v);
     kvc_rank_info_free(&ri);
 }
