@@ -23,7 +23,7 @@ KVT_API kvc_err kvt_descriptor_export(kvt_engine *e, char **json_out)
                           (json_int_t)KVT_PROTOCOL_VERSION, "generation",
                           (json_int_t)(e->generation & INT64_MAX), "regions", regs);
     if (o && e->backend == KVT_BACKEND_VERBS) {
-        json_t *v = kvt__verbs_desc(e);
+        json_t *v = e->rdma->desc(e);
         if (v)
             json_object_set_new(o, "verbs", v);
     }
@@ -114,7 +114,7 @@ static kvc_err import(kvt_engine *e, json_t *o, kvt_peer **out)
      * engine still serves TCP writes). */
     bool verbs = e->backend == KVT_BACKEND_VERBS && !strcmp(be, "verbs");
     if (verbs != p->verbs)
-        kvt__verbs_peer_down(e, p);
+        e->rdma->peer_down(e, p);
     p->verbs = verbs;
     kvt__peer_renew(e, p, gen);
     *out = p;

@@ -130,7 +130,7 @@ static kvc_err choose_backend(kvt_engine *e)
         e->backend = KVT_BACKEND_TCP;
         return KVC_OK;
     }
-    if (kvt__verbs_open(e, why, sizeof why) == 0) {
+    if (e->rdma->open(e, why, sizeof why) == 0) {
         e->backend = KVT_BACKEND_VERBS;
         kvt__log(e, KVT_LOG_INFO, "transfer backend: verbs (%s)", why);
         return KVC_OK;
@@ -153,6 +153,7 @@ KVT_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
     kvt_engine *e = calloc(1, sizeof *e);
     if (!e)
         return kvt__fail(KVC_E_SYS, "out of memory for the engine");
+    kvt__backends_bind(e);
     e->o = *opts;
     e->o.listen = NULL;
     e->o.advertise_host = NULL;
@@ -179,7 +180,7 @@ KVT_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
     if (!err) {
         e->o.listen = opts->listen ? opts->listen : "127.0.0.1:0";
         e->o.advertise_host = opts->advertise_host;
-        err = kvt__tcp_listen(e);
+        err = e->net->listen(e);
         e->o.listen = NULL;
         e->o.advertise_host = NULL;
     }
@@ -187,7 +188,7 @@ KVT_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
         kvt_engine_destroy(e);
         return err;
     }
-    kvt__tcp_arm_accept(e);
+    e->net->arm_accept(e);
     *out = e;
     return KVC_OK;
 }
@@ -309,7 +310,7 @@ KVT_API kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t 
     r->len = len;
     r->rkey = e->next_rkey++;
     if (e->backend == KVT_BACKEND_VERBS) {
-        kvc_err err = kvt__verbs_reg(e, r);
+        kvc_err err = e->rdma->reg(e, r);
         if (err)
             return err;
     }
@@ -331,7 +332,7 @@ KVT_API kvc_err kvt_mr_deregister(kvt_engine *e, void *addr)
                              (unsigned long long)r->addr, r->busy);
         /* A sender's queued writes may point into it: the caller's contract
          * (transfer.h) is to wait for the room's event first. */
-        kvt__verbs_dereg(e, r);
+        e->rdma->dereg(e, r);
         /* Receives in flight hold kvt_region pointers: they are counted in
          * busy, which is 0 here, so moving entries is safe. */
         e->regions[i] = e->regions[--e->nregions];
@@ -396,18 +397,18 @@ static void dispatch(kvt_engine *e, struct io_uring_cqe *cqe)
     switch (KVT_UD_OP(cqe->user_data)) {
     case KVT_OP_TIMER: e->timer_armed = false; break;
     case KVT_OP_VERBS_CQ:
-    case KVT_OP_VERBS_ASYNC: kvt__verbs_cqe(e, cqe); break;
+    case KVT_OP_VERBS_ASYNC: e->rdma->cqe(e, cqe); break;
     case KVT_OP_ACCEPT:
         e->accept_armed = false;
         /* fallthrough */
-    default: kvt__tcp_cqe(e, cqe);
+    default: e->net->cqe(e, cqe);
     }
 }
 
 /* Arm the deadline timer (a TIMEOUT SQE, so kvt_fd() wakes for it too). */
 static void arm_timer(kvt_engine *e)
 {
-    if (e->timer_armed || !kvt__tcp_has_deadlines(e))
+    if (e->timer_armed || !e->net->has_deadlines(e))
         return;
     e->timer_ts.tv_sec = 0;
     e->timer_ts.tv_nsec = KVT_TICK_MS * 1000000LL;
@@ -424,9 +425,9 @@ static kvc_err drain_completions(kvt_engine *e, int wait_ms)
     struct io_uring_cqe *cqe;
     int rc;
     if (!e->accept_armed)
-        kvt__tcp_arm_accept(e);
+        e->net->arm_accept(e);
     arm_timer(e);
-    kvt__verbs_arm(e);
+    e->rdma->arm(e);
     if (wait_ms > 0) {
         struct __kernel_timespec ts = {.tv_sec = wait_ms / 1000,
                                        .tv_nsec = (wait_ms % 1000) * 1000000LL};
@@ -443,7 +444,7 @@ static kvc_err drain_completions(kvt_engine *e, int wait_ms)
         io_uring_cqe_seen(&e->ring, cqe);
         dispatch(e, &copy);
     }
-    kvt__tcp_deadlines(e, kvc__mono_ns());
+    e->net->deadlines(e, kvc__mono_ns());
     io_uring_submit(&e->ring);
     return kvt__ring_check(e);
 }
@@ -488,7 +489,7 @@ static void drain_all(kvt_engine *e)
 {
     for (uint32_t i = 0; i < e->nconns_cap; i++)
         if (e->conns[i])
-            kvt__tcp_close(e, e->conns[i]);
+            e->net->close(e, e->conns[i]);
     for (size_t i = 0; i < e->npeers; i++)
         if (e->peers[i]->rooms || e->peers[i]->bl_head)
             kvt__peer_fail(e, e->peers[i], ECANCELED, "engine destroyed");
@@ -497,7 +498,7 @@ static void drain_all(kvt_engine *e)
         bool any = false;
         for (uint32_t i = 0; i < e->nconns_cap && !any; i++)
             any = e->conns[i] != NULL;
-        any = any || kvt__verbs_busy(e); /* WRs not yet flushed read our memory */
+        any = any || e->rdma->busy(e); /* WRs not yet flushed read our memory */
         if (!any || kvc__mono_ns() > end)
             break;
         drain_completions(e, 10);
@@ -531,8 +532,8 @@ KVT_API void kvt_engine_destroy(kvt_engine *e)
         free(x);
     }
     for (size_t i = 0; i < e->nregions; i++)
-        kvt__verbs_dereg(e, &e->regions[i]);
-    kvt__verbs_close(e);
+        e->rdma->dereg(e, &e->regions[i]);
+    e->rdma->close(e);
     free(e->conns);
     free(e->evq);
     free(e->token);

@@ -233,6 +233,47 @@ struct kvt_verbs {
     uint32_t nqps;
 };
 
+/* The backends, behind two tables: the shared engine code (xfer_engine.c,
+ * xfer_submit.c, xfer_rx.c, xfer_desc.c) calls them through e->net and
+ * e->rdma only, never by name; xfer_backends.c, the one file that names
+ * them, binds both at kvt_engine_create.
+ *
+ * net: the connections every engine has (TCP on io_uring, xfer_tcp.c):
+ * the control frames always, and the data of the tcp backend. */
+struct kvt_net_ops {
+    kvc_err (*listen)(kvt_engine *e);  /* bind, listen, set e->sid */
+    void (*arm_accept)(kvt_engine *e); /* (re)arm the accept */
+    kvc_err (*connect)(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
+    void (*cqe)(kvt_engine *e, struct io_uring_cqe *cqe); /* its completions */
+    void (*kick)(kvt_engine *e, kvt_conn *c);             /* send what is queued */
+    void (*close)(kvt_engine *e, kvt_conn *c);
+    void (*deadlines)(kvt_engine *e, uint64_t now); /* fail what is overdue */
+    bool (*has_deadlines)(kvt_engine *e);
+};
+
+/* rdma: the RDMA WRITE data path (verbs/).  Bound on every engine; each
+ * operation does nothing (or answers "not verbs") on an engine that runs
+ * without a device (e->verbs NULL), so the shared code never asks. */
+struct kvt_rdma_ops {
+    int (*open)(kvt_engine *e, char *why, size_t cap); /* device probe; why on failure */
+    void (*close)(kvt_engine *e);
+    json_t *(*desc)(kvt_engine *e); /* the descriptor's "verbs" member, NULL without */
+    kvc_err (*reg)(kvt_engine *e, kvt_region *r);
+    void (*dereg)(kvt_engine *e, kvt_region *r);
+    void (*hello_ok)(kvt_engine *e, kvt_conn *c); /* client: create the QP, send QP_INFO */
+    int (*qp_info)(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *err, size_t cap);
+    void (*pump)(kvt_engine *e, struct kvt_peer *p);      /* post RDMA WRITEs */
+    void (*notify)(kvt_engine *e, kvt_sroom *r);          /* end of room: SEND */
+    void (*peer_down)(kvt_engine *e, struct kvt_peer *p); /* QP to ERR: flush */
+    void (*conn_closed)(kvt_engine *e, kvt_conn *c);
+    void (*arm)(kvt_engine *e); /* POLL_ADD on CQ and async fds */
+    void (*cqe)(kvt_engine *e, struct io_uring_cqe *cqe);
+    bool (*busy)(kvt_engine *e); /* work requests outstanding */
+};
+
+/* xfer_backends.c: bind e->net and e->rdma. */
+void kvt__backends_bind(kvt_engine *e);
+
 struct kvt_engine {
     kvt_options o;
     char *token;                           /* NULL: none */
@@ -262,6 +303,8 @@ struct kvt_engine {
     size_t nev, evcap;
     kvt_stats st;
     struct kvt_verbs *verbs;
+    const struct kvt_net_ops *net;   /* kvt__backends_bind */
+    const struct kvt_rdma_ops *rdma; /* kvt__backends_bind */
     int pending_sqes;
 };
 
@@ -319,45 +362,13 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags);
 void kvt__send_hello_ok(kvt_engine *e, kvt_conn *c);
 /* Fail connection c (and what rides on it) with code, naming op and what. */
 void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what);
-kvc_err kvt__tcp_listen(kvt_engine *e);
-void kvt__tcp_arm_accept(kvt_engine *e);
-kvc_err kvt__tcp_connect(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
-void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
-void kvt__tcp_kick(kvt_engine *e, kvt_conn *c);
-void kvt__tcp_close(kvt_engine *e, kvt_conn *c);
-void kvt__tcp_deadlines(kvt_engine *e, uint64_t now);
-bool kvt__tcp_has_deadlines(kvt_engine *e);
 kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
                     const void *payload, uint32_t plen);
 void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w);
 void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why);
 
-/* xfer_verbs.c: the GID index the engine uses on a port whose table is
- * t[0..n-1]: the shared rule (kvt_gid_choose, gid/xfer_gid.h) with the
- * engine's override (o->verbs_gid_index); -1 and why when none. */
-int kvt__verbs_gid_pick(const kvt_options *o, const kvt_gid_entry *t, size_t n, int link_is_ib,
-                        char *why, size_t cap);
-/* xfer_verbs.c: device probe for auto/verbs; fills why on failure. */
-int kvt__verbs_open(kvt_engine *e, char *why, size_t cap);
-/* The "verbs" member of this engine's descriptor (NULL without verbs). */
-json_t *kvt__verbs_desc(kvt_engine *e);
-void kvt__verbs_close(kvt_engine *e);
-kvc_err kvt__verbs_reg(kvt_engine *e, kvt_region *r);
-void kvt__verbs_dereg(kvt_engine *e, kvt_region *r);
 /* Message for a failed registration, naming RLIMIT_MEMLOCK when relevant. */
 kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what);
-/* The verbs data path (xfer_verbs_qp.c).  QP setup over connection c: */
-void kvt__verbs_hello_ok(kvt_engine *e, kvt_conn *c); /* client: create, send QP_INFO */
-int kvt__verbs_qp_info(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *err, size_t cap);
-void kvt__verbs_pump(kvt_engine *e, struct kvt_peer *p);      /* post RDMA WRITEs */
-void kvt__verbs_notify(kvt_engine *e, kvt_sroom *r);          /* end of room: SEND */
-void kvt__verbs_peer_down(kvt_engine *e, struct kvt_peer *p); /* QP to ERR: flush */
-void kvt__verbs_rpeer_down(kvt_engine *e, kvt_rpeer *rp);
-void kvt__verbs_conn_closed(kvt_engine *e, kvt_conn *c);
-void kvt__verbs_arm(kvt_engine *e); /* POLL_ADD on CQ and async fds */
-void kvt__verbs_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
-bool kvt__verbs_busy(kvt_engine *e); /* work requests outstanding */
-void kvt__verbs_free_qps(kvt_engine *e);
 /* xfer_rx.c: the end-of-room note of an RDMA sender arrived. */
 void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes,
                            uint64_t bytes);

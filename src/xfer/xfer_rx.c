@@ -82,9 +82,9 @@ static void proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *ms
     c->close_after_send = true;
     c->rstate = RS_SKIP;
     c->left = UINT64_MAX; /* discard whatever else comes */
-    kvt__tcp_kick(e, c);
+    e->net->kick(e, c);
     if (!c->sending)
-        kvt__tcp_close(e, c);
+        e->net->close(e, c);
 }
 
 /* ---- receiver rooms -------------------------------------------------------------- */
@@ -366,7 +366,7 @@ static void on_hello_ok(kvt_engine *e, kvt_conn *c)
     }
     c->state = CS_UP;
     c->progress_ns = kvc__mono_ns();
-    kvt__verbs_hello_ok(e, c); /* verbs peer: set up the QP first */
+    e->rdma->hello_ok(e, c); /* verbs peer: set up the QP first */
     kvt__peer_pump(e, c->peer);
 }
 
@@ -376,7 +376,7 @@ static void on_qp_info(kvt_engine *e, kvt_conn *c)
     kvt_qp_rec r;
     char err[200];
     if (kvt_qp_rec_decode((const uint8_t *)c->ctl, c->ctl_len, &r, err, sizeof err) ||
-        kvt__verbs_qp_info(e, c, &r, err, sizeof err)) {
+        e->rdma->qp_info(e, c, &r, err, sizeof err)) {
         char msg[256];
         kvt__str(msg, sizeof msg, "RDMA QP setup: %s", err);
         if (c->client)
@@ -579,9 +579,9 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
         const char *what = res == 0 ? "connection closed by peer" : strerror(-res);
         if (!c->client && res == 0 && c->rstate == RS_HDR && c->rlen == c->rpos &&
             (!c->rpeer || !c->rpeer->rooms))
-            kvt__tcp_close(e, c); /* clean end between frames, nothing pending */
+            e->net->close(e, c); /* clean end between frames, nothing pending */
         else if (c->client && res == 0 && c->close_after_send)
-            kvt__tcp_close(e, c);
+            e->net->close(e, c);
         else
             kvt__conn_fail(e, c, res == 0 ? ECONNRESET : -res, "receive", what);
         goto out;
@@ -605,7 +605,7 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
         if (!c->client && (!(cflags & IORING_CQE_F_SOCK_NONEMPTY) ||
                            c->ack_count >= KVT_ACK_WRITES || c->ack_bytes >= KVT_ACK_BYTES))
             flush_acks(e, c);
-        kvt__tcp_kick(e, c);
+        e->net->kick(e, c);
         if (!c->close_after_send) /* after a refusal: stop reading, close once sent */
             kvt__rx_arm(e, c);
     }

@@ -105,8 +105,8 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
              e->o.unhealthy_ttl_ms, msg);
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
         if (p->conns[i])
-            kvt__tcp_close(e, p->conns[i]);
-    kvt__verbs_peer_down(e, p); /* its QP flushes: rooms' events follow the flush */
+            e->net->close(e, p->conns[i]);
+    e->rdma->peer_down(e, p); /* its QP flushes: rooms' events follow the flush */
     while (p->bl_head) {
         kvt_wr *w = p->bl_head;
         p->bl_head = w->next;
@@ -128,8 +128,8 @@ void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation)
         /* Old connections lead to the old process (or nowhere). */
         for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
             if (p->conns[i])
-                kvt__tcp_close(e, p->conns[i]);
-        kvt__verbs_peer_down(e, p);
+                e->net->close(e, p->conns[i]);
+        e->rdma->peer_down(e, p);
         if (p->unhealthy_until_ns)
             kvt__log(e, KVT_LOG_INFO, "peer %s registered again (generation %llu): healthy", p->sid,
                      (unsigned long long)generation);
@@ -230,7 +230,7 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
         /* Every RDMA WRITE completed: the end-of-room SEND.  Hold r: a
          * failed post fails the peer, and with it r, re-entering here. */
         r->pending++;
-        kvt__verbs_notify(e, r);
+        e->rdma->notify(e, r);
         r->pending--;
     } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent) {
         kvt_conn *c = NULL;
@@ -247,7 +247,7 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
         r->done_sent = true;
         c->done_waits++;
         kvt__conn_enqueue(c, w);
-        kvt__tcp_kick(e, c);
+        e->net->kick(e, c);
     }
     if (r->finished && r->pending == 0)
         sroom_unlink_free(r);
@@ -498,14 +498,14 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
     uint32_t nconn = p->verbs ? 1 : e->o.conns_per_peer;
     for (uint32_t i = 0; i < nconn; i++)
         if (!p->conns[i] && (p->bl_head || p->rooms)) {
-            kvc_err err = kvt__tcp_connect(e, p, i);
+            kvc_err err = e->net->connect(e, p, i);
             if (err) {
                 kvt__peer_fail(e, p, ECONNREFUSED, "connect to %s: %s", p->sid, kvc_last_error());
                 return;
             }
         }
     if (p->verbs)
-        kvt__verbs_pump(e, p);
+        e->rdma->pump(e, p);
     while (!p->verbs && p->bl_head) {
         kvt_conn *c = pick_conn(e, p, p->bl_head->plen);
         if (!c)
@@ -520,7 +520,7 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
     }
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
         if (p->conns[i])
-            kvt__tcp_kick(e, p->conns[i]);
+            e->net->kick(e, p->conns[i]);
     for (kvt_sroom *r = p->rooms, *next; r; r = next) {
         next = r->next;
         kvt__sroom_check(e, r);

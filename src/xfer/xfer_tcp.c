@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "xfer_internal.h"
+#include "xfer_tcp.h"
 
 /* ---- connection table ------------------------------------------------------ */
 
@@ -377,7 +377,7 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
     }
     if (c->rpeer && c->rpeer->conns)
         c->rpeer->conns--;
-    kvt__verbs_conn_closed(e, c);
+    e->rdma->conn_closed(e, c);
     if (c->rstate == RS_PAYLOAD && c->dreg)
         c->dreg->busy--;
     c->dreg = NULL;
@@ -490,3 +490,14 @@ void kvt__tcp_deadlines(kvt_engine *e, uint64_t now)
             conn_maybe_free(e, c);
     }
 }
+
+const struct kvt_net_ops kvt__tcp_net = {
+    .listen = kvt__tcp_listen,
+    .arm_accept = kvt__tcp_arm_accept,
+    .connect = kvt__tcp_connect,
+    .cqe = kvt__tcp_cqe,
+    .kick = kvt__tcp_kick,
+    .close = kvt__tcp_close,
+    .deadlines = kvt__tcp_deadlines,
+    .has_deadlines = kvt__tcp_has_deadlines,
+};

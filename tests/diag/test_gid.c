@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "diag.h"
-#include "xfer_internal.h"
+#include "xfer_verbs.h"
 
 static kvt_gid_entry gid(int index, const char *addr, int type, const char *netdev)
 {

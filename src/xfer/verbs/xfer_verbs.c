@@ -18,7 +18,7 @@
 #include <sys/resource.h>
 
 #include "xfer_gid.h"
-#include "xfer_internal.h"
+#include "xfer_verbs.h"
 
 kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what)
 {
@@ -190,3 +190,20 @@ json_t *kvt__verbs_desc(kvt_engine *e)
     return json_pack("{s:s,s:i,s:i,s:s,s:i}", "device", e->verbs->dev, "port", e->verbs->port,
                      "gid_index", e->verbs->gid_index, "gid", gid, "lid", (int)e->verbs->lid);
 }
+
+const struct kvt_rdma_ops kvt__verbs_rdma = {
+    .open = kvt__verbs_open,
+    .close = kvt__verbs_close,
+    .desc = kvt__verbs_desc,
+    .reg = kvt__verbs_reg,
+    .dereg = kvt__verbs_dereg,
+    .hello_ok = kvt__verbs_hello_ok,
+    .qp_info = kvt__verbs_qp_info,
+    .pump = kvt__verbs_pump,
+    .notify = kvt__verbs_notify,
+    .peer_down = kvt__verbs_peer_down,
+    .conn_closed = kvt__verbs_conn_closed,
+    .arm = kvt__verbs_arm,
+    .cqe = kvt__verbs_cqe,
+    .busy = kvt__verbs_busy,
+};

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "xfer_internal.h"
+#include "xfer_verbs.h"
 
 #define KVT_VQP_SQ 512u  /* send work requests outstanding per QP */
 #define KVT_VQP_RQ 32u   /* receive buffers per QP (end-of-room notes) */
@@ -220,7 +220,7 @@ static void send_qp_info(kvt_engine *e, kvt_conn *c, kvt_vqp *q)
         return;
     }
     kvt__conn_enqueue(c, w);
-    kvt__tcp_kick(e, c);
+    e->net->kick(e, c);
 }
 
 void kvt__verbs_hello_ok(kvt_engine *e, kvt_conn *c)

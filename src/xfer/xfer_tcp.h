@@ -1,0 +1,24 @@
+/*
+ * xfer_tcp.h - the TCP connection layer's functions, for xfer_tcp.c and
+ * for xfer_backends.c, which puts them in the engine's net table
+ * (kvt__tcp_net).  The shared engine code never includes this header: it
+ * calls the connections through e->net (xfer_internal.h).
+ */
+#ifndef KVC_XFER_TCP_H
+#define KVC_XFER_TCP_H
+
+#include "xfer_internal.h"
+
+/* The engine's net table (xfer_tcp.c). */
+extern const struct kvt_net_ops kvt__tcp_net;
+
+kvc_err kvt__tcp_listen(kvt_engine *e);
+void kvt__tcp_arm_accept(kvt_engine *e);
+kvc_err kvt__tcp_connect(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
+void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
+void kvt__tcp_kick(kvt_engine *e, kvt_conn *c);
+void kvt__tcp_close(kvt_engine *e, kvt_conn *c);
+void kvt__tcp_deadlines(kvt_engine *e, uint64_t now);
+bool kvt__tcp_has_deadlines(kvt_engine *e);
+
+#endif
