@@ -164,7 +164,8 @@ struct cluster {
     size_t npending;
     int64_t room_lease;
     uint64_t room_lease_mono;
-    int dropped; /* mirrors dropped after etcd stayed away */
+    int dropped;                  /* mirrors dropped after etcd stayed away */
+    uint64_t watch_restarted_for; /* the etcd_down_since a fresh stream was asked for */
 
     /* figures, under smu */
     pthread_mutex_t smu;
@@ -1392,12 +1393,16 @@ static void *cluster_main(void *arg)
         for (size_t i = 0; i < c->nnodes; i++)
             if (c->nodes[i].ttl > 0 && (uint64_t)c->nodes[i].ttl * 1000000000ull > limit)
                 limit = (uint64_t)c->nodes[i].ttl * 1000000000ull;
-        if (since && !c->dropped && mono_ns() - since > limit)
-            drop_unverified(c, since);
-        if (c->etcd_down_since && watch_up) {
+        /* Dropped only once the watch itself is down that long: requests
+         * failing while the stream delivers (this node's own trouble) do
+         * not make the others' entries doubtful. */
+        if (!watch_up && watch_down && !c->dropped && mono_ns() - watch_down > limit)
+            drop_unverified(c, watch_down);
+        if (c->etcd_down_since && watch_up && c->watch_restarted_for != c->etcd_down_since) {
             /* Requests fail while the stream looks fine: a member cut off
-             * from the quorum keeps its watchers; ask for a fresh stream,
-             * which fails over. */
+             * from the quorum keeps its watchers; ask once for a fresh
+             * stream, whose snapshot (a quorum read) fails over. */
+            c->watch_restarted_for = c->etcd_down_since;
             pthread_mutex_lock(&c->mu);
             c->restart_watch = 1;
             pthread_mutex_unlock(&c->mu);

@@ -432,6 +432,31 @@ class UnhealthyEtcd(Base):
         finally:
             ETCD.start_member(0)
 
+    def test_quorum_lost_mirror_unverified_then_dropped_then_back(self):
+        a, b = self.node("A"), self.node("B")
+        a.register(0, "h:0", info(2, "qq"))
+        self.visible(b, 0, origin="A")
+        ETCD.kill_member(1)
+        ETCD.kill_member(2)  # member 0 alone: no quorum, still accepting connections
+        try:
+            a.register(1, "h:1", info(2, "qq1"))
+            self.assertEqual(a.lookup(1)[0], 200)  # local answers go on
+            self.assertTrue(a.healthy() and b.healthy())
+            v, _ = cl.wait_for(lambda: b.metrics()["kvcoord_cluster_mirror_unverified_seconds"] > 0
+                               or b.lookup(0)[0] == 404, TTL + SLACK)
+            self.assertTrue(v)
+            took = self.gone(b, 0)
+            print("quorum lost -> B dropped A's mirrored rank after %.3f s" % took)
+            st, body, _ = b.lookup(0)
+            self.assertIn(b"etcd unreachable", body)
+        finally:
+            ETCD.start_member(1)
+            ETCD.start_member(2)
+        t0 = time.monotonic()
+        self.visible(b, 0, origin="A")
+        self.visible(b, 1, origin="A")
+        print("quorum back -> B has both of A's ranks after %.3f s" % (time.monotonic() - t0))
+
     def test_all_members_stopped_register_restart_converges(self):
         a, b = self.node("A"), self.node("B")
         a.register(0, "h:0", info(2, "q0"))
