@@ -15,6 +15,7 @@ measured times are printed."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ import tempfile
 import threading
 import time
 import unittest
+
+import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clusterlib as cl  # noqa: E402
@@ -137,6 +140,10 @@ class Publish(Base):
         m = b.metrics()
         self.assertEqual(m["kvcoord_cluster_etcd_up"], 1)
         self.assertEqual(m["kvcoord_cluster_mirrored_ranks"], 1)
+        if shutil.which("promtool"):  # the exposition with the cluster families is valid
+            text = requests.get(b.url + "/metrics", timeout=5).content
+            p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_stress_rank_4mb_across_nodes(self):
         a, b = self.node("A"), self.node("B")
