@@ -558,7 +558,7 @@ KVC_API kvc_err kvc_rank_register(kvc_segment *seg, uint32_t rank, const char *s
             *gen_out = gen;
         return KVC_OK;
     }
-    uint32_t entries;
+    uint32_t entries = 0; /* set by validate_json; gcc -O2 cannot see it */
     if ((err = validate_json(info_json, info_len, "weights_info_dict", &entries)))
         return err;
     return register_checked(seg, 0, rank, session_id, sid_len, info_json, info_len, entries, &LOCAL,
@@ -603,7 +603,7 @@ KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const 
                              "origin node name '%s' has byte 0x%02x (allowed: "
                              "[A-Za-z0-9._-])",
                              origin, (unsigned char)*p);
-    uint32_t entries;
+    uint32_t entries = 0; /* set by validate_json; gcc -O2 cannot see it */
     if ((err = validate_json(info_json, info_len, "weights_info_dict", &entries)))
         return err;
     struct origin o = {origin, origin_generation, expect_generation};

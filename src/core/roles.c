@@ -91,7 +91,7 @@ KVC_API kvc_err kvc_role_register(kvc_segment *seg, const char *role, uint32_t r
                                   const char *session_id, const char *info_json, size_t info_len,
                                   uint64_t *gen_out)
 {
-    unsigned i;
+    unsigned i = 0; /* set by role_for_read/role_for_write on success */
     KVC_ARG(seg);
     if (is_default(role))
         return kvc_rank_register(seg, rank, session_id, info_json, info_len, gen_out);
@@ -104,7 +104,7 @@ KVC_API kvc_err kvc_role_register_validated(kvc_segment *seg, const char *role, 
                                             const char *session_id, const char *info_json,
                                             size_t info_len, uint32_t entries, uint64_t *gen_out)
 {
-    unsigned i;
+    unsigned i = 0; /* set by role_for_read/role_for_write on success */
     KVC_ARG(seg);
     if (is_default(role))
         return kvc_rank_register_validated(seg, rank, session_id, info_json, info_len, entries,
@@ -118,7 +118,7 @@ KVC_API kvc_err kvc_role_register_validated(kvc_segment *seg, const char *role, 
 KVC_API kvc_err kvc_role_lookup(kvc_segment *seg, const char *role, uint32_t rank,
                                 kvc_rank_info *out)
 {
-    unsigned i;
+    unsigned i = 0; /* set by role_for_read/role_for_write on success */
     KVC_ARG(seg);
     KVC_ARG(out);
     kvc_err e = role_for_read(seg, role, &i);
@@ -128,7 +128,7 @@ KVC_API kvc_err kvc_role_lookup(kvc_segment *seg, const char *role, uint32_t ran
 KVC_API kvc_err kvc_role_withdraw(kvc_segment *seg, const char *role, uint32_t rank,
                                   const char *note)
 {
-    unsigned i;
+    unsigned i = 0; /* set by role_for_read/role_for_write on success */
     KVC_ARG(seg);
     kvc_err e = role_for_read(seg, role, &i);
     return e ? e : kvc__entry_withdraw(seg, i, rank, note);
@@ -138,7 +138,7 @@ KVC_API kvc_err kvc_parallelism_register(kvc_segment *seg, const char *role, uin
                                          const char *config_json, size_t config_len,
                                          uint64_t *gen_out)
 {
-    unsigned i;
+    unsigned i = 0; /* set by role_for_read/role_for_write on success */
     KVC_ARG(seg);
     KVC_ARG(config_json);
     kvc_err e = role_for_write(seg, role, &i);
@@ -150,7 +150,7 @@ KVC_API kvc_err kvc_parallelism_register(kvc_segment *seg, const char *role, uin
 KVC_API kvc_err kvc_parallelism_lookup(kvc_segment *seg, const char *role, uint32_t rank,
                                        kvc_rank_info *out)
 {
-    unsigned i;
+    unsigned i = 0; /* set by role_for_read/role_for_write on success */
     KVC_ARG(seg);
     KVC_ARG(out);
     kvc_err e = role_for_read(seg, role, &i);
