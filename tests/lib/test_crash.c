@@ -35,14 +35,22 @@ static const struct point points[] = {
 
 static uint64_t blob_bytes(size_t sid, size_t info) { return (sid + info + 1023) / 1024 * 1024; }
 
-/* Sum of the arena bytes every registered rank should hold. */
+/* Sum of the arena bytes every registered entry should hold: the rank
+ * table's, the "draft" role's and both roles' parallelism configs. */
 static uint64_t expected_arena(kvc_segment *s)
 {
     uint64_t sum = 0;
     kvc_rank_info ri = {0};
-    for (uint32_t r = 0; r < 64; r++)
+    for (uint32_t r = 0; r < 64; r++) {
         if (kvc_rank_lookup(s, r, &ri) == KVC_OK)
             sum += blob_bytes(strlen(ri.session_id), ri.info_len);
+        if (kvc_role_lookup(s, "draft", r, &ri) == KVC_OK)
+            sum += blob_bytes(strlen(ri.session_id), ri.info_len);
+        if (kvc_parallelism_lookup(s, NULL, r, &ri) == KVC_OK)
+            sum += blob_bytes(0, ri.info_len);
+        if (kvc_parallelism_lookup(s, "draft", r, &ri) == KVC_OK)
+            sum += blob_bytes(0, ri.info_len);
+    }
     kvc_rank_info_free(&ri);
     return sum;
 }
@@ -102,6 +110,79 @@ static void crash_at(const char *name, const struct point *pt, uint32_t rank, in
     kvc_close(s);
 }
 
+/* What the victim writes in the role tables: the "draft" role's
+ * transfer-engine info (kind 0) or its parallelism config (kind 1). */
+static kvc_err write_kind(kvc_segment *s, int kind, uint32_t rank, const char *sid,
+                          const char *json)
+{
+    if (kind == 0)
+        return kvc_role_register(s, "draft", rank, sid, json, strlen(json), NULL);
+    return kvc_parallelism_register(s, "draft", rank, json, strlen(json), NULL);
+}
+
+static kvc_err read_kind(kvc_segment *s, int kind, uint32_t rank, kvc_rank_info *ri)
+{
+    return kind == 0 ? kvc_role_lookup(s, "draft", rank, ri)
+                     : kvc_parallelism_lookup(s, "draft", rank, ri);
+}
+
+/* As crash_at, for an entry of a role table: the same points, the same
+ * guarantees (one whole value, exact arena accounting after recovery). */
+static void crash_role_at(const char *name, const struct point *pt, uint32_t rank, int kind)
+{
+    kvc_segment *s = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE);
+    char *v1 = tu_info(300, 1), *v2 = tu_info(500, 2);
+    assert_int_equal(write_kind(s, kind, rank, "host-a:1", v1), KVC_OK);
+    kvc_segment_info before;
+    kvc_segment_stat(s, &before);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER);
+        target = pt->name;
+        notify_fd = -1;
+        kvc_test_set_inject(die_at);
+        write_kind(c, kind, rank, "host-b:2", v2);
+        _exit(3); /* not reached: the point must be hit */
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status));
+    kvc_rank_info ri = {0};
+    assert_int_equal(read_kind(s, kind, rank, &ri), KVC_OK);
+    assert_string_equal(ri.info, pt->new_value_visible ? v2 : v1);
+    assert_string_equal(ri.session_id, kind == 1               ? ""
+                                       : pt->new_value_visible ? "host-b:2"
+                                                               : "host-a:1");
+    assert_int_equal(kvc_rank_register(s, 63, "host-c:3", v1, strlen(v1), NULL), KVC_OK);
+    assert_int_equal(kvc_rank_withdraw(s, 63, NULL), KVC_OK);
+    kvc_segment_info after;
+    kvc_segment_stat(s, &after);
+    assert_int_equal(after.lock_recoveries, before.lock_recoveries + 1);
+    assert_int_equal(after.arena_used, expected_arena(s));
+    assert_int_equal(write_kind(s, kind, rank, "host-b:2", v2), KVC_OK);
+    assert_int_equal(read_kind(s, kind, rank, &ri), KVC_OK);
+    assert_string_equal(ri.info, v2);
+    kvc_rank_info_free(&ri);
+    free(v1);
+    free(v2);
+    kvc_close(s);
+}
+
+static void test_sigkill_role_tables(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *owner = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
+    for (int kind = 0; kind < 2; kind++)
+        for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
+            print_message("%s: self-kill at %s\n", kind ? "parallelism config" : "role draft",
+                          points[i].name);
+            crash_role_at(name, &points[i], 30 + (uint32_t)i, kind);
+        }
+    kvc_close(owner);
+    kvc_unlink(name);
+}
+
 static void test_sigkill_at_each_point(void **st)
 {
     (void)st;
@@ -123,6 +204,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigkill_at_each_point),
+        cmocka_unit_test(test_sigkill_role_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
