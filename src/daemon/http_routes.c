@@ -90,7 +90,26 @@ struct routes {
     kvc_failure_info *failures; /* ROUTES_FAILURES_MAX, for /failures */
     const struct auth *auth;    /* NULL: no token check */
     const struct metrics *metrics;
-    struct cluster *cluster; /* NULL: no --etcd */
+    struct cluster *cluster;     /* NULL: no --etcd */
+    struct cached_answer *cache; /* ANSWER_CACHE_SLOTS, for lookups of the default role */
+};
+
+/* The last answer to GET /get_transfer_engine_info of a rank (its headers'
+ * extension lines and body), valid while the rank table's change epoch is
+ * the one read before the lookup it came from: any registration,
+ * withdrawal, mirror or recovery bumps the epoch, so a hit is an answer
+ * the lookup would give now, without copying the info out of the segment
+ * again.  Direct-mapped by rank (a rank evicts another with the same slot);
+ * bodies up to ANSWER_CACHE_MAX only, so the cache stays under 4 MiB.
+ * Touched by the loop thread only (lookups are never deferred). */
+#define ANSWER_CACHE_SLOTS 64
+#define ANSWER_CACHE_MAX (64 * 1024)
+
+struct cached_answer {
+    int valid;
+    uint32_t rank, epoch;
+    char extra[64 + 2 * KVC_ORIGIN_MAX];
+    struct buf body;
 };
 
 #define ROUTES_FAILURES_DEFAULT 100
@@ -222,7 +241,8 @@ static enum route_rc get_health(struct routes *r, struct route_slot *s, const st
 
 /* The answer, built by concatenation: the stored weights_info_dict text is
  * appended verbatim (never re-parsed), session_id JSON-escaped. */
-static void write_info(struct buf *out, const struct http_req *req, const kvc_rank_info *ri)
+static void write_info(struct buf *out, const struct http_req *req, const kvc_rank_info *ri,
+                       struct cached_answer *cache, uint32_t epoch)
 {
     static const char p1[] = "{\"rank\":", p2[] = ",\"remote_instance_transfer_engine_info\":[\"",
                       p3[] = "\",", p4[] = "]}";
@@ -240,6 +260,11 @@ static void write_info(struct buf *out, const struct http_req *req, const kvc_ra
         snprintf(extra, sizeof extra, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
     resp_head(out, req, 200, CT_JSON, clen, extra);
     char *start = resp_has_body(req) ? buf_space(out, clen) : NULL;
+    if (cache && clen <= ANSWER_CACHE_MAX && (start || !resp_has_body(req))) {
+        memcpy(cache->extra, extra, sizeof extra);
+        cache->rank = ri->rank;
+        cache->valid = 0; /* until the body is in */
+    }
     if (!start)
         return;
     char *p = start;
@@ -251,6 +276,25 @@ static void write_info(struct buf *out, const struct http_req *req, const kvc_ra
     memcpy(p, ri->info, ri->info_len), p += ri->info_len;
     memcpy(p, p4, sizeof p4 - 1), p += sizeof p4 - 1;
     buf_commit(out, (size_t)(p - start));
+    if (cache && clen <= ANSWER_CACHE_MAX) {
+        buf_reset(&cache->body);
+        buf_append(&cache->body, start, clen);
+        cache->epoch = epoch;
+        cache->valid = !cache->body.oom;
+    }
+}
+
+/* Answer from the cache when it holds rank's current answer; 1 if so. */
+static int cached_info(struct routes *r, const struct http_req *req, struct buf *out, uint32_t rank,
+                       uint32_t epoch)
+{
+    struct cached_answer *a = r->cache ? &r->cache[rank % ANSWER_CACHE_SLOTS] : NULL;
+    if (!a || !a->valid || a->rank != rank || a->epoch != epoch)
+        return 0;
+    resp_head(out, req, 200, CT_JSON, a->body.len, a->extra);
+    if (resp_has_body(req))
+        buf_append(out, a->body.p, a->body.len);
+    return 1;
 }
 
 /* " (role R)" for a named role, "" for the default one. */
@@ -281,10 +325,17 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
                                  struct buf *out, int may_park)
 {
     /* No lost wake: a registration landing after this lookup wakes the rank
-     * watch (rank_watch.h), which has the loop re-check every parked one. */
+     * watch (rank_watch.h), which has the loop re-check every parked one.
+     * The epoch is read before the lookup: a cached answer is used only
+     * while it is unchanged. */
+    uint32_t epoch = kvc_rank_epoch(r->seg);
+    int plain = !s->park_role[0] || !strcmp(s->park_role, KVC_DEFAULT_ROLE);
+    if (plain && cached_info(r, req, out, s->park_rank, epoch))
+        return ROUTE_DONE;
     kvc_err e = kvc_role_lookup(r->seg, s->park_role, s->park_rank, &s->ri);
     if (e == KVC_OK) {
-        write_info(out, req, &s->ri);
+        write_info(out, req, &s->ri,
+                   plain && r->cache ? &r->cache[s->park_rank % ANSWER_CACHE_SLOTS] : NULL, epoch);
         return ROUTE_DONE;
     }
     if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN))
@@ -1096,9 +1147,11 @@ int routes_create(struct routes **out, kvc_segment *seg)
     r->max_ranks = si.max_ranks;
     r->list = calloc(si.max_ranks ? si.max_ranks : 1, sizeof *r->list);
     r->failures = calloc(ROUTES_FAILURES_MAX, sizeof *r->failures);
-    if (!r->list || !r->failures) {
+    r->cache = calloc(ANSWER_CACHE_SLOTS, sizeof *r->cache);
+    if (!r->list || !r->failures || !r->cache) {
         free(r->list);
         free(r->failures);
+        free(r->cache);
         free(r);
         return -1;
     }
@@ -1122,6 +1175,9 @@ void routes_destroy(struct routes *r)
     free(r->failures);
     kvc_rank_info_free(&r->scratch);
     buf_free(&r->body);
+    for (int i = 0; r->cache && i < ANSWER_CACHE_SLOTS; i++)
+        buf_free(&r->cache[i].body);
+    free(r->cache);
     free(r);
 }
 
