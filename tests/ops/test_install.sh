@@ -49,6 +49,21 @@ if grep -q __asan_init "$libdir"/libkvcoord.a 2>/dev/null; then
 fi
 seg=kvctest-install-$$
 
+# The Python package, when the build has it: installed beside the library's
+# prefix, importable by /usr/bin/python3 from there alone (its extension
+# links libkvcoord statically and exports only PyInit__kvcoord).
+if [ -d "$build/python/kvcoord" ]; then
+    pkg=$(find "$prefix" -type d -path '*/dist-packages/kvcoord' | head -n 1)
+    [ -n "$pkg" ] || { echo "FAIL: the Python package kvcoord was not installed"; exit 1; }
+    if grep -q __asan_init "$libdir"/libkvcoord.a 2>/dev/null; then
+        echo "python: installed at $pkg (not imported: a sanitizer build needs LD_PRELOAD)"
+    else
+        (cd / && PYTHONPATH=$(dirname "$pkg") /usr/bin/python3 -c \
+            'import kvcoord, kvcoord.sglang, sys; assert kvcoord.__file__.startswith(sys.argv[1]), kvcoord.__file__; print("python: import kvcoord", kvcoord.VERSION, "from", kvcoord.__file__)' \
+            "$pkg") || { echo "FAIL: the installed Python package does not import"; exit 1; }
+    fi
+fi
+
 # The documented shared line, nothing added: the rpath comes from kvcoord.pc.
 unset LD_LIBRARY_PATH
 echo "shared: $cc -std=c11 $cflags ... $(pkg-config --libs kvcoord)"
