@@ -35,6 +35,7 @@ stop_all() {
     done
     sleep 0.5
     "$ROOT/tools/etcd-cluster.sh" stop --dir "$ETCD_DIR" 2>/dev/null || true
+    rm -f /dev/shm/kvcoord-demo-A /dev/shm/kvcoord-demo-B # the demo's segments
 }
 
 while [[ $# -gt 0 ]]; do

@@ -68,6 +68,8 @@ class Base(unittest.TestCase):
                 w.kill()
                 w.wait()
                 w.stdout.close()
+        if not os.environ.get("KVCOORD_KEEP_LOGS"):  # set it to keep the nodes' logs
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def node(self, name, **kw):
         n = cl.Node(ARGS.daemon, kw.pop("endpoints", ETCD.endpoints), self.cluster, name,
