@@ -165,6 +165,46 @@ class KilledParticipant(unittest.TestCase):
         # every survivor raised the very same reason
         self.assertEqual(len({r["result"]["reason"] for r in reports.values()}), 1)
 
+    def test_room_sync_sees_the_death(self):
+        """room_sync (one lock take, liveness read once per process) fails a room whose
+        participant was SIGKILLed, like room_get."""
+        name = new_name("killsync")
+        with kvcoord.Segment(name, mode="fresh", rank=0, **SMALL) as seg:
+            rooms = [900, 901, 902]
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                with kvcoord.Segment(name, rank=1) as c:
+                    for room in rooms:
+                        c.room_open(room, 1, 2)
+                    os.write(w, b"x")
+                    while True:
+                        time.sleep(1)
+            os.close(w)
+            for room in rooms:
+                seg.room_open(room, 0, 2)
+            self.assertEqual(os.read(r, 1), b"x")
+            os.close(r)
+            P = kvcoord.KVPoll
+            self.assertEqual(seg.room_sync(0, rooms, [P.Transferring] * 3), [P.Bootstrapping] * 3)
+            os.kill(pid, signal.SIGKILL)
+            end = time.monotonic() + DEADLINE
+            while True:  # a zombie until reaped: the library reads how it died
+                with open("/proc/%d/stat" % pid) as f:
+                    if f.read().split(") ")[1][0] == "Z":
+                        break
+                self.assertLess(time.monotonic(), end)
+                time.sleep(0.005)
+            self.assertEqual(seg.room_sync(0, rooms, [P.Transferring] * 3), [P.Failed] * 3)
+            os.waitpid(pid, 0)
+            for room in rooms:
+                f = seg.room_failure(room, 0)
+                self.assertEqual(f.origin_rank, 1)
+                self.assertIn("rank 1 (pid %d) killed by signal 9" % pid, f.reason)
+                seg.room_release(room, 0)
+        discard(name)
+
     def test_library_liveness_check(self):
         name = new_name("kill")
         with kvcoord.Segment(name, mode="fresh", role="none", **SMALL):
