@@ -35,7 +35,36 @@ static int fail(struct http_conn *c, int status, const char *detail)
 {
     c->err_status = status;
     c->err_detail = detail;
+    c->err_extra = status == 401   ? "WWW-Authenticate: Bearer\r\n"
+                   : status == 503 ? "Retry-After: 1\r\n"
+                                   : NULL;
     return stop_with(c, HCONN_ERROR);
+}
+
+/* Give back what this request reserved of the daemon-wide budget. */
+static void unreserve(struct http_conn *c)
+{
+    if (c->reserved && c->lim->buffered)
+        *c->lim->buffered -= c->reserved;
+    c->reserved = 0;
+}
+
+/* Reserve n more body bytes of the daemon-wide budget; 503 when they do
+ * not fit. */
+static int reserve(struct http_conn *c, uint64_t n)
+{
+    if (!c->lim->max_buffered || !c->lim->buffered || n == 0)
+        return 0;
+    size_t used = *c->lim->buffered;
+    if (n > c->lim->max_buffered - (used < c->lim->max_buffered ? used : c->lim->max_buffered)) {
+        snprintf(c->err_buf, sizeof c->err_buf,
+                 "Server busy: request bodies being received exceed its buffer budget");
+        fail(c, 503, c->err_buf);
+        return -1;
+    }
+    *c->lim->buffered += (size_t)n;
+    c->reserved += (size_t)n;
+    return 0;
 }
 
 /* Count n more bytes of request head; 431 past the limit. */
@@ -73,6 +102,8 @@ static int on_message_begin(http_parser *p)
     buf_reset(&c->body);
     c->field_len = c->in_value = c->keep = 0;
     c->te_count = c->expect_len = c->te_len = 0;
+    c->split = 0;
+    unreserve(c);
     auth_wipe(c);
     return 0;
 }
@@ -180,50 +211,6 @@ static int body_too_large(struct http_conn *c)
     return fail(c, 413, c->err_buf);
 }
 
-static int on_headers_complete(http_parser *p)
-{
-    struct http_conn *c = conn_of(p);
-    c->phase = HCONN_BODY;
-    if (p->http_major != 1)
-        return fail(c, 400, "Malformed HTTP request: unsupported HTTP version");
-    if (c->te_count && !value_is(c->te, c->te_len, sizeof c->te, "chunked"))
-        return fail(c, 501, "Unsupported Transfer-Encoding (only chunked is accepted)");
-    if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body)
-        return body_too_large(c);
-    if (c->auth_count) {
-        c->req.authorization = c->auth;
-        c->req.authorization_len = c->auth_len;
-        c->req.authorization_bad = c->auth_count > 1 || c->auth_overflow;
-    }
-    /* RFC 9110 10.1.1: Expect is ignored in HTTP/1.0 requests. */
-    if (c->expect_len && p->http_minor >= 1) {
-        if (!value_is(c->expect, c->expect_len, sizeof c->expect, "100-continue"))
-            return fail(c, 417, "Unsupported Expect header (only 100-continue is accepted)");
-        if (body_expected(p))
-            return stop_with(c, HCONN_CONTINUE);
-    }
-    return 0;
-}
-
-/* A chunk announces its size first: refuse one that cannot fit before it
- * arrives. */
-static int on_chunk_header(http_parser *p)
-{
-    struct http_conn *c = conn_of(p);
-    if (p->content_length > c->lim->max_body - c->body.len)
-        return body_too_large(c);
-    return 0;
-}
-
-static int on_body(http_parser *p, const char *at, size_t n)
-{
-    struct http_conn *c = conn_of(p);
-    if (n > c->lim->max_body - c->body.len)
-        return body_too_large(c);
-    buf_append(&c->body, at, n);
-    return 0;
-}
-
 /* Split the request target into path (decoded in place) and raw query. */
 static int split_target(struct http_conn *c)
 {
@@ -260,14 +247,75 @@ static int split_target(struct http_conn *c)
     return 0;
 }
 
+static int on_headers_complete(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    c->phase = HCONN_BODY;
+    if (p->http_major != 1)
+        return fail(c, 400, "Malformed HTTP request: unsupported HTTP version");
+    if (c->te_count && !value_is(c->te, c->te_len, sizeof c->te, "chunked"))
+        return fail(c, 501, "Unsupported Transfer-Encoding (only chunked is accepted)");
+    if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body)
+        return body_too_large(c);
+    if (c->auth_count) {
+        c->req.authorization = c->auth;
+        c->req.authorization_len = c->auth_len;
+        c->req.authorization_bad = c->auth_count > 1 || c->auth_overflow;
+    }
+    /* The target is whole now: split (and decode) it once, here. */
+    if (c->url.oom)
+        return fail(c, 500, "Out of memory reading the request");
+    if (split_target(c))
+        return fail(c, 400, "Invalid request target (bad percent-encoding or URL)");
+    c->split = 1;
+    c->req.method = p->method;
+    if (body_expected(p)) {
+        /* Refused from the headers alone: the body is never buffered. */
+        int st = c->lim->head_check ? c->lim->head_check(c->lim->head_arg, &c->req) : 0;
+        if (st)
+            return fail(c, st, st == 401 ? "Unauthorized" : "Request refused");
+        if (!(p->flags & F_CHUNKED) && reserve(c, p->content_length))
+            return 0;
+    }
+    /* RFC 9110 10.1.1: Expect is ignored in HTTP/1.0 requests. */
+    if (c->expect_len && p->http_minor >= 1) {
+        if (!value_is(c->expect, c->expect_len, sizeof c->expect, "100-continue"))
+            return fail(c, 417, "Unsupported Expect header (only 100-continue is accepted)");
+        if (body_expected(p))
+            return stop_with(c, HCONN_CONTINUE);
+    }
+    return 0;
+}
+
+/* A chunk announces its size first: refuse one that cannot fit before it
+ * arrives. */
+static int on_chunk_header(http_parser *p)
+{
+    struct http_conn *c = conn_of(p);
+    if (p->content_length > c->lim->max_body - c->body.len)
+        return body_too_large(c);
+    reserve(c, p->content_length);
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t n)
+{
+    struct http_conn *c = conn_of(p);
+    if (n > c->lim->max_body - c->body.len)
+        return body_too_large(c);
+    buf_append(&c->body, at, n);
+    return 0;
+}
+
 static int on_message_complete(http_parser *p)
 {
     struct http_conn *c = conn_of(p);
     c->phase = HCONN_IDLE;
     if (c->url.oom || c->body.oom)
         return fail(c, 500, "Out of memory reading the request");
-    if (split_target(c))
+    if (!c->split && split_target(c))
         return fail(c, 400, "Invalid request target (bad percent-encoding or URL)");
+    c->split = 1;
     c->req.method = p->method;
     c->req.body = c->body.len ? c->body.p : "";
     c->req.body_len = c->body.len;
@@ -331,6 +379,7 @@ enum hconn_event hconn_parse(struct http_conn *c, const char *data, size_t len, 
 
 void hconn_done(struct http_conn *c)
 {
+    unreserve(c);
     auth_wipe(c);
     buf_trim(&c->url, URL_KEEP);
     buf_trim(&c->body, BODY_KEEP);
@@ -338,6 +387,7 @@ void hconn_done(struct http_conn *c)
 
 void hconn_free(struct http_conn *c)
 {
+    unreserve(c);
     auth_wipe(c);
     buf_free(&c->url);
     buf_free(&c->body);

@@ -15,6 +15,8 @@
  *           percent-escape in the path, HTTP version other than 1.x
  *       431 request line + headers over max_head bytes
  *       413 body over max_body bytes (declared or received)
+ *       503 body over what is left of the daemon-wide budget (max_buffered)
+ *       401 (or another status) from head_check: refused from the headers
  *       417 an Expect other than 100-continue
  *       501 a Transfer-Encoding other than chunked
  * Memory stays bounded whatever arrives: only the URL (bounded by
@@ -36,6 +38,19 @@ struct http_limits {
     size_t max_head; /* request line + header bytes; at most http-parser's own
                         HTTP_MAX_HEADER_SIZE (80 KiB) takes effect */
     size_t max_body; /* body bytes */
+    /* Daemon-wide budget of body bytes (0: none): every connection sharing
+     * these limits reserves its body in *buffered before buffering it - the
+     * declared Content-Length at the end of the head, each chunk's size
+     * before the chunk - and gives it back when the request is done.  A
+     * body that does not fit is refused with 503 before a byte of it is
+     * kept.  One thread only (the loop). */
+    size_t max_buffered;
+    size_t *buffered;
+    /* Called at the end of a head announcing a body, with req's method,
+     * path, query and Authorization set: a non-zero return (an HTTP status,
+     * 401) refuses the request before its body is read (NULL: none). */
+    int (*head_check)(void *arg, const struct http_req *req);
+    void *head_arg;
 };
 
 enum hconn_event {
@@ -62,6 +77,9 @@ struct http_conn {
     size_t head_bytes;
     int err_status;
     const char *err_detail;
+    const char *err_extra; /* extra header lines of the error answer, or NULL */
+    size_t reserved;       /* body bytes reserved in *lim->buffered */
+    unsigned char split;   /* req.path/query set from the URL (decoded once) */
     char err_buf[96];
     /* header being read: name (lower-cased, truncated) and which value we keep */
     char field[24];

@@ -92,6 +92,7 @@ struct routes {
     const struct metrics *metrics;
     struct cluster *cluster;     /* NULL: no --etcd */
     struct cached_answer *cache; /* ANSWER_CACHE_SLOTS, for lookups of the default role */
+    int on_worker;               /* a helper thread's clone: runs what the loop defers */
 };
 
 /* The last answer to GET /get_transfer_engine_info of a rank (its headers'
@@ -139,7 +140,9 @@ static void detailf(struct buf *out, const struct http_req *req, int status, con
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    resp_detail(out, req, status, detail, NULL);
+    /* 503: a segment lock stayed busy past its timeout (the detail names the
+     * lock and its owner's pid); worth retrying shortly. */
+    resp_detail(out, req, status, detail, status == 503 ? "Retry-After: 1\r\n" : NULL);
 }
 
 /* HTTP status for a library error. */
@@ -208,14 +211,20 @@ static int rank_params(const struct http_req *req, struct buf *out, uint32_t *ra
     return 0;
 }
 
+/* The token check of a mutating request (AUTH_ALLOW without a token). */
+static enum auth_result token_check(const struct routes *r, const struct http_req *req)
+{
+    if (!r->auth || !auth_enabled(r->auth))
+        return AUTH_ALLOW;
+    return req->authorization_bad
+               ? AUTH_DENY_TOKEN
+               : auth_check_n(r->auth, req->authorization, req->authorization_len);
+}
+
 /* A mutating request without a valid token: answers 401 and returns 1. */
 static int unauthorized(struct routes *r, const struct http_req *req, struct buf *out)
 {
-    if (!r->auth || !auth_enabled(r->auth))
-        return 0;
-    enum auth_result rc = req->authorization_bad
-                              ? AUTH_DENY_TOKEN
-                              : auth_check_n(r->auth, req->authorization, req->authorization_len);
+    enum auth_result rc = token_check(r, req);
     if (rc == AUTH_ALLOW)
         return 0;
     resp_detail(out, req, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
@@ -533,15 +542,8 @@ static enum route_rc put_register(struct routes *r, struct route_slot *s,
                                   const struct http_req *req, struct buf *out)
 {
     (void)s;
-    if (req->body_len > ROUTES_INLINE_BODY)
-        return ROUTE_DEFER;
     register_now(r, req, out);
     return ROUTE_DONE;
-}
-
-void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out)
-{
-    register_now(r, req, out); /* the only route deferred */
 }
 
 /* ---- PUT /register_parallelism_config, GET /get_parallelism_config ---------- */
@@ -563,7 +565,8 @@ static void parallelism_store(struct routes *r, const struct http_req *req, stru
         resp_ok(out, req);
 }
 
-/* Configs are small (a few hundred bytes): handled on the loop. */
+/* Configs are small (a few hundred bytes); stored under the ranks lock, so
+ * run on a helper thread like every mutating route. */
 static enum route_rc put_parallelism(struct routes *r, struct route_slot *s,
                                      const struct http_req *req, struct buf *out)
 {
@@ -935,9 +938,11 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
     send_body(r, req, out);
 }
 
-/* /rooms/{room} and /rooms/{room}/failure.  path is after "/rooms/". */
-static void rooms_route(struct routes *r, const struct http_req *req, struct buf *out,
-                        const char *path, size_t len)
+/* /rooms/{room} and /rooms/{room}/failure.  path is after "/rooms/".  Both
+ * take the rooms lock: on the loop, once the request is known good, they
+ * are deferred to a helper thread. */
+static enum route_rc rooms_route(struct routes *r, const struct http_req *req, struct buf *out,
+                                 const char *path, size_t len)
 {
     static const char failure[] = "/failure";
     const char *slash = memchr(path, '/', len);
@@ -947,7 +952,7 @@ static void rooms_route(struct routes *r, const struct http_req *req, struct buf
         size_t rest = len - id_len;
         if (rest != sizeof failure - 1 || memcmp(slash, failure, rest)) {
             resp_detail(out, req, 404, "Not Found", NULL);
-            return;
+            return ROUTE_DONE;
         }
         is_failure = 1;
     }
@@ -955,19 +960,22 @@ static void rooms_route(struct routes *r, const struct http_req *req, struct buf
                    : req->method != HTTP_GET && req->method != HTTP_HEAD) {
         resp_detail(out, req, 405, "Method Not Allowed",
                     is_failure ? "Allow: PUT, POST\r\n" : "Allow: GET, HEAD\r\n");
-        return;
+        return ROUTE_DONE;
     }
-    if (is_failure && unauthorized(r, req, out))
-        return;
+    if (is_failure && !r->on_worker && unauthorized(r, req, out))
+        return ROUTE_DONE;
     uint64_t room;
     if (parse_room_id(path, id_len, &room)) {
         resp_detail(out, req, 400, "Invalid room id: " ROOM_ID_RULE, NULL);
-        return;
+        return ROUTE_DONE;
     }
+    if (!r->on_worker)
+        return ROUTE_DEFER;
     if (is_failure)
         put_room_failure(r, req, out, room);
     else
         get_room(r, req, out, room);
+    return ROUTE_DONE;
 }
 
 /* ---- GET /failures --------------------------------------------------------- */
@@ -1076,6 +1084,16 @@ static int mutating(const struct route *rt)
     return rt->fn == put_register || rt->fn == delete_info || rt->fn == put_parallelism;
 }
 
+/* Routes that may wait for a segment lock (or parse megabytes): run on a
+ * helper thread, never on the loop.  /metrics only when its rooms figures
+ * must be read (metrics.h); lookups, /ranks and /health never lock. */
+static int may_wait(struct routes *r, const struct route *rt)
+{
+    if (rt->fn == get_metrics)
+        return !metrics_rooms_fresh((struct metrics *)r->metrics, r->seg);
+    return mutating(rt) || rt->fn == get_failures;
+}
+
 #define ROOMS_PREFIX "/rooms/"
 
 static const struct route *find_route(const char *path, size_t len)
@@ -1113,10 +1131,8 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
     size_t plen = sizeof ROOMS_PREFIX - 1;
     if (redirect_slash(req, out))
         return ROUTE_DONE;
-    if (req->path_len >= plen && !memcmp(req->path, ROOMS_PREFIX, plen)) {
-        rooms_route(r, req, out, req->path + plen, req->path_len - plen);
-        return ROUTE_DONE;
-    }
+    if (req->path_len >= plen && !memcmp(req->path, ROOMS_PREFIX, plen))
+        return rooms_route(r, req, out, req->path + plen, req->path_len - plen);
     for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
         const struct route *rt = &route_table[i];
         if (strlen(rt->path) != req->path_len || memcmp(rt->path, req->path, req->path_len))
@@ -1126,9 +1142,11 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
             return ROUTE_DONE;
         }
         /* Before anything else, ROUTE_DEFER included: the helper thread
-         * never sees an unauthenticated body. */
-        if (mutating(rt) && unauthorized(r, req, out))
+         * never sees an unauthenticated body (and never reads the token). */
+        if (!r->on_worker && mutating(rt) && unauthorized(r, req, out))
             return ROUTE_DONE;
+        if (!r->on_worker && may_wait(r, rt))
+            return ROUTE_DEFER;
         return rt->fn(r, s, req, out);
     }
     resp_detail(out, req, 404, "Not Found", NULL);
@@ -1156,6 +1174,60 @@ int routes_create(struct routes **out, kvc_segment *seg)
         return -1;
     }
     *out = r;
+    return 0;
+}
+
+/* Does req (method, path) need the token? */
+static int needs_token(const struct http_req *req)
+{
+    size_t plen = sizeof ROOMS_PREFIX - 1;
+    static const char failure[] = "/failure";
+    size_t fl = sizeof failure - 1;
+    if (req->path_len > plen + fl && !memcmp(req->path, ROOMS_PREFIX, plen))
+        return (req->method == HTTP_PUT || req->method == HTTP_POST) &&
+               !memcmp(req->path + req->path_len - fl, failure, fl);
+    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
+        const struct route *rt = &route_table[i];
+        if (strlen(rt->path) == req->path_len && !memcmp(rt->path, req->path, req->path_len))
+            return req->method >= 0 && req->method < 64 && (rt->methods & M(req->method)) &&
+                   mutating(rt);
+    }
+    return 0;
+}
+
+int routes_head_check(void *arg, const struct http_req *req)
+{
+    struct routes *r = arg;
+    if (!needs_token(req))
+        return 0;
+    enum auth_result rc = token_check(r, req);
+    if (rc == AUTH_ALLOW)
+        return 0;
+    if (log_enabled(LOG_DEBUG)) /* never the header itself */
+        log_event(LOG_DEBUG, "unauthorized", "method=%s path=\"%.*s\" reason=%s body=unread",
+                  http_method_str((enum http_method)req->method),
+                  (int)(req->path_len > 200 ? 200 : req->path_len), req->path,
+                  auth_result_name(rc));
+    return 401;
+}
+
+void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out)
+{
+    struct route_slot none = {0}; /* no deferred route parks */
+    enum route_rc rc = routes_dispatch(r, &none, req, out);
+    if (rc != ROUTE_DONE) /* cannot happen: a clone never defers or parks */
+        resp_detail(out, req, 500, "Internal error: request could not be run", NULL);
+    route_slot_free(&none);
+}
+
+int routes_clone(const struct routes *r, struct routes **out)
+{
+    if (routes_create(out, r->seg))
+        return -1;
+    (*out)->auth = r->auth;
+    (*out)->metrics = r->metrics;
+    (*out)->cluster = r->cluster;
+    (*out)->on_worker = 1;
     return 0;
 }
 

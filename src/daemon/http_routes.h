@@ -7,8 +7,13 @@
  * A lookup with wait_ms may not be answerable yet: the handler then returns
  * ROUTE_PARK and the server keeps the connection parked (without blocking
  * its loop) until the rank table changes or the wait ends, and calls
- * routes_resume().  A large registration returns ROUTE_DEFER: the server
- * runs routes_deferred() on a helper thread.
+ * routes_resume().  A request that may wait for a segment lock (every
+ * mutating route, the room routes, /failures, /metrics when its rooms
+ * figures must be read) or parse megabytes returns ROUTE_DEFER once it is
+ * known good (method, path, token): the server runs routes_deferred() on a
+ * helper thread (http_worker.h), so the event loop never waits for a lock.
+ * A lock still busy after the segment's lock timeout answers 503 with
+ * Retry-After and a detail naming the lock and its owner's pid.
  */
 #ifndef KVC_HTTP_ROUTES_H
 #define KVC_HTTP_ROUTES_H
@@ -37,13 +42,9 @@ struct route_slot {
 enum route_rc {
     ROUTE_DONE = 0, /* the whole answer was appended to out */
     ROUTE_PARK = 1, /* nothing appended: park, then routes_resume() */
-    ROUTE_DEFER = 2 /* nothing appended: too slow for the loop; run
+    ROUTE_DEFER = 2 /* nothing appended: may wait for a lock; run
                        routes_deferred() on a helper thread */
 };
-
-/* Registration bodies larger than this are handled by routes_deferred() on
- * a helper thread (parsing megabytes of JSON would stall the loop). */
-#define ROUTES_INLINE_BODY (64 * 1024)
 
 /* Create the routes for an open segment.  Returns 0, or -1 (out of memory). */
 int routes_create(struct routes **out, kvc_segment *seg);
@@ -69,9 +70,20 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
 enum route_rc routes_resume(struct routes *r, struct route_slot *s, const struct http_req *req,
                             struct buf *out, int expired);
 
-/* The slow part of a request dispatched as ROUTE_DEFER: answer req into
- * out.  Safe to run on another thread than the loop, one request at a
- * time per connection. */
+/* Routes for a helper thread: the same segment, token check and counters
+ * as r, scratch buffers of their own; they run what r deferred.  Returns 0,
+ * or -1 (out of memory).  Free with routes_destroy(). */
+int routes_clone(const struct routes *r, struct routes **out);
+
+/* http_limits.head_check (http_conn.h) of the loop's routes (arg): 401
+ * for a mutating request whose token is missing or wrong, decided from its
+ * headers, so its body is never buffered; 0 otherwise.  Loop thread only
+ * (the token is re-read there on SIGHUP). */
+int routes_head_check(void *arg, const struct http_req *req);
+
+/* Run a request r's original deferred (ROUTE_DEFER), on the clone r of a
+ * helper thread: answer req into out.  The token was checked on the loop;
+ * one request at a time per clone. */
 void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out);
 
 /* The request using s was answered: free a large lookup buffer. */

@@ -1,18 +1,16 @@
 /*
  * http_server.c - the io_uring event loop of kvcoordd; see http_server.h.
  *
- * One ring, one thread.  Helper threads never touch the ring: the rank
- * watch (rank_watch.c: long-polls, change log), the worker for slow requests
- * (http_worker.c) and the process-table waker (proc_watch.c) each wake the
- * loop through an eventfd read on the ring; the cluster threads (cluster.c)
- * talk to etcd.  The loop drains completions and hands each to the handler
- * named after its operation:
- * handle_accept, handle_sweep, handle_signal, handle_wake, handle_jobs,
- * handle_procs here, procs_complete (a watched process exited;
- * proc_watch.c), and for
- * connections handle_recv, handle_send and
- * handle_park_timeout in http_session.c.  What an SQE is
- * for is packed in its user_data (http_server_int.h).
+ * One ring, one thread, which never waits for a segment lock.  Helpers
+ * that never touch the ring: the rank watch for long-polls, the worker
+ * threads for every request that may lock (http_worker.h), each waking the
+ * loop through an eventfd read on the ring; and the segment maintenance
+ * (proc_watch.h: reaping, room sweep, event log, segment file watch),
+ * which the loop only pokes; the cluster threads (cluster.c) talk to etcd.  The loop reaps completions and hands each to
+ * the handler named after its operation: handle_accept, handle_sweep,
+ * handle_signal, handle_wake, handle_jobs here, and for connections
+ * handle_recv, handle_send and handle_park_timeout in http_session.c.
+ * What an SQE is for is packed in its user_data (http_server_int.h).
  */
 #include "clock.h"
 #include "http_server.h"
@@ -33,6 +31,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "seg_events.h"
 
 /* Ring sizes; overridable to test a full SQ and an overflowing CQ
  * (-DSQ_ENTRIES=4 -DCQ_ENTRIES_MAX=8). */
@@ -82,17 +81,6 @@ struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16
         s->pending++;
     if (c)
         c->inflight++;
-    return sqe;
-}
-
-struct io_uring_sqe *op_sqe_slot(struct server *s, enum op op, uint32_t slot, uint16_t seq)
-{
-    struct io_uring_sqe *sqe = get_sqe(s);
-    if (!sqe)
-        return NULL;
-    io_uring_sqe_set_data64(sqe, ud_pack(op, slot, seq));
-    if (op != OP_IGNORE)
-        s->pending++;
     return sqe;
 }
 
@@ -214,7 +202,7 @@ static void handle_wake(struct server *s, int res)
 {
     (void)res; /* the counter's value does not matter */
     conns_wake(s);
-    seg_events_ranks(s->events);
+    proc_watch_poke(s->procs); /* logs what changed, off the loop */
     if (!s->stopping)
         arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
 }
@@ -227,23 +215,9 @@ static void handle_jobs(struct server *s)
         arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
 }
 
-/* The process table changed (a process attached, detached or was reaped):
- * watch the new ones at once, before a short-lived one can be reaped by its
- * parent and take its exit status with it. */
-static void handle_procs(struct server *s)
-{
-    procs_check(s, 0);
-    seg_events_check(s->events);
-    if (!s->stopping)
-        arm_read(s, OP_PROCS, s->procs_fd, &s->procs_buf, sizeof s->procs_buf);
-}
-
 static void handle_sweep(struct server *s)
 {
-    conns_sweep(s);
-    procs_tick(s);
-    seg_events_ranks(s->events); /* a safety net: the watches wake the loop first */
-    seg_events_check(s->events);
+    conns_sweep(s); /* the segment's own tick is proc_watch's, off the loop */
     if (!s->accept_armed && !s->accept_waiting && !s->stopping)
         arm_accept(s); /* a re-arm that found no SQE earlier */
     if (!s->stopping)
@@ -308,11 +282,6 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     case OP_SIGNAL: handle_signal(s, res); break;
     case OP_WAKE: handle_wake(s, res); break;
     case OP_JOBS: handle_jobs(s); break;
-    case OP_PIDFD:
-        procs_complete(s, ud_slot(ud), res);
-        seg_events_check(s->events); /* a reap fails rooms, may recover a lock */
-        break;
-    case OP_PROCS: handle_procs(s); break;
     }
 }
 
@@ -384,7 +353,9 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->cfg = cfg;
     s->limits.max_head = cfg->max_head_bytes;
     s->limits.max_body = cfg->max_body_bytes;
-    s->wake_fd = s->jobs_fd = s->procs_fd = -1;
+    s->limits.max_buffered = cfg->max_buffered_bytes;
+    s->limits.buffered = &s->buffered;
+    s->wake_fd = s->jobs_fd = -1;
     s->metrics = cfg->metrics;
     s->now_ms = kvc__mono_ms();
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
@@ -397,6 +368,8 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     }
     routes_set_ops(s->routes, cfg->auth, cfg->metrics);
     routes_set_cluster(s->routes, cfg->cluster);
+    s->limits.head_check = routes_head_check;
+    s->limits.head_arg = s->routes;
     for (unsigned i = cfg->max_conns; i-- > 0;) {
         s->conns[i].fd = -1;
         s->conns[i].slot = i;
@@ -404,11 +377,13 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         s->free_list = &s->conns[i];
     }
     if (rank_watch_start(&s->watch, seg, &s->wake_fd) ||
-        worker_start(&s->worker, s->routes, &s->jobs_fd)) {
+        worker_start(&s->worker, s->routes, WORKER_THREADS, &s->jobs_fd)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"helper thread: %s\"", strerror(errno));
         return -1;
     }
-    if (procs_init(s, seg)) {
+    struct proc_watch_config pc = {
+        .seg = seg, .events = s->events, .file = cfg->segment_file, .metrics = cfg->metrics};
+    if (proc_watch_start(&s->procs, &pc)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"process watch: %s\"", strerror(errno));
         return -1;
     }
@@ -439,6 +414,7 @@ static void server_drain(struct server *s)
 
 static void server_free(struct server *s)
 {
+    proc_watch_stop(s->procs); /* before the events and metrics it uses go */
     if (s->ring_ok)
         io_uring_queue_exit(&s->ring);
     rank_watch_stop(s->watch);
@@ -458,7 +434,6 @@ static void server_free(struct server *s)
     for (; s->accept_q && s->accept_len; s->accept_len--, s->accept_head++)
         close(s->accept_q[s->accept_head % s->accept_cap]);
     free(s->accept_q);
-    procs_free(s); /* after the ring: no poll still reads a pidfd */
     routes_destroy(s->routes);
     seg_events_free(s->events);
 }
@@ -470,11 +445,6 @@ static void loop(struct server *s)
     arm_read(s, OP_SIGNAL, s->cfg->signal_fd, &s->sig_buf, sizeof s->sig_buf);
     arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
     arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
-    arm_read(s, OP_PROCS, s->procs_fd, &s->procs_buf, sizeof s->procs_buf);
-    /* Processes that died while the daemon was down are reaped now; the
-     * live ones are watched from here on. */
-    procs_check(s, 1);
-    seg_events_check(s->events); /* recoveries made by those reaps */
     while (!s->stopping) {
         /* With accepted sockets still queued, only look (no wait). */
         int ret = io_uring_submit_and_wait(&s->ring, s->accept_len ? 0 : 1);

@@ -13,22 +13,28 @@ struct auth;
 struct metrics;
 
 struct server_config {
-    int listen_fd;              /* bound and listening */
-    const char *listen_addr;    /* for the "listening" line: ADDR:PORT */
-    const char *segment_name;   /* for the "listening" line */
-    int signal_fd;              /* signalfd of SIGINT/SIGTERM/SIGHUP (blocked in every
+    int listen_fd;                  /* bound and listening */
+    const char *listen_addr;        /* for the "listening" line: ADDR:PORT */
+    const char *segment_name;       /* for the "listening" line */
+    int signal_fd;                  /* signalfd of SIGINT/SIGTERM/SIGHUP (blocked in every
                                     thread); SIGHUP re-reads the token file */
-    unsigned max_conns;         /* connections served at once; more get 503 and close */
-    size_t max_head_bytes;      /* request line + headers: 431 beyond */
-    size_t max_body_bytes;      /* request body: 413 beyond */
-    unsigned header_timeout_ms; /* a request head (and a new connection's first
+    unsigned max_conns;             /* connections served at once; more get 503 and close */
+    size_t max_head_bytes;          /* request line + headers: 431 beyond */
+    size_t max_body_bytes;          /* request body: 413 beyond */
+    unsigned header_timeout_ms;     /* a request head (and a new connection's first
                                     request) must arrive within this */
-    unsigned idle_timeout_ms;   /* keep-alive idle time, and the longest stall of a
+    unsigned idle_timeout_ms;       /* keep-alive idle time, and the longest stall of a
                                     body being received or a response being sent */
-    struct auth *auth;          /* token of the mutating routes (NULL: none);
+    struct auth *auth;              /* token of the mutating routes (NULL: none);
                                     re-read on SIGHUP by the loop */
-    struct metrics *metrics;    /* counters of GET /metrics (may be NULL) */
-    struct cluster *cluster;    /* the cluster view (--etcd), or NULL */
+    struct metrics *metrics;        /* counters of GET /metrics (may be NULL) */
+    struct cluster *cluster;        /* the cluster view (--etcd), or NULL */
+    struct seg_watch *segment_file; /* the segment file watch (seg_watch.h), or NULL */
+    size_t max_buffered_bytes;      /* request bytes all connections may buffer together
+                                       (bodies and heads); a body that does not fit gets
+                                       503 and is not read (0: no budget) */
+    unsigned body_timeout_ms;       /* a body must arrive whole within this of its head
+                                       (0: only the idle timeout applies) */
 };
 
 /* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd

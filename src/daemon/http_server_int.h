@@ -20,8 +20,8 @@
 #include "http_routes.h"
 #include "http_server.h"
 #include "http_worker.h"
+#include "proc_watch.h"
 #include "rank_watch.h"
-#include "seg_events.h"
 
 /* ---- user_data --------------------------------------------------------- */
 
@@ -35,9 +35,7 @@ enum op {
     OP_SWEEP,        /* periodic deadline sweep */
     OP_SIGNAL,       /* read of the signalfd */
     OP_WAKE,         /* read of the rank watch's eventfd */
-    OP_JOBS,         /* read of the helper thread's eventfd */
-    OP_PIDFD,        /* poll of an attached process's pidfd; slot: its watch */
-    OP_PROCS         /* read of the process watch's eventfd (table changed) */
+    OP_JOBS          /* read of the helper threads' eventfd */
 };
 
 /* bits 0-7: op; 8-23: sequence (which park a timer belongs to); 32-63: slot. */
@@ -71,10 +69,11 @@ struct conn {
     unsigned zero_sends;
     uint64_t served;                                  /* requests answered */
     uint64_t accepted_ms, head_start_ms, deadline_ms; /* 0: no deadline */
-    uint64_t req_start_ns; /* first byte of the request being served (metrics) */
-    size_t resp_off;       /* where its answer starts in out[cur] (its status) */
-    char *rbuf;            /* RBUF_SIZE bytes, allocated at the first bytes received
-                              and kept with the slot; [roff, rlen) not parsed yet */
+    uint64_t body_start_ms; /* the body being received began (its deadline) */
+    uint64_t req_start_ns;  /* first byte of the request being served (metrics) */
+    size_t resp_off;        /* where its answer starts in out[cur] (its status) */
+    char *rbuf;             /* RBUF_SIZE bytes, allocated at the first bytes received
+                               and kept with the slot; [roff, rlen) not parsed yet */
     uint32_t roff, rlen;
     struct buf out[2]; /* out[cur]: being filled; out[cur ^ 1]: being sent */
     unsigned cur;
@@ -91,6 +90,7 @@ struct server {
     struct io_uring ring;
     const struct server_config *cfg;
     struct http_limits limits;
+    size_t buffered; /* body bytes reserved by all connections (limits.buffered) */
     struct routes *routes;
     struct rank_watch *watch;
     int wake_fd;
@@ -112,20 +112,15 @@ struct server {
     struct signalfd_siginfo sig_buf;
     uint64_t wake_buf, jobs_buf;
     int ring_ok;
-    struct proc_watch *procs; /* dead-process detection (proc_watch.c) */
-    int procs_fd;             /* eventfd: the process table changed */
-    uint64_t procs_buf;
+    struct proc_watch *procs;  /* segment maintenance, off the loop (proc_watch.h) */
     struct metrics *metrics;   /* NULL: not counted */
-    struct seg_events *events; /* the segment's event log (seg_events.h) */
+    struct seg_events *events; /* the segment's event log, run by procs */
 };
 
 /* http_server.c: an SQE for op (on connection c, or NULL for the server's
  * own), with its user_data set and counted in flight; NULL when the kernel
  * takes no more (callers cope: never dereference it). */
 struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16_t seq);
-/* The same for an operation of the server's own that names a slot of its
- * own table (OP_PIDFD: a process watch). */
-struct io_uring_sqe *op_sqe_slot(struct server *s, enum op op, uint32_t slot, uint16_t seq);
 
 /* http_session.c */
 void conn_open(struct server *s, int fd); /* a socket accept()ed */
@@ -135,19 +130,5 @@ void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16
 void conns_wake(struct server *s);      /* the rank table changed: re-check parked lookups */
 void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s);     /* close connections past their deadline */
-
-/* proc_watch.c: watch attached processes through pidfds; reap dead ones.
- * procs_init() starts a helper thread that sleeps in kvc_proc_wait_change()
- * and writes s->procs_fd on every change of the process table, so a
- * process is watched as soon as it attaches. */
-int procs_init(struct server *s, kvc_segment *seg);
-void procs_free(struct server *s);
-/* Re-scan the process table if it changed since the last scan (force:
- * anyway): watch new processes, reap gone ones, drop detached ones. */
-void procs_check(struct server *s, int force);
-/* The OP_PIDFD poll of watch slot completed with res. */
-void procs_complete(struct server *s, uint32_t slot, int res);
-/* The 1 s sweep: procs_check(), and every few seconds kvc_room_sweep(). */
-void procs_tick(struct server *s);
 
 #endif /* KVC_HTTP_SERVER_INT_H */

@@ -232,11 +232,8 @@ static void request_done(struct server *s, struct conn *c)
     /* A registration may come with a newly attached process: look at the
      * process table now rather than at the next sweep (an epoch compare
      * when nothing changed); and log what it changed. */
-    if (req->method == HTTP_PUT || req->method == HTTP_POST || req->method == HTTP_DELETE) {
-        procs_check(s, 0);
-        seg_events_ranks(s->events);
-        seg_events_check(s->events);
-    }
+    if (req->method == HTTP_PUT || req->method == HTTP_POST || req->method == HTTP_DELETE)
+        proc_watch_poke(s->procs);
     if (!req->keep_alive)
         c->close_after_send = 1;
     if (log_enabled(LOG_DEBUG))
@@ -310,10 +307,14 @@ static void serve(struct server *s, struct conn *c)
 static void answer_error(struct server *s, struct conn *c)
 {
     static const struct http_req closing = {.method = HTTP_GET, .http_minor = 1, .keep_alive = 0};
-    resp_detail(&c->out[c->cur], &closing, c->http.err_status, c->http.err_detail, NULL);
+    resp_detail(&c->out[c->cur], &closing, c->http.err_status, c->http.err_detail,
+                c->http.err_extra);
     c->close_after_send = 1;
-    if (s->metrics) /* before routing: the path may not even be parsed */
-        metrics_request(s->metrics, MR_OTHER, c->http.err_status, kvc__mono_ns() - c->req_start_ns);
+    if (s->metrics) /* the route once the target is known (a 401 or 503 from the head) */
+        metrics_request(s->metrics,
+                        c->http.split ? metrics_route_of(c->http.req.path, c->http.req.path_len)
+                                      : MR_OTHER,
+                        c->http.err_status, kvc__mono_ns() - c->req_start_ns);
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "bad_request", "slot=%u status=%d detail=\"%s\"", c->slot,
                   c->http.err_status, c->http.err_detail);
@@ -339,6 +340,17 @@ static void update_deadline(struct server *s, struct conn *c)
         return;
     }
     c->head_start_ms = 0;
+    if (c->http.phase == HCONN_BODY && cfg->body_timeout_ms) {
+        /* A trickled body: the whole of it must arrive within the body
+         * timeout of its head, however slowly it drips in. */
+        if (!c->body_start_ms)
+            c->body_start_ms = s->now_ms;
+        uint64_t idle = s->now_ms + cfg->idle_timeout_ms;
+        uint64_t whole = c->body_start_ms + cfg->body_timeout_ms;
+        c->deadline_ms = idle < whole ? idle : whole;
+        return;
+    }
+    c->body_start_ms = 0;
     if (c->http.phase == HCONN_IDLE && !out_pending(c) && c->served == 0)
         c->deadline_ms = c->accepted_ms + cfg->header_timeout_ms;
     else /* idle keep-alive, a body arriving or an answer leaving: since last progress */
@@ -533,6 +545,7 @@ void conns_sweep(struct server *s)
             conn_close(s, c,
                        c->lingering                  ? "linger_timeout"
                        : c->http.phase == HCONN_HEAD ? "header_timeout"
+                       : c->http.phase == HCONN_BODY ? "body_timeout"
                                                      : "idle_timeout");
     }
 }

@@ -1,5 +1,6 @@
 /*
- * http_worker.c - the helper thread for slow requests; see http_worker.h.
+ * http_worker.c - the helper threads for requests the event loop must not
+ * run; see http_worker.h.
  */
 #include "http_worker.h"
 #include "wake.h"
@@ -7,22 +8,33 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
-struct http_worker {
-    struct routes *routes;
-    int efd;
+struct http_worker;
+
+struct worker_thread {
+    struct http_worker *w;
+    struct routes *routes; /* this thread's own (its scratch buffers) */
     pthread_t thread;
+    int started;
+};
+
+struct http_worker {
+    int efd;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct worker_job *queue_head, *queue_tail; /* submitted, first in first out */
     struct worker_job *done;                    /* finished, any order */
     int stop;
+    unsigned nthreads;
+    struct worker_thread *threads;
 };
 
 static void *worker_main(void *arg)
 {
-    struct http_worker *w = arg;
+    struct worker_thread *t = arg;
+    struct http_worker *w = t->w;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->stop && !w->queue_head)
@@ -35,7 +47,7 @@ static void *worker_main(void *arg)
             w->queue_tail = NULL;
         pthread_mutex_unlock(&w->mu);
 
-        routes_deferred(w->routes, job->req, &job->out);
+        routes_deferred(t->routes, job->req, &job->out);
 
         pthread_mutex_lock(&w->mu);
         job->next = w->done;
@@ -46,16 +58,32 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int worker_start(struct http_worker **out, struct routes *r, int *efd)
+int worker_start(struct http_worker **out, struct routes *r, unsigned nthreads, int *efd)
 {
     struct http_worker *w = calloc(1, sizeof *w);
     if (!w)
         return -1;
-    w->routes = r;
+    if (nthreads < 1)
+        nthreads = 1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (wake_thread_start(&w->efd, &w->thread, worker_main, w)) {
-        free(w);
+    w->threads = calloc(nthreads, sizeof *w->threads);
+    w->efd = eventfd(0, EFD_CLOEXEC);
+    int err = !w->threads || w->efd < 0 ? (errno ? errno : ENOMEM) : 0;
+    for (unsigned i = 0; !err && i < nthreads; i++) {
+        struct worker_thread *t = &w->threads[i];
+        t->w = w;
+        if (routes_clone(r, &t->routes)) {
+            err = ENOMEM;
+            break;
+        }
+        w->nthreads = i + 1;
+        if ((err = pthread_create(&t->thread, NULL, worker_main, t)) == 0)
+            t->started = 1;
+    }
+    if (err) {
+        worker_stop(w);
+        errno = err;
         return -1;
     }
     *efd = w->efd;
@@ -91,11 +119,17 @@ void worker_stop(struct http_worker *w)
         return;
     pthread_mutex_lock(&w->mu);
     w->stop = 1;
-    pthread_cond_signal(&w->cv);
+    pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
+    for (unsigned i = 0; i < w->nthreads; i++) {
+        if (w->threads[i].started)
+            pthread_join(w->threads[i].thread, NULL);
+        routes_destroy(w->threads[i].routes);
+    }
+    free(w->threads);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
-    close(w->efd);
+    if (w->efd >= 0)
+        close(w->efd);
     free(w);
 }

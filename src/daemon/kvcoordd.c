@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,9 +25,11 @@
 #include "metrics.h"
 #include "net.h"
 #include "query.h"
+#include "seg_watch.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:6789"
 #define MAX_HEAD_LIMIT (80 * 1024) /* http-parser's own bound on a head */
+#define MIN_HEAD_LIMIT 1024        /* smaller refuses real clients' requests */
 
 struct options {
     const char *listen;
@@ -38,6 +41,10 @@ struct options {
     uint32_t max_conns;
     uint32_t header_timeout_s, idle_timeout_s;
     uint32_t bind_retry_s; /* how long EADDRINUSE is retried at start */
+    uint32_t lock_timeout_ms;
+    uint64_t max_buffered;   /* request bytes buffered by all connections together */
+    uint32_t body_timeout_s; /* a whole body must arrive within this */
+    uint64_t given;          /* bit (c - OPT_LISTEN) for each option given */
     enum log_level log_level;
     /* cluster view: off without --etcd */
     const char *etcd, *cluster, *node, *advertise;
@@ -99,6 +106,17 @@ static void usage(FILE *f)
                "                         variable KVCOORD_AUTH_TOKEN; with neither, every\n"
                "                         request is allowed.  An empty token refuses all\n"
                "                         mutating requests.  Read routes stay open.\n"
+               "  --max-buffered-bytes SIZE\n"
+               "                         request bodies all connections together may hold\n"
+               "                         while they arrive; a body that does not fit is\n"
+               "                         answered 503 (Retry-After) from its headers and not\n"
+               "                         read (default 256M; at least --max-body-bytes)\n"
+               "  --body-timeout SECS    a request body must arrive whole within SECS of its\n"
+               "                         headers, however it trickles (default 60)\n"
+               "  --lock-timeout MS      longest wait for a segment lock; a lock held longer\n"
+               "                         (by a stopped process) answers the request 503 with\n"
+               "                         Retry-After, naming the lock and its holder; for this\n"
+               "                         daemon's own calls (default 2000)\n"
                "  --bind-retry SECS      while the port is still taken (the listening socket of\n"
                "                         a daemon killed a moment ago lingers for a few tens\n"
                "                         of milliseconds), retry binding for up to SECS\n"
@@ -142,6 +160,17 @@ static void usage(FILE *f)
                "supervisor keeps it open across restarts, so connections that arrive while\n"
                "the daemon is down wait in its backlog and are answered by the next one.\n"
                "\n"
+               "The event loop never waits for a segment lock: requests that may (every\n"
+               "mutating one, the room routes, /failures) run on helper threads, and so do\n"
+               "reaping, the room sweep and the event log.  A mutating request with a bad or\n"
+               "missing token is answered 401 from its headers; its body is never read.\n"
+               "\n"
+               "The segment file is watched: re-moded or extended under the daemon, it is\n"
+               "put back (logged at error); truncated, unlinked or replaced, the daemon logs\n"
+               "an error naming the change and exits 1 (the attached workers must restart\n"
+               "too).  A file found invalid at start is renamed NAME.invalid-TIME for\n"
+               "kvcoord-diag (logged at error), never silently replaced.\n"
+               "\n"
                "Signals: SIGINT and SIGTERM stop the daemon cleanly; the segment and its\n"
                "registrations stay in /dev/shm for the next start.  SIGHUP re-reads the\n"
                "token file (a bad file keeps the previous token).  Under systemd\n"
@@ -149,8 +178,10 @@ static void usage(FILE *f)
                "\n"
                "Exit status:\n"
                "  0  stopped by SIGINT or SIGTERM (or --help, --version)\n"
-               "  1  could not listen, read the token, open the segment or run the server\n"
-               "  2  usage error (unknown option, bad value)\n"
+               "  1  could not listen, read the token, open the segment or run the server;\n"
+               "     or the segment file was truncated, unlinked or replaced under it\n"
+               "  2  usage error (unknown option, bad value, options that cannot work\n"
+               "     together such as --world-size above the 32 participants of a room)\n"
                "\n"
                "Examples:\n"
                "  kvcoordd\n"
@@ -225,6 +256,9 @@ enum {
     OPT_PROCS,
     OPT_TTL,
     OPT_BIND_RETRY,
+    OPT_LOCK_TIMEOUT,
+    OPT_MAX_BUFFERED,
+    OPT_BODY_TIMEOUT,
     OPT_ETCD,
     OPT_CLUSTER,
     OPT_NODE,
@@ -256,6 +290,9 @@ static const struct option long_opts[] = {
     {"max-procs", required_argument, NULL, OPT_PROCS},
     {"room-ttl", required_argument, NULL, OPT_TTL},
     {"bind-retry", required_argument, NULL, OPT_BIND_RETRY},
+    {"lock-timeout", required_argument, NULL, OPT_LOCK_TIMEOUT},
+    {"max-buffered-bytes", required_argument, NULL, OPT_MAX_BUFFERED},
+    {"body-timeout", required_argument, NULL, OPT_BODY_TIMEOUT},
     {"etcd", required_argument, NULL, OPT_ETCD},
     {"cluster", required_argument, NULL, OPT_CLUSTER},
     {"node", required_argument, NULL, OPT_NODE},
@@ -335,6 +372,10 @@ static int apply_opt(struct options *o, int c, const char *v)
     case OPT_CONNS: return count_arg("--max-conns", v, 65536, &o->max_conns);
     case OPT_HTIMEOUT: return count_arg("--header-timeout", v, 86400, &o->header_timeout_s);
     case OPT_ITIMEOUT: return count_arg("--idle-timeout", v, 86400, &o->idle_timeout_s);
+    case OPT_LOCK_TIMEOUT: return count_arg("--lock-timeout", v, 3600000, &o->lock_timeout_ms);
+    case OPT_MAX_BUFFERED:
+        return size_arg("--max-buffered-bytes", v, SIZE_MAX / 2, &o->max_buffered);
+    case OPT_BODY_TIMEOUT: return count_arg("--body-timeout", v, 86400, &o->body_timeout_s);
     case OPT_BIND_RETRY: {
         uint64_t n;
         if (parse_uint(v, 3600, &n))
@@ -361,6 +402,34 @@ static int apply_opt(struct options *o, int c, const char *v)
     }
 }
 
+#define GIVEN(o, opt) (((o)->given >> ((opt)-OPT_LISTEN)) & 1)
+
+/* Options each valid alone that cannot work: refused with the reason
+ * (exit 2) rather than accepted and failing every request later. */
+static int check_options(const struct options *o)
+{
+    if (o->max_head < MIN_HEAD_LIMIT)
+        return usage_error("--max-header-bytes %llu is too small for any request (a request "
+                           "line and the headers real clients send take more): at least %u",
+                           (unsigned long long)o->max_head, MIN_HEAD_LIMIT);
+    if (o->world_size > KVC_ROOM_MAX_PARTICIPANTS)
+        return usage_error("--world-size %u is above the %u participants a bootstrap room "
+                           "holds: rooms of the whole TP group could not be opened",
+                           o->world_size, KVC_ROOM_MAX_PARTICIPANTS);
+    if (o->world_size > o->max_ranks)
+        return usage_error("--world-size %u is above --max-ranks %u", o->world_size, o->max_ranks);
+    if (o->max_buffered < o->max_body)
+        return usage_error("--max-buffered-bytes %llu is below --max-body-bytes %llu: a body "
+                           "of the largest size allowed could never be received",
+                           (unsigned long long)o->max_buffered, (unsigned long long)o->max_body);
+    if (o->max_info_bytes > o->arena_bytes)
+        return usage_error("--max-info-bytes %llu is above --arena-bytes %llu: no rank of that "
+                           "size could ever be stored",
+                           (unsigned long long)o->max_info_bytes,
+                           (unsigned long long)o->arena_bytes);
+    return 0;
+}
+
 /* Returns 0 to run, else the exit status. */
 static int parse_args(int argc, char **argv, struct options *o)
 {
@@ -382,6 +451,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                           .header_timeout_s = 10,
                           .idle_timeout_s = 60,
                           .bind_retry_s = 5,
+                          .lock_timeout_ms = lib.lock_timeout_ms,
+                          .max_buffered = 256ull << 20,
+                          .body_timeout_s = 60,
                           .log_level = LOG_INFO};
     opterr = 0; /* our own messages */
     int c;
@@ -393,10 +465,12 @@ static int parse_args(int argc, char **argv, struct options *o)
         int rc = apply_opt(o, c, optarg);
         if (rc)
             return rc < 0 ? -1 : rc;
+        if (c >= OPT_LISTEN && c - OPT_LISTEN < 64)
+            o->given |= 1ull << (c - OPT_LISTEN);
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    return 0;
+    return check_options(o);
 }
 
 /* SIGINT/SIGTERM/SIGHUP are blocked in every thread and read from a
@@ -445,8 +519,82 @@ static int32_t live_daemon(kvc_segment *seg)
     return 0;
 }
 
+/* A segment file that exists but is not a valid segment (truncated,
+ * foreign, another layout version whose creator is gone...) would be
+ * replaced by an empty one: move it aside instead, for kvcoord-diag, and
+ * say so at error.  A missing or valid one is left alone. */
+static void move_aside_invalid(const char *name)
+{
+    kvc_options lib;
+    kvc_options_init(&lib);
+    lib.name = name;
+    lib.mode = KVC_OPEN_ATTACH;
+    lib.role = KVC_ROLE_CLIENT;
+    kvc_segment *seg = NULL;
+    kvc_err e = kvc_open(&lib, &seg);
+    if (e == KVC_OK) {
+        kvc_close(seg);
+        return;
+    }
+    if (e != KVC_E_CORRUPT && e != KVC_E_VERSION)
+        return; /* absent, or in use: kvc_open(CREATE) says what to do */
+    char why[512], path[KVC_NAME_MAX + 16], aside[KVC_NAME_MAX + 64];
+    snprintf(why, sizeof why, "%s", kvc_last_error());
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    struct stat st;
+    if (lstat(path, &st))
+        return;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    snprintf(aside, sizeof aside, "/dev/shm/%s.invalid-%s", name, stamp);
+    if (rename(path, aside)) {
+        log_event(LOG_ERROR, "segment_invalid",
+                  "segment=%s bytes=%lld reason=\"%s\" err=\"could not move it aside to %s: "
+                  "%s\" note=\"it will be replaced by an empty segment\"",
+                  name, (long long)st.st_size, why, aside, strerror(errno));
+        return;
+    }
+    log_event(
+        LOG_ERROR, "segment_moved_aside",
+        "segment=%s to=%s bytes=%lld mode=%04o reason=\"%s\" lost=\"every registration, "
+        "room and failure record it held (read it with kvcoord-diag --segment %s.invalid-%s)\"",
+        name, aside, (long long)st.st_size, (unsigned)(st.st_mode & 07777), why, name, stamp);
+}
+
+/* A reused segment keeps its own capacities: say so for each one given on
+ * the command line that differs. */
+static void warn_capacities(const struct options *o, const kvc_segment_info *si)
+{
+    struct {
+        int opt;
+        const char *flag;
+        uint64_t want, have;
+    } caps[] = {
+        {OPT_WORLD, "--world-size", o->world_size, si->world_size},
+        {OPT_RANKS, "--max-ranks", o->max_ranks, si->max_ranks},
+        {OPT_INFO, "--max-info-bytes", o->max_info_bytes, si->max_info_bytes},
+        {OPT_ARENA, "--arena-bytes", o->arena_bytes, si->arena_bytes},
+        {OPT_ROOMS, "--max-rooms", o->max_rooms, si->max_rooms},
+        {OPT_PROCS, "--max-procs", o->max_procs, si->max_procs},
+        {OPT_TTL, "--room-ttl", (uint64_t)o->room_ttl_s * 1000, si->room_ttl_ms},
+    };
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        if (GIVEN(o, caps[i].opt) && caps[i].want != caps[i].have)
+            log_event(LOG_WARN, "capacity_ignored",
+                      "option=%s given=%llu%s segment=%llu%s note=\"the existing segment keeps "
+                      "its own; --fresh discards it and applies the options\"",
+                      caps[i].flag, (unsigned long long)caps[i].want,
+                      caps[i].opt == OPT_TTL ? "ms" : "", (unsigned long long)caps[i].have,
+                      caps[i].opt == OPT_TTL ? "ms" : "");
+}
+
 static kvc_segment *open_segment(const struct options *o, const char *name)
 {
+    if (!o->fresh)
+        move_aside_invalid(name);
     kvc_options lib;
     kvc_options_init(&lib);
     lib.name = name;
@@ -459,6 +607,7 @@ static kvc_segment *open_segment(const struct options *o, const char *name)
     lib.max_rooms = o->max_rooms;
     lib.max_procs = o->max_procs;
     lib.room_ttl_ms = o->room_ttl_s * 1000;
+    lib.lock_timeout_ms = o->lock_timeout_ms;
     kvc_segment *seg = NULL;
     kvc_segment_info si;
     if (kvc_open(&lib, &seg)) {
@@ -475,6 +624,8 @@ static kvc_segment *open_segment(const struct options *o, const char *name)
         kvc_close(seg);
         return NULL;
     }
+    if (kvc_segment_stat(seg, &si) == KVC_OK && si.creator_pid != (int32_t)getpid())
+        warn_capacities(o, &si);
     if (kvc_segment_stat(seg, &si) == KVC_OK)
         log_event(LOG_INFO, "segment",
                   "name=%s layout_version=%u max_ranks=%u "
@@ -518,6 +669,79 @@ static int setup_auth(struct auth *auth, const struct options *o)
                   "note=\"every mutating request will be "
                   "refused\"");
     return 0;
+}
+
+/* ---- SIGBUS guard ----------------------------------------------------------
+ * The segment's file truncated under the daemon makes the next access past
+ * its new end raise SIGBUS.  The segment file watch (seg_watch.h) notices
+ * within a second; an access before that lands here: one error line (made
+ * with async-signal-safe calls only) and exit 1, never a silent death by
+ * signal.  The daemon only: the library installs no handler. */
+
+static char sigbus_line[512];
+static size_t sigbus_prefix;
+
+static size_t put_dec(char *p, uint64_t v, int width)
+{
+    char d[24];
+    int n = 0;
+    do
+        d[n++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    while (n < width)
+        d[n++] = '0';
+    for (int i = 0; i < n; i++)
+        p[i] = d[n - 1 - i];
+    return (size_t)n;
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+    (void)sig, (void)ctx;
+    char line[700], *p = line;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t t = ts.tv_sec, days = t / 86400, rem = t % 86400;
+    /* days since 1970-01-01 to a civil date (proleptic Gregorian) */
+    int64_t z = days + 719468, era = z / 146097, doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t day = doy - (153 * mp + 2) / 5 + 1, month = mp < 10 ? mp + 3 : mp - 9;
+    int64_t year = yoe + era * 400 + (month <= 2);
+    p += put_dec(p, (uint64_t)year, 4), *p++ = '-';
+    p += put_dec(p, (uint64_t)month, 2), *p++ = '-';
+    p += put_dec(p, (uint64_t)day, 2), *p++ = 'T';
+    p += put_dec(p, (uint64_t)(rem / 3600), 2), *p++ = ':';
+    p += put_dec(p, (uint64_t)(rem / 60 % 60), 2), *p++ = ':';
+    p += put_dec(p, (uint64_t)(rem % 60), 2), *p++ = '.';
+    p += put_dec(p, (uint64_t)(ts.tv_nsec / 1000000), 3), *p++ = 'Z';
+    memcpy(p, sigbus_line, sigbus_prefix), p += sigbus_prefix;
+    static const char hex[] = "0123456789abcdef";
+    uintptr_t a = (uintptr_t)si->si_addr;
+    *p++ = '0', *p++ = 'x';
+    for (int i = (int)sizeof a * 2 - 1; i >= 0; i--)
+        *p++ = hex[(a >> (i * 4)) & 15];
+    static const char tail[] = " action=exit status=1\n";
+    memcpy(p, tail, sizeof tail - 1), p += sizeof tail - 1;
+    ssize_t n = write(STDERR_FILENO, line, (size_t)(p - line));
+    (void)n;
+    _exit(1);
+}
+
+static void install_sigbus_guard(const char *name)
+{
+    int n = snprintf(sigbus_line, sizeof sigbus_line,
+                     " error segment_sigbus segment=%s err=\"the segment file /dev/shm/%s is "
+                     "shorter than its mapping (truncated under the daemon); restart the workers "
+                     "too\" addr=",
+                     name, name);
+    sigbus_prefix = n > 0 && (size_t)n < sizeof sigbus_line ? (size_t)n : 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 /* The listening socket: the supervisor's (socket activation), else bound
@@ -652,8 +876,19 @@ int main(int argc, char **argv)
         metrics_destroy(metrics);
         return 1;
     }
+    struct seg_watch *file = NULL;
+    if (seg_watch_open(&file, seg, name, err, sizeof err)) {
+        log_event(LOG_ERROR, "segment_watch_failed", "segment=%s err=\"%s\"", name, err);
+        kvc_close(seg);
+        close(lfd);
+        auth_clear(&auth);
+        metrics_destroy(metrics);
+        return 1;
+    }
+    install_sigbus_guard(name);
     struct cluster *cluster = NULL;
     if (o.etcd && start_cluster(&o, seg, bound, &cluster)) {
+        seg_watch_close(file);
         kvc_close(seg);
         close(lfd);
         auth_clear(&auth);
@@ -673,11 +908,15 @@ int main(int argc, char **argv)
         .auth = &auth,
         .metrics = metrics,
         .cluster = cluster,
+        .segment_file = file,
+        .max_buffered_bytes = o.max_buffered,
+        .body_timeout_ms = o.body_timeout_s * 1000,
     };
     rc = server_run(&cfg, seg);
     cluster_stop(cluster, 1); /* clean stop: this node's records go at once */
     auth_clear(&auth);
     metrics_destroy(metrics);
+    seg_watch_close(file);
     kvc_close(seg);
     close(lfd);
     close(sfd);

@@ -5,10 +5,14 @@
  */
 #include "metrics.h"
 
+#include "clock.h"
+
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define STATUS_MAX 600 /* statuses 100..599 are counted by code, others as 0 */
 
@@ -43,6 +47,16 @@ struct metrics {
     atomic_uint_fast64_t conns_total, conns_refused;
     atomic_uint_fast64_t dead_procs;
     atomic_uint_fast64_t reloads_ok, reloads_failed;
+    /* The rooms and failure-record families, which need the rooms lock:
+     * rendered off the loop and kept with the rooms epoch and failure count
+     * they were read at (metrics_rooms_refresh). */
+    pthread_mutex_t rooms_lock;
+    atomic_int rooms_on;    /* the cache is in use (a refresh ran) */
+    atomic_int rooms_valid; /* text matches (rooms_epoch, rooms_failures) */
+    atomic_uint rooms_epoch;
+    atomic_uint_fast64_t rooms_failures;
+    uint64_t rooms_read_ms; /* CLOCK_MONOTONIC ms of the read */
+    struct buf rooms_text;
 };
 
 struct metrics *metrics_create(void)
@@ -51,10 +65,18 @@ struct metrics *metrics_create(void)
     if (!m)
         return NULL;
     /* calloc's zero bytes are valid zero atomics on every target we build for */
+    pthread_mutex_init(&m->rooms_lock, NULL);
     return m;
 }
 
-void metrics_destroy(struct metrics *m) { free(m); }
+void metrics_destroy(struct metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->rooms_lock);
+    buf_free(&m->rooms_text);
+    free(m);
+}
 
 /* ---- observing ---------------------------------------------------------- */
 
@@ -321,7 +343,8 @@ static void render_ranks(struct buf *out, kvc_segment *seg)
     free(list);
 }
 
-static void render_rooms(struct buf *out, kvc_segment *seg)
+/* Returns 0, or -1 when the rooms could not be read (a comment says why). */
+static int render_rooms(struct buf *out, kvc_segment *seg)
 {
     static const kvc_poll states[] = {KVC_POLL_FAILED, KVC_POLL_BOOTSTRAPPING,
                                       KVC_POLL_WAITING_FOR_INPUT, KVC_POLL_TRANSFERRING,
@@ -331,12 +354,13 @@ static void render_rooms(struct buf *out, kvc_segment *seg)
         if (kvc_room_list(seg, (int)states[i], NULL, 0, &counts[i])) {
             family(out, "kvcoord_rooms", "gauge", "Rooms in the room table, by KVPoll state.");
             unavailable(out, "rooms");
-            return;
+            return -1;
         }
     }
     family(out, "kvcoord_rooms", "gauge", "Rooms in the room table, by KVPoll state.");
     for (int i = 0; i < 5; i++)
         sample1(out, "kvcoord_rooms", "state", kvc_poll_name(states[i]), counts[i]);
+    return 0;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -345,8 +369,10 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void render_failures(struct buf *out, kvc_segment *seg)
+/* Returns 0, or -1 when the records could not be read (a comment says why). */
+static int render_failures(struct buf *out, kvc_segment *seg)
 {
+    int rc = 0;
     family(out, "kvcoord_failures_recent", "gauge",
            "Failure records among the most recent 1024 kept, by origin rank.");
     kvc_failure_info *f = malloc(KVC_FAILURE_RING * sizeof *f);
@@ -356,6 +382,7 @@ static void render_failures(struct buf *out, kvc_segment *seg)
         out->oom = 1;
     } else if (kvc_failures_recent(seg, f, KVC_FAILURE_RING, &n)) {
         unavailable(out, "failure records");
+        rc = -1;
     } else {
         for (size_t i = 0; i < n; i++)
             origin[i] = f[i].origin_rank;
@@ -370,6 +397,89 @@ static void render_failures(struct buf *out, kvc_segment *seg)
     }
     free(f);
     free(origin);
+    return rc;
+}
+
+/* The rooms and failure families read now (they take the rooms lock);
+ * after a first failure the second is not tried (the lock is busy: one
+ * wait of the lock timeout, not two).  Returns 0 or -1. */
+static int render_rooms_live(struct buf *out, kvc_segment *seg)
+{
+    if (render_rooms(out, seg)) {
+        family(out, "kvcoord_failures_recent", "gauge",
+               "Failure records among the most recent 1024 kept, by origin rank.");
+        return -1;
+    }
+    return render_failures(out, seg);
+}
+
+/* Do the cached rooms families match the segment now (lock-free reads)? */
+static int rooms_cache_current(struct metrics *m, kvc_segment *seg)
+{
+    kvc_segment_info si;
+    if (!atomic_load(&m->rooms_valid) || kvc_segment_stat(seg, &si))
+        return 0;
+    return atomic_load(&m->rooms_epoch) == kvc_room_epoch(seg) &&
+           atomic_load(&m->rooms_failures) == si.failures_total;
+}
+
+int metrics_rooms_fresh(struct metrics *m, kvc_segment *seg)
+{
+    return m && seg && atomic_load(&m->rooms_on) && rooms_cache_current(m, seg);
+}
+
+void metrics_rooms_refresh(struct metrics *m, kvc_segment *seg)
+{
+    if (!m || !seg)
+        return;
+    atomic_store(&m->rooms_on, 1);
+    if (rooms_cache_current(m, seg))
+        return;
+    /* The epoch and count are read before the families: a change after them
+     * makes the next look re-read. */
+    kvc_segment_info si;
+    if (kvc_segment_stat(seg, &si))
+        return;
+    uint32_t epoch = kvc_room_epoch(seg);
+    struct buf text = {0};
+    if (render_rooms_live(&text, seg) || text.oom) {
+        buf_free(&text);
+        return; /* the old text stays, marked stale by the epoch */
+    }
+    pthread_mutex_lock(&m->rooms_lock);
+    buf_free(&m->rooms_text);
+    m->rooms_text = text;
+    m->rooms_read_ms = kvc__mono_ms();
+    atomic_store(&m->rooms_epoch, epoch);
+    atomic_store(&m->rooms_failures, si.failures_total);
+    atomic_store(&m->rooms_valid, 1);
+    pthread_mutex_unlock(&m->rooms_lock);
+}
+
+/* The rooms families: the cached text when it is current; else read now
+ * (on a thread that may wait) and cached; when they cannot be read (the
+ * rooms lock stays busy), the last text read, after a comment saying how
+ * old it is and why. */
+static void render_rooms_part(struct buf *out, kvc_segment *seg, struct metrics *m)
+{
+    if (!m || !atomic_load(&m->rooms_on)) {
+        render_rooms_live(out, seg);
+        return;
+    }
+    if (!rooms_cache_current(m, seg))
+        metrics_rooms_refresh(m, seg);
+    pthread_mutex_lock(&m->rooms_lock);
+    if (m->rooms_text.len && !rooms_cache_current(m, seg)) {
+        char note[96];
+        snprintf(note, sizeof note, "rooms figures below were read %llu ms ago; now",
+                 (unsigned long long)(kvc__mono_ms() - m->rooms_read_ms));
+        unavailable(out, note);
+    }
+    if (m->rooms_text.len)
+        buf_append(out, m->rooms_text.p, m->rooms_text.len);
+    pthread_mutex_unlock(&m->rooms_lock);
+    if (!m->rooms_text.len)
+        render_rooms_live(out, seg);
 }
 
 static void render_procs(struct buf *out, kvc_segment *seg)
@@ -485,8 +595,7 @@ int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m)
         else
             unavailable(out, "segment header");
         render_ranks(out, seg);
-        render_rooms(out, seg);
-        render_failures(out, seg);
+        render_rooms_part(out, seg, (struct metrics *)m);
         render_procs(out, seg);
     }
     if (m) {

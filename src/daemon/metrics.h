@@ -70,15 +70,27 @@ void metrics_conn_close(struct metrics *m);
 /* A connection refused because max-conns were open (the 503). */
 void metrics_conn_refused(struct metrics *m);
 
-/* An attached process found dead (pidfd fired / reaped), n of them. */
+/* An attached process found dead (pidfd fired / reaped), n of them
+ * (UINT64_MAX takes one back: its reap failed and will be retried). */
 void metrics_dead_processes(struct metrics *m, uint64_t n);
 
 /* A SIGHUP token reload: ok 1 re-read, 0 failed (old token kept). */
 void metrics_auth_reload(struct metrics *m, int ok);
 
+/* The rooms and failure-record families need the segment's rooms lock.
+ * metrics_rooms_refresh() reads them (waiting for the lock up to the
+ * segment's lock timeout: call it from a thread that may wait, never the
+ * event loop) and caches the text with the rooms epoch and failure count
+ * it was read at; from the first call on, metrics_render() takes them from
+ * the cache while it is current (no lock), and metrics_rooms_fresh() says
+ * whether it is (lock-free: the loop may render /metrics itself then). */
+void metrics_rooms_refresh(struct metrics *m, kvc_segment *seg);
+int metrics_rooms_fresh(struct metrics *m, kvc_segment *seg);
+
 /* Render every family into out (appended).  seg may be NULL: only the
  * daemon's own figures then.  A family the segment cannot give now (a lock
- * busy) is left out with a "# kvcoord: ..." comment line naming why.
+ * busy) is left out with a "# kvcoord: ..." comment line naming why (the
+ * rooms families: the last ones read follow that line, see above).
  * Returns 0, or -1 when out ran out of memory (out->oom). */
 int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m);
 

@@ -2,8 +2,8 @@
  * proc_watch.c - kvcoordd's dead-process detection.
  *
  * Every process attached to the segment (the library's process table) is
- * watched through a pidfd: an IORING_OP_POLL_ADD of POLLIN on it completes
- * when the process exits (POLLIN is raised at exit, while it is still a
+ * watched through a pidfd, in the watch thread's epoll set: it is readable
+ * once the process exits (POLLIN is raised at exit, while it is still a
  * zombie; reaping by its parent is not needed).  Then the process is
  * reaped in the segment: kvc_proc_reap() fails every non-terminal room it
  * takes part in and withdraws the ranks it registered as a worker, naming
@@ -16,9 +16,9 @@
  * worker that registers and dies at once, and is reaped by its parent at
  * once, takes its exit status with it unless a pidfd was opened before the
  * reap; the thread is the shortest path from the attach to that open),
- * hands the descriptors over and writes an eventfd the loop reads on its
- * ring; the loop's scan then watches those processes with the descriptors
- * already open.  The server's 1 s sweep and every mutating request check
+ * hands the descriptors over and writes an eventfd the watch thread
+ * sleeps on; its scan then watches those processes with the descriptors
+ * already open.  The 1 s tick and every mutating request (a poke) check
  * the epoch too, as a safety net.  A scan reads the small table, opens a pidfd for each (pid, start time) not
  * watched yet, and reaps at once an entry whose process is already gone
  * (one that died while the daemon was down, or before the scan).  A
@@ -31,7 +31,15 @@
  * library says "exit status unknown".
  *
  * The same tick sweeps rooms past their TTL (kvc_room_sweep) every few
- * seconds.  The daemon never watches itself.
+ * seconds, logs what changed in the segment (seg_events.h), keeps the
+ * rooms figures of GET /metrics warm and checks the segment file
+ * (seg_watch.h).  The daemon never watches itself.
+ *
+ * None of this runs on the io_uring loop's thread: every step may wait for
+ * a segment lock (a stopped lock holder makes it wait the whole lock
+ * timeout).  The watch thread sleeps in epoll_wait() on the pidfds and an
+ * eventfd (pokes and the helper thread's hand-overs) with a 1 s timeout
+ * for the tick; the loop only pokes it (proc_watch_poke).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,14 +52,23 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "http_server_int.h"
+#include <sys/epoll.h>
+
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
+#include "proc_watch.h"
+#include "seg_events.h"
+#include "seg_watch.h"
 #include "wake.h"
 
-#define ROOM_SWEEP_TICKS 5 /* kvc_room_sweep every 5 sweeps of 1 s */
+#define TICK_MS 1000        /* the watch thread's tick */
+#define ROOM_SWEEP_TICKS 5  /* kvc_room_sweep every 5 ticks */
+#define EVENTS_MAX 64       /* epoll events taken at once */
+#define POKE_TAG UINT64_MAX /* epoll data of the eventfd */
 /* Bound on one futex sleep of the helper thread, so a stop request is seen
  * within it. */
 #define WAKER_SLICE_MS 250
@@ -77,8 +94,7 @@ struct watched {
     int32_t rank;
     uint64_t start;
     int pidfd;
-    unsigned seen : 1;       /* found in the table by the current scan */
-    unsigned cancelling : 1; /* left the table: its poll is being cancelled */
+    unsigned seen : 1; /* found in the table by the current scan */
 };
 
 /* A pidfd opened by the helper thread for (pid, start). */
@@ -90,6 +106,11 @@ struct preopen {
 
 struct proc_watch {
     kvc_segment *seg;
+    struct seg_events *events;
+    struct seg_watch *file;
+    int epfd;          /* the watch thread's epoll: pidfds and efd */
+    pthread_t watcher; /* the watch thread */
+    int watcher_ok;
     int32_t self_pid;
     uint64_t self_start;
     struct watched *w; /* cap slots; the poll of slot i has user_data slot i */
@@ -100,11 +121,12 @@ struct proc_watch {
     int scanned;    /* a scan ran */
     unsigned ticks;
     struct metrics *metrics;
-    /* the helper thread waking the loop on process table changes */
-    int efd;
+    /* the helper thread waking the watch thread on process table changes */
+    int efd; /* eventfd: pokes and hand-overs */
     pthread_t thread;
     int thread_ok;
     atomic_int stop;
+    atomic_int poked;    /* a poke since the watch thread last looked */
     pthread_mutex_t mu;  /* guards pre/npre */
     struct preopen *pre; /* pidfds the thread opened, for the loop */
     size_t npre, pre_cap;
@@ -171,15 +193,19 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
     if (!how && read_stat(pid, &st, &st_start, &code) == 0 && st_start == start &&
         (st == 'Z' || st == 'X') && code >= 0)
         how = kvc_wait_status_text(code, zombie_how, sizeof zombie_how);
+    /* Counted first: a request served while the reap runs (on this thread,
+     * while the loop answers) that sees its rank withdrawn sees the count. */
+    if (pw->metrics)
+        metrics_dead_processes(pw->metrics, 1);
     kvc_err e = kvc_proc_reap(pw->seg, pid, start, how, &rooms, &ranks);
     if (e) {
         log_event(LOG_ERROR, "proc_reap_failed", "pid=%d rank=%d err=\"%s\"", (int)pid, (int)rank,
                   kvc_last_error());
+        if (pw->metrics) /* not reaped: counted again when it is */
+            metrics_dead_processes(pw->metrics, UINT64_MAX);
         pw->scanned = 0; /* try again on the next check */
         return;
     }
-    if (pw->metrics)
-        metrics_dead_processes(pw->metrics, 1);
     log_event(LOG_INFO, "proc_dead",
               "rank=%d pid=%d how=\"%s\" rooms_failed=%zu "
               "ranks_withdrawn=%zu",
@@ -238,12 +264,15 @@ static struct watched *watch_alloc(struct proc_watch *pw)
     if (!w)
         return NULL;
     memset(w + pw->cap, 0, (cap - pw->cap) * sizeof *w);
+    for (uint32_t i = pw->cap; i < cap; i++)
+        w[i].pidfd = -1;
     pw->w = w;
     struct watched *slot = &w[pw->cap];
     pw->cap = cap;
     return slot;
 }
 
+/* Stop watching: out of the epoll set (closing the pidfd does it), slot freed. */
 static void watch_free(struct watched *w)
 {
     if (w->pidfd >= 0)
@@ -255,9 +284,8 @@ static void watch_free(struct watched *w)
 /* Start watching a table entry (fd: the pidfd the helper thread opened for
  * it, or -1 to open one now); an entry whose process turns out to be gone
  * already, with no pidfd, is reaped at once. */
-static void watch_add(struct server *s, const kvc_proc_info *p, int fd)
+static void watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
 {
-    struct proc_watch *pw = s->procs;
     int checked = fd >= 0; /* the helper thread checked its pidfd's start time */
     if (fd < 0)
         fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
@@ -284,30 +312,20 @@ static void watch_add(struct server *s, const kvc_proc_info *p, int fd)
         return;
     }
     struct watched *w = watch_alloc(pw);
-    struct io_uring_sqe *sqe = w ? op_sqe_slot(s, OP_PIDFD, (uint32_t)(w - pw->w), 0) : NULL;
-    if (!sqe) {
-        close(fd);
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (w)
+        ev.data.u64 = (uint64_t)(w - pw->w);
+    if (!w || epoll_ctl(pw->epfd, EPOLL_CTL_ADD, fd, &ev)) {
         log_event(LOG_WARN, "proc_watch_failed", "pid=%d err=\"%s\"", (int)p->pid,
-                  w ? "no SQE" : "out of memory");
+                  w ? strerror(errno) : "out of memory");
+        close(fd);
         pw->scanned = 0;
         return;
     }
     *w =
         (struct watched){.pid = p->pid, .rank = p->rank, .start = p->start, .pidfd = fd, .seen = 1};
-    io_uring_prep_poll_add(sqe, fd, POLLIN);
     log_event(LOG_DEBUG, "proc_watch", "pid=%d rank=%d role=%d", (int)p->pid, (int)p->rank,
               (int)p->role);
-}
-
-/* A process left the table while alive (kvc_close): stop watching it.  The
- * poll's completion (-ECANCELED, or its exit if that raced) frees the slot. */
-static void watch_cancel(struct server *s, struct watched *w)
-{
-    struct io_uring_sqe *sqe = op_sqe(s, OP_IGNORE, NULL, 0);
-    if (!sqe)
-        return; /* the next scan tries again */
-    io_uring_prep_cancel64(sqe, ud_pack(OP_PIDFD, (uint32_t)(w - s->procs->w), 0), 0);
-    w->cancelling = 1;
 }
 
 static struct preopen *preopen_find(struct preopen *pre, size_t n, const kvc_proc_info *p)
@@ -339,11 +357,10 @@ static int is_self(const struct proc_watch *pw, const kvc_proc_info *p)
     return p->pid == pw->self_pid && p->start == pw->self_start;
 }
 
-void procs_check(struct server *s, int force)
+/* Re-scan the process table if it changed since the last scan (force:
+ * anyway): watch new processes, reap gone ones, drop detached ones. */
+static void procs_check(struct proc_watch *pw, int force)
 {
-    struct proc_watch *pw = s->procs;
-    if (!pw || s->stopping)
-        return;
     /* The epoch is read before the table: a change after it is seen by the
      * next check. */
     uint32_t epoch = kvc_proc_epoch(pw->seg);
@@ -377,8 +394,8 @@ void procs_check(struct server *s, int force)
             w->seen = 1, w->rank = p->rank;
         else if (!p->alive && !preopen_has(pre, npre, p))
             reap(pw, p->pid, p->start, p->rank, NULL);
-        else /* a dead one with a pidfd: watched, its poll fires at once */
-            watch_add(s, p, preopen_take(pre, npre, p));
+        else /* a dead one with a pidfd: watched, its pidfd is ready at once */
+            watch_add(pw, p, preopen_take(pre, npre, p));
     }
     for (size_t i = 0; i < npre; i++)
         if (pre[i].fd >= 0)
@@ -388,28 +405,19 @@ void procs_check(struct server *s, int force)
         return;
     for (uint32_t i = 0; i < pw->cap; i++) {
         struct watched *w = &pw->w[i];
-        if (w->pid && !w->seen && !w->cancelling)
-            watch_cancel(s, w);
+        if (w->pid && !w->seen) /* detached cleanly (kvc_close): its registrations stay */
+            watch_free(w);
     }
 }
 
-void procs_complete(struct server *s, uint32_t slot, int res)
+/* Watch slot's pidfd is readable: the process exited.  Reap it only if it
+ * is still in the table: one that detached first (kvc_close) keeps its
+ * registrations. */
+static void proc_exited(struct proc_watch *pw, uint32_t slot)
 {
-    struct proc_watch *pw = s->procs;
-    if (!pw || slot >= pw->cap || !pw->w[slot].pid)
+    if (slot >= pw->cap || !pw->w[slot].pid)
         return;
     struct watched *w = &pw->w[slot];
-    if (res < 0 || s->stopping) {
-        if (res != -ECANCELED)
-            log_event(s->stopping ? LOG_DEBUG : LOG_WARN, "proc_watch_ended", "pid=%d res=%d",
-                      (int)w->pid, res);
-        if (!w->cancelling)
-            pw->scanned = 0; /* watch it again if it is still there */
-        watch_free(w);
-        return;
-    }
-    /* Exited.  Reap it only if it is still in the table: one that detached
-     * first (kvc_close) keeps its registrations. */
     long n = table_read(pw);
     const kvc_proc_info *entry = n >= 0 ? table_find(pw, (size_t)n, w->pid, w->start) : NULL;
     if (entry) {
@@ -424,16 +432,17 @@ void procs_complete(struct server *s, uint32_t slot, int res)
             reap(pw, w->pid, w->start, w->rank, kvc_wait_status_text(status, how, sizeof how));
         else
             reap(pw, w->pid, w->start, w->rank, NULL);
+    } else if (n < 0) {
+        return; /* the table could not be read: its pidfd stays ready, tried again */
     }
     watch_free(w);
 }
 
-void procs_tick(struct server *s)
+/* Every tick: the table (safety net: the helper thread wakes us first),
+ * every few ticks the room sweep. */
+static void procs_tick(struct proc_watch *pw)
 {
-    struct proc_watch *pw = s->procs;
-    if (!pw || s->stopping)
-        return;
-    procs_check(s, 0);
+    procs_check(pw, 0);
     if (++pw->ticks % ROOM_SWEEP_TICKS)
         return;
     size_t reclaimed = 0;
@@ -441,6 +450,62 @@ void procs_tick(struct server *s)
         log_event(LOG_WARN, "room_sweep_failed", "err=\"%s\"", kvc_last_error());
     else if (reclaimed)
         log_event(LOG_INFO, "room_sweep", "reclaimed=%zu", reclaimed);
+}
+
+/* What changed in the segment: logged, and the rooms figures of /metrics
+ * re-read if they moved. */
+static void look_at_segment(struct proc_watch *pw)
+{
+    seg_events_ranks(pw->events);
+    seg_events_check(pw->events);
+    if (pw->metrics)
+        metrics_rooms_refresh(pw->metrics, pw->seg);
+}
+
+/* The segment file itself; a change that cannot be undone ends the daemon
+ * (seg_watch.h says why). */
+static void check_file(struct proc_watch *pw)
+{
+    char msg[512];
+    if (pw->file && seg_watch_check(pw->file, msg, sizeof msg) < 0) {
+        log_event(LOG_ERROR, "segment_file_changed", "err=\"%s\" action=exit status=1", msg);
+        _exit(1); /* nothing may touch the mapping again: no kvc_close */
+    }
+}
+
+static void *watcher_main(void *arg)
+{
+    struct proc_watch *pw = arg;
+    struct epoll_event evs[EVENTS_MAX];
+    uint64_t next_tick = kvc__mono_ms() + TICK_MS;
+    while (!atomic_load(&pw->stop)) {
+        uint64_t now = kvc__mono_ms();
+        int timeout = now >= next_tick ? 0 : (int)(next_tick - now);
+        int n = epoll_wait(pw->epfd, evs, EVENTS_MAX, timeout);
+        if (atomic_load(&pw->stop))
+            break;
+        int poked = 0;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.u64 == POKE_TAG) {
+                uint64_t v;
+                ssize_t r = read(pw->efd, &v, sizeof v);
+                (void)r;
+                poked = 1;
+            } else {
+                proc_exited(pw, (uint32_t)evs[i].data.u64);
+            }
+        }
+        check_file(pw);
+        if (poked || atomic_exchange(&pw->poked, 0))
+            procs_check(pw, 0);
+        if (kvc__mono_ms() >= next_tick) {
+            procs_tick(pw);
+            next_tick = kvc__mono_ms() + TICK_MS;
+        }
+        look_at_segment(pw);
+    }
+    look_at_segment(pw); /* what the last requests changed is logged before the end */
+    return NULL;
 }
 
 /* Append e to *v (growing it); returns 0 or -1 (out of memory). */
@@ -528,40 +593,72 @@ static void *waker_main(void *arg)
     return NULL;
 }
 
-int procs_init(struct server *s, kvc_segment *seg)
+void proc_watch_poke(struct proc_watch *pw)
+{
+    if (!pw)
+        return;
+    atomic_store(&pw->poked, 1);
+    wake_loop(pw->efd);
+}
+
+int proc_watch_start(struct proc_watch **out, const struct proc_watch_config *cfg)
 {
     struct proc_watch *pw = calloc(1, sizeof *pw);
     if (!pw)
         return -1;
-    pw->seg = seg;
-    pw->metrics = s->metrics;
+    pw->seg = cfg->seg;
+    pw->events = cfg->events;
+    pw->file = cfg->file;
+    pw->metrics = cfg->metrics;
     pw->self_pid = (int32_t)getpid();
-    pw->efd = -1;
+    pw->efd = pw->epfd = -1;
     pthread_mutex_init(&pw->mu, NULL);
-    s->procs = pw; /* procs_free() undoes a partial start */
     char st;
-    int code;
+    int code, err = 0;
     if (read_stat(pw->self_pid, &st, &pw->self_start, &code))
+        err = ESRCH;
+    if (!err && (pw->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        err = errno;
+    if (!err) {
+        /* Before the daemon serves: processes that died while it was down
+         * are reaped (their ranks withdrawn) before the first lookup. */
+        procs_check(pw, 1);
+        look_at_segment(pw);
+    }
+    if (!err && wake_thread_start(&pw->efd, &pw->thread, waker_main, pw))
+        err = errno;
+    if (!err) {
+        pw->thread_ok = 1;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = POKE_TAG};
+        if (epoll_ctl(pw->epfd, EPOLL_CTL_ADD, pw->efd, &ev))
+            err = errno;
+    }
+    if (!err && (err = pthread_create(&pw->watcher, NULL, watcher_main, pw)) == 0)
+        pw->watcher_ok = 1;
+    if (err) {
+        proc_watch_stop(pw);
+        errno = err;
         return -1;
-    if (wake_thread_start(&pw->efd, &pw->thread, waker_main, pw))
-        return -1;
-    pw->thread_ok = 1;
-    s->procs_fd = pw->efd;
+    }
+    *out = pw;
     return 0;
 }
 
-void procs_free(struct server *s)
+void proc_watch_stop(struct proc_watch *pw)
 {
-    struct proc_watch *pw = s->procs;
     if (!pw)
         return;
-    if (pw->thread_ok) {
-        atomic_store(&pw->stop, 1);
+    atomic_store(&pw->stop, 1);
+    if (pw->efd >= 0)
+        wake_loop(pw->efd);
+    if (pw->watcher_ok)
+        pthread_join(pw->watcher, NULL);
+    if (pw->thread_ok)
         pthread_join(pw->thread, NULL);
-    }
     if (pw->efd >= 0)
         close(pw->efd);
-    s->procs_fd = -1;
+    if (pw->epfd >= 0)
+        close(pw->epfd);
     for (uint32_t i = 0; i < pw->cap; i++)
         if (pw->w[i].pid)
             watch_free(&pw->w[i]);
@@ -575,5 +672,4 @@ void procs_free(struct server *s)
     free(pw->w);
     free(pw->list);
     free(pw);
-    s->procs = NULL;
 }

@@ -15,3 +15,21 @@ if(TARGET kvcoordd AND NOT KVCOORD_FUZZ)
   set_tests_properties(robust_restart_loop robust_restart_activate PROPERTIES
     LABELS "robust;ops" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+
+if(TARGET kvcoordd AND NOT KVCOORD_FUZZ)
+  add_executable(lock_holder ${KVC_ROBUST_DIR}/lock_holder.c)
+  target_link_libraries(lock_holder PRIVATE kvcoord_core_private)
+  add_test(NAME robust_stopped_lock
+    COMMAND ${PYTHON3} ${KVC_ROBUST_DIR}/test_stopped_lock.py --daemon $<TARGET_FILE:kvcoordd>
+            --holder $<TARGET_FILE:lock_holder>)
+  set_tests_properties(robust_stopped_lock PROPERTIES LABELS "robust;ops" TIMEOUT 300)
+endif()
+
+if(TARGET kvcoordd AND NOT KVCOORD_FUZZ)
+  add_test(NAME robust_memory_flood
+    COMMAND ${PYTHON3} ${KVC_ROBUST_DIR}/test_memory.py --daemon $<TARGET_FILE:kvcoordd>)
+  add_test(NAME robust_memory_flood_auth
+    COMMAND ${PYTHON3} ${KVC_ROBUST_DIR}/test_memory.py --daemon $<TARGET_FILE:kvcoordd> --auth)
+  set_tests_properties(robust_memory_flood robust_memory_flood_auth PROPERTIES
+    LABELS "robust;ops" TIMEOUT 300 RUN_SERIAL TRUE)
+endif()
