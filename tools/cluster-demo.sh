@@ -94,7 +94,8 @@ sleep 0.3
 "$PY" "$ROOT/tools/query_ranks.py" --url "http://127.0.0.1:$PORT_B" --ranks 8 \
     --expect-dir "$DIR/llama"
 log "B through libkvcoord: rank 3"
-"$B/tests/cluster_probe" kvcoord-demo-B 3 | head -1
+probe=$("$B/tests/cluster_probe" kvcoord-demo-B 3) # line 1: the entry; then its info
+printf '%s\n' "${probe%%$'\n'*}"
 
 log "the 4 MB stress rank as rank 8 on A (over HTTP), read on B"
 "$PY" "$ROOT/tools/gen_model_info.py" --model stress --tp 1 --out "$DIR/stress" >/dev/null
