@@ -15,6 +15,7 @@
  * kept as mine_gen; a scan that finds another generation sees a change
  * made by someone else on this node (HTTP or a worker), i.e. a local one.
  */
+#include "clock.h"
 #include "cluster.h"
 
 #include <errno.h>
@@ -176,20 +177,6 @@ struct cluster {
     size_t nnodes_copy;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int name_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -228,7 +215,7 @@ static void digest_of(const char *sid, const char *info, size_t info_len, char o
 
 static void etcd_failed(struct cluster *c, const char *what)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = kvc__mono_ns();
     int first = !c->etcd_down_since;
     if (first)
         c->etcd_down_since = now;
@@ -236,7 +223,7 @@ static void etcd_failed(struct cluster *c, const char *what)
     c->st.etcd_errors++;
     if (first) {
         c->st.etcd_up = 0;
-        c->st.etcd_down_since_ns = real_ns();
+        c->st.etcd_down_since_ns = kvc__now_ns();
     }
     snprintf(c->st.last_error, sizeof c->st.last_error, "%s: %s", what, etcd_error(c->ec));
     pthread_mutex_unlock(&c->smu);
@@ -250,7 +237,7 @@ static void etcd_failed(struct cluster *c, const char *what)
 static void etcd_answered(struct cluster *c)
 {
     if (c->etcd_down_since) {
-        uint64_t down_ms = (mono_ns() - c->etcd_down_since) / 1000000;
+        uint64_t down_ms = (kvc__mono_ns() - c->etcd_down_since) / 1000000;
         log_event(LOG_INFO, "etcd_reachable", "cluster=%s node=%s endpoint=%s down_ms=%" PRIu64,
                   c->cluster, c->node, etcd_endpoint(c->ec), down_ms);
         c->etcd_down_since = 0;
@@ -740,7 +727,7 @@ static int publish_rooms(struct cluster *c)
     int rc = 0;
     for (; done < c->npending; done++) {
         struct pending_room *p = &c->pending[done];
-        uint64_t now = mono_ns();
+        uint64_t now = kvc__mono_ns();
         if (!c->room_lease || now - c->room_lease_mono > 1000000000ull) {
             /* One lease per second of failures: the key outlives the room
              * TTL by at most a second. */
@@ -815,7 +802,7 @@ static void node_put(struct cluster *c, const char *name, const etcd_kv *kv)
         n = &c->nodes[c->nnodes++];
         memset(n, 0, sizeof *n);
         snprintf(n->name, sizeof n->name, "%s", name);
-        n->seen_ns = real_ns();
+        n->seen_ns = kvc__now_ns();
         if (strcmp(name, c->node))
             log_event(LOG_INFO, "node_joined", "cluster=%s node=%s", c->cluster, name);
     }
@@ -1132,7 +1119,7 @@ static void drop_unverified(struct cluster *c, uint64_t since_mono)
     snprintf(note, sizeof note,
              "etcd unreachable for %" PRIu64 " s: mirror unverified past its "
              "lease TTL",
-             (uint64_t)((mono_ns() - since_mono) / 1000000000ull));
+             (uint64_t)((kvc__mono_ns() - since_mono) / 1000000000ull));
     size_t n = 0;
     for (uint32_t r = 0; r < c->max_ranks; r++) {
         struct rslot *s = c->slots[r];
@@ -1168,7 +1155,7 @@ static int start_session(struct cluster *c)
     key_node(c, key, sizeof key);
     json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I}", "node", c->node, "url", c->url, "pid",
                           (json_int_t)getpid(), "ttl", (json_int_t)c->ttl_s, "started_ns",
-                          (json_int_t)real_ns());
+                          (json_int_t)kvc__now_ns());
     char *val = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     int rc = val ? etcd_put(c->ec, key, val, strlen(val), lease, NULL) : -1;
@@ -1205,14 +1192,14 @@ static int start_session(struct cluster *c)
             local += s->local;
         }
     }
-    uint64_t now = mono_ns();
+    uint64_t now = kvc__mono_ns();
     c->lease_granted_mono = now;
     c->next_keepalive = now + (uint64_t)c->ttl_s * 1000000000ull / 3;
     etcd_answered(c);
     pthread_mutex_lock(&c->smu);
     c->st.sessions++;
     c->st.lease_id = lease;
-    c->st.lease_granted_ns = real_ns();
+    c->st.lease_granted_ns = kvc__now_ns();
     uint64_t sessions = c->st.sessions;
     pthread_mutex_unlock(&c->smu);
     log_event(LOG_INFO, "cluster_session",
@@ -1224,7 +1211,7 @@ static int start_session(struct cluster *c)
 
 static void session_step(struct cluster *c)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = kvc__mono_ns();
     if (!c->lease) {
         if (now < c->retry_at)
             return;
@@ -1313,7 +1300,7 @@ static void *cluster_main(void *arg)
     for (;;) {
         /* Sleep until something happens or the next timer (keep-alive,
          * retry, at most a second). */
-        uint64_t now = mono_ns(), wake = now + 1000000000ull;
+        uint64_t now = kvc__mono_ns(), wake = now + 1000000000ull;
         if (c->lease && c->next_keepalive < wake)
             wake = c->next_keepalive;
         if (!c->lease && c->retry_at < wake)
@@ -1328,7 +1315,8 @@ static void *cluster_main(void *arg)
             ts.tv_nsec = (long)(t % 1000000000ull);
         }
         pthread_mutex_lock(&c->mu);
-        while (!c->stop && !c->rank_changed && !c->room_changed && !c->q_head && wake > mono_ns()) {
+        while (!c->stop && !c->rank_changed && !c->room_changed && !c->q_head &&
+               wake > kvc__mono_ns()) {
             if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT)
                 break;
         }
@@ -1363,7 +1351,7 @@ static void *cluster_main(void *arg)
         if (rooms)
             scan_failures(c);
         session_step(c);
-        now = mono_ns();
+        now = kvc__mono_ns();
         if (c->lease && (!c->etcd_down_since || now >= c->retry_at)) {
             if (publish_dirty(c) || publish_rooms(c))
                 c->retry_at = now + (uint64_t)next_backoff(c) * 1000000ull;
@@ -1387,7 +1375,7 @@ static void *cluster_main(void *arg)
             since = watch_down;
         pthread_mutex_lock(&c->smu);
         c->st.unverified_since_ns =
-            since ? real_ns() - (mono_ns() - since) : 0; /* as a wall-clock time */
+            since ? kvc__now_ns() - (kvc__mono_ns() - since) : 0; /* as a wall-clock time */
         pthread_mutex_unlock(&c->smu);
         uint64_t limit = (uint64_t)c->ttl_s * 1000000000ull;
         for (size_t i = 0; i < c->nnodes; i++)
@@ -1396,7 +1384,7 @@ static void *cluster_main(void *arg)
         /* Dropped only once the watch itself is down that long: requests
          * failing while the stream delivers (this node's own trouble) do
          * not make the others' entries doubtful. */
-        if (!watch_up && watch_down && !c->dropped && mono_ns() - watch_down > limit)
+        if (!watch_up && watch_down && !c->dropped && kvc__mono_ns() - watch_down > limit)
             drop_unverified(c, watch_down);
         if (c->etcd_down_since && watch_up && c->watch_restarted_for != c->etcd_down_since) {
             /* Requests fail while the stream looks fine: a member cut off
@@ -1499,7 +1487,7 @@ static void set_watch_state(struct cluster *c, int up)
         c->watch_down_since = 0;
     } else if (c->watch_up || !c->watch_down_since) {
         c->watch_up = 0;
-        c->watch_down_since = mono_ns();
+        c->watch_down_since = kvc__mono_ns();
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -1839,7 +1827,7 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
 {
     struct cluster_stats s;
     cluster_get_stats(c, &s);
-    uint64_t now = real_ns();
+    uint64_t now = kvc__now_ns();
     one(o, "kvcoord_cluster_etcd_up", "gauge",
         "1 when the last request to etcd succeeded (--etcd), else 0.", (uint64_t)s.etcd_up);
     one(o, "kvcoord_cluster_etcd_down_seconds", "gauge",
@@ -1901,7 +1889,7 @@ void cluster_render_json(struct cluster *c, struct buf *o)
     pthread_mutex_lock(&c->smu);
     s = c->st;
     json_t *nodes = json_array();
-    uint64_t now = real_ns();
+    uint64_t now = kvc__now_ns();
     for (size_t i = 0; i < c->nnodes_copy; i++) {
         const struct node_rec *n = &c->nodes_copy[i];
         json_array_append_new(nodes,

@@ -20,14 +20,10 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "clock.h"
 #include "etcd_client.h"
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
+static double now_us(void) { return (double)kvc__mono_ns() / 1e3; }
 
 static int cmp(const void *a, const void *b)
 {
