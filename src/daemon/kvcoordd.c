@@ -581,14 +581,18 @@ static void warn_capacities(const struct options *o, const kvc_segment_info *si)
         {OPT_PROCS, "--max-procs", o->max_procs, si->max_procs},
         {OPT_TTL, "--room-ttl", (uint64_t)o->room_ttl_s * 1000, si->room_ttl_ms},
     };
-    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
-        if (GIVEN(o, caps[i].opt) && caps[i].want != caps[i].have)
-            log_event(LOG_WARN, "capacity_ignored",
-                      "option=%s given=%llu%s segment=%llu%s note=\"the existing segment keeps "
-                      "its own; --fresh discards it and applies the options\"",
-                      caps[i].flag, (unsigned long long)caps[i].want,
-                      caps[i].opt == OPT_TTL ? "ms" : "", (unsigned long long)caps[i].have,
-                      caps[i].opt == OPT_TTL ? "ms" : "");
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        if (!GIVEN(o, caps[i].opt) || caps[i].want == caps[i].have)
+            continue;
+        const char *unit = caps[i].opt == OPT_TTL ? "ms" : "";
+        char given[32], have[32];
+        snprintf(given, sizeof given, "%llu%s", (unsigned long long)caps[i].want, unit);
+        snprintf(have, sizeof have, "%llu%s", (unsigned long long)caps[i].have, unit);
+        log_event(LOG_WARN, "capacity_ignored",
+                  "option=%s given=%s segment=%s note=\"the existing segment keeps its own; "
+                  "--fresh discards it and applies the options\"",
+                  caps[i].flag, given, have);
+    }
 }
 
 static kvc_segment *open_segment(const struct options *o, const char *name)

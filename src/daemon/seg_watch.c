@@ -96,20 +96,25 @@ int seg_watch_check(struct seg_watch *w, char *msg, size_t cap)
     }
     int undone = 0;
     if (st.st_size > w->size) {
-        int rc = ftruncate(w->fd, w->size);
-        log_event(LOG_ERROR, "segment_file_changed",
-                  "path=%s change=extended from=%lld to=%lld action=%s%s%s", w->path,
-                  (long long)w->size, (long long)st.st_size,
-                  rc ? "none err=\"ftruncate: " : "restored_size", rc ? strerror(errno) : "",
-                  rc ? "\"" : "");
+        if (ftruncate(w->fd, w->size))
+            log_event(LOG_ERROR, "segment_file_changed",
+                      "path=%s change=extended from=%lld to=%lld action=none err=\"ftruncate: %s\"",
+                      w->path, (long long)w->size, (long long)st.st_size, strerror(errno));
+        else
+            log_event(LOG_ERROR, "segment_file_changed",
+                      "path=%s change=extended from=%lld to=%lld action=restored_size", w->path,
+                      (long long)w->size, (long long)st.st_size);
         undone = 1;
     }
     if ((st.st_mode & 07777) != w->mode) {
-        int rc = fchmod(w->fd, w->mode);
-        log_event(LOG_ERROR, "segment_file_changed",
-                  "path=%s change=mode from=%04o to=%04o action=%s%s%s", w->path, (unsigned)w->mode,
-                  (unsigned)(st.st_mode & 07777), rc ? "none err=\"fchmod: " : "restored_mode",
-                  rc ? strerror(errno) : "", rc ? "\"" : "");
+        if (fchmod(w->fd, w->mode))
+            log_event(LOG_ERROR, "segment_file_changed",
+                      "path=%s change=mode from=%04o to=%04o action=none err=\"fchmod: %s\"",
+                      w->path, (unsigned)w->mode, (unsigned)(st.st_mode & 07777), strerror(errno));
+        else
+            log_event(LOG_ERROR, "segment_file_changed",
+                      "path=%s change=mode from=%04o to=%04o action=restored_mode", w->path,
+                      (unsigned)w->mode, (unsigned)(st.st_mode & 07777));
         undone = 1;
     }
     return undone;

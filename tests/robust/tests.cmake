@@ -33,3 +33,12 @@ if(TARGET kvcoordd AND NOT KVCOORD_FUZZ)
   set_tests_properties(robust_memory_flood robust_memory_flood_auth PROPERTIES
     LABELS "robust;ops" TIMEOUT 300 RUN_SERIAL TRUE)
 endif()
+
+if(TARGET kvcoordd AND NOT KVCOORD_FUZZ)
+  foreach(case runtime start)
+    add_test(NAME robust_segment_watch_${case}
+      COMMAND ${PYTHON3} ${KVC_ROBUST_DIR}/test_segment_watch.py --daemon $<TARGET_FILE:kvcoordd>
+              --case ${case})
+    set_tests_properties(robust_segment_watch_${case} PROPERTIES LABELS "robust;ops" TIMEOUT 300)
+  endforeach()
+endif()
