@@ -79,7 +79,6 @@ void kvc__header_of(kvc_segment *seg, kvc_raw_header *out);
 /* Name of a file type from st_mode ("regular file", "FIFO", ...). */
 const char *kvc__file_type(unsigned mode);
 
-
 /* The magic as its eight characters ("COKVCRD1" when valid), into buf[9]. */
 void kvc__magic_text(uint64_t magic, char buf[9]);
 
