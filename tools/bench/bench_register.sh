@@ -40,7 +40,8 @@ Options:
   --big-reps N    PUTs per round and server of the 4 MB rank (default $BIG_REPS)
   -h, --help      print this help
 
-Needs: kvcoordd built, python3-requests, python3-fastapi, python3-uvicorn, curl.
+Needs: kvcoordd built, python3-requests, python3-fastapi, python3-uvicorn (with python3-uvloop
+and python3-httptools, as sglang runs it), curl.
 EOF
 }
 
