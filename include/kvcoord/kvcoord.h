@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 4u
+#define KVC_LAYOUT_VERSION 5u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -460,9 +460,15 @@ kvc_err kvc_role_names(kvc_segment *seg, char (*names)[KVC_ROLE_NAME_MAX + 1], s
  * counts as Bootstrapping), so Failed from any rank wins and Success needs
  * all - the answer sglang gets from an all-reduce with MIN.  Terminal states
  * are sticky.  The first failure recorded wins and every rank reads that
- * same record.  All room calls are process- and thread-safe: they take the
- * rooms lock (bounded by the lock timeout), and every update keeps an undo
- * record that recovery rolls back if the writer dies mid-way.
+ * same record.  All room calls are process- and thread-safe.  The room
+ * table is split into 64 stripes by a hash of the room id, each with its
+ * own robust lock: an update takes its room's stripe lock (bounded by the
+ * lock timeout) and keeps an undo record that recovery rolls back if the
+ * writer dies mid-way, so ranks updating rooms of different stripes do not
+ * wait for each other.  Readers (kvc_room_get, kvc_room_list,
+ * kvc_failures_recent) take no lock: they copy under a sequence counter and
+ * retry; one that keeps seeing a writer inside (a dead one) takes the lock,
+ * which recovers the room.
  */
 
 /* KVPoll states, with the numbers sglang uses. */
@@ -560,18 +566,24 @@ kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int
 
 /* Read room as asking_rank sees it (asking_rank only sets
  * failure.is_from_another_rank; pass -1 for an outside observer, which
- * counts as another rank).  Before answering, checks the liveness (pid +
- * start time) of every participant that has not released the room; a dead
- * one fails the room with a reason naming its rank, pid and how it ended,
- * so detection does not depend on kvcoordd.  A room idle for longer than
- * the TTL fails with a timeout reason.
+ * counts as another rank).  Takes no lock and makes no system call in the
+ * common case: the room is copied under its sequence counter (never a torn
+ * room).  Before answering, checks the liveness of every participant that
+ * has not released the room: from the process table's dead marks while a
+ * watcher beats (kvc_proc_watch_beat: kvcoordd), else from /proc (pid +
+ * start time, at most every 100 ms per participant, outside any lock), so
+ * detection does not depend on kvcoordd; a dead one fails the room (then
+ * the room's stripe lock is taken) with a reason naming its rank, pid and
+ * how it ended.  A room idle for longer than the TTL (CLOCK_MONOTONIC)
+ * fails with a timeout reason.
  * Errors: KVC_E_INVAL (NULL, room > KVC_ROOM_ID_MAX), KVC_E_NOENT (no such
  * room, or reclaimed), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_room_info *out);
 
 /* Wait until room's state differs from `known` (or it gains a failure
- * record), up to timeout_ms, sleeping on the rooms' shared futex epoch (no
- * polling); *out receives the room as kvc_room_get() reads it.
+ * record), up to timeout_ms, sleeping on the shared futex epoch of the
+ * room's stripe (no polling; liveness re-checked every 200 ms); *out
+ * receives the room as kvc_room_get() reads it.
  * Errors: those of kvc_room_get(), KVC_E_INVAL (known out of 0..4),
  * KVC_E_TIMEDOUT. */
 kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
@@ -581,9 +593,9 @@ kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_
  * once: for each i in order, set rank's own state in rooms[i] to states[i]
  * (skipped when states is NULL), then check the room (dead participants,
  * TTL, as kvc_room_get()) and read its state (the minimum over its
- * participants, terminal states sticky) into out[i].  One take of the rooms
- * lock for the whole call, and each participant process's liveness read
- * from /proc once per call rather than once per room.  Unlike an all-reduce
+ * participants, terminal states sticky) into out[i].  Each update takes its
+ * room's stripe lock; each read takes none and makes no system call (as
+ * kvc_room_get()).  Unlike an all-reduce
  * it does not wait for the other ranks.  *failed_at (may be NULL) receives
  * the index of the room an error is about; rooms before it were updated.
  * Errors: KVC_E_INVAL (NULL, room id or state out of range, rank not a
@@ -604,7 +616,8 @@ kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const uint64_t 
 kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                             const char *reason, uint64_t time_ns, int *changed);
 
-/* Current value of the rooms' change epoch (bumped on every room change,
+/* Current value of the rooms' failure epoch (bumped whenever a room gains
+ * or changes its failure record, and when a room lock is recovered;
  * wrapping).  Use with kvc_room_wait_change().  NULL seg: returns 0 and sets
  * kvc_last_error(). */
 uint32_t kvc_room_epoch(kvc_segment *seg);
@@ -632,10 +645,12 @@ kvc_err kvc_room_release(kvc_segment *seg, uint64_t room, uint32_t rank);
  * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed);
 
-/* List live rooms into out[0..cap-1] (no liveness check), optionally only
- * those in state_filter (-1: all; else a kvc_poll value 0..4).  *count
- * receives the number matching, which may exceed cap.  Errors: KVC_E_INVAL
- * (NULL, state_filter out of -1..4), KVC_E_BUSY. */
+/* List live rooms into out[0..cap-1] (no liveness check, no lock: each
+ * room read whole under its sequence counter), optionally only those in
+ * state_filter (-1: all; else a kvc_poll value 0..4).  *count receives the
+ * number matching, which may exceed cap.  Errors: KVC_E_INVAL (NULL,
+ * state_filter out of -1..4), KVC_E_BUSY (a dead writer's room could not be
+ * recovered in time). */
 kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
                       size_t *count);
 
@@ -702,6 +717,17 @@ kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char 
 /* kvc_proc_reap() every process of the table that is not alive.  *reaped
  * (may be NULL) receives how many.  Errors: those of kvc_proc_reap(). */
 kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped);
+
+/* Declare (watching non-zero) that the calling process watches the death
+ * of every attached process and reaps each at once with kvc_proc_reap(),
+ * which marks it dead in the process table before failing its rooms - as
+ * kvcoordd's pidfd watch does.  While such beats are fresh (the last one
+ * less than 3 s old: call it every second), kvc_room_get() judges the
+ * liveness of participants from those marks alone, with no system call;
+ * otherwise it reads /proc (at most every 100 ms per participant).
+ * watching 0: the caller stops watching (only clears its own beat).
+ * Thread- and process-safe; no lock.  Errors: KVC_E_INVAL (NULL). */
+kvc_err kvc_proc_watch_beat(kvc_segment *seg, int watching);
 
 /* Describe a wait(2) status: "exited with status N" or "killed by signal N
  * (NAME)".  Writes at most cap bytes into buf (always NUL-terminated when

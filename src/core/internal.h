@@ -33,8 +33,9 @@ struct kvc_segment {
     kvc_header *hdr;
     kvc_rank_entry *ranks;
     kvc_proc *procs;
+    kvc_room_stripe *stripes;
     kvc_room *rooms;
-    kvc_failure_rec *failures;
+    kvc_failure_slot *failures;
     _Atomic uint64_t *bitmap;
     unsigned char *arena;
     int32_t proc_slot; /* our process table entry, -1 if none */
@@ -90,6 +91,11 @@ void kvc__futex_wake_all(_Atomic uint32_t *word);
  * KVC_E_SYS. */
 kvc_err kvc__lock(kvc_segment *seg, int id);
 void kvc__unlock(kvc_segment *seg, int id);
+/* lock.c: lock id's mutex in the segment (header locks, then room stripes). */
+kvc_lock *kvc__lock_ptr(kvc_segment *seg, int id);
+/* lock.c: "ranks", "procs", "rooms.0" .. "rooms.63"; "unknown" otherwise.
+ * Static storage. */
+const char *kvc__lock_name(int id);
 /* lock.c: register fn as lock id's recovery on seg.  lock.c knows no table:
  * each table registers its own (kvc__ranks_register, ...), and kvc_open has
  * every table register before any lock of the handle is taken. */
@@ -104,9 +110,10 @@ void kvc__lock_recover(kvc_segment *seg, int id);
 void kvc__ranks_register(kvc_segment *seg);
 void kvc__procs_register(kvc_segment *seg);
 void kvc__rooms_register(kvc_segment *seg);
-/* The room table's hash (splitmix64's finaliser): a room lives on the
- * linear probe path starting at kvc__room_hash(id) & (room_slots - 1).
- * Room ids are random, but the table does not rely on it. */
+/* The room table's hash (splitmix64's finaliser): a room lives in stripe
+ * kvc__room_stripe(h) on the linear probe path inside that stripe starting
+ * at kvc__room_home(h, stripe_slots), h = kvc__room_hash(id).  Room ids are
+ * random, but the table does not rely on it. */
 static inline uint64_t kvc__room_hash(uint64_t x)
 {
     x ^= x >> 30;
@@ -115,6 +122,21 @@ static inline uint64_t kvc__room_hash(uint64_t x)
     x *= 0x94d049bb133111ebull;
     return x ^ (x >> 31);
 }
+
+static inline uint32_t kvc__room_stripe(uint64_t h)
+{
+    return (uint32_t)(h >> (64 - KVC_ROOM_STRIPE_BITS));
+}
+static inline uint32_t kvc__room_home(uint64_t h, uint32_t stripe_slots)
+{
+    return (uint32_t)(((h & 0xffffffffull) * stripe_slots) >> 32);
+}
+
+/* With no process watcher beating, a reader of a room looks a participant
+ * up in /proc at most this often (outside any lock). */
+#define KVC__LIVENESS_RECHECK_MS 100
+/* A watcher's beat older than this is not trusted (it beats every second). */
+#define KVC__WATCH_STALE_MS 3000
 
 /* segment.c: map seg (name, pid, start, lock timeout set) as opts->mode
  * says: attach, create or fresh.  The errors of kvc_open(). */
@@ -175,6 +197,9 @@ kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank, int32_t 
                          uint64_t *dead_start);
 kvc_err kvc__proc_detach(kvc_segment *seg);
 kvc_err kvc__proc_forget(kvc_segment *seg, int32_t pid, uint64_t start);
+/* procs.c: publish that (pid, start) is dead, and how, in its entry (no
+ * lock): the first step of reaping it, before its rooms are failed. */
+void kvc__proc_mark_dead(kvc_segment *seg, int32_t pid, uint64_t start, const char *how);
 void kvc__proc_set_rank(kvc_segment *seg, int32_t rank);
 
 /* Crash-injection hook for tests: when set, called at each named point

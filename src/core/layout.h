@@ -4,7 +4,8 @@
  * offsets (each process maps the segment at its own address).
  *
  *   [kvc_header | kvc_rank_entry x max_ranks x KVC_RANK_TABLES | kvc_proc x max_procs |
- *    kvc_room x room_slots | kvc_failure_rec x KVC_FAILURE_RING |
+ *    kvc_room_stripe x KVC_ROOM_STRIPES | kvc_room x room_slots |
+ *    kvc_failure_slot x KVC_FAILURE_RING |
  *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
  *
  * Any change here must bump KVC_LAYOUT_VERSION (kvcoord.h); the header also
@@ -44,7 +45,22 @@ typedef struct kvc_lock {
 #define KVC_RANK_TABLES (2 * KVC_RANK_ROLES)
 #define KVC_TABLE_PARALLELISM KVC_RANK_ROLES /* kind 1's first table */
 
-enum kvc_lock_id { KVC_LOCK_RANKS = 0, KVC_LOCK_PROCS = 1, KVC_LOCK_ROOMS = 2, KVC_LOCK_COUNT = 3 };
+/* The room table is split into KVC_ROOM_STRIPES stripes, each a table of
+ * its own (stripe_slots slots) with its own robust mutex and undo record:
+ * room id -> stripe = top bits of kvc__room_hash(id), so ranks updating
+ * rooms of different stripes never wait for each other. */
+#define KVC_ROOM_STRIPE_BITS 6
+#define KVC_ROOM_STRIPES (1u << KVC_ROOM_STRIPE_BITS)
+
+/* Lock ids: the two header locks, then one per room stripe
+ * (KVC_LOCK_ROOMS + stripe).  kvc__lock_ptr() maps an id to its mutex. */
+enum kvc_lock_id {
+    KVC_LOCK_RANKS = 0,
+    KVC_LOCK_PROCS = 1,
+    KVC_LOCK_HEADER_COUNT = 2,
+    KVC_LOCK_ROOMS = 2, /* stripe 0; stripe s is KVC_LOCK_ROOMS + s */
+    KVC_LOCK_COUNT = 2 + KVC_ROOM_STRIPES
+};
 
 /* One half of a rank entry's double buffer.  Written only while inactive,
  * under the rank lock; published by storing its index into entry->active. */
@@ -76,14 +92,24 @@ typedef struct kvc_rank_entry {
     kvc_rank_slot slot[2];
 } kvc_rank_entry;
 
-/* Process table entry.  pid 0 = free.  Identity is (pid, start). */
+#define KVC_HOW_MAX 95 /* "killed by signal 9 (Killed)", ... */
+
+/* Process table entry.  pid 0 = free.  Identity is (pid, start), and for
+ * room participants (slot, gen): gen is bumped every time the slot is given
+ * to a process, so a participant whose slot's gen moved has left the table.
+ * dead is set (how written first) by kvc_proc_reap() - kvcoordd's pidfd
+ * watch - before the process's rooms are failed: readers of rooms judge
+ * liveness from it without a system call while a watcher beats. */
 typedef struct kvc_proc {
     _Atomic int32_t pid;
     int32_t role; /* kvc_role */
     int32_t rank; /* -1 if none */
-    uint32_t pad;
+    _Atomic uint32_t gen;
     uint64_t start; /* start time, clock ticks since boot (/proc/pid/stat #22) */
     uint64_t attached_ns;
+    _Atomic uint32_t dead; /* 1: seen dead and being reaped; how says how it ended */
+    uint32_t pad;
+    char how[KVC_HOW_MAX + 1];
 } kvc_proc;
 
 /* ---- rooms ---- */
@@ -95,12 +121,14 @@ typedef struct kvc_room_part {
     uint8_t role; /* kvc_room_role */
     uint8_t released;
     uint8_t pad;
-    uint64_t start; /* the participant's start time, ticks since boot */
+    uint64_t start;    /* the participant's start time, ticks since boot */
+    int32_t proc_slot; /* its process table slot when it opened, -1 if none */
+    uint32_t proc_gen; /* that slot's gen then */
 } kvc_room_part;
 
 typedef struct kvc_failure_rec {
     uint64_t room;
-    uint64_t time_ns;
+    uint64_t time_ns; /* CLOCK_REALTIME: shown to people */
     int32_t origin_rank;
     int32_t origin_pid;
     int32_t code;
@@ -108,39 +136,69 @@ typedef struct kvc_failure_rec {
     char reason[KVC_REASON_MAX + 1];
 } kvc_failure_rec;
 
-/* A slot of the open-addressing room table (linear probing, tombstones
- * turned back into free slots whenever the next slot is free). */
+/* A slot of a stripe's open-addressing table (linear probing inside the
+ * stripe, tombstones turned back into free slots whenever the next slot is
+ * free).  seq is the room's seqlock: odd while a writer (stripe lock held)
+ * changes anything below it; readers copy, re-check, retry. */
 typedef struct kvc_room {
+    _Atomic uint32_t seq;
     uint32_t slot; /* KVC_SLOT_* */
-    uint32_t participants;
     uint64_t id;
-    uint64_t opened_ns;
-    uint64_t updated_ns;
+    uint32_t participants;
     int32_t terminal; /* -1, KVC_POLL_FAILED or KVC_POLL_SUCCESS: sticky */
     uint32_t has_failure;
-    kvc_failure_rec failure;
-    kvc_room_part part[KVC_ROOM_MAX_PARTICIPANTS];
-} kvc_room;
-
-/* Room counters, saved in every undo record with the slots it covers. */
-typedef struct kvc_room_counters {
-    uint64_t failures_total; /* records appended to the ring, ever */
-    uint32_t rooms_live;     /* USED slots */
     uint32_t pad;
-} kvc_room_counters;
+    uint64_t opened_ns;    /* CLOCK_REALTIME, shown */
+    uint64_t updated_ns;   /* CLOCK_REALTIME, shown */
+    uint64_t updated_mono; /* CLOCK_MONOTONIC (coarse): the TTL counts from it */
+    /* The fields above fill one cache line; an update saves them and the
+     * participants it has (part[0..participants)), and the failure record
+     * only when it writes one. */
+    kvc_room_part part[KVC_ROOM_MAX_PARTICIPANTS];
+    kvc_failure_rec failure;
+    /* Outside the seqlock: when a reader last read /proc for participant i
+     * (CLOCK_MONOTONIC ms, wrapping), so that with no watcher each
+     * participant is looked up at most once per KVC__LIVENESS_RECHECK_MS. */
+    _Atomic uint32_t checked_ms[KVC_ROOM_MAX_PARTICIPANTS];
+} __attribute__((aligned(64))) kvc_room;
 
-/* Undo record of the rooms lock: the bytes an update is about to change,
- * saved first and marked valid last; recovery under EOWNERDEAD copies them
- * back.  Two regions at most (a room slot and a failure ring slot) plus
- * the counters. */
+/* A failure ring entry.  claim packs (seq << 32 | owner): seq odd while a
+ * writer fills it, owner = 1 + the writer's stripe, so that stripe's
+ * recovery can finish an entry its dead writer claimed; n = 1 + the index
+ * (failures_total before the append) the entry holds, so an entry whose
+ * append was rolled back, or not made, is told from the one wanted. */
+typedef struct kvc_failure_slot {
+    _Atomic uint64_t claim;
+    uint64_t n;
+    kvc_failure_rec rec;
+} kvc_failure_slot;
+
+/* Undo record of one stripe: the bytes an update is about to change (a
+ * room slot, and the failure ring entry it appends to), saved first and
+ * marked valid last; recovery under EOWNERDEAD copies them back (the seq
+ * words excepted, which it moves past the dead writer's value). */
 typedef struct kvc_undo {
     _Atomic uint32_t valid;
-    uint32_t nregions;
-    uint64_t off[2]; /* from the segment start, bytes */
-    uint64_t len[2];
-    kvc_room_counters counters;
-    unsigned char data[sizeof(kvc_room) + sizeof(kvc_failure_rec)];
+    uint32_t rooms_live; /* the stripe's count before the update */
+    uint64_t room_off;   /* from the segment start, bytes; 0 = none */
+    uint64_t room_len;
+    uint64_t ring_off; /* set before the entry is claimed; 0 = none */
+    uint64_t ring_n;   /* 1 + the ring index claimed (failures_total after it) */
+    kvc_room room;
+    kvc_failure_slot ring;
 } kvc_undo;
+
+/* One stripe of the room table: its lock, count, change epoch (a futex word
+ * its room waiters sleep on; waiters counts them, so writers make no
+ * system call when nobody waits) and undo record.  Cache-line aligned. */
+typedef struct kvc_room_stripe {
+    kvc_lock lock;
+    _Atomic uint32_t epoch;
+    _Atomic uint32_t waiters;
+    uint32_t rooms_live; /* USED slots of the stripe; rebuilt by recovery */
+    uint32_t pad;
+    kvc_undo undo;
+} __attribute__((aligned(64))) kvc_room_stripe;
 
 typedef struct kvc_header {
     /* Prefix kept identical in every layout version, so that any build can
@@ -157,7 +215,7 @@ typedef struct kvc_header {
     uint32_t lock_size;
     uint32_t block_size;
     uint32_t room_size;
-    uint32_t pad_sizes;
+    uint32_t stripe_size;
     uint64_t total_size; /* bytes of the segment file */
     /* capacities, chosen at creation */
     uint32_t max_ranks;
@@ -179,7 +237,7 @@ typedef struct kvc_header {
     _Atomic uint32_t proc_epoch;
     _Atomic uint64_t arena_used_blocks; /* derived; rebuilt by recovery */
     _Atomic uint32_t ranks_registered;  /* derived; rebuilt by recovery */
-    _Atomic uint32_t room_epoch;        /* futex word: bumped on every room change */
+    _Atomic uint32_t room_epoch;        /* futex word: bumped on every failure record */
     /* roles: names of the role tables in use (role_names[0] is
      * KVC_DEFAULT_ROLE); a name is written before roles_used counts it,
      * under the ranks lock, and never changes afterwards */
@@ -188,14 +246,24 @@ typedef struct kvc_header {
     char role_names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
     /* rooms */
     uint32_t max_rooms;
-    uint32_t room_slots; /* power of two >= max_rooms * 5 / 4 */
+    uint32_t room_slots;   /* KVC_ROOM_STRIPES x stripe_slots */
+    uint32_t stripe_slots; /* slots of one stripe's table */
     uint32_t room_ttl_ms;
-    uint32_t pad3;
-    uint64_t rooms_off;
-    uint64_t failures_off; /* ring of KVC_FAILURE_RING kvc_failure_rec */
-    kvc_room_counters room_counters;
-    kvc_undo room_undo;
-    kvc_lock locks[KVC_LOCK_COUNT];
+    uint64_t stripes_off;            /* KVC_ROOM_STRIPES kvc_room_stripe */
+    uint64_t rooms_off;              /* stripe s's table: slots [s * stripe_slots, +stripe_slots) */
+    uint64_t failures_off;           /* ring of KVC_FAILURE_RING kvc_failure_slot */
+    _Atomic uint64_t failures_total; /* ring appends claimed, ever */
+    /* Rooms reserved by creators: >= the rooms in use (a writer that dies
+     * can only leave it higher); at max rooms the exact count, the sum of
+     * the stripes' counts, decides. */
+    _Atomic uint32_t rooms_reserved;
+    uint32_t pad5;
+    /* The process watcher (kvcoordd): while its beat (CLOCK_MONOTONIC ns)
+     * is fresh, the process table's dead marks are trusted for liveness. */
+    _Atomic int32_t watch_pid;
+    uint32_t pad4;
+    _Atomic uint64_t watch_beat_mono;
+    kvc_lock locks[KVC_LOCK_HEADER_COUNT];
 } kvc_header;
 
 #endif /* KVC_LAYOUT_H */

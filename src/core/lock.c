@@ -19,10 +19,28 @@
 
 #include "internal.h"
 
+_Static_assert(KVC_ROOM_STRIPES == 64, "one name per room stripe below");
+static const char *const lock_names[KVC_LOCK_COUNT] = {
+    "ranks",    "procs",    "rooms.0",  "rooms.1",  "rooms.2",  "rooms.3",  "rooms.4",  "rooms.5",
+    "rooms.6",  "rooms.7",  "rooms.8",  "rooms.9",  "rooms.10", "rooms.11", "rooms.12", "rooms.13",
+    "rooms.14", "rooms.15", "rooms.16", "rooms.17", "rooms.18", "rooms.19", "rooms.20", "rooms.21",
+    "rooms.22", "rooms.23", "rooms.24", "rooms.25", "rooms.26", "rooms.27", "rooms.28", "rooms.29",
+    "rooms.30", "rooms.31", "rooms.32", "rooms.33", "rooms.34", "rooms.35", "rooms.36", "rooms.37",
+    "rooms.38", "rooms.39", "rooms.40", "rooms.41", "rooms.42", "rooms.43", "rooms.44", "rooms.45",
+    "rooms.46", "rooms.47", "rooms.48", "rooms.49", "rooms.50", "rooms.51", "rooms.52", "rooms.53",
+    "rooms.54", "rooms.55", "rooms.56", "rooms.57", "rooms.58", "rooms.59", "rooms.60", "rooms.61",
+    "rooms.62", "rooms.63"};
+
 const char *kvc__lock_name(int id)
 {
-    static const char *const names[KVC_LOCK_COUNT] = {"ranks", "procs", "rooms"};
-    return id >= 0 && id < KVC_LOCK_COUNT ? names[id] : "unknown";
+    return id >= 0 && id < KVC_LOCK_COUNT ? lock_names[id] : "unknown";
+}
+
+kvc_lock *kvc__lock_ptr(kvc_segment *seg, int id)
+{
+    if (id < KVC_LOCK_HEADER_COUNT)
+        return &seg->hdr->locks[id];
+    return &seg->stripes[id - KVC_LOCK_ROOMS].lock;
 }
 
 void kvc__lock_register(kvc_segment *seg, int id, kvc_recover_fn fn)
@@ -43,9 +61,39 @@ static void note_owner(kvc_segment *seg, kvc_lock *l)
     atomic_store(&l->owner_pid, seg->pid);
 }
 
+/* EOWNERDEAD: repair first, then mark the mutex consistent. */
+static kvc_err recovered(kvc_segment *seg, int id, kvc_lock *l)
+{
+    kvc__lock_recover(seg, id);
+    atomic_fetch_add(&l->recoveries, 1);
+    int c = pthread_mutex_consistent(&l->mutex);
+    if (c != 0) {
+        /* Still inconsistent: unlocking makes it ENOTRECOVERABLE for
+         * everyone, which every later locker then reports. */
+        pthread_mutex_unlock(&l->mutex);
+        return kvc__fail(KVC_E_NOTRECOVERABLE,
+                         "%s lock of segment %s: its owner died and "
+                         "pthread_mutex_consistent failed: %s",
+                         lock_names[id], seg->name, strerror(c));
+    }
+    note_owner(seg, l);
+    return KVC_OK;
+}
+
 kvc_err kvc__lock(kvc_segment *seg, int id)
 {
-    kvc_lock *l = &seg->hdr->locks[id];
+    kvc_lock *l = kvc__lock_ptr(seg, id);
+    /* Uncontended: no clock read.  A trylock reports a dead owner too. */
+    int r = pthread_mutex_trylock(&l->mutex);
+    if (r == 0) {
+        note_owner(seg, l);
+        return KVC_OK;
+    }
+    if (r == EOWNERDEAD)
+        return recovered(seg, id, l);
+    if (r == ENOTRECOVERABLE)
+        return kvc__fail(KVC_E_NOTRECOVERABLE, "%s lock of segment %s is not recoverable",
+                         lock_names[id], seg->name);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += seg->lock_timeout_ms / 1000;
@@ -54,27 +102,13 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    int r = pthread_mutex_clocklock(&l->mutex, CLOCK_MONOTONIC, &ts);
+    r = pthread_mutex_clocklock(&l->mutex, CLOCK_MONOTONIC, &ts);
     if (r == 0) {
         note_owner(seg, l);
         return KVC_OK;
     }
-    if (r == EOWNERDEAD) {
-        kvc__lock_recover(seg, id);
-        atomic_fetch_add(&l->recoveries, 1);
-        int c = pthread_mutex_consistent(&l->mutex);
-        if (c != 0) {
-            /* Still inconsistent: unlocking makes it ENOTRECOVERABLE for
-             * everyone, which every later locker then reports. */
-            pthread_mutex_unlock(&l->mutex);
-            return kvc__fail(KVC_E_NOTRECOVERABLE,
-                             "%s lock of segment %s: its owner died and "
-                             "pthread_mutex_consistent failed: %s",
-                             kvc__lock_name(id), seg->name, strerror(c));
-        }
-        note_owner(seg, l);
-        return KVC_OK;
-    }
+    if (r == EOWNERDEAD)
+        return recovered(seg, id, l);
     if (r == ETIMEDOUT)
         return kvc__fail(KVC_E_BUSY, "%s lock of segment %s held for over %u ms by pid %d",
                          kvc__lock_name(id), seg->name, seg->lock_timeout_ms,
@@ -88,7 +122,7 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
 
 void kvc__unlock(kvc_segment *seg, int id)
 {
-    kvc_lock *l = &seg->hdr->locks[id];
+    kvc_lock *l = kvc__lock_ptr(seg, id);
     atomic_store(&l->owner_pid, 0);
     atomic_store(&l->owner_start, 0);
     pthread_mutex_unlock(&l->mutex);

@@ -7,6 +7,7 @@
  * leaves either a free slot or a complete entry, and recovery has nothing to
  * roll back.
  */
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -67,6 +68,11 @@ kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank, int32_t 
                          seg->name, seg->hdr->max_procs);
     }
     kvc_proc *p = &seg->procs[i];
+    /* A new gen before the pid is published: participants that recorded the
+     * slot's previous gen see that their process left. */
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_relaxed);
+    atomic_store_explicit(&p->dead, 0, memory_order_relaxed);
+    p->how[0] = '\0';
     p->role = (int32_t)role;
     p->rank = rank;
     p->start = seg->start;
@@ -154,6 +160,37 @@ KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, 
         n++;
     }
     *count = n;
+    return KVC_OK;
+}
+
+/* Publish that (pid, start) is dead, and how, before its rooms are failed:
+ * a reader of one of its rooms sees the mark without a system call and
+ * fails the room with the same reason.  Plain stores on the slot (no lock:
+ * a slot is only reused under the procs lock after forget()). */
+void kvc__proc_mark_dead(kvc_segment *seg, int32_t pid, uint64_t start, const char *how)
+{
+    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        if (atomic_load(&p->pid) != pid || (start && p->start != start) || atomic_load(&p->dead))
+            continue;
+        snprintf(p->how, sizeof p->how, "%s", how);
+        atomic_store_explicit(&p->dead, 1, memory_order_release);
+    }
+}
+
+KVC_API kvc_err kvc_proc_watch_beat(kvc_segment *seg, int watching)
+{
+    KVC_ARG(seg);
+    kvc_header *h = seg->hdr;
+    if (!watching) {
+        if (atomic_load(&h->watch_pid) == seg->pid) {
+            atomic_store(&h->watch_beat_mono, 0);
+            atomic_store(&h->watch_pid, 0);
+        }
+        return KVC_OK;
+    }
+    atomic_store(&h->watch_pid, seg->pid);
+    atomic_store_explicit(&h->watch_beat_mono, kvc__mono_ns(), memory_order_release);
     return KVC_OK;
 }
 

@@ -2,19 +2,36 @@
  * rooms.c - bootstrap rooms: per-request KVPoll state and failure records
  * shared by every rank of the node.
  *
- * The room table is open addressing keyed by room id (linear probing).
+ * The room table is split into KVC_ROOM_STRIPES stripes by the top bits of
+ * the room id's hash; each stripe is an open-addressing table of its own
+ * (linear probing that wraps inside the stripe), with its own robust
+ * mutex, count, change epoch and undo record (kvc_room_stripe, layout.h).
  * Deletion leaves a tombstone, and every tombstone followed by a free slot
  * is turned back into a free slot (a probe reaching it would stop at the
  * next slot anyway), so tombstones do not pile up.
  *
- * Every update runs under the rooms lock inside an undo record: the bytes
- * about to change (the room slot, the failure ring slot, the counters) are
- * saved first and marked valid by one store; the update runs; the mark is
- * cleared.  A writer that dies at any instruction leaves a valid undo
- * record, and rooms_recover() copies the saved bytes back before the
- * mutex is marked consistent.
+ * Writers hold their room's stripe lock.  Every update runs inside the
+ * stripe's undo record and the room's seqlock window:
+ *   save the bytes about to change (the room, and the failure ring entry
+ *   it appends to, claimed first) -> undo valid -> room seq odd -> write
+ *   -> undo clear -> room seq even.
+ * A writer that dies before the undo is cleared is rolled back by the
+ * stripe's recovery (run by the next locker under EOWNERDEAD); one that
+ * dies after it left complete new bytes, and recovery only evens the seq.
+ * Either way a reader sees the old room or the new one, never a mix.
+ *
+ * Readers take no lock and make no system call: they probe the stripe's
+ * table copying each slot under its seq, re-check, retry.  A reader that
+ * keeps seeing an odd seq (a writer stopped or dead inside) takes the
+ * stripe lock, which recovers a dead writer, and reads under it.  The
+ * liveness of participants comes from the process table (slot generation
+ * and the dead mark kvc_proc_reap() sets) while a watcher beats, else from
+ * /proc at most every KVC__LIVENESS_RECHECK_MS per participant; either way
+ * outside the lock.  Only a room that must change (a dead participant, a
+ * TTL passed) sends the reader to the stripe lock.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +40,13 @@
 /* While waiting on a room, participant liveness is re-checked this often,
  * so a dead participant is noticed even with no kvcoordd to report it. */
 #define LIVENESS_SLICE_MS 200
+/* Reads of an odd seq before a reader takes the stripe lock (the first few
+ * spin, the rest yield the CPU to the writer). */
+#define ODD_SPINS 2000
+#define ODD_PAUSES 64
+/* Tries at claiming a failure ring entry another writer holds, and at
+ * reading one being written, before giving up on it. */
+#define RING_SPINS 2000
 
 KVC_API const char *kvc_poll_name(kvc_poll s)
 {
@@ -36,108 +60,252 @@ KVC_API const char *kvc_poll_name(kvc_poll s)
     return "Unknown";
 }
 
-/* ---- undo record ------------------------------------------------------ */
+/* ---- addressing ---------------------------------------------------------- */
 
-static void undo_begin(kvc_segment *seg, void *a, size_t alen, void *b, size_t blen)
+static kvc_room *stripe_table(kvc_segment *seg, uint32_t s)
 {
-    kvc_undo *u = &seg->hdr->room_undo;
-    void *regions[2] = {a, b};
-    size_t lens[2] = {alen, blen}, at = 0;
-    u->nregions = 0;
-    for (int i = 0; i < 2; i++) {
-        if (!regions[i])
-            continue;
-        u->off[u->nregions] = (uint64_t)((unsigned char *)regions[i] - seg->base);
-        u->len[u->nregions] = lens[i];
-        memcpy(u->data + at, regions[i], lens[i]);
-        at += lens[i];
-        u->nregions++;
-    }
-    u->counters = seg->hdr->room_counters;
-    atomic_store_explicit(&u->valid, 1, memory_order_release);
-    KVC_INJECT("room.undo_saved");
+    return seg->rooms + (size_t)s * seg->hdr->stripe_slots;
 }
 
-static void undo_end(kvc_segment *seg)
+static uint32_t next_slot(uint32_t i, uint32_t n) { return i + 1 == n ? 0 : i + 1; }
+
+static uint32_t prev_slot(uint32_t i, uint32_t n) { return i == 0 ? n - 1 : i - 1; }
+
+/* Bytes of r an update saves: the head and the participants it has; with
+ * its failure record too when the update writes one. */
+static size_t room_len(const kvc_room *r)
+{
+    uint32_t n = r->participants <= KVC_ROOM_MAX_PARTICIPANTS ? r->participants : 0;
+    return offsetof(kvc_room, part) + n * sizeof(kvc_room_part);
+}
+
+static size_t room_len_failure(void) { return offsetof(kvc_room, checked_ms); }
+
+static void cpu_relax(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/* ---- an update: undo record + seqlock window (stripe lock held) --------- */
+
+typedef struct upd {
+    kvc_segment *seg;
+    uint32_t s;
+    kvc_room_stripe *st;
+    kvc_room *r;
+    kvc_failure_slot *ring; /* claimed ring entry, or NULL */
+    uint64_t ring_n;        /* 1 + its index */
+} upd;
+
+/* Claim the next failure ring entry for stripe s's writer.  The entry's
+ * offset goes into the undo record before the claim, so the stripe's
+ * recovery can finish an entry its dead writer claimed.  NULL when another
+ * writer (1024 appends ago, stopped or dead) still holds the entry: the
+ * record is then kept in its room only. */
+/* An append that will not be made: uncount it if it is still the last. */
+static void give_back(kvc_header *h, kvc_undo *un)
+{
+    uint64_t n = un->ring_n;
+    if (n)
+        atomic_compare_exchange_strong(&h->failures_total, &n, n - 1);
+    un->ring_n = 0;
+}
+
+static kvc_failure_slot *ring_claim(upd *u)
+{
+    kvc_header *h = u->seg->hdr;
+    kvc_undo *un = &u->st->undo;
+    un->ring_n = 0;
+    uint64_t k = atomic_fetch_add(&h->failures_total, 1);
+    un->ring_n = k + 1;
+    kvc_failure_slot *f = &u->seg->failures[k % KVC_FAILURE_RING];
+    un->ring_off = (uint64_t)((unsigned char *)f - u->seg->base);
+    for (int spins = 0; spins < RING_SPINS; spins++) {
+        uint64_t c = atomic_load(&f->claim);
+        if ((c >> 32) & 1) {
+            sched_yield();
+            continue;
+        }
+        uint64_t mine = (((c >> 32) + 1) << 32) | (u->s + 1);
+        if (atomic_compare_exchange_strong(&f->claim, &c, mine)) {
+            KVC_INJECT("room.ring_claimed");
+            u->ring_n = k + 1;
+            return f;
+        }
+    }
+    un->ring_off = 0;
+    give_back(h, un);
+    return NULL;
+}
+
+static void ring_release(kvc_failure_slot *f)
+{
+    uint64_t c = atomic_load(&f->claim);
+    atomic_store_explicit(&f->claim, ((c >> 32) + 1) << 32, memory_order_release);
+}
+
+/* Save what the update changes (len bytes of r; the ring entry when
+ * with_ring), mark the undo valid, open r's seqlock window. */
+static void upd_begin(upd *u, kvc_segment *seg, uint32_t s, kvc_room *r, size_t len, int with_ring)
+{
+    u->seg = seg;
+    u->s = s;
+    u->st = &seg->stripes[s];
+    u->r = r;
+    u->ring = with_ring ? ring_claim(u) : NULL;
+    kvc_undo *un = &u->st->undo;
+    un->room_off = (uint64_t)((unsigned char *)r - seg->base);
+    un->room_len = len;
+    memcpy(&un->room, r, len);
+    if (u->ring)
+        memcpy(&un->ring, u->ring, sizeof *u->ring);
+    un->rooms_live = u->st->rooms_live;
+    atomic_store_explicit(&un->valid, 1, memory_order_release);
+    KVC_INJECT("room.undo_saved");
+    atomic_fetch_add_explicit(&r->seq, 1, memory_order_acq_rel); /* odd */
+    KVC_INJECT("room.seq_odd");
+}
+
+/* Close the window: the undo is cleared first (the new bytes are whole),
+ * then the seq goes even and the ring entry is released. */
+static void upd_commit(upd *u, uint64_t now_real)
 {
     KVC_INJECT("room.before_commit");
-    atomic_store_explicit(&seg->hdr->room_undo.valid, 0, memory_order_release);
-    atomic_store(&seg->hdr->updated_ns, kvc__now_ns());
-    atomic_fetch_add(&seg->hdr->room_epoch, 1);
+    atomic_store_explicit(&u->st->undo.valid, 0, memory_order_release);
+    KVC_INJECT("room.committed");
+    atomic_fetch_add_explicit(&u->r->seq, 1, memory_order_release); /* even */
+    if (u->ring) {
+        ring_release(u->ring);
+        u->st->undo.ring_off = 0;
+        atomic_fetch_add(&u->seg->hdr->room_epoch, 1);
+    }
+    atomic_fetch_add(&u->st->epoch, 1);
+    /* The header's "updated" is for people: at most one store per ms, so
+     * the writers of all stripes do not fight over its cache line. */
+    if (now_real > atomic_load_explicit(&u->seg->hdr->updated_ns, memory_order_relaxed) + 1000000)
+        atomic_store_explicit(&u->seg->hdr->updated_ns, now_real, memory_order_relaxed);
 }
 
-static void rooms_recover(kvc_segment *seg, int id)
+/* Stripe recovery, with the stripe lock held after EOWNERDEAD (or on
+ * demand by repair): roll back an interrupted update, finish a ring entry
+ * the dead writer claimed, even every seq it left odd, recount the rooms. */
+static void stripe_recover(kvc_segment *seg, int id)
 {
-    (void)id;
-    kvc_header *h = seg->hdr;
-    kvc_undo *u = &h->room_undo;
+    if (id < KVC_LOCK_ROOMS || id >= KVC_LOCK_COUNT)
+        return;
+    uint32_t s = (uint32_t)(id - KVC_LOCK_ROOMS), n = seg->hdr->stripe_slots;
+    kvc_room_stripe *st = &seg->stripes[s];
+    kvc_undo *u = &st->undo;
+    kvc_room *t = stripe_table(seg, s);
+    uint64_t lo = (uint64_t)((unsigned char *)t - seg->base), hi = lo + (uint64_t)n * sizeof *t;
     if (atomic_load(&u->valid)) {
-        size_t at = 0;
-        for (uint32_t i = 0; i < u->nregions && i < 2; i++) {
-            if (u->off[i] + u->len[i] > seg->size || at + u->len[i] > sizeof u->data)
-                break; /* never write outside the segment */
-            memcpy(seg->base + u->off[i], u->data + at, u->len[i]);
-            at += u->len[i];
+        if (u->room_off >= lo && u->room_off < hi && (u->room_off - lo) % sizeof *t == 0 &&
+            u->room_len >= sizeof u->room.seq && u->room_len <= sizeof u->room) {
+            kvc_room *r = (kvc_room *)(seg->base + u->room_off);
+            uint32_t saved = atomic_load(&u->room.seq);
+            /* Everything but the seq, which stays odd until the bytes are back. */
+            atomic_store(&r->seq, saved | 1);
+            memcpy((unsigned char *)r + sizeof r->seq, (unsigned char *)&u->room + sizeof r->seq,
+                   u->room_len - sizeof r->seq);
+            atomic_store(&r->seq, (saved | 1) + 1);
         }
-        h->room_counters = u->counters;
+        if (u->ring_off) {
+            kvc_failure_slot *f = (kvc_failure_slot *)(seg->base + u->ring_off);
+            uint64_t c = atomic_load(&f->claim);
+            if (((c >> 32) & 1) && (uint32_t)c == s + 1 &&
+                atomic_load(&u->ring.claim) == c) { /* saved after our claim */
+                f->n = u->ring.n;
+                f->rec = u->ring.rec;
+                give_back(seg->hdr, u);
+            }
+        }
         atomic_store(&u->valid, 0);
     }
+    if (u->ring_off && u->ring_off >= seg->hdr->failures_off &&
+        u->ring_off < seg->hdr->failures_off + KVC_FAILURE_RING * sizeof(kvc_failure_slot)) {
+        kvc_failure_slot *f = (kvc_failure_slot *)(seg->base + u->ring_off);
+        uint64_t c = atomic_load(&f->claim);
+        if (((c >> 32) & 1) && (uint32_t)c == s + 1) {
+            /* Claimed, and either written and committed (it holds its
+             * index) or never written (died before its undo was saved). */
+            if (f->n != u->ring_n)
+                give_back(seg->hdr, u);
+            ring_release(f);
+        }
+    }
+    u->ring_off = 0;
     uint32_t live = 0;
-    for (uint32_t i = 0; i < h->room_slots; i++)
-        live += seg->rooms[i].slot == KVC_SLOT_USED;
-    h->room_counters.rooms_live = live;
-    atomic_fetch_add(&h->room_epoch, 1);
-    kvc__futex_wake_all(&h->room_epoch);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t q = atomic_load(&t[i].seq);
+        if (q & 1) /* the writer died after its undo was cleared: bytes complete */
+            atomic_store(&t[i].seq, q + 1);
+        live += t[i].slot == KVC_SLOT_USED;
+    }
+    st->rooms_live = live;
+    atomic_fetch_add(&st->epoch, 1);
+    kvc__futex_wake_all(&st->epoch);
+    atomic_fetch_add(&seg->hdr->room_epoch, 1);
+    kvc__futex_wake_all(&seg->hdr->room_epoch);
 }
 
 void kvc__rooms_register(kvc_segment *seg)
 {
-    kvc__lock_register(seg, KVC_LOCK_ROOMS, rooms_recover);
+    for (int i = 0; i < (int)KVC_ROOM_STRIPES; i++)
+        kvc__lock_register(seg, KVC_LOCK_ROOMS + i, stripe_recover);
 }
 
-/* ---- table ------------------------------------------------------------ */
+/* ---- locked access ---------------------------------------------------- */
 
-static int64_t find(kvc_segment *seg, uint64_t id)
+static kvc_err lock_stripe(kvc_segment *seg, uint32_t s)
 {
-    uint32_t mask = seg->hdr->room_slots - 1;
-    uint32_t i = (uint32_t)kvc__room_hash(id) & mask;
-    for (uint32_t n = 0; n <= mask; n++, i = (i + 1) & mask) {
-        const kvc_room *r = &seg->rooms[i];
-        if (r->slot == KVC_SLOT_FREE)
-            return -1;
-        if (r->slot == KVC_SLOT_USED && r->id == id)
-            return i;
+    return kvc__lock(seg, KVC_LOCK_ROOMS + (int)s);
+}
+
+/* Release stripe s, waking its room waiters when its epoch moved. */
+static void unlock_stripe(kvc_segment *seg, uint32_t s, uint32_t epoch_before)
+{
+    kvc_room_stripe *st = &seg->stripes[s];
+    bool changed = atomic_load(&st->epoch) != epoch_before;
+    kvc__unlock(seg, KVC_LOCK_ROOMS + (int)s);
+    if (changed && atomic_load(&st->waiters))
+        kvc__futex_wake_all(&st->epoch);
+}
+
+/* Slot of room id in stripe s (lock held), or NULL. */
+static kvc_room *find(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id)
+{
+    uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
+    kvc_room *t = stripe_table(seg, s);
+    for (uint32_t k = 0; k < n; k++, i = next_slot(i, n)) {
+        if (t[i].slot == KVC_SLOT_FREE)
+            return NULL;
+        if (t[i].slot == KVC_SLOT_USED && t[i].id == id)
+            return &t[i];
     }
-    return -1;
+    return NULL;
 }
 
-/* First reusable slot on id's probe path (call only when find() failed). */
-static int64_t find_free(kvc_segment *seg, uint64_t id)
+/* First reusable slot on id's probe path in stripe s (after find failed). */
+static kvc_room *find_free(kvc_segment *seg, uint32_t s, uint64_t h)
 {
-    uint32_t mask = seg->hdr->room_slots - 1;
-    uint32_t i = (uint32_t)kvc__room_hash(id) & mask;
-    for (uint32_t n = 0; n <= mask; n++, i = (i + 1) & mask)
-        if (seg->rooms[i].slot != KVC_SLOT_USED)
-            return i;
-    return -1;
+    uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
+    kvc_room *t = stripe_table(seg, s);
+    for (uint32_t k = 0; k < n; k++, i = next_slot(i, n))
+        if (t[i].slot != KVC_SLOT_USED)
+            return &t[i];
+    return NULL;
 }
 
-/* Delete slot i: tombstone, then turn tombstones before a free slot back
- * into free slots, each step a single store that leaves every probe's
- * result unchanged. */
-static void delete_slot(kvc_segment *seg, uint32_t i)
+/* After r became a tombstone: turn tombstones before a free slot back into
+ * free slots, each step a single store that leaves every probe's result
+ * unchanged (a probe stops at the free slot that follows anyway). */
+static void tombs_to_free(kvc_segment *seg, uint32_t s, kvc_room *r)
 {
-    uint32_t mask = seg->hdr->room_slots - 1;
-    kvc_room *r = &seg->rooms[i];
-    undo_begin(seg, r, sizeof *r, NULL, 0);
-    r->slot = KVC_SLOT_TOMB;
-    seg->hdr->room_counters.rooms_live--;
-    undo_end(seg);
-    if (seg->rooms[(i + 1) & mask].slot != KVC_SLOT_FREE)
+    uint32_t n = seg->hdr->stripe_slots, i = (uint32_t)(r - stripe_table(seg, s));
+    kvc_room *t = stripe_table(seg, s);
+    if (t[next_slot(i, n)].slot != KVC_SLOT_FREE)
         return;
-    for (uint32_t n = 0; n <= mask && seg->rooms[i].slot == KVC_SLOT_TOMB; n++) {
-        seg->rooms[i].slot = KVC_SLOT_FREE;
-        i = (i - 1) & mask;
+    for (uint32_t k = 0; k < n && t[i].slot == KVC_SLOT_TOMB; k++) {
+        __atomic_store_n(&t[i].slot, KVC_SLOT_FREE, __ATOMIC_RELEASE);
+        KVC_INJECT("room.tomb_freed");
+        i = prev_slot(i, n);
     }
 }
 
@@ -148,7 +316,7 @@ static kvc_poll room_state(const kvc_room *r)
     if (r->terminal >= 0)
         return (kvc_poll)r->terminal;
     int min = KVC_POLL_SUCCESS;
-    for (uint32_t i = 0; i < r->participants; i++) {
+    for (uint32_t i = 0; i < r->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
         int s = r->part[i].state < 0 ? KVC_POLL_BOOTSTRAPPING : r->part[i].state;
         if (s < min)
             min = s;
@@ -170,27 +338,12 @@ static void copy_reason(char *dst, const char *src)
     dst[n] = '\0';
 }
 
-/* Record the first failure of room r (lock held, outside any undo). */
-static void write_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_t code,
-                          const char *reason, int32_t pid, uint64_t time_ns);
-
-static int record_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_t code,
-                          const char *reason, int32_t pid)
+/* Inside an update with a ring entry: write r's failure record (replacing
+ * any it had) and its copy in the ring. */
+static void put_failure(upd *u, uint32_t origin, int32_t code, const char *reason, int32_t pid,
+                        uint64_t time_ns)
 {
-    if (r->has_failure || r->terminal == KVC_POLL_SUCCESS)
-        return 0;
-    write_failure(seg, r, origin, code, reason, pid, kvc__now_ns());
-    return 1;
-}
-
-/* Write r's failure record (and its copy in the ring) under one undo
- * record, replacing any record r had (lock held). */
-static void write_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_t code,
-                          const char *reason, int32_t pid, uint64_t time_ns)
-{
-    kvc_room_counters *c = &seg->hdr->room_counters;
-    kvc_failure_rec *ring = &seg->failures[c->failures_total % KVC_FAILURE_RING];
-    undo_begin(seg, r, sizeof *r, ring, sizeof *ring);
+    kvc_room *r = u->r;
     kvc_failure_rec *f = &r->failure;
     f->room = r->id;
     f->time_ns = time_ns;
@@ -201,72 +354,57 @@ static void write_failure(kvc_segment *seg, kvc_room *r, uint32_t origin, int32_
     KVC_INJECT("room.failure_half");
     r->has_failure = 1;
     r->terminal = KVC_POLL_FAILED;
-    r->updated_ns = f->time_ns;
-    *ring = *f;
-    c->failures_total++;
-    undo_end(seg);
-}
-
-static kvc_err lock_rooms(kvc_segment *seg) { return kvc__lock(seg, KVC_LOCK_ROOMS); }
-
-static void unlock_rooms(kvc_segment *seg, uint32_t epoch_before)
-{
-    bool changed = atomic_load(&seg->hdr->room_epoch) != epoch_before;
-    kvc__unlock(seg, KVC_LOCK_ROOMS);
-    if (changed)
-        kvc__futex_wake_all(&seg->hdr->room_epoch);
-}
-
-/* Liveness answers already read during one call over many rooms
- * (kvc_room_sync): the same processes take part in every room of a TP
- * group, and each check reads /proc. */
-struct alive_cache {
-    uint32_t n;
-    struct {
-        int32_t pid;
-        bool alive;
-        uint64_t start;
-    } e[2 * KVC_ROOM_MAX_PARTICIPANTS];
-};
-
-static bool part_alive(struct alive_cache *c, const kvc_room_part *p)
-{
-    if (!c)
-        return kvc__proc_alive(p->pid, p->start);
-    for (uint32_t i = 0; i < c->n; i++)
-        if (c->e[i].pid == p->pid && c->e[i].start == p->start)
-            return c->e[i].alive;
-    bool alive = kvc__proc_alive(p->pid, p->start);
-    if (c->n < sizeof c->e / sizeof c->e[0]) {
-        c->e[c->n].pid = p->pid;
-        c->e[c->n].start = p->start;
-        c->e[c->n++].alive = alive;
+    r->updated_ns = time_ns;
+    r->updated_mono = kvc__mono_coarse_ns();
+    if (u->ring) {
+        u->ring->n = u->ring_n;
+        u->ring->rec = *f;
     }
-    return alive;
 }
 
-/* Fail r if a participant died or it idled past the TTL (lock held).
- * cache: NULL, or the liveness answers of the current call. */
-static void check_room(kvc_segment *seg, kvc_room *r, uint64_t now, struct alive_cache *cache)
+/* Record the first failure of room r in stripe s (lock held); 1 if kept. */
+static int record_failure(kvc_segment *seg, uint32_t s, kvc_room *r, uint32_t origin, int32_t code,
+                          const char *reason, int32_t pid)
+{
+    if (r->has_failure || r->terminal == KVC_POLL_SUCCESS)
+        return 0;
+    upd u;
+    uint64_t now = kvc__now_ns(); /* a failure's time is shown: the precise clock */
+    upd_begin(&u, seg, s, r, room_len_failure(), 1);
+    put_failure(&u, origin, code, reason, pid, now);
+    upd_commit(&u, now);
+    return 1;
+}
+
+/* What a reader found wrong with a room it read without the lock. */
+typedef struct verdict {
+    int what; /* 0 nothing, 1 a participant is dead, 2 the TTL passed */
+    uint32_t rank;
+    int32_t pid;
+    uint64_t start;
+    char how[KVC_HOW_MAX + 1];
+} verdict;
+
+/* Fail r (stripe s, lock held) for what v says, if it still holds: the same
+ * participant not released, the room not terminal, the TTL still passed. */
+static void apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const verdict *v)
 {
     if (r->terminal >= 0)
         return;
-    for (uint32_t i = 0; i < r->participants; i++) {
-        kvc_room_part *p = &r->part[i];
-        if (!p->pid || p->released || part_alive(cache, p))
-            continue;
-        char how[96], reason[KVC_REASON_MAX + 1];
-        kvc__proc_how(p->pid, how, sizeof how);
-        snprintf(reason, sizeof reason, "rank %u (pid %d) %s", i, (int)p->pid, how);
-        record_failure(seg, r, i, ESRCH, reason, 0);
-        return;
-    }
-    uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
-    if (now > r->updated_ns + ttl_ns) {
-        char reason[KVC_REASON_MAX + 1];
+    char reason[KVC_REASON_MAX + 1];
+    if (v->what == 1) {
+        const kvc_room_part *p = &r->part[v->rank];
+        if (v->rank >= r->participants || p->pid != v->pid || p->start != v->start || p->released)
+            return;
+        snprintf(reason, sizeof reason, "rank %u (pid %d) %s", v->rank, (int)v->pid, v->how);
+        record_failure(seg, s, r, v->rank, ESRCH, reason, 0);
+    } else if (v->what == 2) {
+        uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
+        if (kvc__mono_coarse_ns() <= r->updated_mono + ttl_ns)
+            return;
         snprintf(reason, sizeof reason, "room %llu timed out: no update for %u ms (room TTL)",
                  (unsigned long long)r->id, seg->hdr->room_ttl_ms);
-        record_failure(seg, r, 0, ETIMEDOUT, reason, 0);
+        record_failure(seg, s, r, 0, ETIMEDOUT, reason, 0);
     }
 }
 
@@ -293,52 +431,214 @@ static void fill_info(const kvc_room *r, int32_t asking, kvc_room_info *out)
         out->failure.time_ns = f->time_ns;
         out->failure.is_from_another_rank = asking != f->origin_rank;
         memcpy(out->failure.reason, f->reason, sizeof out->failure.reason);
+        out->failure.reason[KVC_REASON_MAX] = '\0';
     }
 }
 
-/* Make room for one more: reclaim expired rooms when at capacity. */
-static void sweep_locked(kvc_segment *seg, size_t *reclaimed)
+/* ---- lock-free reading -------------------------------------------------- */
+
+/* Wait out an odd seq: spin, then yield; false once a reader should take
+ * the lock instead. */
+static bool odd_wait(int *spins)
 {
-    uint64_t now = kvc__now_ns(), ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
-    for (uint32_t i = 0; i < seg->hdr->room_slots; i++) {
-        kvc_room *r = &seg->rooms[i];
-        if (r->slot != KVC_SLOT_USED || now <= r->updated_ns + ttl_ns)
+    if (++*spins >= ODD_SPINS)
+        return false;
+    if (*spins < ODD_PAUSES)
+        cpu_relax();
+    else
+        sched_yield();
+    return true;
+}
+
+/* Copy slot r into *out if it holds room id (seqlock read; parts and the
+ * failure record only when it matches).  Returns 1 copied, 0 not this room
+ * (*free_slot says whether the probe ends here), -1 a writer is inside. */
+static int snap(const kvc_room *r, uint64_t id, kvc_room *out, bool *free_slot)
+{
+    uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+    if (s1 & 1)
+        return -1;
+    memcpy((unsigned char *)out + sizeof out->seq, (const unsigned char *)r + sizeof r->seq,
+           offsetof(kvc_room, part) - sizeof r->seq);
+    bool match = out->slot == KVC_SLOT_USED && out->id == id;
+    if (match) {
+        uint32_t n = out->participants <= KVC_ROOM_MAX_PARTICIPANTS ? out->participants : 0;
+        if (out->has_failure)
+            memcpy(&out->failure, &r->failure, sizeof out->failure);
+        memcpy(out->part, r->part, n * sizeof *r->part);
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&r->seq, memory_order_relaxed) != s1)
+        return -1;
+    *free_slot = out->slot == KVC_SLOT_FREE;
+    return match;
+}
+
+/* Read room id (hash h, stripe s) without a lock into *out; *where gets its
+ * slot.  KVC_E_BUSY (no message) when a writer stayed inside a slot on the
+ * way: the caller reads under the lock. */
+static kvc_err read_unlocked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id, kvc_room *out,
+                             kvc_room **where)
+{
+    uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
+    kvc_room *t = stripe_table(seg, s);
+    int spins = 0;
+    for (uint32_t k = 0; k < n; k++, i = next_slot(i, n)) {
+        bool free_slot = false;
+        int got;
+        while ((got = snap(&t[i], id, out, &free_slot)) < 0)
+            if (!odd_wait(&spins))
+                return KVC_E_BUSY;
+        if (got) {
+            *where = &t[i];
+            return KVC_OK;
+        }
+        if (free_slot)
+            break;
+    }
+    return KVC_E_NOENT;
+}
+
+static kvc_err no_room(uint64_t room)
+{
+    return kvc__fail(KVC_E_NOENT,
+                     "no room %llu (never opened, released by all, or "
+                     "reclaimed after its TTL)",
+                     (unsigned long long)room);
+}
+
+/* Liveness of participant i of room copy r (slot in the segment: where)
+ * judged outside any lock: 1 alive, 0 dead (v filled). */
+static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *r, uint32_t i,
+                             bool watched, uint64_t now_mono, verdict *v)
+{
+    const kvc_room_part *p = &r->part[i];
+    if (p->proc_slot >= 0 && (uint32_t)p->proc_slot < seg->hdr->max_procs) {
+        kvc_proc *ps = &seg->procs[p->proc_slot];
+        if (atomic_load_explicit(&ps->gen, memory_order_acquire) == p->proc_gen &&
+            atomic_load_explicit(&ps->pid, memory_order_acquire) == p->pid) {
+            if (atomic_load_explicit(&ps->dead, memory_order_acquire)) {
+                snprintf(v->how, sizeof v->how, "%s", ps->how);
+                if (atomic_load(&ps->gen) != p->proc_gen)
+                    snprintf(v->how, sizeof v->how, "exited (exit status unknown)");
+                return 0;
+            }
+            if (watched)
+                return 1;
+        }
+    }
+    /* No watcher (or the process left the table): /proc, rate-limited. */
+    _Atomic uint32_t *c = &where->checked_ms[i];
+    uint32_t now_ms = (uint32_t)(now_mono / 1000000), last = atomic_load(c);
+    if ((uint32_t)(now_ms - last) < KVC__LIVENESS_RECHECK_MS ||
+        !atomic_compare_exchange_strong(c, &last, now_ms))
+        return 1;
+    if (kvc__proc_alive(p->pid, p->start))
+        return 1;
+    kvc__proc_how(p->pid, v->how, sizeof v->how);
+    return 0;
+}
+
+/* What must change in room copy r before it is answered (v->what 0: none). */
+static void judge(kvc_segment *seg, kvc_room *where, const kvc_room *r, verdict *v)
+{
+    v->what = 0;
+    if (r->terminal >= 0)
+        return;
+    const kvc_header *h = seg->hdr;
+    uint64_t now = kvc__mono_coarse_ns();
+    if (now > r->updated_mono + (uint64_t)h->room_ttl_ms * 1000000ull) {
+        v->what = 2;
+        return;
+    }
+    uint64_t beat = atomic_load_explicit(&h->watch_beat_mono, memory_order_acquire);
+    bool watched = beat && atomic_load_explicit(&h->watch_pid, memory_order_relaxed) &&
+                   now < beat + (uint64_t)KVC__WATCH_STALE_MS * 1000000ull;
+    for (uint32_t i = 0; i < r->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
+        const kvc_room_part *p = &r->part[i];
+        if (!p->pid || p->released)
             continue;
-        check_room(seg, r, now, NULL); /* records the timeout if not terminal */
-        delete_slot(seg, i);
-        if (reclaimed)
-            (*reclaimed)++;
+        if (!participant_alive(seg, where, r, i, watched, now, v)) {
+            v->what = 1;
+            v->rank = i;
+            v->pid = p->pid;
+            v->start = p->start;
+            return;
+        }
     }
 }
 
-static kvc_err create_room(kvc_segment *seg, uint64_t id, uint32_t participants, int64_t *slot)
+/* ---- creation ----------------------------------------------------------- */
+
+/* The rooms in use: the sum of the stripes' counts (each read unlocked). */
+static uint32_t rooms_in_use(kvc_segment *seg)
 {
-    kvc_header *h = seg->hdr;
-    if (h->room_counters.rooms_live >= h->max_rooms)
-        sweep_locked(seg, NULL);
-    if (h->room_counters.rooms_live >= h->max_rooms)
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++)
+        n += __atomic_load_n(&seg->stripes[s].rooms_live, __ATOMIC_RELAXED);
+    return n;
+}
+
+/* Create room id in stripe s (lock held).  KVC_E_FULL with *swept_hint 1
+ * when sweeping the whole table might make room. */
+static kvc_err create_room(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
+                           uint32_t participants, kvc_room **out)
+{
+    kvc_header *hd = seg->hdr;
+    kvc_room_stripe *st = &seg->stripes[s];
+    /* Reserve first (a writer dying after this leaves the reservation
+     * high, never low); at max rooms the exact count decides. */
+    if (atomic_fetch_add(&hd->rooms_reserved, 1) >= hd->max_rooms &&
+        rooms_in_use(seg) >= hd->max_rooms) {
+        atomic_fetch_sub(&hd->rooms_reserved, 1);
         return kvc__fail(KVC_E_FULL,
                          "room table of segment %s is full: %u active rooms (max "
                          "rooms %u); no active room is evicted",
-                         seg->name, h->room_counters.rooms_live, h->max_rooms);
-    int64_t i = find_free(seg, id);
-    if (i < 0)
-        return kvc__fail(KVC_E_FULL, "room table of segment %s has no free slot", seg->name);
-    kvc_room *r = &seg->rooms[i];
-    undo_begin(seg, r, sizeof *r, NULL, 0);
-    memset(r, 0, sizeof *r);
+                         seg->name, rooms_in_use(seg), hd->max_rooms);
+    }
+    kvc_room *r = st->rooms_live + 1 < hd->stripe_slots ? find_free(seg, s, h) : NULL;
+    if (!r) {
+        atomic_fetch_sub(&hd->rooms_reserved, 1);
+        return kvc__fail(KVC_E_FULL,
+                         "room table stripe %u of segment %s is full (%u rooms hash to it, of "
+                         "%u active)",
+                         s, seg->name, st->rooms_live, rooms_in_use(seg));
+    }
+    upd u;
+    uint64_t now = kvc__now_coarse_ns();
+    /* Only the head: rolled back, the slot is free (or a tombstone) again
+     * and nobody reads its participants.  Only the participants it has are
+     * initialised (none reads beyond), and the failure record is written
+     * when there is one. */
+    upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0);
     r->id = id;
     r->participants = participants;
-    r->opened_ns = r->updated_ns = kvc__now_ns();
     r->terminal = -1;
-    for (uint32_t p = 0; p < KVC_ROOM_MAX_PARTICIPANTS; p++)
+    r->has_failure = 0;
+    r->opened_ns = r->updated_ns = now;
+    r->updated_mono = kvc__mono_coarse_ns();
+    memset(r->part, 0, participants * sizeof *r->part);
+    for (uint32_t p = 0; p < participants; p++) {
         r->part[p].state = -1;
+        r->part[p].proc_slot = -1;
+    }
     KVC_INJECT("room.creating");
     r->slot = KVC_SLOT_USED;
-    h->room_counters.rooms_live++;
-    undo_end(seg);
-    *slot = i;
+    st->rooms_live++;
+    upd_commit(&u, now);
+    *out = r;
     return KVC_OK;
+}
+
+/* Find room (stripe s, lock held), creating it with participants when
+ * participants != 0 and it does not exist. */
+static kvc_err find_or_create(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t room,
+                              uint32_t participants, kvc_room **out)
+{
+    *out = find(seg, s, h, room);
+    if (*out || !participants)
+        return *out ? KVC_OK : no_room(room);
+    return create_room(seg, s, h, room, participants, out);
 }
 
 /* ---- public API --------------------------------------------------------- */
@@ -353,6 +653,82 @@ static kvc_err check_participants(const kvc_segment *seg, uint32_t *participants
     return KVC_OK;
 }
 
+static kvc_err rank_range(uint64_t room, uint32_t rank, uint32_t participants)
+{
+    return kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)", rank,
+                     (unsigned long long)room, participants - 1);
+}
+
+static kvc_err open_locked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t room, uint32_t asked,
+                           uint32_t participants, uint32_t rank, kvc_room_role role)
+{
+    kvc_room *r = find(seg, s, h, room);
+    kvc_err e = KVC_OK;
+    if (!r && rank >= participants)
+        return rank_range(room, rank, participants);
+    if (!r && (e = create_room(seg, s, h, room, participants, &r)))
+        return e;
+    if (asked != 0 && asked != r->participants)
+        return kvc__fail(KVC_E_INVAL, "room %llu has %u participants, not %u",
+                         (unsigned long long)room, r->participants, participants);
+    if (rank >= r->participants)
+        return rank_range(room, rank, r->participants);
+    seg->rooms_opened = true;
+    kvc_room_part *p = &r->part[rank];
+    int32_t slot = seg->proc_slot;
+    uint32_t gen = slot >= 0 ? atomic_load(&seg->procs[slot].gen) : 0;
+    if (p->pid == seg->pid && p->start == seg->start && p->proc_slot == slot && p->proc_gen == gen)
+        return KVC_OK;
+    upd u;
+    uint64_t now = kvc__now_coarse_ns(), mono = kvc__mono_coarse_ns();
+    upd_begin(&u, seg, s, r, room_len(r), 0);
+    p->pid = seg->pid;
+    p->start = seg->start;
+    p->role = (uint8_t)role;
+    p->released = 0;
+    p->proc_slot = slot;
+    p->proc_gen = gen;
+    r->updated_ns = now;
+    r->updated_mono = mono;
+    upd_commit(&u, now);
+    /* Alive now, by definition: no /proc look for a while. */
+    atomic_store(&r->checked_ms[rank], (uint32_t)(mono / 1000000));
+    return KVC_OK;
+}
+
+/* Run op under room's stripe lock; a full table is swept (every stripe,
+ * one lock at a time) and op tried once more. */
+typedef kvc_err (*locked_op)(kvc_segment *seg, uint32_t s, uint64_t h, void *arg);
+
+static kvc_err with_stripe(kvc_segment *seg, uint64_t room, locked_op op, void *arg)
+{
+    uint64_t h = kvc__room_hash(room);
+    uint32_t s = kvc__room_stripe(h);
+    for (int attempt = 0;; attempt++) {
+        kvc_err e = lock_stripe(seg, s);
+        if (e)
+            return e;
+        uint32_t ep = atomic_load(&seg->stripes[s].epoch);
+        e = op(seg, s, h, arg);
+        unlock_stripe(seg, s, ep);
+        size_t reclaimed = 0;
+        if (e != KVC_E_FULL || attempt > 0 || kvc_room_sweep(seg, &reclaimed) || !reclaimed)
+            return e;
+    }
+}
+
+struct open_arg {
+    uint64_t room;
+    uint32_t asked, participants, rank;
+    kvc_room_role role;
+};
+
+static kvc_err open_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
+{
+    struct open_arg *a = arg;
+    return open_locked(seg, s, h, a->room, a->asked, a->participants, a->rank, a->role);
+}
+
 KVC_API kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, uint32_t rank,
                               kvc_room_role role)
 {
@@ -361,80 +737,53 @@ KVC_API kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t particip
     if ((unsigned)role > KVC_ROOM_ROLE_DECODE)
         return kvc__fail(KVC_E_INVAL, "kvc_room_open: role %d out of range 0..2 (kvc_room_role)",
                          (int)role);
-    uint32_t asked = participants;
-    kvc_err e = check_participants(seg, &participants);
-    if (e)
-        return e;
-    if ((e = lock_rooms(seg)))
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    int64_t i = find(seg, room);
-    if (i < 0 && rank >= participants)
-        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)", rank,
-                      (unsigned long long)room, participants - 1);
-    else if (i < 0)
-        e = create_room(seg, room, participants, &i);
-    kvc_room *r = e ? NULL : &seg->rooms[i];
-    if (r && asked != 0 && asked != r->participants)
-        e = kvc__fail(KVC_E_INVAL, "room %llu has %u participants, not %u",
-                      (unsigned long long)room, r->participants, participants);
-    else if (r && rank >= r->participants)
-        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)", rank,
-                      (unsigned long long)room, r->participants - 1);
-    if (!e)
-        seg->rooms_opened = true;
-    if (!e && !(r->part[rank].pid == seg->pid && r->part[rank].start == seg->start)) {
-        undo_begin(seg, r, sizeof *r, NULL, 0);
-        r->part[rank].pid = seg->pid;
-        r->part[rank].start = seg->start;
-        r->part[rank].role = (uint8_t)role;
-        r->part[rank].released = 0;
-        r->updated_ns = kvc__now_ns();
-        undo_end(seg);
-    }
-    unlock_rooms(seg, ep);
-    return e;
-}
-
-static kvc_err find_room(kvc_segment *seg, uint64_t room, kvc_room **out)
-{
-    int64_t i = find(seg, room);
-    if (i < 0)
-        return kvc__fail(KVC_E_NOENT,
-                         "no room %llu (never opened, released by all, or "
-                         "reclaimed after its TTL)",
-                         (unsigned long long)room);
-    *out = &seg->rooms[i];
-    return KVC_OK;
+    struct open_arg a = {room, participants, participants, rank, role};
+    kvc_err e = check_participants(seg, &a.participants);
+    return e ? e : with_stripe(seg, room, open_op, &a);
 }
 
 /* Find room and check rank is one of its participants (lock held). */
-static kvc_err find_participant(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_room **out)
+static kvc_err find_participant(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t room,
+                                uint32_t rank, kvc_room **out)
 {
-    kvc_err e = find_room(seg, room, out);
+    kvc_err e = find_or_create(seg, s, h, room, 0, out);
     if (!e && rank >= (*out)->participants)
-        e = kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)", rank,
-                      (unsigned long long)room, (*out)->participants - 1);
+        e = rank_range(room, rank, (*out)->participants);
     return e;
 }
 
-/* Write rank's own state in r (lock held, r found and rank in range). */
-static void set_state_locked(kvc_segment *seg, kvc_room *r, uint32_t rank, kvc_poll state)
+struct state_arg {
+    uint64_t room;
+    uint32_t rank;
+    kvc_poll state;
+};
+
+static kvc_err state_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
 {
-    if (r->terminal >= 0)
-        return;
-    undo_begin(seg, r, sizeof *r, NULL, 0);
-    r->part[rank].state = (int8_t)state;
-    r->updated_ns = kvc__now_ns();
+    struct state_arg *a = arg;
+    kvc_room *r = NULL;
+    kvc_err e = find_participant(seg, s, h, a->room, a->rank, &r);
+    if (e || r->terminal >= 0)
+        return e;
+    /* Failed from a rank records the failure in the same window: no reader
+     * ever sees a Failed room without its record. */
+    int fails = a->state == KVC_POLL_FAILED && !r->has_failure;
+    upd u;
+    uint64_t now = kvc__now_coarse_ns();
+    upd_begin(&u, seg, s, r, fails ? room_len_failure() : room_len(r), fails);
+    r->part[a->rank].state = (int8_t)a->state;
+    r->updated_ns = now;
+    r->updated_mono = kvc__mono_coarse_ns();
     KVC_INJECT("room.state_written");
     if (room_state(r) == KVC_POLL_SUCCESS)
         r->terminal = KVC_POLL_SUCCESS;
-    undo_end(seg);
-    if (state == KVC_POLL_FAILED) {
+    if (fails) {
         char reason[64];
-        snprintf(reason, sizeof reason, "rank %u reported Failed", rank);
-        record_failure(seg, r, rank, 0, reason, seg->pid);
+        snprintf(reason, sizeof reason, "rank %u reported Failed", a->rank);
+        put_failure(&u, a->rank, 0, reason, seg->pid, kvc__now_ns());
     }
+    upd_commit(&u, now);
+    return KVC_OK;
 }
 
 KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state)
@@ -444,16 +793,8 @@ KVC_API kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t ran
     if ((unsigned)state > KVC_POLL_SUCCESS)
         return kvc__fail(KVC_E_INVAL, "kvc_room_set_state: KVPoll state %d out of range 0..4",
                          (int)state);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    kvc_room *r = NULL;
-    e = find_participant(seg, room, rank, &r);
-    if (!e)
-        set_state_locked(seg, r, rank, state);
-    unlock_rooms(seg, ep);
-    return e;
+    struct state_arg a = {room, rank, state};
+    return with_stripe(seg, room, state_op, &a);
 }
 
 KVC_API kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const uint64_t *rooms,
@@ -471,26 +812,62 @@ KVC_API kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const u
             return kvc__fail(KVC_E_INVAL, "kvc_room_sync: KVPoll state %d out of range 0..4",
                              (int)states[i]);
     }
-    kvc_err e = n ? lock_rooms(seg) : KVC_OK;
-    if (e || !n)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    struct alive_cache cache = {0};
-    uint64_t now = kvc__now_ns();
-    for (size_t i = 0; i < n && !e; i++) {
-        kvc_room *r = NULL;
+    /* Each update under its room's stripe lock; each read without a lock
+     * (liveness from the watcher's marks, or /proc rate-limited per
+     * participant, as kvc_room_get()). */
+    for (size_t i = 0; i < n; i++) {
         if (failed_at)
             *failed_at = i;
-        e = find_participant(seg, rooms[i], rank, &r);
-        if (e)
-            break;
-        if (states)
-            set_state_locked(seg, r, rank, states[i]);
-        check_room(seg, r, now, &cache);
-        out[i] = room_state(r);
+        kvc_err e;
+        if (states) {
+            struct state_arg a = {rooms[i], rank, states[i]};
+            if ((e = with_stripe(seg, rooms[i], state_op, &a)))
+                return e;
+        }
+        kvc_room_info ri;
+        if ((e = kvc_room_get(seg, rooms[i], (int32_t)rank, &ri)))
+            return e;
+        if (rank >= ri.participants)
+            return rank_range(rooms[i], rank, ri.participants);
+        out[i] = ri.state;
     }
-    unlock_rooms(seg, ep);
-    return e;
+    return KVC_OK;
+}
+
+struct fail_arg {
+    uint64_t room;
+    uint32_t origin;
+    int32_t code;
+    const char *reason;
+    uint64_t time_ns; /* adopt: the record's time (0: now) */
+    int adopt;
+    int result; /* kept / changed */
+};
+
+static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
+{
+    struct fail_arg *a = arg;
+    kvc_room *r = NULL;
+    kvc_err e = find_or_create(seg, s, h, a->room, seg->hdr->world_size, &r);
+    if (e)
+        return e;
+    if (!a->adopt) {
+        a->result = record_failure(seg, s, r, a->origin, a->code, a->reason,
+                                   seg->role == KVC_ROLE_DAEMON ? 0 : seg->pid);
+        return KVC_OK;
+    }
+    char want[KVC_REASON_MAX + 1];
+    copy_reason(want, a->reason && *a->reason ? a->reason : "no reason given");
+    if (r->has_failure && r->failure.origin_rank == (int32_t)a->origin &&
+        r->failure.code == a->code && !strcmp(r->failure.reason, want))
+        return KVC_OK;
+    upd u;
+    uint64_t now = kvc__now_coarse_ns();
+    upd_begin(&u, seg, s, r, room_len_failure(), 1);
+    put_failure(&u, a->origin, a->code, want, 0, a->time_ns ? a->time_ns : kvc__now_ns());
+    upd_commit(&u, now);
+    a->result = 1;
+    return KVC_OK;
 }
 
 KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
@@ -503,20 +880,10 @@ KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_r
     if (origin_rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    int64_t i = find(seg, room);
-    if (i < 0)
-        e = create_room(seg, room, seg->hdr->world_size, &i);
-    if (!e) {
-        int k = record_failure(seg, &seg->rooms[i], origin_rank, code, reason,
-                               seg->role == KVC_ROLE_DAEMON ? 0 : seg->pid);
-        if (kept)
-            *kept = k;
-    }
-    unlock_rooms(seg, ep);
+    struct fail_arg a = {room, origin_rank, code, reason, 0, 0, 0};
+    kvc_err e = with_stripe(seg, room, fail_op, &a);
+    if (!e && kept)
+        *kept = a.result;
     return e;
 }
 
@@ -531,25 +898,10 @@ KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t or
     if (origin_rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    int64_t i = find(seg, room);
-    if (i < 0)
-        e = create_room(seg, room, seg->hdr->world_size, &i);
-    if (!e) {
-        kvc_room *r = &seg->rooms[i];
-        char want[KVC_REASON_MAX + 1];
-        copy_reason(want, reason && *reason ? reason : "no reason given");
-        if (!r->has_failure || r->failure.origin_rank != (int32_t)origin_rank ||
-            r->failure.code != code || strcmp(r->failure.reason, want)) {
-            write_failure(seg, r, origin_rank, code, want, 0, time_ns ? time_ns : kvc__now_ns());
-            if (changed)
-                *changed = 1;
-        }
-    }
-    unlock_rooms(seg, ep);
+    struct fail_arg a = {room, origin_rank, code, reason, time_ns, 1, 0};
+    kvc_err e = with_stripe(seg, room, fail_op, &a);
+    if (!e && changed)
+        *changed = a.result;
     return e;
 }
 
@@ -577,24 +929,51 @@ KVC_API kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t t
     }
 }
 
+struct get_arg {
+    uint64_t room;
+    int32_t asking;
+    const verdict *v;
+    kvc_room_info *out;
+};
+
+/* The reader's slow path: under the stripe lock, apply what it found (a
+ * dead participant, a TTL passed) and read the room. */
+static kvc_err get_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
+{
+    struct get_arg *a = arg;
+    kvc_room *r = NULL;
+    kvc_err e = find_or_create(seg, s, h, a->room, 0, &r);
+    if (e)
+        return e;
+    if (a->v)
+        apply_verdict(seg, s, r, a->v);
+    fill_info(r, a->asking, a->out);
+    return KVC_OK;
+}
+
 KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank,
                              kvc_room_info *out)
 {
     KVC_ARG(seg);
     KVC_ARG(out);
     KVC_ROOM_ARG(room);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    kvc_room *r = NULL;
-    e = find_room(seg, room, &r);
-    if (!e) {
-        check_room(seg, r, kvc__now_ns(), NULL);
-        fill_info(r, asking_rank, out);
+    uint64_t h = kvc__room_hash(room);
+    uint32_t s = kvc__room_stripe(h);
+    kvc_room copy, *where = NULL;
+    struct get_arg a = {room, asking_rank, NULL, out};
+    kvc_err e = read_unlocked(seg, s, h, room, &copy, &where);
+    if (e == KVC_E_NOENT)
+        return no_room(room);
+    if (e) /* a writer stayed inside: the lock waits for it, or recovers it */
+        return with_stripe(seg, room, get_op, &a);
+    verdict v;
+    judge(seg, where, &copy, &v);
+    if (v.what) {
+        a.v = &v;
+        return with_stripe(seg, room, get_op, &a);
     }
-    unlock_rooms(seg, ep);
-    return e;
+    fill_info(&copy, asking_rank, out);
+    return KVC_OK;
 }
 
 KVC_API kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
@@ -606,9 +985,10 @@ KVC_API kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_ra
     if ((unsigned)known > KVC_POLL_SUCCESS)
         return kvc__fail(KVC_E_INVAL, "kvc_room_wait: known state %d out of range 0..4",
                          (int)known);
+    kvc_room_stripe *st = &seg->stripes[kvc__room_stripe(kvc__room_hash(room))];
     uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
-        uint32_t ep = atomic_load_explicit(&seg->hdr->room_epoch, memory_order_acquire);
+        uint32_t ep = atomic_load(&st->epoch);
         kvc_err e = kvc_room_get(seg, room, asking_rank, out);
         if (e || out->state != known || out->has_failure)
             return e;
@@ -617,8 +997,13 @@ KVC_API kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_ra
             return kvc__fail(KVC_E_TIMEDOUT, "room %llu still %s after %u ms",
                              (unsigned long long)room, kvc_poll_name(known), timeout_ms);
         uint64_t left = (deadline - now + 999999) / 1000000;
-        kvc__futex_wait(&seg->hdr->room_epoch, ep,
-                        (uint32_t)(left < LIVENESS_SLICE_MS ? left : LIVENESS_SLICE_MS));
+        /* Counted as a waiter before the epoch is looked at again: a writer
+         * either sees the count and wakes, or moved the epoch first. */
+        atomic_fetch_add(&st->waiters, 1);
+        if (atomic_load(&st->epoch) == ep)
+            kvc__futex_wait(&st->epoch, ep,
+                            (uint32_t)(left < LIVENESS_SLICE_MS ? left : LIVENESS_SLICE_MS));
+        atomic_fetch_sub(&st->waiters, 1);
     }
 }
 
@@ -636,29 +1021,71 @@ KVC_API int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap)
                     f->is_from_another_rank ? "another rank" : "this rank", code, f->reason);
 }
 
+struct release_arg {
+    uint64_t room;
+    uint32_t rank;
+    int deleted;
+};
+
+static kvc_err release_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
+{
+    struct release_arg *a = arg;
+    kvc_room *r = NULL;
+    kvc_err e = find_participant(seg, s, h, a->room, a->rank, &r);
+    if (e)
+        return e;
+    uint32_t released = 0;
+    for (uint32_t i = 0; i < r->participants; i++)
+        released += r->part[i].released || i == a->rank;
+    upd u;
+    uint64_t now = kvc__now_coarse_ns();
+    upd_begin(&u, seg, s, r, room_len(r), 0);
+    r->part[a->rank].released = 1;
+    r->updated_ns = now;
+    r->updated_mono = kvc__mono_coarse_ns();
+    if (released == r->participants) { /* the last one out reclaims it */
+        r->slot = KVC_SLOT_TOMB;
+        seg->stripes[s].rooms_live--;
+        a->deleted = 1;
+    }
+    upd_commit(&u, now);
+    if (a->deleted) {
+        tombs_to_free(seg, s, r);
+        atomic_fetch_sub(&seg->hdr->rooms_reserved, 1);
+    }
+    return KVC_OK;
+}
+
 KVC_API kvc_err kvc_room_release(kvc_segment *seg, uint64_t room, uint32_t rank)
 {
     KVC_ARG(seg);
     KVC_ROOM_ARG(room);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    kvc_room *r = NULL;
-    e = find_participant(seg, room, rank, &r);
-    if (!e) {
-        undo_begin(seg, r, sizeof *r, NULL, 0);
-        r->part[rank].released = 1;
-        r->updated_ns = kvc__now_ns();
-        undo_end(seg);
-        uint32_t released = 0;
-        for (uint32_t i = 0; i < r->participants; i++)
-            released += r->part[i].released;
-        if (released == r->participants)
-            delete_slot(seg, (uint32_t)(r - seg->rooms));
+    struct release_arg a = {room, rank, 0};
+    return with_stripe(seg, room, release_op, &a);
+}
+
+/* Sweep stripe s (lock held): fail and reclaim rooms idle past the TTL. */
+static void sweep_stripe(kvc_segment *seg, uint32_t s, size_t *reclaimed)
+{
+    uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
+    kvc_room *t = stripe_table(seg, s);
+    for (uint32_t i = 0; i < seg->hdr->stripe_slots; i++) {
+        kvc_room *r = &t[i];
+        if (r->slot != KVC_SLOT_USED || kvc__mono_coarse_ns() <= r->updated_mono + ttl_ns)
+            continue;
+        verdict v = {.what = 2};
+        apply_verdict(seg, s, r, &v); /* records the timeout if not terminal */
+        upd u;
+        uint64_t now = kvc__now_coarse_ns();
+        upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0);
+        r->slot = KVC_SLOT_TOMB;
+        seg->stripes[s].rooms_live--;
+        upd_commit(&u, now);
+        tombs_to_free(seg, s, r);
+        atomic_fetch_sub(&seg->hdr->rooms_reserved, 1);
+        if (reclaimed)
+            (*reclaimed)++;
     }
-    unlock_rooms(seg, ep);
-    return e;
 }
 
 KVC_API kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed)
@@ -666,13 +1093,48 @@ KVC_API kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed)
     if (reclaimed)
         *reclaimed = 0;
     KVC_ARG(seg);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    sweep_locked(seg, reclaimed);
-    unlock_rooms(seg, ep);
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++) {
+        kvc_err e = lock_stripe(seg, s);
+        if (e)
+            return e;
+        uint32_t ep = atomic_load(&seg->stripes[s].epoch);
+        sweep_stripe(seg, s, reclaimed);
+        unlock_stripe(seg, s, ep);
+    }
     return KVC_OK;
+}
+
+/* Copy global slot i whole under its seqlock, or under its stripe's lock
+ * when a writer stays inside.  Returns 1 when it holds a room. */
+static int read_slot(kvc_segment *seg, uint32_t i, kvc_room *out, kvc_err *err)
+{
+    const kvc_room *r = &seg->rooms[i];
+    int spins = 0;
+    for (;;) {
+        uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+        if (!(s1 & 1)) {
+            memcpy((unsigned char *)out + sizeof out->seq, (const unsigned char *)r + sizeof r->seq,
+                   offsetof(kvc_room, part) - sizeof r->seq);
+            if (out->slot == KVC_SLOT_USED) {
+                uint32_t n = out->participants <= KVC_ROOM_MAX_PARTICIPANTS ? out->participants : 0;
+                memcpy(out->part, r->part, n * sizeof *r->part);
+                if (out->has_failure)
+                    memcpy(&out->failure, &r->failure, sizeof out->failure);
+            }
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1)
+                return out->slot == KVC_SLOT_USED;
+            continue;
+        }
+        if (odd_wait(&spins))
+            continue;
+        uint32_t s = i / seg->hdr->stripe_slots;
+        if ((*err = lock_stripe(seg, s)))
+            return 0;
+        memcpy(out, r, sizeof *out);
+        kvc__unlock(seg, KVC_LOCK_ROOMS + (int)s);
+        return out->slot == KVC_SLOT_USED;
+    }
 }
 
 KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
@@ -685,21 +1147,48 @@ KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info 
     if (state_filter < -1 || state_filter > KVC_POLL_SUCCESS)
         return kvc__fail(KVC_E_INVAL, "kvc_room_list: state_filter %d out of range -1..4",
                          state_filter);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
     size_t n = 0;
+    kvc_room r;
     for (uint32_t i = 0; i < seg->hdr->room_slots; i++) {
-        const kvc_room *r = &seg->rooms[i];
-        if (r->slot != KVC_SLOT_USED || (state_filter >= 0 && (int)room_state(r) != state_filter))
+        /* Most slots are free: look at the slot word before copying. */
+        if (__atomic_load_n(&seg->rooms[i].slot, __ATOMIC_RELAXED) != KVC_SLOT_USED &&
+            !(atomic_load_explicit(&seg->rooms[i].seq, memory_order_relaxed) & 1))
+            continue;
+        kvc_err e = KVC_OK;
+        int used = read_slot(seg, i, &r, &e);
+        if (e)
+            return e;
+        if (!used || (state_filter >= 0 && (int)room_state(&r) != state_filter))
             continue;
         if (n < cap)
-            fill_info(r, -1, &out[n]);
+            fill_info(&r, -1, &out[n]);
         n++;
     }
-    kvc__unlock(seg, KVC_LOCK_ROOMS);
     *count = n;
     return KVC_OK;
+}
+
+/* Copy ring entry k (0-based index of the append) under its claim word;
+ * false when it holds another record (rolled back, or overwritten) or stays
+ * claimed by a writer that does not finish. */
+static bool ring_read(kvc_segment *seg, uint64_t k, kvc_failure_rec *out)
+{
+    const kvc_failure_slot *f = &seg->failures[k % KVC_FAILURE_RING];
+    for (int spins = 0; spins < RING_SPINS; spins++) {
+        uint64_t c1 = atomic_load_explicit(&f->claim, memory_order_acquire);
+        if ((c1 >> 32) & 1) {
+            sched_yield();
+            continue;
+        }
+        uint64_t n = f->n;
+        memcpy(out, &f->rec, sizeof *out);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&f->claim, memory_order_relaxed) != c1)
+            continue;
+        out->reason[KVC_REASON_MAX] = '\0';
+        return n == k + 1;
+    }
+    return false;
 }
 
 KVC_API kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap,
@@ -709,24 +1198,22 @@ KVC_API kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, siz
     KVC_ARG(count);
     if (cap)
         KVC_ARG(out);
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint64_t total = seg->hdr->room_counters.failures_total;
+    uint64_t total = atomic_load(&seg->hdr->failures_total);
     size_t n = 0;
-    for (uint64_t k = total; k > 0 && n < cap && total - k < KVC_FAILURE_RING; k--, n++) {
-        const kvc_failure_rec *f = &seg->failures[(k - 1) % KVC_FAILURE_RING];
-        kvc_failure_info *o = &out[n];
+    for (uint64_t k = total; k > 0 && n < cap && total - k < KVC_FAILURE_RING; k--) {
+        kvc_failure_rec f;
+        if (!ring_read(seg, k - 1, &f))
+            continue;
+        kvc_failure_info *o = &out[n++];
         memset(o, 0, sizeof *o);
-        o->room = f->room;
-        o->origin_rank = (uint32_t)f->origin_rank;
-        o->origin_pid = f->origin_pid;
-        o->code = f->code;
-        o->time_ns = f->time_ns;
+        o->room = f.room;
+        o->origin_rank = (uint32_t)f.origin_rank;
+        o->origin_pid = f.origin_pid;
+        o->code = f.code;
+        o->time_ns = f.time_ns;
         o->is_from_another_rank = 1;
-        memcpy(o->reason, f->reason, sizeof o->reason);
+        memcpy(o->reason, f.reason, sizeof o->reason);
     }
-    kvc__unlock(seg, KVC_LOCK_ROOMS);
     *count = n;
     return KVC_OK;
 }
@@ -734,25 +1221,29 @@ KVC_API kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, siz
 kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
                              size_t *failed)
 {
-    kvc_err e = lock_rooms(seg);
-    if (e)
-        return e;
-    uint32_t ep = atomic_load(&seg->hdr->room_epoch);
-    for (uint32_t i = 0; i < seg->hdr->room_slots; i++) {
-        kvc_room *r = &seg->rooms[i];
-        if (r->slot != KVC_SLOT_USED || r->terminal >= 0)
-            continue;
-        for (uint32_t p = 0; p < r->participants; p++) {
-            if (r->part[p].pid != pid || (start && r->part[p].start != start) ||
-                r->part[p].released)
+    uint32_t n = seg->hdr->stripe_slots;
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++) {
+        kvc_err e = lock_stripe(seg, s);
+        if (e)
+            return e;
+        uint32_t ep = atomic_load(&seg->stripes[s].epoch);
+        kvc_room *t = stripe_table(seg, s);
+        for (uint32_t i = 0; i < n; i++) {
+            kvc_room *r = &t[i];
+            if (r->slot != KVC_SLOT_USED || r->terminal >= 0)
                 continue;
-            char reason[KVC_REASON_MAX + 1];
-            snprintf(reason, sizeof reason, "rank %u (pid %d) %s", p, (int)pid, how);
-            if (record_failure(seg, r, p, ESRCH, reason, 0) && failed)
-                (*failed)++;
-            break;
+            for (uint32_t p = 0; p < r->participants && p < KVC_ROOM_MAX_PARTICIPANTS; p++) {
+                if (r->part[p].pid != pid || (start && r->part[p].start != start) ||
+                    r->part[p].released)
+                    continue;
+                char reason[KVC_REASON_MAX + 1];
+                snprintf(reason, sizeof reason, "rank %u (pid %d) %s", p, (int)pid, how);
+                if (record_failure(seg, s, r, p, ESRCH, reason, 0) && failed)
+                    (*failed)++;
+                break;
+            }
         }
+        unlock_stripe(seg, s, ep);
     }
-    unlock_rooms(seg, ep);
     return KVC_OK;
 }

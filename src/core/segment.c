@@ -81,9 +81,9 @@ KVC_API kvc_err kvc_name_check(const char *name)
  * recomputes it and compares, so a header with inconsistent numbers is
  * refused rather than trusted. */
 struct geometry {
-    uint64_t ranks_off, procs_off, rooms_off, failures_off, bitmap_off, arena_off, arena_blocks,
-        total;
-    uint32_t room_slots;
+    uint64_t ranks_off, procs_off, stripes_off, rooms_off, failures_off, bitmap_off, arena_off,
+        arena_blocks, total;
+    uint32_t room_slots, stripe_slots;
 };
 
 static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint32_t max_rooms,
@@ -91,16 +91,21 @@ static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint3
 {
     struct geometry g;
     g.arena_blocks = (arena_bytes + KVC_BLOCK - 1) / KVC_BLOCK;
-    g.room_slots = 16;
-    while (g.room_slots < (uint64_t)max_rooms * 5 / 4)
-        g.room_slots *= 2;
+    /* A stripe holds its share of max rooms with a quarter to spare, plus
+     * room for a stripe that gets more than its share (up to 32 more, or
+     * every room when max rooms is small), plus one slot that stays free. */
+    uint64_t share = ((uint64_t)max_rooms * 5 / 4 + KVC_ROOM_STRIPES - 1) / KVC_ROOM_STRIPES;
+    g.stripe_slots = (uint32_t)(share + (max_rooms < 32 ? max_rooms : 32) + 1);
+    g.room_slots = g.stripe_slots * KVC_ROOM_STRIPES;
     g.ranks_off = ALIGN_UP(sizeof(kvc_header), KVC_ALIGN);
     g.procs_off = ALIGN_UP(
         g.ranks_off + (uint64_t)max_ranks * KVC_RANK_TABLES * sizeof(kvc_rank_entry), KVC_ALIGN);
-    g.rooms_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
+    g.stripes_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
+    g.rooms_off =
+        ALIGN_UP(g.stripes_off + (uint64_t)KVC_ROOM_STRIPES * sizeof(kvc_room_stripe), KVC_ALIGN);
     g.failures_off = ALIGN_UP(g.rooms_off + (uint64_t)g.room_slots * sizeof(kvc_room), KVC_ALIGN);
     g.bitmap_off =
-        ALIGN_UP(g.failures_off + (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_rec), KVC_ALIGN);
+        ALIGN_UP(g.failures_off + (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_slot), KVC_ALIGN);
     g.arena_off = ALIGN_UP(g.bitmap_off + (g.arena_blocks + 63) / 64 * 8, KVC_ALIGN);
     g.total = g.arena_off + g.arena_blocks * KVC_BLOCK;
     return g;
@@ -154,8 +159,9 @@ static void bind_regions(kvc_segment *seg)
     kvc_header *h = seg->hdr;
     seg->ranks = (kvc_rank_entry *)(seg->base + h->ranks_off);
     seg->procs = (kvc_proc *)(seg->base + h->procs_off);
+    seg->stripes = (kvc_room_stripe *)(seg->base + h->stripes_off);
     seg->rooms = (kvc_room *)(seg->base + h->rooms_off);
-    seg->failures = (kvc_failure_rec *)(seg->base + h->failures_off);
+    seg->failures = (kvc_failure_slot *)(seg->base + h->failures_off);
     seg->bitmap = (_Atomic uint64_t *)(seg->base + h->bitmap_off);
     seg->arena = seg->base + h->arena_off;
 }
@@ -195,8 +201,11 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     h->lock_size = sizeof(kvc_lock);
     h->block_size = KVC_BLOCK;
     h->room_size = sizeof(kvc_room);
+    h->stripe_size = sizeof(kvc_room_stripe);
     h->max_rooms = o->max_rooms;
     h->room_slots = g->room_slots;
+    h->stripe_slots = g->stripe_slots;
+    h->stripes_off = g->stripes_off;
     h->room_ttl_ms = o->room_ttl_ms;
     h->rooms_off = g->rooms_off;
     h->failures_off = g->failures_off;
@@ -216,7 +225,7 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     snprintf(h->role_names[0], sizeof h->role_names[0], "%s", KVC_DEFAULT_ROLE);
     atomic_store(&h->roles_used, 1);
     for (int i = 0; i < KVC_LOCK_COUNT; i++) {
-        kvc_err e = init_mutex(&h->locks[i].mutex);
+        kvc_err e = init_mutex(&kvc__lock_ptr(seg, i)->mutex);
         if (e)
             return e;
     }
@@ -267,8 +276,10 @@ static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
         e = kvc__reserve(seg, 0, g.arena_off, "its tables (lower max rooms or max procs)");
     if (!e)
         e = map_fd(seg, g.total);
-    if (!e)
+    if (!e) {
+        seg->stripes = (kvc_room_stripe *)(seg->base + g.stripes_off);
         e = init_header(seg, o, &g);
+    }
     if (e) {
         shm_unlink(seg->name);
         unmap(seg);
@@ -294,7 +305,8 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
                          seg->name, h->layout_version, KVC_LAYOUT_VERSION);
     if (h->header_size != sizeof(kvc_header) || h->rank_entry_size != sizeof(kvc_rank_entry) ||
         h->proc_size != sizeof(kvc_proc) || h->lock_size != sizeof(kvc_lock) ||
-        h->block_size != KVC_BLOCK || h->room_size != sizeof(kvc_room))
+        h->block_size != KVC_BLOCK || h->room_size != sizeof(kvc_room) ||
+        h->stripe_size != sizeof(kvc_room_stripe))
         return kvc__fail(KVC_E_VERSION,
                          "segment %s (layout version %u) was built with other structure sizes "
                          "(header %u, rank entry %u, proc %u, lock %u, block %u, room %u) than "
@@ -306,8 +318,9 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
     struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->max_rooms, h->arena_bytes);
     if (h->max_ranks < 1 || h->max_procs < 1 || h->max_rooms < 1 || g.total != h->total_size ||
         g.ranks_off != h->ranks_off || g.procs_off != h->procs_off || g.rooms_off != h->rooms_off ||
-        g.failures_off != h->failures_off || g.room_slots != h->room_slots || h->room_ttl_ms < 1 ||
-        g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
+        g.failures_off != h->failures_off || g.room_slots != h->room_slots ||
+        g.stripe_slots != h->stripe_slots || g.stripes_off != h->stripes_off ||
+        h->room_ttl_ms < 1 || g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
         g.arena_blocks != h->arena_blocks)
         return kvc__fail(KVC_E_CORRUPT,
                          "segment %s has an inconsistent header (capacities do "
@@ -521,11 +534,12 @@ KVC_API kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out)
     out->created_ns = h->created_ns;
     out->updated_ns = atomic_load(&h->updated_ns);
     for (int i = 0; i < KVC_LOCK_COUNT; i++)
-        out->lock_recoveries += atomic_load(&h->locks[i].recoveries);
+        out->lock_recoveries += atomic_load(&kvc__lock_ptr(seg, i)->recoveries);
     out->ranks_registered = atomic_load(&h->ranks_registered);
     out->max_rooms = h->max_rooms;
-    out->rooms_live = h->room_counters.rooms_live;
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++) /* each read without its lock */
+        out->rooms_live += __atomic_load_n(&seg->stripes[s].rooms_live, __ATOMIC_RELAXED);
     out->room_ttl_ms = h->room_ttl_ms;
-    out->failures_total = h->room_counters.failures_total;
+    out->failures_total = atomic_load(&h->failures_total);
     return KVC_OK;
 }

@@ -193,6 +193,9 @@ KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, con
     }
     if (rooms_failed)
         *rooms_failed = 0;
+    /* Marked dead first: readers of its rooms see it with no system call
+     * (and fail them with this same reason) while the rooms are failed. */
+    kvc__proc_mark_dead(seg, pid, start, how);
     kvc_err e = kvc__rooms_fail_proc(seg, pid, start, how, rooms_failed);
     if (!e)
         e = kvc__ranks_withdraw_proc(seg, pid, start, how, ranks_withdrawn);

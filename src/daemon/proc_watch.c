@@ -30,6 +30,10 @@
  * reaped by its parent), else from its zombie's /proc/PID/stat, else the
  * library says "exit status unknown".
  *
+ * Each 1 s tick after a complete scan publishes a watch beat
+ * (kvc_proc_watch_beat): while it is fresh, kvc_room_get() in every process
+ * judges the liveness of room participants from the dead marks
+ * kvc_proc_reap() sets, with no system call; the beat is withdrawn at stop.
  * The same tick sweeps rooms past their TTL (kvc_room_sweep) every few
  * seconds, logs what changed in the segment (seg_events.h), keeps the
  * rooms figures of GET /metrics warm and checks the segment file
@@ -443,6 +447,10 @@ static void proc_exited(struct proc_watch *pw, uint32_t slot)
 static void procs_tick(struct proc_watch *pw)
 {
     procs_check(pw, 0);
+    /* Every attached process is watched (or reaped) now: readers of rooms
+     * may judge liveness from the process table's dead marks. */
+    if (pw->scanned)
+        kvc_proc_watch_beat(pw->seg, 1);
     if (++pw->ticks % ROOM_SWEEP_TICKS)
         return;
     size_t reclaimed = 0;
@@ -648,6 +656,7 @@ void proc_watch_stop(struct proc_watch *pw)
 {
     if (!pw)
         return;
+    kvc_proc_watch_beat(pw->seg, 0); /* readers go back to /proc */
     atomic_store(&pw->stop, 1);
     if (pw->efd >= 0)
         wake_loop(pw->efd);

@@ -230,7 +230,7 @@ void kvc__lock_probe(kvc_segment *seg, int id, kvc_lock_probe *out)
     out->name = kvc__lock_name(id);
     if (id < 0 || id >= KVC_LOCK_COUNT)
         return;
-    kvc_lock *l = &seg->hdr->locks[id];
+    kvc_lock *l = kvc__lock_ptr(seg, id);
     unsigned word = (unsigned)__atomic_load_n(&l->mutex.__data.__lock, __ATOMIC_ACQUIRE);
     int owner = __atomic_load_n(&l->mutex.__data.__owner, __ATOMIC_ACQUIRE);
     int32_t adv_pid = atomic_load(&l->owner_pid);
@@ -287,11 +287,11 @@ char *kvc__lock_text(const kvc_lock_probe *p, char *buf, size_t cap)
 
 kvc_err kvc__lock_cycle(kvc_segment *seg, int id, int *recovered)
 {
-    uint64_t before = atomic_load(&seg->hdr->locks[id].recoveries);
+    uint64_t before = atomic_load(&kvc__lock_ptr(seg, id)->recoveries);
     kvc_err e = kvc__lock(seg, id);
     if (e)
         return e;
-    uint64_t after = atomic_load(&seg->hdr->locks[id].recoveries);
+    uint64_t after = atomic_load(&kvc__lock_ptr(seg, id)->recoveries);
     kvc__unlock(seg, id);
     if (recovered)
         *recovered = after != before;
@@ -300,12 +300,12 @@ kvc_err kvc__lock_cycle(kvc_segment *seg, int id, int *recovered)
 
 kvc_err kvc__rebuild(kvc_segment *seg, int id, int *recovered)
 {
-    uint64_t before = atomic_load(&seg->hdr->locks[id].recoveries);
+    uint64_t before = atomic_load(&kvc__lock_ptr(seg, id)->recoveries);
     kvc_err e = kvc__lock(seg, id);
     if (e)
         return e;
     if (recovered)
-        *recovered = atomic_load(&seg->hdr->locks[id].recoveries) != before;
+        *recovered = atomic_load(&kvc__lock_ptr(seg, id)->recoveries) != before;
     /* Safe at any time under the lock: no writer is inside, so each
      * recovery function only recomputes what is derived. */
     kvc__lock_recover(seg, id);
@@ -487,10 +487,16 @@ enum access { LOCKED, UNLOCKED_DEAD, UNLOCKED_BUSY };
 
 /* Decide how to read the table under lock id, report the lock, and take it
  * when its owner is not dead. */
-static enum access take(check *ck, int id)
+static enum access take_q(check *ck, int id, int quiet);
+
+static enum access take(check *ck, int id) { return take_q(ck, id, 0); }
+
+/* quiet: no finding when the lock is fine (the room stripes: one summary). */
+static enum access take_q(check *ck, int id, int quiet)
 {
     char id_s[32], text[160];
-    snprintf(id_s, sizeof id_s, "locks.%s", kvc__lock_name(id));
+    /* The room stripes report under one id, "locks.rooms". */
+    snprintf(id_s, sizeof id_s, "locks.%s", id >= KVC_LOCK_ROOMS ? "rooms" : kvc__lock_name(id));
     kvc_lock_probe *p = &ck->st->locks[id];
     kvc__lock_probe(ck->seg, id, p);
     /* Held by a process that is gone: look again, in case it released the
@@ -525,11 +531,11 @@ static enum access take(check *ck, int id)
         say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s", kvc__lock_name(id), kvc_last_error());
         return UNLOCKED_DEAD;
     }
-    if (atomic_load(&ck->seg->hdr->locks[id].recoveries) != before) {
+    if (atomic_load(&kvc__lock_ptr(ck->seg, id)->recoveries) != before) {
         ck->st->recovered_while_checking = 1;
         say(ck, KVC_SEV_INFO, id_s, "%s lock: its owner died while being checked; recovered",
             kvc__lock_name(id));
-    } else {
+    } else if (!quiet) {
         say(ck, KVC_SEV_OK, id_s, "%s lock: %s (%llu recoveries since creation)",
             kvc__lock_name(id), p->state == KVC_LOCKST_FREE ? "free" : "taken and released",
             (unsigned long long)p->recoveries);
@@ -779,17 +785,20 @@ static void check_procs(check *ck)
 
 /* ---- the check: rooms ---------------------------------------------------- */
 
-static bool reachable(const kvc_segment *seg, uint32_t slot)
+/* Slot i (global index) is found by its room's probe inside its stripe. */
+static bool reachable(const kvc_segment *seg, uint32_t gi)
 {
-    uint32_t mask = seg->hdr->room_slots - 1;
-    uint64_t id = seg->rooms[slot].id;
-    uint32_t i = (uint32_t)kvc__room_hash(id) & mask;
-    for (uint32_t n = 0; n <= mask; n++, i = (i + 1) & mask) {
-        const kvc_room *r = &seg->rooms[i];
-        if (r->slot == KVC_SLOT_FREE)
+    uint32_t n = seg->hdr->stripe_slots, s = gi / n;
+    uint64_t id = seg->rooms[gi].id, h = kvc__room_hash(id);
+    if (kvc__room_stripe(h) != s)
+        return false;
+    const kvc_room *t = seg->rooms + (size_t)s * n;
+    uint32_t i = kvc__room_home(h, n);
+    for (uint32_t k = 0; k < n; k++, i = i + 1 == n ? 0 : i + 1) {
+        if (t[i].slot == KVC_SLOT_FREE)
             return false;
-        if (r->slot == KVC_SLOT_USED && r->id == id)
-            return i == slot;
+        if (t[i].slot == KVC_SLOT_USED && t[i].id == id)
+            return (size_t)s * n + i == gi;
     }
     return false;
 }
@@ -808,9 +817,9 @@ static int room_state(const kvc_room *r)
 }
 
 typedef struct room_scan {
-    tally slot, probe, fields, ranks, live, ttl;
-    uint32_t used, expired_done;
-    uint64_t now;
+    tally slot, probe, fields, ranks, live, ttl, seq, undo, count, locks;
+    uint32_t used, expired_done, stripes_checked, stripes_busy, stripe_used, lock_findings;
+    uint64_t now; /* CLOCK_MONOTONIC: the TTL's clock */
 } room_scan;
 
 static const char *room_fields_problem(const kvc_room *r)
@@ -821,7 +830,9 @@ static const char *room_fields_problem(const kvc_room *r)
         return "has_failure is neither 0 nor 1";
     if (r->has_failure && r->terminal != KVC_POLL_FAILED)
         return "has a failure record but is not Failed";
-    for (uint32_t i = 0; i < KVC_ROOM_MAX_PARTICIPANTS; i++)
+    if (r->terminal == KVC_POLL_FAILED && !r->has_failure)
+        return "is Failed without a failure record";
+    for (uint32_t i = 0; i < r->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++)
         if (r->part[i].state < -1 || r->part[i].state > KVC_POLL_SUCCESS)
             return "a participant's KVPoll state is out of range";
     return NULL;
@@ -829,8 +840,9 @@ static const char *room_fields_problem(const kvc_room *r)
 
 static void scan_live(check *ck, room_scan *rs, const kvc_room *r)
 {
+    uint64_t ttl_ns = (uint64_t)ck->seg->hdr->room_ttl_ms * 1000000ull;
     if (r->terminal >= 0) {
-        if (rs->now > r->updated_ns + (uint64_t)ck->seg->hdr->room_ttl_ms * 1000000ull)
+        if (rs->now > r->updated_mono + ttl_ns)
             rs->expired_done++;
         return;
     }
@@ -844,7 +856,7 @@ static void scan_live(check *ck, room_scan *rs, const kvc_room *r)
             return;
         }
     }
-    if (rs->now > r->updated_ns + (uint64_t)ck->seg->hdr->room_ttl_ms * 1000000ull)
+    if (rs->now > r->updated_mono + ttl_ns)
         problem(ck, &rs->ttl, KVC_SEV_DEGRADED,
                 "room %llu (%s) is idle past its TTL of %u ms; "
                 "the next sweep fails and reclaims it",
@@ -852,9 +864,15 @@ static void scan_live(check *ck, room_scan *rs, const kvc_room *r)
                 ck->seg->hdr->room_ttl_ms);
 }
 
-static void scan_room(check *ck, room_scan *rs, uint32_t i)
+static void scan_room(check *ck, room_scan *rs, uint32_t i, bool dead_owner)
 {
     const kvc_room *r = &ck->seg->rooms[i];
+    uint32_t q = atomic_load(&r->seq);
+    if (q & 1)
+        problem(ck, &rs->seq, dead_owner ? KVC_SEV_BROKEN : KVC_SEV_DEGRADED,
+                "room slot %u: its sequence counter is odd (%u) with no writer inside: %s", i, q,
+                dead_owner ? "its writer died; the stripe's recovery evens it"
+                           : "readers take the stripe lock for it");
     if (r->slot > KVC_SLOT_TOMB) {
         problem(ck, &rs->slot, KVC_SEV_BROKEN,
                 "room slot %u has state %u (not free, used or "
@@ -865,6 +883,7 @@ static void scan_room(check *ck, room_scan *rs, uint32_t i)
     if (r->slot != KVC_SLOT_USED)
         return;
     rs->used++;
+    rs->stripe_used++;
     if (!reachable(ck->seg, i))
         problem(ck, &rs->probe, KVC_SEV_BROKEN,
                 "room %llu in slot %u is not found by its probe "
@@ -893,58 +912,96 @@ static void scan_room(check *ck, room_scan *rs, uint32_t i)
 static void check_failure_ring(check *ck)
 {
     const kvc_header *h = ck->seg->hdr;
-    uint64_t total = h->room_counters.failures_total,
-             kept = total < KVC_FAILURE_RING ? total : KVC_FAILURE_RING;
+    uint64_t total = atomic_load(&h->failures_total),
+             kept = total < KVC_FAILURE_RING ? total : KVC_FAILURE_RING, claimed = 0;
     tally t = {"failures.ring", 0, 0};
     ck->st->failures_total = total;
     for (uint64_t k = 0; k < kept; k++) {
-        const kvc_failure_rec *f = &ck->seg->failures[k];
-        if (!memchr(f->reason, '\0', sizeof f->reason))
+        const kvc_failure_slot *f = &ck->seg->failures[k];
+        uint64_t c = atomic_load(&f->claim);
+        if ((c >> 32) & 1) {
+            claimed++;
+            continue; /* being written (or its writer died: its stripe recovers it) */
+        }
+        if (!memchr(f->rec.reason, '\0', sizeof f->rec.reason))
             problem(ck, &t, KVC_SEV_BROKEN, "failure record %llu: reason not terminated",
                     (unsigned long long)k);
     }
     settle(ck, &t, "%llu failure records ever, the last %llu kept", (unsigned long long)total,
            (unsigned long long)kept);
+    if (claimed)
+        say(ck, KVC_SEV_INFO, "failures.ring",
+            "%llu ring entries are being written (or await their stripe's recovery)",
+            (unsigned long long)claimed);
 }
 
-static void check_room_counters(check *ck, const room_scan *rs)
+/* Stripe s under its lock (or as its dead owner left it): slots, undo
+ * record, count. */
+static void check_stripe(check *ck, room_scan *rs, uint32_t s)
 {
-    const kvc_header *h = ck->seg->hdr;
-    if (atomic_load(&h->room_undo.valid))
-        say(ck, KVC_SEV_BROKEN, "rooms.undo",
-            "the undo record is valid: a room update was "
-            "interrupted by its writer's death; recovery rolls it back");
-    else
-        say(ck, KVC_SEV_OK, "rooms.undo", "no interrupted room update (undo record clear)");
-    if (h->room_counters.rooms_live != rs->used)
-        say(ck, KVC_SEV_BROKEN, "rooms.count",
-            "rooms_live is %u but %u slots are in use "
-            "(recovery recounts it)",
-            h->room_counters.rooms_live, rs->used);
-    else
-        say(ck, KVC_SEV_OK, "rooms.count", "rooms_live (%u) matches the slots in use", rs->used);
+    const kvc_room_stripe *st = &ck->seg->stripes[s];
+    int recovered_before = ck->st->recovered_while_checking;
+    enum access a = take_q(ck, KVC_LOCK_ROOMS + (int)s, 1);
+    if (a != LOCKED || ck->st->recovered_while_checking != recovered_before)
+        rs->lock_findings++; /* take_q said so */
+    if (a == UNLOCKED_BUSY) {
+        rs->stripes_busy++;
+        return;
+    }
+    rs->stripes_checked++;
+    rs->stripe_used = 0;
+    uint32_t n = ck->seg->hdr->stripe_slots;
+    for (uint32_t i = 0; i < n; i++)
+        scan_room(ck, rs, s * n + i, a == UNLOCKED_DEAD);
+    if (atomic_load(&st->undo.valid))
+        problem(ck, &rs->undo, KVC_SEV_BROKEN,
+                "room stripe %u: the undo record is valid: a room update was "
+                "interrupted by its writer's death; recovery rolls it back",
+                s);
+    if (st->rooms_live != rs->stripe_used)
+        problem(ck, &rs->count, KVC_SEV_BROKEN,
+                "room stripe %u: rooms_live is %u but %u slots are in use (recovery recounts it)",
+                s, st->rooms_live, rs->stripe_used);
+    give(ck, KVC_LOCK_ROOMS + (int)s, a);
 }
 
 static void check_rooms(check *ck)
 {
     const kvc_header *h = ck->seg->hdr;
-    enum access a = take(ck, KVC_LOCK_ROOMS);
-    if (a == UNLOCKED_BUSY) {
-        say(ck, KVC_SEV_INFO, "rooms.slot", "rooms not checked: the rooms lock is busy");
-        return;
-    }
-    ck->st->rooms_counted = 1;
     room_scan rs = {.slot = {"rooms.slot", 0, 0},
                     .probe = {"rooms.probe", 0, 0},
                     .fields = {"rooms.fields", 0, 0},
                     .ranks = {"rooms.ranks", 0, 0},
                     .live = {"rooms.liveness", 0, 0},
                     .ttl = {"rooms.ttl", 0, 0},
-                    .now = kvc__now_ns()};
-    for (uint32_t i = 0; i < h->room_slots; i++)
-        scan_room(ck, &rs, i);
+                    .seq = {"rooms.seq", 0, 0},
+                    .undo = {"rooms.undo", 0, 0},
+                    .count = {"rooms.count", 0, 0},
+                    .now = kvc__mono_ns()};
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++)
+        check_stripe(ck, &rs, s);
+    if (rs.stripes_busy == KVC_ROOM_STRIPES) {
+        say(ck, KVC_SEV_INFO, "rooms.slot", "rooms not checked: the rooms locks are busy");
+        return;
+    }
+    ck->st->rooms_counted = rs.stripes_busy == 0;
     ck->st->rooms_live = rs.used;
-    check_room_counters(ck, &rs);
+    uint64_t recov = 0;
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++)
+        recov += atomic_load(&ck->seg->stripes[s].lock.recoveries);
+    if (!rs.lock_findings)
+        say(ck, KVC_SEV_OK, "locks.rooms",
+            "%u room stripe locks: free, or taken and released (%llu recoveries since "
+            "creation)",
+            KVC_ROOM_STRIPES, (unsigned long long)recov);
+    if (rs.stripes_busy)
+        say(ck, KVC_SEV_INFO, "rooms.slot",
+            "%u of %u room stripes not checked: their locks are busy", rs.stripes_busy,
+            KVC_ROOM_STRIPES);
+    settle(ck, &rs.undo, "no interrupted room update (every stripe's undo record clear)");
+    settle(ck, &rs.count, "every stripe's rooms_live matches its slots in use (%u in all)",
+           rs.used);
+    settle(ck, &rs.seq, "every room's sequence counter is even (no writer inside)");
     settle(ck, &rs.slot, "all %u room slots hold a valid slot state", h->room_slots);
     settle(ck, &rs.probe, "every room in use is found by its probe sequence");
     settle(ck, &rs.ranks, "every room's participants are ranks within the table");
@@ -957,7 +1014,6 @@ static void check_rooms(check *ck)
             "the next sweep)",
             rs.expired_done);
     check_failure_ring(ck);
-    give(ck, KVC_LOCK_ROOMS, a);
 }
 
 kvc_severity kvc__check(kvc_segment *seg, kvc_check_fn fn, void *ctx, kvc_check_stats *stats)

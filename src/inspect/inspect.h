@@ -98,10 +98,11 @@ void kvc__close_reader(kvc_segment *seg);
 
 /* ---- locks ---------------------------------------------------------- */
 
-#define KVC__LOCKS 3 /* ranks, procs, rooms: see layout.h */
+#define KVC__ROOM_STRIPES 64               /* room stripe locks: see layout.h */
+#define KVC__LOCKS (2 + KVC__ROOM_STRIPES) /* ranks, procs, rooms.0 .. rooms.63 */
 #define KVC__LOCK_ID_RANKS 0
 #define KVC__LOCK_ID_PROCS 1
-#define KVC__LOCK_ID_ROOMS 2
+#define KVC__LOCK_ID_ROOMS 2 /* stripe 0; stripe s is KVC__LOCK_ID_ROOMS + s */
 
 typedef enum kvc_lock_state {
     KVC_LOCKST_FREE = 0,
@@ -112,7 +113,7 @@ typedef enum kvc_lock_state {
 } kvc_lock_state;
 
 typedef struct kvc_lock_probe {
-    const char *name; /* "ranks", "procs", "rooms" */
+    const char *name; /* "ranks", "procs", "rooms.0" .. "rooms.63" */
     kvc_lock_state state;
     int32_t owner_pid;    /* holder, or the owner that died; 0 if unknown */
     uint64_t owner_start; /* its start time when recorded, else 0 */

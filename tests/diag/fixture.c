@@ -240,7 +240,7 @@ static pid_t scenario(kvc_segment *s, const char *what)
     } else if (!strcmp(what, "bigroom")) {
         check(kvc_room_fail(s, KVC_ROOM_ID_MAX, 3, 5, "largest room id", NULL), "kvc_room_fail");
         check(kvc_room_fail(s, 7, 3, 5, "tampered id", NULL), "kvc_room_fail");
-        s->failures[1].room = UINT64_MAX;
+        s->failures[1].rec.room = UINT64_MAX;
     } else if (!strcmp(what, "lockdead-ranks")) {
         reg_range(s, 4);
         child(JOB_REREGISTER, "reg.seq_odd", 0);

@@ -18,6 +18,7 @@ Usage: test_diag.py --diag PATH --fixture PATH [unittest args]
 import argparse
 import json
 import os
+import re
 import pty
 import resource
 import signal
@@ -39,7 +40,7 @@ COMMANDS = ["status", "ranks", "rooms", "failures", "procs", "locks", "check", "
 CHECK_IDS = {"header.magic", "header.version", "header.sizes", "header.file", "header.creator",
              "locks.ranks", "locks.procs", "locks.rooms", "ranks.seq", "ranks.slot",
              "ranks.owner", "ranks.overlap", "ranks.count", "arena.bitmap", "arena.used",
-             "procs.entry", "procs.alive", "rooms.undo", "rooms.count", "rooms.slot",
+             "procs.entry", "procs.alive", "rooms.undo", "rooms.count", "rooms.seq", "rooms.slot",
              "rooms.probe", "rooms.ranks", "rooms.fields", "rooms.liveness", "rooms.ttl",
              "failures.ring"}
 _counter = [0]
@@ -182,8 +183,15 @@ class Base(unittest.TestCase):
         rc, doc, _ = diag(name, "locks", json_out=True)
         self.assertEqual(rc, 0)
         self.assert_doc(doc, "locks", name)
-        self.assertEqual([l["name"] for l in doc["locks"]], ["ranks", "procs", "rooms"])
-        return {l["name"]: l for l in doc["locks"]}
+        stripes = ["rooms.%d" % i for i in range(64)]
+        self.assertEqual([l["name"] for l in doc["locks"]], ["ranks", "procs"] + stripes)
+        out = {l["name"]: l for l in doc["locks"]}
+        # "rooms": the one room stripe lock that is not free (the fixtures
+        # touch one room), else stripe 0.
+        busy = [out[n] for n in stripes if out[n]["state"] != "free"]
+        self.assertLessEqual(len(busy), 1)
+        out["rooms"] = busy[0] if busy else out["rooms.0"]
+        return out
 
     def ranks(self, name, *args):
         rc, doc, err = diag(name, "ranks", *args, json_out=True)
@@ -293,7 +301,10 @@ class Empty(Base):
             self.assertEqual(h["block_size"], 1024)
             cap = doc["capacities"]
             self.assertEqual((cap["max_ranks"], cap["max_procs"], cap["max_rooms"],
-                              cap["room_slots"], cap["world_size"]), (64, 64, 256, 512, 8))
+                              cap["world_size"]), (64, 64, 256, 8))
+            # 64 stripes, each with its share of the rooms and room to spare.
+            self.assertEqual(cap["room_slots"] % 64, 0)
+            self.assertGreaterEqual(cap["room_slots"], 256 * 5 // 4)
             self.assertEqual(cap["arena_bytes"], 64 << 20)
             self.assertEqual(cap["max_info_bytes"], 8 << 20)
             self.assertEqual(cap["arena_used_bytes"], 0)
@@ -589,8 +600,9 @@ class LockOwnerKilled(Base):
                               degraded={"procs.alive"})
             rc, doc, _ = diag(fx.name, "repair", json_out=True)
             self.assertEqual(rc, 0, doc)
-            self.assertIn(("recover_lock", "rooms lock"),
-                          {(a["action"], a["target"]) for a in doc["actions"]})
+            self.assertIn(("recover_lock", True),
+                          {(a["action"], bool(re.fullmatch(r"rooms\.\d+ lock", a["target"])))
+                           for a in doc["actions"]})
             self.assert_check(fx.name, 0)
             rc, rooms, _ = diag(fx.name, "rooms", json_out=True)
             self.assertEqual(rooms["count"], 0)  # the interrupted room creation was rolled back
@@ -648,12 +660,13 @@ class StuckLock(Base):
             rc, st, _ = diag(fx.name, "--lock-timeout", "100", "status", json_out=True)
             self.assertEqual((rc, st["verdict"]), (0, "degraded"))
             self.assertFalse(st["counts"]["rooms_counted"])
+            # Rooms and failure records are read without the lock: a holder
+            # outside its seqlock window blocks no reader.
             for c in ("rooms", "failures"):
                 rc, _, err = diag(fx.name, "--lock-timeout", "100", c)
-                self.assertEqual(rc, EXIT_BROKEN, c)
-                self.assertIn("held for over 100 ms by pid %d" % fx.holder, err)
+                self.assertEqual(rc, 0, (c, err))
             rc, out, _ = diag(fx.name, "--lock-timeout", "100", "status")
-            self.assertIn("not counted (the rooms lock is busy)", out)
+            self.assertIn("not counted (a rooms lock is busy)", out)
 
 
 class StaleProcess(Base):

@@ -250,17 +250,22 @@ static void test_rank_seqlock_same_answer(void **st)
 static void test_names_one_source(void **st)
 {
     (void)st;
-    static const char *const locks[] = {"ranks", "procs", "rooms"};
     static const char *const roles[] = {"none", "worker", "daemon", "client"};
     static const char *const polls[] = {"Failed", "Bootstrapping", "WaitingForInput",
                                         "Transferring", "Success"};
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_NONE);
+    /* ranks, procs, then one lock per room stripe: rooms.0 .. rooms.63 */
     for (int id = 0; id < KVC_LOCK_COUNT; id++) {
+        char want[16];
+        if (id < KVC_LOCK_ROOMS)
+            snprintf(want, sizeof want, "%s", id == KVC_LOCK_RANKS ? "ranks" : "procs");
+        else
+            snprintf(want, sizeof want, "rooms.%d", id - KVC_LOCK_ROOMS);
         kvc_lock_probe p;
         kvc__lock_probe(s, id, &p); /* what kvcoord-diag shows */
-        assert_string_equal(kvc__lock_name(id), locks[id]);
-        assert_string_equal(p.name, locks[id]);
+        assert_string_equal(kvc__lock_name(id), want);
+        assert_string_equal(p.name, want);
     }
     assert_string_equal(kvc__lock_name(KVC_LOCK_COUNT), "unknown");
     for (int r = 0; r < 4; r++)

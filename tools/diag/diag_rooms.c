@@ -18,9 +18,11 @@ static const char rooms_help[] =
     "  state (LOCAL, by rank: a digit, or - when not written yet), when it was opened\n"
     "  and last updated, and its failure record (origin rank, code, reason).\n"
     "\n"
-    "  rooms reads through kvc_room_list(), which takes the rooms lock for at most\n"
-    "  --lock-timeout; a lock whose owner died is recovered on the way (the\n"
-    "  interrupted update is rolled back), and the tool says so on stderr.\n"
+    "  rooms reads through kvc_room_list(), which takes no lock: each room is copied\n"
+    "  under its sequence counter; only a room whose writer stays inside (for at\n"
+    "  most --lock-timeout) is read under its stripe's lock, and a lock whose owner\n"
+    "  died is then recovered on the way (the interrupted update is rolled back),\n"
+    "  which the tool says on stderr.\n"
     "  Liveness of participants is not checked here (see check).\n"
     "\n"
     "OPTIONS\n"
@@ -221,7 +223,7 @@ static int run_rooms(diag *d, int argc, char **argv)
     } else {
         if (recovered)
             fprintf(stderr,
-                    "%s rooms: note: a writer had died inside the rooms lock; reading "
+                    "%s rooms: note: a writer had died inside a rooms lock; reading "
                     "recovered it (its update was rolled back)\n",
                     d->prog);
         if (n == 0)

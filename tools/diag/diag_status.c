@@ -144,8 +144,8 @@ static void contents_text(kvc_segment *seg, const kvc_check_stats *st, FILE *out
     kvc_segment_stat(seg, &si);
     if (!st->rooms_counted)
         snprintf(rooms, sizeof rooms,
-                 "not counted (the rooms lock is busy); %u live by the "
-                 "header's count",
+                 "not counted (a rooms lock is busy); %u live by the "
+                 "stripes' counts",
                  si.rooms_live);
     else
         n += (size_t)snprintf(rooms, sizeof rooms, "%u live", st->rooms_live);
@@ -153,9 +153,20 @@ static void contents_text(kvc_segment *seg, const kvc_check_stats *st, FILE *out
         n += (size_t)snprintf(rooms + n, sizeof rooms - n, "%s %s %u", s ? "," : ":",
                               kvc_poll_name((kvc_poll)s), st->rooms_by_state[s]);
     n = 0;
-    for (int i = 0; i < KVC__LOCKS && n < sizeof locks; i++)
-        n += (size_t)snprintf(locks + n, sizeof locks - n, "%s%s %s", i ? "; " : "",
+    /* The header locks one by one; the room stripes summed up, naming any
+     * that is not free. */
+    int stripes_free = 0;
+    for (int i = 0; i < KVC__LOCKS && n < sizeof locks; i++) {
+        if (i >= KVC__LOCK_ID_ROOMS && st->locks[i].state == KVC_LOCKST_FREE) {
+            stripes_free++;
+            continue;
+        }
+        n += (size_t)snprintf(locks + n, sizeof locks - n, "%s%s %s", n ? "; " : "",
                               st->locks[i].name, kvc__lock_text(&st->locks[i], lt, sizeof lt));
+    }
+    if (n < sizeof locks)
+        n += (size_t)snprintf(locks + n, sizeof locks - n, "; rooms: %d of %d stripes free",
+                              stripes_free, KVC__ROOM_STRIPES);
     fprintf(out, "\ncontents\n");
     diag_table *t = diag_table_new(2, NULL, "ll");
     diag_table_addf(t, "ranks\t%u registered, %u withdrawn", st->ranks_registered,

@@ -214,6 +214,7 @@ int main(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &set, NULL);
     for (unsigned r = 0; r < o.rounds; r++)
         round_once(&o, r, seg, &m, &st);
+    st.violations += m.torn; /* lock-free room reads that were not one whole room */
     kvc_segment_info si;
     kvc_segment_stat(seg, &si);
     printf("rounds %u, workers %u, kills %u, self-kills %u, lock recoveries %llu, operations %zu, "

@@ -43,6 +43,7 @@ struct model {
     uint64_t kept_values[4096]; /* failure records a worker was told were kept */
     size_t nkept;
     size_t ops;
+    size_t torn; /* room reads (lock-free) that were not one whole room */
 };
 
 /* Feed one log line of a worker into the model. */

@@ -23,6 +23,11 @@ void model_line(struct model *m, const char *line)
     unsigned rank = 0;
     unsigned long long v = 0;
     m->ops++;
+    if (line[0] == 'X') { /* a worker read a torn room */
+        m->torn++;
+        fprintf(stderr, "torn read: %s", line);
+        return;
+    }
     if (sscanf(line, "%c %c %u %llu", &a, &k, &rank, &v) < 3 && sscanf(line, "%c %c", &a, &k) != 2)
         return;
     if (k == 'F') {

@@ -73,17 +73,56 @@ static void rank_op(kvc_segment *s, int fd, unsigned w, unsigned workers, uint64
         logf_line(fd, "C R %u %llu\n", rank, (unsigned long long)v);
 }
 
+/* A room as read without a lock must be one whole room: Failed exactly
+ * when it has a failure record (for its own id), Success only when every
+ * participant wrote Success, otherwise the minimum of the local states.
+ * Returns NULL, or what is wrong. */
+static const char *torn(uint64_t room, const kvc_room_info *ri)
+{
+    if (ri->room != room || ri->participants < 1 || ri->participants > KVC_ROOM_MAX_PARTICIPANTS ||
+        ri->joined > ri->participants || ri->released > ri->participants)
+        return "counts";
+    if ((ri->state == KVC_POLL_FAILED) != (ri->has_failure != 0))
+        return "Failed without its record, or a record without Failed";
+    if (ri->has_failure)
+        return ri->failure.room == room ? NULL : "failure record of another room";
+    int min = KVC_POLL_SUCCESS;
+    for (uint32_t i = 0; i < ri->participants; i++) {
+        int st = ri->local[i] < 0 ? KVC_POLL_BOOTSTRAPPING : ri->local[i];
+        if (st < KVC_POLL_FAILED || st > KVC_POLL_SUCCESS)
+            return "local state out of range";
+        min = st < min ? st : min;
+    }
+    return (int)ri->state == min ? NULL : "state is not the minimum of the local states";
+}
+
+static void check_read(int fd, uint64_t room, const kvc_room_info *ri)
+{
+    const char *why = torn(room, ri);
+    if (why)
+        logf_line(fd, "X T %llu %.60s\n", (unsigned long long)room, why);
+}
+
 static void room_op(kvc_segment *s, int fd, uint64_t v, unsigned *seed)
 {
     uint64_t room = 1 + (uint64_t)(rand_r(seed) % T_ROOMS);
     uint32_t rank = (uint32_t)(rand_r(seed) % 2);
-    switch (rand_r(seed) % 5) {
+    switch (rand_r(seed) % 6) {
     case 0: kvc_room_open(s, room, 2, rank, KVC_ROOM_ROLE_PREFILL); break;
     case 1: kvc_room_set_state(s, room, rank, (kvc_poll)(1 + rand_r(seed) % 4)); break;
     case 2: kvc_room_release(s, room, rank); break;
-    case 3: {
+    case 3: { /* lock-free read: never a torn room */
         kvc_room_info ri;
-        kvc_room_get(s, room, (int32_t)rank, &ri);
+        if (kvc_room_get(s, room, (int32_t)rank, &ri) == KVC_OK)
+            check_read(fd, room, &ri);
+        break;
+    }
+    case 4: { /* every room, lock-free */
+        kvc_room_info all[T_ROOMS];
+        size_t n = 0;
+        if (kvc_room_list(s, -1, all, T_ROOMS, &n) == KVC_OK)
+            for (size_t i = 0; i < n && i < T_ROOMS; i++)
+                check_read(fd, all[i].room, &all[i]);
         break;
     }
     default: {
