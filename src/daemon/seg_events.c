@@ -48,10 +48,15 @@ static void log_rank(const kvc_rank_info *ri)
                   "rank=%u generation=%" PRIu64 " session_id=\"%s\" "
                   "pid=%d entries=%u",
                   ri->rank, ri->generation, ri->session_id, (int)ri->pid, ri->entries);
+    /* Two formats, not an optional "%s%s" tail: log_event() quotes an empty
+     * unquoted value (""), which would leave stray quotes on the line. */
+    else if (ri->state == KVC_RANK_WITHDRAWN && ri->origin[0])
+        log_event(LOG_INFO, "withdraw",
+                  "rank=%u generation=%" PRIu64 " pid=%d note=\"%s\" origin=%s", ri->rank,
+                  ri->generation, (int)ri->pid, ri->note, ri->origin);
     else if (ri->state == KVC_RANK_WITHDRAWN)
-        log_event(LOG_INFO, "withdraw", "rank=%u generation=%" PRIu64 " pid=%d note=\"%s\"%s%s",
-                  ri->rank, ri->generation, (int)ri->pid, ri->note, ri->origin[0] ? " origin=" : "",
-                  ri->origin);
+        log_event(LOG_INFO, "withdraw", "rank=%u generation=%" PRIu64 " pid=%d note=\"%s\"",
+                  ri->rank, ri->generation, (int)ri->pid, ri->note);
 }
 
 void seg_events_ranks(struct seg_events *e)

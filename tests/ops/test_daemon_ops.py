@@ -270,6 +270,11 @@ def main():
     for rank in range(10, 15):
         if len(re.findall(r" info withdraw rank=%d " % rank, log)) != 1:
             fail("want one withdraw line for rank %d" % rank)
+    # every line a key=value parser can read: the note's quotes close the
+    # line, no stray empty values after it
+    for line in log.splitlines():
+        if " info withdraw " in line and not re.search(r' note="(?:[^"\\]|\\.)*"( origin=\S+)?$', line):
+            fail("malformed withdraw line: %r" % line)
 
     # empty configured token: fail closed
     d = Daemon(a.daemon, a.work, "empty", [], {"KVCOORD_AUTH_TOKEN": ""})
