@@ -2,6 +2,7 @@
  * http_resp.c - response formatting; see http_resp.h.
  */
 #include "http_resp.h"
+#include "utf8.h"
 
 #include <http_parser.h>
 #include <string.h>
@@ -111,28 +112,6 @@ void resp_detail(struct buf *out, const struct http_req *req, int status, const 
 
 void resp_continue(struct buf *out) { buf_puts(out, "HTTP/1.1 100 Continue\r\n\r\n"); }
 
-/* Length of the valid UTF-8 sequence at s[0..n) (1 to 4), or 0 when the
- * bytes there are not one (RFC 3629: no overlong forms, no surrogates,
- * nothing above U+10FFFF). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len = c < 0x80                 ? 1
-                 : c >= 0xc2 && c <= 0xdf ? 2
-                 : c >= 0xe0 && c <= 0xef ? 3
-                 : c >= 0xf0 && c <= 0xf4 ? 4
-                                          : 0;
-    if (len == 0 || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f)     /* overlong, surrogate */
-        || (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f)) /* overlong, > U+10FFFF */
-        return 0;
-    return len;
-}
-
 /* The escape of ASCII byte c inside a JSON string, 0 if none is needed. */
 static char short_escape(unsigned char c)
 {
@@ -165,7 +144,7 @@ size_t json_escape_len(const char *s, size_t n)
     const unsigned char *u = (const unsigned char *)s;
     size_t len = 0;
     for (size_t i = 0; i < n;) {
-        size_t seq = utf8_seq(u + i, n - i);
+        size_t seq = kvc__utf8_seq(u + i, n - i);
         len += escaped_size(u + i, seq);
         i += seq ? seq : 1;
     }
@@ -177,7 +156,7 @@ char *json_escape(char *dst, const char *s, size_t n)
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        size_t seq = utf8_seq(u + i, n - i);
+        size_t seq = kvc__utf8_seq(u + i, n - i);
         char esc = seq == 1 ? short_escape(u[i]) : 0;
         if (seq == 0) {
             memcpy(dst, "\\ufffd", 6);

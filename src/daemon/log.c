@@ -2,6 +2,7 @@
  * log.c - one line per event on stderr; see log.h.
  */
 #include "log.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -44,34 +45,6 @@ static size_t format_time(char *dst, size_t cap)
     return n + (m > 0 ? (size_t)m : 0);
 }
 
-/* Is s[0..n) a complete, valid UTF-8 sequence starting at s[0]?  Returns its
- * length (2..4), or 0 (overlong forms, surrogates and > U+10FFFF refused). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-        len = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-        len = 4, cp = c & 0x07;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
-}
-
 size_t log_escape(char *dst, size_t cap, const char *src, size_t n, int quote)
 {
     static const char hex[] = "0123456789abcdef";
@@ -102,7 +75,7 @@ size_t log_escape(char *dst, size_t cap, const char *src, size_t n, int quote)
             PUT('t');
         } else if (c >= 0x20 && c < 0x7f) {
             PUT(c);
-        } else if (c >= 0x80 && (u = utf8_seq(s + i, n - i)) > 0) {
+        } else if (c >= 0x80 && (u = kvc__utf8_seq(s + i, n - i)) > 0) {
             for (size_t k = 0; k < u; k++)
                 PUT(s[i + k]);
             i += u - 1;

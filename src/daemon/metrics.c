@@ -6,6 +6,7 @@
 #include "metrics.h"
 
 #include "clock.h"
+#include "utf8.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -141,35 +142,6 @@ void metrics_auth_reload(struct metrics *m, int ok)
 
 /* ---- text format helpers ------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t need;
-    uint32_t cp, min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        need = 2, cp = c & 0x1f, min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        need = 3, cp = c & 0x0f, min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < need)
-        return 0;
-    for (size_t i = 1; i < need; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return need;
-}
-
 void metrics_label_escape(struct buf *out, const char *v, size_t len)
 {
     const unsigned char *s = (const unsigned char *)v;
@@ -198,7 +170,7 @@ void metrics_label_escape(struct buf *out, const char *v, size_t len)
             buf_append(out, &c, 1); /* other control bytes are valid in a label value */
             i++;
         } else {
-            size_t k = utf8_seq(s + i, len - i);
+            size_t k = kvc__utf8_seq(s + i, len - i);
             if (k) {
                 buf_append(out, s + i, k);
                 i += k;

@@ -8,7 +8,12 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include "buf.h"
 #include "hostport.h"
+#include "http_resp.h"
+#include "log.h"
+#include "metrics.h"
+#include "utf8.h"
 #include "inspect.h"
 #include "internal.h"
 #include "net.h"
@@ -245,6 +250,80 @@ static void test_rank_seqlock_same_answer(void **st)
     kvc_unlink(name);
 }
 
+/* ---- UTF-8: kvcoordd's JSON answers, log lines and metric labels ------- */
+
+/* Is s[0..n) all valid UTF-8 (by the shared rule)? */
+static int all_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = kvc__utf8_seq((const unsigned char *)s + i, n - i);
+        if (!k)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static int contains(const char *hay, size_t n, const char *needle, size_t m)
+{
+    for (size_t i = 0; m <= n && i + m <= n; i++)
+        if (!memcmp(hay + i, needle, m))
+            return 1;
+    return 0;
+}
+
+static void test_utf8_same_rule(void **st)
+{
+    (void)st;
+    static const struct {
+        const char *bytes;
+        size_t seq; /* kvc__utf8_seq of the whole string */
+    } cases[] = {
+        {"A", 1},
+        {"\xc3\xa9", 2},         /* U+00E9 */
+        {"\xe2\x82\xac", 3},     /* U+20AC */
+        {"\xf0\x9f\x98\x80", 4}, /* U+1F600 */
+        {"\xf4\x8f\xbf\xbf", 4}, /* U+10FFFF, the last */
+        {"\xc0\xaf", 0},         /* overlong '/' */
+        {"\xe0\x80\xaf", 0},     /* overlong */
+        {"\xf0\x80\x80\xaf", 0}, /* overlong */
+        {"\xed\xa0\x80", 0},     /* surrogate U+D800 */
+        {"\xf4\x90\x80\x80", 0}, /* U+110000 */
+        {"\xe2\x82", 0},         /* truncated */
+        {"\x80", 0},             /* lone continuation */
+        {"\xff", 0},             /* never a lead byte */
+        {"\xc3\x28", 0},         /* lead then not a continuation */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *in = cases[i].bytes;
+        size_t n = strlen(in);
+        assert_int_equal(kvc__utf8_seq((const unsigned char *)in, n), cases[i].seq);
+        int valid = cases[i].seq == n;
+        /* the three callers: each keeps valid text byte for byte and turns
+         * anything else into valid UTF-8 without the offending bytes */
+        struct buf j = {0}, m = {0};
+        json_escape_append(&j, in, n);
+        metrics_label_escape(&m, in, n);
+        char l[64];
+        size_t ln = log_escape(l, sizeof l, in, n, 0);
+        assert_true(ln <= sizeof l);
+        const struct {
+            const char *who, *p;
+            size_t n;
+        } outs[] = {{"json", j.p, j.len}, {"metrics", m.p, m.len}, {"log", l, ln}};
+        for (size_t k = 0; k < 3; k++) {
+            print_message("case %zu %s: %zu bytes\n", i, outs[k].who, outs[k].n);
+            assert_true(all_valid(outs[k].p, outs[k].n));
+            if (valid && in[0] != 'A')
+                assert_true(contains(outs[k].p, outs[k].n, in, n));
+            if (!valid)
+                assert_false(contains(outs[k].p, outs[k].n, in, n));
+        }
+        buf_free(&j);
+        buf_free(&m);
+    }
+}
+
 /* ---- names of locks, process roles, KVPoll states ---------------------- */
 
 static void test_names_one_source(void **st)
@@ -284,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_hostport_limits),
         cmocka_unit_test(test_proc_stat_same_answer),
         cmocka_unit_test(test_rank_seqlock_same_answer),
+        cmocka_unit_test(test_utf8_same_rule),
         cmocka_unit_test(test_names_one_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
