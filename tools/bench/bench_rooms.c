@@ -20,6 +20,10 @@
  * reports the median per call.  Baseline in the same run, interleaved batch
  * by batch: kvc_rank_lookup() of a small rank (session_id and a one-entry
  * weights_info_dict) into a reused buffer - the rank table's seqlock read.
+ * Timed twice: with no process watcher (liveness from /proc, at most every
+ * 100 ms per participant), then with this process publishing the watch
+ * beat as kvcoordd does (kvc_proc_watch_beat: liveness from the process
+ * table's dead marks, no system call).
  *
  * A scratch segment is created and removed.  Figures are printed, never
  * judged.
@@ -205,8 +209,9 @@ static double median_of(uint64_t *v, size_t n)
     return (double)v[n / 2] / GET_BATCH;
 }
 
-/* out: kvc_room_get median ns, kvc_rank_lookup median ns. */
-static void run_get(const char *name, size_t batches, double out[2])
+/* out: kvc_room_get median ns, kvc_rank_lookup median ns; unwatched, then
+ * watched. */
+static void run_get(const char *name, size_t batches, double out[4])
 {
     const uint64_t room = 7777;
     int ready[2], hold[2];
@@ -237,25 +242,29 @@ static void run_get(const char *name, size_t batches, double out[2])
     kvc_room_info ri;
     kvc_rank_info rk = {0};
     uint64_t *tg = malloc(batches * sizeof *tg), *tl = malloc(batches * sizeof *tl);
-    for (size_t b = 0; b < batches; b++) {
-        uint64_t t0 = kvc__mono_ns();
-        for (int i = 0; i < GET_BATCH; i++)
-            if (kvc_room_get(s, room, -1, &ri) || ri.joined != GET_PARTICIPANTS) {
-                fprintf(stderr, "kvcoord-bench rooms: kvc_room_get: %s\n", kvc_last_error());
-                exit(1);
-            }
-        uint64_t t1 = kvc__mono_ns();
-        for (int i = 0; i < GET_BATCH; i++)
-            if (kvc_rank_lookup(s, 0, &rk)) {
-                fprintf(stderr, "kvcoord-bench rooms: kvc_rank_lookup: %s\n", kvc_last_error());
-                exit(1);
-            }
-        uint64_t t2 = kvc__mono_ns();
-        tg[b] = t1 - t0;
-        tl[b] = t2 - t1;
+    for (int watched = 0; watched < 2; watched++) {
+        kvc_proc_watch_beat(s, watched);
+        for (size_t b = 0; b < batches; b++) {
+            uint64_t t0 = kvc__mono_ns();
+            for (int i = 0; i < GET_BATCH; i++)
+                if (kvc_room_get(s, room, -1, &ri) || ri.joined != GET_PARTICIPANTS) {
+                    fprintf(stderr, "kvcoord-bench rooms: kvc_room_get: %s\n", kvc_last_error());
+                    exit(1);
+                }
+            uint64_t t1 = kvc__mono_ns();
+            for (int i = 0; i < GET_BATCH; i++)
+                if (kvc_rank_lookup(s, 0, &rk)) {
+                    fprintf(stderr, "kvcoord-bench rooms: kvc_rank_lookup: %s\n", kvc_last_error());
+                    exit(1);
+                }
+            uint64_t t2 = kvc__mono_ns();
+            tg[b] = t1 - t0;
+            tl[b] = t2 - t1;
+        }
+        out[2 * watched] = median_of(tg, batches);
+        out[2 * watched + 1] = median_of(tl, batches);
     }
-    out[0] = median_of(tg, batches);
-    out[1] = median_of(tl, batches);
+    kvc_proc_watch_beat(s, 0);
     free(tg);
     free(tl);
     kvc_rank_info_free(&rk);
@@ -309,7 +318,7 @@ int bench_rooms_main(int argc, char **argv)
     char name[64];
     snprintf(name, sizeof name, "kvcbench-rooms-%d", (int)getpid());
     kvc_segment *owner = open_seg(name, KVC_OPEN_FRESH);
-    double get[2];
+    double get[4];
     run_get(name, rounds, get);
     double prop[4];
     run_propagation(name, rounds, prop);
@@ -322,9 +331,10 @@ int bench_rooms_main(int argc, char **argv)
     if (json) {
         printf("{\"propagation_us\":{\"median\":%.1f,\"p99\":%.1f},\"pipe_wake_us\":{\"median\":"
                "%.1f,\"p99\":%.1f},\"ratio\":%.2f,\"room_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,"
-               "\"8\":%.0f},\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f}\n",
+               "\"8\":%.0f},\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f,"
+               "\"room_get_watched_ns\":%.1f,\"rank_lookup_watched_ns\":%.1f}\n",
                prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops[0], ops[1], ops[2],
-               get[0], get[1], get[0] / get[1]);
+               get[0], get[1], get[0] / get[1], get[2], get[3]);
         return 0;
     }
     printf("kvc_room_get of a room joined by %d live processes, from another process "
@@ -333,6 +343,9 @@ int bench_rooms_main(int argc, char **argv)
     printf("  baseline, kvc_rank_lookup of a small rank, same process, interleaved: "
            "median %.0f ns; ratio %.2fx\n",
            get[1], get[0] / get[1]);
+    printf("kvc_room_get, the same, with a process watcher beating (as kvcoordd): median %.0f ns; "
+           "kvc_rank_lookup interleaved %.0f ns; ratio %.2fx\n",
+           get[2], get[3], get[2] / get[3]);
     printf("failure propagation (%zu rounds): kvc_room_fail -> other process's kvc_room_wait "
            "returns: median %.1f us, p99 %.1f us\n",
            rounds, prop[0], prop[1]);
