@@ -139,6 +139,8 @@ static void conn_release(struct server *s, struct conn *c)
     if (s->metrics)
         metrics_conn_close(s->metrics);
     hconn_free(&c->http);
+    if (s->metrics) /* its reservation is back in the budget */
+        metrics_buffered(s->metrics, s->buffered, s->cfg->max_buffered_bytes);
     route_slot_free(&c->route);
     buf_free(&c->job.out);
     buf_trim(&c->out[0], OUT_KEEP);
@@ -425,6 +427,8 @@ static void conn_process(struct server *s, struct conn *c)
         else if (ev == HCONN_ERROR)
             answer_error(s, c);
     }
+    if (s->metrics)
+        metrics_buffered(s->metrics, s->buffered, s->cfg->max_buffered_bytes);
     if (c->closing)
         return;
     if (c->roff == c->rlen)

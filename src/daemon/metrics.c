@@ -46,6 +46,7 @@ struct metrics {
     atomic_uint_fast64_t sum_ns[MR_COUNT];
     atomic_int_fast64_t open_conns;
     atomic_uint_fast64_t conns_total, conns_refused;
+    atomic_uint_fast64_t buffered, buffered_max; /* body budget (--max-buffered-bytes) */
     atomic_uint_fast64_t dead_procs;
     atomic_uint_fast64_t reloads_ok, reloads_failed;
     /* The rooms and failure-record families, which need the rooms lock:
@@ -128,6 +129,12 @@ void metrics_conn_close(struct metrics *m)
 void metrics_conn_refused(struct metrics *m)
 {
     atomic_fetch_add_explicit(&m->conns_refused, 1, memory_order_relaxed);
+}
+
+void metrics_buffered(struct metrics *m, uint64_t now, uint64_t max)
+{
+    atomic_store_explicit(&m->buffered, now, memory_order_relaxed);
+    atomic_store_explicit(&m->buffered_max, max, memory_order_relaxed);
 }
 
 void metrics_dead_processes(struct metrics *m, uint64_t n)
@@ -541,6 +548,13 @@ static void render_http(struct buf *out, const struct metrics *m)
     sample(out, "kvcoord_http_open_connections", open > 0 ? (uint64_t)open : 0);
     family(out, "kvcoord_http_connections_total", "counter", "HTTP connections accepted.");
     sample(out, "kvcoord_http_connections_total", ld(&m->conns_total));
+    family(out, "kvcoord_http_buffered_bytes", "gauge",
+           "Request body bytes reserved now by connections receiving them (bodies that do not "
+           "fit the budget are answered 503).");
+    sample(out, "kvcoord_http_buffered_bytes", ld(&m->buffered));
+    family(out, "kvcoord_http_buffered_bytes_max", "gauge",
+           "The daemon-wide budget of request body bytes (--max-buffered-bytes; 0: none).");
+    sample(out, "kvcoord_http_buffered_bytes_max", ld(&m->buffered_max));
     family(out, "kvcoord_http_connections_refused_total", "counter",
            "HTTP connections answered 503 and closed because max-conns were open.");
     sample(out, "kvcoord_http_connections_refused_total", ld(&m->conns_refused));

@@ -70,6 +70,10 @@ void metrics_conn_close(struct metrics *m);
 /* A connection refused because max-conns were open (the 503). */
 void metrics_conn_refused(struct metrics *m);
 
+/* The request body bytes reserved now by all connections, and the budget
+ * (kvcoord_http_buffered_bytes, _max). */
+void metrics_buffered(struct metrics *m, uint64_t now, uint64_t max);
+
 /* An attached process found dead (pidfd fired / reaped), n of them
  * (UINT64_MAX takes one back: its reap failed and will be retried). */
 void metrics_dead_processes(struct metrics *m, uint64_t n);

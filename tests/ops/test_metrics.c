@@ -89,6 +89,7 @@ static struct metrics *build_metrics(void)
     metrics_auth_reload(m, 1);
     metrics_auth_reload(m, 0);
     metrics_auth_reload(m, 1);
+    metrics_buffered(m, 4096, 1 << 20);
     return m;
 }
 
@@ -207,6 +208,8 @@ static void test_daemon_families(void **state)
     has(t, "kvcoord_http_open_connections 2");
     has(t, "kvcoord_http_connections_total 3");
     has(t, "kvcoord_http_connections_refused_total 1");
+    has(t, "kvcoord_http_buffered_bytes 4096");
+    has(t, "kvcoord_http_buffered_bytes_max 1048576");
     has(t, "kvcoord_dead_processes_total 2");
     has(t, "kvcoord_auth_reloads_total{result=\"ok\"} 2");
     has(t, "kvcoord_auth_reloads_total{result=\"error\"} 1");
