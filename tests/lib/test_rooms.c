@@ -249,6 +249,51 @@ static void test_dead_participant_fails_room(void **st)
     kvc_unlink(name);
 }
 
+/* ---- liveness from a watcher's marks ------------------------------------ */
+
+/* While a watcher beats, readers trust the process table: a participant
+ * that died but is not marked yet still counts as alive (no /proc read),
+ * and the dead mark alone fails the room with the reason the mark names. */
+static void test_watched_liveness_from_marks(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        kvc_room_open(c, 77, 2, 1, KVC_ROOM_ROLE_DECODE);
+        (void)!write(fds[1], "x", 1);
+        for (;;)
+            pause();
+    }
+    char ch;
+    assert_int_equal(read(fds[0], &ch, 1), 1);
+    assert_int_equal(kvc_proc_watch_beat(s, 1), KVC_OK);
+    uint64_t start = kvc__proc_start(child);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    usleep(150000); /* past the /proc re-check interval: only the marks count */
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 77, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_BOOTSTRAPPING); /* not marked yet: alive */
+    kvc__proc_mark_dead(s, child, start, "killed by signal 9 (Killed), as the watcher saw");
+    assert_int_equal(kvc_room_get(s, 77, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    char want[96];
+    snprintf(want, sizeof want, "rank 1 (pid %d) killed by signal 9 (Killed), as the", (int)child);
+    assert_non_null(strstr(ri.failure.reason, want));
+    /* The beat withdrawn: back to /proc for the others. */
+    assert_int_equal(kvc_proc_watch_beat(s, 0), KVC_OK);
+    size_t reaped = 0;
+    assert_int_equal(kvc_proc_reap_dead(s, &reaped), KVC_OK);
+    assert_int_equal(reaped, 1);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 /* ---- a participant that closes its last handle without releasing ------ */
 
 static void test_close_fails_unreleased_rooms(void **st)
@@ -613,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_failure_seen_by_all_ranks),
         cmocka_unit_test(test_success_needs_all_and_is_sticky),
         cmocka_unit_test(test_dead_participant_fails_room),
+        cmocka_unit_test(test_watched_liveness_from_marks),
         cmocka_unit_test(test_close_fails_unreleased_rooms),
         cmocka_unit_test(test_crash_inside_room_updates),
         cmocka_unit_test(test_load_full_and_ttl),
