@@ -148,7 +148,7 @@ static void usage(FILE *f)
                "1024; KiB, MiB and GiB are accepted too).  Capacities (--world-size,\n"
                "--max-ranks, --max-info-bytes, --arena-bytes, --max-rooms, --max-procs,\n"
                "--room-ttl) apply when the segment is created; a reused segment keeps its\n"
-               "own.  A new segment's tables (about 56 MiB with the defaults, mostly rooms)\n"
+               "own.  A new segment's tables (about 59 MiB with the defaults, mostly rooms)\n"
                "get their pages in /dev/shm at once; rank info gets pages as it arrives.\n"
                "When /dev/shm is too small (a container's default 64 MiB, say), start is\n"
                "refused with a message saying so, and a registration that finds no space is\n"
