@@ -31,7 +31,9 @@ Commands:
         kvcoordd on 127.0.0.1:P with a fresh segment (kvcoord-P), start $TP
         kvcoord-worker processes that register those ranks and stay attached,
         then query every rank over HTTP as a remote instance would and print a
-        summary.  Everything keeps running until 'tools/kvcoord.sh stop'.
+        summary.  Everything keeps running until 'tools/kvcoord.sh stop'.  One
+        run at a time per checkout: a previous run's processes are stopped first
+        (it says so), whatever port they used.
           --model M   llama-3.1-8b (default), qwen2.5-72b or stress
           --port P    HTTP port (default 6789)
           --python    then run examples/sglang_tp_group.py against it: 8 Python
@@ -230,7 +232,12 @@ cmd_run() {
     install_packages
     build build
     mkdir -p "$RUN_DIR"
-    cmd_stop >/dev/null # a previous run's processes, if any
+    # One run at a time per checkout (its pid files live in build/run/): a
+    # previous run's processes are stopped first, and the user is told.
+    if [[ -s $RUN_DIR/kvcoordd.pid || -s $RUN_DIR/workers.pid ]]; then
+        log "a previous 'run' of this checkout is still up: stopping it first (its segment $(cat "$RUN_DIR/segment" 2>/dev/null || echo '?') is kept; this run starts kvcoord-$port fresh)"
+        cmd_stop >/dev/null
+    fi
     local segment=kvcoord-$port info_dir=$RUN_DIR/$model t0 t1
     echo "$segment" >"$RUN_DIR/segment"
     log "writing $model transfer-engine info for $TP TP ranks to build/run/$model/"
