@@ -72,6 +72,7 @@ PyObject *kvcpy_state(int s);
 int kvcpy_conv_rank(PyObject *o, void *out);    /* uint32_t * */
 int kvcpy_conv_room(PyObject *o, void *out);    /* uint64_t * */
 int kvcpy_conv_state(PyObject *o, void *out);   /* int * */
+int kvcpy_conv_code(PyObject *o, void *out);    /* int * (int32 failure code) */
 int kvcpy_conv_timeout(PyObject *o, void *out); /* double * (seconds; -1 none) */
 
 /* Enter a call on s: checks the fork rule and that s is open, takes `use`

@@ -107,6 +107,27 @@ int kvcpy_conv_room(PyObject *o, void *out)
     return 1;
 }
 
+int kvcpy_conv_code(PyObject *o, void *out)
+{
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "failure code must be an int, not %.100s",
+                     Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return 0;
+    if (overflow || v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "failure code must be in %d..%d (an errno or RDMA status), not %R",
+                     (int)INT32_MIN, (int)INT32_MAX, o);
+        return 0;
+    }
+    *(int *)out = (int)v;
+    return 1;
+}
+
 int kvcpy_conv_state(PyObject *o, void *out)
 {
     unsigned long long v;

@@ -110,10 +110,15 @@ static PyObject *ri_info(RankInfoObject *o, void *c)
 
 static PyObject *ri_repr(RankInfoObject *o)
 {
+    /* ranks() lists entries without their info: no size to show then. */
+    if (o->raw == Py_None)
+        return PyUnicode_FromFormat("RankInfo(rank=%lu, state=%R, session_id=%R, "
+                                    "generation=%llu, entries=%lu)",
+                                    o->rank, o->state, o->session_id, o->generation, o->entries);
     return PyUnicode_FromFormat("RankInfo(rank=%lu, state=%R, session_id=%R, generation=%llu, "
                                 "entries=%lu, bytes=%zd)",
                                 o->rank, o->state, o->session_id, o->generation, o->entries,
-                                o->raw == Py_None ? (Py_ssize_t)0 : PyBytes_GET_SIZE(o->raw));
+                                PyBytes_GET_SIZE(o->raw));
 }
 
 static PyMemberDef ri_members[] = {

@@ -254,8 +254,9 @@ PyObject *kvcpy_room_fail(SegmentObject *s, PyObject *args, PyObject *kw)
     const char *reason = NULL;
     Py_ssize_t rlen = 0;
     int code = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&z#|i", kwlist, kvcpy_conv_room, &room,
-                                     kvcpy_conv_rank, &rank, &reason, &rlen, &code))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&z#|O&", kwlist, kvcpy_conv_room, &room,
+                                     kvcpy_conv_rank, &rank, &reason, &rlen, kvcpy_conv_code,
+                                     &code))
         return NULL;
     if (reason && (size_t)rlen != strlen(reason))
         return PyErr_Format(kvcpy_InvalidError, "failure reason contains a NUL byte");

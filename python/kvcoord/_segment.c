@@ -602,7 +602,7 @@ static PyObject *seg_withdraw(SegmentObject *s, PyObject *args, PyObject *kw)
         return NULL;
     kvc_err e;
     Py_BEGIN_ALLOW_THREADS
-    e = kvc_role_withdraw(g, role, rank, note);
+    e = kvc_role_withdraw(g, role, rank, note ? note : "withdrawn by Segment.withdraw()");
     Py_END_ALLOW_THREADS
     kvcpy_seg_leave(s);
     if (e)

@@ -364,7 +364,19 @@ static kvc_err attach(kvc_segment *seg)
                              seg->name);
         if (errno == ELOOP)
             return kvc__fail(KVC_E_CORRUPT, "/dev/shm/%s is a symlink, not a segment", seg->name);
-        return kvc__fail(KVC_E_SYS, "shm_open(%s): %s", seg->name, strerror(errno));
+        int open_errno = errno;
+        struct stat dst;
+        char dpath[sizeof seg->name + 16];
+        snprintf(dpath, sizeof dpath, "/dev/shm/%s", seg->name);
+        if ((open_errno == EISDIR || open_errno == EINVAL) && lstat(dpath, &dst) == 0 &&
+            S_ISDIR(dst.st_mode)) /* shm_open(O_RDWR) of a directory fails with EINVAL */
+            return kvc__fail(KVC_E_CORRUPT, "/dev/shm/%s is a directory, not a segment", seg->name);
+        if (open_errno == EACCES)
+            return kvc__fail(KVC_E_SYS,
+                             "/dev/shm/%s: permission denied (the segment is mode "
+                             "0600: run as its owner)",
+                             seg->name);
+        return kvc__fail(KVC_E_SYS, "shm_open(%s): %s", seg->name, strerror(open_errno));
     }
     struct stat st;
     if (fstat(seg->fd, &st) == 0 && !S_ISREG(st.st_mode)) {

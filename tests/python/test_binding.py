@@ -105,6 +105,16 @@ class Open(unittest.TestCase):
         with self.assertRaises(TypeError):
             kvcoord.Segment("a", "b")  # everything after name is keyword-only
 
+    def test_not_a_segment(self):
+        name = new_name("dir")
+        os.mkdir("/dev/shm/" + name)
+        try:
+            with self.assertRaises(kvcoord.Error) as cm:
+                kvcoord.Segment(name)
+            self.assertIn("is a directory, not a segment", str(cm.exception))
+        finally:
+            os.rmdir("/dev/shm/" + name)
+
     def test_context_manager_and_close(self):
         name = new_name("ctx")
         try:
@@ -195,9 +205,18 @@ class Ranks(SegmentCase):
             self.seg.withdraw(1)
         with self.assertRaises(KeyError):
             self.seg.withdraw(9)
+        # without a note, the record says who withdrew it
+        self.seg.register(2, "h:2", WID)
+        self.seg.withdraw(2)
+        with self.assertRaises(kvcoord.WithdrawnError) as cm:
+            self.seg.lookup(2)
+        self.assertIn("Segment.withdraw()", str(cm.exception))
+        self.seg.register(2, "h:2", WID)
+        self.seg.withdraw(2)  # and again: still named
         listed = self.seg.ranks(include_withdrawn=True)
         self.assertEqual([(r.rank, r.state, r.note) for r in listed],
-                         [(1, "withdrawn", "drained for maintenance")])
+                         [(1, "withdrawn", "drained for maintenance"),
+                          (2, "withdrawn", "withdrawn by Segment.withdraw()")])
         self.assertEqual(self.seg.ranks(), [])
 
     def test_ranks_listing(self):
@@ -207,6 +226,8 @@ class Ranks(SegmentCase):
         self.assertEqual([r.rank for r in listed], [0, 5, 9])
         self.assertIsNone(listed[0].raw)
         self.assertIsNone(listed[0].weights_info_dict)
+        self.assertNotIn("bytes=", repr(listed[0]))  # unknown in a listing, not 0
+        self.assertIn("bytes=%d" % len(self.seg.lookup_raw(0)), repr(self.seg.lookup(0)))
         self.assertEqual(listed[1].session_id, "h:5")
 
     def test_wait(self):
@@ -416,6 +437,8 @@ class BadArguments(SegmentCase):
         self.check(ValueError, lambda: s.room_fail(1, 64, "x"), "max ranks")
         self.check(TypeError, lambda: s.room_fail(1, 0, 42), "")
         self.check(ValueError, lambda: s.room_fail(1, 0, "a\0b"), "NUL")
+        self.check(ValueError, lambda: s.room_fail(1, 0, "x", 2 ** 40), "failure code must be in")
+        self.check(TypeError, lambda: s.room_fail(1, 0, "x", "5"), "failure code must be an int")
         self.check(KeyError, lambda: s.room_get(1), "no room 1")
         self.check(KeyError, lambda: s.room_release(1, 0), "no room 1")
         self.check(ValueError, lambda: s.room_wait(1, 1, timeout=-1), "timeout")
