@@ -173,6 +173,15 @@ kvc_err kvc__entry_withdraw(kvc_segment *seg, unsigned table, uint32_t rank, con
  * never blocks. */
 int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint32_t *active);
 
+/* rooms.c: the rooms' two rules, for the library and for inspect's check.
+ * kvc__room_state: a room's KVPoll state (its terminal state once it has
+ * one, else the minimum over its participants, Bootstrapping for one that
+ * has not reported).  kvc__room_find: the slot room id's probe finds in its
+ * stripe, or NULL (under the stripe's lock, or on a table nobody writes:
+ * a dead owner's, for inspect). */
+kvc_poll kvc__room_state(const kvc_room *r);
+kvc_room *kvc__room_find(kvc_segment *seg, uint64_t id);
+
 /* arena.c (rank lock held) */
 kvc_err kvc__arena_alloc(kvc_segment *seg, uint64_t bytes, uint64_t *off, uint64_t *blocks);
 void kvc__arena_free(kvc_segment *seg, uint64_t off, uint64_t blocks);

@@ -282,6 +282,12 @@ static kvc_room *find(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id)
     return NULL;
 }
 
+kvc_room *kvc__room_find(kvc_segment *seg, uint64_t id)
+{
+    uint64_t h = kvc__room_hash(id);
+    return find(seg, kvc__room_stripe(h), h, id);
+}
+
 /* First reusable slot on id's probe path in stripe s (after find failed). */
 static kvc_room *find_free(kvc_segment *seg, uint32_t s, uint64_t h)
 {
@@ -311,7 +317,7 @@ static void tombs_to_free(kvc_segment *seg, uint32_t s, kvc_room *r)
 
 /* ---- room state ------------------------------------------------------- */
 
-static kvc_poll room_state(const kvc_room *r)
+kvc_poll kvc__room_state(const kvc_room *r)
 {
     if (r->terminal >= 0)
         return (kvc_poll)r->terminal;
@@ -412,7 +418,7 @@ static void fill_info(const kvc_room *r, int32_t asking, kvc_room_info *out)
 {
     memset(out, 0, sizeof *out);
     out->room = r->id;
-    out->state = room_state(r);
+    out->state = kvc__room_state(r);
     out->participants = r->participants;
     out->opened_ns = r->opened_ns;
     out->updated_ns = r->updated_ns;
@@ -775,7 +781,7 @@ static kvc_err state_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     r->updated_ns = now;
     r->updated_mono = kvc__mono_coarse_ns();
     KVC_INJECT("room.state_written");
-    if (room_state(r) == KVC_POLL_SUCCESS)
+    if (kvc__room_state(r) == KVC_POLL_SUCCESS)
         r->terminal = KVC_POLL_SUCCESS;
     if (fails) {
         char reason[64];
@@ -1158,7 +1164,7 @@ KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info 
         int used = read_slot(seg, i, &r, &e);
         if (e)
             return e;
-        if (!used || (state_filter >= 0 && (int)room_state(&r) != state_filter))
+        if (!used || (state_filter >= 0 && (int)kvc__room_state(&r) != state_filter))
             continue;
         if (n < cap)
             fill_info(&r, -1, &out[n]);

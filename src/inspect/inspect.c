@@ -785,35 +785,10 @@ static void check_procs(check *ck)
 
 /* ---- the check: rooms ---------------------------------------------------- */
 
-/* Slot i (global index) is found by its room's probe inside its stripe. */
-static bool reachable(const kvc_segment *seg, uint32_t gi)
+/* Slot gi (global index) is the one its room's probe finds (the core's). */
+static bool reachable(kvc_segment *seg, uint32_t gi)
 {
-    uint32_t n = seg->hdr->stripe_slots, s = gi / n;
-    uint64_t id = seg->rooms[gi].id, h = kvc__room_hash(id);
-    if (kvc__room_stripe(h) != s)
-        return false;
-    const kvc_room *t = seg->rooms + (size_t)s * n;
-    uint32_t i = kvc__room_home(h, n);
-    for (uint32_t k = 0; k < n; k++, i = i + 1 == n ? 0 : i + 1) {
-        if (t[i].slot == KVC_SLOT_FREE)
-            return false;
-        if (t[i].slot == KVC_SLOT_USED && t[i].id == id)
-            return (size_t)s * n + i == gi;
-    }
-    return false;
-}
-
-static int room_state(const kvc_room *r)
-{
-    if (r->terminal >= 0)
-        return r->terminal;
-    int min = KVC_POLL_SUCCESS;
-    for (uint32_t i = 0; i < r->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
-        int s = r->part[i].state < 0 ? KVC_POLL_BOOTSTRAPPING : r->part[i].state;
-        if (s < min)
-            min = s;
-    }
-    return min;
+    return kvc__room_find(seg, seg->rooms[gi].id) == &seg->rooms[gi];
 }
 
 typedef struct room_scan {
@@ -860,7 +835,7 @@ static void scan_live(check *ck, room_scan *rs, const kvc_room *r)
         problem(ck, &rs->ttl, KVC_SEV_DEGRADED,
                 "room %llu (%s) is idle past its TTL of %u ms; "
                 "the next sweep fails and reclaims it",
-                (unsigned long long)r->id, kvc_poll_name((kvc_poll)room_state(r)),
+                (unsigned long long)r->id, kvc_poll_name(kvc__room_state(r)),
                 ck->seg->hdr->room_ttl_ms);
 }
 
@@ -905,7 +880,7 @@ static void scan_room(check *ck, room_scan *rs, uint32_t i, bool dead_owner)
         problem(ck, &rs->fields, KVC_SEV_BROKEN, "room %llu: %s", (unsigned long long)r->id, why);
         return;
     }
-    ck->st->rooms_by_state[room_state(r)]++;
+    ck->st->rooms_by_state[kvc__room_state(r)]++;
     scan_live(ck, rs, r);
 }
 

@@ -250,6 +250,63 @@ static void test_rank_seqlock_same_answer(void **st)
     kvc_unlink(name);
 }
 
+/* ---- a room's state and its probe: the library and inspect's check ----- */
+
+static void no_findings(void *ctx, kvc_severity sev, const char *id, const char *msg)
+{
+    (void)ctx;
+    if (sev >= KVC_SEV_DEGRADED)
+        print_message("finding %s: %s\n", id, msg);
+}
+
+static void test_room_state_same_answer(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    /* rooms of 2 participants (this process both times): one per KVPoll
+     * state, the minimum over the two, sticky terminals */
+    static const struct {
+        int a, b;      /* states set by rank 0 and rank 1; -1: none */
+        kvc_poll want; /* the room's state */
+    } cases[] = {
+        {-1, -1, KVC_POLL_BOOTSTRAPPING},
+        {KVC_POLL_TRANSFERRING, -1, KVC_POLL_BOOTSTRAPPING},
+        {KVC_POLL_WAITING_FOR_INPUT, KVC_POLL_TRANSFERRING, KVC_POLL_WAITING_FOR_INPUT},
+        {KVC_POLL_TRANSFERRING, KVC_POLL_TRANSFERRING, KVC_POLL_TRANSFERRING},
+        {KVC_POLL_SUCCESS, KVC_POLL_SUCCESS, KVC_POLL_SUCCESS},
+        {KVC_POLL_SUCCESS, KVC_POLL_FAILED, KVC_POLL_FAILED},
+    };
+    uint32_t want_by_state[5] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint64_t room = 1000 + i * 7919;
+        assert_int_equal(kvc_room_open(s, room, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+        assert_int_equal(kvc_room_open(s, room, 2, 1, KVC_ROOM_ROLE_DECODE), KVC_OK);
+        if (cases[i].a >= 0)
+            assert_int_equal(kvc_room_set_state(s, room, 0, (kvc_poll)cases[i].a), KVC_OK);
+        if (cases[i].b == KVC_POLL_FAILED)
+            assert_int_equal(kvc_room_fail(s, room, 1, 5, "test", NULL), KVC_OK);
+        else if (cases[i].b >= 0)
+            assert_int_equal(kvc_room_set_state(s, room, 1, (kvc_poll)cases[i].b), KVC_OK);
+        kvc_room_info ri;
+        assert_int_equal(kvc_room_get(s, room, -1, &ri), KVC_OK);
+        assert_int_equal(ri.state, cases[i].want);
+        kvc_room *r = kvc__room_find(s, room);
+        assert_non_null(r);
+        assert_int_equal(kvc__room_state(r), cases[i].want);
+        want_by_state[cases[i].want]++;
+    }
+    assert_null(kvc__room_find(s, 424242));
+    /* inspect's check counts the same states, and finds every room by the
+     * same probe (a room its probe cannot find is reported "rooms.probe") */
+    kvc_check_stats cs;
+    assert_true(kvc__check(s, no_findings, NULL, &cs) < KVC_SEV_DEGRADED);
+    for (int k = 0; k < 5; k++)
+        assert_int_equal(cs.rooms_by_state[k], want_by_state[k]);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 /* ---- UTF-8: kvcoordd's JSON answers, log lines and metric labels ------- */
 
 /* Is s[0..n) all valid UTF-8 (by the shared rule)? */
@@ -363,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_hostport_limits),
         cmocka_unit_test(test_proc_stat_same_answer),
         cmocka_unit_test(test_rank_seqlock_same_answer),
+        cmocka_unit_test(test_room_state_same_answer),
         cmocka_unit_test(test_utf8_same_rule),
         cmocka_unit_test(test_names_one_source),
     };
