@@ -352,6 +352,15 @@ static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
                  c->lim->max_head);
         c->err_status = 431;
         c->err_detail = c->err_buf;
+    } else if (e == HPE_INVALID_CONTENT_LENGTH) {
+        /* http-parser reports both a bad Content-Length and a bad chunk size
+         * (one above 2^64-1 included) under this one code: say which. */
+        snprintf(c->err_buf, sizeof c->err_buf, "Malformed HTTP request: %s",
+                 (c->parser.flags & F_CHUNKED)
+                     ? "invalid chunk size (not hexadecimal, or above 2^64-1)"
+                     : "invalid Content-Length (not a decimal number, or above 2^64-1)");
+        c->err_status = 400;
+        c->err_detail = c->err_buf;
     } else {
         snprintf(c->err_buf, sizeof c->err_buf, "Malformed HTTP request: %s",
                  http_errno_description(e));

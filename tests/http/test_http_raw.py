@@ -521,6 +521,19 @@ class RawHttpTest(unittest.TestCase):
                "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
         self.assertIn("too large", self.assert_error_then_close(c, 413))
 
+    def test_oversized_framing_numbers_named(self):
+        # all digits but above 2^64-1: the detail names Content-Length
+        c = self.conn()
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Content-Length: 99999999999999999999999\r\n\r\n")
+        self.assertIn("invalid Content-Length", self.assert_error_then_close(c, 400))
+        # a chunk size above 2^64-1: the detail names the chunk size, not Content-Length
+        c = self.conn()
+        c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+               "Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFFFF\r\n")
+        self.assertIn("invalid chunk size", self.assert_error_then_close(c, 400))
+        self.assertEqual(self.conn().request("GET", "/health")[2], b"OK")
+
     def test_conflicting_framing_rejected_and_closed(self):
         cases = (
             "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
