@@ -27,13 +27,22 @@ log() { printf '==> %s\n' "$*"; }
 die() { printf 'cluster-demo.sh: %s\n' "$*" >&2; exit 1; }
 
 stop_all() {
-    local f
+    local f pid n pids=()
     for f in "$DIR"/workers.pid "$DIR"/kvcoordd-*.pid; do
         [[ -f $f ]] || continue
-        while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$f"
+        while read -r pid; do
+            kill "$pid" 2>/dev/null && pids+=("$pid")
+        done <"$f"
         rm -f "$f"
     done
-    sleep 0.5
+    # Wait (up to 10 s) for them to exit: a kvcoordd still running when its
+    # segment is removed below would log the unlink and exit 1.
+    for ((n = 0; n < 100; n++)); do
+        local left=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+        ((left)) || break
+        sleep 0.1
+    done
     "$ROOT/tools/etcd-cluster.sh" stop --dir "$ETCD_DIR" 2>/dev/null || true
     rm -f /dev/shm/kvcoord-demo-A /dev/shm/kvcoord-demo-B # the demo's segments
 }
