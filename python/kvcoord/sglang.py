@@ -37,6 +37,7 @@ from . import (
     name_for_port,
     transfer_error,
 )
+from . import unlink as unlink_segment
 
 __all__ = ["EngineInfoBootstrapServer", "KVStatusBook", "poll_and_all_reduce", "KVPoll",
            "KVTransferError"]
@@ -169,9 +170,11 @@ class EngineInfoBootstrapServer:
         """pid of the kvcoordd this object started, or None (adopted)."""
         return self._proc.pid if self._proc else None
 
-    def close(self):
+    def close(self, *, unlink=False):
         """Stop the kvcoordd this object started (SIGTERM, then SIGKILL after 10 s)
-        and detach.  Idempotent."""
+        and detach.  Idempotent.  The segment stays in /dev/shm for the next
+        start (its registrations survive); unlink=True removes it once the
+        kvcoordd this object started has exited (never an adopted one's)."""
         seg = getattr(self, "segment", None)
         if seg is not None:
             seg.close()
@@ -182,6 +185,11 @@ class EngineInfoBootstrapServer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        if unlink and self._proc is not None and self._proc.poll() is not None:
+            try:
+                unlink_segment(self.segment_name)
+            except FileNotFoundError:
+                pass
         if self._log is not None:
             self._log.close()
             self._log = None

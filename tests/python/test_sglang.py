@@ -138,6 +138,15 @@ class BootstrapServer(unittest.TestCase):
             httpd.shutdown()
             httpd.server_close()
 
+    def test_close_unlink_removes_the_segment(self):
+        server = EngineInfoBootstrapServer("127.0.0.1", self.port,
+                                           daemon_args=["--fresh", "--max-rooms", "256"])
+        path = "/dev/shm/" + server.segment_name
+        self.assertTrue(os.path.exists(path))
+        server.close(unlink=True)
+        self.assertFalse(os.path.exists(path))
+        server.close(unlink=True)  # idempotent: nothing left to remove
+
     def test_daemon_that_cannot_start(self):
         with self.assertRaises(OSError) as cm:
             EngineInfoBootstrapServer("127.0.0.1", self.port, daemon_args=["--no-such-option"])
