@@ -233,7 +233,7 @@ class HelpAndUsage(Base):
         cases = [["bogus"], [], ["--bogus", "status"], ["status", "--bogus"], ["check", "extra"],
                  ["ranks", "--rank", "-1"], ["ranks", "--rank", "x"], ["ranks", "--full"],
                  ["rooms", "--state", "Nope"], ["rooms", "--limit", "many"],
-                 ["watch", "--interval", "0"], ["--lock-timeout", "0", "status"],
+                 ["watch", "--interval", "0"], ["--lock-timeout", "0", "status"], ["--port", "0", "status"],
                  ["help", "bogus"]]
         for args in cases:
             p = subprocess.run([ARGS.diag, "--segment", name] + args, capture_output=True,

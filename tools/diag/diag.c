@@ -159,6 +159,8 @@ static int global_opt(diag *d, const diag_cmd *c, int opt, const char *arg)
     case 'p':
         if (diag_parse_u64(d, c, "--port", arg, 65535, &v) < 0)
             return -1;
+        if (v == 0) /* kvcoordd never serves port 0 (it would be an ephemeral one) */
+            return diag_usage_error(d, c, "--port must be in 1..65535");
         kvc_name_for_port((uint16_t)v, d->segment, sizeof d->segment);
         return 1;
     case 'j': d->json = 1; return 1;
