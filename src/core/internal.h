@@ -46,6 +46,11 @@ struct kvc_segment {
     /* A room was opened through this handle (set by rooms.c, read by
      * kvc_close in session.c: the last close fails unreleased rooms). */
     bool rooms_opened;
+    /* Notes in the process table the rank this handle's process registered
+     * and so serves: set by kvc_open (session.c) for a worker, called by
+     * ranks.c after a registration; NULL for other roles.  ranks.c thus
+     * names nothing of procs.c. */
+    void (*serves_rank)(kvc_segment *seg, int32_t rank);
     /* Each lock's recovery, registered by the table that owns the lock
      * (kvc__lock_register); see lock.c. */
     kvc_recover_fn recover[KVC_LOCK_COUNT];
@@ -197,8 +202,7 @@ kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *w
 
 /* procs.c: the process table.  attach/detach this handle's entry; forget
  * (pid, start)'s entry (the last step of reaping it, session.c); set the
- * rank this worker serves (ranks.c, on registration: procs.c calls no
- * other table, so this is no cycle). */
+ * rank this worker serves (session.c installs it as seg->serves_rank). */
 /* attach: KVC_E_FULL when no entry is free, with the first dead process's
  * (pid, start) in *dead_pid / *dead_start (0: every entry is alive) for the
  * caller to reap before trying again. */

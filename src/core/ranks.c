@@ -535,8 +535,9 @@ static kvc_err register_checked(kvc_segment *seg, unsigned table, uint32_t rank,
     if (changed)
         kvc__futex_wake_all(&seg->hdr->rank_epoch);
     if (!err) {
-        if (!o->name[0] && !table) /* a mirror's writer does not serve that rank */
-            kvc__proc_set_rank(seg, (int32_t)rank);
+        /* a mirror's writer does not serve that rank */
+        if (!o->name[0] && !table && seg->serves_rank)
+            seg->serves_rank(seg, (int32_t)rank);
         if (gen_out)
             *gen_out = gen;
     }

@@ -124,6 +124,10 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     kvc__ranks_register(seg);
     kvc__procs_register(seg);
     kvc__rooms_register(seg);
+    /* A worker serves the rank it registers (kvcoordd and clients register
+     * on behalf of others): the process table says which. */
+    if (opts->role == KVC_ROLE_WORKER)
+        seg->serves_rank = kvc__proc_set_rank;
     e = kvc__segment_map(seg, opts);
     if (!e && opts->role != KVC_ROLE_NONE)
         e = attach_proc(seg, opts->role, opts->rank);

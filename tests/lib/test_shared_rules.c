@@ -381,6 +381,37 @@ static void test_utf8_same_rule(void **st)
     }
 }
 
+/* ---- which rank a process serves: noted by a worker's registration only - */
+
+static int32_t listed_rank(kvc_segment *s, int32_t pid, kvc_role role)
+{
+    kvc_proc_info p[16];
+    size_t n = 0;
+    assert_int_equal(kvc_proc_list(s, p, 16, &n), KVC_OK);
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (p[i].pid == pid && p[i].role == role)
+            return p[i].rank;
+    fail_msg("no entry for pid %d", (int)pid);
+    return -2;
+}
+
+static void test_served_rank(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *c = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    kvc_segment *w = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER);
+    assert_int_equal(listed_rank(c, getpid(), KVC_ROLE_WORKER), -1);
+    assert_int_equal(kvc_rank_register(w, 5, "h:1", "{}", 2, NULL), KVC_OK);
+    assert_int_equal(listed_rank(c, getpid(), KVC_ROLE_WORKER), 5);
+    assert_int_equal(kvc_rank_register(c, 6, "h:2", "{}", 2, NULL), KVC_OK);
+    assert_int_equal(listed_rank(c, getpid(), KVC_ROLE_CLIENT), -1);
+    assert_int_equal(listed_rank(c, getpid(), KVC_ROLE_WORKER), 5);
+    kvc_close(w);
+    kvc_close(c);
+    kvc_unlink(name);
+}
+
 /* ---- names of locks, process roles, KVPoll states ---------------------- */
 
 static void test_names_one_source(void **st)
@@ -422,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_rank_seqlock_same_answer),
         cmocka_unit_test(test_room_state_same_answer),
         cmocka_unit_test(test_utf8_same_rule),
+        cmocka_unit_test(test_served_rank),
         cmocka_unit_test(test_names_one_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
