@@ -93,6 +93,11 @@ double kvcpy_now(void);
 
 /* A RankInfo from a lookup (steals nothing; copies info when with_info). */
 PyObject *kvcpy_rankinfo_new(const kvc_rank_info *ri, int with_info);
+/* A new list of make(item) for each of the n items of size bytes at items
+ * (make returns a new reference, or NULL with an exception set); NULL with
+ * the exception set when PyList_New or any make fails. */
+PyObject *kvcpy_list_of(const void *items, size_t n, size_t size,
+                        PyObject *(*make)(const void *item));
 
 /* Room methods, defined in _rooms.c and listed in the Segment type. */
 PyObject *kvcpy_room_open(SegmentObject *s, PyObject *args, PyObject *kw);

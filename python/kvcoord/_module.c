@@ -58,6 +58,21 @@ PyObject *kvcpy_raise_msg(kvc_err e, int open_call, const char *msg)
     return NULL;
 }
 
+PyObject *kvcpy_list_of(const void *items, size_t n, size_t size,
+                        PyObject *(*make)(const void *item))
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *o = make((const char *)items + i * size);
+        if (!o) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
+    }
+    return list;
+}
+
 PyObject *kvcpy_state(int s)
 {
     if (s >= 0 && s <= 4 && kvcpy_kvpoll[s]) {

@@ -139,6 +139,10 @@ static PyObject *room_new(const kvc_room_info *r)
     return o;
 }
 
+/* kvcpy_list_of() makers: failure records, rooms, processes. */
+static PyObject *failure_item(const void *item) { return failure_new(item); }
+static PyObject *room_item(const void *item) { return room_new(item); }
+
 /* ---- argument helpers ------------------------------------------------------ */
 
 /* The asking rank: an int rank, or None for an outside observer (-1). */
@@ -486,15 +490,7 @@ PyObject *kvcpy_room_list(SegmentObject *s, PyObject *args, PyObject *kw)
             break;
         cap = count + 64;
     }
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    for (size_t i = 0; list && i < count; i++) {
-        PyObject *o = room_new(&v[i]);
-        if (!o) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
-    }
+    PyObject *list = kvcpy_list_of(v, count, sizeof *v, room_item);
     PyMem_Free(v);
     return list;
 }
@@ -527,15 +523,7 @@ PyObject *kvcpy_failures(SegmentObject *s, PyObject *args, PyObject *kw)
     e = kvc_failures_recent(g, v, (size_t)limit, &count);
     Py_END_ALLOW_THREADS
     kvcpy_seg_leave(s);
-    PyObject *list = e ? kvcpy_raise(e, 0) : PyList_New((Py_ssize_t)count);
-    for (size_t i = 0; list && i < count; i++) {
-        PyObject *o = failure_new(&v[i]);
-        if (!o) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
-    }
+    PyObject *list = e ? kvcpy_raise(e, 0) : kvcpy_list_of(v, count, sizeof *v, failure_item);
     PyMem_Free(v);
     return list;
 }
@@ -564,6 +552,8 @@ static PyObject *proc_new(const kvc_proc_info *p)
         Py_CLEAR(o);
     return o;
 }
+
+static PyObject *proc_item(const void *item) { return proc_new(item); }
 
 const char kvcpy_doc_procs[] =
     "procs() -> list[ProcInfo]\n\nThe segment's process table (pid, role, rank, start, "
@@ -596,15 +586,7 @@ PyObject *kvcpy_procs(SegmentObject *s, PyObject *unused)
             break;
         cap = count + 16;
     }
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    for (size_t i = 0; list && i < count; i++) {
-        PyObject *o = proc_new(&v[i]);
-        if (!o) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
-    }
+    PyObject *list = kvcpy_list_of(v, count, sizeof *v, proc_item);
     PyMem_Free(v);
     return list;
 }

@@ -536,18 +536,12 @@ static PyObject *seg_wait(SegmentObject *s, PyObject *args, PyObject *kw)
     return r;
 }
 
+/* A listing's entry: without its info (kvc_rank_list leaves it out). */
+static PyObject *listed_rank(const void *item) { return kvcpy_rankinfo_new(item, 0); }
+
 static PyObject *rank_list(kvc_rank_info *v, size_t n)
 {
-    PyObject *list = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; list && i < n; i++) {
-        PyObject *o = kvcpy_rankinfo_new(&v[i], 0);
-        if (!o) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
-    }
-    return list;
+    return kvcpy_list_of(v, n, sizeof *v, listed_rank);
 }
 
 static PyObject *seg_ranks(SegmentObject *s, PyObject *args, PyObject *kw)
