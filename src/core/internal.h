@@ -89,6 +89,11 @@ void kvc__proc_how(int32_t pid, char *buf, size_t cap);
  * timeout_ms; returns 0 when woken or the value differs, ETIMEDOUT, EINTR. */
 int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms);
 void kvc__futex_wake_all(_Atomic uint32_t *word);
+/* The kvc_*_wait_change() loop of every table: return KVC_OK once *epoch
+ * differs from seen, sleeping on it (shared futex) up to timeout_ms of
+ * CLOCK_MONOTONIC; KVC_E_TIMEDOUT "<what> unchanged after N ms" after. */
+kvc_err kvc__epoch_wait(_Atomic uint32_t *epoch, uint32_t seen, uint32_t timeout_ms,
+                        const char *what);
 
 /* lock.c: take lock id, recovering a dead owner's state (the recovery
  * registered for that lock) before marking the mutex consistent.  Bounded

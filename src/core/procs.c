@@ -124,16 +124,7 @@ KVC_API uint32_t kvc_proc_epoch(kvc_segment *seg)
 KVC_API kvc_err kvc_proc_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
 {
     KVC_ARG(seg);
-    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        if (kvc_proc_epoch(seg) != seen)
-            return KVC_OK;
-        uint64_t now = kvc__mono_ns();
-        if (now >= deadline)
-            return kvc__fail(KVC_E_TIMEDOUT, "process table unchanged after %u ms", timeout_ms);
-        kvc__futex_wait(&seg->hdr->proc_epoch, seen,
-                        (uint32_t)((deadline - now + 999999) / 1000000));
-    }
+    return kvc__epoch_wait(&seg->hdr->proc_epoch, seen, timeout_ms, "process table");
 }
 
 KVC_API kvc_err kvc_proc_list(kvc_segment *seg, kvc_proc_info *out, size_t cap, size_t *count)

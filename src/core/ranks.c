@@ -266,16 +266,7 @@ KVC_API uint32_t kvc_rank_epoch(kvc_segment *seg)
 KVC_API kvc_err kvc_rank_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
 {
     KVC_ARG(seg);
-    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        if (kvc_rank_epoch(seg) != seen)
-            return KVC_OK;
-        uint64_t now = kvc__mono_ns();
-        if (now >= deadline)
-            return kvc__fail(KVC_E_TIMEDOUT, "rank table unchanged after %u ms", timeout_ms);
-        uint64_t left_ms = (deadline - now + 999999) / 1000000;
-        kvc__futex_wait(&seg->hdr->rank_epoch, seen, (uint32_t)left_ms);
-    }
+    return kvc__epoch_wait(&seg->hdr->rank_epoch, seen, timeout_ms, "rank table");
 }
 
 KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_ms,

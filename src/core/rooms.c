@@ -923,16 +923,7 @@ KVC_API uint32_t kvc_room_epoch(kvc_segment *seg)
 KVC_API kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_ms)
 {
     KVC_ARG(seg);
-    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        if (kvc_room_epoch(seg) != seen)
-            return KVC_OK;
-        uint64_t now = kvc__mono_ns();
-        if (now >= deadline)
-            return kvc__fail(KVC_E_TIMEDOUT, "rooms unchanged after %u ms", timeout_ms);
-        kvc__futex_wait(&seg->hdr->room_epoch, seen,
-                        (uint32_t)((deadline - now + 999999) / 1000000));
-    }
+    return kvc__epoch_wait(&seg->hdr->room_epoch, seen, timeout_ms, "rooms");
 }
 
 struct get_arg {

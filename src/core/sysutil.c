@@ -138,3 +138,17 @@ void kvc__futex_wake_all(_Atomic uint32_t *word)
 {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
+
+kvc_err kvc__epoch_wait(_Atomic uint32_t *epoch, uint32_t seen, uint32_t timeout_ms,
+                        const char *what)
+{
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        if (atomic_load_explicit(epoch, memory_order_acquire) != seen)
+            return KVC_OK;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "%s unchanged after %u ms", what, timeout_ms);
+        kvc__futex_wait(epoch, seen, (uint32_t)((deadline - now + 999999) / 1000000));
+    }
+}
