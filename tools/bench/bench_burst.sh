@@ -58,32 +58,10 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 TMP=$(mktemp -d /tmp/kvcbench-burst.XXXXXX)
 SEGMENT=kvcbench-burst-$$
 DAEMON_PID=
-NGINX_PID=
+BASELINE_PID=
 
-cleanup() {
-    local rc=$?
-    set +e
-    if [[ -n $NGINX_PID ]]; then kill "$NGINX_PID" 2>/dev/null; wait "$NGINX_PID" 2>/dev/null; fi
-    if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null; fi
-    rm -f "/dev/shm/$SEGMENT"
-    rm -rf "$TMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_http() { # URL
-    local i
-    for ((i = 0; i < 300; i++)); do
-        curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
+# shellcheck source=bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 KPORT=$(free_port)
@@ -123,7 +101,7 @@ http {
 CONF
 "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx.conf" -e "$TMP/nginx/error.log" \
     >"$TMP/nginx/stdout.log" 2>&1 &
-NGINX_PID=$!
+BASELINE_PID=$!
 wait_http "http://127.0.0.1:$NPORT/health" ||
     die "nginx did not serve: $(tail -20 "$TMP/nginx/error.log" 2>/dev/null)"
 

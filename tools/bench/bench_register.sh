@@ -67,32 +67,10 @@ $PY -c 'import fastapi, uvicorn, requests' 2>/dev/null ||
 TMP=$(mktemp -d /tmp/kvcbench-reg.XXXXXX)
 SEGMENT=kvcbench-reg-$$
 DAEMON_PID=
-API_PID=
+BASELINE_PID=
 
-cleanup() {
-    local rc=$?
-    set +e
-    if [[ -n $API_PID ]]; then kill "$API_PID" 2>/dev/null; wait "$API_PID" 2>/dev/null; fi
-    if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null; fi
-    rm -f "/dev/shm/$SEGMENT"
-    rm -rf "$TMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_http() { # URL
-    local i
-    for ((i = 0; i < 300; i++)); do
-        curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
+# shellcheck source=bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
 
 KPORT=$(free_port)
 "$KVCOORDD" --listen "127.0.0.1:$KPORT" --segment "$SEGMENT" --fresh \
@@ -103,7 +81,7 @@ wait_http "http://127.0.0.1:$KPORT/health" ||
 
 APORT=$(free_port)
 $PY "$ROOT/tools/bench/fastapi_baseline.py" --port "$APORT" >"$TMP/fastapi.log" 2>&1 &
-API_PID=$!
+BASELINE_PID=$!
 wait_http "http://127.0.0.1:$APORT/health" ||
     die "the FastAPI server did not answer /health: $(tail -20 "$TMP/fastapi.log")"
 
@@ -128,4 +106,4 @@ for client in requests raw; do
 done
 
 kill -0 "$DAEMON_PID" 2>/dev/null || die "kvcoordd died during the benchmark: $(tail -20 "$TMP/kvcoordd.log")"
-kill -0 "$API_PID" 2>/dev/null || die "the FastAPI server died: $(tail -20 "$TMP/fastapi.log")"
+kill -0 "$BASELINE_PID" 2>/dev/null || die "the FastAPI server died: $(tail -20 "$TMP/fastapi.log")"

@@ -1,0 +1,33 @@
+# bench_lib.sh - what the HTTP benchmark scripts (bench_http.sh,
+# bench_register.sh, bench_burst.sh) share; sourced, not run.  The script
+# sets PY, TMP, SEGMENT, DAEMON_PID (kvcoordd) and BASELINE_PID (nginx or
+# the FastAPI server) before starting them; sourcing installs the traps:
+# on exit both processes are stopped and waited for, the segment and TMP
+# removed, and the script's exit status kept.
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ -n $BASELINE_PID ]]; then kill "$BASELINE_PID" 2>/dev/null; wait "$BASELINE_PID" 2>/dev/null; fi
+    if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null; fi
+    rm -f "/dev/shm/$SEGMENT"
+    rm -rf "$TMP"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A TCP port free on 127.0.0.1 now (the kernel's choice).
+free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Wait up to ~15 s for URL to answer 2xx; status 1 if it never does.
+wait_http() { # URL
+    local i
+    for ((i = 0; i < 300; i++)); do
+        curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
