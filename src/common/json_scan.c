@@ -260,7 +260,7 @@ static int under(const struct kvc_json_watch *watch, int w, int anc)
     return 0;
 }
 
-/* A watched container starts again (a duplicate key): forget what its
+/* A watched member occurs again (a duplicate key): forget what its
  * earlier occurrence recorded below it, so the last one wins whole. */
 static void reset_under(struct kvc_json_watch *watch, size_t nwatch, int anc)
 {
@@ -330,8 +330,6 @@ int kvc__json_scan(const char *text, size_t len, struct kvc_json_watch *watch, s
                 fail(&s, s.pos, "nesting too deep (more than 2048 levels)");
                 goto out;
             }
-            if (w >= 0)
-                reset_under(watch, nwatch, w);
             stack[depth].object = c == '{';
             stack[depth].watch = (short)w;
             starts[depth] = s.pos;
@@ -429,6 +427,11 @@ int kvc__json_scan(const char *text, size_t len, struct kvc_json_watch *watch, s
                         w = (int)i;
                         break;
                     }
+            /* A repeated key: its last occurrence wins whole, whatever the
+             * type of its new value, so what an earlier occurrence recorded
+             * below it is forgotten now. */
+            if (w >= 0)
+                reset_under(watch, nwatch, w);
         }
         skip_ws(&s);
         if (s.pos >= s.len || p[s.pos] != ':') {

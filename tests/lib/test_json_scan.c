@@ -149,6 +149,17 @@ static void test_watches(void **st)
     const char *want = "{\"a\": [0.1, 1E5], \"b\": 18446744073709551615, \"c\": {}}";
     assert_int_equal(w[3].end - w[3].start, strlen(want));
     assert_memory_equal(t + w[3].start, want, strlen(want));
+    /* a parent repeated with a value of another type: nothing recorded
+     * under its first occurrence survives (found by fuzz_json_scan) */
+    const char *d = "{\"tei\": {\"sid\": \"x\", \"wid\": {}}, \"tei\": 4073709551615}";
+    assert_int_equal(kvc__json_scan(d, strlen(d), w, 4, &root, NULL), 0);
+    assert_int_equal(w[1].type, KVC_JSON_INTEGER);
+    assert_int_equal(w[2].type, KVC_JSON_NONE);
+    assert_int_equal(w[3].type, KVC_JSON_NONE);
+    /* ... and a child repeated inside the one parent: its last value */
+    const char *e = "{\"tei\": {\"sid\": [1], \"sid\": true}}";
+    assert_int_equal(kvc__json_scan(e, strlen(e), w, 4, &root, NULL), 0);
+    assert_int_equal(w[2].type, KVC_JSON_TRUE);
     /* invalid: nothing recorded */
     assert_int_equal(kvc__json_scan(t, strlen(t) - 1, w, 4, &root, NULL), -1);
     for (int i = 0; i < 4; i++)
