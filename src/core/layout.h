@@ -253,17 +253,21 @@ typedef struct kvc_header {
     uint64_t rooms_off;              /* stripe s's table: slots [s * stripe_slots, +stripe_slots) */
     uint64_t failures_off;           /* ring of KVC_FAILURE_RING kvc_failure_slot */
     _Atomic uint64_t failures_total; /* ring appends claimed, ever */
-    /* Rooms reserved by creators: >= the rooms in use (a writer that dies
-     * can only leave it higher); at max rooms the exact count, the sum of
-     * the stripes' counts, decides. */
-    _Atomic uint32_t rooms_reserved;
-    uint32_t pad5;
+    uint32_t pad5[2];
     /* The process watcher (kvcoordd): while its beat (CLOCK_MONOTONIC ns)
      * is fresh, the process table's dead marks are trusted for liveness. */
     _Atomic int32_t watch_pid;
     uint32_t pad4;
     _Atomic uint64_t watch_beat_mono;
     kvc_lock locks[KVC_LOCK_HEADER_COUNT];
+    /* Rooms reserved by creators: >= the rooms in use (a writer that dies
+     * can only leave it higher); at max rooms the exact count, the sum of
+     * the stripes' counts, decides.  Written by every room open and
+     * release of every process: alone on its cache line, so that those
+     * writes do not evict the read-mostly fields above from the other
+     * processes' caches. */
+    _Atomic uint32_t rooms_reserved __attribute__((aligned(64)));
+    uint32_t pad_reserved[15];
 } kvc_header;
 
 #endif /* KVC_LAYOUT_H */

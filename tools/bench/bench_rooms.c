@@ -9,10 +9,18 @@
  * waiter blocked in read() on a pipe and woken by a one-byte write - the
  * cost of a bare cross-process wake-up.
  *
- * ops: P processes (each of --procs), each for --duration seconds: open a
- * room of its own, 3 state updates (WaitingForInput, Transferring, Success),
- * one poll (kvc_room_get), release (the room is reclaimed).  Cycles per
- * second in total, and the ratio to the 1-process figure of the same run.
+ * ops: P processes (1, 2 and 8), each cycling rooms of its own: open,
+ * 3 state updates (WaitingForInput, Transferring, Success), one poll
+ * (kvc_room_get), release (the room is reclaimed).  Cycles per second in
+ * total, and the ratio to the 1-process figure.  The --duration seconds per
+ * process count are cut into --slices slices, run 1, 2, 8, 1, 2, 8, ...
+ * so that a change in the machine's load hits every count alike; figures
+ * are medians over the slices (a ratio is the median of the slices' own
+ * ratios).  Baseline in the same run, the same slices: the same P
+ * processes each on a segment of its own (nothing shared), which is how
+ * far this machine lets P processes scale at all; the last ratio is shared
+ * over private.  Both run on segments created for the ops run (empty room
+ * tables).
  *
  * get: 8 forked participant processes open one room (8 participants) and
  * set their states, then stay alive; this process - not a participant -
@@ -163,7 +171,9 @@ static uint64_t ops_worker(const char *name, unsigned id, uint64_t deadline)
     return n;
 }
 
-static double run_ops(const char *name, unsigned procs, double seconds)
+/* procs processes cycling rooms for the given seconds; with private, the
+ * process p works on segment privates[p] instead of name.  Cycles/s. */
+static double run_ops(const char *name, char (*privates)[64], unsigned procs, double seconds)
 {
     uint64_t *counts = mmap(NULL, procs * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -171,7 +181,7 @@ static double run_ops(const char *name, unsigned procs, double seconds)
     pid_t pids[64];
     for (unsigned p = 0; p < procs; p++)
         if ((pids[p] = fork()) == 0) {
-            counts[p] = ops_worker(name, p + 1, deadline);
+            counts[p] = ops_worker(privates ? privates[p] : name, p + 1, deadline);
             _exit(0);
         }
     uint64_t total = 0;
@@ -182,6 +192,73 @@ static double run_ops(const char *name, unsigned procs, double seconds)
     double elapsed = (double)(kvc__mono_ns() - start) / 1e9;
     munmap(counts, procs * sizeof(uint64_t));
     return (double)total / elapsed;
+}
+
+#define OPS_COUNTS 3
+#define OPS_MAX_PROCS 8
+#define OPS_MAX_SLICES 100
+
+static double median_d(double *v, size_t n)
+{
+    double t[OPS_MAX_SLICES];
+    memcpy(t, v, n * sizeof *t);
+    for (size_t i = 1; i < n; i++) /* n <= 100: insertion sort */
+        for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/* The ops figures: per process count, median cycles/s on the shared
+ * segment and on private ones, the median ratio of each to its 1-process
+ * slice, and the median ratio shared / private. */
+struct ops_result {
+    double shared[OPS_COUNTS], priv[OPS_COUNTS];
+    double shared_scale[OPS_COUNTS], priv_scale[OPS_COUNTS], vs_priv[OPS_COUNTS];
+};
+
+static const unsigned ops_procs[OPS_COUNTS] = {1, 2, OPS_MAX_PROCS};
+
+static void run_ops_slices(const char *name, unsigned slices, double duration, struct ops_result *r)
+{
+    /* A fresh shared segment too: the rooms the propagation rounds left
+     * (failed, waiting for their TTL) would lengthen its probe chains. */
+    char shared[64], privates[OPS_MAX_PROCS][64];
+    snprintf(shared, sizeof shared, "%s-s", name);
+    kvc_segment *common = open_seg(shared, KVC_OPEN_FRESH), *own[OPS_MAX_PROCS];
+    for (unsigned p = 0; p < OPS_MAX_PROCS; p++) {
+        snprintf(privates[p], sizeof privates[p], "%s-p%u", name, p);
+        own[p] = open_seg(privates[p], KVC_OPEN_FRESH);
+    }
+    double sh[OPS_COUNTS][OPS_MAX_SLICES], pr[OPS_COUNTS][OPS_MAX_SLICES];
+    double shs[OPS_COUNTS][OPS_MAX_SLICES], prs[OPS_COUNTS][OPS_MAX_SLICES];
+    double vs[OPS_COUNTS][OPS_MAX_SLICES];
+    double each = duration / slices;
+    for (unsigned k = 0; k < slices; k++)
+        for (int i = 0; i < OPS_COUNTS; i++) {
+            sh[i][k] = run_ops(shared, NULL, ops_procs[i], each);
+            pr[i][k] = run_ops(shared, privates, ops_procs[i], each);
+        }
+    for (int i = 0; i < OPS_COUNTS; i++) {
+        for (unsigned k = 0; k < slices; k++) {
+            shs[i][k] = sh[i][k] / sh[0][k];
+            prs[i][k] = pr[i][k] / pr[0][k];
+            vs[i][k] = sh[i][k] / pr[i][k];
+        }
+        r->shared[i] = median_d(sh[i], slices);
+        r->priv[i] = median_d(pr[i], slices);
+        r->shared_scale[i] = median_d(shs[i], slices);
+        r->priv_scale[i] = median_d(prs[i], slices);
+        r->vs_priv[i] = median_d(vs[i], slices);
+    }
+    for (unsigned p = 0; p < OPS_MAX_PROCS; p++) {
+        kvc_close(own[p]);
+        kvc_unlink(privates[p]);
+    }
+    kvc_close(common);
+    kvc_unlink(shared);
 }
 
 /* One participant of the get run: join the room, report a state, wait for
@@ -278,27 +355,30 @@ static void run_get(const char *name, size_t batches, double out[4])
 
 void bench_rooms_usage(FILE *out)
 {
-    fprintf(out, "       kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--json]\n");
+    fprintf(out,
+            "       kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--slices N] [--json]\n");
 }
 
 int bench_rooms_main(int argc, char **argv)
 {
-    static const struct option longs[] = {{"rounds", required_argument, 0, 'n'},
-                                          {"duration", required_argument, 0, 'd'},
-                                          {"json", no_argument, 0, 'j'},
-                                          {"help", no_argument, 0, 'h'},
-                                          {0, 0, 0, 0}};
+    static const struct option longs[] = {
+        {"rounds", required_argument, 0, 'n'}, {"duration", required_argument, 0, 'd'},
+        {"slices", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     size_t rounds = 1000;
     double duration = 2.0;
+    unsigned long slices = 5;
     int json = 0, c;
     optind = 2;
-    while ((c = getopt_long(argc, argv, "n:d:jh", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "n:d:s:jh", longs, NULL)) != -1) {
         switch (c) {
         case 'n': rounds = strtoul(optarg, NULL, 10); break;
         case 'd': duration = strtod(optarg, NULL); break;
+        case 's': slices = strtoul(optarg, NULL, 10); break;
         case 'j': json = 1; break;
         case 'h':
-            printf("Usage: kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--json]\n\n"
+            printf("Usage: kvcoord-bench rooms [--rounds N] [--duration SECONDS] [--slices N] "
+                   "[--json]\n\n"
                    "propagation: time from kvc_room_fail() in one process to the return of\n"
                    "another process's kvc_room_wait(), --rounds rounds (default 1000); baseline:\n"
                    "a bare pipe wake-up between the same processes.\n"
@@ -306,13 +386,17 @@ int bench_rooms_main(int argc, char **argv)
                    "from another process, --rounds batches of 64 calls; baseline:\n"
                    "kvc_rank_lookup() of a small rank, interleaved batch by batch.\n"
                    "ops: room cycles per second (open, 3 state updates, poll, release) with 1,\n"
-                   "2 and 8 processes for --duration seconds each (default 2); ratio to 1.\n");
+                   "2 and 8 processes, --duration seconds each (default 2) cut into --slices\n"
+                   "slices (default 5) run in turn, medians over slices; ratio to 1 process;\n"
+                   "baseline: the same processes each on a private segment (nothing shared).\n");
             return 0;
         default: return 2;
         }
     }
-    if (rounds < 10 || rounds > 1000000 || duration <= 0) {
-        fprintf(stderr, "kvcoord-bench rooms: --rounds 10..1000000, --duration > 0\n");
+    if (rounds < 10 || rounds > 1000000 || !(duration > 0 && duration <= 3600) || slices < 1 ||
+        slices > OPS_MAX_SLICES) {
+        fprintf(stderr, "kvcoord-bench rooms: --rounds 10..1000000, --duration 0..3600 s, "
+                        "--slices 1..100\n");
         return 2;
     }
     char name[64];
@@ -322,19 +406,22 @@ int bench_rooms_main(int argc, char **argv)
     run_get(name, rounds, get);
     double prop[4];
     run_propagation(name, rounds, prop);
-    unsigned procs[3] = {1, 2, 8};
-    double ops[3];
-    for (int i = 0; i < 3; i++)
-        ops[i] = run_ops(name, procs[i], duration);
+    struct ops_result ops;
+    run_ops_slices(name, (unsigned)slices, duration, &ops);
     kvc_close(owner);
     kvc_unlink(name);
     if (json) {
         printf("{\"propagation_us\":{\"median\":%.1f,\"p99\":%.1f},\"pipe_wake_us\":{\"median\":"
                "%.1f,\"p99\":%.1f},\"ratio\":%.2f,\"room_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,"
-               "\"8\":%.0f},\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f,"
+               "\"8\":%.0f},\"room_cycles_scale\":{\"2\":%.2f,\"8\":%.2f},"
+               "\"private_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,\"8\":%.0f},"
+               "\"private_scale\":{\"2\":%.2f,\"8\":%.2f},\"slices\":%lu,"
+               "\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f,"
                "\"room_get_watched_ns\":%.1f,\"rank_lookup_watched_ns\":%.1f}\n",
-               prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops[0], ops[1], ops[2],
-               get[0], get[1], get[0] / get[1], get[2], get[3]);
+               prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops.shared[0], ops.shared[1],
+               ops.shared[2], ops.shared_scale[1], ops.shared_scale[2], ops.priv[0], ops.priv[1],
+               ops.priv[2], ops.priv_scale[1], ops.priv_scale[2], slices, get[0], get[1],
+               get[0] / get[1], get[2], get[3]);
         return 0;
     }
     printf("kvc_room_get of a room joined by %d live processes, from another process "
@@ -352,9 +439,12 @@ int bench_rooms_main(int argc, char **argv)
     printf("  baseline, bare pipe wake-up between the same processes:       median %.1f us, "
            "p99 %.1f us; ratio %.2fx\n",
            prop[2], prop[3], prop[0] / prop[2]);
-    for (int i = 0; i < 3; i++)
-        printf("room cycles (open + 3 updates + poll + release), %u process%s: %9.0f /s "
-               "(%6.0f calls/s); ratio to 1 process %.2fx\n",
-               procs[i], procs[i] > 1 ? "es" : "", ops[i], ops[i] * 6, ops[i] / ops[0]);
+    printf("room cycles (open + 3 updates + poll + release), medians of %lu slices:\n", slices);
+    for (int i = 0; i < OPS_COUNTS; i++)
+        printf("  %u process%s: %9.0f /s (%7.0f calls/s); ratio to 1 process %.2fx\n"
+               "    baseline, each process on a private segment: %9.0f /s; ratio to 1 process "
+               "%.2fx; shared / private %.2fx\n",
+               ops_procs[i], ops_procs[i] > 1 ? "es" : "  ", ops.shared[i], ops.shared[i] * 6,
+               ops.shared_scale[i], ops.priv[i], ops.priv_scale[i], ops.vs_priv[i]);
     return 0;
 }
