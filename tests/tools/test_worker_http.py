@@ -210,6 +210,8 @@ class WorkerHttpTest(unittest.TestCase):
                              len(json.dumps(tei["weights_info_dict"], separators=(",", ":"))))
             self.assertEqual(line["segment"], self.segment)
             self.assertEqual(line["session_id"], tei["session_id"])
+        for w in self.workers:  # --rank N given with rank-N.json: nothing to note
+            self.assertNotIn("note:", w.output())
 
     def test_2_every_rank_over_http_equals_the_file(self):
         for r in range(TP):
@@ -249,6 +251,8 @@ class WorkerHttpTest(unittest.TestCase):
             line = w.wait_registered()
             self.assertEqual(int(line["rank"]), STRESS_RANK)
             self.assertEqual(int(line["entries"]), 50_000)
+            self.assertIn("note: registering as rank %d (--rank), not the rank 0 of %s"
+                          % (STRESS_RANK, info), w.output())
             tei = read_body(info)["transfer_engine_info"]
             data = self.lookup(STRESS_RANK)
             self.assertEqual(data["rank"], STRESS_RANK)

@@ -77,7 +77,8 @@ static void usage(FILE *out)
             "Options:\n"
             "  -i, --info FILE       rank info file to register (required)\n"
             "  -r, --rank N          rank to register as (default: the file's \"rank\");\n"
-            "                        overrides the file's rank when both are given\n"
+            "                        overrides the file's rank when both are given (a note\n"
+            "                        on stderr says so when they differ)\n"
             "  -s, --segment NAME    segment to attach to (default: kvcoord-%d, the\n"
             "                        segment of a kvcoordd on port %d)\n"
             "  -l, --linger          stay attached after registering, like a live worker,\n"
@@ -384,6 +385,9 @@ static int run(const worker_args *a, const sigset_t *stop)
     if (load_info(a->info_path, &wi) != 0)
         return EXIT_RUNTIME;
     long rank = a->rank >= 0 ? a->rank : wi.file_rank;
+    if (a->rank >= 0 && wi.file_rank >= 0 && a->rank != wi.file_rank)
+        fprintf(stderr, "%s: note: registering as rank %ld (--rank), not the rank %ld of %s\n",
+                prog, a->rank, wi.file_rank, a->info_path);
     if (rank < 0) {
         fail("%s has no valid \"rank\"; give --rank N", a->info_path);
         goto out;
