@@ -8,6 +8,8 @@
  *   empty           nothing registered
  *   ranks8          ranks 0..7 registered by this process (a client, so they
  *                   survive its death), rank 7 with an IPv6 session_id
+ *   bignum          rank 0 registered with a weights_info_dict holding numbers a
+ *                   double or an int64 cannot hold (2^64-1, 1E400, 0.10)
  *   rooms           rooms 1001..1005 in every KVPoll state (2 participants, both
  *                   opened by this process; 1005 failed with a reason and code)
  *   failure         one failure record (room 42, rank 5, code 110), no participant
@@ -232,6 +234,11 @@ static pid_t scenario(kvc_segment *s, const char *what)
     if (!strcmp(what, "ranks8")) {
         reg_range(s, 7);
         reg(s, 7, "[2001:db8::7]:16007", 17);
+    } else if (!strcmp(what, "bignum")) {
+        static const char v[] =
+            "{\"w\": [18446744073709551615, -9223372036854775808, 1E400, 0.10]}";
+        check(kvc_rank_register(s, 0, "10.0.0.1:16000", v, sizeof v - 1, NULL),
+              "kvc_rank_register");
     } else if (!strcmp(what, "rooms")) {
         rooms(s);
     } else if (!strcmp(what, "failure")) {

@@ -366,6 +366,22 @@ class EightRanks(Base):
                 self.assertGreater(e["registered_ns"], 0)
                 self.assertTrue(e["registered_utc"].endswith("Z"))
 
+    def test_one_rank_full_numbers_as_registered(self):
+        """--json --full prints the stored dict's bytes: integers past 2^63 and reals
+        past a double come out as registered (they were null through a jansson tree)."""
+        raw = '{"w": [18446744073709551615, -9223372036854775808, 1E400, 0.10]}'
+        with Fixture("bignum") as fx:
+            rc, out, _ = diag(fx.name, "--json", "ranks", "--rank", "0", "--full")
+            self.assertEqual(rc, 0)
+            self.assertIn(raw, out)
+            doc = json.loads(out)
+            self.assertEqual(doc["rank"]["weights_info_dict"]["w"][:2],
+                             [2**64 - 1, -2**63])
+            self.assertEqual(doc["rank"]["session_id"], "10.0.0.1:16000")
+            rc, out, _ = diag(fx.name, "ranks", "--rank", "0", "--full")
+            self.assertEqual(rc, 0)
+            self.assertIn(raw, out)
+
     def test_one_rank_full(self):
         with Fixture("ranks8") as fx:
             rc, doc, _ = diag(fx.name, "ranks", "--rank", "3", "--full", json_out=True)
@@ -377,6 +393,7 @@ class EightRanks(Base):
             self.assertIn(info_json(13, 3), out)
             self.assertIn("13 entries, %d bytes" % len(info_json(13, 3)), out)
             rc, doc, _ = diag(fx.name, "ranks", "--rank", "7", json_out=True)
+            self.assertEqual(rc, 0)
             self.assertEqual(doc["rank"]["session_id"], "[2001:db8::7]:16007")
             self.assertNotIn("weights_info_dict", doc["rank"])
             for missing in ("9", "64", "100000"):

@@ -136,6 +136,12 @@ json_t *diag_jdoc(const diag *d, const char *command);
 /* Print doc (2-space indent, fields in insertion order) and a newline, then
  * free it. */
 void diag_jprint(json_t *doc);
+/* The same, with the value of the last member whose value is the string
+ * placeholder replaced by raw[0..len), printed as it is: for JSON text
+ * the library validated and stores as sent (a weights_info_dict), which a
+ * jansson tree would change (integers past 2^63, reals past a double).
+ * Without the placeholder in doc, the same as diag_jprint(). */
+void diag_jprint_raw(json_t *doc, const char *placeholder, const char *raw, size_t len);
 
 /* ---- shared readers ---- */
 

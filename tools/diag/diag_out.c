@@ -337,9 +337,30 @@ json_t *diag_jdoc(const diag *d, const char *command)
     return doc;
 }
 
-void diag_jprint(json_t *doc)
+void diag_jprint(json_t *doc) { diag_jprint_raw(doc, NULL, NULL, 0); }
+
+void diag_jprint_raw(json_t *doc, const char *placeholder, const char *raw, size_t len)
 {
-    json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *text = placeholder ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (!text) {
+        json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    } else {
+        /* The placeholder as jansson wrote it: a string of plain ASCII,
+         * so its encoding is itself in quotes. */
+        size_t plen = strlen(placeholder);
+        char *at = NULL;
+        for (char *p = strstr(text, placeholder); p; p = strstr(p + 1, placeholder))
+            if (p > text && p[-1] == '"' && p[plen] == '"')
+                at = p - 1;
+        if (at) {
+            fwrite(text, 1, (size_t)(at - text), stdout);
+            fwrite(raw, 1, len, stdout);
+            fputs(at + plen + 2, stdout);
+        } else {
+            fputs(text, stdout);
+        }
+        free(text);
+    }
     fputc('\n', stdout);
     json_decref(doc);
 }
