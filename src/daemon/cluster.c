@@ -653,8 +653,10 @@ static void adopted_add(struct cluster *c, uint64_t room)
     c->adopted[c->nadopted++ % ADOPTED_RING] = room;
 }
 
-/* Take a room record of another node (or the winner of a race). */
-static void adopt_room(struct cluster *c, const char *value, size_t len)
+/* Take a room record of another node (or the winner of a race).  Returns
+ * 1 when the record is this node's own (published earlier: nothing to
+ * take), else 0. */
+static int adopt_room(struct cluster *c, const char *value, size_t len)
 {
     json_error_t je;
     json_t *o = json_loadb(value, len, 0, &je);
@@ -663,8 +665,9 @@ static void adopt_room(struct cluster *c, const char *value, size_t len)
     const char *node = json_string_value(json_object_get(o, "node"));
     if (!json_is_integer(room) || !json_is_integer(rank) || !reason || !node ||
         !strcmp(node, c->node)) {
+        int own = node && !strcmp(node, c->node);
         json_decref(o);
-        return;
+        return own;
     }
     int changed = 0;
     uint64_t id = (uint64_t)json_integer_value(room);
@@ -683,9 +686,13 @@ static void adopt_room(struct cluster *c, const char *value, size_t len)
                   id, node, json_integer_value(rank), reason);
     }
     json_decref(o);
+    return 0;
 }
 
-static void scan_failures(struct cluster *c)
+/* Queue the failures recorded since the last look (failures_seen) for
+ * publishing, leaving out those recorded before not_before_ns (CLOCK_
+ * REALTIME; 0: none left out) and the ones taken from other nodes. */
+static void scan_failures(struct cluster *c, uint64_t not_before_ns)
 {
     kvc_segment_info si;
     if (kvc_segment_stat(c->seg, &si) != KVC_OK || si.failures_total == c->failures_seen)
@@ -701,7 +708,7 @@ static void scan_failures(struct cluster *c)
     }
     c->failures_seen = si.failures_total;
     for (size_t i = n; i-- > 0;) { /* oldest first */
-        if (adopted_has(c, f[i].room))
+        if (f[i].time_ns < not_before_ns || adopted_has(c, f[i].room))
             continue;
         if (c->npending >= PENDING_ROOMS_MAX) {
             log_event(LOG_WARN, "room_failure_not_published",
@@ -766,11 +773,9 @@ static int publish_rooms(struct cluster *c)
         etcd_answered(c);
         if (created) {
             STAT_ADD(c, rooms_published, 1);
-        } else {
+        } else if (!cur.value || !adopt_room(c, cur.value, cur.value_len)) {
             STAT_ADD(c, rooms_lost_race, 1);
-            if (cur.value)
-                adopt_room(c, cur.value, cur.value_len);
-        }
+        } /* else: this node's own record, published before a restart */
         etcd_kv_free(&cur);
     }
     memmove(c->pending, c->pending + done, (c->npending - done) * sizeof *c->pending);
@@ -1294,9 +1299,17 @@ static void *cluster_main(void *arg)
 {
     struct cluster *c = arg;
     scan_local(c); /* what the segment holds before any change */
+    /* Failures recorded while no kvcoordd ran (workers record them
+     * through the library) are published now, if their rooms can still
+     * matter: those recorded less than a room TTL ago.  One this node
+     * published before a restart is found in etcd as its own and left. */
     kvc_segment_info si;
-    if (kvc_segment_stat(c->seg, &si) == KVC_OK)
-        c->failures_seen = si.failures_total;
+    if (kvc_segment_stat(c->seg, &si) == KVC_OK) {
+        c->failures_seen =
+            si.failures_total > KVC_FAILURE_RING ? si.failures_total - KVC_FAILURE_RING : 0;
+        uint64_t now = kvc__now_ns(), ttl = (uint64_t)si.room_ttl_ms * 1000000ull;
+        scan_failures(c, now > ttl ? now - ttl : 0);
+    }
     for (;;) {
         /* Sleep until something happens or the next timer (keep-alive,
          * retry, at most a second). */
@@ -1349,7 +1362,7 @@ static void *cluster_main(void *arg)
             free(b);
         }
         if (rooms)
-            scan_failures(c);
+            scan_failures(c, 0);
         session_step(c);
         now = kvc__mono_ns();
         if (c->lease && (!c->etcd_down_since || now >= c->retry_at)) {

@@ -379,6 +379,35 @@ class Rooms(Base):
         self.assertEqual(f["reason"], "prefill rank 3: transfer to 10.0.0.7:17003 timed out")
         print("room failure on A seen on B after %.3f s" % took)
 
+    def test_failure_recorded_while_down_published_on_restart(self):
+        """A worker records a failure in A's segment while A's kvcoordd is
+        stopped: the restarted kvcoordd publishes it (B sees it), and the
+        failure A published before the stop is found as its own, not as a
+        lost race."""
+        if not ARGS.pythonpath:
+            self.skipTest("the Python package is not built")
+        a, b = self.node("A"), self.node("B")
+        a.fail_room(42, 3, "published before the stop", 110)
+        self.assertTrue(cl.wait_for(lambda: b.room(42)[0] == 200, 10)[0])
+        a.stop()
+        env = dict(os.environ, PYTHONPATH=ARGS.pythonpath)
+        subprocess.run([sys.executable, "-c", """
+import sys, kvcoord
+seg = kvcoord.Segment(sys.argv[1])
+assert seg.room_fail(77, 5, "recorded while kvcoordd was down", 12)
+""", a.segment], env=env, check=True, timeout=60)
+        self.assertNotEqual(b.room(77)[0], 200)
+        a.start()
+        v, took = cl.wait_for(lambda: b.room(77)[0] == 200, TTL + SLACK)
+        self.assertTrue(v, "the failure recorded while A was down never reached B")
+        f = b.room(77)[1]["failure"]
+        self.assertEqual((f["origin_rank"], f["code"], f["reason"]),
+                         (5, 12, "recorded while kvcoordd was down"))
+        print("failure recorded while A was down: on B %.3f s after A restarted" % took)
+        m = a.metrics()
+        self.assertEqual(m.get('kvcoord_cluster_room_failures_total{result="lost_race"}', 0), 0)
+        self.assertGreaterEqual(m['kvcoord_cluster_room_failures_total{result="published"}'], 1)
+
     def test_concurrent_failures_one_record_everywhere(self):
         a, b, c = self.node("A"), self.node("B"), self.node("C")
         for room in range(100, 110):
