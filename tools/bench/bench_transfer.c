@@ -4,12 +4,18 @@
  * transfer engine between two processes.
  *
  *   kvcoord-bench transfer [--backend tcp|verbs|auto] [--block 1M]
- *       [--batch 16] [--conns 2] [--depth 2] [--duration 4] [--listen H:P] [--json]
+ *       [--batch 16] [--working-set N] [--conns 2] [--depth 2] [--duration 4]
+ *       [--pin S,R] [--listen H:P] [--json]
  *   kvcoord-bench kv [--backend ...] [--conns 2] [--depth 2] [--duration 4] [--json]
  *
  * transfer: each room is a batch of `batch` blocks of `block` bytes
  * (4 KiB..64 MiB; K/M suffixes), never contiguous (so never coalesced),
- * written as one frame each; `depth` rooms in flight.  kv: each room is
+ * written as one frame each; `depth` rooms in flight.  The blocks of a
+ * room are `working-set` distinct blocks on each side (default: batch,
+ * every block distinct; 1: the same source block written to the same
+ * destination block batch times, the one reused buffer of iperf3).
+ * --pin S,R pins the sender to CPU S and the receiver to CPU R (as
+ * iperf3 -A S,R does).  kv: each room is
  * one request of Llama-3.1-8B at TP=8, per rank: 32 layers x K,V x 1 KV
  * head x 128 dim x bf16 per token, 4096 tokens in scattered pages of 16
  * tokens (16384 runs of 4 KiB, 64 MiB).  One summary line: GB/s (1e9
@@ -17,12 +23,14 @@
  * forked process on the same host.
  */
 #include <errno.h>
+#include <sched.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,7 +43,8 @@ typedef struct args {
     int kv;
     kvt_backend backend;
     uint64_t block;
-    uint32_t batch, conns, depth;
+    uint32_t batch, conns, depth, wset;
+    int pin_send, pin_recv; /* CPU of each process; -1: not pinned */
     double duration;
     const char *listen;
     int json;
@@ -67,8 +76,9 @@ void bench_transfer_usage(FILE *out)
     fprintf(
         out,
         "       kvcoord-bench transfer [--backend tcp|verbs|auto] [--block SIZE] [--batch N]\n"
-        "                       [--conns N] [--depth N] [--duration S] [--listen HOST:PORT] "
-        "[--json]\n"
+        "                       [--working-set N] [--conns N] [--depth N] [--duration S]\n"
+        "                       [--pin SENDER_CPU,RECEIVER_CPU]\n"
+        "                       [--listen HOST:PORT] [--json]\n"
         "       kvcoord-bench kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n");
 }
 
@@ -91,12 +101,14 @@ static void parse(int argc, char **argv, args *a)
                 .conns = 2,
                 .depth = 2,
                 .duration = 4,
-                .listen = "127.0.0.1:0"};
-    static struct option opts[] = {{"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'},
-                                   {"batch", 1, 0, 'n'},   {"conns", 1, 0, 'c'},
-                                   {"depth", 1, 0, 'd'},   {"duration", 1, 0, 't'},
-                                   {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},
-                                   {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+                .listen = "127.0.0.1:0",
+                .pin_send = -1,
+                .pin_recv = -1};
+    static struct option opts[] = {
+        {"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'}, {"batch", 1, 0, 'n'},
+        {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'}, {"duration", 1, 0, 't'},
+        {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},  {"working-set", 1, 0, 'w'},
+        {"pin", 1, 0, 'p'},     {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -114,6 +126,14 @@ static void parse(int argc, char **argv, args *a)
         case 'n': a->batch = (uint32_t)atoi(optarg); break;
         case 'c': a->conns = (uint32_t)atoi(optarg); break;
         case 'd': a->depth = (uint32_t)atoi(optarg); break;
+        case 'w': a->wset = (uint32_t)atoi(optarg); break;
+        case 'p':
+            if (sscanf(optarg, "%d,%d", &a->pin_send, &a->pin_recv) != 2 || a->pin_send < 0 ||
+                a->pin_recv < 0) {
+                fprintf(stderr, "--pin takes SENDER_CPU,RECEIVER_CPU\n");
+                exit(2);
+            }
+            break;
         case 't': a->duration = atof(optarg); break;
         case 'l': a->listen = optarg; break;
         case 'j': a->json = 1; break;
@@ -127,6 +147,19 @@ static void parse(int argc, char **argv, args *a)
     }
     if (!a->batch || !a->conns || !a->depth || a->depth > 64 || a->duration <= 0)
         usage();
+    if (!a->wset || a->wset > a->batch)
+        a->wset = a->batch;
+}
+
+static void pin(int cpu)
+{
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set))
+        perror("sched_setaffinity");
 }
 
 static void log_err(void *ctx, int level, const char *msg)
@@ -187,6 +220,8 @@ static void receiver(const args *a, uint64_t slice, size_t len, int fd)
     }
 }
 
+static double tv_s(const struct timeval *t) { return (double)t->tv_sec + (double)t->tv_usec / 1e6; }
+
 static int cmp_u64(const void *x, const void *y)
 {
     uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
@@ -227,7 +262,7 @@ int bench_transfer_main(int argc, char **argv)
     parse(argc, argv, &a);
     signal(SIGPIPE, SIG_IGN);
     uint64_t stride = a.block + 4096; /* a gap: blocks are never coalesced */
-    uint32_t slots = a.batch;
+    uint32_t slots = a.wset;
     while (slots > 1 && (uint64_t)slots * stride > (512ull << 20))
         slots--;
     size_t len = a.kv ? (size_t)KV_PLANES * KV_POOL_PAGES * KV_PAGE : (size_t)slots * stride;
@@ -238,9 +273,11 @@ int bench_transfer_main(int argc, char **argv)
     pid_t pid = fork();
     if (pid == 0) {
         close(p[0]);
+        pin(a.pin_recv);
         receiver(&a, slice, len, p[1]);
     }
     close(p[1]);
+    pin(a.pin_send);
     uint32_t n;
     char *desc = NULL;
     if (read(p[0], &n, 4) != 4 || !(desc = calloc(1, n + 1)) || read(p[0], desc, n) != (ssize_t)n) {
@@ -276,6 +313,8 @@ int bench_transfer_main(int argc, char **argv)
     uint64_t next_room = 1, done_rooms = 0, failed = 0;
     kvt_stats s0, s1;
     kvt_engine_stat(e, &s0);
+    struct rusage ru0, ru1, rur;
+    getrusage(RUSAGE_SELF, &ru0);
     uint64_t t0 = kvc__mono_ns(), end = t0 + (uint64_t)(a.duration * 1e9), inflight = 0;
     for (;;) {
         uint64_t t = kvc__mono_ns();
@@ -312,8 +351,15 @@ int bench_transfer_main(int argc, char **argv)
     }
     double secs = (double)(kvc__mono_ns() - t0) / 1e9;
     kvt_engine_stat(e, &s1);
+    getrusage(RUSAGE_SELF, &ru1);
     kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    int wst;
+    if (wait4(pid, &wst, 0, &rur) < 0)
+        memset(&rur, 0, sizeof rur);
+    /* CPU seconds of both processes per GB moved: the sender's during the
+     * run, the receiver's over its whole life (its setup is a few ms). */
+    double cpu = tv_s(&ru1.ru_utime) + tv_s(&ru1.ru_stime) - tv_s(&ru0.ru_utime) -
+                 tv_s(&ru0.ru_stime) + tv_s(&rur.ru_utime) + tv_s(&rur.ru_stime);
     qsort(lat, nlat, sizeof *lat, cmp_u64);
     double med = nlat ? (double)lat[nlat / 2] / 1e6 : 0,
            p99 = nlat ? (double)lat[(nlat * 99) / 100] / 1e6 : 0;
@@ -321,16 +367,19 @@ int bench_transfer_main(int argc, char **argv)
     double gbs = (double)bytes / secs / 1e9, ops = (double)writes / secs;
     const char *be = kvt_backend_name(kvt_engine_backend(e));
     if (a.json)
-        printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"block\":%llu,\"batch\":%u,\"conns\":%u,"
+        printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"block\":%llu,\"batch\":%u,\"working_set\":%u,"
+               "\"conns\":%u,"
                "\"depth\":%u,"
                "\"duration_s\":%.3f,\"rooms\":%llu,\"rooms_failed\":%llu,\"room_bytes\":%llu,"
                "\"bytes\":%llu,"
-               "\"gb_per_s\":%.3f,\"writes_per_s\":%.1f,\"latency_median_ms\":%.3f,\"latency_p99_"
+               "\"gb_per_s\":%.3f,\"cpu_s_per_gb\":%.3f,\"writes_per_s\":%.1f,\"latency_median_"
+               "ms\":%.3f,\"latency_p99_"
                "ms\":%.3f}\n",
                a.kv ? "kv" : "transfer", be, (unsigned long long)(a.kv ? KV_PAGE : a.block),
-               a.kv ? (unsigned)nruns : a.batch, a.conns, a.depth, secs,
+               a.kv ? (unsigned)nruns : a.batch, a.kv ? 0 : slots, a.conns, a.depth, secs,
                (unsigned long long)done_rooms, (unsigned long long)failed,
-               (unsigned long long)room_bytes, (unsigned long long)bytes, gbs, ops, med, p99);
+               (unsigned long long)room_bytes, (unsigned long long)bytes, gbs,
+               bytes ? cpu / ((double)bytes / 1e9) : 0.0, ops, med, p99);
     else if (a.kv)
         printf("kv backend=%s request=%llu MiB (%zu runs of 4 KiB) conns=%u depth=%u: %.2f GB/s, "
                "%.0f writes/s, "
@@ -340,10 +389,11 @@ int bench_transfer_main(int argc, char **argv)
                (double)done_rooms / secs, med, p99, (unsigned long long)done_rooms,
                (unsigned long long)failed);
     else
-        printf("transfer backend=%s block=%llu batch=%u conns=%u depth=%u: %.2f GB/s, %.0f ops/s, "
-               "batch latency median %.2f ms p99 %.2f ms (%llu batches, %llu failed)\n",
-               be, (unsigned long long)a.block, a.batch, a.conns, a.depth, gbs, ops, med, p99,
-               (unsigned long long)done_rooms, (unsigned long long)failed);
+        printf("transfer backend=%s block=%llu batch=%u working-set=%u conns=%u depth=%u: %.2f "
+               "GB/s, %.0f ops/s, batch latency median %.2f ms p99 %.2f ms (%llu batches, %llu "
+               "failed)\n",
+               be, (unsigned long long)a.block, a.batch, slots, a.conns, a.depth, gbs, ops, med,
+               p99, (unsigned long long)done_rooms, (unsigned long long)failed);
     kvt_engine_destroy(e);
     free(runs);
     free(lat);
