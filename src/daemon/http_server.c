@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@
 #define ACCEPT_ERRORS_MAX 64  /* consecutive unexpected accept errors before giving up */
 #define SHUTDOWN_WAIT_MS 2000 /* bound on waiting for cancelled operations */
 #define ACCEPT_BATCH 16       /* accepted sockets opened between two looks at the ring */
+#define YIELD_BATCH 8         /* completions in one pass after which the loop yields the CPU */
 
 /* ---- submission ------------------------------------------------------------ */
 
@@ -202,7 +204,7 @@ static void handle_wake(struct server *s, int res)
 {
     (void)res; /* the counter's value does not matter */
     conns_wake(s);
-    proc_watch_poke(s->procs); /* logs what changed, off the loop */
+    s->poke_pending = 1; /* logs what changed, off the loop (loop() pokes) */
     if (!s->stopping)
         arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
 }
@@ -285,20 +287,23 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     }
 }
 
-/* Drain every completion there is.  Each CQE is copied and marked seen
+/* Drain every completion there is; returns how many.  Each CQE is copied and marked seen
  * before its handler runs, so handlers may submit (and the kernel post)
  * freely.  io_uring_peek_cqe() also flushes completions the kernel kept
  * aside when the CQ was full (IORING_FEAT_NODROP): none is lost. */
-static void drain_completions(struct server *s)
+static unsigned drain_completions(struct server *s)
 {
     struct io_uring_cqe *cqe;
+    unsigned n = 0;
     while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
         uint64_t ud = cqe->user_data;
         int res = cqe->res;
         unsigned flags = cqe->flags;
         io_uring_cqe_seen(&s->ring, cqe);
         dispatch(s, ud, res, flags);
+        n++;
     }
+    return n;
 }
 
 /* ---- set-up, loop, shut-down ----------------------------------------------------------- */
@@ -454,8 +459,25 @@ static void loop(struct server *s)
             break;
         }
         s->now_ms = kvc__mono_ms();
-        drain_completions(s);
+        unsigned n = drain_completions(s);
         accept_drain(s, ACCEPT_BATCH);
+        if (s->poke_pending) {
+            /* The answers of this pass go to the kernel first: waking the
+             * process watch (which then lists the rank table to log the
+             * change) must not delay the registration's own answer. */
+            io_uring_submit(&s->ring);
+            s->poke_pending = 0;
+            proc_watch_poke(s->procs);
+        }
+        if (n >= YIELD_BATCH) {
+            /* A busy pass: its answers go to the kernel now, and the CPU
+             * to whoever else is runnable on it (on a node, the clients
+             * and workers sharing its cores) instead of at the next tick
+             * (4 ms at HZ=250), the tail of every request waiting on
+             * them.  Returns at once when nobody waits. */
+            io_uring_submit(&s->ring);
+            sched_yield();
+        }
     }
 }
 

@@ -115,6 +115,7 @@ struct server {
     struct proc_watch *procs;  /* segment maintenance, off the loop (proc_watch.h) */
     struct metrics *metrics;   /* NULL: not counted */
     struct seg_events *events; /* the segment's event log, run by procs */
+    int poke_pending;          /* procs to be poked once this pass's answers are submitted */
 };
 
 /* http_server.c: an SQE for op (on connection c, or NULL for the server's

@@ -235,7 +235,7 @@ static void request_done(struct server *s, struct conn *c)
      * process table now rather than at the next sweep (an epoch compare
      * when nothing changed); and log what it changed. */
     if (req->method == HTTP_PUT || req->method == HTTP_POST || req->method == HTTP_DELETE)
-        proc_watch_poke(s->procs);
+        s->poke_pending = 1; /* after the answer is submitted: loop() */
     if (!req->keep_alive)
         c->close_after_send = 1;
     if (log_enabled(LOG_DEBUG))
