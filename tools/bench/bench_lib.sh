@@ -1,13 +1,15 @@
 # bench_lib.sh - what the HTTP benchmark scripts (bench_http.sh,
 # bench_register.sh, bench_burst.sh) share; sourced, not run.  The script
 # sets PY, TMP, SEGMENT, DAEMON_PID (kvcoordd) and BASELINE_PID (nginx or
-# the FastAPI server) before starting them; sourcing installs the traps:
-# on exit both processes are stopped and waited for, the segment and TMP
-# removed, and the script's exit status kept.
+# the FastAPI server) before starting them, and FLOOR_PID if it starts a
+# third server (bench_register.sh's do-nothing nginx); sourcing installs the
+# traps: on exit those processes are stopped and waited for, the segment and
+# TMP removed, and the script's exit status kept.
 
 cleanup() {
     local rc=$?
     set +e
+    if [[ -n ${FLOOR_PID:-} ]]; then kill "$FLOOR_PID" 2>/dev/null; wait "$FLOOR_PID" 2>/dev/null; fi
     if [[ -n $BASELINE_PID ]]; then kill "$BASELINE_PID" 2>/dev/null; wait "$BASELINE_PID" 2>/dev/null; fi
     if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null; wait "$DAEMON_PID" 2>/dev/null; fi
     rm -f "/dev/shm/$SEGMENT"
