@@ -159,6 +159,7 @@ struct cluster {
     uint64_t etcd_down_since; /* monotonic; 0 while etcd answers */
     int have_snapshot;
     uint64_t failures_seen;
+    int name_conflict; /* the last session start found the name in use */
     uint64_t adopted[ADOPTED_RING];
     size_t nadopted;
     struct pending_room *pending;
@@ -1149,6 +1150,39 @@ static void drop_unverified(struct cluster *c, uint64_t since_mono)
 
 /* ---- session: lease, node key, republish ------------------------------ */
 
+/* The "url" of a node record (a kvcoordd's nodes/<name> value) into
+ * out[0..cap); 0 when it has none. */
+static int node_url_of(const etcd_kv *kv, char *out, size_t cap)
+{
+    json_error_t je;
+    json_t *o = kv->value ? json_loadb(kv->value, kv->value_len, 0, &je) : NULL;
+    const char *u = json_string_value(json_object_get(o, "url"));
+    if (u)
+        snprintf(out, cap, "%s", u);
+    json_decref(o);
+    return u != NULL;
+}
+
+/* Another kvcoordd holds this node name: say so once per episode, and in
+ * GET /cluster's last_error; nothing of this node is published meanwhile. */
+static void name_in_use(struct cluster *c, const char *other, const etcd_kv *kv)
+{
+    pthread_mutex_lock(&c->smu);
+    snprintf(c->st.last_error, sizeof c->st.last_error,
+             "node name %.64s is in use by the kvcoordd at %.100s (lease %" PRId64
+             "); waiting for its lease to end",
+             c->node, other, kv->lease);
+    c->st.etcd_errors++;
+    pthread_mutex_unlock(&c->smu);
+    if (!c->name_conflict)
+        log_event(LOG_ERROR, "node_name_in_use",
+                  "cluster=%s node=%s url=%s other_url=%s other_lease=%" PRId64
+                  " note=\"another kvcoordd runs with the same --node; nothing of this node is "
+                  "published until its lease ends: give each node its own --node\"",
+                  c->cluster, c->node, c->url, other, kv->lease);
+    c->name_conflict = 1;
+}
+
 static int start_session(struct cluster *c)
 {
     int64_t lease;
@@ -1163,12 +1197,32 @@ static int start_session(struct cluster *c)
                           (json_int_t)kvc__now_ns());
     char *val = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    int rc = val ? etcd_put(c->ec, key, val, strlen(val), lease, NULL) : -1;
+    /* Create-only: a live record of this node name with another URL is
+     * another kvcoordd using the same --node, whose records this one
+     * would overwrite; wait (with backoff) until its lease ends.  A record
+     * with this URL is an earlier kvcoordd of this node (SIGKILLed, or
+     * this one frozen past its TTL): replaced. */
+    int created = 0, rc = -1;
+    etcd_kv cur = {0};
+    if (val && !(rc = etcd_put_create(c->ec, key, val, strlen(val), lease, &created, &cur, NULL)) &&
+        !created) {
+        char other[URL_MAX];
+        if (node_url_of(&cur, other, sizeof other) && strcmp(other, c->url)) {
+            name_in_use(c, other, &cur);
+            free(val);
+            etcd_kv_free(&cur);
+            etcd_lease_revoke(c->ec, lease);
+            return -1;
+        }
+        rc = etcd_put(c->ec, key, val, strlen(val), lease, NULL);
+    }
+    etcd_kv_free(&cur);
     free(val);
     if (rc) {
         etcd_failed(c, "node put");
         return -1;
     }
+    c->name_conflict = 0;
     /* Our keys under an earlier lease (this process frozen past its TTL,
      * or an earlier kvcoordd of this node killed moments ago). */
     char prefix[256];

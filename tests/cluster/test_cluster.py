@@ -343,6 +343,30 @@ class Conflicts(Base):
         self.visible(a, 0, origin="B")
 
 
+    def test_same_node_name_twice_second_waits_publishes_nothing(self):
+        """A second kvcoordd started with a --node already in use (another URL)
+        publishes nothing, says why in its log and GET /cluster, and takes the
+        name over once the first one stops."""
+        a, b = self.node("A"), self.node("B")
+        a.register(1, "a:1", info(2, "first"))
+        self.visible(b, 1, origin="A")
+        body_a = b.lookup(1)[1]
+        a2 = self.node("A", segment="kvctest-cl-%d-%s-A2" % (os.getpid(), self.cluster))
+        a2.register(1, "a2:1", info(2, "second"))
+        v, _ = cl.wait_for(lambda: "in use" in a2.cluster_view()["etcd"]["last_error"], 10)
+        self.assertTrue(v, a2.cluster_view()["etcd"])
+        self.assertIn(a.url, a2.cluster_view()["etcd"]["last_error"])
+        self.assertIn("node_name_in_use", a2.logtext())
+        time.sleep(TTL)  # time enough to publish, had it a session
+        self.assertEqual(b.lookup(1)[1], body_a)
+        self.assertEqual(a.lookup(1)[1], body_a)
+        a.stop()  # clean stop: A's name and records are deleted at once
+        v, took = cl.wait_for(lambda: b.lookup(1)[0] == 200 and b.lookup(1)[1] != body_a,
+                              TTL + SLACK)
+        self.assertTrue(v, "the second A never took the name over")
+        self.assertEqual(b.lookup(1)[1], a2.lookup(1)[1])
+        print("second kvcoordd named A published %.3f s after the first stopped" % took)
+
     def test_shadowed_worker_registration_goes_with_its_worker(self):
         a, b = self.node("A"), self.node("B")
         cl.gen_model("llama-3.1-8b", os.path.join(self.tmp, "m"), tp=1)
