@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <liburing.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <string.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,7 +46,6 @@
 #define ACCEPT_ERRORS_MAX 64  /* consecutive unexpected accept errors before giving up */
 #define SHUTDOWN_WAIT_MS 2000 /* bound on waiting for cancelled operations */
 #define ACCEPT_BATCH 16       /* accepted sockets opened between two looks at the ring */
-#define YIELD_BATCH 8         /* completions in one pass after which the loop yields the CPU */
 
 /* ---- submission ------------------------------------------------------------ */
 
@@ -287,23 +285,20 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     }
 }
 
-/* Drain every completion there is; returns how many.  Each CQE is copied and marked seen
+/* Drain every completion there is.  Each CQE is copied and marked seen
  * before its handler runs, so handlers may submit (and the kernel post)
  * freely.  io_uring_peek_cqe() also flushes completions the kernel kept
  * aside when the CQ was full (IORING_FEAT_NODROP): none is lost. */
-static unsigned drain_completions(struct server *s)
+static void drain_completions(struct server *s)
 {
     struct io_uring_cqe *cqe;
-    unsigned n = 0;
     while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
         uint64_t ud = cqe->user_data;
         int res = cqe->res;
         unsigned flags = cqe->flags;
         io_uring_cqe_seen(&s->ring, cqe);
         dispatch(s, ud, res, flags);
-        n++;
     }
-    return n;
 }
 
 /* ---- set-up, loop, shut-down ----------------------------------------------------------- */
@@ -459,7 +454,7 @@ static void loop(struct server *s)
             break;
         }
         s->now_ms = kvc__mono_ms();
-        unsigned n = drain_completions(s);
+        drain_completions(s);
         accept_drain(s, ACCEPT_BATCH);
         if (s->poke_pending) {
             /* The answers of this pass go to the kernel first: waking the
@@ -468,15 +463,6 @@ static void loop(struct server *s)
             io_uring_submit(&s->ring);
             s->poke_pending = 0;
             proc_watch_poke(s->procs);
-        }
-        if (n >= YIELD_BATCH) {
-            /* A busy pass: its answers go to the kernel now, and the CPU
-             * to whoever else is runnable on it (on a node, the clients
-             * and workers sharing its cores) instead of at the next tick
-             * (4 ms at HZ=250), the tail of every request waiting on
-             * them.  Returns at once when nobody waits. */
-            io_uring_submit(&s->ring);
-            sched_yield();
         }
     }
 }
