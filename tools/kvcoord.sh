@@ -15,7 +15,7 @@ JOBS=${KVCOORD_JOBS:-2}
 RUN_DIR=$ROOT/build/run
 TP=8
 PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
-          libcmocka-dev libibverbs-dev libcurl4-openssl-dev libssl-dev etcd-server etcd-client
+          libcmocka-dev libibverbs-dev libcurl4-openssl-dev libssl-dev openssl etcd-server etcd-client
           rdma-core python3 python3-dev python3-requests python3-fastapi python3-uvicorn python3-uvloop
           python3-httptools curl wrk
           nginx-light clang libclang-rt-14-dev clang-format iproute2 iperf3 prometheus systemd)

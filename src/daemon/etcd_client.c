@@ -387,7 +387,18 @@ static int exchange(etcd *c, const char *url, const char *path, const char *body
     CURLcode rc = curl_easy_perform(c->curl);
     curl_slist_free_all(hd);
     if (rc != CURLE_OK) {
-        set_err(c, "etcd %s%s: %s", url, path, curl_easy_strerror(rc));
+        /* A TLS server that wants a client certificate and gets none
+         * ends the handshake: curl reports a send or receive error. */
+        int cert_hint = !c->cert && !strncmp(url, "https:", 6) &&
+                        (rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
+                         rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_GOT_NOTHING);
+        set_err(c, "etcd %s%s: %s%s", url, path, curl_easy_strerror(rc),
+                cert_hint ? "; if etcd runs with --client-cert-auth, give a client "
+                            "certificate (--etcd-cert, --etcd-key)"
+                : rc == CURLE_PEER_FAILED_VERIFICATION
+                    ? "; etcd's certificate is not signed by a CA in --etcd-cacert (or the "
+                      "system's), or does not name this endpoint's host"
+                    : "");
         free(b.data);
         return X_UNREACHABLE;
     }
@@ -409,8 +420,17 @@ static int exchange(etcd *c, const char *url, const char *path, const char *body
         if (!msg)
             msg = json_string_value(json_object_get(j, "message"));
         int64_t code = get_i64(j, "code");
-        set_err(c, "etcd %s%s: %s (HTTP %ld, code %lld)", url, path, msg ? msg : "error", status,
-                (long long)code);
+        /* etcd 3.4's JSON gateway reaches its own gRPC server over the
+         * client URL presenting the server's certificate; with
+         * --client-cert-auth and a certificate that does not allow client
+         * authentication, every request answers this ("connection closed"
+         * or a broken pipe, code 14: unavailable). */
+        int tls_hint = status == 503 && code == 14 && !strncmp(url, "https:", 6);
+        set_err(c, "etcd %s%s: %s (HTTP %ld, code %lld)%s", url, path, msg ? msg : "error", status,
+                (long long)code,
+                tls_hint ? "; if etcd runs with --client-cert-auth, its server certificate must "
+                           "also allow clientAuth (extendedKeyUsage), which its gateway presents"
+                         : "");
         int kind = X_ERROR;
         if (msg && (strstr(msg, "invalid auth token") || strstr(msg, "user name is empty")))
             kind = X_AUTH;

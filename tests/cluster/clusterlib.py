@@ -203,3 +203,85 @@ def gen_model(model, out, tp=8, base_port=16000, entries=None):
     if entries:
         args += ["--entries", str(entries)]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+
+def make_certs(d):
+    """A throw-away CA, a server certificate for 127.0.0.1 (also allowed
+    clientAuth: etcd 3.4's JSON gateway presents it to its own gRPC server),
+    one allowed serverAuth only, and a client certificate, made with
+    openssl; a second CA that signed none.  Returns a dict of PEM paths."""
+    p = {k: os.path.join(d, k + ".pem") for k in (
+        "ca", "ca_key", "server", "server_key", "server_only", "server_only_key", "client",
+        "client_key", "other_ca", "other_ca_key")}
+
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    for ca, key, cn in (("ca", "ca_key", "kvcoord test CA"),
+                        ("other_ca", "other_ca_key", "another CA")):
+        ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+             "/CN=" + cn, "-keyout", p[key], "-out", p[ca])
+    san = "subjectAltName=IP:127.0.0.1\n"
+    for who, ext in (("server", san + "extendedKeyUsage=serverAuth,clientAuth"),
+                     ("server_only", san + "extendedKeyUsage=serverAuth"),
+                     ("client", "extendedKeyUsage=clientAuth")):
+        csr, extf = os.path.join(d, who + ".csr"), os.path.join(d, who + ".ext")
+        with open(extf, "w") as f:
+            f.write(ext + "\n")
+        ossl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + who, "-keyout",
+             p[who + "_key"], "-out", csr)
+        ossl("x509", "-req", "-in", csr, "-CA", p["ca"], "-CAkey", p["ca_key"],
+             "-CAcreateserial", "-days", "2", "-extfile", extf, "-out", p[who])
+    return p
+
+
+class TlsEtcd:
+    """One etcd member whose client URL is https with client-certificate
+    authentication (peer traffic stays on loopback http)."""
+
+    def __init__(self, certs, server="server"):
+        self.server = server
+        self.dir = tempfile.mkdtemp(prefix="kvc-etcd-tls-")
+        self.port, self.peer_port = free_port(), free_port()
+        self.endpoints = "https://127.0.0.1:%d" % self.port
+        self.certs = certs
+        self.proc = None
+
+    def start(self):
+        peer = "http://127.0.0.1:%d" % self.peer_port
+        c = self.certs
+        self.log = open(os.path.join(self.dir, "etcd.log"), "w")
+        self.proc = subprocess.Popen(
+            ["etcd", "--name", "tls0", "--data-dir", os.path.join(self.dir, "data"),
+             "--listen-client-urls", self.endpoints, "--advertise-client-urls", self.endpoints,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "tls0=" + peer, "--cert-file", c[self.server], "--key-file",
+             c[self.server + "_key"], "--trusted-ca-file", c["ca"], "--client-cert-auth"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        ok, _ = wait_for(lambda: self.ctl("endpoint", "health").returncode == 0, 30, 0.2)
+        if not ok:
+            raise RuntimeError("TLS etcd did not start: %s" % self.logtext()[-2000:])
+        return self
+
+    def ctl(self, *args):
+        c = self.certs
+        return subprocess.run(
+            ["etcdctl", "--endpoints=" + self.endpoints, "--cacert", c["ca"], "--cert",
+             c["client"], "--key", c["client_key"], *args],
+            env=dict(os.environ, ETCDCTL_API="3"), capture_output=True, text=True, timeout=30)
+
+    def logtext(self):
+        with open(os.path.join(self.dir, "etcd.log"), errors="replace") as f:
+            return f.read()
+
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

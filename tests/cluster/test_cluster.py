@@ -5,7 +5,8 @@ node A (HTTP and through libkvcoord by a worker) seen with the same bytes
 on node B (HTTP and libkvcoord), the 4 MB stress rank, a SIGKILLed or
 frozen node's entries expiring with its lease, withdrawal, the conflict
 rule, room failures (one record everywhere), etcd members killed, the whole
-etcd cluster stopped and restarted, authentication.
+etcd cluster stopped and restarted, authentication, TLS with client
+certificates (a throw-away CA made with openssl).
 
 Usage: test_cluster.py --daemon KVCOORDD --worker KVCOORD-WORKER --probe CLUSTER_PROBE
 
@@ -542,6 +543,81 @@ class UnhealthyEtcd(Base):
         print("etcd restarted -> B has both of A's ranks after %.3f s" % (time.monotonic() - t0))
         v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 1, 10)
         self.assertTrue(v)
+
+
+class Tls(Base):
+    """etcd serving https with client-certificate authentication."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.certdir = tempfile.mkdtemp(prefix="kvc-certs-")
+        cls.certs = cl.make_certs(cls.certdir)
+        cls.etcd = cl.TlsEtcd(cls.certs).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.etcd.close()
+        shutil.rmtree(cls.certdir, ignore_errors=True)
+
+    def tls_node(self, name, ca="ca", cert=True):
+        c = self.certs
+        extra = ["--etcd-cacert", c[ca]]
+        if cert:
+            extra += ["--etcd-cert", c["client"], "--etcd-key", c["client_key"]]
+        return self.node(name, endpoints=self.etcd.endpoints, extra=extra)
+
+    def test_client_certificate_registration_seen_on_the_other_node(self):
+        a, b = self.tls_node("A"), self.tls_node("B")
+        a.register(3, "10.0.0.3:16003", info(4, "tls"))
+        took = self.visible(b, 3, origin="A")
+        print("over TLS with client certificates: A -> B in %.3f s" % took)
+        self.assertEqual(b.lookup(3)[1], a.lookup(3)[1])
+        self.assertTrue(a.cluster_view()["etcd"]["up"])
+        out = self.etcd.ctl("get", "--prefix", "/kvcoord/%s/ranks/A/" % self.cluster,
+                            "--keys-only")
+        self.assertIn("ranks/A/3", out.stdout, out.stderr)
+
+    def test_no_client_certificate_or_wrong_ca_clear_error_nothing_published(self):
+        good = self.tls_node("G")
+        nocert = self.tls_node("N", cert=False)
+        wrongca = self.tls_node("W", ca="other_ca")
+        for n in (nocert, wrongca):
+            n.register(1, "h:1", info(2, n.name))
+        for n, words in ((nocert, "give a client certificate (--etcd-cert, --etcd-key)"),
+                         (wrongca, "not signed by a CA in --etcd-cacert")):
+            v, _ = cl.wait_for(lambda: n.cluster_view()["etcd"]["last_error"], 10)
+            self.assertTrue(v, n.cluster_view())
+            self.assertIn(words, v)
+            self.assertFalse(n.cluster_view()["etcd"]["up"])
+            self.assertIn("etcd_unreachable", n.logtext())
+            self.assertTrue(n.healthy())  # serves its own node meanwhile
+            self.assertEqual(n.lookup(1)[0], 200)
+        print("no client certificate: %s" % nocert.cluster_view()["etcd"]["last_error"])
+        print("wrong CA: %s" % wrongca.cluster_view()["etcd"]["last_error"])
+        good.register(2, "h:2", info(2, "g"))
+        v, _ = cl.wait_for(lambda: "ranks/G/2" in self.etcd.ctl(
+            "get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only").stdout, 10)
+        self.assertTrue(v)
+        keys = self.etcd.ctl("get", "--prefix", "/kvcoord/%s/" % self.cluster,
+                             "--keys-only").stdout
+        self.assertNotIn("/N", keys)
+        self.assertNotIn("/W", keys)
+
+    def test_server_certificate_without_client_auth_named_in_the_error(self):
+        """etcd with --client-cert-auth and a server certificate that does not
+        allow clientAuth answers every gateway request 503: the error says
+        what to fix."""
+        bad = cl.TlsEtcd(self.certs, server="server_only").start()
+        try:
+            n = self.node("A", endpoints=bad.endpoints, extra=[
+                "--etcd-cacert", self.certs["ca"], "--etcd-cert", self.certs["client"],
+                "--etcd-key", self.certs["client_key"]])
+            v, _ = cl.wait_for(lambda: n.cluster_view()["etcd"]["last_error"], 10)
+            self.assertIn("must also allow clientAuth", v)
+            self.assertIn("must also allow clientAuth", n.logtext())
+            print("server certificate without clientAuth: %s" % v)
+        finally:
+            bad.close()
 
 
 class Auth(Base):
