@@ -76,34 +76,12 @@ printf OK >"$TMP/www/health"
 chmod 755 "$TMP" "$TMP/www"
 chmod 644 "$TMP/www/health"
 NPORT=$(free_port)
-cat >"$TMP/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 8192;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    types { }
+nginx_start "$NPORT" '    types { }
     default_type text/plain;
-    keepalive_requests 1000000000;
-    client_body_temp_path $TMP/nginx/body;
-    proxy_temp_path $TMP/nginx/proxy;
-    fastcgi_temp_path $TMP/nginx/fastcgi;
-    uwsgi_temp_path $TMP/nginx/uwsgi;
-    scgi_temp_path $TMP/nginx/scgi;
-    server {
-        listen 127.0.0.1:$NPORT;
-        location = /health { alias $TMP/www/health; }
-    }
-}
-CONF
-"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx.conf" -e "$TMP/nginx/error.log" \
-    >"$TMP/nginx/stdout.log" 2>&1 &
-BASELINE_PID=$!
-wait_http "http://127.0.0.1:$NPORT/health" ||
-    die "nginx did not serve: $(tail -20 "$TMP/nginx/error.log" 2>/dev/null)"
+    keepalive_requests 1000000000;' "        location = /health { alias $TMP/www/health; }" \
+    "worker_rlimit_nofile 8192;"
+BASELINE_PID=$NGINX_PID
+wait_http "http://127.0.0.1:$NPORT/health" || die "nginx did not serve: $(nginx_log)"
 
 log "machine: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg); client, kvcoordd and nginx share them"
 "$PY" "$ROOT/tools/bench/burst_client.py" --name "kvcoordd=127.0.0.1:$KPORT" \

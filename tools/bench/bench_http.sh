@@ -109,37 +109,13 @@ curl -sS -f -o "$TMP/www/rank0.json" -D "$TMP/kvcoordd.headers" \
 chmod 755 "$TMP" "$TMP/www"
 chmod 644 "$TMP/www/rank0.json"
 NPORT=$(free_port)
-cat >"$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    types { }
+nginx_start "$NPORT" '    types { }
     default_type application/json;
     keepalive_requests 1000000000;
-    keepalive_timeout 75s;
-    client_body_temp_path $TMP/nginx/body;
-    proxy_temp_path $TMP/nginx/proxy;
-    fastcgi_temp_path $TMP/nginx/fastcgi;
-    uwsgi_temp_path $TMP/nginx/uwsgi;
-    scgi_temp_path $TMP/nginx/scgi;
-    server {
-        listen 127.0.0.1:$NPORT;
-        location = /get_transfer_engine_info {
-            alias $TMP/www/rank0.json;
-        }
-    }
-}
-EOF
-"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx.conf" -e "$TMP/nginx/error.log" \
-    >"$TMP/nginx/stdout.log" 2>&1 &
-BASELINE_PID=$!
+    keepalive_timeout 75s;' "        location = /get_transfer_engine_info { alias $TMP/www/rank0.json; }"
+BASELINE_PID=$NGINX_PID
 NURL=http://127.0.0.1:$NPORT
-wait_http "$NURL/get_transfer_engine_info?rank=0" ||
-    die "nginx did not serve: $(cat "$TMP/nginx/error.log" "$TMP/nginx/stdout.log" 2>/dev/null | tail -20)"
+wait_http "$NURL/get_transfer_engine_info?rank=0" || die "nginx did not serve: $(nginx_log)"
 curl -sS -f -o "$TMP/nginx.body" -D "$TMP/nginx.headers" "$NURL/get_transfer_engine_info?rank=0"
 cmp -s "$TMP/nginx.body" "$TMP/www/rank0.json" || die "nginx does not serve the same bytes"
 ctype_k=$(grep -i '^content-type:' "$TMP/kvcoordd.headers" | tr -d '\r')

@@ -33,3 +33,39 @@ wait_http() { # URL
     done
     return 1
 }
+
+# Start nginx ($NGINX, one worker, its files in $TMP/nginx) listening on
+# 127.0.0.1:PORT, with HTTP_LINES added to its http {} block, SERVER_LINES
+# to its server {} block and MAIN_LINES (optional) to the top level; sets
+# NGINX_PID.  The caller waits for it to answer (wait_http) and shows
+# nginx_log when it does not.
+nginx_start() { # PORT HTTP_LINES SERVER_LINES [MAIN_LINES]
+    local d=$TMP/nginx
+    mkdir -p "$d"
+    cat >"$d/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+${4:-}
+events { worker_connections 4096; }
+http {
+    access_log off;
+$2
+    client_body_temp_path $d/body;
+    proxy_temp_path $d/proxy;
+    fastcgi_temp_path $d/fastcgi;
+    uwsgi_temp_path $d/uwsgi;
+    scgi_temp_path $d/scgi;
+    server {
+        listen 127.0.0.1:$1;
+$3
+    }
+}
+CONF
+    "$NGINX" -p "$d" -c "$d/nginx.conf" -e "$d/error.log" >"$d/stdout.log" 2>&1 &
+    NGINX_PID=$!
+}
+
+# The end of nginx's error log and output, for a message.
+nginx_log() { cat "$TMP/nginx/error.log" "$TMP/nginx/stdout.log" 2>/dev/null | tail -20; }

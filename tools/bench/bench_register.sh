@@ -101,33 +101,11 @@ if ((FLOOR)); then
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
     [[ -x $NGINX ]] || die "nginx not found for the floor (Debian package nginx-light; or --no-floor)"
     FPORT=$(free_port)
-    mkdir -p "$TMP/nginx"
-    cat >"$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_max_body_size 64m;
-    client_body_temp_path $TMP/nginx/body;
-    proxy_temp_path $TMP/nginx/proxy;
-    fastcgi_temp_path $TMP/nginx/fastcgi;
-    uwsgi_temp_path $TMP/nginx/uwsgi;
-    scgi_temp_path $TMP/nginx/scgi;
-    server {
-        listen 127.0.0.1:$FPORT;
-        default_type text/plain;
-        location / { return 200 "OK"; }
-    }
-}
-EOF
-    "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx.conf" -e "$TMP/nginx/error.log" \
-        >"$TMP/nginx/stdout.log" 2>&1 &
-    FLOOR_PID=$!
-    wait_http "http://127.0.0.1:$FPORT/health" ||
-        die "nginx (the floor) did not answer: $(cat "$TMP/nginx/error.log" "$TMP/nginx/stdout.log" 2>/dev/null | tail -20)"
+    nginx_start "$FPORT" "    client_max_body_size 64m;" \
+        '        default_type text/plain;
+        location / { return 200 "OK"; }'
+    FLOOR_PID=$NGINX_PID
+    wait_http "http://127.0.0.1:$FPORT/health" || die "nginx (the floor) did not answer: $(nginx_log)"
     FLOOR_ARG=(--floor "floor=http://127.0.0.1:$FPORT")
 fi
 
