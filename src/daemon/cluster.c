@@ -37,7 +37,7 @@
 #include "etcd_client.h"
 #include "log.h"
 
-#define NAME_MAX_LEN 63
+#define NAME_MAX_LEN CLUSTER_NAME_MAX
 #define URL_MAX 256
 #define DIGEST_HEX 65 /* SHA-256 in hex + NUL */
 #define WAITER_SLICE_MS 250
@@ -178,7 +178,7 @@ struct cluster {
     size_t nnodes_copy;
 };
 
-static int name_ok(const char *s)
+int cluster_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n < 1 || n > NAME_MAX_LEN)
@@ -283,7 +283,7 @@ static enum key_kind parse_key(const struct cluster *c, const char *key, char *n
     const char *k = key + pl;
     char *end;
     if (!strncmp(k, "nodes/", 6)) {
-        if (!name_ok(k + 6))
+        if (!cluster_name_ok(k + 6))
             return K_OTHER;
         snprintf(node, NAME_MAX_LEN + 1, "%s", k + 6);
         return K_NODE;
@@ -296,7 +296,7 @@ static enum key_kind parse_key(const struct cluster *c, const char *key, char *n
         node[slash - n] = '\0';
         errno = 0;
         unsigned long long r = strtoull(slash + 1, &end, 10);
-        if (errno || *end || end == slash + 1 || !name_ok(node))
+        if (errno || *end || end == slash + 1 || !cluster_name_ok(node))
             return K_OTHER;
         *num = r;
         return K_RANK;
@@ -1167,12 +1167,14 @@ static int node_url_of(const etcd_kv *kv, char *out, size_t cap)
  * GET /cluster's last_error; nothing of this node is published meanwhile. */
 static void name_in_use(struct cluster *c, const char *other, const etcd_kv *kv)
 {
+    etcd_answered(c); /* etcd is up: the name is the trouble */
     pthread_mutex_lock(&c->smu);
+    c->st.name_conflict = 1;
+    snprintf(c->st.name_holder, sizeof c->st.name_holder, "%s", other);
     snprintf(c->st.last_error, sizeof c->st.last_error,
              "node name %.64s is in use by the kvcoordd at %.100s (lease %" PRId64
              "); waiting for its lease to end",
              c->node, other, kv->lease);
-    c->st.etcd_errors++;
     pthread_mutex_unlock(&c->smu);
     if (!c->name_conflict)
         log_event(LOG_ERROR, "node_name_in_use",
@@ -1221,6 +1223,15 @@ static int start_session(struct cluster *c)
     if (rc) {
         etcd_failed(c, "node put");
         return -1;
+    }
+    if (c->name_conflict) {
+        log_event(LOG_INFO, "node_name_free", "cluster=%s node=%s url=%s", c->cluster, c->node,
+                  c->url);
+        pthread_mutex_lock(&c->smu);
+        c->st.name_conflict = 0;
+        c->st.name_holder[0] = '\0';
+        c->st.last_error[0] = '\0';
+        pthread_mutex_unlock(&c->smu);
     }
     c->name_conflict = 0;
     /* Our keys under an earlier lease (this process frozen past its TTL,
@@ -1742,12 +1753,12 @@ static void free_cluster(struct cluster *c)
 
 int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *err, size_t cap)
 {
-    if (!conf->cluster || !name_ok(conf->cluster)) {
+    if (!conf->cluster || !cluster_name_ok(conf->cluster)) {
         snprintf(err, cap, "invalid cluster name '%s' (1..%d bytes of [A-Za-z0-9._-])",
                  conf->cluster ? conf->cluster : "", NAME_MAX_LEN);
         return -1;
     }
-    if (!conf->node || !name_ok(conf->node)) {
+    if (!conf->node || !cluster_name_ok(conf->node)) {
         snprintf(err, cap, "invalid node name '%s' (1..%d bytes of [A-Za-z0-9._-])",
                  conf->node ? conf->node : "", NAME_MAX_LEN);
         return -1;
@@ -1895,6 +1906,10 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
     struct cluster_stats s;
     cluster_get_stats(c, &s);
     uint64_t now = kvc__now_ns();
+    one(o, "kvcoord_cluster_node_name_conflict", "gauge",
+        "1 while another kvcoordd (another URL) holds this node's --node name: nothing of this "
+        "node is published.",
+        (uint64_t)s.name_conflict);
     one(o, "kvcoord_cluster_etcd_up", "gauge",
         "1 when the last request to etcd succeeded (--etcd), else 0.", (uint64_t)s.etcd_up);
     one(o, "kvcoord_cluster_etcd_down_seconds", "gauge",
@@ -1959,14 +1974,14 @@ void cluster_render_json(struct cluster *c, struct buf *o)
     uint64_t now = kvc__now_ns();
     for (size_t i = 0; i < c->nnodes_copy; i++) {
         const struct node_rec *n = &c->nodes_copy[i];
-        json_array_append_new(nodes,
-                              json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:b}", "node", n->name,
-                                        "url", n->url, "pid", (json_int_t)n->pid, "ttl",
-                                        (json_int_t)n->ttl, "lease", (json_int_t)n->lease, "age_s",
-                                        n->started_ns && now > n->started_ns
-                                            ? (double)(now - n->started_ns) / 1e9
-                                            : 0.0,
-                                        "self", !strcmp(n->name, c->node)));
+        json_array_append_new(
+            nodes,
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:b}", "node", n->name, "url", n->url, "pid",
+                      (json_int_t)n->pid, "ttl", (json_int_t)n->ttl, "lease", (json_int_t)n->lease,
+                      "age_s",
+                      n->started_ns && now > n->started_ns ? (double)(now - n->started_ns) / 1e9
+                                                           : 0.0,
+                      "self", !strcmp(n->name, c->node) && !strcmp(n->url, c->url)));
     }
     json_t *conf = json_array();
     for (size_t i = 0; i < c->nconflicts; i++)
@@ -1998,6 +2013,10 @@ void cluster_render_json(struct cluster *c, struct buf *o)
         (json_int_t)s.rooms_lost_race, "rooms_adopted", (json_int_t)s.rooms_adopted,
         "unverified_since_ns", (json_int_t)s.unverified_since_ns, "nodes", nodes, "conflicts",
         conf);
+    /* null, or the kvcoordd holding this node's name: {"holder": URL} */
+    json_object_set_new(root, "name_conflict",
+                        s.name_conflict ? json_pack("{s:s}", "holder", s.name_holder)
+                                        : json_null());
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     if (text)

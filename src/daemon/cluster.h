@@ -62,6 +62,11 @@ struct cluster;
  * bad endpoint, unreadable password file, thread creation). */
 int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *err, size_t cap);
 
+/* Whether s is a valid cluster or node name: 1..CLUSTER_NAME_MAX bytes of
+ * [A-Za-z0-9._-] (it is a path segment of etcd keys).  Pure. */
+#define CLUSTER_NAME_MAX 63
+int cluster_name_ok(const char *s);
+
 /* Stop the threads.  clean: revoke the lease first (this node's records
  * vanish from every node at once) and withdraw the mirrored entries from
  * the segment; else leave them to expire.  NULL ignored. */
@@ -87,6 +92,8 @@ struct cluster_stats {
     uint64_t unverified_since_ns; /* mirror not confirmed by etcd since; 0: current */
     uint64_t mirror_dropped;      /* mirrored entries dropped after etcd stayed away */
     int64_t revision;             /* newest etcd revision seen */
+    int name_conflict;            /* this node's name is held by another kvcoordd (its URL below) */
+    char name_holder[256];        /* as long as a node record's URL */
     char endpoint[128];           /* member answering */
     char last_error[256];
 };

@@ -358,8 +358,13 @@ static int apply_opt(struct options *o, int c, const char *v)
             return usage_error("invalid --etcd '%s' (expected http://HOST:PORT[,...])", v);
         o->etcd = v;
         return 0;
-    case OPT_CLUSTER: o->cluster = v; return 0;
-    case OPT_NODE: o->node = v; return 0;
+    case OPT_CLUSTER:
+    case OPT_NODE:
+        if (!cluster_name_ok(v))
+            return usage_error("invalid %s '%s' (1..%d bytes of [A-Za-z0-9._-])",
+                               c == OPT_NODE ? "--node" : "--cluster", v, CLUSTER_NAME_MAX);
+        *(c == OPT_NODE ? &o->node : &o->cluster) = v;
+        return 0;
     case OPT_ETCD_TTL: return count_arg("--etcd-ttl", v, 3600, &o->etcd_ttl_s);
     case OPT_ADVERTISE: o->advertise = v; return 0;
     case OPT_ETCD_USER: o->etcd_user = v; return 0;

@@ -344,6 +344,17 @@ class Conflicts(Base):
         self.visible(a, 0, origin="B")
 
 
+    def test_bad_node_or_cluster_name_is_a_usage_error_nothing_created(self):
+        seg = "kvctest-cl-%d-badname" % os.getpid()
+        for opt, val in (("--node", "bad name"), ("--node", "n" * 64), ("--cluster", "a/b"),
+                         ("--cluster", "")):
+            p = subprocess.run([ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", seg,
+                                "--etcd", ETCD.endpoints, opt, val], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(p.returncode, 2, (opt, val, p.stderr))
+            self.assertIn("invalid %s" % opt, p.stderr)
+            self.assertFalse(os.path.exists("/dev/shm/" + seg), (opt, val))
+
     def test_same_node_name_twice_second_waits_publishes_nothing(self):
         """A second kvcoordd started with a --node already in use (another URL)
         publishes nothing, says why in its log and GET /cluster, and takes the
@@ -356,8 +367,16 @@ class Conflicts(Base):
         a2.register(1, "a2:1", info(2, "second"))
         v, _ = cl.wait_for(lambda: "in use" in a2.cluster_view()["etcd"]["last_error"], 10)
         self.assertTrue(v, a2.cluster_view()["etcd"])
-        self.assertIn(a.url, a2.cluster_view()["etcd"]["last_error"])
+        view = a2.cluster_view()
+        self.assertIn(a.url, view["etcd"]["last_error"])
+        self.assertEqual(view["name_conflict"], {"holder": a.url})
+        self.assertTrue(view["etcd"]["up"])  # etcd answers: the name is the trouble
+        self.assertFalse([n for n in view["nodes"] if n["self"]])  # A's record is not ours
+        m = a2.metrics()
+        self.assertEqual(m["kvcoord_cluster_node_name_conflict"], 1)
+        self.assertEqual(m["kvcoord_cluster_etcd_up"], 1)
         self.assertIn("node_name_in_use", a2.logtext())
+        self.assertIsNone(a.cluster_view()["name_conflict"])
         time.sleep(TTL)  # time enough to publish, had it a session
         self.assertEqual(b.lookup(1)[1], body_a)
         self.assertEqual(a.lookup(1)[1], body_a)
@@ -366,6 +385,9 @@ class Conflicts(Base):
                               TTL + SLACK)
         self.assertTrue(v, "the second A never took the name over")
         self.assertEqual(b.lookup(1)[1], a2.lookup(1)[1])
+        self.assertIsNone(a2.cluster_view()["name_conflict"])
+        self.assertEqual(a2.metrics()["kvcoord_cluster_node_name_conflict"], 0)
+        self.assertIn("node_name_free", a2.logtext())
         print("second kvcoordd named A published %.3f s after the first stopped" % took)
 
     def test_shadowed_worker_registration_goes_with_its_worker(self):

@@ -366,6 +366,15 @@ class EightRanks(Base):
                 self.assertGreater(e["registered_ns"], 0)
                 self.assertTrue(e["registered_utc"].endswith("Z"))
 
+    def test_cluster_without_etcd_is_healthy(self):
+        """`cluster` with no --etcd reads the segment only: exit 0 when it can."""
+        with Fixture("ranks8") as fx:
+            rc, doc, err = diag(fx.name, "cluster", json_out=True)
+            self.assertEqual(rc, 0, err)
+            rc, out, err = diag(fx.name, "cluster")
+            self.assertEqual(rc, 0, err)
+            self.assertIn("8 local ranks", out)
+
     def test_one_rank_full_numbers_as_registered(self):
         """--json --full prints the stored dict's bytes: integers past 2^63 and reals
         past a double come out as registered (they were null through a jansson tree)."""

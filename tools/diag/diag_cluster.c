@@ -70,6 +70,7 @@ static int segment_part(diag *d, json_t *doc, int *rc)
     kvc_segment *seg = diag_open(d, "cluster", rc);
     if (!seg)
         return -1;
+    *rc = DIAG_EXIT_OK; /* diag_open() left its failure status */
     kvc_segment_info si;
     kvc_segment_stat(seg, &si);
     kvc_rank_info *list = calloc(si.max_ranks ? si.max_ranks : 1, sizeof *list);
