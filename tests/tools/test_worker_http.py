@@ -100,6 +100,12 @@ class WorkerCliTest(unittest.TestCase):
             p = run_worker(*args)
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertTrue(p.stderr.strip(), args)
+        # a rank past the room's participants: refused before anything is done
+        p = run_worker("--info", info, "--rank", "9", "--room", "777", "--room-participants", "2",
+                       "--segment", "kvctest-none")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("rank 9 cannot join room 777 of --room-participants 2", p.stderr)
+        self.assertEqual(p.stdout, "")
 
     def test_runtime_errors_exit_1(self):
         missing = os.path.join(ARGS.work, "no-such-file.json")

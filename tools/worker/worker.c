@@ -392,6 +392,14 @@ static int run(const worker_args *a, const sigset_t *stop)
         fail("%s has no valid \"rank\"; give --rank N", a->info_path);
         goto out;
     }
+    if (a->has_room && a->room_participants && (uint64_t)rank >= a->room_participants) {
+        /* Before registering: a rank that cannot join the room is a
+         * mistake in the options, not a registration to undo. */
+        fail("rank %ld cannot join room %llu of --room-participants %u (ranks 0..%u)", rank,
+             (unsigned long long)a->room, a->room_participants, a->room_participants - 1);
+        rc = EXIT_USAGE;
+        goto out;
+    }
 
     uint64_t t0 = kvc__mono_us();
     int stopped_by = 0;
