@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -161,6 +162,7 @@ static int parse_args(int argc, char **argv, worker_args *a)
 
     *a = (worker_args){
         .rank = -1, .timeout_ms = DEFAULT_TIMEOUT_MS, .room_state = KVC_POLL_TRANSFERRING};
+    argv[0] = (char *)prog; /* getopt's own messages name the tool as the others do */
     while ((c = getopt_long(argc, argv, "i:r:s:lt:h", opts, NULL)) != -1) {
         switch (c) {
         case 'i': a->info_path = optarg; break;
@@ -375,6 +377,20 @@ static int room_work(const worker_args *a, kvc_segment *seg, uint32_t rank)
     return 0;
 }
 
+/* Say so when the rank is registered by another process that still runs:
+ * the registration replaces it, and that process is not told. */
+static void note_live_holder(kvc_segment *seg, uint32_t rank)
+{
+    kvc_rank_info ri = {0};
+    if (kvc_rank_lookup(seg, rank, &ri) == KVC_OK && ri.pid > 0 && ri.pid != getpid() &&
+        (kill(ri.pid, 0) == 0 || errno == EPERM))
+        fprintf(stderr,
+                "%s: note: rank %u is registered by pid %d, which still runs; this "
+                "registration replaces it (session_id %s)\n",
+                prog, rank, (int)ri.pid, ri.session_id);
+    kvc_rank_info_free(&ri);
+}
+
 static int run(const worker_args *a, const sigset_t *stop)
 {
     worker_info wi = {.file_rank = -1};
@@ -414,6 +430,7 @@ static int run(const worker_args *a, const sigset_t *stop)
              kvc_strerror(e));
         goto out;
     }
+    note_live_holder(seg, (uint32_t)rank);
     e = kvc_rank_register(seg, (uint32_t)rank, wi.session_id, wi.dict_json, wi.dict_len, &gen);
     uint64_t t2 = kvc__mono_us();
     if (e != KVC_OK) {
