@@ -37,7 +37,6 @@
 #include "etcd_client.h"
 #include "log.h"
 
-#define NAME_MAX_LEN CLUSTER_NAME_MAX
 #define URL_MAX 256
 #define DIGEST_HEX 65 /* SHA-256 in hex + NUL */
 #define WAITER_SLICE_MS 250
@@ -53,7 +52,7 @@
 /* Another node's record of a rank. */
 struct remote {
     struct remote *next;
-    char node[NAME_MAX_LEN + 1];
+    char node[CLUSTER_NAME_MAX + 1];
     int64_t mod_rev;
     uint64_t gen;
     char digest[DIGEST_HEX];
@@ -82,13 +81,13 @@ struct rslot {
     uint64_t seen_gen; /* segment generation last looked at */
     uint64_t mine_gen; /* generation of the cluster thread's own last write */
     enum applied applied;
-    char applied_node[NAME_MAX_LEN + 1];
+    char applied_node[CLUSTER_NAME_MAX + 1];
     uint64_t applied_gen;
     char applied_digest[DIGEST_HEX];
 };
 
 struct node_rec {
-    char name[NAME_MAX_LEN + 1];
+    char name[CLUSTER_NAME_MAX + 1];
     char url[URL_MAX];
     int64_t pid, ttl, lease;
     uint64_t started_ns, seen_ns;
@@ -116,13 +115,13 @@ struct pending_room {
 
 struct conflict {
     uint32_t rank;
-    char winner[NAME_MAX_LEN + 1];
+    char winner[CLUSTER_NAME_MAX + 1];
     char nodes[160];
 };
 
 struct cluster {
     /* configuration */
-    char cluster[NAME_MAX_LEN + 1], node[NAME_MAX_LEN + 1], url[URL_MAX];
+    char cluster[CLUSTER_NAME_MAX + 1], node[CLUSTER_NAME_MAX + 1], url[URL_MAX];
     char prefix[160]; /* /kvcoord/<cluster>/ */
     uint32_t ttl_s;
     struct etcd_conf econf;
@@ -159,7 +158,6 @@ struct cluster {
     uint64_t etcd_down_since; /* monotonic; 0 while etcd answers */
     int have_snapshot;
     uint64_t failures_seen;
-    int name_conflict; /* the last session start found the name in use */
     uint64_t adopted[ADOPTED_RING];
     size_t nadopted;
     struct pending_room *pending;
@@ -181,7 +179,7 @@ struct cluster {
 int cluster_name_ok(const char *s)
 {
     size_t n = strlen(s);
-    if (n < 1 || n > NAME_MAX_LEN)
+    if (n < 1 || n > CLUSTER_NAME_MAX)
         return 0;
     for (const char *p = s; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -285,12 +283,12 @@ static enum key_kind parse_key(const struct cluster *c, const char *key, char *n
     if (!strncmp(k, "nodes/", 6)) {
         if (!cluster_name_ok(k + 6))
             return K_OTHER;
-        snprintf(node, NAME_MAX_LEN + 1, "%s", k + 6);
+        snprintf(node, CLUSTER_NAME_MAX + 1, "%s", k + 6);
         return K_NODE;
     }
     if (!strncmp(k, "ranks/", 6)) {
         const char *n = k + 6, *slash = strchr(n, '/');
-        if (!slash || slash == n || (size_t)(slash - n) > NAME_MAX_LEN)
+        if (!slash || slash == n || (size_t)(slash - n) > CLUSTER_NAME_MAX)
             return K_OTHER;
         memcpy(node, n, (size_t)(slash - n));
         node[slash - n] = '\0';
@@ -1025,7 +1023,7 @@ static void rank_delete(struct cluster *c, const char *node, uint32_t rank)
 
 static void handle_events(struct cluster *c, const etcd_event *ev, size_t n)
 {
-    char node[NAME_MAX_LEN + 1];
+    char node[CLUSTER_NAME_MAX + 1];
     uint64_t num;
     /* Nodes first: a lease's end deletes the node key and its ranks in one
      * revision, and the withdrawal notes should say the node left. */
@@ -1066,7 +1064,7 @@ static void handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, int
         if (c->slots[r])
             for (struct remote *x = c->slots[r]->remotes; x; x = x->next)
                 x->stale = 1;
-    char node[NAME_MAX_LEN + 1];
+    char node[CLUSTER_NAME_MAX + 1];
     uint64_t num;
     int own_seen_node = 0;
     for (size_t i = 0; i < n; i++)
@@ -1168,6 +1166,8 @@ static int node_url_of(const etcd_kv *kv, char *out, size_t cap)
 static void name_in_use(struct cluster *c, const char *other, const etcd_kv *kv)
 {
     etcd_answered(c); /* etcd is up: the name is the trouble */
+    /* st.name_conflict is written only by this thread, so read unlocked. */
+    int first = !c->st.name_conflict;
     pthread_mutex_lock(&c->smu);
     c->st.name_conflict = 1;
     snprintf(c->st.name_holder, sizeof c->st.name_holder, "%s", other);
@@ -1176,13 +1176,12 @@ static void name_in_use(struct cluster *c, const char *other, const etcd_kv *kv)
              "); waiting for its lease to end",
              c->node, other, kv->lease);
     pthread_mutex_unlock(&c->smu);
-    if (!c->name_conflict)
+    if (first)
         log_event(LOG_ERROR, "node_name_in_use",
                   "cluster=%s node=%s url=%s other_url=%s other_lease=%" PRId64
                   " note=\"another kvcoordd runs with the same --node; nothing of this node is "
                   "published until its lease ends: give each node its own --node\"",
                   c->cluster, c->node, c->url, other, kv->lease);
-    c->name_conflict = 1;
 }
 
 static int start_session(struct cluster *c)
@@ -1204,27 +1203,28 @@ static int start_session(struct cluster *c)
      * would overwrite; wait (with backoff) until its lease ends.  A record
      * with this URL is an earlier kvcoordd of this node (SIGKILLed, or
      * this one frozen past its TTL): replaced. */
-    int created = 0, rc = -1;
+    int created = 0, rc = -1, taken = 0;
     etcd_kv cur = {0};
     if (val && !(rc = etcd_put_create(c->ec, key, val, strlen(val), lease, &created, &cur, NULL)) &&
         !created) {
         char other[URL_MAX];
-        if (node_url_of(&cur, other, sizeof other) && strcmp(other, c->url)) {
+        taken = node_url_of(&cur, other, sizeof other) && strcmp(other, c->url);
+        if (taken)
             name_in_use(c, other, &cur);
-            free(val);
-            etcd_kv_free(&cur);
-            etcd_lease_revoke(c->ec, lease);
-            return -1;
-        }
-        rc = etcd_put(c->ec, key, val, strlen(val), lease, NULL);
+        else
+            rc = etcd_put(c->ec, key, val, strlen(val), lease, NULL);
     }
     etcd_kv_free(&cur);
     free(val);
+    if (taken) {
+        etcd_lease_revoke(c->ec, lease);
+        return -1;
+    }
     if (rc) {
         etcd_failed(c, "node put");
         return -1;
     }
-    if (c->name_conflict) {
+    if (c->st.name_conflict) { /* written only by this thread: read unlocked */
         log_event(LOG_INFO, "node_name_free", "cluster=%s node=%s url=%s", c->cluster, c->node,
                   c->url);
         pthread_mutex_lock(&c->smu);
@@ -1233,7 +1233,6 @@ static int start_session(struct cluster *c)
         c->st.last_error[0] = '\0';
         pthread_mutex_unlock(&c->smu);
     }
-    c->name_conflict = 0;
     /* Our keys under an earlier lease (this process frozen past its TTL,
      * or an earlier kvcoordd of this node killed moments ago). */
     char prefix[256];
@@ -1246,7 +1245,7 @@ static int start_session(struct cluster *c)
     }
     c->lease = lease;
     for (size_t i = 0; i < n; i++) {
-        char node[NAME_MAX_LEN + 1];
+        char node[CLUSTER_NAME_MAX + 1];
         uint64_t num;
         if (parse_key(c, kvs[i].key, node, &num) == K_RANK && num < c->max_ranks) {
             struct rslot *s = slot(c, (uint32_t)num);
@@ -1755,12 +1754,12 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
 {
     if (!conf->cluster || !cluster_name_ok(conf->cluster)) {
         snprintf(err, cap, "invalid cluster name '%s' (1..%d bytes of [A-Za-z0-9._-])",
-                 conf->cluster ? conf->cluster : "", NAME_MAX_LEN);
+                 conf->cluster ? conf->cluster : "", CLUSTER_NAME_MAX);
         return -1;
     }
     if (!conf->node || !cluster_name_ok(conf->node)) {
         snprintf(err, cap, "invalid node name '%s' (1..%d bytes of [A-Za-z0-9._-])",
-                 conf->node ? conf->node : "", NAME_MAX_LEN);
+                 conf->node ? conf->node : "", CLUSTER_NAME_MAX);
         return -1;
     }
     if (conf->ttl_s < 1) {

@@ -378,6 +378,33 @@ static bool member_trouble(const char *msg)
 }
 
 /* POST body to path on url; *resp receives the parsed answer on X_OK. */
+/* What to add to the error of a request to url that failed with rc (curl),
+ * or answered HTTP status with gRPC code, when the cause is likely a TLS
+ * set-up mistake; "" otherwise.  A static string. */
+static const char *tls_hint(const etcd *c, const char *url, CURLcode rc, long status, int64_t code)
+{
+    if (strncmp(url, "https:", 6))
+        return "";
+    /* A TLS server that wants a client certificate and gets none ends the
+     * handshake: curl reports a send or receive error. */
+    if (!c->cert && (rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
+                     rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_GOT_NOTHING))
+        return "; if etcd runs with --client-cert-auth, give a client certificate (--etcd-cert, "
+               "--etcd-key)";
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+        return "; etcd's certificate is not signed by a CA in --etcd-cacert (or the system's), "
+               "or does not name this endpoint's host";
+    /* etcd 3.4's JSON gateway reaches its own gRPC server over the client
+     * URL presenting the server's certificate; with --client-cert-auth and
+     * a certificate that does not allow client authentication, every
+     * request answers 503 ("connection closed" or a broken pipe, gRPC code
+     * 14: unavailable). */
+    if (status == 503 && code == 14)
+        return "; if etcd runs with --client-cert-auth, its server certificate must also allow "
+               "clientAuth (extendedKeyUsage), which its gateway presents";
+    return "";
+}
+
 static int exchange(etcd *c, const char *url, const char *path, const char *body, json_t **resp)
 {
     struct body b = {0};
@@ -387,18 +414,8 @@ static int exchange(etcd *c, const char *url, const char *path, const char *body
     CURLcode rc = curl_easy_perform(c->curl);
     curl_slist_free_all(hd);
     if (rc != CURLE_OK) {
-        /* A TLS server that wants a client certificate and gets none
-         * ends the handshake: curl reports a send or receive error. */
-        int cert_hint = !c->cert && !strncmp(url, "https:", 6) &&
-                        (rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
-                         rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_GOT_NOTHING);
         set_err(c, "etcd %s%s: %s%s", url, path, curl_easy_strerror(rc),
-                cert_hint ? "; if etcd runs with --client-cert-auth, give a client "
-                            "certificate (--etcd-cert, --etcd-key)"
-                : rc == CURLE_PEER_FAILED_VERIFICATION
-                    ? "; etcd's certificate is not signed by a CA in --etcd-cacert (or the "
-                      "system's), or does not name this endpoint's host"
-                    : "");
+                tls_hint(c, url, rc, 0, 0));
         free(b.data);
         return X_UNREACHABLE;
     }
@@ -420,17 +437,8 @@ static int exchange(etcd *c, const char *url, const char *path, const char *body
         if (!msg)
             msg = json_string_value(json_object_get(j, "message"));
         int64_t code = get_i64(j, "code");
-        /* etcd 3.4's JSON gateway reaches its own gRPC server over the
-         * client URL presenting the server's certificate; with
-         * --client-cert-auth and a certificate that does not allow client
-         * authentication, every request answers this ("connection closed"
-         * or a broken pipe, code 14: unavailable). */
-        int tls_hint = status == 503 && code == 14 && !strncmp(url, "https:", 6);
         set_err(c, "etcd %s%s: %s (HTTP %ld, code %lld)%s", url, path, msg ? msg : "error", status,
-                (long long)code,
-                tls_hint ? "; if etcd runs with --client-cert-auth, its server certificate must "
-                           "also allow clientAuth (extendedKeyUsage), which its gateway presents"
-                         : "");
+                (long long)code, tls_hint(c, url, CURLE_OK, status, code));
         int kind = X_ERROR;
         if (msg && (strstr(msg, "invalid auth token") || strstr(msg, "user name is empty")))
             kind = X_AUTH;

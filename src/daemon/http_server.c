@@ -6,11 +6,12 @@
  * threads for every request that may lock (http_worker.h), each waking the
  * loop through an eventfd read on the ring; and the segment maintenance
  * (proc_watch.h: reaping, room sweep, event log, segment file watch),
- * which the loop only pokes; the cluster threads (cluster.c) talk to etcd.  The loop reaps completions and hands each to
- * the handler named after its operation: handle_accept, handle_sweep,
- * handle_signal, handle_wake, handle_jobs here, and for connections
- * handle_recv, handle_send and handle_park_timeout in http_session.c.
- * What an SQE is for is packed in its user_data (http_server_int.h).
+ * which the loop only pokes; the cluster threads (cluster.c) talk to etcd.
+ * The loop reaps completions and hands each to the handler named after its
+ * operation: handle_accept, handle_sweep, handle_signal, handle_wake,
+ * handle_jobs here, and for connections handle_recv, handle_send and
+ * handle_park_timeout in http_session.c.  What an SQE is for is packed in
+ * its user_data (http_server_int.h).
  */
 #include "clock.h"
 #include "http_server.h"
