@@ -275,7 +275,7 @@ class WorkerHttpTest(unittest.TestCase):
         self.assertIn("rank=3 ", p.stdout)
         # worker-3 still lingers holding rank 3: the one-shot says it replaces it
         holder = [w for w in self.workers if "worker-3." in w.log][0]
-        self.assertIn("note: rank 3 is registered by pid %d, which still runs" % holder.proc.pid,
+        self.assertIn("note: rank 3 was registered by pid %d, which still runs" % holder.proc.pid,
                       p.stderr)
         tei = read_body(info)["transfer_engine_info"]
         self.assertEqual(self.lookup(3)["remote_instance_transfer_engine_info"],

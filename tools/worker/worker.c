@@ -377,18 +377,27 @@ static int room_work(const worker_args *a, kvc_segment *seg, uint32_t rank)
     return 0;
 }
 
-/* Say so when the rank is registered by another process that still runs:
- * the registration replaces it, and that process is not told. */
+/* Say so when another live process attached to the segment registered
+ * the rank (the process table's record and liveness rule: pid and start
+ * time, not a zombie): this registration replaces it, and that process is
+ * not told.  kvcoordd's own registrations (HTTP) are not named. */
 static void note_live_holder(kvc_segment *seg, uint32_t rank)
 {
-    kvc_rank_info ri = {0};
-    if (kvc_rank_lookup(seg, rank, &ri) == KVC_OK && ri.pid > 0 && ri.pid != getpid() &&
-        (kill(ri.pid, 0) == 0 || errno == EPERM))
-        fprintf(stderr,
-                "%s: note: rank %u is registered by pid %d, which still runs; this "
-                "registration replaces it (session_id %s)\n",
-                prog, rank, (int)ri.pid, ri.session_id);
-    kvc_rank_info_free(&ri);
+    kvc_segment_info si;
+    size_t n = 0;
+    kvc_proc_info *procs = NULL;
+    if (kvc_segment_stat(seg, &si) != KVC_OK || !si.max_procs ||
+        !(procs = calloc(si.max_procs, sizeof *procs)) ||
+        kvc_proc_list(seg, procs, si.max_procs, &n) != KVC_OK)
+        n = 0;
+    for (size_t i = 0; i < n && i < si.max_procs; i++)
+        if (procs[i].rank == (int32_t)rank && procs[i].alive && procs[i].pid != getpid() &&
+            procs[i].role != KVC_ROLE_DAEMON)
+            fprintf(stderr,
+                    "%s: note: rank %u was registered by pid %d, which still runs; this "
+                    "registration replaces it\n",
+                    prog, rank, (int)procs[i].pid);
+    free(procs);
 }
 
 static int run(const worker_args *a, const sigset_t *stop)
