@@ -262,15 +262,15 @@ PyObject *kvcpy_room_fail(SegmentObject *s, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&O|O&", kwlist, kvcpy_conv_room, &room,
                                      kvcpy_conv_rank, &rank, &ro, kvcpy_conv_code, &code))
         return NULL;
-    if (PyUnicode_Check(ro))
-        reason = PyUnicode_AsUTF8AndSize(ro, &rlen);
-    else if (PyBytes_Check(ro))
+    if (PyUnicode_Check(ro)) {
+        if (!(reason = PyUnicode_AsUTF8AndSize(ro, &rlen)))
+            return NULL; /* not encodable (a lone surrogate) */
+    } else if (PyBytes_Check(ro)) {
         reason = PyBytes_AS_STRING(ro), rlen = PyBytes_GET_SIZE(ro);
-    else if (ro != Py_None)
+    } else if (ro != Py_None) {
         return PyErr_Format(PyExc_TypeError, "reason must be str, bytes or None, not %.80s",
                             Py_TYPE(ro)->tp_name);
-    if (PyUnicode_Check(ro) && !reason)
-        return NULL; /* not encodable (a lone surrogate) */
+    }
     if (reason && (size_t)rlen != strlen(reason))
         return PyErr_Format(kvcpy_InvalidError, "failure reason contains a NUL byte");
     int kept = 0;
