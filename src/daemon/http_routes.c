@@ -27,8 +27,8 @@
  *     int, "parallelism_config": {...}, "role": str (optional)}: 200 "OK";
  *     GET /get_parallelism_config?rank=N[&role=R]: 200 the stored object;
  *     404 "No parallelism config for rank N".
- *   - A known path with a trailing slash: 307 to the path without it (the
- *     query kept), as sglang's FastAPI server answers.
+ *   - A known path with trailing slashes: 307 to the path without them
+ *     (the query kept), as sglang's FastAPI server answers.
  *   - GET /ranks: {"ranks":[{"rank","session_id","generation","entries",
  *     "info_bytes","registered_ns","pid"}...],"world_size":W}.
  *   - DELETE /transfer_engine_info?rank=N: withdraw; 200 "OK" or 404.
@@ -54,8 +54,9 @@
  *     "Authorization: Bearer <token>"; else 401 {"detail":"Unauthorized"}
  *     with WWW-Authenticate: Bearer, checked before the body is looked at.
  *   Room ids are decimal 63-bit integers, written as JSON integers.
- * Every error is application/json {"detail":"..."}; an unknown path is 404
- * "Not Found", a known path with another method 405 "Method Not Allowed"
+ * Every error is application/json {"detail":"..."}; an unknown path (an
+ * empty room id, "/rooms/" or "/rooms//failure", included) is 404 "Not
+ * Found", a known path with another method 405 "Method Not Allowed"
  * with an Allow header.  Library errors: KVC_E_CAPACITY and KVC_E_INVAL 400,
  * KVC_E_TOOBIG 413, KVC_E_FULL 507, KVC_E_BUSY 503, others 500, the detail
  * ending with kvc_last_error().
@@ -938,23 +939,36 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
     send_body(r, req, out);
 }
 
+/* The two room paths, after "/rooms/": "{room}" and "{room}/failure",
+ * {room} one non-empty path segment (whether it is a valid id is checked
+ * later: a bad one is a 400).  Returns 0 with the segment in *id_len and
+ * *is_failure set when path is one of them, -1 for anything else (an empty
+ * segment, another suffix), which is an unknown path: 404 like any other.
+ * The trailing-slash redirect uses the same rule. */
+static int rooms_path(const char *path, size_t len, size_t *id_len, int *is_failure)
+{
+    static const char failure[] = "/failure";
+    const char *slash = memchr(path, '/', len);
+    *id_len = slash ? (size_t)(slash - path) : len;
+    *is_failure = slash != NULL;
+    if (*id_len == 0)
+        return -1;
+    if (slash && (len - *id_len != sizeof failure - 1 || memcmp(slash, failure, len - *id_len)))
+        return -1;
+    return 0;
+}
+
 /* /rooms/{room} and /rooms/{room}/failure.  path is after "/rooms/".  Both
  * take the rooms lock: on the loop, once the request is known good, they
  * are deferred to a helper thread. */
 static enum route_rc rooms_route(struct routes *r, const struct http_req *req, struct buf *out,
                                  const char *path, size_t len)
 {
-    static const char failure[] = "/failure";
-    const char *slash = memchr(path, '/', len);
-    size_t id_len = slash ? (size_t)(slash - path) : len;
-    int is_failure = 0;
-    if (slash) {
-        size_t rest = len - id_len;
-        if (rest != sizeof failure - 1 || memcmp(slash, failure, rest)) {
-            resp_detail(out, req, 404, "Not Found", NULL);
-            return ROUTE_DONE;
-        }
-        is_failure = 1;
+    size_t id_len;
+    int is_failure;
+    if (rooms_path(path, len, &id_len, &is_failure)) {
+        resp_detail(out, req, 404, "Not Found", NULL);
+        return ROUTE_DONE;
     }
     if (is_failure ? req->method != HTTP_PUT && req->method != HTTP_POST
                    : req->method != HTTP_GET && req->method != HTTP_HEAD) {
@@ -1104,17 +1118,30 @@ static const struct route *find_route(const char *path, size_t len)
     return NULL;
 }
 
-/* A known path with a trailing slash ("/get_transfer_engine_info/"): 307
- * to the path without it, query kept, as Starlette's redirect_slashes
- * answers (requests and curl -L follow it, repeating method and body).
- * Returns 1 when answered. */
+/* True if path (without its query) is one of the routes: a path of the
+ * table or a room path. */
+static int known_path(const char *path, size_t len)
+{
+    size_t plen = sizeof ROOMS_PREFIX - 1, id_len;
+    int is_failure;
+    if (len > plen && !memcmp(path, ROOMS_PREFIX, plen))
+        return !rooms_path(path + plen, len - plen, &id_len, &is_failure);
+    return find_route(path, len) != NULL;
+}
+
+/* A known path with trailing slashes ("/get_transfer_engine_info/",
+ * "/rooms/42//"): 307 to the path without them, query kept, as Starlette's
+ * redirect_slashes answers (it strips every trailing slash, and redirects
+ * only when what is left is a route; requests and curl -L follow it,
+ * repeating method and body).  Returns 1 when answered. */
 static int redirect_slash(const struct http_req *req, struct buf *out)
 {
-    size_t n = req->path_len, plen = sizeof ROOMS_PREFIX - 1;
+    size_t n = req->path_len;
     if (n < 2 || req->path[n - 1] != '/')
         return 0;
-    n--;
-    if (!find_route(req->path, n) && !(n > plen && !memcmp(req->path, ROOMS_PREFIX, plen)))
+    while (n && req->path[n - 1] == '/')
+        n--;
+    if (!known_path(req->path, n))
         return 0;
     char loc[512];
     int w = snprintf(loc, sizeof loc, "Location: %.*s%s%.*s\r\n", (int)n, req->path,

@@ -175,13 +175,34 @@ class RoomsHttpTest(unittest.TestCase):
         r = self.get("/rooms/%d" % INT63_MAX)
         self.assertEqual(r.status_code, 404, r.text)
         for bad in ("abc", "-1", "%d" % (INT63_MAX + 1), "1e3", "+5", "0x10",
-                    "99999999999999999999999", ""):
+                    "99999999999999999999999"):
             for r in (self.get("/rooms/" + bad),
                       self.put_failure(bad, {"rank": 0, "reason": "x"})):
                 self.assertEqual(r.status_code, 400, (bad, r.text))
                 self.assertIn("room id", r.json()["detail"])
         r = self.get("/rooms/5/other")
         self.assertEqual(r.status_code, 404)
+
+    def test_empty_room_id_is_an_unknown_path(self):
+        # No room segment at all: an unknown path (404 "Not Found", as any
+        # other), not a bad room id (400), and no redirect to a path that
+        # is not a route either.
+        not_found = {"detail": "Not Found"}
+        for r in (self.get("/rooms/"), self.get("/rooms//"), self.get("/rooms//failure"),
+                  self.put_failure("", {"rank": 0, "reason": "x"}),
+                  self.http.put(self.url + "/rooms//failure/", data="{}", timeout=DEADLINE,
+                                allow_redirects=False),
+                  self.get("/rooms/5/other/", allow_redirects=False),
+                  self.get("/rooms/5//failure", allow_redirects=False)):
+            self.assertEqual((r.status_code, r.json()), (404, not_found), r.request.url)
+            self.assertEqual(r.headers["Content-Type"], "application/json")
+        # trailing slashes after a room path: one 307 to the path without them
+        for path, where in (("/rooms/42/", "/rooms/42"), ("/rooms/42//", "/rooms/42"),
+                            ("/rooms/42/failure//", "/rooms/42/failure"),
+                            ("/rooms/abc/", "/rooms/abc")):
+            r = self.get(path, params={"rank": 0}, allow_redirects=False)
+            self.assertEqual((r.status_code, r.headers.get("Location")), (307, where + "?rank=0"))
+        self.assertEqual(self.get("/rooms/12345//").status_code, 404)  # followed: No room
         r = self.get("/rooms/5", params={"rank": "-1"})
         self.assertEqual(r.status_code, 400)
         self.assertEqual(r.json()["detail"], "Invalid rank parameter")
