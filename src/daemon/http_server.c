@@ -487,6 +487,5 @@ int server_run(const struct server_config *cfg, kvc_segment *seg)
     s.stopping = 1;
     server_drain(&s);
     server_free(&s);
-    log_event(LOG_INFO, "stopped", "status=%d", s.exit_code);
-    return s.exit_code;
+    return s.exit_code; /* "stopped" is the caller's to log, once it is all done */
 }

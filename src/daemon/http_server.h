@@ -40,7 +40,8 @@ struct server_config {
 /* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd
  * READY=1 once listening (notify.h), STOPPING=1 on the signal.  Returns the
  * process exit status: 0 after a signal, 1 when the server could not start
- * or its ring failed (logged). */
+ * or its ring failed (logged).  Logs no "stopped": the caller logs it once
+ * everything after the server (the cluster view's leave) is done. */
 int server_run(const struct server_config *cfg, kvc_segment *seg);
 
 #endif /* KVC_HTTP_SERVER_H */

@@ -929,5 +929,6 @@ int main(int argc, char **argv)
     kvc_close(seg);
     close(lfd);
     close(sfd);
+    log_event(LOG_INFO, "stopped", "status=%d", rc); /* the last line, after cluster_left */
     return rc;
 }

@@ -297,6 +297,10 @@ class Leases(Base):
         a.stop()
         took = self.gone(b, 2)  # not 30 s: the lease was revoked
         print("clean stop of A (TTL 30 s) -> gone from B after %.3f s" % took)
+        # the lease's revocation is logged, and "stopped" stays the last line
+        events = [line.split()[2] for line in open(a.log) if len(line.split()) > 2]
+        self.assertIn("cluster_left", events)
+        self.assertEqual(events[-1], "stopped", events[-4:])
         a.start()  # same segment: the registration survived
         self.visible(b, 2, origin="A")
 
