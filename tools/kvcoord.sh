@@ -42,7 +42,11 @@ Commands:
                       KVTransferError (a table is printed)
         Logs and pid files: build/run/kvcoordd.log, build/run/worker-N.log,
         build/run/kvcoordd.pid, build/run/workers.pid.
-  stop  Stop what 'run' started: SIGTERM the workers, then kvcoordd.
+  stop  Stop what 'run' started: SIGTERM the workers, then kvcoordd (SIGKILL
+        after 5 s).  Says which processes were already gone, and leaves alone a
+        pid that now belongs to another program.  Exits 0 whenever nothing of
+        the run is left running, so also when nothing was (no pid files, or
+        every process had already exited: it says so).
   test [--sanitize]
         Install missing Debian packages, check the formatting (clang-format),
         build build/ (warnings are errors) and run its ctest suite, build the
@@ -101,7 +105,15 @@ build() { # build DIR [cmake options...]
 
 # ---- run / stop ------------------------------------------------------------
 
-alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+# True if pid runs: exists and is not a zombie (an exited process nobody has
+# reaped yet, e.g. under a PID 1 that does not reap orphans).
+alive() {
+    [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null || return 1
+    local st
+    st=$(<"/proc/$1/stat") 2>/dev/null || return 1
+    st=${st##*) }
+    [[ ${st%% *} != Z ]]
+}
 
 # True if pid is alive and was started from this checkout's build as
 # kvcoordd or kvcoord-worker (pids are reused: never signal a pid from a
@@ -114,11 +126,24 @@ ours() {
 }
 
 stop_pids() { # stop_pids WHAT PID... : SIGTERM, wait up to 5 s, then SIGKILL
+    # Says which of the pids were already gone (or now belong to another
+    # program, left alone); returns 1 when none was ours and running.
     local what=$1 pid n
     shift
-    local live=()
-    for pid in "$@"; do ours "$pid" && live+=("$pid"); done
-    ((${#live[@]})) || return 0
+    local live=() gone=() other=()
+    for pid in "$@"; do
+        if ours "$pid"; then
+            live+=("$pid")
+        elif alive "$pid"; then
+            other+=("$pid")
+        else
+            gone+=("$pid")
+        fi
+    done
+    ((${#gone[@]})) && log "$what: pid ${gone[*]} already gone (not running)"
+    ((${#other[@]})) &&
+        log "$what: pid ${other[*]} now belongs to another program (pid reused): left alone"
+    ((${#live[@]})) || return 1
     log "stopping $what (pid ${live[*]})"
     kill -TERM "${live[@]}" 2>/dev/null || true
     for ((n = 0; n < 50; n++)); do
@@ -132,17 +157,26 @@ stop_pids() { # stop_pids WHAT PID... : SIGTERM, wait up to 5 s, then SIGKILL
 }
 
 cmd_stop() {
-    local workers=() daemon=""
+    case ${1:-} in
+    "") ;;
+    -h | --help) usage; return 0 ;;
+    *) usage >&2; exit 2 ;;
+    esac
+    local workers=() daemon="" stopped=0
     [[ -f $RUN_DIR/workers.pid ]] && mapfile -t workers <"$RUN_DIR/workers.pid"
     [[ -f $RUN_DIR/kvcoordd.pid ]] && daemon=$(<"$RUN_DIR/kvcoordd.pid")
     if ((${#workers[@]} == 0)) && [[ -z $daemon ]]; then
         log "nothing to stop (no pid files in build/run/)"
         return 0
     fi
-    stop_pids "workers" "${workers[@]}"
-    [[ -n $daemon ]] && stop_pids "kvcoordd" "$daemon"
+    ((${#workers[@]})) && stop_pids "workers" "${workers[@]}" && stopped=1
+    [[ -n $daemon ]] && stop_pids "kvcoordd" "$daemon" && stopped=1
     rm -f "$RUN_DIR/workers.pid" "$RUN_DIR/kvcoordd.pid"
-    log "stopped"
+    if ((stopped)); then
+        log "stopped"
+    else
+        log "nothing to stop: the last run's processes had already exited (log: build/run/kvcoordd.log)"
+    fi
     if [[ -f $RUN_DIR/segment ]]; then
         local segment
         segment=$(<"$RUN_DIR/segment")

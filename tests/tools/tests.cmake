@@ -1,4 +1,4 @@
-# Tests of the tools (label "tools"): the model-info generator, and
+# Tests of the tools (label "tools"): the model-info generator, kvcoord.sh stop, and
 # kvcoord-worker registering real models' ranks in a segment served by
 # kvcoordd, read back over HTTP with Python requests.
 # Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR is tests/).
@@ -21,4 +21,13 @@ if(TARGET kvcoordd)
             --query ${CMAKE_SOURCE_DIR}/tools/query_ranks.py
             --work ${KVC_TOOLS_WORK_DIR}/worker_http)
   set_tests_properties(tools_worker_http PROPERTIES LABELS "tools" TIMEOUT 300)
+endif()
+
+if(TARGET kvcoordd)
+  add_test(NAME tools_kvcoord_sh
+    COMMAND ${PYTHON3} ${KVC_TOOLS_TEST_DIR}/test_kvcoord_sh.py
+            --script ${CMAKE_SOURCE_DIR}/tools/kvcoord.sh
+            --daemon $<TARGET_FILE:kvcoordd>
+            --work ${KVC_TOOLS_WORK_DIR}/kvcoord_sh)
+  set_tests_properties(tools_kvcoord_sh PROPERTIES LABELS "tools" TIMEOUT 300)
 endif()

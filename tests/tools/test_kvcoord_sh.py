@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""`tools/kvcoord.sh stop` on a copy of the script in a scratch checkout
+(DIR/tools/kvcoord.sh, so its build/run/ is DIR/build/run/ and the real
+checkout's run is never touched): a real kvcoordd started as
+DIR/build/kvcoordd, and stand-in workers (sleep started as
+DIR/build/kvcoord-worker: the script recognises its processes by that path).
+
+Checked: what stop says and its exit status when everything runs, when the
+processes had already exited (it says so, exit 0), when some had, when a pid
+file's pid now belongs to another program (left alone), with no pid files,
+and for a bad argument (usage, exit 2).
+
+Usage: test_kvcoord_sh.py --script tools/kvcoord.sh --daemon KVCOORDD --work DIR
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+ARGS = None
+
+
+def wait_gone(pid, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Stop(unittest.TestCase):
+    def setUp(self):
+        self.root = os.path.realpath(os.path.join(ARGS.work, self._testMethodName))
+        shutil.rmtree(self.root, ignore_errors=True)
+        os.makedirs(os.path.join(self.root, "tools"))
+        self.run_dir = os.path.join(self.root, "build", "run")
+        os.makedirs(self.run_dir)
+        self.script = os.path.join(self.root, "tools", "kvcoord.sh")
+        shutil.copy(ARGS.script, self.script)
+        os.symlink(os.path.realpath(ARGS.daemon), os.path.join(self.root, "build", "kvcoordd"))
+        os.symlink(shutil.which("sleep"), os.path.join(self.root, "build", "kvcoord-worker"))
+        self.procs = []
+        self.segment = "kvctest-sh-%d-%s" % (os.getpid(), self._testMethodName[5:40])
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        try:
+            os.unlink("/dev/shm/" + self.segment)
+        except FileNotFoundError:
+            pass
+
+    def start(self, argv, **kw):
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        self.procs.append(p)
+        return p
+
+    def start_run(self, workers=2):
+        """A daemon and workers as 'run' leaves them, with their pid files."""
+        d = self.start([os.path.join(self.root, "build", "kvcoordd"), "--listen", "127.0.0.1:0",
+                        "--segment", self.segment, "--fresh"])
+        ws = [self.start([os.path.join(self.root, "build", "kvcoord-worker"), "600"])
+              for _ in range(workers)]
+        self.write_pids(d.pid, [w.pid for w in ws])
+        time.sleep(0.3)  # the daemon has its signal mask (SIGTERM is a clean stop)
+        self.assertIsNone(d.poll(), "kvcoordd exited at start")
+        return d, ws
+
+    def write_pids(self, daemon, workers):
+        with open(os.path.join(self.run_dir, "kvcoordd.pid"), "w") as f:
+            f.write("%d\n" % daemon)
+        with open(os.path.join(self.run_dir, "workers.pid"), "w") as f:
+            f.write("".join("%d\n" % w for w in workers))
+
+    def stop(self, *args):
+        r = subprocess.run(["bash", self.script, "stop"] + list(args), capture_output=True,
+                           text=True, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+
+    def assertNoPidFiles(self):
+        self.assertEqual(sorted(os.listdir(self.run_dir)), [])
+
+    def test_stop_running_processes(self):
+        d, ws = self.start_run()
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("stopping workers (pid %d %d)" % (ws[0].pid, ws[1].pid), out)
+        self.assertIn("stopping kvcoordd (pid %d)" % d.pid, out)
+        self.assertIn("==> stopped\n", out)
+        self.assertNotIn("already gone", out)
+        # exited at SIGTERM: a zombie until this test reaps it, which is not
+        # running (no 5 s wait and SIGKILL)
+        self.assertNotIn("SIGKILL", out)
+        self.assertEqual(d.wait(10), 0)  # SIGTERM: a clean stop
+        self.assertNoPidFiles()
+
+    def test_stop_when_everything_had_already_exited(self):
+        d, ws = self.start_run()
+        for p in [d] + ws:
+            p.kill()
+            p.wait()
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)  # nothing left running: what stop is for
+        self.assertIn("kvcoordd: pid %d already gone (not running)" % d.pid, out)
+        self.assertIn("workers: pid %d %d already gone" % (ws[0].pid, ws[1].pid), out)
+        self.assertIn("nothing to stop: the last run's processes had already exited", out)
+        self.assertNotIn("==> stopped\n", out)
+        self.assertNotIn("stopping", out)
+        self.assertNoPidFiles()
+
+    def test_stop_when_the_daemon_alone_had_exited(self):
+        d, ws = self.start_run()
+        d.kill()
+        d.wait()
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("kvcoordd: pid %d already gone (not running)" % d.pid, out)
+        self.assertIn("stopping workers", out)
+        self.assertIn("==> stopped\n", out)
+        for w in ws:
+            self.assertEqual(w.wait(10), -15)
+
+    def test_pid_reused_by_another_program_is_left_alone(self):
+        other = self.start(["sleep", "600"])  # not started from the scratch checkout
+        self.write_pids(other.pid, [])
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("kvcoordd: pid %d now belongs to another program (pid reused): left alone"
+                      % other.pid, out)
+        self.assertIn("nothing to stop: the last run's processes had already exited", out)
+        time.sleep(0.2)
+        self.assertIsNone(other.poll(), "stop signalled a process that is not the run's")
+
+    def test_no_pid_files(self):
+        rc, out, err = self.stop()
+        self.assertEqual((rc, out, err), (0, "==> nothing to stop (no pid files in build/run/)\n",
+                                          ""))
+
+    def test_usage(self):
+        rc, out, err = self.stop("--now")
+        self.assertEqual(rc, 2)
+        self.assertIn("Usage: tools/kvcoord.sh", err)
+        rc, out, err = self.stop("--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("already gone", out)  # --help describes it
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--script", required=True)
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--work", required=True)
+    ARGS, rest = p.parse_known_args()
+    os.makedirs(ARGS.work, exist_ok=True)
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
