@@ -1,4 +1,5 @@
-# Tests of the tools (label "tools"): the model-info generator, kvcoord.sh stop, and
+# Tests of the tools (label "tools"): the model-info generator, kvcoord.sh stop,
+# kvcoord-bench rate, and
 # kvcoord-worker registering real models' ranks in a segment served by
 # kvcoordd, read back over HTTP with Python requests.
 # Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR is tests/).
@@ -30,4 +31,13 @@ if(TARGET kvcoordd)
             --daemon $<TARGET_FILE:kvcoordd>
             --work ${KVC_TOOLS_WORK_DIR}/kvcoord_sh)
   set_tests_properties(tools_kvcoord_sh PROPERTIES LABELS "tools" TIMEOUT 300)
+endif()
+
+# kvcoord-bench rate, the open-loop load generator of tools/bench/bench_http.sh:
+# counts of requests sent, answered and failed against a scripted server.
+if(TARGET kvcoord-bench)
+  add_test(NAME tools_bench_rate
+    COMMAND ${PYTHON3} ${KVC_TOOLS_TEST_DIR}/test_bench_rate.py
+            --bench $<TARGET_FILE:kvcoord-bench>)
+  set_tests_properties(tools_bench_rate PROPERTIES LABELS "tools" TIMEOUT 300)
 endif()

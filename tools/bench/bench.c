@@ -47,6 +47,7 @@
 #include <jansson.h>
 
 #include "clock.h"
+#include "bench_rate.h"
 #include "bench_rooms.h"
 #include "bench_transfer.h"
 #include "kvcoord/kvcoord.h"
@@ -78,6 +79,7 @@ static void usage(FILE *out)
             prog, prog);
     bench_transfer_usage(out);
     bench_rooms_usage(out);
+    bench_rate_usage(out);
     fprintf(out,
             "\n"
             "Measures reading and writing a rank's transfer-engine info through libkvcoord\n"
@@ -105,6 +107,8 @@ static void usage(FILE *out)
             "          process's kvc_room_wait() returning (median, p99 us; baseline a bare\n"
             "          pipe wake-up); room cycles/s (open, 3 updates, poll, release) with 1, 2\n"
             "          and 8 processes; a scratch segment; --rounds, --duration, --json.\n"
+            "rate      HTTP GET latency at a fixed, open-loop request rate against any\n"
+            "          server (kvcoord-bench rate --help); no segment.\n"
             "kv        the same with a realistic request: Llama-3.1-8B at TP=8 per rank,\n"
             "          4096 tokens in scattered 16-token pages (16384 runs of 4 KiB).\n"
             "          transfer and kv take --backend tcp|verbs|auto (default tcp),\n"
@@ -879,9 +883,12 @@ int main(int argc, char **argv)
         return bench_transfer_main(argc, argv);
     if (strcmp(argv[1], "rooms") == 0)
         return bench_rooms_main(argc, argv);
+    if (strcmp(argv[1], "rate") == 0)
+        return bench_rate_main(argc, argv);
     a.cmd = argv[1];
     if (strcmp(a.cmd, "lookup") != 0 && strcmp(a.cmd, "register") != 0) {
-        fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv)\n", prog, a.cmd);
+        fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv, rooms, rate)\n",
+                prog, a.cmd);
         usage(stderr);
         return EXIT_USAGE;
     }
@@ -919,7 +926,8 @@ int main(int argc, char **argv)
         return cmd_lookup(&a);
     if (strcmp(a.cmd, "register") == 0)
         return cmd_register(&a);
-    fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv)\n", prog, a.cmd);
+    fprintf(stderr, "%s: unknown command '%s' (lookup, register, transfer, kv, rooms, rate)\n",
+            prog, a.cmd);
     usage(stderr);
     return EXIT_USAGE;
 }

@@ -27,16 +27,27 @@ DURATION=10s
 ROUNDS=1
 MODEL=llama-3.1-8b
 SKIP_LIB=0
+RATE_FRACTION=0.5
+RATE_SECONDS=10
 
 usage() {
     cat <<EOF
 Usage: tools/bench/bench_http.sh [--build DIR] [-t THREADS] [-c CONNECTIONS] [-d DURATION]
                            [--rounds N] [--model M] [--no-lib]
+                           [--rate-fraction F] [--rate-seconds S]
 
 wrk against kvcoordd's GET /get_transfer_engine_info?rank=0 (a $MODEL rank) and,
 side by side, against nginx with one worker serving the same response bytes as a
 static file; prints Requests/sec, latency and the ratio kvcoordd/nginx.  Then
-kvcoord-bench lookup and register (library vs HTTP) with the 4 MB stress rank.
+the same two servers at one fixed, open-loop request rate (kvcoord-bench rate:
+the same offered load for both, F times nginx's median wrk req/s), latency
+counted from when each request was due, percentiles side by side.  Then kvcoord-bench
+lookup and register (library vs HTTP) with the 4 MB stress rank.
+
+Why both: wrk is closed-loop (each connection sends its next request when the
+answer arrives), so a faster server makes wrk ask more and, on a machine with
+few CPUs, starves wrk's own threads, whose run-queue waits then show up as the
+server's tail latency.  At a fixed rate both servers get the same work.
 
 Options:
   --build DIR        build directory with kvcoordd and kvcoord-bench
@@ -47,6 +58,10 @@ Options:
   --rounds N         alternate kvcoordd/nginx runs N times each (default $ROUNDS)
   --model M          model of the rank served: llama-3.1-8b (default), qwen2.5-72b
   --no-lib           skip the kvcoord-bench part
+  --rate-fraction F  fixed-rate load as a fraction of nginx's median wrk req/s,
+                     0 < F <= 1 (default $RATE_FRACTION); 0 skips the fixed-rate part
+  --rate-seconds S   duration of each fixed-rate run, whole seconds 1..3600
+                     (default $RATE_SECONDS)
   -h, --help         print this help
 
 Needs: kvcoordd and kvcoord-bench built, wrk, nginx (nginx-light), curl, python3.
@@ -62,6 +77,8 @@ while (($#)); do
         --rounds) ROUNDS=$2; shift 2 ;;
         --model) MODEL=$2; shift 2 ;;
         --no-lib) SKIP_LIB=1; shift ;;
+        --rate-fraction) RATE_FRACTION=$2; shift 2 ;;
+        --rate-seconds) RATE_SECONDS=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench_http.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -78,6 +95,13 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v wrk >/dev/null || die "wrk not found (Debian package wrk)"
 command -v curl >/dev/null || die "curl not found"
 ((SKIP_LIB)) || [[ -x $BENCH ]] || die "$BENCH not found (or pass --no-lib)"
+[[ $RATE_FRACTION =~ ^(0(\.[0-9]+)?|1(\.0*)?)$ ]] ||
+    die "--rate-fraction must be a number from 0 to 1, not '$RATE_FRACTION'"
+[[ $RATE_SECONDS =~ ^[1-9][0-9]{0,3}$ ]] && ((RATE_SECONDS <= 3600)) ||
+    die "--rate-seconds must be whole seconds 1..3600, not '$RATE_SECONDS'"
+RATE_ON=$($PY -c "print(1 if float('$RATE_FRACTION') > 0 else 0)")
+((RATE_ON == 0)) || [[ -x $BENCH ]] ||
+    die "$BENCH not found (the fixed-rate part needs it), or pass --rate-fraction 0"
 
 TMP=$(mktemp -d /tmp/kvcbench.XXXXXX)
 SEGMENT=kvcbench-$$
@@ -185,7 +209,59 @@ for name in ("kvcoordd", "nginx"):
         name, rps, avg, p50, p99, sum(r[4] for r in runs), ",".join(r[5] for r in runs)))
 if len(med) == 2:
     print("ratio kvcoordd/nginx requests/sec: %.2f" % (med["kvcoordd"] / med["nginx"]))
+if "nginx" in med:
+    open(sys.argv[1] + ".nginx_rps", "w").write("%d\n" % med["nginx"])
 PYEOF
+
+# ---- the same offered load for both: kvcoord-bench rate -------------------------
+# rate_run NAME URL RATE -> prints its table, appends "NAME <json>" to $TMP/rate_runs
+rate_run() {
+    local name=$1 url=$2 rate=$3 out="$TMP/rate-$1-$RANDOM.json"
+    "$BENCH" rate --url "$url" --path "$PATHQ" --rate "$rate" --connections "$CONNS" \
+        --duration "$RATE_SECONDS" --json >"$out" 2>&1 ||
+        die "kvcoord-bench rate against $name failed: $(cat "$out")"
+    echo "$name $(cat "$out")" >>"$TMP/rate_runs"
+}
+
+if ((RATE_ON)); then
+    nginx_rps=$(cat "$TMP/results.nginx_rps")
+    offered=$($PY -c "print(max(1, round($nginx_rps * $RATE_FRACTION)))")
+    log "fixed rate (open loop): $offered req/s on $CONNS connections for both servers" \
+        "($RATE_FRACTION of nginx's median $nginx_rps req/s above), ${RATE_SECONDS}s, $ROUNDS round(s)"
+    : >"$TMP/rate_runs"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        log "round $r: kvcoordd, then nginx, at $offered req/s"
+        rate_run kvcoordd "$KURL" "$offered"
+        rate_run nginx "$NURL" "$offered"
+    done
+    $PY - "$TMP/rate_runs" <<'PYEOF'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, js = line.split(" ", 1)
+    rows.setdefault(name, []).append(json.loads(js))
+keys = ("p50", "p90", "p99", "p99_9", "max")
+print()
+print("fixed rate: latency = answer complete - request due (us); medians over rounds")
+print("%-10s %9s %9s %9s %9s %9s %9s  %s" % ("server", "done/s", *keys, "failed/dropped"))
+med = {}
+for name in ("kvcoordd", "nginx"):
+    runs = rows.get(name, [])
+    if not runs:
+        continue
+    m = [statistics.median(r["completed_per_s"] for r in runs)]
+    m += [statistics.median(r["latency_us"][k] for r in runs) for k in keys]
+    med[name] = m
+    print("%-10s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f  %d/%d" % (
+        name, *m, sum(r["failed"] for r in runs), sum(r["dropped"] for r in runs)))
+    for i, r in enumerate(runs, 1):
+        print("  round %-2d %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f" % (
+            i, r["completed_per_s"], *(r["latency_us"][k] for k in keys)))
+if len(med) == 2:
+    print("ratio kvcoordd/nginx latency at the same rate: p50 %.2f, p99 %.2f, p99.9 %.2f"
+          % tuple(med["kvcoordd"][i] / med["nginx"][i] for i in (1, 3, 4)))
+PYEOF
+fi
 
 # ---- kvcoord-bench -----------------------------------------------------------
 if ((SKIP_LIB == 0)); then
