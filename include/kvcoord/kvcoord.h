@@ -446,6 +446,52 @@ kvc_err kvc_parallelism_register(kvc_segment *seg, const char *role, uint32_t ra
 kvc_err kvc_parallelism_lookup(kvc_segment *seg, const char *role, uint32_t rank,
                                kvc_rank_info *out);
 
+/* kvc_rank_register_mirror() under a role (claimed if new; the default
+ * role is the rank table): the entry records origin and origin_generation,
+ * is never withdrawn with the process that wrote it, and is written only
+ * while its generation is expect_generation (KVC_GEN_ANY: any).
+ * Errors: those of kvc_rank_register_mirror(), KVC_E_INVAL (bad role),
+ * KVC_E_FULL (KVC_RANK_ROLES roles in use). */
+kvc_err kvc_role_register_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                 const char *session_id, const char *info_json, size_t info_len,
+                                 const char *origin, uint64_t origin_generation,
+                                 uint64_t expect_generation, uint64_t *gen_out);
+
+/* kvc_rank_withdraw_mirror() under a role.  Errors: those of
+ * kvc_rank_withdraw_mirror(); KVC_E_NOENT also for a role not in use. */
+kvc_err kvc_role_withdraw_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                 const char *note, uint64_t expect_generation);
+
+/* kvc_rank_list() of role's transfer-engine infos (lock-free; info fields
+ * untouched).  A role no registration has used lists nothing (*count 0).
+ * Errors: KVC_E_INVAL (NULL, bad role), KVC_E_CORRUPT. */
+kvc_err kvc_role_list(kvc_segment *seg, const char *role, kvc_rank_info *out, size_t cap,
+                      size_t *count, int include_withdrawn);
+
+/* kvc_parallelism_register() as a mirror of another node's config (kvcoordd's
+ * cluster view): origin (1..KVC_ORIGIN_MAX bytes of [A-Za-z0-9._-]) and
+ * origin_generation are recorded; written only while the entry's
+ * generation is expect_generation (KVC_GEN_ANY: any), else KVC_E_EXISTS;
+ * never withdrawn with the process that wrote it.  Errors: those of
+ * kvc_parallelism_register(), KVC_E_INVAL (bad origin), KVC_E_EXISTS. */
+kvc_err kvc_parallelism_register_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                        const char *config_json, size_t config_len,
+                                        const char *origin, uint64_t origin_generation,
+                                        uint64_t expect_generation, uint64_t *gen_out);
+
+/* Withdraw rank's parallelism config under role if it is still a mirrored
+ * entry with generation expect_generation (KVC_GEN_ANY: any), with note.
+ * Errors: as kvc_rank_withdraw_mirror() (KVC_E_NOENT also for a role not
+ * in use). */
+kvc_err kvc_parallelism_withdraw_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                        const char *note, uint64_t expect_generation);
+
+/* kvc_rank_list() of role's parallelism configs (lock-free; info fields
+ * untouched; session_id ""); a role not in use lists nothing.
+ * Errors: KVC_E_INVAL (NULL, bad role), KVC_E_CORRUPT. */
+kvc_err kvc_parallelism_list(kvc_segment *seg, const char *role, kvc_rank_info *out, size_t cap,
+                             size_t *count, int include_withdrawn);
+
 /* Names of the roles in use, the default role first, into
  * names[0..cap-1]; *count receives how many are in use.  Lock-free.
  * Errors: KVC_E_INVAL (NULL). */

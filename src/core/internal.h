@@ -172,6 +172,16 @@ kvc_err kvc__entry_register(kvc_segment *seg, unsigned table, uint32_t rank, con
                             const char *json, size_t len, int validated, uint32_t entries,
                             uint64_t *gen_out);
 kvc_err kvc__entry_withdraw(kvc_segment *seg, unsigned table, uint32_t rank, const char *note);
+/* The mirror writes (kvc_rank_register_mirror, kvc_rank_withdraw_mirror)
+ * and the listing (kvc_rank_list) of any table; seg is not NULL. */
+kvc_err kvc__entry_register_mirror(kvc_segment *seg, unsigned table, uint32_t rank,
+                                   const char *session_id, const char *json, size_t len,
+                                   const char *origin, uint64_t origin_generation,
+                                   uint64_t expect_generation, uint64_t *gen_out);
+kvc_err kvc__entry_withdraw_mirror(kvc_segment *seg, unsigned table, uint32_t rank,
+                                   const char *note, uint64_t expect_generation);
+kvc_err kvc__entry_list(kvc_segment *seg, unsigned table, kvc_rank_info *out, size_t cap,
+                        size_t *count, int include_withdrawn);
 
 /* ranks.c: the seqlock read of a rank entry, the one rule for lookups and
  * for inspect.  Copies e's published (active) descriptor into *sl, the

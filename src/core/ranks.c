@@ -315,12 +315,18 @@ KVC_API kvc_err kvc_rank_list(kvc_segment *seg, kvc_rank_info *out, size_t cap, 
     KVC_ARG(count);
     if (cap)
         KVC_ARG(out);
+    return kvc__entry_list(seg, 0, out, cap, count, include_withdrawn);
+}
+
+kvc_err kvc__entry_list(kvc_segment *seg, unsigned table, kvc_rank_info *out, size_t cap,
+                        size_t *count, int include_withdrawn)
+{
     size_t n = 0;
     for (uint32_t r = 0; r < seg->hdr->max_ranks; r++) {
-        if (plainly_empty(kvc__rank_entry(seg, 0, r)))
+        if (plainly_empty(kvc__rank_entry(seg, table, r)))
             continue;
         kvc_rank_info tmp = {0};
-        kvc_err e = read_entry(seg, 0, r, &tmp, false);
+        kvc_err e = read_entry(seg, table, r, &tmp, false);
         if (e == KVC_OK || (e == KVC_E_WITHDRAWN && include_withdrawn)) {
             if (n < cap) {
                 char *info = out[n].info;
@@ -576,16 +582,10 @@ KVC_API kvc_err kvc_rank_register_validated(kvc_segment *seg, uint32_t rank, con
                             gen_out);
 }
 
-KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
-                                         const char *info_json, size_t info_len, const char *origin,
-                                         uint64_t origin_generation, uint64_t expect_generation,
-                                         uint64_t *gen_out)
+static kvc_err check_origin(const char *origin)
 {
-    size_t sid_len = 0;
-    kvc_err err = check_args(__func__, seg, rank, session_id, info_json, info_len, &sid_len);
-    if (err)
-        return err;
-    KVC_ARG(origin);
+    if (!origin)
+        return kvc__fail(KVC_E_INVAL, "origin node name is NULL");
     if (!*origin || strlen(origin) > KVC_ORIGIN_MAX)
         return kvc__fail(KVC_E_INVAL, "origin node name must be 1..%d bytes", KVC_ORIGIN_MAX);
     for (const char *p = origin; *p; p++)
@@ -595,12 +595,51 @@ KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const 
                              "origin node name '%s' has byte 0x%02x (allowed: "
                              "[A-Za-z0-9._-])",
                              origin, (unsigned char)*p);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_rank_register_mirror(kvc_segment *seg, uint32_t rank, const char *session_id,
+                                         const char *info_json, size_t info_len, const char *origin,
+                                         uint64_t origin_generation, uint64_t expect_generation,
+                                         uint64_t *gen_out)
+{
+    KVC_ARG(seg);
+    KVC_ARG(origin);
+    return kvc__entry_register_mirror(seg, 0, rank, session_id, info_json, info_len, origin,
+                                      origin_generation, expect_generation, gen_out);
+}
+
+kvc_err kvc__entry_register_mirror(kvc_segment *seg, unsigned table, uint32_t rank,
+                                   const char *session_id, const char *json, size_t len,
+                                   const char *origin, uint64_t origin_generation,
+                                   uint64_t expect_generation, uint64_t *gen_out)
+{
+    size_t sid_len = 0;
+    kvc_err err;
+    bool pcfg = table >= KVC_TABLE_PARALLELISM; /* no session_id: only the JSON object */
+    if (pcfg) {
+        if (!seg || !json)
+            return kvc__fail(KVC_E_INVAL, "kvc_parallelism_register_mirror: NULL argument");
+        if ((err = check_rank(seg, rank)))
+            return err;
+        if (len > seg->hdr->max_info_bytes)
+            return kvc__fail(KVC_E_TOOBIG,
+                             "parallelism config of rank %u is %zu bytes; the segment's max "
+                             "info bytes is %llu",
+                             rank, len, (unsigned long long)seg->hdr->max_info_bytes);
+        session_id = "";
+    } else if ((err = check_args("kvc_rank_register_mirror", seg, rank, session_id, json, len,
+                                 &sid_len))) {
+        return err;
+    }
+    if ((err = check_origin(origin)))
+        return err;
     uint32_t entries = 0; /* set by validate_json; gcc -O2 cannot see it */
-    if ((err = validate_json(info_json, info_len, "weights_info_dict", &entries)))
+    if ((err =
+             validate_json(json, len, pcfg ? "parallelism_config" : "weights_info_dict", &entries)))
         return err;
     struct origin o = {origin, origin_generation, expect_generation};
-    return register_checked(seg, 0, rank, session_id, sid_len, info_json, info_len, entries, &o,
-                            gen_out);
+    return register_checked(seg, table, rank, session_id, sid_len, json, len, entries, &o, gen_out);
 }
 
 /* Publish a withdrawal of rank (lock held). */
@@ -637,19 +676,27 @@ KVC_API kvc_err kvc_rank_withdraw_mirror(kvc_segment *seg, uint32_t rank, const 
                                          uint64_t expect_generation)
 {
     KVC_ARG(seg);
+    return kvc__entry_withdraw_mirror(seg, 0, rank, note, expect_generation);
+}
+
+kvc_err kvc__entry_withdraw_mirror(kvc_segment *seg, unsigned table, uint32_t rank,
+                                   const char *note, uint64_t expect_generation)
+{
     kvc_err err = check_rank(seg, rank);
     if (err || (err = kvc__lock(seg, KVC_LOCK_RANKS)))
         return err;
-    const kvc_rank_entry *e = kvc__rank_entry(seg, 0, rank);
+    const kvc_rank_entry *e = kvc__rank_entry(seg, table, rank);
     const kvc_rank_slot *cur = &e->slot[atomic_load(&e->active) & 1];
+    char what[KVC_ROLE_NAME_MAX + 64];
     if (cur->state == KVC_RANK_REGISTERED &&
         (!cur->origin[0] ||
          (expect_generation != KVC_GEN_ANY && cur->generation != expect_generation)))
-        err = kvc__fail(KVC_E_EXISTS, "rank %u is %s (generation %llu): not withdrawn as a mirror",
-                        rank, cur->origin[0] ? "a newer mirror" : "a local registration now",
+        err = kvc__fail(KVC_E_EXISTS, "%s is %s (generation %llu): not withdrawn as a mirror",
+                        label(seg, table, rank, what, sizeof what),
+                        cur->origin[0] ? "a newer mirror" : "a local registration now",
                         (unsigned long long)cur->generation);
     else
-        err = withdraw_locked(seg, 0, rank, note);
+        err = withdraw_locked(seg, table, rank, note);
     kvc__unlock(seg, KVC_LOCK_RANKS);
     if (!err)
         kvc__futex_wake_all(&seg->hdr->rank_epoch);

@@ -157,6 +157,92 @@ KVC_API kvc_err kvc_parallelism_lookup(kvc_segment *seg, const char *role, uint3
     return e ? e : kvc__entry_lookup(seg, KVC_TABLE_PARALLELISM + i, rank, out);
 }
 
+KVC_API kvc_err kvc_role_register_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                         const char *session_id, const char *info_json,
+                                         size_t info_len, const char *origin,
+                                         uint64_t origin_generation, uint64_t expect_generation,
+                                         uint64_t *gen_out)
+{
+    unsigned i = 0; /* set by role_for_write on success */
+    KVC_ARG(seg);
+    KVC_ARG(origin);
+    kvc_err e = role_for_write(seg, role, &i);
+    return e ? e
+             : kvc__entry_register_mirror(seg, i, rank, session_id, info_json, info_len, origin,
+                                          origin_generation, expect_generation, gen_out);
+}
+
+KVC_API kvc_err kvc_role_withdraw_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                         const char *note, uint64_t expect_generation)
+{
+    unsigned i = 0; /* set by role_for_read on success */
+    KVC_ARG(seg);
+    kvc_err e = role_for_read(seg, role, &i);
+    return e ? e : kvc__entry_withdraw_mirror(seg, i, rank, note, expect_generation);
+}
+
+/* The entries of table kind (0: transfer-engine info, KVC_TABLE_PARALLELISM:
+ * parallelism configs) under role; none for a role not in use.  The
+ * caller checked its arguments. */
+static kvc_err list_kind(kvc_segment *seg, unsigned kind, const char *role, kvc_rank_info *out,
+                         size_t cap, size_t *count, int include_withdrawn)
+{
+    unsigned i = 0; /* set by role_for_read on success */
+    kvc_err e = role_for_read(seg, role, &i);
+    if (e == KVC_E_NOENT) {
+        *count = 0;
+        return KVC_OK;
+    }
+    return e ? e : kvc__entry_list(seg, kind + i, out, cap, count, include_withdrawn);
+}
+
+KVC_API kvc_err kvc_role_list(kvc_segment *seg, const char *role, kvc_rank_info *out, size_t cap,
+                              size_t *count, int include_withdrawn)
+{
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
+    return list_kind(seg, 0, role, out, cap, count, include_withdrawn);
+}
+
+KVC_API kvc_err kvc_parallelism_register_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                                const char *config_json, size_t config_len,
+                                                const char *origin, uint64_t origin_generation,
+                                                uint64_t expect_generation, uint64_t *gen_out)
+{
+    unsigned i = 0; /* set by role_for_write on success */
+    KVC_ARG(seg);
+    KVC_ARG(config_json);
+    KVC_ARG(origin);
+    kvc_err e = role_for_write(seg, role, &i);
+    return e ? e
+             : kvc__entry_register_mirror(seg, KVC_TABLE_PARALLELISM + i, rank, NULL, config_json,
+                                          config_len, origin, origin_generation, expect_generation,
+                                          gen_out);
+}
+
+KVC_API kvc_err kvc_parallelism_withdraw_mirror(kvc_segment *seg, const char *role, uint32_t rank,
+                                                const char *note, uint64_t expect_generation)
+{
+    unsigned i = 0; /* set by role_for_read on success */
+    KVC_ARG(seg);
+    kvc_err e = role_for_read(seg, role, &i);
+    return e ? e
+             : kvc__entry_withdraw_mirror(seg, KVC_TABLE_PARALLELISM + i, rank, note,
+                                          expect_generation);
+}
+
+KVC_API kvc_err kvc_parallelism_list(kvc_segment *seg, const char *role, kvc_rank_info *out,
+                                     size_t cap, size_t *count, int include_withdrawn)
+{
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
+    return list_kind(seg, KVC_TABLE_PARALLELISM, role, out, cap, count, include_withdrawn);
+}
+
 KVC_API kvc_err kvc_role_names(kvc_segment *seg, char (*names)[KVC_ROLE_NAME_MAX + 1], size_t cap,
                                size_t *count)
 {

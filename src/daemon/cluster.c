@@ -46,6 +46,18 @@
 #define ADOPTED_RING 8192
 #define PENDING_ROOMS_MAX 4096
 #define CONFLICTS_SHOWN 64
+#define KEY_MAX 256
+
+/* The entries the cluster view follows: the transfer-engine info (kind
+ * EK_INFO) and the parallelism config (EK_PCFG) of every (rank, role).
+ * Table ti = kind * CLUSTER_ROLES + role index; role 0 is the default role
+ * and (EK_INFO, 0) is the rank table.  Role names from the segment always
+ * find room; names that only peers use take at most REMOTE_ROLES_MAX
+ * indexes (the segment keeps KVC_RANK_ROLES roles, the default included). */
+enum entry_kind { EK_INFO = 0, EK_PCFG = 1, EK_KINDS };
+#define CLUSTER_ROLES 16
+#define REMOTE_ROLES_MAX (CLUSTER_ROLES - KVC_RANK_ROLES)
+#define NTABLES (EK_KINDS * CLUSTER_ROLES)
 
 /* ---- state --------------------------------------------------------------- */
 
@@ -115,6 +127,7 @@ struct pending_room {
 
 struct conflict {
     uint32_t rank;
+    unsigned ti;
     char winner[CLUSTER_NAME_MAX + 1];
     char nodes[160];
 };
@@ -128,6 +141,7 @@ struct cluster {
     char *endpoints, *user, *password_file, *cacert, *cert, *key;
     kvc_segment *seg;
     uint32_t max_ranks;
+    uint64_t max_info_bytes;
     uint32_t room_ttl_s;
 
     /* threads */
@@ -145,9 +159,11 @@ struct cluster {
     /* cluster thread state */
     etcd *ec;
     CURL *fetch;
-    struct rslot **slots;
-    uint32_t *dirty_q;
-    size_t ndirty;
+    char roles[CLUSTER_ROLES][KVC_ROLE_NAME_MAX + 1]; /* roles[0]: KVC_DEFAULT_ROLE */
+    unsigned nroles;
+    struct rslot **slots[NTABLES]; /* max_ranks each, allocated on first use */
+    uint32_t *dirty_q;             /* ti * max_ranks + rank */
+    size_t ndirty, cap_dirty;
     kvc_rank_info *list;
     kvc_rank_info look;
     struct node_rec *nodes;
@@ -259,10 +275,23 @@ static uint32_t next_backoff(struct cluster *c)
 
 /* ---- keys ---------------------------------------------------------------- */
 
-static void key_rank(const struct cluster *c, const char *node, uint32_t rank, char *out,
-                     size_t cap)
+static unsigned t_kind(unsigned ti) { return ti / CLUSTER_ROLES; }
+
+static const char *t_role(const struct cluster *c, unsigned ti)
 {
-    snprintf(out, cap, "%sranks/%s/%u", c->prefix, node, rank);
+    return c->roles[ti % CLUSTER_ROLES];
+}
+
+/* An entry's key: ranks/<node>/<rank> (the rank table), roles/<node>/<role>/<rank>
+ * (transfer-engine info under another role), parallelism/<node>/<role>/<rank>. */
+static void key_entry(const struct cluster *c, unsigned ti, const char *node, uint32_t rank,
+                      char *out, size_t cap)
+{
+    if (ti == 0)
+        snprintf(out, cap, "%sranks/%s/%u", c->prefix, node, rank);
+    else
+        snprintf(out, cap, "%s%s/%s/%s/%u", c->prefix,
+                 t_kind(ti) == EK_INFO ? "roles" : "parallelism", node, t_role(c, ti), rank);
 }
 
 static void key_node(const struct cluster *c, char *out, size_t cap)
@@ -270,55 +299,149 @@ static void key_node(const struct cluster *c, char *out, size_t cap)
     snprintf(out, cap, "%snodes/%s", c->prefix, c->node);
 }
 
-enum key_kind { K_OTHER, K_NODE, K_RANK, K_ROOM };
+/* K_BAD: under ranks/, roles/ or parallelism/ but not a key of that form
+ * (logged and skipped); K_OTHER: not ours to read (ignored). */
+enum key_kind { K_OTHER, K_BAD, K_NODE, K_ENTRY, K_ROOM };
 
-/* Split a key under the prefix: nodes/<n>, ranks/<n>/<rank>, rooms/<id>. */
-static enum key_kind parse_key(const struct cluster *c, const char *key, char *node, uint64_t *num)
+/* What a key names. */
+struct keyref {
+    unsigned kind;                    /* K_ENTRY: enum entry_kind */
+    char role[KVC_ROLE_NAME_MAX + 1]; /* K_ENTRY: the role ("target" for ranks/) */
+    char node[CLUSTER_NAME_MAX + 1];  /* K_NODE, K_ENTRY */
+    uint64_t num;                     /* K_ENTRY: the rank; K_ROOM: the room */
+};
+
+/* Copy the path segment at *p (up to '/' or the end) into out[0..cap) and
+ * step past it and its '/'; -1 when empty or too long. */
+static int take_segment(const char **p, char *out, size_t cap)
 {
-    size_t pl = strlen(c->prefix);
-    if (strncmp(key, c->prefix, pl))
-        return K_OTHER;
-    const char *k = key + pl;
-    char *end;
-    if (!strncmp(k, "nodes/", 6)) {
-        if (!cluster_name_ok(k + 6))
-            return K_OTHER;
-        snprintf(node, CLUSTER_NAME_MAX + 1, "%s", k + 6);
-        return K_NODE;
-    }
-    if (!strncmp(k, "ranks/", 6)) {
-        const char *n = k + 6, *slash = strchr(n, '/');
-        if (!slash || slash == n || (size_t)(slash - n) > CLUSTER_NAME_MAX)
-            return K_OTHER;
-        memcpy(node, n, (size_t)(slash - n));
-        node[slash - n] = '\0';
-        errno = 0;
-        unsigned long long r = strtoull(slash + 1, &end, 10);
-        if (errno || *end || end == slash + 1 || !cluster_name_ok(node))
-            return K_OTHER;
-        *num = r;
-        return K_RANK;
-    }
-    if (!strncmp(k, "rooms/", 6)) {
-        errno = 0;
-        unsigned long long r = strtoull(k + 6, &end, 10);
-        if (errno || *end || end == k + 6)
-            return K_OTHER;
-        *num = r;
-        return K_ROOM;
-    }
-    return K_OTHER;
+    const char *end = strchr(*p, '/');
+    size_t n = end ? (size_t)(end - *p) : strlen(*p);
+    if (!n || n >= cap)
+        return -1;
+    memcpy(out, *p, n);
+    out[n] = '\0';
+    *p += n + (end ? 1 : 0);
+    return end ? 1 : 0; /* 1: more follows */
 }
 
-/* ---- slots ----------------------------------------------------------------- */
-
-static struct rslot *slot(struct cluster *c, uint32_t rank)
+/* A decimal number of at most 20 digits, nothing else; -1 otherwise. */
+static int parse_decimal(const char *s, uint64_t max, uint64_t *out)
 {
-    if (rank >= c->max_ranks)
+    uint64_t v = 0;
+    if (!*s || strlen(s) > 20)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (max - (uint64_t)(*s - '0')) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Split a key under the prefix: nodes/<n>, ranks/<n>/<rank>,
+ * roles/<n>/<role>/<rank>, parallelism/<n>/<role>/<rank>, rooms/<id>.
+ * *why: what is wrong with a K_BAD key. */
+static enum key_kind parse_key(const struct cluster *c, const char *key, struct keyref *k,
+                               const char **why)
+{
+    size_t pl = strlen(c->prefix);
+    *why = "";
+    if (strncmp(key, c->prefix, pl))
+        return K_OTHER;
+    const char *p = key + pl;
+    char num[32];
+    if (!strncmp(p, "nodes/", 6)) {
+        if (!cluster_name_ok(p + 6))
+            return K_OTHER;
+        snprintf(k->node, sizeof k->node, "%s", p + 6);
+        return K_NODE;
+    }
+    if (!strncmp(p, "rooms/", 6))
+        return parse_decimal(p + 6, UINT64_MAX, &k->num) ? K_OTHER : K_ROOM;
+    int with_role;
+    if (!strncmp(p, "ranks/", 6)) {
+        p += 6, with_role = 0, k->kind = EK_INFO;
+    } else if (!strncmp(p, "roles/", 6)) {
+        p += 6, with_role = 1, k->kind = EK_INFO;
+    } else if (!strncmp(p, "parallelism/", 12)) {
+        p += 12, with_role = 1, k->kind = EK_PCFG;
+    } else {
+        return K_OTHER;
+    }
+    snprintf(k->role, sizeof k->role, "%s", KVC_DEFAULT_ROLE);
+    if (take_segment(&p, k->node, sizeof k->node) != 1 || !cluster_name_ok(k->node)) {
+        *why = "bad node name in the key";
+        return K_BAD;
+    }
+    if (with_role &&
+        (take_segment(&p, k->role, sizeof k->role) != 1 || kvc_role_check(k->role) != KVC_OK)) {
+        *why = "bad role name in the key (1..31 bytes of [A-Za-z0-9._-])";
+        return K_BAD;
+    }
+    if (with_role && k->kind == EK_INFO && !strcmp(k->role, KVC_DEFAULT_ROLE)) {
+        *why = "the default role's ranks live under ranks/, not roles/";
+        return K_BAD;
+    }
+    if (take_segment(&p, num, sizeof num) != 0 || parse_decimal(num, UINT32_MAX, &k->num)) {
+        *why = "bad rank in the key";
+        return K_BAD;
+    }
+    return K_ENTRY;
+}
+
+/* ---- what a peer sends: logged and skipped when malformed ---------------- */
+
+/* A record or key read from etcd that is not usable: counted and logged
+ * (the log escapes what it prints), never mirrored. */
+static void record_skipped(struct cluster *c, const char *key, const char *why)
+{
+    STAT_ADD(c, records_skipped, 1);
+    log_event(LOG_WARN, "cluster_record_skipped", "cluster=%s key=%.200s why=\"%s\"", c->cluster,
+              key, why);
+}
+
+/* ---- tables and slots ------------------------------------------------------ */
+
+/* The table of (kind, role) if the role has an index, else -1. */
+static int table_find(const struct cluster *c, unsigned kind, const char *role)
+{
+    for (unsigned i = 0; i < c->nroles; i++)
+        if (!strcmp(c->roles[i], role))
+            return (int)(kind * CLUSTER_ROLES + i);
+    return -1;
+}
+
+/* The table of (kind, role), claiming a role index for a new name (local:
+ * a role of this node's segment, which always finds one).  -1: no index
+ * left for a name only peers use. */
+static int table_for(struct cluster *c, unsigned kind, const char *role, int local)
+{
+    int ti = table_find(c, kind, role);
+    if (ti >= 0)
+        return ti;
+    if (c->nroles >= (local ? CLUSTER_ROLES : REMOTE_ROLES_MAX))
+        return -1;
+    snprintf(c->roles[c->nroles], sizeof c->roles[0], "%s", role);
+    return (int)(kind * CLUSTER_ROLES + c->nroles++);
+}
+
+static struct rslot *slot(struct cluster *c, unsigned ti, uint32_t rank)
+{
+    if (rank >= c->max_ranks || ti >= NTABLES)
         return NULL;
-    if (!c->slots[rank])
-        c->slots[rank] = calloc(1, sizeof(struct rslot));
-    return c->slots[rank];
+    if (!c->slots[ti] && !(c->slots[ti] = calloc(c->max_ranks, sizeof *c->slots[ti])))
+        return NULL;
+    if (!c->slots[ti][rank])
+        c->slots[ti][rank] = calloc(1, sizeof(struct rslot));
+    return c->slots[ti][rank];
+}
+
+/* The slot if it exists, without creating it. */
+static struct rslot *slot_at(const struct cluster *c, unsigned ti, uint32_t rank)
+{
+    return c->slots[ti] ? c->slots[ti][rank] : NULL;
 }
 
 static void free_remote(struct remote *r)
@@ -336,20 +459,92 @@ static void drop_saved(struct rslot *s)
     s->saved_pid = 0;
 }
 
-static void mark_dirty(struct cluster *c, uint32_t rank, struct rslot *s)
+static void mark_dirty(struct cluster *c, unsigned ti, uint32_t rank, struct rslot *s)
 {
     s->dirty = 1;
-    if (!s->queued) {
-        s->queued = 1;
-        c->dirty_q[c->ndirty++] = rank;
+    if (s->queued)
+        return;
+    if (c->ndirty == c->cap_dirty) {
+        size_t cap = c->cap_dirty ? c->cap_dirty * 2 : 256;
+        uint32_t *q = realloc(c->dirty_q, cap * sizeof *q);
+        if (!q)
+            return; /* stays dirty: queued again by the next session or snapshot */
+        c->dirty_q = q, c->cap_dirty = cap;
     }
+    s->queued = 1;
+    c->dirty_q[c->ndirty++] = ti * c->max_ranks + rank;
 }
 
-static void remember_mine(struct cluster *c, uint32_t rank, struct rslot *s)
+/* ---- the segment's entries, by table ---------------------------------- */
+
+static kvc_err seg_lookup(struct cluster *c, unsigned ti, uint32_t rank, kvc_rank_info *out)
+{
+    if (ti == 0)
+        return kvc_rank_lookup(c->seg, rank, out);
+    if (t_kind(ti) == EK_INFO)
+        return kvc_role_lookup(c->seg, t_role(c, ti), rank, out);
+    return kvc_parallelism_lookup(c->seg, t_role(c, ti), rank, out);
+}
+
+static kvc_err seg_list(struct cluster *c, unsigned ti, size_t *n)
+{
+    if (ti == 0)
+        return kvc_rank_list(c->seg, c->list, c->max_ranks, n, 1);
+    if (t_kind(ti) == EK_INFO)
+        return kvc_role_list(c->seg, t_role(c, ti), c->list, c->max_ranks, n, 1);
+    return kvc_parallelism_list(c->seg, t_role(c, ti), c->list, c->max_ranks, n, 1);
+}
+
+/* A local registration again (a shadowed one coming back). */
+static kvc_err seg_register(struct cluster *c, unsigned ti, uint32_t rank, const char *sid,
+                            const char *info, size_t len, uint64_t *gen)
+{
+    if (t_kind(ti) == EK_INFO)
+        return kvc_role_register(c->seg, t_role(c, ti), rank, sid, info, len, gen);
+    return kvc_parallelism_register(c->seg, t_role(c, ti), rank, info, len, gen);
+}
+
+static kvc_err seg_mirror(struct cluster *c, unsigned ti, uint32_t rank, const struct remote *r,
+                          uint64_t expect, uint64_t *gen)
+{
+    if (ti == 0)
+        return kvc_rank_register_mirror(c->seg, rank, r->sid, r->info, r->info_len, r->node, r->gen,
+                                        expect, gen);
+    if (t_kind(ti) == EK_INFO)
+        return kvc_role_register_mirror(c->seg, t_role(c, ti), rank, r->sid, r->info, r->info_len,
+                                        r->node, r->gen, expect, gen);
+    return kvc_parallelism_register_mirror(c->seg, t_role(c, ti), rank, r->info, r->info_len,
+                                           r->node, r->gen, expect, gen);
+}
+
+static kvc_err seg_withdraw_mirror(struct cluster *c, unsigned ti, uint32_t rank, const char *note,
+                                   uint64_t expect)
+{
+    if (ti == 0)
+        return kvc_rank_withdraw_mirror(c->seg, rank, note, expect);
+    if (t_kind(ti) == EK_INFO)
+        return kvc_role_withdraw_mirror(c->seg, t_role(c, ti), rank, note, expect);
+    return kvc_parallelism_withdraw_mirror(c->seg, t_role(c, ti), rank, note, expect);
+}
+
+/* "rank 3", "rank 3 role=draft", "parallelism rank 3 role=target": which
+ * entry a log line is about. */
+static const char *entry_label(const struct cluster *c, unsigned ti, uint32_t rank, char *buf,
+                               size_t cap)
+{
+    if (ti == 0)
+        snprintf(buf, cap, "rank=%u", rank);
+    else
+        snprintf(buf, cap, "rank=%u role=%s kind=%s", rank, t_role(c, ti),
+                 t_kind(ti) == EK_INFO ? "transfer_engine_info" : "parallelism_config");
+    return buf;
+}
+
+static void remember_mine(struct cluster *c, unsigned ti, uint32_t rank, struct rslot *s)
 {
     /* The generation our write produced: read it back (a withdrawal does
      * not return it). */
-    kvc_err e = kvc_rank_lookup(c->seg, rank, &c->look);
+    kvc_err e = seg_lookup(c, ti, rank, &c->look);
     if (e == KVC_OK || e == KVC_E_WITHDRAWN)
         s->mine_gen = s->seen_gen = c->look.generation;
 }
@@ -362,13 +557,26 @@ static void rescan(struct cluster *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Put the winner of rank into the segment (the conflict rule of cluster.h).
- * note: why a mirrored entry goes, when it does. */
-static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
+static struct remote *find_remote(struct rslot *s, const char *node, struct remote ***link)
 {
-    struct rslot *s = slot(c, rank);
+    struct remote **pp = &s->remotes;
+    for (; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->node, node)) {
+            if (link)
+                *link = pp;
+            return *pp;
+        }
+    return NULL;
+}
+
+/* Put the winner of (table ti, rank) into the segment (the conflict rule
+ * of cluster.h).  note: why a mirrored entry goes, when it does. */
+static void apply_winner(struct cluster *c, unsigned ti, uint32_t rank, const char *note)
+{
+    struct rslot *s = slot(c, ti, rank);
     if (!s)
         return;
+    char lbl[96];
     struct remote *best = NULL;
     int64_t best_rev = s->local ? s->local_rev : -1;
     for (struct remote *r = s->remotes; r; r = r->next)
@@ -377,10 +585,10 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
     uint64_t gen;
     kvc_err e = KVC_OK;
     if (!best && s->local) {
-        if (s->applied != AP_LOCAL && s->saved_sid) {
-            e = kvc_rank_register(c->seg, rank, s->saved_sid, s->saved_info, s->saved_len, &gen);
+        if (s->applied != AP_LOCAL && s->saved_info) {
+            e = seg_register(c, ti, rank, s->saved_sid, s->saved_info, s->saved_len, &gen);
             if (e == KVC_OK)
-                remember_mine(c, rank, s);
+                remember_mine(c, ti, rank, s);
             drop_saved(s);
         }
         s->applied = AP_LOCAL;
@@ -388,20 +596,36 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
         if (s->applied == AP_REMOTE && !strcmp(s->applied_node, best->node) &&
             s->applied_gen == best->gen && !strcmp(s->applied_digest, best->digest))
             return;
-        if (s->applied == AP_LOCAL && s->local && !s->saved_sid &&
-            kvc_rank_lookup(c->seg, rank, &c->look) == KVC_OK && !c->look.origin[0]) {
+        if (s->applied == AP_LOCAL && s->local && !s->saved_info &&
+            seg_lookup(c, ti, rank, &c->look) == KVC_OK && !c->look.origin[0]) {
             s->saved_sid = strdup(c->look.session_id);
             s->saved_info = malloc(c->look.info_len + 1);
             if (s->saved_info)
                 memcpy(s->saved_info, c->look.info, c->look.info_len + 1);
             s->saved_len = c->look.info_len;
             s->saved_pid = c->look.pid;
+            if (!s->saved_sid || !s->saved_info)
+                drop_saved(s);
         }
         /* Conditional on the generation last seen: a local registration
          * landing meanwhile is never overwritten (the scan it triggers
          * decides again). */
-        e = kvc_rank_register_mirror(c->seg, rank, best->sid, best->info, best->info_len,
-                                     best->node, best->gen, s->seen_gen, &gen);
+        e = seg_mirror(c, ti, rank, best, s->seen_gen, &gen);
+        if (e == KVC_E_INVAL || e == KVC_E_TOOBIG) {
+            /* The bytes (matching their digest) are not what the segment
+             * holds (not a JSON object, too large): the record is skipped
+             * and the next best one decides. */
+            char key[KEY_MAX];
+            key_entry(c, ti, best->node, rank, key, sizeof key);
+            record_skipped(c, key, kvc_last_error());
+            struct remote **link;
+            if (find_remote(s, best->node, &link)) {
+                *link = best->next;
+                free_remote(best);
+            }
+            apply_winner(c, ti, rank, note);
+            return;
+        }
         if (e == KVC_OK) {
             s->mine_gen = s->seen_gen = gen;
             s->applied = AP_REMOTE;
@@ -409,28 +633,29 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
             s->applied_gen = best->gen;
             snprintf(s->applied_digest, sizeof s->applied_digest, "%s", best->digest);
             STAT_ADD(c, mirror_writes, 1);
-            log_event(LOG_DEBUG, "mirror_put",
-                      "rank=%u origin=%s origin_generation=%" PRIu64 " rev=%" PRId64, rank,
-                      best->node, best->gen, best->mod_rev);
+            log_event(
+                LOG_DEBUG, "mirror_put", "%s origin=%s origin_generation=%" PRIu64 " rev=%" PRId64,
+                entry_label(c, ti, rank, lbl, sizeof lbl), best->node, best->gen, best->mod_rev);
         }
     } else if (s->applied == AP_REMOTE) {
         char buf[KVC_NOTE_MAX + 1];
         snprintf(buf, sizeof buf, "%s", note ? note : "withdrawn on its origin node");
-        e = kvc_rank_withdraw_mirror(c->seg, rank, buf, s->seen_gen);
+        e = seg_withdraw_mirror(c, ti, rank, buf, s->seen_gen);
         if (e == KVC_OK || e == KVC_E_NOENT)
-            remember_mine(c, rank, s);
+            remember_mine(c, ti, rank, s);
         if (e == KVC_E_EXISTS)
             rescan(c);
         s->applied = AP_NONE;
         STAT_ADD(c, mirror_withdrawals, 1);
-        log_event(LOG_DEBUG, "mirror_withdrawn", "rank=%u origin=%s note=\"%s\"", rank,
-                  s->applied_node, buf);
+        log_event(LOG_DEBUG, "mirror_withdrawn", "%s origin=%s note=\"%s\"",
+                  entry_label(c, ti, rank, lbl, sizeof lbl), s->applied_node, buf);
         e = KVC_OK;
     }
     if (e == KVC_E_EXISTS)
         rescan(c); /* changed on this node meanwhile */
     else if (e != KVC_OK)
-        log_event(LOG_WARN, "mirror_write_failed", "rank=%u err=\"%s\"", rank, kvc_last_error());
+        log_event(LOG_WARN, "mirror_write_failed", "%s err=\"%s\"",
+                  entry_label(c, ti, rank, lbl, sizeof lbl), kvc_last_error());
 }
 
 /* A shadowed local registration of a worker that has exited: the segment
@@ -438,41 +663,43 @@ static void apply_winner(struct cluster *c, uint32_t rank, const char *note)
  * worker's end did not reach it; withdraw it here. */
 static void reap_shadowed(struct cluster *c)
 {
-    for (uint32_t r = 0; r < c->max_ranks; r++) {
-        struct rslot *s = c->slots[r];
-        if (!s || !s->saved_sid || s->saved_pid <= 0 || s->saved_pid == getpid() ||
-            kill(s->saved_pid, 0) == 0 || errno != ESRCH)
-            continue;
-        log_event(LOG_INFO, "shadowed_withdrawn",
-                  "rank=%u pid=%d note=\"the worker of this node's registration (shadowed by "
-                  "node %s's) exited\"",
-                  r, (int)s->saved_pid, s->applied_node);
-        drop_saved(s);
-        s->local = 0;
-        mark_dirty(c, r, s);
-        apply_winner(c, r, NULL);
-    }
+    char lbl[96];
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+            struct rslot *s = c->slots[ti][r];
+            if (!s || !s->saved_info || s->saved_pid <= 0 || s->saved_pid == getpid() ||
+                kill(s->saved_pid, 0) == 0 || errno != ESRCH)
+                continue;
+            log_event(LOG_INFO, "shadowed_withdrawn",
+                      "%s pid=%d note=\"the worker of this node's registration (shadowed by "
+                      "node %s's) exited\"",
+                      entry_label(c, ti, r, lbl, sizeof lbl), (int)s->saved_pid, s->applied_node);
+            drop_saved(s);
+            s->local = 0;
+            mark_dirty(c, ti, r, s);
+            apply_winner(c, ti, r, NULL);
+        }
 }
 
-/* ---- local changes (the rank table) ------------------------------------- */
+/* ---- local changes (the rank tables) ------------------------------------ */
 
-static void scan_local(struct cluster *c)
+static void scan_table(struct cluster *c, unsigned ti)
 {
     size_t n = 0;
-    if (kvc_rank_list(c->seg, c->list, c->max_ranks, &n, 1) != KVC_OK)
+    if (seg_list(c, ti, &n) != KVC_OK)
         return;
     if (n > c->max_ranks)
         n = c->max_ranks;
     for (size_t i = 0; i < n; i++) {
         const kvc_rank_info *e = &c->list[i];
-        struct rslot *s = slot(c, e->rank);
+        struct rslot *s = slot(c, ti, e->rank);
         if (!s || e->generation == s->seen_gen)
             continue;
         s->seen_gen = e->generation;
         if (e->generation == s->mine_gen)
             continue;
         if (e->state == KVC_RANK_REGISTERED && !e->origin[0]) {
-            if (kvc_rank_lookup(c->seg, e->rank, &c->look) != KVC_OK)
+            if (seg_lookup(c, ti, e->rank, &c->look) != KVC_OK)
                 continue; /* changed again meanwhile: the next scan sees it */
             s->seen_gen = c->look.generation;
             s->local = 1;
@@ -481,7 +708,7 @@ static void scan_local(struct cluster *c)
             s->local_rev = INT64_MAX;
             drop_saved(s);
             s->applied = AP_LOCAL;
-            mark_dirty(c, e->rank, s);
+            mark_dirty(c, ti, e->rank, s);
         } else if (e->state == KVC_RANK_REGISTERED) {
             /* A mirror left by an earlier kvcoordd: reconciled with the
              * snapshot (kept meanwhile, so lookups go on answering). */
@@ -494,31 +721,57 @@ static void scan_local(struct cluster *c)
             /* Someone withdrew a mirrored entry here: its origin still has
              * it, so it comes back (withdraw on the origin node). */
             s->applied = AP_NONE;
-            apply_winner(c, e->rank, NULL);
+            apply_winner(c, ti, e->rank, NULL);
         } else if (s->local || s->applied == AP_LOCAL) {
             s->local = 0;
             s->applied = AP_NONE;
             drop_saved(s);
-            mark_dirty(c, e->rank, s);
-            apply_winner(c, e->rank, NULL);
+            mark_dirty(c, ti, e->rank, s);
+            apply_winner(c, ti, e->rank, NULL);
         }
     }
 }
 
+/* Every table of every role the segment keeps: the rank table, the other
+ * roles' transfer-engine infos and the parallelism configs. */
+static void scan_local(struct cluster *c)
+{
+    char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
+    size_t nr = 0;
+    if (kvc_role_names(c->seg, names, KVC_RANK_ROLES, &nr) != KVC_OK)
+        nr = 1;
+    if (nr > KVC_RANK_ROLES)
+        nr = KVC_RANK_ROLES;
+    snprintf(names[0], sizeof names[0], "%s", KVC_DEFAULT_ROLE);
+    for (size_t i = 0; i < nr; i++)
+        for (unsigned kind = 0; kind < EK_KINDS; kind++) {
+            int ti = table_for(c, kind, names[i], 1);
+            if (ti >= 0)
+                scan_table(c, (unsigned)ti);
+        }
+}
+
 /* ---- publishing ---------------------------------------------------------- */
 
-static char *rank_record(struct cluster *c, uint32_t rank, const kvc_rank_info *ri,
+/* The record of a local entry: the rank table's as before roles were
+ * published (no "role"); another role's with "role"; a parallelism
+ * config's with "role" and the config as "config" (no session_id). */
+static char *rank_record(struct cluster *c, unsigned ti, uint32_t rank, const kvc_rank_info *ri,
                          const char *digest)
 {
-    json_t *o =
-        json_pack("{s:I, s:s, s:s, s:I, s:s, s:I, s:s, s:I}", "rank", (json_int_t)rank, "node",
-                  c->node, "session_id", ri->session_id, "generation", (json_int_t)ri->generation,
-                  "digest", digest, "bytes", (json_int_t)ri->info_len, "url", c->url,
-                  "registered_ns", (json_int_t)ri->registered_ns);
+    json_t *o = json_pack("{s:I, s:s, s:I, s:s, s:I, s:s, s:I}", "rank", (json_int_t)rank, "node",
+                          c->node, "generation", (json_int_t)ri->generation, "digest", digest,
+                          "bytes", (json_int_t)ri->info_len, "url", c->url, "registered_ns",
+                          (json_int_t)ri->registered_ns);
     if (!o)
         return NULL;
+    if (t_kind(ti) == EK_INFO)
+        json_object_set_new(o, "session_id", json_string(ri->session_id));
+    if (ti != 0)
+        json_object_set_new(o, "role", json_string(t_role(c, ti)));
     if (ri->info_len <= CLUSTER_INLINE_MAX)
-        json_object_set_new(o, "info", json_stringn(ri->info, ri->info_len));
+        json_object_set_new(o, t_kind(ti) == EK_INFO ? "info" : "config",
+                            json_stringn(ri->info, ri->info_len));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
@@ -544,40 +797,42 @@ static void lease_gone(struct cluster *c, const char *why)
 #define BATCH_OPS 64
 #define BATCH_BYTES (900u * 1024u)
 
-/* The record to put for a dirty local rank, or NULL (changed since the
+/* The record to put for a dirty local entry, or NULL (changed since the
  * scan: the next scan queues it again). */
-static char *local_record(struct cluster *c, uint32_t rank, struct rslot *s)
+static char *local_record(struct cluster *c, unsigned ti, uint32_t rank, struct rslot *s)
 {
-    kvc_err e = kvc_rank_lookup(c->seg, rank, &c->look);
+    kvc_err e = seg_lookup(c, ti, rank, &c->look);
     if (e == KVC_OK && !c->look.origin[0] && c->look.generation == s->local_gen)
-        return rank_record(c, rank, &c->look, s->local_digest);
-    if (!s->saved_sid)
+        return rank_record(c, ti, rank, &c->look, s->local_digest);
+    if (!s->saved_info)
         return NULL;
     /* Shadowed by a mirror: publish the kept copy. */
     kvc_rank_info tmp = {0};
     tmp.generation = s->local_gen;
-    snprintf(tmp.session_id, sizeof tmp.session_id, "%s", s->saved_sid);
+    snprintf(tmp.session_id, sizeof tmp.session_id, "%s", s->saved_sid ? s->saved_sid : "");
     tmp.info = s->saved_info;
     tmp.info_len = s->saved_len;
-    return rank_record(c, rank, &tmp, s->local_digest);
+    return rank_record(c, ti, rank, &tmp, s->local_digest);
 }
 
-/* Send the dirty ranks, many per transaction (a node registering 128
+/* Send the dirty entries, many per transaction (a node registering 128
  * ranks costs a few round trips and raft entries, not 128).  Returns 0,
  * -1 when etcd failed (they stay dirty: retried later). */
 static int publish_dirty(struct cluster *c)
 {
     struct etcd_op ops[BATCH_OPS];
     char *vals[BATCH_OPS];
-    char keys[BATCH_OPS][256];
-    uint32_t ranks[BATCH_OPS];
+    char keys[BATCH_OPS][KEY_MAX];
+    uint32_t ids[BATCH_OPS];
     while (c->ndirty) {
         size_t n = 0, bytes = 0, take = 0;
         while (take < c->ndirty && n < BATCH_OPS) {
-            uint32_t rank = c->dirty_q[c->ndirty - 1 - take];
-            struct rslot *s = slot(c, rank);
+            uint32_t id = c->dirty_q[c->ndirty - 1 - take];
+            unsigned ti = id / c->max_ranks;
+            uint32_t rank = id % c->max_ranks;
+            struct rslot *s = slot_at(c, ti, rank);
             char *rec = NULL;
-            if (s->dirty && s->local && !(rec = local_record(c, rank, s)))
+            if (s->dirty && s->local && !(rec = local_record(c, ti, rank, s)))
                 s->dirty = 0;
             if (!s->dirty || (!s->local && !s->published)) {
                 s->dirty = 0;
@@ -589,10 +844,10 @@ static int publish_dirty(struct cluster *c)
                 free(rec);
                 break;
             }
-            key_rank(c, c->node, rank, keys[n], sizeof keys[n]);
+            key_entry(c, ti, c->node, rank, keys[n], sizeof keys[n]);
             ops[n] = (struct etcd_op){keys[n], rec, len, !s->local};
             vals[n] = rec;
-            ranks[n] = rank;
+            ids[n] = id;
             bytes += len;
             n++;
             take++;
@@ -613,7 +868,7 @@ static int publish_dirty(struct cluster *c)
             etcd_answered(c);
         size_t puts = 0, dels = 0;
         for (size_t i = 0; i < n; i++) {
-            struct rslot *s = slot(c, ranks[i]);
+            struct rslot *s = slot_at(c, ids[i] / c->max_ranks, ids[i] % c->max_ranks);
             if (ops[i].is_delete) {
                 s->published = 0;
                 dels++;
@@ -625,7 +880,8 @@ static int publish_dirty(struct cluster *c)
             s->dirty = 0;
         }
         for (size_t i = 0; i < take; i++) {
-            slot(c, c->dirty_q[c->ndirty - 1])->queued = 0;
+            uint32_t id = c->dirty_q[c->ndirty - 1];
+            slot_at(c, id / c->max_ranks, id % c->max_ranks)->queued = 0;
             c->ndirty--;
         }
         pthread_mutex_lock(&c->smu);
@@ -835,36 +1091,76 @@ static void node_delete(struct cluster *c, const char *name)
     *n = c->nodes[--c->nnodes];
 }
 
-/* Fetch a large rank's info from its origin kvcoordd and check it against
- * the record's digest.  Returns 0 with r->info set, else -1. */
-static int fetch_info(struct cluster *c, uint32_t rank, struct remote *r)
+/* The answer of a fetch, at most limit bytes (a peer's url may answer
+ * anything). */
+struct fetch_buf {
+    char *p;
+    size_t len, cap, limit;
+};
+
+static size_t fetch_write(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct fetch_buf *b = arg;
+    size_t n = size * nmemb;
+    if (n > b->limit - b->len)
+        return 0; /* too large: curl stops with CURLE_WRITE_ERROR */
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64 * 1024;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return 0;
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return n;
+}
+
+/* Fetch a large entry's bytes from its origin kvcoordd (GET
+ * /get_transfer_engine_info or /get_parallelism_config, with ?role= for a
+ * role other than the default) and check them against the record's
+ * digest.  Returns 0 with r->info set, else -1. */
+static int fetch_info(struct cluster *c, unsigned ti, uint32_t rank, struct remote *r)
 {
     if (!r->url[0])
         return -1;
     STAT_ADD(c, fetches, 1);
-    char url[URL_MAX + 64];
-    snprintf(url, sizeof url, "%s/get_transfer_engine_info?rank=%u", r->url, rank);
-    struct {
-        char *p;
-        size_t len, cap;
-    } b = {0};
+    char url[URL_MAX + 128], lbl[96];
+    snprintf(url, sizeof url, "%s/%s?rank=%u%s%s", r->url,
+             t_kind(ti) == EK_INFO ? "get_transfer_engine_info" : "get_parallelism_config", rank,
+             ti % CLUSTER_ROLES ? "&role=" : "", ti % CLUSTER_ROLES ? t_role(c, ti) : "");
+    /* The answer: the stored bytes, with the JSON-escaped session_id around
+     * them for a transfer-engine info (at most 6 bytes per byte). */
+    struct fetch_buf b = {NULL, 0, 0, c->max_info_bytes + 6 * KVC_SESSION_ID_MAX + 256};
     curl_easy_reset(c->fetch);
     curl_easy_setopt(c->fetch, CURLOPT_URL, url);
+    curl_easy_setopt(c->fetch, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c->fetch, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->fetch, CURLOPT_TIMEOUT_MS, (long)FETCH_TIMEOUT_MS);
     curl_easy_setopt(c->fetch, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
-    FILE *mem = open_memstream(&b.p, &b.len);
-    curl_easy_setopt(c->fetch, CURLOPT_WRITEDATA, mem);
+    curl_easy_setopt(c->fetch, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)b.limit);
+    curl_easy_setopt(c->fetch, CURLOPT_WRITEFUNCTION, fetch_write);
+    curl_easy_setopt(c->fetch, CURLOPT_WRITEDATA, &b);
     CURLcode cc = curl_easy_perform(c->fetch);
-    fclose(mem);
     long status = 0;
     curl_easy_getinfo(c->fetch, CURLINFO_RESPONSE_CODE, &status);
     int rc = -1;
     const char *why = "bad answer";
+    const char *info = NULL;
+    size_t ilen = 0;
+    char sidbuf[KVC_SESSION_ID_MAX + 1] = "";
+    json_t *sid = NULL;
     if (cc != CURLE_OK) {
-        why = curl_easy_strerror(cc);
+        why = cc == CURLE_WRITE_ERROR || cc == CURLE_FILESIZE_EXCEEDED
+                  ? "answer larger than this segment's max info bytes"
+                  : curl_easy_strerror(cc);
     } else if (status != 200) {
         why = "not 200";
+    } else if (t_kind(ti) == EK_PCFG) {
+        info = b.p ? b.p : "", ilen = b.len; /* the stored object, verbatim */
     } else {
         /* {"rank":N,"remote_instance_transfer_engine_info":["<sid>",<info>]}
          * with info verbatim: take the bytes between the session_id string
@@ -875,126 +1171,209 @@ static int fetch_info(struct cluster *c, uint32_t rank, struct remote *r)
         if (at) {
             at += strlen(tag);
             json_error_t je;
-            json_t *sid = json_loadb(at, b.len - (size_t)(at - b.p),
-                                     JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &je);
-            size_t used = (size_t)je.position;
-            char *info = at + used;
-            if (json_is_string(sid) && *info == ',' && b.len >= 2 &&
-                !memcmp(b.p + b.len - 2, "]}", 2)) {
-                info++;
-                size_t ilen = (size_t)(b.p + b.len - 2 - info);
-                char dg[DIGEST_HEX];
-                char sidbuf[KVC_SESSION_ID_MAX + 1];
+            sid = json_loadb(at, b.len - (size_t)(at - b.p),
+                             JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &je);
+            char *p = at + je.position;
+            if (json_is_string(sid) && json_string_length(sid) <= KVC_SESSION_ID_MAX && *p == ',' &&
+                b.len >= 2 && !memcmp(b.p + b.len - 2, "]}", 2) && p + 1 <= b.p + b.len - 2) {
                 snprintf(sidbuf, sizeof sidbuf, "%s", json_string_value(sid));
-                digest_of(sidbuf, info, ilen, dg);
-                if (!strcmp(dg, r->digest) && !strcmp(sidbuf, r->sid)) {
-                    free(r->info);
-                    r->info = malloc(ilen + 1);
-                    if (r->info) {
-                        memcpy(r->info, info, ilen);
-                        r->info[ilen] = '\0';
-                        r->info_len = ilen;
-                        rc = 0;
-                    }
-                } else {
-                    why = "digest mismatch (the origin changed it since: a newer record "
-                          "follows)";
-                    STAT_ADD(c, digest_mismatches, 1);
-                }
+                info = p + 1, ilen = (size_t)(b.p + b.len - 2 - (p + 1));
             }
-            json_decref(sid);
         }
     }
+    if (info) {
+        char dg[DIGEST_HEX];
+        digest_of(sidbuf, info, ilen, dg);
+        if (!strcmp(dg, r->digest) && !strcmp(sidbuf, r->sid)) {
+            free(r->info);
+            r->info = malloc(ilen + 1);
+            if (r->info) {
+                memcpy(r->info, info, ilen);
+                r->info[ilen] = '\0';
+                r->info_len = ilen;
+                rc = 0;
+            }
+        } else {
+            why = "digest mismatch (the origin changed it since: a newer record follows)";
+            STAT_ADD(c, digest_mismatches, 1);
+        }
+    }
+    json_decref(sid);
     free(b.p);
     if (rc) {
         STAT_ADD(c, fetch_failures, 1);
-        log_event(LOG_WARN, "mirror_fetch_failed", "rank=%u origin=%s url=%s err=\"%s\"", rank,
-                  r->node, url, why);
+        log_event(LOG_WARN, "mirror_fetch_failed", "%s origin=%s url=%s err=\"%s\"",
+                  entry_label(c, ti, rank, lbl, sizeof lbl), r->node, url, why);
     }
     return rc;
 }
 
-static struct remote *find_remote(struct rslot *s, const char *node, struct remote ***link)
+/* A peer's record, checked field by field (what etcd holds is untrusted:
+ * any client of it may have written it). */
+struct rec {
+    uint64_t gen;
+    const char *sid, *digest, *url, *info;
+    size_t info_len;
+};
+
+static int is_digest(const char *s)
 {
-    struct remote **pp = &s->remotes;
-    for (; *pp; pp = &(*pp)->next)
-        if (!strcmp((*pp)->node, node)) {
-            if (link)
-                *link = pp;
-            return *pp;
-        }
+    if (strlen(s) != DIGEST_HEX - 1)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* A string field: its value when it is a string of 1..max bytes with no
+ * NUL (and, if url, an http(s) URL of printable ASCII), else NULL. */
+static const char *str_field(json_t *o, const char *name, size_t max, int url)
+{
+    json_t *v = json_object_get(o, name);
+    const char *s = json_string_value(v);
+    if (!s || !json_string_length(v) || json_string_length(v) > max ||
+        strlen(s) != json_string_length(v))
+        return NULL;
+    if (url) {
+        if (strncmp(s, "http://", 7) && strncmp(s, "https://", 8))
+            return NULL;
+        for (const char *p = s; *p; p++)
+            if (*p <= 0x20 || *p >= 0x7f)
+                return NULL;
+    }
+    return s;
+}
+
+/* Check record o of key k (table ti) into *out; NULL when usable, else why not. */
+static const char *check_record(const struct cluster *c, unsigned ti, const struct keyref *k,
+                                json_t *o, struct rec *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(o))
+        return "not a JSON object";
+    const char *node = json_string_value(json_object_get(o, "node"));
+    if (!node || strcmp(node, k->node))
+        return "its \"node\" is not the key's node";
+    json_t *rank = json_object_get(o, "rank");
+    if (!json_is_integer(rank) || json_integer_value(rank) != (json_int_t)k->num)
+        return "its \"rank\" is not the key's rank";
+    json_t *role = json_object_get(o, "role");
+    if ((ti != 0 || role) &&
+        (!json_string_value(role) || strcmp(json_string_value(role), t_role(c, ti))))
+        return "its \"role\" is not the key's role";
+    json_t *gen = json_object_get(o, "generation");
+    if (!json_is_integer(gen) || json_integer_value(gen) < 1)
+        return "its \"generation\" is not a positive integer";
+    out->gen = (uint64_t)json_integer_value(gen);
+    out->digest = str_field(o, "digest", DIGEST_HEX - 1, 0);
+    if (!out->digest || !is_digest(out->digest))
+        return "its \"digest\" is not 64 lowercase hex digits";
+    if (t_kind(ti) == EK_INFO) {
+        out->sid = str_field(o, "session_id", KVC_SESSION_ID_MAX, 0);
+        if (!out->sid)
+            return "its \"session_id\" is not a string of 1..255 bytes";
+    } else {
+        out->sid = "";
+        if (json_object_get(o, "session_id"))
+            return "a parallelism config has no \"session_id\"";
+    }
+    json_t *bytes = json_object_get(o, "bytes");
+    if (bytes && (!json_is_integer(bytes) || json_integer_value(bytes) < 0 ||
+                  (uint64_t)json_integer_value(bytes) > c->max_info_bytes))
+        return "its \"bytes\" is not an integer within this segment's max info bytes";
+    out->url = "";
+    if (json_object_get(o, "url") && !(out->url = str_field(o, "url", URL_MAX - 1, 1)))
+        return "its \"url\" is not an http(s) URL of at most 255 bytes";
+    json_t *info = json_object_get(o, t_kind(ti) == EK_INFO ? "info" : "config");
+    if (info) {
+        out->info = json_string_value(info);
+        out->info_len = json_string_length(info);
+        if (!out->info || out->info_len > CLUSTER_INLINE_MAX || strlen(out->info) != out->info_len)
+            return t_kind(ti) == EK_INFO ? "its \"info\" is not a string of at most 256 KiB"
+                                         : "its \"config\" is not a string of at most 256 KiB";
+    } else if (!out->url[0]) {
+        return "neither the bytes inline nor a \"url\" to fetch them from";
+    }
     return NULL;
 }
 
-/* A record of node's rank arrived (put). */
-static void rank_put(struct cluster *c, const char *node, uint32_t rank, const etcd_kv *kv,
+static void rank_delete(struct cluster *c, unsigned ti, const char *node, uint32_t rank);
+
+/* A record of node's entry arrived (put). */
+static void rank_put(struct cluster *c, unsigned ti, const struct keyref *k, const etcd_kv *kv,
                      int apply)
 {
-    struct rslot *s = slot(c, rank);
+    uint32_t rank = (uint32_t)k->num;
+    struct rslot *s = slot(c, ti, rank);
     if (!s)
         return;
     json_error_t je;
     json_t *o = json_loadb(kv->value, kv->value_len, 0, &je);
-    const char *sid = json_string_value(json_object_get(o, "session_id"));
-    const char *dg = json_string_value(json_object_get(o, "digest"));
-    if (!strcmp(node, c->node)) {
+    if (!strcmp(k->node, c->node)) {
         /* Our own record: its revision orders it against the others (an
          * older one, overtaken by a later local change, does not count). */
+        const char *dg = json_string_value(json_object_get(o, "digest"));
         s->published = 1;
         if (s->local && dg && !strcmp(dg, s->local_digest) && s->local_rev == INT64_MAX)
             s->local_rev = kv->mod_rev;
         json_decref(o);
         return;
     }
-    if (!sid || !dg) {
+    struct rec rc;
+    const char *why = check_record(c, ti, k, o, &rc);
+    char d2[DIGEST_HEX];
+    if (!why && rc.info) {
+        digest_of(rc.sid, rc.info, rc.info_len, d2);
+        if (strcmp(d2, rc.digest)) {
+            STAT_ADD(c, digest_mismatches, 1);
+            why = "its bytes do not match its \"digest\"";
+        }
+    }
+    if (why) {
+        /* Skipped: the key holds nothing usable now, so what it held before
+         * goes (as a snapshot would see it). */
+        record_skipped(c, kv->key, why);
         json_decref(o);
+        rank_delete(c, ti, k->node, rank);
         return;
     }
-    struct remote *r = find_remote(s, node, NULL);
+    struct remote *r = find_remote(s, k->node, NULL);
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) {
             json_decref(o);
             return;
         }
-        snprintf(r->node, sizeof r->node, "%s", node);
+        snprintf(r->node, sizeof r->node, "%s", k->node);
         r->next = s->remotes;
         s->remotes = r;
     }
     r->stale = 0;
-    int same = r->info && !strcmp(r->digest, dg) && !strcmp(r->sid, sid);
+    int same = r->info && !strcmp(r->digest, rc.digest) && !strcmp(r->sid, rc.sid);
     r->mod_rev = kv->mod_rev;
-    r->gen = (uint64_t)json_integer_value(json_object_get(o, "generation"));
-    snprintf(r->digest, sizeof r->digest, "%s", dg);
-    snprintf(r->sid, sizeof r->sid, "%s", sid);
-    const char *url = json_string_value(json_object_get(o, "url"));
-    snprintf(r->url, sizeof r->url, "%s", url ? url : "");
-    json_t *info = json_object_get(o, "info");
+    r->gen = rc.gen;
+    snprintf(r->digest, sizeof r->digest, "%s", rc.digest);
+    snprintf(r->sid, sizeof r->sid, "%s", rc.sid);
+    snprintf(r->url, sizeof r->url, "%s", rc.url);
     if (!same) {
         free(r->info);
         r->info = NULL;
-        if (json_is_string(info)) {
-            size_t n = json_string_length(info);
-            char d2[DIGEST_HEX];
-            digest_of(sid, json_string_value(info), n, d2);
-            if (!strcmp(d2, dg) && (r->info = malloc(n + 1))) {
-                memcpy(r->info, json_string_value(info), n + 1);
-                r->info_len = n;
-            } else if (strcmp(d2, dg)) {
-                STAT_ADD(c, digest_mismatches, 1);
-            }
-        } else {
-            fetch_info(c, rank, r);
+        if (rc.info && (r->info = malloc(rc.info_len + 1))) {
+            memcpy(r->info, rc.info, rc.info_len + 1);
+            r->info_len = rc.info_len;
+        } else if (!rc.info) {
+            fetch_info(c, ti, rank, r);
         }
     }
     json_decref(o);
     if (apply)
-        apply_winner(c, rank, NULL);
+        apply_winner(c, ti, rank, NULL);
 }
 
-static void rank_delete(struct cluster *c, const char *node, uint32_t rank)
+static void rank_delete(struct cluster *c, unsigned ti, const char *node, uint32_t rank)
 {
-    struct rslot *s = slot(c, rank);
+    struct rslot *s = slot(c, ti, rank);
     if (!s)
         return;
     if (!strcmp(node, c->node)) {
@@ -1003,7 +1382,7 @@ static void rank_delete(struct cluster *c, const char *node, uint32_t rank)
              * or an operator): put it back. */
             s->published = 0;
             if (s->local)
-                mark_dirty(c, rank, s);
+                mark_dirty(c, ti, rank, s);
         }
         return;
     }
@@ -1018,34 +1397,53 @@ static void rank_delete(struct cluster *c, const char *node, uint32_t rank)
         snprintf(note, sizeof note, "withdrawn on node %s", node);
     else
         snprintf(note, sizeof note, "node %s left the cluster (its lease ended)", node);
-    apply_winner(c, rank, note);
+    apply_winner(c, ti, rank, note);
+}
+
+/* The table of an entry key, or -1 (logged: more role names than this
+ * node follows, or a rank beyond its segment's). */
+static int entry_table(struct cluster *c, const struct keyref *k, const char *key)
+{
+    if (k->num >= c->max_ranks) {
+        char why[96];
+        snprintf(why, sizeof why, "rank beyond this node's max ranks (%u)", c->max_ranks);
+        record_skipped(c, key, why);
+        return -1;
+    }
+    int ti = table_for(c, k->kind, k->role, !strcmp(k->node, c->node));
+    if (ti < 0)
+        record_skipped(c, key, "more role names in the cluster than this node follows (12)");
+    return ti;
 }
 
 static void handle_events(struct cluster *c, const etcd_event *ev, size_t n)
 {
-    char node[CLUSTER_NAME_MAX + 1];
-    uint64_t num;
+    struct keyref k;
+    const char *why;
     /* Nodes first: a lease's end deletes the node key and its ranks in one
      * revision, and the withdrawal notes should say the node left. */
     for (size_t i = 0; i < n; i++) {
-        if (parse_key(c, ev[i].kv.key, node, &num) != K_NODE)
+        if (parse_key(c, ev[i].kv.key, &k, &why) != K_NODE)
             continue;
         if (ev[i].is_delete) {
-            node_delete(c, node);
-            if (!strcmp(node, c->node) && c->lease)
+            node_delete(c, k.node);
+            if (!strcmp(k.node, c->node) && c->lease)
                 c->next_keepalive = 0; /* is our lease gone?  ask now */
         } else {
-            node_put(c, node, &ev[i].kv);
+            node_put(c, k.node, &ev[i].kv);
         }
     }
     for (size_t i = 0; i < n; i++) {
-        enum key_kind k = parse_key(c, ev[i].kv.key, node, &num);
-        if (k == K_RANK && num < c->max_ranks) {
-            if (ev[i].is_delete)
-                rank_delete(c, node, (uint32_t)num);
-            else
-                rank_put(c, node, (uint32_t)num, &ev[i].kv, 1);
-        } else if (k == K_ROOM && !ev[i].is_delete) {
+        enum key_kind kk = parse_key(c, ev[i].kv.key, &k, &why);
+        int ti;
+        if (kk == K_BAD && !ev[i].is_delete) {
+            record_skipped(c, ev[i].kv.key, why);
+        } else if (kk == K_ENTRY && ev[i].is_delete) {
+            if (k.num < c->max_ranks && (ti = table_find(c, k.kind, k.role)) >= 0)
+                rank_delete(c, (unsigned)ti, k.node, (uint32_t)k.num);
+        } else if (kk == K_ENTRY && (ti = entry_table(c, &k, ev[i].kv.key)) >= 0) {
+            rank_put(c, (unsigned)ti, &k, &ev[i].kv, 1);
+        } else if (kk == K_ROOM && !ev[i].is_delete) {
             adopt_room(c, ev[i].kv.value, ev[i].kv.value_len);
         }
         pthread_mutex_lock(&c->smu);
@@ -1060,50 +1458,56 @@ static void handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, int
 {
     for (size_t i = 0; i < c->nnodes; i++)
         c->nodes[i].stale = 1;
-    for (uint32_t r = 0; r < c->max_ranks; r++)
-        if (c->slots[r])
-            for (struct remote *x = c->slots[r]->remotes; x; x = x->next)
-                x->stale = 1;
-    char node[CLUSTER_NAME_MAX + 1];
-    uint64_t num;
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++)
+            if (c->slots[ti][r])
+                for (struct remote *x = c->slots[ti][r]->remotes; x; x = x->next)
+                    x->stale = 1;
+    struct keyref k;
+    const char *why;
     int own_seen_node = 0;
     for (size_t i = 0; i < n; i++)
-        if (parse_key(c, kvs[i].key, node, &num) == K_NODE) {
-            node_put(c, node, &kvs[i]);
-            own_seen_node |= !strcmp(node, c->node);
+        if (parse_key(c, kvs[i].key, &k, &why) == K_NODE) {
+            node_put(c, k.node, &kvs[i]);
+            own_seen_node |= !strcmp(k.node, c->node);
         }
     for (size_t i = c->nnodes; i-- > 0;)
         if (c->nodes[i].stale)
             node_delete(c, c->nodes[i].name);
     /* Which of our own keys etcd has. */
-    for (uint32_t r = 0; r < c->max_ranks; r++)
-        if (c->slots[r])
-            c->slots[r]->published = 0;
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++)
+            if (c->slots[ti][r])
+                c->slots[ti][r]->published = 0;
     for (size_t i = 0; i < n; i++) {
-        enum key_kind k = parse_key(c, kvs[i].key, node, &num);
-        if (k == K_RANK && num < c->max_ranks)
-            rank_put(c, node, (uint32_t)num, &kvs[i], 0);
-        else if (k == K_ROOM)
+        enum key_kind kk = parse_key(c, kvs[i].key, &k, &why);
+        int ti;
+        if (kk == K_BAD)
+            record_skipped(c, kvs[i].key, why);
+        else if (kk == K_ENTRY && (ti = entry_table(c, &k, kvs[i].key)) >= 0)
+            rank_put(c, (unsigned)ti, &k, &kvs[i], 0);
+        else if (kk == K_ROOM)
             adopt_room(c, kvs[i].value, kvs[i].value_len);
     }
-    for (uint32_t r = 0; r < c->max_ranks; r++) {
-        struct rslot *s = c->slots[r];
-        if (!s)
-            continue;
-        for (struct remote **pp = &s->remotes; *pp;) {
-            if ((*pp)->stale) {
-                struct remote *x = *pp;
-                *pp = x->next;
-                free_remote(x);
-            } else {
-                pp = &(*pp)->next;
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+            struct rslot *s = c->slots[ti][r];
+            if (!s)
+                continue;
+            for (struct remote **pp = &s->remotes; *pp;) {
+                if ((*pp)->stale) {
+                    struct remote *x = *pp;
+                    *pp = x->next;
+                    free_remote(x);
+                } else {
+                    pp = &(*pp)->next;
+                }
             }
+            if (s->local != s->published)
+                mark_dirty(c, ti, r, s); /* etcd lost it (or never had it), or it is stale */
+            if (s->remotes || s->applied == AP_REMOTE)
+                apply_winner(c, ti, r, "its origin node no longer publishes it");
         }
-        if (s->local != s->published)
-            mark_dirty(c, r, s); /* etcd lost it (or never had it), or it is stale */
-        if (s->remotes || s->applied == AP_REMOTE)
-            apply_winner(c, r, "its origin node no longer publishes it");
-    }
     if (!own_seen_node && c->lease)
         c->next_keepalive = 0;
     c->have_snapshot = 1;
@@ -1112,6 +1516,28 @@ static void handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, int
     if (rev > c->st.revision)
         c->st.revision = rev;
     pthread_mutex_unlock(&c->smu);
+}
+
+/* Drop every remote record this node holds and what it mirrored from them
+ * (note: why), looking at every entry when all (else only those with
+ * remote records); returns how many entries had some. */
+static size_t drop_remotes(struct cluster *c, const char *note, int all)
+{
+    size_t n = 0;
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+            struct rslot *s = c->slots[ti][r];
+            if (!s || (!s->remotes && !all))
+                continue;
+            n += s->remotes != NULL;
+            while (s->remotes) {
+                struct remote *x = s->remotes;
+                s->remotes = x->next;
+                free_remote(x);
+            }
+            apply_winner(c, ti, r, note);
+        }
+    return n;
 }
 
 /* etcd stayed away longer than the other nodes' leases: what we mirror
@@ -1124,19 +1550,7 @@ static void drop_unverified(struct cluster *c, uint64_t since_mono)
              "etcd unreachable for %" PRIu64 " s: mirror unverified past its "
              "lease TTL",
              (uint64_t)((kvc__mono_ns() - since_mono) / 1000000000ull));
-    size_t n = 0;
-    for (uint32_t r = 0; r < c->max_ranks; r++) {
-        struct rslot *s = c->slots[r];
-        if (!s || !s->remotes)
-            continue;
-        while (s->remotes) {
-            struct remote *x = s->remotes;
-            s->remotes = x->next;
-            free_remote(x);
-        }
-        apply_winner(c, r, note);
-        n++;
-    }
+    size_t n = drop_remotes(c, note, 0);
     c->dropped = 1;
     pthread_mutex_lock(&c->mu);
     c->restart_watch = 1; /* the next stream starts with a snapshot */
@@ -1234,33 +1648,44 @@ static int start_session(struct cluster *c)
         pthread_mutex_unlock(&c->smu);
     }
     /* Our keys under an earlier lease (this process frozen past its TTL,
-     * or an earlier kvcoordd of this node killed moments ago). */
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%sranks/%s/", c->prefix, c->node);
-    etcd_kv *kvs;
-    size_t n;
-    if (etcd_range_prefix(c->ec, prefix, &kvs, &n, NULL)) {
-        etcd_failed(c, "range own keys");
-        return -1;
+     * or an earlier kvcoordd of this node killed moments ago), of the
+     * three kinds. */
+    static const char *const dirs[] = {"ranks", "roles", "parallelism"};
+    etcd_kv *own[3] = {NULL, NULL, NULL};
+    size_t nown[3] = {0, 0, 0};
+    for (int d = 0; d < 3; d++) {
+        char prefix[KEY_MAX];
+        snprintf(prefix, sizeof prefix, "%s%s/%s/", c->prefix, dirs[d], c->node);
+        if (etcd_range_prefix(c->ec, prefix, &own[d], &nown[d], NULL)) {
+            for (int e = 0; e < d; e++)
+                etcd_kvs_free(own[e], nown[e]);
+            etcd_failed(c, "range own keys");
+            return -1;
+        }
     }
     c->lease = lease;
-    for (size_t i = 0; i < n; i++) {
-        char node[CLUSTER_NAME_MAX + 1];
-        uint64_t num;
-        if (parse_key(c, kvs[i].key, node, &num) == K_RANK && num < c->max_ranks) {
-            struct rslot *s = slot(c, (uint32_t)num);
-            s->published = 1; /* deleted below unless local */
+    for (int d = 0; d < 3; d++) {
+        for (size_t i = 0; i < nown[d]; i++) {
+            struct keyref k;
+            const char *why;
+            struct rslot *s;
+            int ti;
+            if (parse_key(c, own[d][i].key, &k, &why) == K_ENTRY && k.num < c->max_ranks &&
+                (ti = table_for(c, k.kind, k.role, 1)) >= 0 &&
+                (s = slot(c, (unsigned)ti, (uint32_t)k.num)))
+                s->published = 1; /* deleted below unless local */
         }
+        etcd_kvs_free(own[d], nown[d]);
     }
-    etcd_kvs_free(kvs, n);
     uint32_t local = 0;
-    for (uint32_t r = 0; r < c->max_ranks; r++) {
-        struct rslot *s = c->slots[r];
-        if (s && (s->local || s->published)) {
-            mark_dirty(c, r, s);
-            local += s->local;
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+            struct rslot *s = c->slots[ti][r];
+            if (s && (s->local || s->published)) {
+                mark_dirty(c, ti, r, s);
+                local += s->local;
+            }
         }
-    }
     uint64_t now = kvc__mono_ns();
     c->lease_granted_mono = now;
     c->next_keepalive = now + (uint64_t)c->ttl_s * 1000000000ull / 3;
@@ -1310,38 +1735,46 @@ static void session_step(struct cluster *c)
 
 static void refresh_stats(struct cluster *c)
 {
-    uint32_t local = 0, mirrored = 0, conflicts = 0;
+    /* [0]: the rank table; [1]: other roles' infos; [2]: parallelism configs */
+    uint32_t local[3] = {0, 0, 0}, mirrored[3] = {0, 0, 0}, conflicts = 0;
     struct conflict shown[CONFLICTS_SHOWN];
     size_t nshown = 0;
-    for (uint32_t r = 0; r < c->max_ranks; r++) {
-        struct rslot *s = c->slots[r];
-        if (!s)
-            continue;
-        local += s->local;
-        mirrored += s->applied == AP_REMOTE;
-        size_t holders = (size_t)s->local;
-        for (struct remote *x = s->remotes; x; x = x->next)
-            holders++;
-        if (holders < 2)
-            continue;
-        conflicts++;
-        if (nshown == CONFLICTS_SHOWN)
-            continue;
-        struct conflict *k = &shown[nshown++];
-        k->rank = r;
-        snprintf(k->winner, sizeof k->winner, "%s",
-                 s->applied == AP_REMOTE ? s->applied_node : c->node);
-        size_t at = 0;
-        k->nodes[0] = '\0';
-        if (s->local)
-            at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s", c->node);
-        for (struct remote *x = s->remotes; x && at < sizeof k->nodes; x = x->next)
-            at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s%s", at ? "," : "",
-                                   x->node);
-    }
+    for (unsigned ti = 0; ti < NTABLES; ti++)
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+            struct rslot *s = c->slots[ti][r];
+            if (!s)
+                continue;
+            int cls = ti == 0 ? 0 : t_kind(ti) == EK_INFO ? 1 : 2;
+            local[cls] += s->local;
+            mirrored[cls] += s->applied == AP_REMOTE;
+            size_t holders = (size_t)s->local;
+            for (struct remote *x = s->remotes; x; x = x->next)
+                holders++;
+            if (holders < 2)
+                continue;
+            conflicts++;
+            if (nshown == CONFLICTS_SHOWN)
+                continue;
+            struct conflict *k = &shown[nshown++];
+            k->rank = r;
+            k->ti = ti;
+            snprintf(k->winner, sizeof k->winner, "%s",
+                     s->applied == AP_REMOTE ? s->applied_node : c->node);
+            size_t at = 0;
+            k->nodes[0] = '\0';
+            if (s->local)
+                at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s", c->node);
+            for (struct remote *x = s->remotes; x && at < sizeof k->nodes; x = x->next)
+                at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s%s", at ? "," : "",
+                                       x->node);
+        }
     pthread_mutex_lock(&c->smu);
-    c->st.local_ranks = local;
-    c->st.mirrored_ranks = mirrored;
+    c->st.local_ranks = local[0];
+    c->st.mirrored_ranks = mirrored[0];
+    c->st.local_role_ranks = local[1];
+    c->st.mirrored_role_ranks = mirrored[1];
+    c->st.local_parallelism = local[2];
+    c->st.mirrored_parallelism = mirrored[2];
     c->st.conflicts = conflicts;
     c->st.nodes = (uint32_t)c->nnodes;
     memcpy(c->conflicts, shown, nshown * sizeof *shown);
@@ -1434,18 +1867,19 @@ static void *cluster_main(void *arg)
                 c->retry_at = now + (uint64_t)next_backoff(c) * 1000000ull;
         }
         /* Large records whose fetch failed: try again. */
-        for (uint32_t r = 0; r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[r];
-            if (!s)
-                continue;
-            for (struct remote *x = s->remotes; x; x = x->next)
-                if (!x->info && x->url[0] && now >= c->fetch_retry_at) {
-                    if (!fetch_info(c, r, x))
-                        apply_winner(c, r, NULL);
-                    else
-                        c->fetch_retry_at = now + 1000000000ull;
-                }
-        }
+        for (unsigned ti = 0; ti < NTABLES; ti++)
+            for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+                struct rslot *s = c->slots[ti][r];
+                if (!s)
+                    continue;
+                for (struct remote *x = s->remotes; x; x = x->next)
+                    if (!x->info && x->url[0] && now >= c->fetch_retry_at) {
+                        if (!fetch_info(c, ti, r, x))
+                            apply_winner(c, ti, r, NULL);
+                        else
+                            c->fetch_retry_at = now + 1000000000ull;
+                    }
+            }
         /* Unverified mirror: since when nothing confirms it. */
         uint64_t since = c->etcd_down_since;
         if (!watch_up && watch_down && (!since || watch_down < since))
@@ -1481,17 +1915,7 @@ static void *cluster_main(void *arg)
                       "cluster=%s node=%s lease=%" PRId64 " note=\"lease revoked: this node's "
                       "records are gone from every node\"",
                       c->cluster, c->node, c->lease);
-        for (uint32_t r = 0; r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[r];
-            if (!s)
-                continue;
-            while (s->remotes) {
-                struct remote *x = s->remotes;
-                s->remotes = x->next;
-                free_remote(x);
-            }
-            apply_winner(c, r, "kvcoordd stopped: mirrored entries dropped");
-        }
+        drop_remotes(c, "kvcoordd stopped: mirrored entries dropped", 1);
     }
     return NULL;
 }
@@ -1706,9 +2130,9 @@ static void free_cluster(struct cluster *c)
     etcd_close(c->ec);
     if (c->fetch)
         curl_easy_cleanup(c->fetch);
-    if (c->slots) {
-        for (uint32_t r = 0; r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[r];
+    for (unsigned ti = 0; ti < NTABLES; ti++) {
+        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
+            struct rslot *s = c->slots[ti][r];
             if (!s)
                 continue;
             while (s->remotes) {
@@ -1719,8 +2143,8 @@ static void free_cluster(struct cluster *c)
             drop_saved(s);
             free(s);
         }
+        free(c->slots[ti]);
     }
-    free(c->slots);
     free(c->dirty_q);
     for (uint32_t i = 0; c->list && i < c->max_ranks; i++)
         kvc_rank_info_free(&c->list[i]);
@@ -1803,14 +2227,20 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
         free_cluster(c);
         return -1;
     }
+    if (si.max_ranks > UINT32_MAX / NTABLES) {
+        snprintf(err, cap, "the cluster view follows at most %u ranks", UINT32_MAX / NTABLES);
+        free_cluster(c);
+        return -1;
+    }
     c->max_ranks = si.max_ranks;
+    c->max_info_bytes = si.max_info_bytes;
     c->room_ttl_s = si.room_ttl_ms / 1000 ? si.room_ttl_ms / 1000 : 1;
-    c->slots = calloc(c->max_ranks, sizeof *c->slots);
-    c->dirty_q = calloc(c->max_ranks, sizeof *c->dirty_q);
+    snprintf(c->roles[0], sizeof c->roles[0], "%s", KVC_DEFAULT_ROLE);
+    c->nroles = 1;
     c->list = calloc(c->max_ranks, sizeof *c->list);
     c->pending = calloc(PENDING_ROOMS_MAX, sizeof *c->pending);
     c->fetch = curl_easy_init();
-    if (!c->slots || !c->dirty_q || !c->list || !c->pending || !c->fetch) {
+    if (!c->list || !c->pending || !c->fetch) {
         snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->max_ranks);
         free_cluster(c);
         return -1;
@@ -1926,11 +2356,32 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
         s.lease_lost);
     one(o, "kvcoord_cluster_nodes", "gauge", "Nodes with a live record, this one included.",
         s.nodes);
-    one(o, "kvcoord_cluster_local_ranks", "gauge", "Ranks this node publishes.", s.local_ranks);
+    one(o, "kvcoord_cluster_local_ranks", "gauge", "Ranks of the default role this node publishes.",
+        s.local_ranks);
     one(o, "kvcoord_cluster_mirrored_ranks", "gauge",
-        "Other nodes' ranks mirrored into this node's segment.", s.mirrored_ranks);
+        "Other nodes' ranks of the default role mirrored into this node's segment.",
+        s.mirrored_ranks);
+    fam(o, "kvcoord_cluster_local_entries", "gauge",
+        "Entries this node publishes, by kind: the default role's ranks, ranks under other "
+        "roles, parallelism configs (every role).");
+    val(o, "kvcoord_cluster_local_entries", "{kind=\"ranks\"}", s.local_ranks);
+    val(o, "kvcoord_cluster_local_entries", "{kind=\"role_ranks\"}", s.local_role_ranks);
+    val(o, "kvcoord_cluster_local_entries", "{kind=\"parallelism_configs\"}", s.local_parallelism);
+    fam(o, "kvcoord_cluster_mirrored_entries", "gauge",
+        "Other nodes' entries mirrored into this node's segment, by kind (as "
+        "kvcoord_cluster_local_entries).");
+    val(o, "kvcoord_cluster_mirrored_entries", "{kind=\"ranks\"}", s.mirrored_ranks);
+    val(o, "kvcoord_cluster_mirrored_entries", "{kind=\"role_ranks\"}", s.mirrored_role_ranks);
+    val(o, "kvcoord_cluster_mirrored_entries", "{kind=\"parallelism_configs\"}",
+        s.mirrored_parallelism);
+    one(o, "kvcoord_cluster_records_skipped_total", "counter",
+        "Records and keys read from etcd that were malformed (logged as cluster_record_skipped "
+        "and not mirrored).",
+        s.records_skipped);
     one(o, "kvcoord_cluster_conflicts", "gauge",
-        "Ranks with records from several nodes (newest etcd revision wins).", s.conflicts);
+        "Entries (ranks of every role, parallelism configs) with records from several nodes "
+        "(newest etcd revision wins).",
+        s.conflicts);
     fam(o, "kvcoord_cluster_publish_total", "counter", "Records written to etcd, by operation.");
     val(o, "kvcoord_cluster_publish_total", "{op=\"put\"}", s.puts);
     val(o, "kvcoord_cluster_publish_total", "{op=\"delete\"}", s.deletes);
@@ -1983,10 +2434,14 @@ void cluster_render_json(struct cluster *c, struct buf *o)
                       "self", !strcmp(n->name, c->node) && !strcmp(n->url, c->url)));
     }
     json_t *conf = json_array();
-    for (size_t i = 0; i < c->nconflicts; i++)
+    for (size_t i = 0; i < c->nconflicts; i++) {
+        unsigned ti = c->conflicts[i].ti;
         json_array_append_new(
-            conf, json_pack("{s:I, s:s, s:s}", "rank", (json_int_t)c->conflicts[i].rank, "winner",
-                            c->conflicts[i].winner, "nodes", c->conflicts[i].nodes));
+            conf, json_pack("{s:I, s:s, s:s, s:s, s:s}", "rank", (json_int_t)c->conflicts[i].rank,
+                            "winner", c->conflicts[i].winner, "nodes", c->conflicts[i].nodes,
+                            "role", t_role(c, ti), "kind",
+                            t_kind(ti) == EK_INFO ? "transfer_engine_info" : "parallelism_config"));
+    }
     pthread_mutex_unlock(&c->smu);
     json_t *eps = json_array();
     char *list = strdup(c->endpoints), *save = NULL;
@@ -2012,6 +2467,13 @@ void cluster_render_json(struct cluster *c, struct buf *o)
         (json_int_t)s.rooms_lost_race, "rooms_adopted", (json_int_t)s.rooms_adopted,
         "unverified_since_ns", (json_int_t)s.unverified_since_ns, "nodes", nodes, "conflicts",
         conf);
+    json_t *counts = json_object_get(root, "counts");
+    json_object_set_new(counts, "local_role_ranks", json_integer(s.local_role_ranks));
+    json_object_set_new(counts, "mirrored_role_ranks", json_integer(s.mirrored_role_ranks));
+    json_object_set_new(counts, "local_parallelism_configs", json_integer(s.local_parallelism));
+    json_object_set_new(counts, "mirrored_parallelism_configs",
+                        json_integer(s.mirrored_parallelism));
+    json_object_set_new(counts, "records_skipped", json_integer((json_int_t)s.records_skipped));
     /* null, or the kvcoordd holding this node's name: {"holder": URL} */
     json_object_set_new(root, "name_conflict",
                         s.name_conflict ? json_pack("{s:s}", "holder", s.name_holder)

@@ -8,6 +8,12 @@
  *   nodes/<node>          {"node","url","pid","ttl","started_ns"}   node's lease
  *   ranks/<node>/<rank>   {"rank","node","session_id","generation","digest",
  *                          "bytes","url", "info" (when small)}      node's lease
+ *                          (transfer-engine info of the default role)
+ *   roles/<node>/<role>/<rank>        the same + "role"             node's lease
+ *                          (transfer-engine info under another role, e.g. draft)
+ *   parallelism/<node>/<role>/<rank>  {"rank","role","node","generation",
+ *                          "digest","bytes","url","registered_ns",
+ *                          "config" (when small)}                   node's lease
  *   rooms/<room>          {"room","origin_rank","code","reason","time_ns",
  *                          "node"}       a lease of the room TTL; create-only
  *
@@ -16,6 +22,10 @@
  * 1.5 MiB) is fetched from the origin node's kvcoordd (GET
  * /get_transfer_engine_info at the record's "url") and checked against the
  * record's digest (SHA-256 of session_id, a NUL byte and the info).
+ *
+ * Every record read from etcd is checked (names, sizes, the key's node,
+ * rank and role, the digest): a malformed one is logged
+ * (cluster_record_skipped) and skipped.
  *
  * Conflict rule: when several nodes hold a record for the same rank, the
  * record with the newest etcd revision (mod_revision) wins, on every node;
@@ -82,10 +92,15 @@ struct cluster_stats {
     uint64_t lease_lost; /* leases found gone (frozen past TTL, etcd reset) */
     uint64_t puts, deletes, publish_errors;
     uint64_t etcd_errors;
-    uint32_t local_ranks;    /* published by this node */
-    uint32_t mirrored_ranks; /* other nodes' ranks in the segment now */
-    uint32_t conflicts;      /* ranks with records from several nodes */
-    uint32_t nodes;          /* nodes with a live record, this one included */
+    uint32_t local_ranks;          /* published by this node (the default role's) */
+    uint32_t mirrored_ranks;       /* other nodes' ranks in the segment now (the default role's) */
+    uint32_t local_role_ranks;     /* the same for ranks under other roles */
+    uint32_t mirrored_role_ranks;  /* (e.g. draft) */
+    uint32_t local_parallelism;    /* the same for parallelism configs, every role */
+    uint32_t mirrored_parallelism; /* */
+    uint32_t conflicts;            /* entries with records from several nodes, every kind */
+    uint64_t records_skipped;      /* malformed records and keys read from etcd, skipped */
+    uint32_t nodes;                /* nodes with a live record, this one included */
     uint64_t mirror_writes, mirror_withdrawals;
     uint64_t fetches, fetch_failures, digest_mismatches;
     uint64_t rooms_published, rooms_lost_race, rooms_adopted;

@@ -46,9 +46,10 @@
  *   - GET /cluster: the cluster view (--etcd) as JSON: this node, etcd's
  *     state, the lease, the nodes, conflicts (cluster.h); 404 "Cluster view
  *     off (kvcoordd runs without --etcd)" otherwise.
- *   - A rank mirrored from another node (--etcd) is answered like a local
- *     one, with "X-Kvcoord-Origin: <node>" and "X-Kvcoord-Origin-Generation:
- *     G" on the lookup and "origin"/"origin_generation" in /ranks.
+ *   - A rank (of any role) or parallelism config mirrored from another
+ *     node (--etcd) is answered like a local one, with "X-Kvcoord-Origin:
+ *     <node>" and "X-Kvcoord-Origin-Generation: G" on the lookups and
+ *     "origin"/"origin_generation" in /ranks.
  *   - With a token configured (auth.h), the mutating routes (registration,
  *     DELETE /transfer_engine_info, PUT /rooms/{room}/failure) need
  *     "Authorization: Bearer <token>"; else 401 {"detail":"Unauthorized"}
@@ -598,12 +599,18 @@ static enum route_rc get_parallelism(struct routes *r, struct route_slot *s,
                                      const struct http_req *req, struct buf *out)
 {
     uint32_t rank;
-    char role[KVC_ROLE_NAME_MAX + 1], rs[KVC_ROLE_NAME_MAX + 16], gen[48];
+    char role[KVC_ROLE_NAME_MAX + 1], rs[KVC_ROLE_NAME_MAX + 16], gen[64 + 2 * KVC_ORIGIN_MAX];
     if (rank_params(req, out, &rank, role, NULL))
         return ROUTE_DONE;
     kvc_err e = kvc_parallelism_lookup(r->seg, role, rank, &s->ri);
     if (e == KVC_OK) {
-        snprintf(gen, sizeof gen, "X-Kvcoord-Generation: %" PRIu64 "\r\n", s->ri.generation);
+        if (s->ri.origin[0]) /* mirrored from another node (--etcd), as on the info lookup */
+            snprintf(gen, sizeof gen,
+                     "X-Kvcoord-Generation: %" PRIu64 "\r\nX-Kvcoord-Origin: %s\r\n"
+                     "X-Kvcoord-Origin-Generation: %" PRIu64 "\r\n",
+                     s->ri.generation, s->ri.origin, s->ri.origin_generation);
+        else
+            snprintf(gen, sizeof gen, "X-Kvcoord-Generation: %" PRIu64 "\r\n", s->ri.generation);
         resp_send(out, req, 200, CT_JSON, s->ri.info, s->ri.info_len, gen);
     } else if (e == KVC_E_NOENT || e == KVC_E_CAPACITY) {
         detailf(out, req, 404, "No parallelism config for rank %u%s", rank,

@@ -255,6 +255,214 @@ print(json.dumps(res))
         self.gone(b, 4)
 
 
+def role_url(node, path, rank, role=None):
+    return node.url + path + "?rank=%d" % rank + ("&role=%s" % role if role else "")
+
+
+def get_entry(node, rank, role=None, pcfg=False):
+    """(status, body, headers) of a lookup of rank's info (or parallelism
+    config) under role on node."""
+    path = "/get_parallelism_config" if pcfg else "/get_transfer_engine_info"
+    r = requests.get(role_url(node, path, rank, role), timeout=30)
+    return r.status_code, r.content, r.headers
+
+
+class Roles(Base):
+    """Ranks under a role other than the default (a speculative draft model's)
+    and parallelism configs cross nodes like the default role's ranks."""
+
+    def register_role(self, node, rank, role, sid, inf):
+        body = {"rank": rank, "transfer_engine_info": {"session_id": sid,
+                                                       "weights_info_dict": inf}}
+        if role:
+            body["role"] = role
+        r = requests.put(node.url + "/register_transfer_engine_info", json=body, timeout=30)
+        r.raise_for_status()
+
+    def register_pcfg(self, node, rank, cfg, role=None):
+        body = {"rank": rank, "parallelism_config": cfg}
+        if role:
+            body["role"] = role
+        r = requests.put(node.url + "/register_parallelism_config", json=body, timeout=30)
+        r.raise_for_status()
+
+    def entry_visible(self, node, rank, role=None, pcfg=False, body=None, origin=None):
+        def check():
+            st, b, h = get_entry(node, rank, role, pcfg)
+            if st != 200 or (body is not None and b != body):
+                return None
+            if origin is not None and h.get("X-Kvcoord-Origin") != origin:
+                return None
+            return b
+        v, took = cl.wait_for(check, TTL + SLACK)
+        self.assertTrue(v, "rank %d role %s (%s) not visible on %s within %d s; last: %r" % (
+            rank, role, "parallelism" if pcfg else "info", node.name, TTL + SLACK,
+            get_entry(node, rank, role, pcfg)[:2]))
+        return took
+
+    def entry_gone(self, node, rank, role=None, pcfg=False):
+        v, took = cl.wait_for(lambda: get_entry(node, rank, role, pcfg)[0] == 404, TTL + SLACK)
+        self.assertTrue(v, "rank %d role %s still on %s" % (rank, role, node.name))
+        return took
+
+    def test_draft_rank_mirrored_withdrawn_and_expires_with_the_lease(self):
+        a, b = self.node("A"), self.node("B")
+        self.register_role(a, 3, None, "t:3", info(3, "target"))
+        self.register_role(a, 3, "draft", "d:3", info(2, "draft"))
+        st, draft_a, _ = get_entry(a, 3, "draft")
+        self.assertEqual(st, 200)
+        took = self.entry_visible(b, 3, "draft", body=draft_a, origin="A")
+        print("draft rank 3 (HTTP on A) visible on B after %.3f s" % took)
+        st, body, h = get_entry(b, 3, "draft")
+        self.assertEqual(h["X-Kvcoord-Origin-Generation"], "1")
+        self.assertEqual(json.loads(body)["remote_instance_transfer_engine_info"],
+                         ["d:3", info(2, "draft")])
+        # The target rank 3 is its own entry on B, not overwritten by the draft.
+        self.visible(b, 3, body=a.lookup(3)[1], origin="A")
+        # A large draft rank (above the inline limit) is fetched from A.
+        big = info(9000, "big-draft")
+        self.register_role(a, 4, "draft", "d:4", big)
+        st, big_a, _ = get_entry(a, 4, "draft")
+        self.assertGreater(len(big_a), 256 * 1024)
+        self.entry_visible(b, 4, "draft", body=big_a, origin="A")
+        m = b.metrics()
+        self.assertEqual(m['kvcoord_cluster_mirrored_entries{kind="role_ranks"}'], 2)
+        self.assertEqual(m['kvcoord_cluster_mirrored_entries{kind="ranks"}'], 1)
+        self.assertGreaterEqual(m["kvcoord_cluster_fetches_total"], 1)
+        self.assertEqual(b.cluster_view()["counts"]["mirrored_role_ranks"], 2)
+        self.assertEqual(a.cluster_view()["counts"]["local_role_ranks"], 2)
+        # No echo: B publishes nothing of what it mirrors.
+        out = ETCD.ctl("get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only")
+        keys = [k for k in out.stdout.split() if k]
+        self.assertIn("/kvcoord/%s/roles/A/draft/3" % self.cluster, keys)
+        self.assertFalse([k for k in keys if "/B/" in k], keys)
+        # Withdrawal on A: gone on B, the target rank stays.
+        r = requests.delete(a.url + "/transfer_engine_info?rank=3&role=draft", timeout=5)
+        r.raise_for_status()
+        took = self.entry_gone(b, 3, "draft")
+        print("draft withdraw on A -> gone on B after %.3f s" % took)
+        self.assertIn(b"withdrawn on node A", get_entry(b, 3, "draft")[1])
+        self.assertEqual(b.lookup(3)[0], 200)
+        # SIGKILL of A: the draft rank goes from B when A's lease ends.
+        t0 = time.monotonic()
+        a.kill()
+        self.entry_gone(b, 4, "draft")
+        print("SIGKILL A -> draft rank gone from B after %.3f s (TTL %d s)" %
+              (time.monotonic() - t0, TTL))
+        self.assertIn(b"node A left the cluster", get_entry(b, 4, "draft")[1])
+        self.gone(b, 3)
+
+    def test_parallelism_config_mirrored_and_back_after_restart(self):
+        a, b = self.node("A", ttl=30), self.node("B")
+        cfg = {"tp_size": 8, "tp_rank": 2, "pp_size": 1, "pp_rank": 0, "world_size": 8,
+               "global_rank": 2, "local_rank": 2}
+        self.register_pcfg(a, 2, cfg)
+        self.register_pcfg(a, 2, dict(cfg, tp_size=4), role="draft")
+        big = dict(cfg, note="x" * 300000)  # above the inline limit: fetched from A
+        self.register_pcfg(a, 5, big)
+        for rank, role in ((2, None), (2, "draft"), (5, None)):
+            st, want, _ = get_entry(a, rank, role, pcfg=True)
+            self.assertEqual(st, 200)
+            took = self.entry_visible(b, rank, role, pcfg=True, body=want, origin="A")
+            print("parallelism config rank %d role %s visible on B after %.3f s" %
+                  (rank, role, took))
+        self.assertEqual(json.loads(get_entry(b, 2, pcfg=True)[1]), cfg)
+        self.assertEqual(json.loads(get_entry(b, 2, "draft", pcfg=True)[1])["tp_size"], 4)
+        m = b.metrics()
+        self.assertEqual(m['kvcoord_cluster_mirrored_entries{kind="parallelism_configs"}'], 3)
+        self.assertEqual(a.metrics()['kvcoord_cluster_local_entries{kind="parallelism_configs"}'],
+                         3)
+        # Clean stop of A (TTL 30 s): gone from B at once; a restart with the
+        # same segment publishes them again.
+        a.stop()
+        self.entry_gone(b, 2, pcfg=True)
+        self.entry_gone(b, 2, "draft", pcfg=True)
+        a.start()
+        self.entry_visible(b, 2, pcfg=True, origin="A")
+        self.entry_visible(b, 2, "draft", pcfg=True, origin="A")
+        self.entry_visible(b, 5, pcfg=True, origin="A")
+        # B restarted with its segment kept: the mirrors left in it are
+        # reconciled with etcd's snapshot (kept, and dropped once A's go).
+        b.stop()
+        b.start()
+        self.entry_visible(b, 2, "draft", pcfg=True, origin="A")
+        a.stop()
+        self.entry_gone(b, 2, "draft", pcfg=True)
+        self.entry_gone(b, 5, pcfg=True)
+
+    def test_malformed_records_skipped_logged_daemon_keeps_serving(self):
+        import hashlib
+        a, b = self.node("A"), self.node("B")
+        pre = "/kvcoord/%s/" % self.cluster
+
+        def rec(rank, sid, text, role="draft", node="X", pcfg=False, **over):
+            """A record as a node writes it (text: the info or config)."""
+            o = {"rank": rank, "node": node, "role": role, "generation": 1,
+                 "bytes": len(text), "url": "http://127.0.0.1:1",
+                 "digest": hashlib.sha256(sid.encode() + b"\0" + text.encode()).hexdigest()}
+            if pcfg:
+                o["config"] = text
+            else:
+                o["session_id"], o["info"] = sid, text
+            o.update(over)
+            return json.dumps({k: v for k, v in o.items() if v is not None})
+
+        w = json.dumps({"w": [1, 2, 2]})
+        # A valid record put by hand is mirrored (it is a peer's, as far as B
+        # can tell); overwritten with garbage, the mirror goes.
+        ok = ETCD.ctl("put", pre + "roles/X/draft/10", rec(10, "x:10", w))
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.entry_visible(b, 10, "draft", origin="X")
+        bad = {
+            "roles/X/draft/10": "not json at all",
+            "roles/X/draft/5": rec(5, "x:5", w, digest="0" * 64),
+            "roles/X/draft/6": rec(7, "x:6", w),                      # not the key's rank
+            "roles/X/draft/7": rec(7, "s" * 300, w),                  # session_id too long
+            "roles/X/draft/8": rec(8, "x:8", w, role="other"),        # not the key's role
+            "roles/X/draft/9": rec(9, "x:9", w, info=None, url="file:///etc/passwd"),
+            "roles/X/draft/11": rec(11, "x:11", "{not json"),         # digest right, bad JSON
+            "roles/X/draft/12": rec(12, "x:12", w, node="Y"),         # not the key's node
+            "roles/X/dr@ft/1": rec(1, "x:1", w, role="dr@ft"),
+            "roles/X/target/1": rec(1, "x:1", w, role="target"),      # under ranks/, not roles/
+            "roles/X/draft/99999999999": rec(1, "x:1", w),
+            "roles/X/draft/-1": rec(1, "x:1", w),
+            "roles/X/draft": rec(1, "x:1", w),
+            "parallelism/X/target/3": json.dumps({"rank": 3, "node": "X", "role": "target",
+                                                  "generation": -4, "digest": "zz",
+                                                  "config": "{}"}),
+            "parallelism/X/target/4": rec(4, "", "[1]", role="target", pcfg=True),
+            "parallelism/X/target/5": rec(5, "", "{}", role="target", pcfg=True,
+                                          session_id="x:5"),
+        }
+        for k, v in bad.items():
+            p = ETCD.ctl("put", pre + k, v)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        for k in bad:
+            v, _ = cl.wait_for(lambda: ("key=%s%s why=" % (pre, k))
+                               in b.logtext(), 10)
+            self.assertTrue(v, "no cluster_record_skipped line for %s:\n%s" % (k, b.logtext()))
+        print("\n".join(l for l in b.logtext().splitlines() if "cluster_record_skipped" in l))
+        self.entry_gone(b, 10, "draft")
+        self.assertTrue(b.healthy())
+        for rank in (1, 5, 6, 7, 8, 9, 11, 12):
+            self.assertEqual(get_entry(b, rank, "draft")[0], 404, rank)
+        for rank in (3, 4, 5):
+            self.assertEqual(get_entry(b, rank, pcfg=True)[0], 404, rank)
+        self.assertGreaterEqual(b.metrics()["kvcoord_cluster_records_skipped_total"], len(bad))
+        self.assertGreaterEqual(b.cluster_view()["counts"]["records_skipped"], len(bad))
+        # B goes on mirroring: a real registration on A crosses.
+        self.register_role(a, 5, "draft", "a:5", info(2, "after"))
+        self.entry_visible(b, 5, "draft", origin="A")
+        self.register_pcfg(a, 1, {"tp_size": 8})
+        self.entry_visible(b, 1, pcfg=True, origin="A")
+        # A snapshot (B restarted) skips them again, with a log line each.
+        b.stop()
+        b.start()
+        self.entry_visible(b, 5, "draft", origin="A")
+        self.assertEqual(get_entry(b, 7, "draft")[0], 404)
+        self.assertTrue(b.healthy())
+
+
 class Leases(Base):
     def test_sigkill_entries_expire_with_the_lease(self):
         a, b = self.node("A"), self.node("B")

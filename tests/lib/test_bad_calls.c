@@ -190,6 +190,39 @@ static void test_rank_calls(void **st)
                     kvc_parallelism_register(seg, NULL, 0, NULL, 2, &gen));
     EXPECT_NULL_ARG(kvc_parallelism_lookup, "seg", kvc_parallelism_lookup(NULL, NULL, 0, &ri));
     EXPECT_NULL_ARG(kvc_parallelism_lookup, "out", kvc_parallelism_lookup(seg, NULL, 0, NULL));
+    EXPECT_NULL_ARG(
+        kvc_role_register_mirror, "seg",
+        kvc_role_register_mirror(NULL, "draft", 0, "h:1", info, 13, "b", 1, KVC_GEN_ANY, &gen));
+    EXPECT_ERR(KVC_E_INVAL,
+               kvc_role_register_mirror(seg, "draft", 0, NULL, info, 13, "b", 1, KVC_GEN_ANY, &gen),
+               "argument session_id");
+    EXPECT_ERR(
+        KVC_E_INVAL,
+        kvc_role_register_mirror(seg, "draft", 0, "h:1", info, 13, NULL, 1, KVC_GEN_ANY, &gen),
+        "origin");
+    EXPECT_ERR(
+        KVC_E_INVAL,
+        kvc_role_register_mirror(seg, "bad role", 0, "h:1", info, 13, "b", 1, KVC_GEN_ANY, &gen),
+        "role name");
+    EXPECT_NULL_ARG(kvc_role_withdraw_mirror, "seg",
+                    kvc_role_withdraw_mirror(NULL, "draft", 0, NULL, KVC_GEN_ANY));
+    EXPECT_NULL_ARG(kvc_role_list, "seg", kvc_role_list(NULL, "draft", &ri, 1, &n, 0));
+    EXPECT_NULL_ARG(kvc_role_list, "count", kvc_role_list(seg, "draft", &ri, 1, NULL, 0));
+    EXPECT_NULL_ARG(kvc_role_list, "out", kvc_role_list(seg, "draft", NULL, 1, &n, 0));
+    EXPECT_NULL_ARG(
+        kvc_parallelism_register_mirror, "seg",
+        kvc_parallelism_register_mirror(NULL, NULL, 0, "{}", 2, "b", 1, KVC_GEN_ANY, &gen));
+    EXPECT_NULL_ARG(
+        kvc_parallelism_register_mirror, "config_json",
+        kvc_parallelism_register_mirror(seg, NULL, 0, NULL, 2, "b", 1, KVC_GEN_ANY, &gen));
+    EXPECT_ERR(KVC_E_INVAL,
+               kvc_parallelism_register_mirror(seg, NULL, 0, "{}", 2, "a b", 1, KVC_GEN_ANY, &gen),
+               "origin node name", "0x20");
+    EXPECT_NULL_ARG(kvc_parallelism_withdraw_mirror, "seg",
+                    kvc_parallelism_withdraw_mirror(NULL, NULL, 0, NULL, KVC_GEN_ANY));
+    EXPECT_NULL_ARG(kvc_parallelism_list, "seg", kvc_parallelism_list(NULL, NULL, &ri, 1, &n, 0));
+    EXPECT_NULL_ARG(kvc_parallelism_list, "count",
+                    kvc_parallelism_list(seg, NULL, &ri, 1, NULL, 0));
     EXPECT_NULL_ARG(kvc_role_names, "seg", kvc_role_names(NULL, names, 4, &n));
     EXPECT_NULL_ARG(kvc_role_names, "count", kvc_role_names(seg, names, 4, NULL));
     EXPECT_NULL_ARG(kvc_role_names, "names", kvc_role_names(seg, NULL, 4, &n));

@@ -263,12 +263,83 @@ static void test_mirror_origin(void **st)
     kvc_rank_info_free(&ri);
 }
 
+/* Mirrors under a role and of parallelism configs: the same rules as the
+ * rank table's (origin kept, conditional writes, withdrawal as a mirror
+ * only), each (rank, role) its own entry. */
+static void test_role_and_parallelism_mirrors(void **st)
+{
+    (void)st;
+    char *v = tu_info(3, 9);
+    const char *cfg = "{\"tp_size\": 8, \"tp_rank\": 6}";
+    uint64_t gen = 0, pgen = 0;
+    kvc_rank_info ri = {0};
+    kvc_rank_info list[8] = {{0}};
+    size_t n = 9;
+    assert_int_equal(kvc_role_list(S, "never-used", list, 8, &n, 1), KVC_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(kvc_role_register_mirror(S, "draft", 6, "d:6", v, strlen(v), "node-b", 7,
+                                              KVC_GEN_ANY, &gen),
+                     KVC_OK);
+    assert_int_equal(kvc_role_lookup(S, "draft", 6, &ri), KVC_OK);
+    assert_string_equal(ri.origin, "node-b");
+    assert_int_equal(ri.origin_generation, 7);
+    assert_string_equal(ri.session_id, "d:6");
+    assert_int_equal(kvc_rank_lookup(S, 6, &ri), KVC_E_NOENT); /* the target's rank 6: untouched */
+    assert_int_equal(kvc_role_list(S, "draft", list, 8, &n, 1), KVC_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(list[0].rank, 6);
+    assert_string_equal(list[0].origin, "node-b");
+    assert_int_equal(
+        kvc_role_register_mirror(S, "draft", 6, "d:6", "[1]", 3, "node-b", 8, KVC_GEN_ANY, NULL),
+        KVC_E_INVAL);
+    assert_int_equal(kvc_role_withdraw_mirror(S, "draft", 6, "x", gen + 1), KVC_E_EXISTS);
+    assert_int_equal(kvc_role_withdraw_mirror(S, "draft", 6, "node-b left", gen), KVC_OK);
+    assert_int_equal(kvc_role_lookup(S, "draft", 6, &ri), KVC_E_WITHDRAWN);
+    assert_string_equal(ri.origin, "node-b");
+    assert_string_equal(ri.note, "node-b left");
+    assert_int_equal(kvc_role_withdraw_mirror(S, "no-such-role", 6, "x", KVC_GEN_ANY), KVC_E_NOENT);
+
+    assert_int_equal(
+        kvc_parallelism_register_mirror(S, NULL, 6, cfg, strlen(cfg), "node-b", 2, 0, &pgen),
+        KVC_OK);
+    assert_int_equal(kvc_parallelism_lookup(S, "target", 6, &ri), KVC_OK);
+    assert_string_equal(ri.info, cfg);
+    assert_string_equal(ri.origin, "node-b");
+    assert_string_equal(ri.session_id, "");
+    assert_int_equal(
+        kvc_parallelism_register_mirror(S, NULL, 6, "[1]", 3, "node-b", 3, KVC_GEN_ANY, NULL),
+        KVC_E_INVAL);
+    assert_int_equal(kvc_parallelism_list(S, NULL, list, 8, &n, 0), KVC_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(list[0].origin, "node-b");
+    /* a local registration takes it back: no longer withdrawn as a mirror */
+    assert_int_equal(kvc_parallelism_register(S, NULL, 6, cfg, strlen(cfg), &gen), KVC_OK);
+    assert_int_equal(kvc_parallelism_lookup(S, NULL, 6, &ri), KVC_OK);
+    assert_string_equal(ri.origin, "");
+    assert_int_equal(kvc_parallelism_withdraw_mirror(S, NULL, 6, "x", KVC_GEN_ANY), KVC_E_EXISTS);
+    assert_int_equal(
+        kvc_parallelism_register_mirror(S, NULL, 6, cfg, strlen(cfg), "node-b", 4, gen - 1, NULL),
+        KVC_E_EXISTS);
+    assert_int_equal(
+        kvc_parallelism_register_mirror(S, NULL, 6, cfg, strlen(cfg), "node-b", 4, gen, &pgen),
+        KVC_OK);
+    assert_int_equal(kvc_parallelism_withdraw_mirror(S, NULL, 6, "node-b left", pgen), KVC_OK);
+    assert_int_equal(kvc_parallelism_lookup(S, NULL, 6, &ri), KVC_E_WITHDRAWN);
+    assert_string_equal(ri.origin, "node-b");
+    free(v);
+    kvc_rank_info_free(&ri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_register_lookup_overwrite), cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_withdraw_and_list),         cmocka_unit_test(test_arena_full),
-        cmocka_unit_test(test_wait_timeout_and_wake),     cmocka_unit_test(test_mirror_origin),
+        cmocka_unit_test(test_register_lookup_overwrite),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_withdraw_and_list),
+        cmocka_unit_test(test_arena_full),
+        cmocka_unit_test(test_wait_timeout_and_wake),
+        cmocka_unit_test(test_mirror_origin),
+        cmocka_unit_test(test_role_and_parallelism_mirrors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
