@@ -162,6 +162,17 @@ typedef struct kvc_options {
                                 default 600000 ms (10 min) */
 } kvc_options;
 
+/* The ranges kvc_open() accepts for a new segment's capacities in
+ * kvc_options (outside them: KVC_E_INVAL naming the range).  Besides these,
+ * world_size is 1..max_ranks and max_info_bytes at most arena_bytes / 2 (a
+ * re-registration holds a rank's old and new info at once). */
+#define KVC_LIMIT_MAX_RANKS (1u << 20)   /* max_ranks: 1..1048576 */
+#define KVC_LIMIT_MAX_PROCS (1u << 20)   /* max_procs: 1..1048576 */
+#define KVC_LIMIT_MAX_ROOMS (1u << 22)   /* max_rooms: 1..4194304 */
+#define KVC_LIMIT_ARENA_MIN 1024ull      /* arena_bytes: 1 KiB (one block).. */
+#define KVC_LIMIT_ARENA_MAX (1ull << 40) /* ..1 TiB */
+#define KVC_LIMIT_INFO_MIN 64ull         /* max_info_bytes: at least 64 bytes */
+
 /* Fill *opts with the defaults documented above.  Never fails; NULL is
  * ignored. */
 void kvc_options_init(kvc_options *opts);

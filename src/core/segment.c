@@ -111,26 +111,31 @@ static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint3
     return g;
 }
 
+_Static_assert(KVC_LIMIT_ARENA_MIN == KVC_BLOCK, "the smallest arena is one block");
+
 static kvc_err check_options(const kvc_options *o)
 {
-    if (o->max_ranks < 1 || o->max_ranks > (1u << 20))
-        return kvc__fail(KVC_E_INVAL, "max ranks %u out of range 1..1048576", o->max_ranks);
-    if (o->max_procs < 1 || o->max_procs > (1u << 20))
-        return kvc__fail(KVC_E_INVAL, "max procs %u out of range 1..1048576", o->max_procs);
+    if (o->max_ranks < 1 || o->max_ranks > KVC_LIMIT_MAX_RANKS)
+        return kvc__fail(KVC_E_INVAL, "max ranks %u out of range 1..%u", o->max_ranks,
+                         KVC_LIMIT_MAX_RANKS);
+    if (o->max_procs < 1 || o->max_procs > KVC_LIMIT_MAX_PROCS)
+        return kvc__fail(KVC_E_INVAL, "max procs %u out of range 1..%u", o->max_procs,
+                         KVC_LIMIT_MAX_PROCS);
     if (o->world_size < 1 || o->world_size > o->max_ranks)
         return kvc__fail(KVC_E_INVAL, "world size %u out of range 1..%u (max ranks)", o->world_size,
                          o->max_ranks);
-    if (o->arena_bytes < KVC_BLOCK || o->arena_bytes > (1ull << 40))
-        return kvc__fail(KVC_E_INVAL, "arena of %llu bytes out of range %u..2^40",
-                         (unsigned long long)o->arena_bytes, KVC_BLOCK);
-    if (o->max_info_bytes < 64 || o->max_info_bytes > o->arena_bytes / 2)
+    if (o->arena_bytes < KVC_LIMIT_ARENA_MIN || o->arena_bytes > KVC_LIMIT_ARENA_MAX)
+        return kvc__fail(KVC_E_INVAL, "arena of %llu bytes out of range %llu..2^40",
+                         (unsigned long long)o->arena_bytes, KVC_LIMIT_ARENA_MIN);
+    if (o->max_info_bytes < KVC_LIMIT_INFO_MIN || o->max_info_bytes > o->arena_bytes / 2)
         return kvc__fail(KVC_E_INVAL,
-                         "max info bytes %llu out of range 64..%llu (half the arena: a "
+                         "max info bytes %llu out of range %llu..%llu (half the arena: a "
                          "re-registration holds old and new info at once)",
-                         (unsigned long long)o->max_info_bytes,
+                         (unsigned long long)o->max_info_bytes, KVC_LIMIT_INFO_MIN,
                          (unsigned long long)o->arena_bytes / 2);
-    if (o->max_rooms < 1 || o->max_rooms > (1u << 22))
-        return kvc__fail(KVC_E_INVAL, "max rooms %u out of range 1..4194304", o->max_rooms);
+    if (o->max_rooms < 1 || o->max_rooms > KVC_LIMIT_MAX_ROOMS)
+        return kvc__fail(KVC_E_INVAL, "max rooms %u out of range 1..%u", o->max_rooms,
+                         KVC_LIMIT_MAX_ROOMS);
     if (o->room_ttl_ms < 1)
         return kvc__fail(KVC_E_INVAL, "room TTL must be at least 1 ms");
     if (o->lock_timeout_ms < 1)

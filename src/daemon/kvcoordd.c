@@ -77,21 +77,27 @@ static void usage(FILE *f)
                "                         empty (default: reuse a valid one, so registrations\n"
                "                         survive a restart of the daemon)\n"
                "  --world-size N         TP group size on this node, recorded in a new\n"
-               "                         segment (default 8)\n"
-               "  --max-ranks N          rank table entries of a new segment (default 1024)\n"
+               "                         segment (default 8; 1..32, the participants of a\n"
+               "                         room, and at most --max-ranks)\n"
+               "  --max-ranks N          rank table entries of a new segment (default 1024;\n"
+               "                         1..1048576)\n"
                "  --max-info-bytes SIZE  largest session_id + weights_info_dict per rank in a\n"
-               "                         new segment (default 16M)\n"
+               "                         new segment (default 16M; 64 bytes..half of\n"
+               "                         --arena-bytes)\n"
                "  --arena-bytes SIZE     info arena shared by all ranks of a new segment;\n"
-               "                         sparse, untouched pages cost nothing (default 1G)\n"
+               "                         sparse, untouched pages cost nothing (default 1G;\n"
+               "                         1K..1024G)\n"
                "  --max-rooms N          bootstrap rooms active at once in a new segment\n"
-               "                         (default 32768; about 1.7 KiB of /dev/shm each)\n"
-               "  --max-procs N          attached processes of a new segment (default 4096)\n"
+               "                         (default 32768, at most 4194304; about 1.7 KiB of\n"
+               "                         /dev/shm each)\n"
+               "  --max-procs N          attached processes of a new segment (default 4096;\n"
+               "                         1..1048576)\n"
                "  --room-ttl SECS        a room idle this long fails and is reclaimed; for a\n"
                "                         new segment (default 600)\n"
                "  --max-body-bytes SIZE  largest request body; more gets 413 (default 64M)\n"
                "  --max-header-bytes SIZE\n"
                "                         largest request line + headers; more gets 431\n"
-               "                         (default 64K, at most 80K)\n"
+               "                         (default 64K; 1K..80K)\n"
                "  --max-conns N          connections served at once; more are answered 503\n"
                "                         and closed (default 4096, at most 65536)\n"
                "  --header-timeout SECS  time to receive a request head, and a new\n"
@@ -308,23 +314,46 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* A positive integer flag value in [1, max]. */
-static int count_arg(const char *name, const char *v, uint64_t max, uint32_t *out)
+_Static_assert(KVC_ROOM_MAX_PARTICIPANTS == 32, "--world-size's message says 32");
+
+/* A positive integer flag value in [1, max]; why (NULL: none) is appended
+ * to the message, to say where the range comes from.  Every wrong value
+ * gets the same message, with the one range accepted. */
+static int count_arg(const char *name, const char *v, uint64_t max, const char *why, uint32_t *out)
 {
     uint64_t n;
     if (parse_uint(v, max, &n) || n == 0)
-        return usage_error("invalid %s '%s' (expected an integer in 1..%llu)", name, v,
-                           (unsigned long long)max);
+        return usage_error("invalid %s '%s' (expected an integer in 1..%llu%s)", name, v,
+                           (unsigned long long)max, why ? why : "");
     *out = (uint32_t)n;
     return 0;
 }
 
-static int size_arg(const char *name, const char *v, uint64_t max, uint64_t *out)
+/* A size as the help writes it: "80K", "1024G" when it is a whole number of
+ * KiB/MiB/GiB, else its bytes. */
+static const char *size_text(uint64_t v, char *buf, size_t cap)
 {
-    if (parse_size(v, out) || *out == 0 || *out > max)
-        return usage_error("invalid %s '%s' (expected a positive SIZE such as 65536, 64K, "
-                           "16M or 1G, within limits)",
-                           name, v);
+    static const char suffix[] = "GMK";
+    for (int i = 0; i < 3; i++) {
+        unsigned shift = 30 - 10 * (unsigned)i;
+        if (v && v % (1ull << shift) == 0) {
+            snprintf(buf, cap, "%llu%c", (unsigned long long)(v >> shift), suffix[i]);
+            return buf;
+        }
+    }
+    snprintf(buf, cap, "%llu", (unsigned long long)v);
+    return buf;
+}
+
+/* A SIZE flag value in [min, max], with the same one-range message. */
+static int size_arg(const char *name, const char *v, uint64_t min, uint64_t max, const char *why,
+                    uint64_t *out)
+{
+    char lo[32], hi[32];
+    if (parse_size(v, out) || *out < min || *out > max)
+        return usage_error("invalid %s '%s' (expected a SIZE in %s..%s%s)", name, v,
+                           size_text(min, lo, sizeof lo), size_text(max, hi, sizeof hi),
+                           why ? why : "");
     return 0;
 }
 
@@ -346,13 +375,22 @@ static int apply_opt(struct options *o, int c, const char *v)
         o->segment = v;
         return 0;
     case OPT_FRESH: o->fresh = 1; return 0;
-    case OPT_WORLD: return count_arg("--world-size", v, 1u << 20, &o->world_size);
-    case OPT_RANKS: return count_arg("--max-ranks", v, 1u << 24, &o->max_ranks);
-    case OPT_INFO: return size_arg("--max-info-bytes", v, UINT64_MAX, &o->max_info_bytes);
-    case OPT_ARENA: return size_arg("--arena-bytes", v, UINT64_MAX, &o->arena_bytes);
-    case OPT_ROOMS: return count_arg("--max-rooms", v, 1u << 22, &o->max_rooms);
-    case OPT_PROCS: return count_arg("--max-procs", v, 1u << 20, &o->max_procs);
-    case OPT_TTL: return count_arg("--room-ttl", v, 4000000, &o->room_ttl_s);
+    case OPT_WORLD:
+        return count_arg("--world-size", v, KVC_ROOM_MAX_PARTICIPANTS,
+                         ": a bootstrap room holds at most 32 participants, and rooms of the "
+                         "whole TP group must open",
+                         &o->world_size);
+    /* The segment's own limits (kvcoord.h: kvc_open refuses more). */
+    case OPT_RANKS: return count_arg("--max-ranks", v, KVC_LIMIT_MAX_RANKS, NULL, &o->max_ranks);
+    case OPT_INFO:
+        return size_arg("--max-info-bytes", v, KVC_LIMIT_INFO_MIN, KVC_LIMIT_ARENA_MAX / 2,
+                        ", and at most half of --arena-bytes", &o->max_info_bytes);
+    case OPT_ARENA:
+        return size_arg("--arena-bytes", v, KVC_LIMIT_ARENA_MIN, KVC_LIMIT_ARENA_MAX, NULL,
+                        &o->arena_bytes);
+    case OPT_ROOMS: return count_arg("--max-rooms", v, KVC_LIMIT_MAX_ROOMS, NULL, &o->max_rooms);
+    case OPT_PROCS: return count_arg("--max-procs", v, KVC_LIMIT_MAX_PROCS, NULL, &o->max_procs);
+    case OPT_TTL: return count_arg("--room-ttl", v, 4000000, NULL, &o->room_ttl_s);
     case OPT_ETCD:
         if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
             return usage_error("invalid --etcd '%s' (expected http://HOST:PORT[,...])", v);
@@ -365,22 +403,27 @@ static int apply_opt(struct options *o, int c, const char *v)
                                c == OPT_NODE ? "--node" : "--cluster", v, CLUSTER_NAME_MAX);
         *(c == OPT_NODE ? &o->node : &o->cluster) = v;
         return 0;
-    case OPT_ETCD_TTL: return count_arg("--etcd-ttl", v, 3600, &o->etcd_ttl_s);
+    case OPT_ETCD_TTL: return count_arg("--etcd-ttl", v, 3600, NULL, &o->etcd_ttl_s);
     case OPT_ADVERTISE: o->advertise = v; return 0;
     case OPT_ETCD_USER: o->etcd_user = v; return 0;
     case OPT_ETCD_PW: o->etcd_password_file = v; return 0;
     case OPT_ETCD_CA: o->etcd_cacert = v; return 0;
     case OPT_ETCD_CERT: o->etcd_cert = v; return 0;
     case OPT_ETCD_KEY: o->etcd_key = v; return 0;
-    case OPT_BODY: return size_arg("--max-body-bytes", v, SIZE_MAX / 2, &o->max_body);
-    case OPT_HEAD: return size_arg("--max-header-bytes", v, MAX_HEAD_LIMIT, &o->max_head);
-    case OPT_CONNS: return count_arg("--max-conns", v, 65536, &o->max_conns);
-    case OPT_HTIMEOUT: return count_arg("--header-timeout", v, 86400, &o->header_timeout_s);
-    case OPT_ITIMEOUT: return count_arg("--idle-timeout", v, 86400, &o->idle_timeout_s);
-    case OPT_LOCK_TIMEOUT: return count_arg("--lock-timeout", v, 3600000, &o->lock_timeout_ms);
+    case OPT_BODY: return size_arg("--max-body-bytes", v, 1, SIZE_MAX / 2, NULL, &o->max_body);
+    case OPT_HEAD:
+        return size_arg("--max-header-bytes", v, MIN_HEAD_LIMIT, MAX_HEAD_LIMIT,
+                        ": less is too small for any request real clients send, more is "
+                        "past http-parser's bound on a head",
+                        &o->max_head);
+    case OPT_CONNS: return count_arg("--max-conns", v, 65536, NULL, &o->max_conns);
+    case OPT_HTIMEOUT: return count_arg("--header-timeout", v, 86400, NULL, &o->header_timeout_s);
+    case OPT_ITIMEOUT: return count_arg("--idle-timeout", v, 86400, NULL, &o->idle_timeout_s);
+    case OPT_LOCK_TIMEOUT:
+        return count_arg("--lock-timeout", v, 3600000, NULL, &o->lock_timeout_ms);
     case OPT_MAX_BUFFERED:
-        return size_arg("--max-buffered-bytes", v, SIZE_MAX / 2, &o->max_buffered);
-    case OPT_BODY_TIMEOUT: return count_arg("--body-timeout", v, 86400, &o->body_timeout_s);
+        return size_arg("--max-buffered-bytes", v, 1, SIZE_MAX / 2, NULL, &o->max_buffered);
+    case OPT_BODY_TIMEOUT: return count_arg("--body-timeout", v, 86400, NULL, &o->body_timeout_s);
     case OPT_BIND_RETRY: {
         uint64_t n;
         if (parse_uint(v, 3600, &n))
@@ -413,23 +456,15 @@ static int apply_opt(struct options *o, int c, const char *v)
  * (exit 2) rather than accepted and failing every request later. */
 static int check_options(const struct options *o)
 {
-    if (o->max_head < MIN_HEAD_LIMIT)
-        return usage_error("--max-header-bytes %llu is too small for any request (a request "
-                           "line and the headers real clients send take more): at least %u",
-                           (unsigned long long)o->max_head, MIN_HEAD_LIMIT);
-    if (o->world_size > KVC_ROOM_MAX_PARTICIPANTS)
-        return usage_error("--world-size %u is above the %u participants a bootstrap room "
-                           "holds: rooms of the whole TP group could not be opened",
-                           o->world_size, KVC_ROOM_MAX_PARTICIPANTS);
     if (o->world_size > o->max_ranks)
         return usage_error("--world-size %u is above --max-ranks %u", o->world_size, o->max_ranks);
     if (o->max_buffered < o->max_body)
         return usage_error("--max-buffered-bytes %llu is below --max-body-bytes %llu: a body "
                            "of the largest size allowed could never be received",
                            (unsigned long long)o->max_buffered, (unsigned long long)o->max_body);
-    if (o->max_info_bytes > o->arena_bytes)
-        return usage_error("--max-info-bytes %llu is above --arena-bytes %llu: no rank of that "
-                           "size could ever be stored",
+    if (o->max_info_bytes > o->arena_bytes / 2)
+        return usage_error("--max-info-bytes %llu is above half of --arena-bytes %llu: a "
+                           "re-registration holds a rank's old and new info at once",
                            (unsigned long long)o->max_info_bytes,
                            (unsigned long long)o->arena_bytes);
     return 0;

@@ -825,6 +825,36 @@ class CliTest(unittest.TestCase):
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertIn("kvcoordd:", p.stderr)
 
+    def test_each_option_states_one_range(self):
+        # Every wrong value of an option (0, past the top, not a number) gets
+        # one message naming the one range accepted: nothing inside it is
+        # refused later (a number past 32 for --world-size, past the
+        # segment's limits for the capacities).
+        cases = [("--world-size", ["0", "33", "x"], "expected an integer in 1..32: "),
+                 ("--max-ranks", ["0", "1048577", "x"], "expected an integer in 1..1048576)"),
+                 ("--max-procs", ["0", "1048577"], "expected an integer in 1..1048576)"),
+                 ("--max-rooms", ["0", "4194305"], "expected an integer in 1..4194304)"),
+                 ("--arena-bytes", ["0", "1000", "1025G", "x"], "expected a SIZE in 1K..1024G)"),
+                 ("--max-info-bytes", ["0", "63", "513G"], "expected a SIZE in 64..512G, "),
+                 ("--max-header-bytes", ["0", "1023", "81K", "x"], "expected a SIZE in 1K..80K: ")]
+        for opt, values, text in cases:
+            for v in values:
+                p = self.run_daemon(opt, v)
+                self.assertEqual(p.returncode, 2, (opt, v, p.stderr))
+                self.assertIn("kvcoordd: invalid %s '%s' (%s" % (opt, v, text), p.stderr)
+        # inside their own ranges, refused for another option's value (exit 2
+        # before anything is created, naming both)
+        p = self.run_daemon("--max-info-bytes", "600M")  # the arena is 1G
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--max-info-bytes 629145600 is above half of --arena-bytes 1073741824",
+                      p.stderr)
+        p = self.run_daemon("--world-size", "16", "--max-ranks", "8")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--world-size 16 is above --max-ranks 8", p.stderr)
+        help_text = self.run_daemon("--help").stdout
+        for word in ("1..32", "1..1048576", "1K..1024G", "1K..80K", "at most 4194304"):
+            self.assertIn(word, help_text)
+
     def test_listen_failure_exits_1(self):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
