@@ -246,6 +246,23 @@ class HelpAndUsage(Base):
         rc, _, err = diag(name, "--json", "watch")
         self.assertEqual(rc, EXIT_USAGE)
 
+    def test_each_option_states_one_range(self):
+        # whatever is wrong with the value (a number outside, a non-number),
+        # the message states the same range, the one really accepted
+        name = unique_name()
+        cases = [("--port", ["0", "65536", "x", "-1"], "--port must be an integer in 1..65535"),
+                 ("--lock-timeout", ["0", "600001", "x"],
+                  "--lock-timeout must be an integer in 1..600000")]
+        for opt, values, text in cases:
+            for v in values:
+                p = subprocess.run([ARGS.diag, "--segment", name, opt, v, "status"],
+                                   capture_output=True, text=True, check=False)
+                self.assertEqual(p.returncode, EXIT_USAGE, (opt, v, p.stderr))
+                self.assertIn("%s, not '%s'" % (text, v), p.stderr)
+        p = subprocess.run([ARGS.diag, "--help"], capture_output=True, text=True, check=False)
+        self.assertIn("1..65535", p.stdout)
+        self.assertIn("1..600000", p.stdout)
+
     def test_global_options_after_the_command(self):
         with Fixture("empty") as fx:
             p = subprocess.run([ARGS.diag, "status", "--segment", fx.name, "--json"],

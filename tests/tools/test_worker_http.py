@@ -107,6 +107,22 @@ class WorkerCliTest(unittest.TestCase):
         self.assertIn("rank 9 cannot join room 777 of --room-participants 2", p.stderr)
         self.assertEqual(p.stdout, "")
 
+    def test_each_option_states_one_range(self):
+        # every wrong value of an option gets the same message, naming the one
+        # range accepted (a number past it is not "not a non-negative integer")
+        info = os.path.join(ARGS.work, "llama", "rank-0.json")
+        cases = [("--rank", ["-1", "x", "2147483648"], "is not an integer in 0..2147483647"),
+                 ("--timeout-ms", ["soon", "-1", "4294967296"],
+                  "is not a number of milliseconds in 0..4294967295"),
+                 ("--room-state", ["done", "5"], "is not a KVPoll state (failed, bootstrapping, "
+                  "waitingforinput, transferring, success or 0..4)"),
+                 ("--room-participants", ["0", "33"], "is not in 1..32")]
+        for opt, values, text in cases:
+            for v in values:
+                p = run_worker("--info", info, opt, v, "--room", "1", "--segment", "kvctest-none")
+                self.assertEqual(p.returncode, 2, (opt, v, p.stderr))
+                self.assertIn("%s: '%s' %s" % (opt, v, text), p.stderr)
+
     def test_runtime_errors_exit_1(self):
         missing = os.path.join(ARGS.work, "no-such-file.json")
         p = run_worker("--info", missing, "--segment", "kvctest-none")

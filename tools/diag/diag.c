@@ -25,11 +25,12 @@ static const char global_options[] =
     "GLOBAL OPTIONS (before or after the command)\n"
     "  -s, --segment NAME     segment to read: /dev/shm/NAME (default kvcoord-6789, the\n"
     "                         segment of a kvcoordd on port 6789)\n"
-    "  -p, --port PORT        the segment of the kvcoordd on PORT (kvcoord-PORT)\n"
+    "  -p, --port PORT        the segment of the kvcoordd on PORT (kvcoord-PORT;\n"
+    "                         1..65535)\n"
     "  -j, --json             print one JSON document instead of text (see OUTPUT)\n"
     "  -T, --lock-timeout MS  longest wait for any lock of the segment, in milliseconds\n"
-    "                         (default 300); a lock held longer is reported with its\n"
-    "                         owner, never waited on\n"
+    "                         (1..600000, default 300); a lock held longer is reported\n"
+    "                         with its owner, never waited on\n"
     "  -h, --help             print the help of the tool, or of the command\n";
 
 static const char exit_status[] =
@@ -125,17 +126,23 @@ int diag_usage_error(const diag *d, const diag_cmd *c, const char *fmt, ...)
     return -1;
 }
 
-int diag_parse_u64(const diag *d, const diag_cmd *c, const char *name, const char *s, uint64_t max,
-                   uint64_t *out)
+int diag_parse_range(const diag *d, const diag_cmd *c, const char *name, const char *s,
+                     uint64_t min, uint64_t max, uint64_t *out)
 {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (!*s || *end || errno || *s == '-' || v > max)
-        return diag_usage_error(d, c, "%s must be an integer in 0..%llu, not '%s'", name,
-                                (unsigned long long)max, s);
+    if (!*s || *end || errno || *s == '-' || v < min || v > max)
+        return diag_usage_error(d, c, "%s must be an integer in %llu..%llu, not '%s'", name,
+                                (unsigned long long)min, (unsigned long long)max, s);
     *out = v;
     return 0;
+}
+
+int diag_parse_u64(const diag *d, const diag_cmd *c, const char *name, const char *s, uint64_t max,
+                   uint64_t *out)
+{
+    return diag_parse_range(d, c, name, s, 0, max, out);
 }
 
 int diag_poll_state(const char *s)
@@ -157,18 +164,15 @@ static int global_opt(diag *d, const diag_cmd *c, int opt, const char *arg)
         snprintf(d->segment, sizeof d->segment, "%s", arg);
         return 1;
     case 'p':
-        if (diag_parse_u64(d, c, "--port", arg, 65535, &v) < 0)
+        /* not 0: kvcoordd never serves port 0 (it would be an ephemeral one) */
+        if (diag_parse_range(d, c, "--port", arg, 1, 65535, &v) < 0)
             return -1;
-        if (v == 0) /* kvcoordd never serves port 0 (it would be an ephemeral one) */
-            return diag_usage_error(d, c, "--port must be in 1..65535");
         kvc_name_for_port((uint16_t)v, d->segment, sizeof d->segment);
         return 1;
     case 'j': d->json = 1; return 1;
     case 'T':
-        if (diag_parse_u64(d, c, "--lock-timeout", arg, 600000, &v) < 0)
+        if (diag_parse_range(d, c, "--lock-timeout", arg, 1, 600000, &v) < 0)
             return -1;
-        if (v == 0)
-            return diag_usage_error(d, c, "--lock-timeout must be at least 1 ms");
         d->lock_timeout_ms = (uint32_t)v;
         return 1;
     }

@@ -64,7 +64,12 @@ int diag_parse(diag *d, const diag_cmd *c, int argc, char **argv, const char *sh
 /* Print "PROG CMD: message" and a pointer to the help on stderr; returns -1. */
 int diag_usage_error(const diag *d, const diag_cmd *c, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Parse a non-negative integer operand/option ("name" for the message). */
+/* Parse a decimal integer operand/option in min..max into *out; else the
+ * usage error "NAME must be an integer in MIN..MAX, not 'S'" (one message,
+ * one range, whatever was wrong) and -1. */
+int diag_parse_range(const diag *d, const diag_cmd *c, const char *name, const char *s,
+                     uint64_t min, uint64_t max, uint64_t *out);
+/* diag_parse_range() with min 0. */
 int diag_parse_u64(const diag *d, const diag_cmd *c, const char *name, const char *s, uint64_t max,
                    uint64_t *out);
 /* The exit status a command's diag_parse() result means, or -1 to go on. */

@@ -77,9 +77,9 @@ static void usage(FILE *out)
             "\n"
             "Options:\n"
             "  -i, --info FILE       rank info file to register (required)\n"
-            "  -r, --rank N          rank to register as (default: the file's \"rank\");\n"
-            "                        overrides the file's rank when both are given (a note\n"
-            "                        on stderr says so when they differ)\n"
+            "  -r, --rank N          rank to register as, 0..2147483647 (default: the\n"
+            "                        file's \"rank\"); overrides the file's rank when both\n"
+            "                        are given (a note on stderr says so when they differ)\n"
             "  -s, --segment NAME    segment to attach to (default: kvcoord-%d, the\n"
             "                        segment of a kvcoordd on port %d)\n"
             "  -l, --linger          stay attached after registering, like a live worker,\n"
@@ -171,7 +171,7 @@ static int parse_args(int argc, char **argv, worker_args *a)
         case 'h': usage(stdout); return -1;
         case 'r':
             if (parse_long(optarg, 0, INT32_MAX, &v)) {
-                fail("--rank: '%s' is not a non-negative integer", optarg);
+                fail("--rank: '%s' is not an integer in 0..%ld", optarg, (long)INT32_MAX);
                 return EXIT_USAGE;
             }
             a->rank = v;
@@ -194,7 +194,9 @@ static int parse_args(int argc, char **argv, worker_args *a)
                 if (!strcasecmp(optarg, kvc_poll_name((kvc_poll)i)))
                     a->room_state = i;
             if (a->room_state < 0 && parse_long(optarg, 0, 4, &a->room_state)) {
-                fail("--room-state: '%s' is not a KVPoll state", optarg);
+                fail("--room-state: '%s' is not a KVPoll state (failed, bootstrapping, "
+                     "waitingforinput, transferring, success or 0..4)",
+                     optarg);
                 return EXIT_USAGE;
             }
             break;
@@ -216,7 +218,8 @@ static int parse_args(int argc, char **argv, worker_args *a)
             break;
         case 't':
             if (parse_long(optarg, 0, UINT32_MAX, &v)) {
-                fail("--timeout-ms: '%s' is not a number of milliseconds", optarg);
+                fail("--timeout-ms: '%s' is not a number of milliseconds in 0..%lu", optarg,
+                     (unsigned long)UINT32_MAX);
                 return EXIT_USAGE;
             }
             a->timeout_ms = (uint32_t)v;
