@@ -603,7 +603,11 @@ static void apply_winner(struct cluster *c, unsigned ti, uint32_t rank, const ch
             if (s->saved_info)
                 memcpy(s->saved_info, c->look.info, c->look.info_len + 1);
             s->saved_len = c->look.info_len;
-            s->saved_pid = c->look.pid;
+            /* Withdrawn with its process only if that still runs now: a
+             * registration left by an earlier kvcoordd of this segment (its
+             * pid gone) stays this node's until withdrawn. */
+            s->saved_pid =
+                c->look.pid > 0 && (kill(c->look.pid, 0) == 0 || errno == EPERM) ? c->look.pid : 0;
             if (!s->saved_sid || !s->saved_info)
                 drop_saved(s);
         }

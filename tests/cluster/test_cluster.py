@@ -336,6 +336,20 @@ class Roles(Base):
         keys = [k for k in out.stdout.split() if k]
         self.assertIn("/kvcoord/%s/roles/A/draft/3" % self.cluster, keys)
         self.assertFalse([k for k in keys if "/B/" in k], keys)
+        # kvcoord-diag, from B's segment and etcd: the draft entries and A's counts.
+        d = subprocess.run([ARGS.diag, "--json", "cluster", "--segment", b.segment, "--etcd",
+                            ETCD.endpoints, "--cluster", self.cluster], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
+        doc = json.loads(d.stdout)
+        self.assertEqual(sorted((m["rank"], m["role"], m["kind"], m["origin"])
+                                for m in doc["mirrored"]),
+                         [(3, "draft", "transfer_engine_info", "A"),
+                          (3, "target", "transfer_engine_info", "A"),
+                          (4, "draft", "transfer_engine_info", "A")])
+        self.assertEqual([(n["node"], n["ranks"], n["role_ranks"]) for n in doc["nodes"]
+                          if n["node"] == "A"], [("A", 1, 2)])
+        self.assertEqual(doc["conflicts"], [])
         # Withdrawal on A: gone on B, the target rank stays.
         r = requests.delete(a.url + "/transfer_engine_info?rank=3&role=draft", timeout=5)
         r.raise_for_status()
@@ -389,6 +403,39 @@ class Roles(Base):
         a.stop()
         self.entry_gone(b, 2, "draft", pcfg=True)
         self.entry_gone(b, 5, pcfg=True)
+        a.start()
+        self.entry_visible(b, 2, "draft", pcfg=True, origin="A")
+        # The same (rank, role) config registered on B too: the newest revision
+        # wins on both nodes, as for ranks, and both report the conflict.
+        self.register_pcfg(b, 2, dict(cfg, tp_size=16), role="draft")
+        self.entry_visible(a, 2, "draft", pcfg=True, origin="B")
+        for n in (a, b):
+            v, _ = cl.wait_for(lambda: n.cluster_view()["conflicts"], 5)
+            self.assertEqual([(c["rank"], c["role"], c["kind"], c["winner"]) for c in v],
+                             [(2, "draft", "parallelism_config", "B")])
+        d = subprocess.run([ARGS.diag, "--json", "cluster", "--segment", a.segment, "--etcd",
+                            ETCD.endpoints, "--cluster", self.cluster], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(d.returncode, 1, d.stderr)  # a conflict: degraded
+        doc = json.loads(d.stdout)
+        self.assertEqual([(c["rank"], c["role"], c["kind"], c["winner"])
+                          for c in doc["conflicts"]], [(2, "draft", "parallelism_config", "B")])
+        # In A's segment, B's draft config shadows A's own (kept aside by kvcoordd).
+        self.assertEqual(doc["local_parallelism_configs"], 2)
+        self.assertIn({"rank": 2, "role": "draft", "kind": "parallelism_config", "origin": "B"},
+                      [{k: m[k] for k in ("rank", "role", "kind", "origin")}
+                       for m in doc["mirrored"]])
+        # A registers its own again: newest, so A's everywhere.
+        self.register_pcfg(a, 2, dict(cfg, tp_size=4, again=1), role="draft")
+        self.entry_visible(b, 2, "draft", pcfg=True, origin="A")
+        # A stops: B's own config comes back on B.
+        a.stop()
+
+        def own_back():
+            st, body, h = get_entry(b, 2, "draft", pcfg=True)
+            return st == 200 and "X-Kvcoord-Origin" not in h and json.loads(body)["tp_size"] == 16
+        v, _ = cl.wait_for(own_back, TTL + SLACK)
+        self.assertTrue(v, get_entry(b, 2, "draft", pcfg=True))
 
     def test_malformed_records_skipped_logged_daemon_keeps_serving(self):
         import hashlib
