@@ -23,16 +23,17 @@ static void trim_newline(const char *s, size_t *len)
 }
 
 /* A token may hold only visible ASCII: anything else could not arrive intact
- * in a header (spaces and tabs would be taken as separators or trimmed). */
-static int token_bytes_ok(const char *s, size_t len, char *err, size_t errcap, const char *what)
+ * in a header (spaces and tabs would be taken as separators or trimmed).
+ * The message starts with prefix. */
+static int token_bytes_ok(const char *s, size_t len, char *err, size_t errcap, const char *prefix)
 {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x21 || c > 0x7e) {
             snprintf(err, errcap,
-                     "%s: byte %zu of the token is 0x%02x (only visible ASCII "
+                     "%sbyte %zu of the token is 0x%02x (only visible ASCII "
                      "0x21..0x7e is accepted; one trailing newline is trimmed)",
-                     what, i, c);
+                     prefix, i, c);
             return -1;
         }
     }
@@ -48,30 +49,33 @@ static void set_token(struct auth *a, const char *token, size_t len)
 }
 
 /* Read and validate the token file at path into buf; *len receives the
- * token's length.  Returns 0 or -1 with err set. */
+ * token's length.  Returns 0 or -1 with the reason in err, without the
+ * path (the caller names the file: a long path must not crowd out the
+ * reason).  O_NONBLOCK: a FIFO (or a device) put in the file's place must
+ * not block the caller (the event loop, on SIGHUP) until a writer comes; it
+ * is refused as not a regular file. */
 static int read_token_file(const char *path, char *buf, size_t *len, char *err, size_t errcap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
-        snprintf(err, errcap, "auth token file %s: open: %s", path, strerror(errno));
+        snprintf(err, errcap, "open: %s", strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st)) {
-        snprintf(err, errcap, "auth token file %s: fstat: %s", path, strerror(errno));
+        snprintf(err, errcap, "fstat: %s", strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errcap, "auth token file %s: not a regular file", path);
+        snprintf(err, errcap, "not a regular file");
         close(fd);
         return -1;
     }
     if (st.st_mode & 0007) {
         snprintf(err, errcap,
-                 "auth token file %s: mode %04o gives access to others; refusing "
-                 "it (chmod o-rwx %s)",
-                 path, (unsigned)(st.st_mode & 07777), path);
+                 "mode %04o gives access to others; refusing it (chmod o-rwx on the file)",
+                 (unsigned)(st.st_mode & 07777));
         close(fd);
         return -1;
     }
@@ -82,7 +86,7 @@ static int read_token_file(const char *path, char *buf, size_t *len, char *err, 
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            snprintf(err, errcap, "auth token file %s: read: %s", path, strerror(errno));
+            snprintf(err, errcap, "read: %s", strerror(errno));
             close(fd);
             return -1;
         }
@@ -92,13 +96,10 @@ static int read_token_file(const char *path, char *buf, size_t *len, char *err, 
     close(fd);
     trim_newline(buf, &n);
     if (n > AUTH_TOKEN_MAX) {
-        snprintf(err, errcap, "auth token file %s: token longer than %d bytes", path,
-                 AUTH_TOKEN_MAX);
+        snprintf(err, errcap, "token longer than %d bytes", AUTH_TOKEN_MAX);
         return -1;
     }
-    char what[96];
-    snprintf(what, sizeof what, "auth token file %.64s", path);
-    if (token_bytes_ok(buf, n, err, errcap, what))
+    if (token_bytes_ok(buf, n, err, errcap, ""))
         return -1;
     *len = n;
     return 0;
@@ -130,7 +131,7 @@ int auth_init(struct auth *a, const char *token_file, const char *env_value, cha
             snprintf(err, errcap, AUTH_ENV ": token longer than %d bytes", AUTH_TOKEN_MAX);
             return -1;
         }
-        if (token_bytes_ok(env_value, len, err, errcap, AUTH_ENV))
+        if (token_bytes_ok(env_value, len, err, errcap, AUTH_ENV ": "))
             return -1;
         set_token(a, env_value, len);
         a->source = AUTH_SRC_ENV;

@@ -74,14 +74,20 @@ struct auth {
 /* Configure a: token_file (may be NULL) wins; else env_value (the value of
  * KVCOORD_AUTH_TOKEN, NULL when unset: pass getenv(AUTH_ENV)); else auth off.
  * Returns 0, or -1 with a message in err (unreadable, world-readable or not
- * regular file, token too long or with bad bytes); a is then off. */
+ * regular file, token too long or with bad bytes); a is then off.  For the
+ * file, err is the reason alone ("mode 0644 gives access to others; ..."),
+ * without the file's name, which the caller logs as a field of its own (so
+ * a long path never crowds out the reason); for the environment it starts
+ * with "KVCOORD_AUTH_TOKEN: ".  Never blocks: a FIFO or device in the
+ * file's place is refused as not a regular file, not waited on. */
 int auth_init(struct auth *a, const char *token_file, const char *env_value, char *err,
               size_t errcap);
 
 /* Re-read the token file (SIGHUP).  Returns 1 when the file was re-read,
  * 0 when there is nothing to re-read (auth off, or the token came from the
- * environment), -1 on error with a message in err: the previous token stays
- * in force (a bad edit never turns auth off). */
+ * environment), -1 on error with the reason in err (as auth_init's, without
+ * the file's name: a->path): the previous token stays in force (a bad edit
+ * never turns auth off).  Never blocks, as auth_init. */
 int auth_reload(struct auth *a, char *err, size_t errcap);
 
 /* Non-zero when mutating requests need a token. */

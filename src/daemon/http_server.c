@@ -225,19 +225,28 @@ static void handle_sweep(struct server *s)
         arm_sweep(s);
 }
 
-/* SIGHUP: re-read the token file.  A failed re-read keeps the token in
- * force (auth.h), so a bad edit never turns auth off. */
+/* SIGHUP: re-read the token file; one log line per reload, whatever its
+ * outcome.  A failed re-read keeps the token in force (auth.h), so a bad
+ * edit never turns auth off; the reason comes before the file's name, so a
+ * long path cannot cut it off the line. */
 static void handle_reload(struct server *s)
 {
     char err[256];
+    struct auth *a = s->cfg->auth;
     notify_reloading();
-    int rc = s->cfg->auth ? auth_reload(s->cfg->auth, err, sizeof err) : 0;
-    if (rc > 0)
-        log_event(LOG_INFO, "auth_reloaded", "source=file");
+    int rc = a ? auth_reload(a, err, sizeof err) : 0;
+    if (rc > 0 && a->token_len == 0)
+        log_event(LOG_WARN, "auth_reloaded",
+                  "source=file file=%s note=\"empty token: every mutating request will be "
+                  "refused\"",
+                  a->path);
+    else if (rc > 0)
+        log_event(LOG_INFO, "auth_reloaded", "source=file file=%s", a->path);
     else if (rc == 0)
         log_event(LOG_INFO, "reload", "note=\"no token file\"");
     else
-        log_event(LOG_ERROR, "auth_reload_failed", "err=\"%s\" note=\"previous token kept\"", err);
+        log_event(LOG_ERROR, "auth_reload_failed",
+                  "err=\"%s\" file=%s note=\"previous token kept\"", err, a->path);
     if (rc != 0 && s->metrics)
         metrics_auth_reload(s->metrics, rc > 0);
     notify_ready(NULL);

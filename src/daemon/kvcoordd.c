@@ -698,7 +698,10 @@ static int setup_auth(struct auth *auth, const struct options *o)
 {
     char err[512];
     if (auth_init(auth, o->auth_file, getenv(AUTH_ENV), err, sizeof err)) {
-        log_event(LOG_ERROR, "auth_failed", "err=\"%s\"", err);
+        if (o->auth_file) /* the reason first: a long path cannot cut it off */
+            log_event(LOG_ERROR, "auth_failed", "err=\"%s\" file=%s", err, o->auth_file);
+        else
+            log_event(LOG_ERROR, "auth_failed", "err=\"%s\"", err);
         return -1;
     }
     unsetenv(AUTH_ENV); /* out of /proc/PID/environ of anything started later */

@@ -205,9 +205,17 @@ static void test_reload(void **state)
     assert_non_null(strstr(err, "others"));
     assert_int_equal(auth_check(&a, "Bearer second"), AUTH_ALLOW);
     assert_int_equal(auth_check(&a, "Bearer third"), AUTH_DENY_TOKEN);
+    assert_null(strstr(err, p)); /* the reason alone: the caller names the file */
+    /* a FIFO in the file's place: refused at once, not waited on for a writer */
+    unlink(p);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(auth_reload(&a, err, sizeof err), -1);
+    assert_string_equal(err, "not a regular file");
+    assert_int_equal(auth_check(&a, "Bearer second"), AUTH_ALLOW);
     /* the file removed: old token kept too */
     unlink(p);
     assert_int_equal(auth_reload(&a, err, sizeof err), -1);
+    assert_string_equal(err, "open: No such file or directory");
     assert_int_equal(auth_check(&a, "Bearer second"), AUTH_ALLOW);
     /* emptied: fail closed after the reload */
     write_file("rl", "", 0600);

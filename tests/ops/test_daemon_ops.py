@@ -285,6 +285,91 @@ def main():
     finally:
         d.stop()
 
+    # SIGHUP with a bad token file, one attempt per kind of bad: exactly one
+    # log line each, its reason before the file's name (a 330-byte path must
+    # not cut the reason off the line), the previous token kept; a FIFO in
+    # the file's place is refused, never waited on (the loop goes on)
+    deep = os.path.join(a.work, "d" * 200, "e" * 100)
+    os.makedirs(deep)
+    deep_token = os.path.join(deep, "token")
+    with open(deep_token, "w") as f:
+        f.write(TOKEN1 + "\n")
+    os.chmod(deep_token, 0o600)
+    d = Daemon(a.daemon, a.work, "reload", ["--auth-token-file", deep_token])
+
+    def write_token(text, mode=0o600):
+        if os.path.lexists(deep_token):
+            os.unlink(deep_token)
+        if text is not None:
+            with open(deep_token, "w") as f:
+                f.write(text)
+            os.chmod(deep_token, mode)
+
+    def reload(what):
+        before = open(d.log_path).read().count("\n")
+        d.proc.send_signal(signal.SIGHUP)
+        try:
+            got = [d.notify.recv(4096).decode(), d.notify.recv(4096).decode()]
+        except socket.timeout:
+            fail("%s: no RELOADING=1/READY=1 after SIGHUP (the loop is blocked?)" % what)
+        if not got[0].startswith("RELOADING=1") or not got[1].startswith("READY=1"):
+            fail("%s: notifications %r" % (what, got))
+        lines = open(d.log_path).read().splitlines()[before:]
+        return [l for l in lines if " reload" in l or " auth_" in l]
+
+    try:
+        d.wait_ready()
+        bad = [("world-readable", lambda: write_token(TOKEN2 + "\n", 0o644),
+                'err="mode 0644 gives access to others; refusing it (chmod o-rwx on the file)"'),
+               ("a FIFO", lambda: (write_token(None), os.mkfifo(deep_token, 0o600)),
+                'err="not a regular file"'),
+               ("missing", lambda: write_token(None), 'err="open: No such file or directory"'),
+               ("a space in it", lambda: write_token("tok en\n"),
+                'err="byte 3 of the token is 0x20 (only visible ASCII'),
+               ("too long", lambda: write_token("a" * 1100), 'err="token longer than 1024 bytes"')]
+        for what, make, reason in bad:
+            make()
+            lines = reload(what)
+            if len(lines) != 1 or " error auth_reload_failed " + reason not in lines[0]:
+                fail("%s: want one 'error auth_reload_failed %s' line, got %r"
+                     % (what, reason, lines))
+            if not lines[0].endswith(' file=%s note="previous token kept"' % deep_token):
+                fail("%s: the line does not end with the file and the note: %r" % (what, lines))
+            if d.request("GET", "/health")[0] != 200:
+                fail("%s: /health after the reload" % what)
+            st, _, _ = d.request("PUT", reg, BODY, "Bearer " + TOKEN1)
+            if st != 200:
+                fail("%s: the previous token no longer works (%d)" % (what, st))
+        text = d.request("GET", "/metrics")[2].decode()
+        if 'kvcoord_auth_reloads_total{result="error"} %d' % len(bad) not in text.splitlines():
+            fail("want %d failed reloads counted:\n%s" % (len(bad), text))
+        # an empty file is a valid token that refuses everything: said at warn
+        write_token("")
+        lines = reload("empty")
+        if len(lines) != 1 or " warn auth_reloaded source=file " not in lines[0] \
+                or "every mutating request will be refused" not in lines[0]:
+            fail("empty token file: want one warn auth_reloaded line, got %r" % lines)
+        expect_401(d, "PUT", reg, BODY, "Bearer " + TOKEN1, "empty token after reload")
+        write_token(TOKEN2 + "\n")
+        lines = reload("good")
+        if lines != [l for l in lines if " info auth_reloaded source=file file=" in l] or \
+                len(lines) != 1:
+            fail("good token file: want one info auth_reloaded line, got %r" % lines)
+        if d.request("PUT", reg, BODY, "Bearer " + TOKEN2)[0] != 200:
+            fail("the reloaded token is refused")
+    finally:
+        d.stop()
+    # at start, the same reason before the file
+    write_token(TOKEN1 + "\n", 0o604)
+    r = subprocess.run([a.daemon, "--listen", "127.0.0.1:0", "--segment",
+                        "kvctest-ops-%d-bad" % os.getpid(), "--auth-token-file", deep_token],
+                       capture_output=True, text=True, timeout=30)
+    subprocess.run(["rm", "-f", "/dev/shm/kvctest-ops-%d-bad" % os.getpid()])
+    if r.returncode != 1 or ' error auth_failed err="mode 0604 gives access to others' \
+            not in r.stderr or "file=" + deep_token not in r.stderr:
+        fail("world-readable token file (long path) at start: exit %d, stderr %r"
+             % (r.returncode, r.stderr))
+
     # a world-readable token file: refused at start
     os.chmod(token_file, 0o644)
     r = subprocess.run([a.daemon, "--listen", "127.0.0.1:0", "--segment",
@@ -293,7 +378,8 @@ def main():
     subprocess.run(["rm", "-f", "/dev/shm/kvctest-ops-%d-bad" % os.getpid()])
     if r.returncode != 1 or "others" not in r.stderr:
         fail("world-readable token file: exit %d, stderr %r" % (r.returncode, r.stderr))
-    print("PASS: readiness, auth matrix, metrics, logs, SIGHUP reload, fail closed")
+    print("PASS: readiness, auth matrix, metrics, logs, SIGHUP reload (bad files: one line "
+          "each), fail closed")
     return 0
 
 
