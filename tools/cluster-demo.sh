@@ -35,6 +35,7 @@ stop_all() {
         done <"$f"
         rm -f "$f"
     done
+    STOPPED=${#pids[@]}
     # Wait (up to 10 s) for them to exit: a kvcoordd still running when its
     # segment is removed below would log the unlink and exit 1.
     for ((n = 0; n < 100; n++)); do
@@ -51,7 +52,14 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --keep) KEEP=1; shift ;;
         --ttl) TTL=$2; shift 2 ;;
-        stop) stop_all; log "stopped"; exit 0 ;;
+        stop)
+            stop_all
+            if ((STOPPED)); then
+                log "stopped $STOPPED process(es) of the demo, and its etcd"
+            else
+                log "no kvcoordd or worker of the demo was running (its etcd is stopped too)"
+            fi
+            exit 0 ;;
         -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (try --help)" ;;
     esac
