@@ -1,0 +1,358 @@
+/*
+ * cluster_internal.h - what the files of kvcoordd's cluster view (cluster.h)
+ * share, and nothing else uses: its limits, the state the cluster thread
+ * owns, and the functions one of its files calls in another (prefixed
+ * cluster__).  Not installed; the rest of kvcoordd includes cluster.h only.
+ *
+ * One cluster thread owns all the state below and is the only one that
+ * writes mirrored entries or talks to etcd for publishing.  Three helpers
+ * feed it through one mutex + condition variable:
+ *   - the watch thread: a range of the whole prefix (a snapshot), then a
+ *     watch stream from the next revision; each response is queued;
+ *   - the rank waiter and the room waiter: sleep on the segment's futex
+ *     epochs and flag a change.
+ *
+ * Telling local changes from the thread's own writes: every write the
+ * cluster thread makes to the rank table returns the entry's generation,
+ * kept as mine_gen; a scan that finds another generation sees a change
+ * made by someone else on this node (HTTP or a worker), i.e. a local one.
+ *
+ * The files, one concern each:
+ *   cluster.c          start and stop, the cluster thread's loop
+ *   cluster_session.c  this node's session: etcd's health and backoff, the
+ *                      lease, the node key
+ *   cluster_keys.c     names, the etcd key layout and its parsing, digests,
+ *                      the checks of what a peer's record holds
+ *   cluster_slots.c    tables and slots, the segment's entries by table, and
+ *                      the conflict rule that puts each winner into the segment
+ *   cluster_publish.c  local changes (scanning the rank tables) and publishing
+ *   cluster_rooms.c    room failures: published, and taken from other nodes
+ *   cluster_mirror.c   the other nodes' records, from the watch's snapshots
+ *                      and events
+ *   cluster_watch.c    the watch thread and the futex waiters
+ *   cluster_render.c   the figures: the readers' copy, /metrics, GET /cluster
+ *
+ * Every cluster__ function below runs on the cluster thread (and so uses
+ * its state without a lock) unless its comment names another thread.
+ */
+#ifndef KVC_CLUSTER_INTERNAL_H
+#define KVC_CLUSTER_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "cluster.h"
+#include "etcd_client.h"
+
+#define URL_MAX 256
+#define DIGEST_HEX 65 /* SHA-256 in hex + NUL */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 3000
+#define ADOPTED_RING 8192
+#define PENDING_ROOMS_MAX 4096
+#define CONFLICTS_SHOWN 64
+#define KEY_MAX 256
+
+/* The entries the cluster view follows: the transfer-engine info (kind
+ * EK_INFO) and the parallelism config (EK_PCFG) of every (rank, role).
+ * Table ti = kind * CLUSTER_ROLES + role index; role 0 is the default role
+ * and (EK_INFO, 0) is the rank table.  Role names from the segment always
+ * find room; names that only peers use take at most REMOTE_ROLES_MAX
+ * indexes (the segment keeps KVC_RANK_ROLES roles, the default included). */
+enum entry_kind { EK_INFO = 0, EK_PCFG = 1, EK_KINDS };
+#define CLUSTER_ROLES 16
+#define REMOTE_ROLES_MAX (CLUSTER_ROLES - KVC_RANK_ROLES)
+#define NTABLES (EK_KINDS * CLUSTER_ROLES)
+
+/* ---- state --------------------------------------------------------------- */
+
+/* Another node's record of a rank. */
+struct remote {
+    struct remote *next;
+    char node[CLUSTER_NAME_MAX + 1];
+    int64_t mod_rev;
+    uint64_t gen;
+    char digest[DIGEST_HEX];
+    char sid[KVC_SESSION_ID_MAX + 1];
+    char url[URL_MAX];
+    char *info; /* NULL until known (inline, or fetched from url) */
+    size_t info_len;
+    int stale; /* snapshot bookkeeping */
+};
+
+enum applied { AP_NONE = 0, AP_LOCAL, AP_REMOTE };
+
+/* What the cluster thread knows of one rank. */
+struct rslot {
+    struct remote *remotes;
+    int local; /* this node has a registration of its own */
+    uint64_t local_gen;
+    char local_digest[DIGEST_HEX];
+    int64_t local_rev;            /* its key's revision; INT64_MAX until published */
+    int dirty;                    /* etcd does not have the local state yet (put or delete) */
+    int queued;                   /* in the dirty queue */
+    int published;                /* ranks/<me>/<rank> exists as far as we know */
+    char *saved_sid, *saved_info; /* a local registration shadowed by a mirror */
+    size_t saved_len;
+    int32_t saved_pid; /* the process that registered it */
+    uint64_t seen_gen; /* segment generation last looked at */
+    uint64_t mine_gen; /* generation of the cluster thread's own last write */
+    enum applied applied;
+    char applied_node[CLUSTER_NAME_MAX + 1];
+    uint64_t applied_gen;
+    char applied_digest[DIGEST_HEX];
+};
+
+struct node_rec {
+    char name[CLUSTER_NAME_MAX + 1];
+    char url[URL_MAX];
+    int64_t pid, ttl, lease;
+    uint64_t started_ns, seen_ns;
+    int stale;
+};
+
+/* A response of the watch thread: a snapshot (kvs) or events. */
+struct batch {
+    struct batch *next;
+    int snapshot;
+    etcd_kv *kvs;
+    size_t nkv;
+    etcd_event *ev;
+    size_t nev;
+    int64_t rev;
+};
+
+struct pending_room {
+    uint64_t room;
+    uint32_t origin_rank;
+    int32_t code;
+    uint64_t time_ns;
+    char reason[KVC_REASON_MAX + 1];
+};
+
+struct conflict {
+    uint32_t rank;
+    unsigned ti;
+    char winner[CLUSTER_NAME_MAX + 1];
+    char nodes[160];
+};
+
+struct cluster {
+    /* configuration */
+    char cluster[CLUSTER_NAME_MAX + 1], node[CLUSTER_NAME_MAX + 1], url[URL_MAX];
+    char prefix[160]; /* /kvcoord/<cluster>/ */
+    uint32_t ttl_s;
+    struct etcd_conf econf;
+    char *endpoints, *user, *password_file, *cacert, *cert, *key;
+    kvc_segment *seg;
+    uint32_t max_ranks;
+    uint64_t max_info_bytes;
+    uint32_t room_ttl_s;
+
+    /* threads */
+    pthread_t thread, watch_thread, rank_waiter, room_waiter;
+    int started_thread, started_watch, started_rank, started_room;
+    pthread_mutex_t mu; /* guards the fields down to `stop` */
+    pthread_cond_t cv;
+    struct batch *q_head, *q_tail;
+    int rank_changed, room_changed;
+    int watch_up;              /* the watch thread holds a stream */
+    uint64_t watch_down_since; /* monotonic ns; 0 while up */
+    int restart_watch;         /* cluster thread asks for a new stream */
+    int stop, clean;
+
+    /* cluster thread state */
+    etcd *ec;
+    CURL *fetch;
+    char roles[CLUSTER_ROLES][KVC_ROLE_NAME_MAX + 1]; /* roles[0]: KVC_DEFAULT_ROLE */
+    unsigned nroles;
+    struct rslot **slots[NTABLES]; /* max_ranks each, allocated on first use */
+    uint32_t *dirty_q;             /* ti * max_ranks + rank */
+    size_t ndirty, cap_dirty;
+    kvc_rank_info *list;
+    kvc_rank_info look;
+    struct node_rec *nodes;
+    size_t nnodes, cap_nodes;
+    int64_t lease;
+    uint64_t lease_granted_mono, next_keepalive, retry_at, fetch_retry_at;
+    uint32_t backoff_ms;
+    uint64_t etcd_down_since; /* monotonic; 0 while etcd answers */
+    int have_snapshot;
+    uint64_t failures_seen;
+    uint64_t adopted[ADOPTED_RING];
+    size_t nadopted;
+    struct pending_room *pending;
+    size_t npending;
+    int64_t room_lease;
+    uint64_t room_lease_mono;
+    int dropped;                  /* mirrors dropped after etcd stayed away */
+    uint64_t watch_restarted_for; /* the etcd_down_since a fresh stream was asked for */
+
+    /* figures, under smu */
+    pthread_mutex_t smu;
+    struct cluster_stats st;
+    struct conflict conflicts[CONFLICTS_SHOWN];
+    size_t nconflicts;
+    struct node_rec *nodes_copy;
+    size_t nnodes_copy;
+};
+
+/* Add n to the figure st.field (under smu). */
+#define STAT_ADD(c, field, n)            \
+    do {                                 \
+        pthread_mutex_lock(&(c)->smu);   \
+        (c)->st.field += (n);            \
+        pthread_mutex_unlock(&(c)->smu); \
+    } while (0)
+
+/* ---- tables, keys, records ----------------------------------------------- */
+
+static inline unsigned t_kind(unsigned ti) { return ti / CLUSTER_ROLES; }
+
+static inline const char *t_role(const struct cluster *c, unsigned ti)
+{
+    return c->roles[ti % CLUSTER_ROLES];
+}
+
+/* The slot if it exists, without creating it. */
+static inline struct rslot *slot_at(const struct cluster *c, unsigned ti, uint32_t rank)
+{
+    return c->slots[ti] ? c->slots[ti][rank] : NULL;
+}
+
+/* K_BAD: under ranks/, roles/ or parallelism/ but not a key of that form
+ * (logged and skipped); K_OTHER: not ours to read (ignored). */
+enum key_kind { K_OTHER, K_BAD, K_NODE, K_ENTRY, K_ROOM };
+
+/* What a key names. */
+struct keyref {
+    unsigned kind;                    /* K_ENTRY: enum entry_kind */
+    char role[KVC_ROLE_NAME_MAX + 1]; /* K_ENTRY: the role ("target" for ranks/) */
+    char node[CLUSTER_NAME_MAX + 1];  /* K_NODE, K_ENTRY */
+    uint64_t num;                     /* K_ENTRY: the rank; K_ROOM: the room */
+};
+
+/* A peer's record, checked field by field (what etcd holds is untrusted:
+ * any client of it may have written it). */
+struct rec {
+    uint64_t gen;
+    const char *sid, *digest, *url, *info;
+    size_t info_len;
+};
+
+/* ---- cluster_session.c --------------------------------------------------- */
+
+/* A request to etcd failed (what: which one): counted, and logged when etcd
+ * was answering until now. */
+void cluster__etcd_failed(struct cluster *c, const char *what);
+/* etcd answered: the backoff starts again, and a recovery is logged. */
+void cluster__etcd_answered(struct cluster *c);
+/* The next retry delay, ms: doubled from BACKOFF_MIN_MS up to BACKOFF_MAX_MS. */
+uint32_t cluster__next_backoff(struct cluster *c);
+/* The lease is gone (why): the next session step republishes everything
+ * under a new one. */
+void cluster__lease_gone(struct cluster *c, const char *why);
+/* Start a session when none runs (and its retry is due), else keep the
+ * lease alive when due. */
+void cluster__session_step(struct cluster *c);
+
+/* ---- cluster_keys.c ------------------------------------------------------ */
+
+/* SHA-256 of sid, a NUL byte and info[0..info_len), in lowercase hex. */
+void cluster__digest_of(const char *sid, const char *info, size_t info_len, char out[DIGEST_HEX]);
+/* The key of node's entry (table ti, rank) into out[0..cap). */
+void cluster__key_entry(const struct cluster *c, unsigned ti, const char *node, uint32_t rank,
+                        char *out, size_t cap);
+/* This node's nodes/<node> key into out[0..cap). */
+void cluster__key_node(const struct cluster *c, char *out, size_t cap);
+/* What key names, into *k; *why: what is wrong with a K_BAD key. */
+enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struct keyref *k,
+                                 const char **why);
+/* A record or key read from etcd that is not usable (why): counted and
+ * logged, never mirrored. */
+void cluster__record_skipped(struct cluster *c, const char *key, const char *why);
+/* Check record o of key k (table ti) into *out; NULL when usable, else why
+ * not (out's strings point into o). */
+const char *cluster__check_record(const struct cluster *c, unsigned ti, const struct keyref *k,
+                                  json_t *o, struct rec *out);
+
+/* ---- cluster_slots.c ----------------------------------------------------- */
+
+/* The table of (kind, role) if the role has an index, else -1. */
+int cluster__table_find(const struct cluster *c, unsigned kind, const char *role);
+/* The table of (kind, role), claiming an index for a new role name (local:
+ * a role of this node's segment); -1 when no index is left. */
+int cluster__table_for(struct cluster *c, unsigned kind, const char *role, int local);
+/* The slot of (ti, rank), created on first use; NULL when out of range or
+ * out of memory. */
+struct rslot *cluster__slot(struct cluster *c, unsigned ti, uint32_t rank);
+void cluster__free_remote(struct remote *r);
+/* Forget a slot's kept copy of a shadowed local registration. */
+void cluster__drop_saved(struct rslot *s);
+/* etcd does not have s's local state yet: queue it for publishing. */
+void cluster__mark_dirty(struct cluster *c, unsigned ti, uint32_t rank, struct rslot *s);
+/* The segment's entry (ti, rank), and the list of table ti into c->list. */
+kvc_err cluster__seg_lookup(struct cluster *c, unsigned ti, uint32_t rank, kvc_rank_info *out);
+kvc_err cluster__seg_list(struct cluster *c, unsigned ti, size_t *n);
+/* Which entry a log line is about ("rank=3 role=draft kind=..."), in buf. */
+const char *cluster__entry_label(const struct cluster *c, unsigned ti, uint32_t rank, char *buf,
+                                 size_t cap);
+/* node's record in s, and (if link) the pointer that points at it. */
+struct remote *cluster__find_remote(struct rslot *s, const char *node, struct remote ***link);
+/* Put the winner of (ti, rank) into the segment (the conflict rule of
+ * cluster.h); note: why a mirrored entry goes, when it does. */
+void cluster__apply_winner(struct cluster *c, unsigned ti, uint32_t rank, const char *note);
+/* Withdraw the shadowed local registrations whose worker has exited. */
+void cluster__reap_shadowed(struct cluster *c);
+
+/* ---- cluster_publish.c --------------------------------------------------- */
+
+/* Look at every table of every role the segment keeps for local changes. */
+void cluster__scan_local(struct cluster *c);
+/* Send the dirty entries; 0, or -1 when etcd failed (they stay dirty). */
+int cluster__publish_dirty(struct cluster *c);
+
+/* ---- cluster_rooms.c ----------------------------------------------------- */
+
+/* Take a room failure record of another node; 1 when it is this node's own. */
+int cluster__adopt_room(struct cluster *c, const char *value, size_t len);
+/* Queue the failures recorded since the last look, leaving out those
+ * recorded before not_before_ns (CLOCK_REALTIME; 0: none left out). */
+void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns);
+/* Publish the queued failures, create-only; 0, or -1 when etcd failed. */
+int cluster__publish_rooms(struct cluster *c);
+
+/* ---- cluster_mirror.c ---------------------------------------------------- */
+
+/* Fetch a large entry's bytes from its origin kvcoordd into r->info,
+ * checked against its digest; 0, else -1. */
+int cluster__fetch_info(struct cluster *c, unsigned ti, uint32_t rank, struct remote *r);
+/* The watch's events, and a snapshot (which replaces what was known of the
+ * other nodes). */
+void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n);
+void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, int64_t rev);
+/* Drop every remote record and what was mirrored from them (note: why),
+ * every entry when all; returns how many entries had some. */
+size_t cluster__drop_remotes(struct cluster *c, const char *note, int all);
+/* etcd stayed away past the leases (since since_mono): drop the mirror. */
+void cluster__drop_unverified(struct cluster *c, uint64_t since_mono);
+
+/* ---- cluster_watch.c ----------------------------------------------------- */
+
+/* The helpers' thread functions (arg: the cluster), each on a thread of its
+ * own; they run until c->stop is set (the watch thread also ends at once
+ * when it cannot open its etcd client, logged). */
+void *cluster__watch_main(void *arg);
+void *cluster__rank_waiter_main(void *arg);
+void *cluster__room_waiter_main(void *arg);
+
+/* ---- cluster_render.c ---------------------------------------------------- */
+
+/* Copy the counts, conflicts and nodes for the readers (under smu). */
+void cluster__refresh_stats(struct cluster *c);
+
+#endif /* KVC_CLUSTER_INTERNAL_H */
