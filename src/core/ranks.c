@@ -514,6 +514,24 @@ static kvc_err check_args(const char *fn, kvc_segment *seg, uint32_t rank, const
     return KVC_OK;
 }
 
+/* A parallelism config's arguments: there is no session_id, only the JSON
+ * object, which must fit in the segment's max info bytes. */
+static kvc_err check_pcfg_args(const char *fn, kvc_segment *seg, uint32_t rank, const char *json,
+                               size_t len)
+{
+    if (!seg || !json)
+        return kvc__fail(KVC_E_INVAL, "%s: NULL argument", fn);
+    kvc_err err = check_rank(seg, rank);
+    if (err)
+        return err;
+    if (len > seg->hdr->max_info_bytes)
+        return kvc__fail(KVC_E_TOOBIG,
+                         "parallelism config of rank %u is %zu bytes; the segment's max info "
+                         "bytes is %llu",
+                         rank, len, (unsigned long long)seg->hdr->max_info_bytes);
+    return KVC_OK;
+}
+
 static kvc_err register_checked(kvc_segment *seg, unsigned table, uint32_t rank,
                                 const char *session_id, size_t sid_len, const char *info_json,
                                 size_t info_len, uint32_t entries, const struct origin *o,
@@ -618,15 +636,8 @@ kvc_err kvc__entry_register_mirror(kvc_segment *seg, unsigned table, uint32_t ra
     kvc_err err;
     bool pcfg = table >= KVC_TABLE_PARALLELISM; /* no session_id: only the JSON object */
     if (pcfg) {
-        if (!seg || !json)
-            return kvc__fail(KVC_E_INVAL, "kvc_parallelism_register_mirror: NULL argument");
-        if ((err = check_rank(seg, rank)))
+        if ((err = check_pcfg_args("kvc_parallelism_register_mirror", seg, rank, json, len)))
             return err;
-        if (len > seg->hdr->max_info_bytes)
-            return kvc__fail(KVC_E_TOOBIG,
-                             "parallelism config of rank %u is %zu bytes; the segment's max "
-                             "info bytes is %llu",
-                             rank, len, (unsigned long long)seg->hdr->max_info_bytes);
         session_id = "";
     } else if ((err = check_args("kvc_rank_register_mirror", seg, rank, session_id, json, len,
                                  &sid_len))) {
@@ -763,15 +774,8 @@ kvc_err kvc__entry_register(kvc_segment *seg, unsigned table, uint32_t rank, con
     uint64_t gen;
     kvc_err err;
     if (table >= KVC_TABLE_PARALLELISM) { /* no session_id: only the JSON object */
-        if (!seg || !json)
-            return kvc__fail(KVC_E_INVAL, "kvc_parallelism_register: NULL argument");
-        if ((err = check_rank(seg, rank)))
+        if ((err = check_pcfg_args("kvc_parallelism_register", seg, rank, json, len)))
             return err;
-        if (len > seg->hdr->max_info_bytes)
-            return kvc__fail(KVC_E_TOOBIG,
-                             "parallelism config of rank %u is %zu bytes; the segment's max "
-                             "info bytes is %llu",
-                             rank, len, (unsigned long long)seg->hdr->max_info_bytes);
         session_id = "";
     } else if ((err =
                     check_args("kvc_role_register", seg, rank, session_id, json, len, &sid_len))) {
