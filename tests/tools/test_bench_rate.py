@@ -112,9 +112,14 @@ class RateTest(unittest.TestCase):
     def test_non_2xx_is_failed(self):
         out, served = self.measure("/fail")
         self.assertEqual(out["failed"], 100)
+        self.assertEqual((out["non_2xx"], out["last_non_2xx_status"]), (100, 500))
         self.assertEqual(out["completed_per_s"], 0)
         self.assertIsNone(out["latency_us"]["p50"])
         self.assertEqual(served, 100)
+        # The table says why they failed.
+        proc = self.run_rate("--url", self.url, "--path", "/fail", "--rate", "20",
+                             "--duration", "1", "--warmup", "0", "--connections", "1")
+        self.assertIn("20 answered with a status outside 2xx (the last: 500)", proc.stdout)
 
     def test_connection_close_reopens(self):
         out, served = self.measure("/close")
@@ -131,6 +136,7 @@ class RateTest(unittest.TestCase):
     def test_closed_without_answer_is_failed(self):
         out, served = self.measure("/drop", conns=2)
         self.assertEqual(out["failed"], 100)
+        self.assertEqual(out["non_2xx"], 0)
         self.assertEqual(out["completed_per_s"], 0)
         self.assertEqual(served, 100)
 

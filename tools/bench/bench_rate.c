@@ -72,6 +72,8 @@ typedef struct rate_run {
     uint64_t *lat, *svc; /* counted samples, ns */
     size_t n, cap;
     uint64_t failed, dropped, reconnects;
+    uint64_t non_2xx;     /* of failed: answered with a status outside 2xx */
+    unsigned last_status; /* the last such status */
 } rate_run;
 
 static const char *rprog = "kvcoord-bench rate";
@@ -296,9 +298,11 @@ static int conn_read(rate_run *r, rate_conn *c, uint64_t counted_from)
         int keep = http_should_keep_alive(&c->parser);
         c->in_flight = 0;
         if (c->due_ns >= counted_from) {
-            if (status < 200 || status > 299)
+            if (status < 200 || status > 299) {
                 r->failed++;
-            else if (record(r, t - c->due_ns, t - c->sent_ns) != 0)
+                r->non_2xx++;
+                r->last_status = status;
+            } else if (record(r, t - c->due_ns, t - c->sent_ns) != 0)
                 return -1;
         }
         if (!keep) {
@@ -414,14 +418,19 @@ static void report(rate_run *r)
 {
     static const double qs[] = {0.5, 0.9, 0.99, 0.999, 1.0};
     static const char *names[] = {"p50", "p90", "p99", "p99_9", "max"};
-    qsort(r->lat, r->n, sizeof *r->lat, cmp_u64);
-    qsort(r->svc, r->n, sizeof *r->svc, cmp_u64);
+    if (r->n) { /* with nothing answered the arrays are NULL */
+        qsort(r->lat, r->n, sizeof *r->lat, cmp_u64);
+        qsort(r->svc, r->n, sizeof *r->svc, cmp_u64);
+    }
     double done = (double)r->n / r->seconds;
     if (r->json) {
-        printf("{\"offered_per_s\":%.0f,\"connections\":%ld,\"seconds\":%g,\"warmup\":%g,"
-               "\"completed_per_s\":%.1f,\"failed\":%llu,\"dropped\":%llu,\"reconnects\":%llu",
-               r->rate, r->conns, r->seconds, r->warmup, done, (unsigned long long)r->failed,
-               (unsigned long long)r->dropped, (unsigned long long)r->reconnects);
+        printf(
+            "{\"offered_per_s\":%.0f,\"connections\":%ld,\"seconds\":%g,\"warmup\":%g,"
+            "\"completed_per_s\":%.1f,\"failed\":%llu,\"non_2xx\":%llu,\"last_non_2xx_status\":%u,"
+            "\"dropped\":%llu,\"reconnects\":%llu",
+            r->rate, r->conns, r->seconds, r->warmup, done, (unsigned long long)r->failed,
+            (unsigned long long)r->non_2xx, r->last_status, (unsigned long long)r->dropped,
+            (unsigned long long)r->reconnects);
         for (int w = 0; w < 2; w++) {
             printf(",\"%s_us\":{", w ? "service" : "latency");
             for (int i = 0; i < 5; i++) {
@@ -440,6 +449,10 @@ static void report(rate_run *r)
            "completed, %llu failed, %llu dropped (client queue full), %llu reconnects\n",
            r->rate, r->conns, r->seconds, r->warmup, done, (unsigned long long)r->failed,
            (unsigned long long)r->dropped, (unsigned long long)r->reconnects);
+    if (r->non_2xx)
+        printf("of the failed: %llu answered with a status outside 2xx (the last: %u); the "
+               "rest got no answer (connection closed or broken, or still waiting at the end)\n",
+               (unsigned long long)r->non_2xx, r->last_status);
     printf("%-9s %9s %9s %9s %9s %9s\n", "us", "p50", "p90", "p99", "p99.9", "max");
     for (int w = 0; w < 2; w++) {
         printf("%-9s", w ? "service" : "latency");
