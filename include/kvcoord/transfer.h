@@ -95,6 +95,20 @@ typedef struct kvt_options {
                                    KVT_FRAME_MAX, default 1 MiB */
     uint32_t window_bytes;       /* unacknowledged bytes allowed per connection,
                                    default 32 MiB */
+    uint32_t tcp_splice_min;     /* tcp backend: a data write's payload of at least
+                                   this many bytes is sent without the kernel
+                                   copying it: vmsplice(2) of the source pages
+                                   into a pipe of the connection, splice(2) of
+                                   the pipe to the socket.  The socket keeps
+                                   references to the pages, not a copy, until
+                                   the peer has received the bytes; the
+                                   caller's rule (no source byte changed
+                                   before the room's event) is what makes it
+                                   safe.  Headers and smaller payloads go by
+                                   sendmsg.  0: sendmsg only.  A connection
+                                   that cannot get a pipe, or whose vmsplice
+                                   fails, uses sendmsg (no error).  Default
+                                   256 KiB.  docs/transfer.md, "Splice". */
     uint32_t connect_timeout_ms; /* deadline of connect + handshake, default 5000 */
     uint32_t io_timeout_ms;      /* deadline of any outstanding send, receive or
                                    acknowledgement without progress, default 10000 */
@@ -298,6 +312,8 @@ typedef struct kvt_stats {
     uint64_t conns_failed;
     uint32_t peers, peers_unhealthy, conns_up;
     uint64_t rooms_ok, rooms_failed;
+    uint64_t bytes_spliced; /* payload bytes handed to sockets by splice
+                               (tcp_splice_min), whether acknowledged or not */
 } kvt_stats;
 
 /* Fill *out.  Errors: KVC_E_INVAL. */

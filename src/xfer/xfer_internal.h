@@ -71,6 +71,7 @@ enum kvt_op {
     KVT_OP_SEND,
     KVT_OP_RECV,
     KVT_OP_CANCEL,
+    KVT_OP_SPLICE, /* pipe -> socket, a large payload's chunk (xfer_tcp.c) */
     KVT_OP_TIMER,
     KVT_OP_VERBS_CQ,   /* POLL_ADD on the completion channel's fd */
     KVT_OP_VERBS_ASYNC /* POLL_ADD on the device context's async event fd */
@@ -192,6 +193,15 @@ struct kvt_conn {
     struct iovec iov[2 * KVT_BATCH_WRS];
     int niov, iov_at;
     struct msghdr msg;
+    /* Large payloads by vmsplice + splice (xfer_tcp.c, "sending large
+     * payloads"): iov[i] with iov_splice[i] set goes through the pipe. */
+    uint8_t iov_splice[2 * KVT_BATCH_WRS];
+    int pipe_r, pipe_w; /* the connection's pipe, -1: none (yet, or closed) */
+    bool pipe_failed;   /* none to be had: sendmsg only on this connection */
+    bool spliced;       /* the socket may hold references to source pages */
+    bool splicing;      /* an IORING_OP_SPLICE of c is in flight */
+    uint32_t pipe_cap;  /* the pipe's size, bytes */
+    uint32_t pipe_fill; /* bytes in the pipe, not yet spliced to the socket */
     /* receive side */
     uint8_t *rbuf;
     size_t rpos, rlen;

@@ -7,6 +7,7 @@
  * with its handler; user_data is encoded with KVT_UD (operation, conn id).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static kvt_conn *conn_new(kvt_engine *e, int fd, bool client)
     }
     c->id = id;
     c->fd = fd;
+    c->pipe_r = c->pipe_w = -1;
     c->client = client;
     c->started_ns = c->progress_ns = kvc__mono_ns();
     e->conns[id] = c;
@@ -46,12 +48,15 @@ static kvt_conn *conn_new(kvt_engine *e, int fd, bool client)
     return c;
 }
 
+static void pipe_close(kvt_conn *c);
+
 static void conn_maybe_free(kvt_engine *e, kvt_conn *c)
 {
     if (c->state != CS_CLOSING || c->ops > 0)
         return;
     /* Every SQE of c has completed: the kernel no longer reads our iovecs
      * or writes into rbuf / region memory. */
+    pipe_close(c);
     close(c->fd);
     e->conns[c->id] = NULL;
     free(c->rbuf);
@@ -221,11 +226,131 @@ static void handle_connect(kvt_engine *e, kvt_conn *c, int res)
 
 /* ---- sending ----------------------------------------------------------------------- */
 
+/* Large payloads by vmsplice + splice.
+ *
+ * A data payload of at least o.tcp_splice_min bytes is not copied into the
+ * socket: vmsplice() (synchronous: io_uring has no opcode for it) puts
+ * references to its pages, at most the pipe's size at a time, into the
+ * connection's pipe, and an IORING_OP_SPLICE moves them from the pipe to
+ * the socket.  io_uring always runs a splice in an io-wq worker, as a
+ * blocking call: with a blocking socket it waits there for send space
+ * (SPLICE_F_NONBLOCK would not make it nonblocking towards the socket, and
+ * the socket stays blocking for the other operations).  Headers and small
+ * payloads in front of it go by sendmsg; one operation in flight per
+ * connection stays the rule (kvt__tcp_kick).
+ *
+ * Page lifetime: the pipe and then the socket's skbs reference the
+ * caller's pages, which may change under them (no SPLICE_F_GIFT: the pages
+ * stay the caller's).  That is safe because the caller may reuse a source
+ * only after the room's event, and a room succeeds only on the receiver's
+ * DONE_ACK (kvt__sroom_done_ack), which the receiver sends once it has
+ * applied, i.e. copied out of the stream, every write of the room; so every
+ * byte has left the sender's pages first.  A failed room's event waits for
+ * in_kernel == 0, i.e. the release of the batch in flight (batch_done).
+ * A connection that fails closes its pipe before that release, dropping the
+ * references in it (no byte not yet handed to the socket is sent after the
+ * event), and kvt__tcp_close aborts a socket that may still hold references
+ * (RST, its send queue purged).  Bytes a loopback peer has already queued
+ * for reading still point at the pages; its room fails with the
+ * connection. */
+
+#define KVT_SPLICE_PIPE (1u << 20) /* wanted pipe size, capped by fs/pipe-max-size */
+
+static void pipe_close(kvt_conn *c)
+{
+    if (c->pipe_w >= 0) {
+        close(c->pipe_w);
+        close(c->pipe_r);
+    }
+    c->pipe_r = c->pipe_w = -1;
+    c->pipe_fill = 0;
+}
+
+static uint32_t pipe_max_size(void)
+{
+    FILE *f = fopen("/proc/sys/fs/pipe-max-size", "re");
+    unsigned long v = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v && v < KVT_SPLICE_PIPE ? (uint32_t)v : KVT_SPLICE_PIPE;
+}
+
+/* c's pipe, created on first use.  false: none to be had (the connection
+ * sends by sendmsg only; not an error). */
+static bool pipe_get(kvt_engine *e, kvt_conn *c)
+{
+    if (c->pipe_w >= 0)
+        return true;
+    if (c->pipe_failed)
+        return false;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK)) {
+        c->pipe_failed = true;
+        kvt__log(e, KVT_LOG_DEBUG, "no pipe for splice (%s): sendmsg only on this connection",
+                 strerror(errno));
+        return false;
+    }
+    /* Refused above the user's pipe quota: keep the default size then. */
+    int sz = fcntl(p[1], F_SETPIPE_SZ, (int)pipe_max_size());
+    if (sz <= 0)
+        sz = fcntl(p[1], F_GETPIPE_SZ);
+    if (sz <= 0) {
+        close(p[0]);
+        close(p[1]);
+        c->pipe_failed = true;
+        return false;
+    }
+    c->pipe_r = p[0];
+    c->pipe_w = p[1];
+    c->pipe_cap = (uint32_t)sz;
+    return true;
+}
+
+/* The next chunk of the spliced payload at iov[iov_at]: vmsplice into the
+ * empty pipe, then the splice of what the pipe holds (a short splice is
+ * resumed from what is left in it).  false: vmsplice failed, the rest of
+ * the batch goes by sendmsg (the pipe was empty: nothing is lost). */
+static bool splice_next(kvt_engine *e, kvt_conn *c)
+{
+    struct iovec *v = &c->iov[c->iov_at];
+    if (!c->pipe_fill) {
+        struct iovec chunk = {v->iov_base, v->iov_len < c->pipe_cap ? v->iov_len : c->pipe_cap};
+        ssize_t n = vmsplice(c->pipe_w, &chunk, 1, SPLICE_F_NONBLOCK);
+        if (n <= 0) {
+            kvt__log(e, KVT_LOG_DEBUG, "vmsplice: %s: sendmsg only on this connection",
+                     n < 0 ? strerror(errno) : "0 bytes");
+            pipe_close(c);
+            c->pipe_failed = true;
+            memset(c->iov_splice + c->iov_at, 0, (size_t)(c->niov - c->iov_at));
+            return false;
+        }
+        v->iov_base = (char *)v->iov_base + n;
+        v->iov_len -= (size_t)n;
+        c->pipe_fill = (uint32_t)n;
+        c->spliced = true;
+    }
+    struct io_uring_sqe *s = kvt__sqe(e);
+    if (!s)
+        return true;
+    io_uring_prep_splice(s, c->pipe_r, -1, c->fd, -1, c->pipe_fill, v->iov_len ? SPLICE_F_MORE : 0);
+    io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_SPLICE, c->id));
+    c->ops++;
+    c->sending = c->splicing = true;
+    return true;
+}
+
+/* sendmsg of the iovecs from iov_at up to the next spliced payload. */
 static void submit_send(kvt_engine *e, kvt_conn *c)
 {
+    int end = c->iov_at;
+    while (end < c->niov && !c->iov_splice[end])
+        end++;
     memset(&c->msg, 0, sizeof c->msg);
     c->msg.msg_iov = c->iov + c->iov_at;
-    c->msg.msg_iovlen = (size_t)(c->niov - c->iov_at);
+    c->msg.msg_iovlen = (size_t)(end - c->iov_at);
     struct io_uring_sqe *s = kvt__sqe(e);
     if (!s)
         return;
@@ -233,6 +358,20 @@ static void submit_send(kvt_engine *e, kvt_conn *c)
     io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_SEND, c->id));
     c->ops++;
     c->sending = true;
+}
+
+/* Submit the batch's next operation.  false: the batch is all sent. */
+static bool send_next(kvt_engine *e, kvt_conn *c)
+{
+    while (c->iov_at < c->niov && !c->iov[c->iov_at].iov_len &&
+           !(c->iov_splice[c->iov_at] && c->pipe_fill))
+        c->iov_at++;
+    if (c->iov_at == c->niov)
+        return false;
+    if (c->iov_splice[c->iov_at] && splice_next(e, c))
+        return true;
+    submit_send(e, c);
+    return true;
 }
 
 /* Start a send of the queued frames, if none is in flight.
@@ -254,9 +393,13 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
         w->in_q = 0;
         w->in_batch = 1;
         c->batch[c->nbatch++] = w;
+        c->iov_splice[c->niov] = 0;
         c->iov[c->niov++] = (struct iovec){w->hdr, KVT_HDR_LEN};
-        if (w->plen)
+        if (w->plen) {
+            c->iov_splice[c->niov] =
+                w->room && e->o.tcp_splice_min && w->plen >= e->o.tcp_splice_min && pipe_get(e, c);
             c->iov[c->niov++] = (struct iovec){(void *)w->payload, w->plen};
+        }
         if (w->room) {
             /* Data: awaits its ACK in send order (the receiver applies and
              * acknowledges a connection's writes in order).  The ACK may
@@ -272,7 +415,7 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
     }
     if (!c->f_head || c->f_head == c->batch[0])
         c->progress_ns = kvc__mono_ns(); /* idle until now: the clock starts */
-    submit_send(e, c);
+    send_next(e, c);
 }
 
 /* The batch left the kernel (sent, or failed/cancelled): let go of it. */
@@ -324,18 +467,43 @@ void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, co
     conn_fail(e, c, code, op, what);
 }
 
+/* Part of the batch went out: submit the rest, or finish the batch and
+ * start the next. */
+static void send_continue(kvt_engine *e, kvt_conn *c)
+{
+    c->progress_ns = kvc__mono_ns();
+    if (send_next(e, c))
+        return;
+    batch_done(e, c);
+    if (c->close_after_send && !c->q_head) {
+        kvt__tcp_close(e, c);
+        conn_maybe_free(e, c);
+        return;
+    }
+    kvt__tcp_kick(e, c);
+    if (c->peer && !c->sending)
+        kvt__peer_pump(e, c->peer);
+}
+
+/* A send or splice failed, or its connection is closing. */
+static void send_failed(kvt_engine *e, kvt_conn *c, int res, const char *op)
+{
+    /* The pipe's page references go before the batch is released (the
+     * release may deliver a failed room's event). */
+    pipe_close(c);
+    batch_done(e, c);
+    if (c->state != CS_CLOSING)
+        conn_fail(e, c, res < 0 ? -res : EPIPE, op, res < 0 ? strerror(-res) : "sent 0 bytes");
+    conn_maybe_free(e, c);
+}
+
 static void handle_send(kvt_engine *e, kvt_conn *c, int res)
 {
     c->ops--;
     if (c->state == CS_CLOSING || res <= 0) {
-        batch_done(e, c);
-        if (c->state != CS_CLOSING)
-            conn_fail(e, c, res < 0 ? -res : EPIPE, "send",
-                      res < 0 ? strerror(-res) : "sent 0 bytes");
-        conn_maybe_free(e, c);
+        send_failed(e, c, res, "send");
         return;
     }
-    c->progress_ns = kvc__mono_ns();
     size_t n = (size_t)res;
     while (n && c->iov_at < c->niov) {
         struct iovec *v = &c->iov[c->iov_at];
@@ -348,19 +516,20 @@ static void handle_send(kvt_engine *e, kvt_conn *c, int res)
             n = 0;
         }
     }
-    if (c->iov_at < c->niov) {
-        submit_send(e, c); /* short send: resume the remainder first */
+    send_continue(e, c); /* a short send resumes the remainder first */
+}
+
+static void handle_splice(kvt_engine *e, kvt_conn *c, int res)
+{
+    c->ops--;
+    c->splicing = false;
+    if (c->state == CS_CLOSING || res <= 0 || (uint32_t)res > c->pipe_fill) {
+        send_failed(e, c, res > 0 ? -EPIPE : res, "splice");
         return;
     }
-    batch_done(e, c);
-    if (c->close_after_send && !c->q_head) {
-        kvt__tcp_close(e, c);
-        conn_maybe_free(e, c);
-        return;
-    }
-    kvt__tcp_kick(e, c);
-    if (c->peer && !c->sending)
-        kvt__peer_pump(e, c->peer);
+    c->pipe_fill -= (uint32_t)res;
+    e->st.bytes_spliced += (uint64_t)res;
+    send_continue(e, c);
 }
 
 /* ---- closing ---------------------------------------------------------------------- */
@@ -370,6 +539,7 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
     if (c->state == CS_CLOSING)
         return;
     c->state = CS_CLOSING;
+    bool abort_sock = c->spliced && (c->sending || c->f_head);
     if (c->peer) {
         for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
             if (c->peer->conns[i] == c)
@@ -395,10 +565,21 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
         kvt__wr_release(e, w); /* one still in the batch waits for its CQE */
     }
     c->f_tail = NULL;
+    /* While a splice is in flight its worker has yet to look up the pipe's
+     * fd (a reused number would be read instead): handle_splice closes it. */
+    if (!c->splicing)
+        pipe_close(c);
     /* Wake every pending operation: shutdown() ends blocked recv/send, the
      * cancel covers a connect in progress.  The fd is closed only when the
      * last CQE is in (conn_maybe_free). */
     shutdown(c->fd, SHUT_RDWR);
+    if (abort_sock) {
+        /* Spliced bytes the peer has not acknowledged: the send queue may
+         * still reference the caller's pages.  Disconnecting (RST) purges
+         * it, so they are not sent after the room's failure event. */
+        struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+        (void)connect(c->fd, &unspec, sizeof unspec);
+    }
     if (c->ops) {
         struct io_uring_sqe *s = kvt__sqe(e);
         if (!s) /* shutdown() above ends the operations in flight */
@@ -430,6 +611,7 @@ void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
         handle_connect(e, c, cqe->res);
         break;
     case KVT_OP_SEND: handle_send(e, c, cqe->res); return;
+    case KVT_OP_SPLICE: handle_splice(e, c, cqe->res); return;
     case KVT_OP_RECV: kvt__rx_cqe(e, c, cqe->res, cqe->flags); return;
     case KVT_OP_CANCEL: c->ops--; break;
     }

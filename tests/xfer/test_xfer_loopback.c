@@ -1,7 +1,9 @@
 /* test_xfer_loopback.c - two engines in two processes over loopback TCP:
  * every byte verified by checksum against a mirror of the receiver's
  * region, rooms Success on both sides (events and segments), coalescing
- * and slicing, concurrent rooms, runs refused before anything is sent. */
+ * and slicing, concurrent rooms, runs refused before anything is sent;
+ * large payloads by splice and by sendmsg, a receiver stopped and killed
+ * (or timed out) under a spliced transfer. */
 #include "testutil.h"
 #include "xfer_util.h"
 
@@ -239,6 +241,141 @@ static void test_refused_before_send(void **state)
     assert_int_equal(kvc_room_get(c->ss, 50, 0, &ri), KVC_E_NOENT);
 }
 
+/* Replace c's sender by one with these options (conns, io_timeout_ms,
+ * tcp_splice_min), its source registered and the receiver imported. */
+static void resender(ctx *c, uint32_t conns, uint32_t io_timeout_ms, uint32_t splice_min)
+{
+    kvt_engine_destroy(c->e);
+    kvt_options o;
+    kvt_options_init(&o);
+    o.backend = KVT_BACKEND_TCP;
+    o.seg = c->ss;
+    o.conns_per_peer = conns;
+    o.slice_bytes = 4u << 20;
+    if (io_timeout_ms)
+        o.io_timeout_ms = io_timeout_ms;
+    o.tcp_splice_min = splice_min;
+    o.log = xu_quiet_log;
+    assert_int_equal(kvt_engine_create(&o, &c->e), KVC_OK);
+    assert_int_equal(kvt_mr_register(c->e, c->src, REGION, NULL), KVC_OK);
+    assert_int_equal(kvt_peer_import(c->e, c->rx.desc, strlen(c->rx.desc), &c->peer), KVC_OK);
+}
+
+/* Drive c's sender until rooms first..first+n-1 have all failed (each
+ * with code, unless 0); 0 when they did within 20 s. */
+static int wait_failed(ctx *c, uint64_t first, int n, int32_t code)
+{
+    int seen = 0;
+    for (int waited = 0; waited < 20000 && seen < n; waited += 50) {
+        kvt_event ev[16];
+        size_t k;
+        if (kvt_progress(c->e, 50, ev, 16, &k))
+            return -1;
+        for (size_t i = 0; i < k; i++) {
+            if (ev[i].room < first || ev[i].room >= first + (uint64_t)n)
+                continue;
+            if (ev[i].state != KVC_POLL_FAILED || (code && ev[i].code != code))
+                return -1;
+            seen++;
+        }
+    }
+    return seen == n ? 0 : -1;
+}
+
+/* Large payloads go by vmsplice + splice (tcp_splice_min, 256 KiB by
+ * default) or by sendmsg (0): the exact bytes arrive either way, small
+ * writes of the same batch included, and a source rewritten after a
+ * room's event is what the next room delivers (the pipe carries the pages,
+ * not a copy made earlier). */
+static void test_splice_settings(void **state)
+{
+    ctx *c = *state;
+    const uint32_t settings[2] = {256u << 10, 0};
+    for (int k = 0; k < 2; k++) {
+        resender(c, 1, 0, settings[k]);
+        for (int round = 0; round < 2; round++) {
+            xu_fill(c->src, REGION, 100 + (uint64_t)(2 * k + round));
+            kvt_run runs[4] = {
+                {3, 5, (9u << 20) + 1234},                 /* 4 MiB, 4 MiB, 1 MiB + 1234 */
+                {(10u << 20) + 1, 12u << 20, 1000},        /* small: sendmsg */
+                {(11u << 20) + 7, 13u << 20, 300u << 10},  /* just over the threshold */
+                {(12u << 20) + 9, (14u << 20) + 3, 200000} /* under it */
+            };
+            uint64_t spliced = (9u << 20) + 1234 + (300u << 10);
+            uint64_t total = spliced + 1000 + 200000;
+            kvt_stats before, after;
+            kvt_engine_stat(c->e, &before);
+            uint64_t room = 60 + (uint64_t)(2 * k + round);
+            submit(c, room, runs, 4);
+            expect_success(c, room, total);
+            kvt_engine_stat(c->e, &after);
+            assert_int_equal(after.bytes_spliced - before.bytes_spliced, settings[k] ? spliced : 0);
+        }
+    }
+}
+
+/* The receiver stops reading (SIGSTOP) with more spliced rooms in flight
+ * than the window and the socket buffers hold, so the sender's splice
+ * waits on a full socket; then the receiver is killed.  Every room fails,
+ * nothing hangs, and the engine sends the next room to a new receiver
+ * (ASan: nothing leaked). */
+static void test_splice_peer_killed(void **state)
+{
+    ctx *c = *state;
+    const int nrooms = 6; /* 96 MiB, 2 connections of a 32 MiB window */
+    kvt_run warm[2] = {{0, 0, 1u << 20}, {2u << 20, 2u << 20, 1u << 20}};
+    submit(c, 69, warm, 2); /* both connections up */
+    expect_success(c, 69, 2u << 20);
+    assert_int_equal(kill(c->rx.pid, SIGSTOP), 0);
+    for (int i = 0; i < nrooms; i++) {
+        kvt_run run = {0, 0, REGION};
+        submit(c, 70 + (uint64_t)i, &run, 1);
+    }
+    kvt_event ev[8];
+    size_t n;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(kvt_progress(c->e, 50, ev, 8, &n), KVC_OK);
+        assert_int_equal(n, 0);
+    }
+    kvt_stats st;
+    kvt_engine_stat(c->e, &st);
+    assert_true(st.bytes_spliced > 0);
+    assert_true(st.bytes_spliced < (uint64_t)nrooms * REGION);
+    assert_int_equal(kill(c->rx.pid, SIGKILL), 0);
+    waitpid(c->rx.pid, NULL, 0);
+    c->rx.pid = 0;
+    assert_int_equal(wait_failed(c, 70, nrooms, 0), 0);
+    xu_receiver_stop(&c->rx);
+    assert_int_equal(xu_receiver_start(&c->rx, "127.0.0.1:0", REGION, c->seg_r, 0, 0), 0);
+    assert_int_equal(kvt_peer_import(c->e, c->rx.desc, strlen(c->rx.desc), &c->peer), KVC_OK);
+    c->rbase = desc_base(c->rx.desc);
+    memset(c->mirror, 0, REGION);
+    kvt_run run = {5, 7, 6u << 20};
+    submit(c, 80, &run, 1);
+    expect_success(c, 80, 6u << 20);
+}
+
+/* The same stop, but the sender's io_timeout fails the rooms: closing the
+ * connections ends the splice waiting on the full socket (no hang). */
+static void test_splice_stalled_timeout(void **state)
+{
+    ctx *c = *state;
+    resender(c, 1, 500, 256u << 10);
+    kvt_run warm = {0, 0, 1u << 20};
+    submit(c, 89, &warm, 1); /* the connection up */
+    expect_success(c, 89, 1u << 20);
+    assert_int_equal(kill(c->rx.pid, SIGSTOP), 0);
+    for (int i = 0; i < 3; i++) {
+        kvt_run run = {0, 0, REGION};
+        submit(c, 90 + (uint64_t)i, &run, 1);
+    }
+    assert_int_equal(wait_failed(c, 90, 3, ETIMEDOUT), 0);
+    kvt_stats st;
+    kvt_engine_stat(c->e, &st);
+    assert_true(st.bytes_spliced > 0);
+    assert_int_equal(kill(c->rx.pid, SIGCONT), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +384,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unaligned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_rooms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_before_send, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_splice_settings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_splice_peer_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_splice_stalled_timeout, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -218,6 +218,7 @@ static inline void xu_receiver_stop(xu_receiver *r)
 {
     if (r->pid > 0) {
         kill(r->pid, SIGTERM);
+        kill(r->pid, SIGCONT); /* a test that stopped it may have failed */
         waitpid(r->pid, NULL, 0);
     }
     close(r->rd);
