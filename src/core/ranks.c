@@ -405,6 +405,12 @@ static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, 
         cur->info_len != info_len || cur->origin_generation != o->generation ||
         strncmp(cur->origin, o->name, sizeof cur->origin))
         return false;
+    /* The same bytes from another process are not a no-op: that process
+     * takes the rank over, or the first one's exit would withdraw the rank
+     * from under the one that registered it last (and still runs). */
+    bool owned = seg->role == KVC_ROLE_WORKER && !o->name[0];
+    if (cur->pid != seg->pid || cur->pid_start != seg->start || (bool)cur->owned != owned)
+        return false;
     const unsigned char *blob = seg->arena + cur->blob_off;
     return !memcmp(blob, sid, sid_len) && !memcmp(blob + sid_len, info, info_len);
 }

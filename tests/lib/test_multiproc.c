@@ -93,6 +93,99 @@ static void test_eight_workers_register_and_read_all(void **st)
     kvc_unlink(name);
 }
 
+/* A worker registers (sid, info) for rank, says so on ready_fd, then stays
+ * attached until go_fd is closed. */
+static int same_bytes_worker(const char *name, uint32_t rank, int ready_fd, int go_fd)
+{
+    kvc_options o;
+    kvc_options_init(&o);
+    o.name = name;
+    o.role = KVC_ROLE_WORKER;
+    o.rank = (int32_t)rank;
+    kvc_segment *s;
+    if (kvc_open(&o, &s))
+        return 10;
+    char *info = tu_info(8, rank);
+    if (kvc_rank_register(s, rank, "127.0.0.1:17005", info, strlen(info), NULL))
+        return 12;
+    free(info);
+    char c;
+    if (write(ready_fd, "r", 1) != 1 || read(go_fd, &c, 1) != 0)
+        return 15;
+    kvc_close(s);
+    return 0;
+}
+
+/* other_go: another worker's go write end, closed in the child so that
+ * closing it in the parent is that worker's EOF (-1: none). */
+static pid_t start_same_bytes_worker(const char *name, uint32_t rank, int ready[2], int go[2],
+                                     int other_go)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(go[1]);
+        if (other_go >= 0)
+            close(other_go);
+        _exit(same_bytes_worker(name, rank, ready[1], go[0]));
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    return pid;
+}
+
+/* Byte-identical registrations from two processes: the second takes the
+ * rank over, so the first one's exit does not withdraw it from under the
+ * second (it used to be a no-op that left the first as the owner). */
+static void test_same_bytes_from_another_process_take_over(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
+    int ready[2], go_a[2], go_b[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go_a), 0);
+    pid_t a = start_same_bytes_worker(name, 5, ready, go_a, -1);
+    close(go_a[0]);
+    assert_int_equal(pipe(go_b), 0); /* after A's fork: A does not hold it */
+    kvc_rank_info ri = {0};
+    assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK);
+    uint64_t gen_a = ri.generation;
+    pid_t b = start_same_bytes_worker(name, 5, ready, go_b, go_a[1]);
+    close(go_b[0]);
+    assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK);
+    assert_true(ri.generation > gen_a); /* a new owner is a change */
+    assert_int_equal(ri.pid, b);
+    close(go_a[1]); /* A closes its handle and exits */
+    int status;
+    assert_int_equal(waitpid(a, &status, 0), a);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK); /* still B's */
+    assert_int_equal(ri.pid, b);
+    /* The daemon (HTTP) registering the same bytes takes it over too: B's
+     * SIGKILL and reaping then leave it registered. */
+    char *info = tu_info(8, 5);
+    assert_int_equal(kvc_rank_register(s, 5, "127.0.0.1:17005", info, strlen(info), NULL), KVC_OK);
+    free(info);
+    kill(b, SIGKILL);
+    assert_int_equal(waitpid(b, &status, 0), b);
+    assert_int_equal(kvc_proc_reap_dead(s, NULL), KVC_OK);
+    assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK);
+    assert_int_equal(ri.pid, getpid());
+    /* The same process registering the same bytes again stays a no-op. */
+    uint64_t gen = ri.generation;
+    info = tu_info(8, 5);
+    assert_int_equal(kvc_rank_register(s, 5, "127.0.0.1:17005", info, strlen(info), NULL), KVC_OK);
+    free(info);
+    assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK);
+    assert_int_equal(ri.generation, gen);
+    kvc_rank_info_free(&ri);
+    close(go_b[1]);
+    close(ready[0]);
+    close(ready[1]);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 static void test_reader_in_other_process_wakes(void **st)
 {
     (void)st;
@@ -148,6 +241,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eight_workers_register_and_read_all),
+        cmocka_unit_test(test_same_bytes_from_another_process_take_over),
         cmocka_unit_test(test_reader_in_other_process_wakes),
         cmocka_unit_test(test_proc_wait_change_wakes_on_attach),
     };
