@@ -605,7 +605,11 @@ kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, ui
 /* Set rank's local KVPoll state in room.  Setting KVC_POLL_FAILED without a
  * failure recorded records one ("rank N reported Failed", code 0).  Once
  * the room is terminal (Failed, or Success from all) further writes are
- * accepted and ignored.  Wakes kvc_room_wait()ers.
+ * accepted and ignored.  Before that, the rank's state is the last one
+ * written, lower or higher (sglang only moves a rank's state forward; this
+ * call does not police it), and any handle may set any participant's state
+ * (kvcoordd does so for HTTP clients), whether or not that rank opened the
+ * room.  Wakes kvc_room_wait()ers.
  * Errors: KVC_E_INVAL (state out of 0..4, rank out of range, room >
  * KVC_ROOM_ID_MAX), KVC_E_NOENT
  * (no such room), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */

@@ -409,7 +409,9 @@ const char kvcpy_doc_room_sync[] =
     "(Failed from any rank wins, Success needs all).  One library call (kvc_room_sync: each "
     "update under its room's stripe lock, each read lock-free), the GIL released once.  "
     "Unlike an all-reduce it does not wait for the other ranks: a rank reads what they "
-    "have written so far (states only rise, and Failed is sticky).\nErrors: those of "
+    "have written so far: each rank's state is the last it wrote (sglang's senders and "
+    "receivers only move theirs forward; the library does not refuse a lower one), Failed is "
+    "sticky, and once the room is terminal further writes are ignored.\nErrors: those of "
     "room_set_state() and room_get() (the message names the room), TypeError/ValueError "
     "for bad sequences.  " THREADS;
 
