@@ -91,6 +91,12 @@ class WorkerCliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0)
         for word in ("--segment", "--rank", "--info", "--linger", "--timeout-ms", "Exit status"):
             self.assertIn(word, p.stdout)
+        # a killed worker's rank: only kvcoordd or `repair` withdraws it, not a reader
+        text = " ".join(p.stdout.split())
+        self.assertIn("killed: by kvcoordd, or by `kvcoord-diag repair` when no kvcoordd runs; "
+                      "until then a library lookup still answers with the dead worker's info",
+                      text)
+        self.assertNotIn("next reader", text)
 
     def test_usage_errors_exit_2(self):
         info = os.path.join(ARGS.work, "llama", "rank-0.json")
@@ -106,6 +112,14 @@ class WorkerCliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("rank 9 cannot join room 777 of --room-participants 2", p.stderr)
         self.assertEqual(p.stdout, "")
+        # a room option without --room: the message names only the options given
+        for given, text in ((["--fail", "x"], "--fail needs --room ID"),
+                            (["--room-participants", "2"], "--room-participants needs --room ID"),
+                            (["--fail", "x", "--room-participants", "2"],
+                             "--fail and --room-participants need --room ID")):
+            p = run_worker("--info", info, "--segment", "kvctest-none", *given)
+            self.assertEqual(p.returncode, 2, (given, p.stderr))
+            self.assertEqual(p.stderr, "kvcoord-worker: %s\n" % text, given)
 
     def test_each_option_states_one_range(self):
         # every wrong value of an option gets the same message, naming the one
@@ -135,6 +149,18 @@ class WorkerCliTest(unittest.TestCase):
         p = run_worker("--info", bad, "--segment", "kvctest-none")
         self.assertEqual(p.returncode, 1)
         self.assertIn("weights_info_dict", p.stderr)
+
+        # a directory is named as one (jansson alone says "'[' or '{' expected")
+        p = run_worker("--info", ARGS.work, "--segment", "kvctest-none")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("%s: is a directory, not a rank info file" % ARGS.work, p.stderr)
+        # a top level that is not an object is said to be so
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write("[]")
+        p = run_worker("--info", bad, "--segment", "kvctest-none")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("%s: the top level is not a JSON object" % bad, p.stderr)
+        self.assertNotIn("transfer_engine_info\" object", p.stderr)
 
         info = os.path.join(ARGS.work, "llama", "rank-0.json")
         segment = "kvctest-tools-absent-%d" % os.getpid()

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -86,7 +87,9 @@ static void usage(FILE *out)
             "                        until SIGTERM or SIGINT; then detach and exit 0.\n"
             "                        The rank lives as long as the worker: it is\n"
             "                        withdrawn when the worker exits (cleanly: by the\n"
-            "                        library; killed: by kvcoordd or the next reader).\n"
+            "                        library; killed: by kvcoordd, or by `kvcoord-diag\n"
+            "                        repair` when no kvcoordd runs; until then a library\n"
+            "                        lookup still answers with the dead worker's info).\n"
             "                        Without --linger the registration stays after exit\n"
             "  -t, --timeout-ms N    how long to keep retrying when the segment does not\n"
             "                        exist yet (kvcoordd not started), in milliseconds\n"
@@ -236,7 +239,11 @@ static int parse_args(int argc, char **argv, worker_args *a)
         return EXIT_USAGE;
     }
     if ((a->fail_reason || a->room_participants) && !a->has_room) {
-        fail("--fail and --room-participants need --room ID");
+        /* name only the options given */
+        if (a->fail_reason && a->room_participants)
+            fail("--fail and --room-participants need --room ID");
+        else
+            fail("%s needs --room ID", a->fail_reason ? "--fail" : "--room-participants");
         return EXIT_USAGE;
     }
     if (a->segment && kvc_name_check(a->segment) != KVC_OK) {
@@ -260,6 +267,13 @@ static long json_rank(const json_t *root)
 static int load_info(const char *path, worker_info *wi)
 {
     json_error_t jerr;
+    struct stat st;
+    /* jansson reads a directory as an empty file ("'[' or '{' expected near end
+       of file"); other non-regular files (a pipe, <(...)) are read as they come */
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fail("%s: is a directory, not a rank info file (e.g. %s/rank-0.json)", path, path);
+        return -1;
+    }
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
         if (jerr.line > 0) /* a parse error; -1 when the file could not be read */
@@ -272,7 +286,11 @@ static int load_info(const char *path, worker_info *wi)
     const json_t *tei = json_object_get(root, "transfer_engine_info");
     const json_t *sid = json_object_get(tei, "session_id");
     const json_t *dict = json_object_get(tei, "weights_info_dict");
-    if (!json_is_object(tei))
+    if (!json_is_object(root)) /* without JSON_DECODE_ANY, an array */
+        fail("%s: the top level is not a JSON object (expected {\"rank\": N, "
+             "\"transfer_engine_info\": {...}})",
+             path);
+    else if (!json_is_object(tei))
         fail("%s: no \"transfer_engine_info\" object", path);
     else if (!json_is_string(sid) || json_string_length(sid) == 0 ||
              json_string_length(sid) > KVC_SESSION_ID_MAX ||
