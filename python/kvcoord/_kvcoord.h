@@ -69,8 +69,13 @@ PyObject *kvcpy_state(int s);
  * 0..2^63-1), a KVPoll state (int 0..4), a timeout in seconds (int/float
  * >= 0, or None for no limit: stored as -1.0).  They raise TypeError for a
  * wrong type and ValueError naming the range otherwise. */
-int kvcpy_conv_rank(PyObject *o, void *out);    /* uint32_t * */
-int kvcpy_conv_room(PyObject *o, void *out);    /* uint64_t * */
+int kvcpy_conv_rank(PyObject *o, void *out);         /* uint32_t * */
+int kvcpy_conv_room(PyObject *o, void *out);         /* uint64_t * */
+int kvcpy_conv_participants(PyObject *o, void *out); /* uint32_t * (0..32, 0: world size) */
+/* An int in 0..max into *out, or raise naming what, alt appended to the range
+   (e.g. " or None"; "" for none): TypeError / ValueError.  Returns 1 or 0. */
+int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const char *alt,
+                    unsigned long long *out);
 int kvcpy_conv_state(PyObject *o, void *out);   /* int * */
 int kvcpy_conv_code(PyObject *o, void *out);    /* int * (int32 failure code) */
 int kvcpy_conv_timeout(PyObject *o, void *out); /* double * (seconds; -1 none) */

@@ -84,11 +84,12 @@ PyObject *kvcpy_state(int s)
 
 /* ---- argument converters ------------------------------------------------ */
 
-/* An int in 0..max, or raise naming what (TypeError / ValueError). */
-static int conv_uint(PyObject *o, unsigned long long max, const char *what, unsigned long long *out)
+int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const char *alt,
+                    unsigned long long *out)
 {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int%s, not %.100s", what, alt,
+                     Py_TYPE(o)->tp_name);
         return 0;
     }
     int overflow = 0;
@@ -97,7 +98,7 @@ static int conv_uint(PyObject *o, unsigned long long max, const char *what, unsi
         return 0;
     if (overflow > 0 || (!overflow && v >= 0 && (unsigned long long)v > max) || overflow < 0 ||
         v < 0) {
-        PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu, not %R", what, max, o);
+        PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu%s, not %R", what, max, alt, o);
         return 0;
     }
     *out = (unsigned long long)v;
@@ -107,7 +108,16 @@ static int conv_uint(PyObject *o, unsigned long long max, const char *what, unsi
 int kvcpy_conv_rank(PyObject *o, void *out)
 {
     unsigned long long v;
-    if (!conv_uint(o, UINT32_MAX - 1ull, "rank", &v))
+    if (!kvcpy_conv_uint(o, UINT32_MAX - 1ull, "rank", "", &v))
+        return 0;
+    *(uint32_t *)out = (uint32_t)v;
+    return 1;
+}
+
+int kvcpy_conv_participants(PyObject *o, void *out)
+{
+    unsigned long long v;
+    if (!kvcpy_conv_uint(o, KVC_ROOM_MAX_PARTICIPANTS, "participants", "", &v))
         return 0;
     *(uint32_t *)out = (uint32_t)v;
     return 1;
@@ -116,7 +126,7 @@ int kvcpy_conv_rank(PyObject *o, void *out)
 int kvcpy_conv_room(PyObject *o, void *out)
 {
     unsigned long long v;
-    if (!conv_uint(o, (unsigned long long)INT64_MAX, "bootstrap room", &v))
+    if (!kvcpy_conv_uint(o, (unsigned long long)INT64_MAX, "bootstrap room", "", &v))
         return 0;
     *(uint64_t *)out = (uint64_t)v;
     return 1;
@@ -146,7 +156,7 @@ int kvcpy_conv_code(PyObject *o, void *out)
 int kvcpy_conv_state(PyObject *o, void *out)
 {
     unsigned long long v;
-    if (!conv_uint(o, 4, "KVPoll state", &v))
+    if (!kvcpy_conv_uint(o, 4, "KVPoll state", "", &v))
         return 0;
     *(int *)out = (int)v;
     return 1;
@@ -199,7 +209,7 @@ static PyObject *mod_name_for_port(PyObject *m, PyObject *arg)
 {
     (void)m;
     unsigned long long port;
-    if (!conv_uint(arg, 65535, "port", &port))
+    if (!kvcpy_conv_uint(arg, 65535, "port", "", &port))
         return NULL;
     char buf[32];
     kvc_name_for_port((uint16_t)port, buf, sizeof buf);

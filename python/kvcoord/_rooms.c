@@ -152,13 +152,9 @@ static int conv_asking(PyObject *o, void *out)
         *(int32_t *)out = -1;
         return 1;
     }
-    uint32_t r;
-    if (!kvcpy_conv_rank(o, &r))
+    unsigned long long r;
+    if (!kvcpy_conv_uint(o, INT32_MAX, "rank", " or None", &r))
         return 0;
-    if (r > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "rank must be in 0..%d, not %R", INT32_MAX, o);
-        return 0;
-    }
     *(int32_t *)out = (int32_t)r;
     return 1;
 }
@@ -205,8 +201,9 @@ const char kvcpy_doc_room_open[] =
     "0 means the segment's world size.  The first opener creates it; opening again is a "
     "no-op.  This process is recorded as the rank's participant: if it dies, the room fails "
     "naming the rank and how it died.  role: 'prefill', 'decode' or 'unspecified'.\nErrors: "
-    "InvalidArgumentError (rank out of range, more than 32 participants, a count differing "
-    "from the room's), Error (room table full, lock busy), TypeError/ValueError.  " THREADS;
+    "InvalidArgumentError (rank out of range, a count differing from the room's), Error "
+    "(room table full, lock busy), ValueError (participants not 0..32), TypeError/ValueError. "
+    " " THREADS;
 
 PyObject *kvcpy_room_open(SegmentObject *s, PyObject *args, PyObject *kw)
 {
@@ -215,7 +212,7 @@ PyObject *kvcpy_room_open(SegmentObject *s, PyObject *args, PyObject *kw)
     uint32_t rank, participants = 0;
     kvc_room_role role = KVC_ROOM_ROLE_UNSPECIFIED;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&", kwlist, kvcpy_conv_room, &room,
-                                     kvcpy_conv_rank, &rank, kvcpy_conv_rank, &participants,
+                                     kvcpy_conv_rank, &rank, kvcpy_conv_participants, &participants,
                                      conv_role, &role))
         return NULL;
     ROOM_CALL(s, kvc_room_open(g, room, participants, rank, role));

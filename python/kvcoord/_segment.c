@@ -249,9 +249,9 @@ static int seg_init(SegmentObject *s, PyObject *args, PyObject *kw)
     if (parse_role(role, rank, &o.role) || parse_mode(mode, &o.mode) ||
         fill_capacities(&o, mr, mi, ab, mp, ws, mro, lt, ttl))
         return -1;
-    uint32_t r = 0;
-    if (rank != Py_None) {
-        if (!kvcpy_conv_rank(rank, &r))
+    unsigned long long r = 0;
+    if (rank != Py_None) { /* kvc_options.rank is an int32_t */
+        if (!kvcpy_conv_uint(rank, INT32_MAX, "rank", " or None", &r))
             return -1;
         o.rank = (int32_t)r;
     }

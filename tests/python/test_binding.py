@@ -96,8 +96,10 @@ class Open(unittest.TestCase):
             kvcoord.Segment(new_name("x"), mode="create", max_ranks=0)
         with self.assertRaises(ValueError):
             kvcoord.Segment(new_name("x"), mode="create", world_size=33)
-        with self.assertRaises(ValueError):
+        with self.assertRaisesRegex(ValueError, r"rank must be in 0\.\.2147483647 or None, not -1"):
             kvcoord.Segment(new_name("x"), rank=-1)
+        with self.assertRaisesRegex(ValueError, r"rank must be in 0\.\.2147483647 or None, not 2147483648"):
+            kvcoord.Segment(new_name("x"), rank=2 ** 31)
         with self.assertRaises(TypeError):
             kvcoord.Segment(new_name("x"), mode="create", max_rooms="many")
         with self.assertRaises(ValueError):
@@ -428,7 +430,16 @@ class BadArguments(SegmentCase):
         self.check(ValueError, lambda: s.room_open(2 ** 63, 0), "bootstrap room must be in 0..")
         self.check(TypeError, lambda: s.room_open("1", 0), "bootstrap room must be an int")
         self.check(ValueError, lambda: s.room_open(1, 8), "out of range")
-        self.check(ValueError, lambda: s.room_open(1, 0, 33), "at most 32 participants")
+        # each integer argument is named with its own range (not "rank" for participants)
+        self.check(ValueError, lambda: s.room_open(1, 0, 33), "participants must be in 0..32, not 33")
+        self.check(ValueError, lambda: s.room_open(3, 0, participants=-1),
+                   "participants must be in 0..32, not -1")
+        self.check(TypeError, lambda: s.room_open(3, 0, participants="2"),
+                   "participants must be an int, not str")
+        self.check(ValueError, lambda: s.room_get(1, -1),
+                   "rank must be in 0..2147483647 or None, not -1")
+        self.check(ValueError, lambda: s.room_wait(1, 1, rank=2 ** 31),
+                   "rank must be in 0..2147483647 or None, not 2147483648")
         self.check(ValueError, lambda: s.room_open(1, 0, role="observer"), "room role")
         self.check(TypeError, lambda: s.room_open(1, 0, role=1), "room role must be a str")
         self.check(KeyError, lambda: s.room_set_state(1, 0, 3), "no room 1")
