@@ -496,12 +496,19 @@ static int parse_args(int argc, char **argv, struct options *o)
                           .body_timeout_s = 60,
                           .log_level = LOG_INFO};
     opterr = 0; /* our own messages */
-    int c;
-    while ((c = getopt_long(argc, argv, ":Vh", long_opts, NULL)) != -1) {
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":Vh", long_opts, &li)) != -1) {
         if (c == ':')
             return usage_error("option '%s' needs a value", argv[optind - 1]);
         if (c == '?')
             return usage_error("unknown option '%s'", argv[optind - 1]);
+        /* "--listen --segment x": getopt takes the next option as the value;
+           a value starting with "--" in a separate argument is a missing value
+           ("--listen=--x" still passes it) */
+        if (optarg && optarg == argv[optind - 1] && !strncmp(optarg, "--", 2) && li >= 0)
+            return usage_error("option '--%s' needs a value ('%s' follows it)", long_opts[li].name,
+                               optarg);
+        li = -1;
         int rc = apply_opt(o, c, optarg);
         if (rc)
             return rc < 0 ? -1 : rc;

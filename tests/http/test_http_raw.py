@@ -824,6 +824,19 @@ class CliTest(unittest.TestCase):
             p = self.run_daemon(*args)
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertIn("kvcoordd:", p.stderr)
+        # an option where a value belongs is not taken as the value (it was:
+        # "invalid --listen '--segment'"), for every option with a value;
+        # "--opt=--x" still passes a value starting with "--"
+        for opt in ("--listen", "--segment", "--max-conns", "--log-level", "--etcd"):
+            p = self.run_daemon(opt, "--segment", "x")
+            self.assertEqual(p.returncode, 2, (opt, p.stderr))
+            self.assertIn("kvcoordd: option '%s' needs a value ('--segment' follows it)" % opt,
+                          p.stderr)
+        p = self.run_daemon("--log-level=--x")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--log-level", p.stderr)
+        self.assertIn("'--x'", p.stderr)
+        self.assertNotIn("needs a value", p.stderr)
 
     def test_each_option_states_one_range(self):
         # Every wrong value of an option (0, past the top, not a number) gets
