@@ -2,6 +2,7 @@
  * kvcoordd.c - the node coordinator daemon: parse flags, open the segment,
  * serve HTTP until SIGINT/SIGTERM.  The server itself is http_server.c.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include "auth.h"
 #include "cluster.h"
 #include "http_server.h"
+#include "inspect.h"
 #include "kvcoord/kvcoord.h"
 #include "log.h"
 #include "metrics.h"
@@ -566,11 +568,83 @@ static int32_t live_daemon(kvc_segment *seg)
     return 0;
 }
 
+/* 1 if /proc/pid/comm says kvcoordd. */
+static int is_kvcoordd(int32_t pid)
+{
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    int yes = fgets(comm, sizeof comm, f) && !strcmp(comm, "kvcoordd\n");
+    fclose(f);
+    return yes;
+}
+
+/* pid of another kvcoordd that maps the file path (inode ino), else 0:
+ * found from the process table (/proc/PID/maps), so that it works for a
+ * segment of any layout version, whose own process table cannot be read. */
+static int32_t daemon_mapping(const char *path, unsigned long long ino)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int32_t found = 0;
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || !is_kvcoordd((int32_t)pid))
+            continue;
+        char maps[64], line[4096 + 128], file[4096];
+        snprintf(maps, sizeof maps, "/proc/%ld/maps", pid);
+        FILE *f = fopen(maps, "re");
+        if (!f)
+            continue;
+        while (!found && fgets(line, sizeof line, f)) {
+            unsigned long long inode;
+            if (sscanf(line, "%*s %*s %*s %*s %llu %4095s", &inode, file) == 2 && inode == ino &&
+                !strcmp(file, path))
+                found = (int32_t)pid;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A segment of another layout version is left alone while a live process
+ * serves it: its creator (the header's stable prefix, the same in every
+ * layout version, says who), or a kvcoordd that maps it.  Returns that
+ * pid (logged at error), else 0. */
+static int32_t other_version_served(const char *name, const char *path, const struct stat *st)
+{
+    kvc_raw_header h;
+    int32_t pid = 0;
+    const char *who = "another kvcoordd";
+    if (kvc__header_read(name, &h) == KVC_OK && h.magic_ok && h.creator_alive) {
+        pid = h.creator_pid;
+        if (!is_kvcoordd(pid))
+            who = "its creator";
+    } else if (!(pid = daemon_mapping(path, (unsigned long long)st->st_ino))) {
+        return 0;
+    }
+    log_event(LOG_ERROR, "segment_in_use",
+              "segment=%s pid=%d layout_version=%u this_build=%u err=\"%s (pid %d) serves "
+              "this segment, of another layout version: stop it first, or use another "
+              "--segment\"",
+              name, (int)pid, h.has_prefix ? h.layout_version : 0u, (unsigned)KVC_LAYOUT_VERSION,
+              who, (int)pid);
+    return pid;
+}
+
 /* A segment file that exists but is not a valid segment (truncated,
- * foreign, another layout version whose creator is gone...) would be
+ * foreign, another layout version nobody serves any more...) would be
  * replaced by an empty one: move it aside instead, for kvcoord-diag, and
- * say so at error.  A missing or valid one is left alone. */
-static void move_aside_invalid(const char *name)
+ * say so at error.  A missing or valid one is left alone.  Returns -1
+ * (logged) when it is of another layout version and a live process serves
+ * it: it must be neither moved nor replaced. */
+static int move_aside_invalid(const char *name)
 {
     kvc_options lib;
     kvc_options_init(&lib);
@@ -581,16 +655,18 @@ static void move_aside_invalid(const char *name)
     kvc_err e = kvc_open(&lib, &seg);
     if (e == KVC_OK) {
         kvc_close(seg);
-        return;
+        return 0;
     }
     if (e != KVC_E_CORRUPT && e != KVC_E_VERSION)
-        return; /* absent, or in use: kvc_open(CREATE) says what to do */
+        return 0; /* absent, or in use: kvc_open(CREATE) says what to do */
     char why[512], path[KVC_NAME_MAX + 16], aside[KVC_NAME_MAX + 64];
     snprintf(why, sizeof why, "%s", kvc_last_error());
     snprintf(path, sizeof path, "/dev/shm/%s", name);
     struct stat st;
     if (lstat(path, &st))
-        return;
+        return 0;
+    if (e == KVC_E_VERSION && other_version_served(name, path, &st))
+        return -1;
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
@@ -602,13 +678,14 @@ static void move_aside_invalid(const char *name)
                   "segment=%s bytes=%lld reason=\"%s\" err=\"could not move it aside to %s: "
                   "%s\" note=\"it will be replaced by an empty segment\"",
                   name, (long long)st.st_size, why, aside, strerror(errno));
-        return;
+        return 0;
     }
     log_event(
         LOG_ERROR, "segment_moved_aside",
         "segment=%s to=%s bytes=%lld mode=%04o reason=\"%s\" lost=\"every registration, "
         "room and failure record it held (read it with kvcoord-diag --segment %s.invalid-%s)\"",
         name, aside, (long long)st.st_size, (unsigned)(st.st_mode & 07777), why, name, stamp);
+    return 0;
 }
 
 /* A reused segment keeps its own capacities: say so for each one given on
@@ -644,8 +721,8 @@ static void warn_capacities(const struct options *o, const kvc_segment_info *si)
 
 static kvc_segment *open_segment(const struct options *o, const char *name)
 {
-    if (!o->fresh)
-        move_aside_invalid(name);
+    if (!o->fresh && move_aside_invalid(name))
+        return NULL;
     kvc_options lib;
     kvc_options_init(&lib);
     lib.name = name;

@@ -10,6 +10,10 @@ Under a live daemon (lookups running against it all along):
 At start:
   - an invalid file under the segment's name (text) is moved aside as
     S.invalid-<time>, logged at error naming it, and a new segment is made;
+  - a segment of another layout version (byte 8 overwritten) is neither moved
+    aside nor replaced while a kvcoordd serves it - its creator, or one that
+    reused it (found by its mapping) - : the second daemon exits 1 naming
+    that pid, the first keeps serving; once nobody serves it, it is moved aside;
   - capacities given that differ from a reused segment's: one warning each;
   - options that cannot work (--max-header-bytes 10, --world-size 64,
     --max-buffered-bytes below --max-body-bytes) exit 2 with the reason.
@@ -146,7 +150,62 @@ def case_runtime():
     fatal("replace", replace, ("replaced",))
 
 
+def set_version(seg, v):
+    """Overwrite the segment's layout version; returns the one it had."""
+    with open(shm(seg), "r+b") as f:
+        f.seek(8)  # kvc_header.layout_version, in the prefix every layout version shares
+        old = int.from_bytes(f.read(4), "little")
+        f.seek(8)
+        f.write(v.to_bytes(4, "little"))
+    return old
+
+
+def second_daemon(seg):
+    return subprocess.run([ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", seg],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def refused_while_served(seg, d, how):
+    own = set_version(seg, 5)
+    p = second_daemon(seg)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    words = "another kvcoordd (pid %d) serves this segment" % d.pid
+    line = [l for l in p.stderr.splitlines() if " error segment_in_use " in l]
+    assert line and words in line[0] and "layout_version=5" in line[0], p.stderr
+    assert not glob.glob(shm(seg) + ".invalid-*"), glob.glob(shm(seg) + "*")
+    assert d.alive() and loadlib.get(d.port, "/health")[0] == 200, d.log_tail()
+    RESULTS.append("other layout version, served by %s: refused, logged: %s" %
+                   (how, line[0][25:200]))
+    set_version(seg, own)  # back to this build's, so that it can be reused
+
+
+def case_other_version():
+    seg = "kvctest-watch-version-%d" % os.getpid()
+    try:
+        d = daemon(seg)  # its creator
+        refused_while_served(seg, d, "its creator")
+        assert d.stop() == 0
+        # A daemon that reused the segment (not its creator) serves it.
+        d = loadlib.Daemon(ARGS.daemon, seg, ["--log-level", "info"])
+        d.start(fresh=False)
+        refused_while_served(seg, d, "a kvcoordd that reused it")
+        set_version(seg, 5)
+        d.proc.kill()  # nobody serves it any more: now it is moved aside
+        d.proc.wait()
+        d = loadlib.Daemon(ARGS.daemon, seg, ["--log-level", "info"])
+        d.start(fresh=False)
+        aside = glob.glob(shm(seg) + ".invalid-*")
+        assert len(aside) == 1, glob.glob(shm(seg) + "*")
+        assert " error segment_moved_aside " in d.log_tail(100000), d.log_tail()
+        assert d.stop() == 0
+        RESULTS.append("other layout version, served by nobody: moved aside")
+    finally:
+        for f in glob.glob(shm(seg) + "*"):
+            os.unlink(f)
+
+
 def case_start():
+    case_other_version()
     seg = "kvctest-watch-start-%d" % os.getpid()
     with open(shm(seg), "w") as f:
         f.write("not a segment\n")
