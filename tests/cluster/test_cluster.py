@@ -510,6 +510,33 @@ class Roles(Base):
         self.assertTrue(b.healthy())
 
 
+class DiagText(Base):
+    def test_default_cluster_without_nodes_names_the_clusters_seen(self):
+        a = self.node("A")
+        d = subprocess.run([ARGS.diag, "cluster", "--segment", a.segment, "--etcd",
+                            ETCD.endpoints], capture_output=True, text=True, timeout=30)
+        self.assertEqual(d.returncode, 0, d.stdout + d.stderr)
+        self.assertIn("cluster kvcoord: 0 nodes", d.stdout)
+        hint = [l for l in d.stdout.splitlines() if l.startswith("no node in cluster")]
+        self.assertEqual(len(hint), 1, d.stdout)
+        self.assertTrue(hint[0].startswith("no node in cluster 'kvcoord'; pass --cluster NAME "
+                                           "(clusters with nodes: "), hint[0])
+        self.assertIn(self.cluster, hint[0])
+        # the members table: LEADER heads its column (left-aligned like the id under it)
+        lines = d.stdout.splitlines()
+        head = [l for l in lines if l.lstrip().startswith("MEMBER")][0]
+        row = lines[lines.index(head) + 1]
+        col = head.index("LEADER")
+        self.assertRegex(row[col:], r"^[0-9a-f]+ ", (head, row))
+        self.assertEqual(row[col - 2:col], "  ", (head, row))
+        # the right name: no hint
+        d = subprocess.run([ARGS.diag, "cluster", "--segment", a.segment, "--etcd",
+                            ETCD.endpoints, "--cluster", self.cluster], capture_output=True,
+                           text=True, timeout=30)
+        self.assertIn("cluster %s: 1 nodes" % self.cluster, d.stdout)
+        self.assertNotIn("no node in cluster", d.stdout)
+
+
 class Leases(Base):
     def test_sigkill_entries_expire_with_the_lease(self):
         a, b = self.node("A"), self.node("B")

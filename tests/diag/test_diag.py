@@ -766,6 +766,10 @@ class Unreadable(Base):
                 self.assertFalse(h["creator_alive"])
                 self.assertFalse(h["full"])
                 self.assertIn("unlink", doc["error"]["advice"])
+                # what kvcoordd does with it: moved aside, not silently recreated
+                self.assertIn("moves it aside to /dev/shm/%s.invalid-<time>" % fx.name,
+                              doc["error"]["advice"])
+                self.assertNotIn("recreates", doc["error"]["advice"])
             rc, out, err = diag(fx.name, "status")
             self.assertEqual(rc, 2)
             self.assertIn("layout version  1 (this build reads %d)" % LAYOUT, out)
@@ -781,6 +785,9 @@ class Unreadable(Base):
             self.assertEqual(rc, EXIT_BROKEN)
             self.assertEqual(doc["error"]["code"], "KVC_E_CORRUPT")
             self.assertIn("truncated", doc["error"]["message"])
+            self.assertTrue(doc["error"]["advice"].startswith(
+                "kvcoordd, on start, moves it aside to /dev/shm/%s.invalid-<time>" % fx.name),
+                doc["error"]["advice"])
             h = doc["header"]
             self.assertEqual(h["file_bytes"], size)
             self.assertTrue(h["full"])
@@ -913,6 +920,9 @@ class Unlink(Base):
             self.assertEqual(rc, EXIT_DEGRADED)
             self.assertIn("creator pid %d (alive)" % fx.pid, out)
             self.assertIn("its creator, pid %d, is running" % fx.pid, err)
+            # what --force does to a running kvcoordd: it exits 1 (seg_watch)
+            self.assertIn("a kvcoordd whose segment is removed exits with status 1", err)
+            self.assertNotIn("go on serving", err)
             self.assertIn("--force", err)
             self.assertTrue(os.path.exists(path))
             rc, doc, _ = diag(fx.name, "unlink", "--yes", json_out=True)

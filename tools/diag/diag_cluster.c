@@ -216,6 +216,39 @@ static int parse_entry_key(const char *k, struct rank_rec *r)
     return 0;
 }
 
+/* No node under /kvcoord/<cluster>/: name the clusters that have nodes, so
+ * a wrong (or default) --cluster is seen at once. */
+static void hint_clusters(etcd *c, const char *cluster)
+{
+    etcd_kv *kvs = NULL;
+    size_t n = 0;
+    int64_t rev;
+    char seen[1024] = "", last[200] = "";
+    size_t at = 0, count = 0;
+    if (etcd_range_prefix(c, "/kvcoord/", &kvs, &n, &rev) == 0)
+        for (size_t i = 0; i < n && at < sizeof seen; i++) { /* keys come sorted */
+            const char *name = kvs[i].key + 9, *slash = strchr(name, '/');
+            if (!slash || slash == name || strncmp(slash, "/nodes/", 7) ||
+                (size_t)(slash - name) >= sizeof last)
+                continue;
+            char item[sizeof last];
+            snprintf(item, sizeof item, "%.*s", (int)(slash - name), name);
+            if (!strcmp(item, last) || !strcmp(item, cluster))
+                continue;
+            snprintf(last, sizeof last, "%s", item);
+            at += (size_t)snprintf(seen + at, sizeof seen - at, "%s%s", count ? ", " : "", item);
+            count++;
+        }
+    etcd_kvs_free(kvs, n);
+    if (count)
+        printf("no node in cluster '%s'; pass --cluster NAME (clusters with nodes: %s)\n", cluster,
+               seen);
+    else
+        printf("no node in cluster '%s', nor in any other cluster under /kvcoord/ (is kvcoordd "
+               "started with --etcd, and with --cluster NAME? then pass --cluster NAME)\n",
+               cluster);
+}
+
 /* etcd's part.  Returns the worst exit status found. */
 static int etcd_part(diag *d, const struct cluster_opts *o, json_t *doc)
 {
@@ -236,7 +269,7 @@ static int etcd_part(diag *d, const struct cluster_opts *o, json_t *doc)
     size_t up = 0;
     json_t *members = json_array();
     static const char *const mh[] = {"MEMBER", "STATE", "LEADER", "REVISION"};
-    diag_table *mt = diag_table_new(4, mh, "llrr");
+    diag_table *mt = diag_table_new(4, mh, "lllr"); /* a leader is an id, not a count */
     for (size_t i = 0; i < etcd_endpoint_count(c); i++) {
         const char *url = etcd_endpoint_at(c, i);
         uint64_t leader = 0;
@@ -368,6 +401,8 @@ static int etcd_part(diag *d, const struct cluster_opts *o, json_t *doc)
             diag_table_print(nt, stdout, 2);
         else
             diag_table_free(nt);
+        if (ranged && !json_array_size(nodes))
+            hint_clusters(c, o->cluster);
         printf("\nconflicts (newest etcd revision wins): %zu\n", json_array_size(conflicts));
         if (json_array_size(conflicts))
             diag_table_print(ct, stdout, 2);

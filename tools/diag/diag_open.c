@@ -85,8 +85,17 @@ json_t *diag_raw_header_json(const kvc_raw_header *h)
 }
 
 /* What an operator can do about a segment that cannot be attached to. */
-static const char *advice(kvc_err e, const kvc_raw_header *h)
+static const char *advice(kvc_err e, const kvc_raw_header *h, const char *name, char *buf,
+                          size_t cap)
 {
+    /* kvcoordd (without --fresh) renames an invalid file before creating its segment */
+    snprintf(buf, cap,
+             "%skvcoordd%s, on start%s, moves it aside to /dev/shm/%s.invalid-<time> (readable "
+             "with kvcoord-diag --segment) and starts an empty segment; or remove it with "
+             "`kvcoord-diag unlink`",
+             e == KVC_E_VERSION ? "its creator is dead: " : "",
+             e == KVC_E_VERSION ? " of this build" : "",
+             e == KVC_E_VERSION ? " (if no kvcoordd of another build serves it)" : "", name);
     if (e == KVC_E_NOENT)
         return "is kvcoordd running, with this segment name? (ls /dev/shm)";
     if (h->creating)
@@ -94,16 +103,14 @@ static const char *advice(kvc_err e, const kvc_raw_header *h)
     if (e == KVC_E_VERSION && h->creator_alive)
         return "its creator still runs it: use the kvcoord-diag of that build";
     if (e == KVC_E_VERSION)
-        return "its creator is dead: kvcoordd of this build recreates it on start (registrations "
-               "are lost), or remove it with `kvcoord-diag unlink`";
+        return buf;
     if (h->has_stat && h->file_type && strcmp(h->file_type, "regular file"))
         return "something else sits under the segment's name: look at it (ls -l /dev/shm) and "
                "remove it by hand";
     if (e == KVC_E_SYS && h->has_stat)
         return "run as the file's owner or root";
     if (e == KVC_E_CORRUPT)
-        return "kvcoordd recreates it on start (registrations are lost), or remove it with "
-               "`kvcoord-diag unlink`";
+        return buf;
     return "check the file's owner and mode";
 }
 
@@ -137,7 +144,8 @@ static void print_raw_text(const diag *d, kvc_err e, const char *msg, const kvc_
     if (h->full)
         diag_table_addf(t, "size in header\t%llu bytes (the file has %llu)",
                         (unsigned long long)h->total_bytes, (unsigned long long)h->file_bytes);
-    diag_table_addf(t, "advice\t%s", advice(e, h));
+    char ab[512];
+    diag_table_addf(t, "advice\t%s", advice(e, h, d->segment, ab, sizeof ab));
     diag_table_print(t, stdout, 2);
     printf("verdict: broken (unreadable)\n");
 }
@@ -149,7 +157,8 @@ static void print_raw_json(const diag *d, const char *command, kvc_err e, const 
     json_object_set_new(doc, "readable", json_false());
     json_object_set_new(err, "code", json_string(err_code_name(e)));
     json_object_set_new(err, "message", diag_jstr(msg));
-    json_object_set_new(err, "advice", json_string(advice(e, h)));
+    char ab[512];
+    json_object_set_new(err, "advice", json_string(advice(e, h, d->segment, ab, sizeof ab)));
     json_object_set_new(doc, "error", err);
     json_object_set_new(doc, "exists", json_boolean(e != KVC_E_NOENT));
     json_object_set_new(doc, "header", diag_raw_header_json(h));

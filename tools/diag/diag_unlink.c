@@ -24,9 +24,9 @@ static const char unlink_help[] =
     "  (or with --json) it removes nothing unless --yes is given.\n"
     "\n"
     "  A segment whose creator (its kvcoordd) is running is not removed unless\n"
-    "  --force is given: that kvcoordd would go on serving a file no new process\n"
-    "  can find, and the next one would serve another table under the same name.\n"
-    "  Stop it first.\n"
+    "  --force is given: that kvcoordd notices its file is gone and exits with\n"
+    "  status 1 (no new worker could attach to it), and every worker attached must\n"
+    "  be restarted with the next one.  Stop it first.\n"
     "\n"
     "OPTIONS\n"
     "  -y, --yes     do not ask (for scripts)\n"
@@ -161,8 +161,9 @@ static int run_unlink(diag *d, int argc, char **argv)
     char why[256];
     if (h.magic_ok && h.creator_alive && h.creator_pid != (int32_t)getpid() && !o.force) {
         snprintf(why, sizeof why,
-                 "not removed: its creator, pid %d, is running (a kvcoordd serving it would go on "
-                 "serving a file no new process can find); stop it first, or pass --force",
+                 "not removed: its creator, pid %d, is running (a kvcoordd whose segment is "
+                 "removed exits with status 1, and its workers must be restarted); stop it "
+                 "first, or pass --force",
                  (int)h.creator_pid);
         return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
     }
