@@ -17,7 +17,8 @@ Each rank:
      is_from_another_rank set on the other seven.
 The parent prints one table and checks it (exit 0 when everything matches).
 
-Usage (segment kvcoord-<port>, created by kvcoordd --port or `tools/kvcoord.sh run`):
+Usage (segment kvcoord-<port>, created by kvcoordd --listen 127.0.0.1:<port> or
+`tools/kvcoord.sh run`):
   PYTHONPATH=build/python examples/sglang_tp_group.py [--port 6789 | --segment NAME]
       [--model-dir build/run/llama-3.1-8b] [--rooms 4] [--fail-rank 5]
 `tools/kvcoord.sh run --python` runs it against the Quick start's kvcoordd.
@@ -191,7 +192,8 @@ def report(a, results, rooms):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # the docstring's first paragraph, whole (its first line alone stops mid-sentence)
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--port", type=int, default=kvcoord.DEFAULT_PORT,
                     help="kvcoordd's HTTP port: segment kvcoord-PORT (default 6789)")
     ap.add_argument("--segment", help="segment name (overrides --port)")

@@ -133,7 +133,8 @@ class Segment(_kvcoord.Segment):
     Segment(name=None, *, port=6789, role=None, rank=None, mode="attach", ...)
 
     name: the segment's name ([A-Za-z0-9._-], 1..200 bytes, not starting with
-    '-'); None: "kvcoord-<port>", the segment kvcoordd --port <port> serves.
+    '-'); None: "kvcoord-<port>", the segment kvcoordd --listen HOST:<port>
+    serves.
     role: "worker" (the default when rank is given: the ranks it registers
     are withdrawn when the process exits or dies), "client" (the default
     otherwise) or "none" (not recorded).  rank: the rank this process serves.

@@ -13,6 +13,17 @@ from kvctest import SMALL, discard, new_name
 
 
 class Example(unittest.TestCase):
+    def test_help(self):
+        src = os.environ.get("KVCOORD_SOURCE_DIR",
+                             os.path.join(os.path.dirname(__file__), "..", ".."))
+        out = subprocess.run([sys.executable, os.path.join(src, "examples", "sglang_tp_group.py"),
+                              "--help"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        # the whole first paragraph of the docstring, not its first line cut at "on a"
+        self.assertIn("8 Python processes acting as one sglang TP group on a node's kvcoord "
+                      "segment, through `import kvcoord` (no HTTP between them).",
+                      " ".join(out.stdout.split()))
+
     def test_runs(self):
         src = os.environ.get("KVCOORD_SOURCE_DIR",
                              os.path.join(os.path.dirname(__file__), "..", ".."))
