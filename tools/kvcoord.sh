@@ -269,7 +269,7 @@ cmd_run() {
     # One run at a time per checkout (its pid files live in build/run/): a
     # previous run's processes are stopped first, and the user is told.
     if [[ -s $RUN_DIR/kvcoordd.pid || -s $RUN_DIR/workers.pid ]]; then
-        log "a previous 'run' of this checkout is still up: stopping it first (its segment $(cat "$RUN_DIR/segment" 2>/dev/null || echo '?') is kept; this run starts kvcoord-$port fresh)"
+        log "$(previous_run_note "$(cat "$RUN_DIR/segment" 2>/dev/null)" "kvcoord-$port")"
         cmd_stop >/dev/null
     fi
     local segment=kvcoord-$port info_dir=$RUN_DIR/$model t0 t1
@@ -383,6 +383,19 @@ cmd_test() {
         log "all test suites passed"
     fi
     return "$status"
+}
+
+# What 'run' says when it stops the previous run: PREV is that run's segment
+# (empty if unknown), NEW this run's.  Only a different segment is kept.
+previous_run_note() {
+    local prev=$1 new=$2 head="a previous 'run' of this checkout is still up: stopping it first"
+    if [[ $prev == "$new" ]]; then
+        echo "$head; this run starts its segment $new afresh (what was registered in it is discarded)"
+    elif [[ -n $prev ]]; then
+        echo "$head (its segment $prev stays in /dev/shm, no longer served; this run starts $new fresh)"
+    else
+        echo "$head; this run starts $new fresh"
+    fi
 }
 
 main() {

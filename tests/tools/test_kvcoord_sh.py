@@ -145,6 +145,23 @@ class Stop(unittest.TestCase):
         self.assertEqual((rc, out, err), (0, "==> nothing to stop (no pid files in build/run/)\n",
                                           ""))
 
+    def test_previous_run_note(self):
+        # what 'run' says when it stops the previous run: one true thing
+        # (it said "segment kvcoord-7850 is kept; this run starts kvcoord-7850 fresh")
+        def note(prev, new):
+            return subprocess.run(
+                ["bash", "-c", 'source <(sed -n "/^previous_run_note()/,/^}/p" "$0"); '
+                 'previous_run_note "$1" "$2"', self.script, prev, new],
+                capture_output=True, text=True, check=True).stdout.strip()
+        head = "a previous 'run' of this checkout is still up: stopping it first"
+        self.assertEqual(note("kvcoord-7850", "kvcoord-7850"),
+                         head + "; this run starts its segment kvcoord-7850 afresh (what was "
+                         "registered in it is discarded)")
+        self.assertEqual(note("kvcoord-6789", "kvcoord-7850"),
+                         head + " (its segment kvcoord-6789 stays in /dev/shm, no longer "
+                         "served; this run starts kvcoord-7850 fresh)")
+        self.assertEqual(note("", "kvcoord-7850"), head + "; this run starts kvcoord-7850 fresh")
+
     def test_usage(self):
         rc, out, err = self.stop("--now")
         self.assertEqual(rc, 2)
