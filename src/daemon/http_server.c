@@ -42,11 +42,12 @@
 #ifndef CQ_ENTRIES_MAX
 #define CQ_ENTRIES_MAX 65536
 #endif
-#define SWEEP_MS 1000         /* deadline sweep period */
-#define ACCEPT_BACKOFF_MS 100 /* pause after accept ran out of fds or memory */
-#define ACCEPT_ERRORS_MAX 64  /* consecutive unexpected accept errors before giving up */
-#define SHUTDOWN_WAIT_MS 2000 /* bound on waiting for cancelled operations */
-#define ACCEPT_BATCH 16       /* accepted sockets opened between two looks at the ring */
+#define SWEEP_MS 1000            /* deadline sweep period */
+#define ACCEPT_BACKOFF_MS 100    /* pause after accept ran out of fds or memory */
+#define ACCEPT_ERRORS_MAX 64     /* consecutive unexpected accept errors before giving up */
+#define SHUTDOWN_WAIT_MS 2000    /* bound on waiting for cancelled operations */
+#define STOP_ANSWER_WAIT_MS 1000 /* bound on sending parked lookups their 503 */
+#define ACCEPT_BATCH 16          /* accepted sockets opened between two looks at the ring */
 
 /* ---- submission ------------------------------------------------------------ */
 
@@ -405,6 +406,18 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
 static void server_drain(struct server *s)
 {
     accept_drain(s, s->accept_len); /* stopping: each is answered 503 and closed */
+    /* Parked lookups get an answer (503, "kvcoordd is stopping") rather than
+     * a closed connection: run the ring until each is sent, bounded. */
+    if (conns_stop_parked(s)) {
+        uint64_t until = kvc__mono_ms() + STOP_ANSWER_WAIT_MS;
+        while (conns_stop_sending(s) && kvc__mono_ms() < until) {
+            struct __kernel_timespec ts = ms_ts(100);
+            struct io_uring_cqe *cqe;
+            io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, &ts, NULL);
+            s->now_ms = kvc__mono_ms();
+            drain_completions(s);
+        }
+    }
     for (unsigned i = 0; i < s->cfg->max_conns; i++)
         if (s->conns[i].fd >= 0)
             conn_close(s, &s->conns[i], "shutdown");

@@ -65,6 +65,7 @@ struct conn {
     unsigned peer_eof : 1;         /* the client shut its side */
     unsigned lingering : 1;        /* final answer sent: discarding input until EOF */
     unsigned deferred : 1;         /* its request is with the helper thread (job) */
+    unsigned stop_answered : 1;    /* a parked lookup answered 503 at shutdown */
     uint16_t park_seq;
     unsigned zero_sends;
     uint64_t served;                                  /* requests answered */
@@ -131,5 +132,10 @@ void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16
 void conns_wake(struct server *s);      /* the rank table changed: re-check parked lookups */
 void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s);     /* close connections past their deadline */
+/* Shutdown: answer every parked lookup 503 "kvcoordd is stopping" (then
+ * close); returns how many.  conns_stop_sending(): 1 while one of those
+ * answers is not sent yet. */
+unsigned conns_stop_parked(struct server *s);
+int conns_stop_sending(const struct server *s);
 
 #endif /* KVC_HTTP_SERVER_INT_H */

@@ -577,3 +577,32 @@ void conns_jobs_done(struct server *s)
         conn_process(s, c);
     }
 }
+
+unsigned conns_stop_parked(struct server *s)
+{
+    unsigned n = 0;
+    while (s->parked) {
+        struct conn *c = s->parked;
+        unpark(s, c);
+        struct http_req req = c->http.req; /* its version and method; closing */
+        req.keep_alive = 0;
+        c->resp_off = c->out[c->cur].len;
+        resp_detail(&c->out[c->cur], &req, 503, "kvcoordd is stopping", NULL);
+        request_done(s, c);
+        c->close_after_send = 1;
+        c->stop_answered = 1;
+        flush(s, c);
+        n++;
+    }
+    return n;
+}
+
+int conns_stop_sending(const struct server *s)
+{
+    for (unsigned i = 0; i < s->cfg->max_conns; i++) {
+        const struct conn *c = &s->conns[i];
+        if (c->fd >= 0 && c->stop_answered && !c->closing && !c->lingering)
+            return 1;
+    }
+    return 0;
+}

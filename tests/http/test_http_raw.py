@@ -781,6 +781,31 @@ class LimitsTest(unittest.TestCase):
         self.assertEqual(status, 0, d.output())
         self.assertIn("signal name=Terminated", d.output())
 
+    def test_sigterm_answers_parked_lookups_503(self):
+        d = Daemon()
+        parked = []
+        try:
+            for rank in (5, 6):
+                c = Conn(d.port)
+                c.send(build("GET", "/get_transfer_engine_info?rank=%d&wait_ms=60000" % rank))
+                parked.append(c)
+            parked[0].sock.settimeout(0.3)
+            with self.assertRaises(socket.timeout):  # parked: nothing answered yet
+                parked[0].response()
+            parked[0].sock.settimeout(TIMEOUT)
+            d.proc.send_signal(signal.SIGTERM)
+            for c in parked:  # each answered, not dropped
+                status, headers, body = c.response()
+                self.assertEqual((status, detail(body)), (503, "kvcoordd is stopping"),
+                                 d.output())
+                self.assertEqual(headers.get("connection", "").lower(), "close")
+                self.assertTrue(c.at_eof())
+        finally:
+            status = d.stop(signal.SIGTERM)
+            for c in parked:
+                c.close()
+        self.assertEqual(status, 0, d.output())
+
     def test_ipv6_listen(self):
         try:
             with socket.socket(socket.AF_INET6) as probe:
