@@ -6,7 +6,9 @@
 
 #define WORKERS 8
 
-static int worker(const char *name, uint32_t rank, int gate_fd, int done_fd, int stay_fd)
+/* Attach to name as rank's worker (its ranks are withdrawn when it closes
+ * or dies); NULL on failure. */
+static kvc_segment *open_worker(const char *name, uint32_t rank)
 {
     kvc_options o;
     kvc_options_init(&o);
@@ -14,7 +16,13 @@ static int worker(const char *name, uint32_t rank, int gate_fd, int done_fd, int
     o.role = KVC_ROLE_WORKER;
     o.rank = (int32_t)rank;
     kvc_segment *s;
-    if (kvc_open(&o, &s))
+    return kvc_open(&o, &s) == KVC_OK ? s : NULL;
+}
+
+static int worker(const char *name, uint32_t rank, int gate_fd, int done_fd, int stay_fd)
+{
+    kvc_segment *s = open_worker(name, rank);
+    if (!s)
         return 10;
     char c;
     if (read(gate_fd, &c, 1) != 0) /* wait until the parent opens the gate */
@@ -97,13 +105,8 @@ static void test_eight_workers_register_and_read_all(void **st)
  * attached until go_fd is closed. */
 static int same_bytes_worker(const char *name, uint32_t rank, int ready_fd, int go_fd)
 {
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.role = KVC_ROLE_WORKER;
-    o.rank = (int32_t)rank;
-    kvc_segment *s;
-    if (kvc_open(&o, &s))
+    kvc_segment *s = open_worker(name, rank);
+    if (!s)
         return 10;
     char *info = tu_info(8, rank);
     if (kvc_rank_register(s, rank, "127.0.0.1:17005", info, strlen(info), NULL))
