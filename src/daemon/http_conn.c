@@ -101,7 +101,7 @@ static int on_message_begin(http_parser *p)
     buf_reset(&c->url);
     buf_reset(&c->body);
     c->field_len = c->in_value = c->keep = 0;
-    c->te_count = c->expect_len = c->te_len = 0;
+    c->te_count = c->host_count = c->expect_len = c->te_len = 0;
     c->split = 0;
     unreserve(c);
     auth_wipe(c);
@@ -149,6 +149,10 @@ static void classify_field(struct http_conn *c)
         c->keep = KEEP_TE;
         if (++c->te_count > 1)
             fail(c, 400, "Malformed HTTP request: duplicate Transfer-Encoding header");
+    } else if (n == 4 && !strncasecmp(c->field, "host", 4)) {
+        /* RFC 9112 3.2: more than one Host header field is a 400. */
+        if (++c->host_count > 1)
+            fail(c, 400, "Malformed HTTP request: more than one Host header");
     } else if (n == 13 && !strncasecmp(c->field, "authorization", 13)) {
         c->keep = KEEP_AUTH;
         if (c->auth_count < 255)
@@ -361,6 +365,18 @@ static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
                      : "invalid Content-Length (not a decimal number, or above 2^64-1)");
         c->err_status = 400;
         c->err_detail = c->err_buf;
+    } else if (e == HPE_UNEXPECTED_CONTENT_LENGTH) {
+        /* http-parser uses this one code for a second Content-Length (found
+         * at its value, before on_header_value runs for it) and for
+         * Content-Length with Transfer-Encoding (found at the end of the
+         * head): say which. RFC 9112 6.1 lets a server reject the latter;
+         * we do, so no intermediary can read the body another way. */
+        int dup_cl =
+            !c->in_value && c->field_len == 14 && !strncasecmp(c->field, "content-length", 14);
+        c->err_status = 400;
+        c->err_detail = dup_cl ? "Malformed HTTP request: more than one Content-Length header"
+                               : "Malformed HTTP request: both Content-Length and "
+                                 "Transfer-Encoding headers (send one of them)";
     } else {
         snprintf(c->err_buf, sizeof c->err_buf, "Malformed HTTP request: %s",
                  http_errno_description(e));

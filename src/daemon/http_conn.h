@@ -87,6 +87,7 @@ struct http_conn {
     unsigned char in_value; /* 1 after the first value byte of the current header */
     unsigned char keep;     /* 0 none, 1 Expect, 2 Transfer-Encoding, 3 Authorization */
     unsigned char te_count;
+    unsigned char host_count; /* Host header fields seen (RFC 9112 3.2: one at most) */
     char expect[24];
     unsigned char expect_len;
     char te[32];

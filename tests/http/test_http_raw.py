@@ -535,26 +535,36 @@ class RawHttpTest(unittest.TestCase):
         self.assertEqual(self.conn().request("GET", "/health")[2], b"OK")
 
     def test_conflicting_framing_rejected_and_closed(self):
+        both = "both Content-Length and Transfer-Encoding"
+        two_cl = "more than one Content-Length header"
         cases = (
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
-            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
-            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
-            "Content-Length: 6\r\n\r\nabcdef",
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
-            "Content-Length: 5\r\n\r\nabcde",
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
-            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
-            "Content-Length : 5\r\n\r\nabcde",
-            "POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
-            "Content-Length: -1\r\n\r\n",
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", both),
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+             "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", both),
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+             "Content-Length: 6\r\n\r\nabcdef", two_cl),
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+             "Content-Length: 5\r\n\r\nabcde", two_cl),
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+             "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+             "duplicate Transfer-Encoding header"),
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+             "Content-Length : 5\r\n\r\nabcde", "whitespace in a header field name"),
+            ("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+             "Content-Length: -1\r\n\r\n", "invalid Content-Length"),
+            # RFC 9112 3.2: more than one Host header field is a 400
+            ("GET /health HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n",
+             "more than one Host header"),
+            ("GET /health HTTP/1.1\r\nHost: t\r\nhost: t\r\n\r\n",
+             "more than one Host header"),
         )
-        for raw in cases:
+        for raw, want in cases:
             c = self.conn()
             c.send(raw + "GET /health HTTP/1.1\r\nHost: t\r\n\r\n")  # never answered
-            self.assert_error_then_close(c, 400)
+            got = self.assert_error_then_close(c, 400)
+            self.assertIn(want, got, raw)
+            self.assertNotIn("unexpected content-length", got, raw)
             self.assertEqual(c.buf, b"", raw)
         self.assert_health()
 
