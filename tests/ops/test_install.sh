@@ -25,7 +25,7 @@ pc=$(find "$prefix" -name kvcoord.pc | head -n 1)
 libdir=$(dirname "$(dirname "$pc")")
 for f in include/kvcoord/kvcoord.h include/kvcoord/transfer.h \
          lib/systemd/system/kvcoordd@.service lib/systemd/system/kvcoordd@.socket share/doc/kvcoord/README.md \
-         share/doc/kvcoord/operations.md bin/kvcoord-diag; do
+         share/doc/kvcoord/operations.md bin/kvcoordd bin/kvcoord-diag bin/kvcoord-bench bin/kvcoord-worker; do
     [ -f "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 for f in libkvcoord.a libkvcoord.so libkvcoord.so.0 libkvcoord-transfer.a libkvcoord-transfer.so \
