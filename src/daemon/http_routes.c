@@ -509,11 +509,13 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
 }
 
 /* The request body as JSON, or NULL after answering 400 with jansson's
- * reason and position. */
+ * reason and position.  \u0000 is parsed (JSON_ALLOW_NUL) so that the
+ * caller refuses it naming the field, as registration does, instead of
+ * jansson's "\u0000 is not allowed without JSON_ALLOW_NUL". */
 static json_t *parse_body(const struct http_req *req, struct buf *out)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
+    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (!root)
         detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
                 jerr.text);

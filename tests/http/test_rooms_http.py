@@ -227,6 +227,7 @@ class RoomsHttpTest(unittest.TestCase):
             ({"rank": 1 << 31, "reason": "x"}, "Invalid field 'rank'"),
             ({"rank": 1}, "Missing field 'reason'"),
             ({"rank": 1, "reason": 5}, "Invalid field 'reason'"),
+            ('{"rank": 1, "reason": "a\\u0000b"}', "Invalid field 'reason': must not contain NUL"),
             ({"rank": 1, "reason": "x", "code": "110"}, "Invalid field 'code'"),
             ({"rank": 1, "reason": "x", "code": 1 << 31}, "Invalid field 'code'"),
         ]
