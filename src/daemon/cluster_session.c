@@ -40,7 +40,8 @@ void cluster__etcd_failed(struct cluster *c, const char *what)
 
 void cluster__etcd_answered(struct cluster *c)
 {
-    if (c->etcd_down_since) {
+    int recovered = c->etcd_down_since != 0;
+    if (recovered) {
         uint64_t down_ms = (kvc__mono_ns() - c->etcd_down_since) / 1000000;
         log_event(LOG_INFO, "etcd_reachable", "cluster=%s node=%s endpoint=%s down_ms=%" PRIu64,
                   c->cluster, c->node, etcd_endpoint(c->ec), down_ms);
@@ -48,6 +49,11 @@ void cluster__etcd_answered(struct cluster *c)
     }
     c->backoff_ms = 0;
     pthread_mutex_lock(&c->smu);
+    /* GET /cluster's last_error is the trouble now: the etcd error of the
+     * outage that just ended goes (the etcd_reachable line above and the
+     * etcd_unreachable one before keep it). */
+    if (recovered)
+        c->st.last_error[0] = '\0';
     c->st.etcd_up = 1;
     c->st.etcd_down_since_ns = 0;
     snprintf(c->st.endpoint, sizeof c->st.endpoint, "%s", etcd_endpoint(c->ec));

@@ -839,6 +839,8 @@ class UnhealthyEtcd(Base):
             self.assertTrue(a.healthy() and b.healthy())
             v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 0, 10)
             self.assertTrue(v)
+            v, _ = cl.wait_for(lambda: a.cluster_view()["etcd"]["last_error"], 10)
+            self.assertTrue(v, a.cluster_view())
             # B's mirror of A is dropped once A's lease would have expired.
             took = self.gone(b, 0)
             print("etcd down -> B dropped A's mirrored rank after %.3f s" % took)
@@ -851,6 +853,11 @@ class UnhealthyEtcd(Base):
         print("etcd restarted -> B has both of A's ranks after %.3f s" % (time.monotonic() - t0))
         v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 1, 10)
         self.assertTrue(v)
+        # Recovered: GET /cluster no longer shows the outage's error.
+        for n in (a, b):
+            v, _ = cl.wait_for(lambda: (lambda e: e["up"] and e["last_error"] == "")(
+                n.cluster_view()["etcd"]), 10)
+            self.assertTrue(v, n.cluster_view())
 
 
 class Tls(Base):
