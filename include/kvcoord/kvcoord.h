@@ -615,16 +615,18 @@ kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, ui
  * (no such room), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_poll state);
 
-/* Record a failure of room from origin_rank (below the segment's max ranks):
- * reason (NUL-terminated, may be
+/* Record a failure of room from origin_rank (a participant of the room:
+ * below its participant count, or the segment's world size when the room
+ * does not exist yet): reason (NUL-terminated, may be
  * NULL; truncated to KVC_REASON_MAX bytes), code (errno or RDMA WC status).
  * The first record wins; later ones change nothing.  Creates the room (with
  * the world size as participant count) if it does not exist, so a failure
  * reported from another node is not lost.  *kept (may be NULL) is 1 when
  * this call's record is the one kept.  Wakes waiters.
- * Errors: KVC_E_INVAL (origin_rank >= max ranks, room > KVC_ROOM_ID_MAX),
- * KVC_E_FULL, KVC_E_BUSY,
- * KVC_E_NOTRECOVERABLE. */
+ * Errors: KVC_E_INVAL (origin_rank >= max ranks, or >= the room's
+ * participants / the world size: "rank R out of range for room ID
+ * (participants 0..N-1)"; nothing is recorded or created, room >
+ * KVC_ROOM_ID_MAX), KVC_E_FULL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                       const char *reason, int *kept);
 

@@ -854,6 +854,15 @@ static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
 {
     struct fail_arg *a = arg;
     kvc_room *r = NULL;
+    if (!a->adopt) {
+        /* A failure comes from one of the room's participants (the world
+         * size of a room this call would create), as a state does.  An
+         * adopted record may name a rank of another node: not checked. */
+        kvc_room *have = find(seg, s, h, a->room);
+        uint32_t n = have ? have->participants : seg->hdr->world_size;
+        if (a->origin >= n)
+            return rank_range(a->room, a->origin, n);
+    }
     kvc_err e = find_or_create(seg, s, h, a->room, seg->hdr->world_size, &r);
     if (e)
         return e;

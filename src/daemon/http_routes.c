@@ -922,6 +922,11 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
     }
     int kept = 0;
     kvc_err e = kvc_room_fail(r->seg, room, rank, code, reason, &kept);
+    if (e == KVC_E_INVAL) { /* the room id is valid: rank is not a participant */
+        bad_field(out, req, "rank", kvc_last_error());
+        json_decref(root);
+        return;
+    }
     if (e) {
         detailf(out, req, lib_status(e), "Recording a failure of room %" PRIu64 " failed: %s", room,
                 kvc_last_error());

@@ -236,6 +236,20 @@ class RoomsHttpTest(unittest.TestCase):
             self.assertEqual(r.status_code, 400, (body, r.text))
             self.assertTrue(r.json()["detail"].startswith(detail), (body, r.text))
         self.assertEqual(self.get("/rooms/9").status_code, 404, "a refused body created a room")
+        # rank must be a participant: below the world size (8) for a room
+        # not created yet, nothing created; below the room's count for one
+        for rank in (8, 1000, 1023):
+            r = self.put_failure(9, {"rank": rank, "reason": "x"})
+            self.assertEqual(r.status_code, 400, r.text)
+            self.assertEqual(r.json()["detail"], "Invalid field 'rank': rank %d out of range "
+                             "for room 9 (participants 0..7)" % rank)
+        r = self.put_failure(9, {"rank": 1024, "reason": "x"})
+        self.assertEqual(r.status_code, 400, r.text)
+        self.assertIn("Invalid field 'rank': origin rank 1024 exceeds", r.json()["detail"])
+        self.assertEqual(self.get("/rooms/9").status_code, 404, "a refused rank created a room")
+        r = self.put_failure(9, {"rank": 7, "reason": "x"})
+        self.assertEqual(r.status_code, 200, r.text)
+        self.assertEqual(r.json()["failure"]["origin_rank"], 7)
 
     def test_failure_first_wins_across_two_puts(self):
         room = INT63_MAX - 7

@@ -165,6 +165,12 @@ static void test_success_needs_all_and_is_sticky(void **st)
     assert_int_equal(ri.state, KVC_POLL_FAILED);
     assert_string_equal(ri.failure.reason, "rank 1 reported Failed");
     assert_int_equal(kvc_room_set_state(s, 8, 1, (kvc_poll)9), KVC_E_INVAL);
+    /* A failure's origin is a participant: below the room's count (2), or
+     * the world size (N) for a room not there yet, which is not created. */
+    assert_int_equal(kvc_room_fail(s, 8, 2, 1, "x", NULL), KVC_E_INVAL);
+    assert_string_equal(kvc_last_error(), "rank 2 out of range for room 8 (participants 0..1)");
+    assert_int_equal(kvc_room_fail(s, 557, N, 1, "x", NULL), KVC_E_INVAL);
+    assert_int_equal(kvc_room_get(s, 557, 0, &ri), KVC_E_NOENT);
     /* A refused open leaves no room behind; an origin beyond the table is refused. */
     assert_int_equal(kvc_room_open(s, 555, 2, 5, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
     assert_int_equal(kvc_room_get(s, 555, 0, &ri), KVC_E_NOENT);

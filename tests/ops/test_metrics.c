@@ -43,7 +43,7 @@ static kvc_segment *build_segment(void)
     o.role = KVC_ROLE_DAEMON;
     o.max_ranks = 64;
     o.max_rooms = 128;
-    o.world_size = 4;
+    o.world_size = 8; /* failure origins 5 and 2 are participants */
     o.arena_bytes = 16ull << 20;
     o.max_info_bytes = 1ull << 20;
     kvc_segment *seg = NULL;
@@ -132,7 +132,7 @@ static void test_segment_families(void **state)
     has(t, "kvcoord_ranks_registered 3");
     has(t, "kvcoord_ranks_withdrawn 1");
     has(t, "kvcoord_ranks_max 64");
-    has(t, "kvcoord_world_size 4");
+    has(t, "kvcoord_world_size 8");
     has(t, "kvcoord_rank_generation{rank=\"0\"} 1");
     has(t, "kvcoord_rank_generation{rank=\"1\"} 2");
     has(t, "kvcoord_rank_generation{rank=\"2\"} 2");
