@@ -244,8 +244,9 @@ const char kvcpy_doc_room_fail[] =
     "origin rank `rank`: reason (str or None; at most 255 bytes kept, cut on a character "
     "boundary) and code (errno or RDMA status, int32).  The first record wins: True when "
     "this call's record is the one kept.  Creates the room when it does not exist.\nErrors: "
-    "InvalidArgumentError (rank >= max ranks), Error (room table full, lock busy), "
-    "TypeError/ValueError.  " THREADS;
+    "InvalidArgumentError (rank not a participant: >= the room's participants, or the "
+    "world size for a room not there yet; or >= max ranks), Error (room table full, lock "
+    "busy), TypeError/ValueError.  " THREADS;
 
 PyObject *kvcpy_room_fail(SegmentObject *s, PyObject *args, PyObject *kw)
 {

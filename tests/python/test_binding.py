@@ -446,6 +446,8 @@ class BadArguments(SegmentCase):
         self.check(ValueError, lambda: s.room_set_state(1, 0, 5), "KVPoll state must be in 0..4")
         self.check(ValueError, lambda: s.room_set_state(1, 0, -1), "KVPoll state must be")
         self.check(ValueError, lambda: s.room_fail(1, 64, "x"), "max ranks")
+        self.check(ValueError, lambda: s.room_fail(1, s.stat()["world_size"], "x"),
+                   "out of range for room 1 (participants 0..")
         self.check(TypeError, lambda: s.room_fail(1, 0, 42), "reason must be str, bytes or None, not int")
         self.check(ValueError, lambda: s.room_fail(1, 0, "a\0b"), "NUL")
         self.check(ValueError, lambda: s.room_fail(1, 0, "x", 2 ** 40), "failure code must be in")
