@@ -564,10 +564,15 @@ typedef enum kvc_room_role {
  * are truncated on a UTF-8 character boundary. */
 #define KVC_REASON_MAX 255
 
+/* origin_rank of a failure no rank recorded: a room that timed out (no
+ * update for the room TTL).  It is another rank's failure for every rank. */
+#define KVC_ORIGIN_RANK_NONE UINT32_MAX
+
 /* A failure record as a rank sees it. */
 typedef struct kvc_failure_info {
     uint64_t room;            /* bootstrap room id */
-    uint32_t origin_rank;     /* rank that recorded the failure */
+    uint32_t origin_rank;     /* rank that recorded the failure, or
+                                 KVC_ORIGIN_RANK_NONE (the room timed out) */
     int32_t origin_pid;       /* process that recorded it (0 if over HTTP) */
     int32_t code;             /* errno, RDMA WC status, or 0 */
     uint64_t time_ns;         /* when it was recorded */
@@ -617,7 +622,8 @@ kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_p
 
 /* Record a failure of room from origin_rank (a participant of the room:
  * below its participant count, or the segment's world size when the room
- * does not exist yet): reason (NUL-terminated, may be
+ * does not exist yet; KVC_ORIGIN_RANK_NONE is refused: only a room TTL
+ * records it): reason (NUL-terminated, may be
  * NULL; truncated to KVC_REASON_MAX bytes), code (errno or RDMA WC status).
  * The first record wins; later ones change nothing.  Creates the room (with
  * the world size as participant count) if it does not exist, so a failure
@@ -676,8 +682,9 @@ kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const uint64_t 
  * origin_rank, code, time_ns as given; origin pid 0), so every node reads
  * the same record.  Creates the room if it does not exist.  *changed (may
  * be NULL) is 1 when the room's record changed.  Wakes waiters.
- * Errors: KVC_E_INVAL (NULL, origin_rank >= max ranks, room >
- * KVC_ROOM_ID_MAX), KVC_E_FULL,
+ * origin_rank may be KVC_ORIGIN_RANK_NONE (a room that timed out there).
+ * Errors: KVC_E_INVAL (NULL, origin_rank >= max ranks and not
+ * KVC_ORIGIN_RANK_NONE, room > KVC_ROOM_ID_MAX), KVC_E_FULL,
  * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                             const char *reason, uint64_t time_ns, int *changed);

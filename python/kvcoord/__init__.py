@@ -42,6 +42,7 @@ from ._kvcoord import (
     FAILURE_RING,
     LAYOUT_VERSION,
     NAME_MAX,
+    ORIGIN_RANK_NONE,
     RANK_ROLES,
     REASON_MAX,
     ROOM_MAX_PARTICIPANTS,

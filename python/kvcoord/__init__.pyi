@@ -12,6 +12,7 @@ SESSION_ID_MAX: int
 REASON_MAX: int
 ROOM_MAX_PARTICIPANTS: int
 FAILURE_RING: int
+ORIGIN_RANK_NONE: int  # a failure's origin_rank when no rank recorded it (room TTL)
 UNKNOWN_REASON: str
 DEFAULT_ROLE: str
 RANK_ROLES: int

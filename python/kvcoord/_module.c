@@ -379,6 +379,7 @@ static int add_constants(PyObject *m)
            PyModule_AddIntConstant(m, "REASON_MAX", KVC_REASON_MAX) ||
            PyModule_AddIntConstant(m, "ROOM_MAX_PARTICIPANTS", KVC_ROOM_MAX_PARTICIPANTS) ||
            PyModule_AddIntConstant(m, "FAILURE_RING", KVC_FAILURE_RING) ||
+           PyModule_AddIntConstant(m, "ORIGIN_RANK_NONE", (long)KVC_ORIGIN_RANK_NONE) ||
            PyModule_AddIntConstant(m, "RANK_ROLES", KVC_RANK_ROLES) ||
            PyModule_AddStringConstant(m, "DEFAULT_ROLE", KVC_DEFAULT_ROLE);
 }

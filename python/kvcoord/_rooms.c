@@ -27,7 +27,7 @@ static PyStructSequence_Desc room_desc = {"kvcoord.RoomInfo",
 
 static PyStructSequence_Field failure_fields[] = {
     {"room", "bootstrap room id"},
-    {"origin_rank", "rank that recorded the failure"},
+    {"origin_rank", "rank that recorded the failure; ORIGIN_RANK_NONE when the room timed out"},
     {"origin_pid", "process that recorded it (0 when recorded over HTTP)"},
     {"code", "errno, RDMA work-completion status, or 0"},
     {"reason", "the first reason recorded (str, at most 255 bytes)"},

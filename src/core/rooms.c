@@ -410,7 +410,7 @@ static void apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const verdi
             return;
         snprintf(reason, sizeof reason, "room %llu timed out: no update for %u ms (room TTL)",
                  (unsigned long long)r->id, seg->hdr->room_ttl_ms);
-        record_failure(seg, s, r, 0, ETIMEDOUT, reason, 0);
+        record_failure(seg, s, r, KVC_ORIGIN_RANK_NONE, ETIMEDOUT, reason, 0); /* no rank's */
     }
 }
 
@@ -435,7 +435,7 @@ static void fill_info(const kvc_room *r, int32_t asking, kvc_room_info *out)
         out->failure.origin_pid = f->origin_pid;
         out->failure.code = f->code;
         out->failure.time_ns = f->time_ns;
-        out->failure.is_from_another_rank = asking != f->origin_rank;
+        out->failure.is_from_another_rank = f->origin_rank < 0 || asking != f->origin_rank;
         memcpy(out->failure.reason, f->reason, sizeof out->failure.reason);
         out->failure.reason[KVC_REASON_MAX] = '\0';
     }
@@ -910,7 +910,7 @@ KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t or
         *changed = 0;
     KVC_ARG(seg);
     KVC_ROOM_ARG(room);
-    if (origin_rank >= seg->hdr->max_ranks)
+    if (origin_rank >= seg->hdr->max_ranks && origin_rank != KVC_ORIGIN_RANK_NONE)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
     struct fail_arg a = {room, origin_rank, code, reason, time_ns, 1, 0};
@@ -1022,6 +1022,10 @@ KVC_API int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap)
     char code[48] = "";
     if (f->code)
         snprintf(code, sizeof code, "; code %d", (int)f->code);
+    if (f->origin_rank == KVC_ORIGIN_RANK_NONE)
+        return snprintf(buf, cap,
+                        "KV transfer of room %llu failed (timed out, no rank recorded it%s): %s",
+                        (unsigned long long)f->room, code, f->reason);
     return snprintf(buf, cap, "KV transfer of room %llu failed on rank %u (%s%s): %s",
                     (unsigned long long)f->room, f->origin_rank,
                     f->is_from_another_rank ? "another rank" : "this rank", code, f->reason);

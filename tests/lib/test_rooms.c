@@ -499,6 +499,18 @@ static void test_load_full_and_ttl(void **st)
     assert_int_equal(ri.state, KVC_POLL_FAILED);
     assert_int_equal(ri.failure.code, ETIMEDOUT);
     assert_non_null(strstr(ri.failure.reason, "timed out"));
+    /* No rank failed it: the origin is no rank, another rank's for every rank. */
+    assert_int_equal(ri.failure.origin_rank, KVC_ORIGIN_RANK_NONE);
+    assert_int_equal(ri.failure.is_from_another_rank, 1);
+    char text[KVC_REASON_MAX + 256];
+    kvc_failure_text(&ri.failure, text, sizeof text);
+    assert_non_null(strstr(text, "(timed out, no rank recorded it; code 110)"));
+    assert_null(strstr(text, "on rank"));
+    kvc_failure_info recent[4];
+    size_t nrecent = 0;
+    assert_int_equal(kvc_failures_recent(s, recent, 4, &nrecent), KVC_OK);
+    assert_true(nrecent >= 1);
+    assert_int_equal(recent[0].origin_rank, KVC_ORIGIN_RANK_NONE);
     /* Room 2 idled out; room 1's failure stays readable one more TTL. */
     size_t reclaimed = 0;
     assert_int_equal(kvc_room_sweep(s, &reclaimed), KVC_OK);

@@ -498,6 +498,21 @@ class Rooms(SegmentCase):
         with self.assertRaises(KeyError):
             s.room_get(42)
 
+    def test_timed_out_room_names_no_rank(self):
+        name = new_name("ttl")
+        try:
+            with kvcoord.Segment(name, mode="fresh", role="client", **dict(SMALL, room_ttl=0.05)) as s:
+                s.room_open(9, 0, 2)
+                time.sleep(0.15)
+                for rank in (0, 1, None):  # every rank (and an outside observer): not its own
+                    f = s.room_failure(9, rank)
+                    self.assertEqual((f.origin_rank, f.code), (kvcoord.ORIGIN_RANK_NONE, 110))
+                    self.assertTrue(f.is_from_another_rank)
+                    self.assertIn("timed out, no rank recorded it", f.text)
+                    self.assertNotIn("on rank", f.text)
+        finally:
+            discard(name)
+
     def test_failure_record(self):
         s = self.seg
         s.room_open(7, 0, 2)

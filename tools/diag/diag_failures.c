@@ -63,10 +63,16 @@ static void failures_text(const diag *d, const kvc_failure_info *f, size_t n, ui
     static const char *const head[] = {"TIME", "ROOM", "ORIGIN_RANK", "PID", "CODE", "REASON"};
     diag_table *t = diag_table_new(6, head, "lrrrrl");
     char when[40];
-    for (size_t i = 0; i < n; i++)
-        diag_table_addf(t, "%s\t%llu\t%u\t%d\t%d\t%s", diag_time(f[i].time_ns, when, sizeof when),
-                        (unsigned long long)f[i].room, f[i].origin_rank, (int)f[i].origin_pid,
-                        (int)f[i].code, f[i].reason);
+    char origin[16];
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].origin_rank == KVC_ORIGIN_RANK_NONE)
+            snprintf(origin, sizeof origin, "-"); /* timed out: no rank recorded it */
+        else
+            snprintf(origin, sizeof origin, "%u", f[i].origin_rank);
+        diag_table_addf(t, "%s\t%llu\t%s\t%d\t%d\t%s", diag_time(f[i].time_ns, when, sizeof when),
+                        (unsigned long long)f[i].room, origin, (int)f[i].origin_pid, (int)f[i].code,
+                        f[i].reason);
+    }
     diag_table_print(t, stdout, 0);
     if (total > n)
         printf("(%zu of %llu failures ever recorded shown)\n", n, (unsigned long long)total);

@@ -143,7 +143,10 @@ static void rooms_print(const kvc_room_info *rooms, size_t n, size_t limit, FILE
     for (size_t i = 0; i < n && (!limit || i < limit); i++) {
         const kvc_room_info *r = &rooms[i];
         local_text(r, local, sizeof local);
-        if (r->has_failure)
+        if (r->has_failure && r->failure.origin_rank == KVC_ORIGIN_RANK_NONE)
+            snprintf(fail, sizeof fail, "no rank, code %d: %s", (int)r->failure.code,
+                     r->failure.reason); /* timed out */
+        else if (r->has_failure)
             snprintf(fail, sizeof fail, "rank %u, code %d: %s", r->failure.origin_rank,
                      (int)r->failure.code, r->failure.reason);
         else
