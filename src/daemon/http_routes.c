@@ -18,7 +18,8 @@
  *     parks the connection; the event loop keeps serving others.
  *   - the lookup answer carries "X-Kvcoord-Generation: G", the rank's
  *     generation (changes on every re-registration).
- *   - 404 for a withdrawn rank says why: "... (withdrawn: <note>)".
+ *   - 404 for a withdrawn rank says why: "... (withdrawn: <note>)", or
+ *     "... (<note>)" when the note starts with "withdrawn" itself.
  *   - role (e.g. "draft", a speculative draft model's ranks): ?role=R on the
  *     lookup and the DELETE, "role" in the registration body (or ?role=R);
  *     entries are keyed by (rank, role), no role meaning "target", the
@@ -317,16 +318,30 @@ static const char *role_suffix(const char *role, char *buf, size_t cap)
     return buf;
 }
 
+/* " (withdrawn: <note>)" for a withdrawn entry's 404, or " (<note>)" when
+ * the note already says so ("withdrawn over HTTP ...", "withdrawn on node
+ * B"), so the detail does not read "withdrawn: withdrawn ...". */
+static const char *withdrawn_suffix(const char *note, char *buf, size_t cap)
+{
+    if (!note[0])
+        snprintf(buf, cap, " (withdrawn)");
+    else if (!strncmp(note, "withdrawn", strlen("withdrawn")))
+        snprintf(buf, cap, " (%s)", note);
+    else
+        snprintf(buf, cap, " (withdrawn: %s)", note);
+    return buf;
+}
+
 static void write_lookup_error(struct buf *out, const struct http_req *req, uint32_t rank,
                                const char *role, kvc_err e, const kvc_rank_info *ri)
 {
-    char rs[KVC_ROLE_NAME_MAX + 16];
+    char rs[KVC_ROLE_NAME_MAX + 16], ws[KVC_NOTE_MAX + 16];
     if (e == KVC_E_NOENT || e == KVC_E_CAPACITY)
         detailf(out, req, 404, "No transfer engine info for rank %u%s", rank,
                 role_suffix(role, rs, sizeof rs));
     else if (e == KVC_E_WITHDRAWN)
-        detailf(out, req, 404, "No transfer engine info for rank %u%s (withdrawn: %s)", rank,
-                role_suffix(role, rs, sizeof rs), ri->note);
+        detailf(out, req, 404, "No transfer engine info for rank %u%s%s", rank,
+                role_suffix(role, rs, sizeof rs), withdrawn_suffix(ri->note, ws, sizeof ws));
     else
         detailf(out, req, lib_status(e), "Lookup of rank %u failed: %s", rank, kvc_last_error());
 }
@@ -618,8 +633,9 @@ static enum route_rc get_parallelism(struct routes *r, struct route_slot *s,
         detailf(out, req, 404, "No parallelism config for rank %u%s", rank,
                 role_suffix(role, rs, sizeof rs));
     } else if (e == KVC_E_WITHDRAWN) {
-        detailf(out, req, 404, "No parallelism config for rank %u%s (withdrawn: %s)", rank,
-                role_suffix(role, rs, sizeof rs), s->ri.note);
+        char ws[KVC_NOTE_MAX + 16];
+        detailf(out, req, 404, "No parallelism config for rank %u%s%s", rank,
+                role_suffix(role, rs, sizeof rs), withdrawn_suffix(s->ri.note, ws, sizeof ws));
     } else {
         detailf(out, req, lib_status(e), "Lookup of the parallelism config of rank %u failed: %s",
                 rank, kvc_last_error());

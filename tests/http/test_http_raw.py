@@ -419,7 +419,8 @@ class RawHttpTest(unittest.TestCase):
         self.assertEqual(c.request("DELETE", "/transfer_engine_info?rank=60")[:3:2], (200, b"OK"))
         status, _, data = self.lookup(60)
         self.assertEqual(status, 404)
-        self.assertTrue(data["detail"].startswith("No transfer engine info for rank 60 (withdrawn:"))
+        self.assertEqual(data["detail"], "No transfer engine info for rank 60 "
+                         "(withdrawn over HTTP (DELETE /transfer_engine_info))")  # "withdrawn" once
         self.assertEqual(c.request("DELETE", "/transfer_engine_info?rank=60")[0], 404)
 
     def wait_log(self, pattern):

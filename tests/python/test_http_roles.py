@@ -134,7 +134,8 @@ class Routes(unittest.TestCase):
         self.assertEqual(r.status_code, 200)
         r = self.get("/get_transfer_engine_info", rank=0, role="draft")
         self.assertEqual(r.status_code, 404)
-        self.assertIn("(role draft) (withdrawn:", r.json()["detail"])
+        self.assertEqual(r.json()["detail"], "No transfer engine info for rank 0 (role draft) "
+                         "(withdrawn over HTTP (DELETE /transfer_engine_info))")
         self.assertEqual(info(), ["target-session", {"target.weight": [1, 4, 2]}])
 
     def test_trailing_slash_redirects(self):
