@@ -20,6 +20,7 @@ Errors: KeyError (NotFoundError, WithdrawnError) for an unknown rank or
 room, TimeoutError (WaitTimeoutError) for waits, ValueError
 (InvalidArgumentError) or TypeError for bad arguments, with the library's
 message, FileNotFoundError (SegmentNotFoundError) when no segment exists,
+FullError when a table of the segment is full (process table, rooms, arena),
 kvcoord.Error (``.code`` = the kvc_err code) for the rest.  All of them but
 TypeError and plain ValueError derive from kvcoord.Error.
 
@@ -51,6 +52,7 @@ from ._kvcoord import (
     Error,
     FailureInfo,
     ForkedSegmentError,
+    FullError,
     InvalidArgumentError,
     NotFoundError,
     ProcInfo,
@@ -72,7 +74,7 @@ __all__ = [
     "KVPoll", "KVTransferError", "Segment", "Room", "RankInfo", "RoomInfo", "FailureInfo",
     "ProcInfo", "transfer_error",
     "Error", "NotFoundError", "WithdrawnError", "InvalidArgumentError", "WaitTimeoutError",
-    "SegmentNotFoundError", "ForkedSegmentError", "name_for_port", "name_check", "unlink",
+    "SegmentNotFoundError", "ForkedSegmentError", "FullError", "name_for_port", "name_check", "unlink",
     "strerror", "wait_status_text", "UNKNOWN_REASON", "VERSION", "LAYOUT_VERSION",
     "DEFAULT_PORT", "DEFAULT_ROLE", "RANK_ROLES",
 ]
@@ -146,8 +148,8 @@ class Segment(_kvcoord.Segment):
     max_rooms, lock_timeout and room_ttl (seconds).
 
     Errors: SegmentNotFoundError, InvalidArgumentError (bad name or
-    capacities), Error (another layout version, corrupt segment, process
-    table full, system call failed), TypeError/ValueError.  Opening releases
+    capacities), FullError (process table full), Error (another layout
+    version, corrupt segment, system call failed), TypeError/ValueError.  Opening releases
     the GIL.
     """
 

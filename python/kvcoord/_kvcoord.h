@@ -47,6 +47,7 @@ extern PyObject *kvcpy_InvalidError;         /* (Error, ValueError) */
 extern PyObject *kvcpy_TimeoutError;         /* (Error, TimeoutError) */
 extern PyObject *kvcpy_SegmentNotFoundError; /* (Error, FileNotFoundError) */
 extern PyObject *kvcpy_ForkedError;          /* (Error): a Segment used across fork() */
+extern PyObject *kvcpy_FullError;            /* (Error): KVC_E_FULL, a table is full */
 
 /* Bumped in the child by a pthread_atfork handler. */
 extern volatile unsigned long kvcpy_fork_gen;

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 PyObject *kvcpy_Error, *kvcpy_NotFoundError, *kvcpy_WithdrawnError, *kvcpy_InvalidError,
-    *kvcpy_TimeoutError, *kvcpy_SegmentNotFoundError, *kvcpy_ForkedError;
+    *kvcpy_TimeoutError, *kvcpy_SegmentNotFoundError, *kvcpy_ForkedError, *kvcpy_FullError;
 PyObject *kvcpy_kvpoll[5];
 volatile unsigned long kvcpy_fork_gen;
 
@@ -31,6 +31,7 @@ static PyObject *error_class(kvc_err e, int open_call)
     case KVC_E_NOENT: return open_call ? kvcpy_SegmentNotFoundError : kvcpy_NotFoundError;
     case KVC_E_WITHDRAWN: return kvcpy_WithdrawnError;
     case KVC_E_TIMEDOUT: return kvcpy_TimeoutError;
+    case KVC_E_FULL: return kvcpy_FullError;
     default: return kvcpy_Error;
     }
 }
@@ -363,8 +364,13 @@ static int add_errors(PyObject *m)
     kvcpy_ForkedError = new_error(m, "ForkedSegmentError", Py_BuildValue("(O)", kvcpy_Error),
                                   "A Segment opened before fork() was used in the child: open "
                                   "a new Segment in the child.");
+    kvcpy_FullError = new_error(m, "FullError", Py_BuildValue("(O)", kvcpy_Error),
+                                "A table of the segment is full (code KVC_E_FULL): its "
+                                "process table, its rooms or its info arena; the message says "
+                                "which and how to make it larger.");
     return kvcpy_WithdrawnError && kvcpy_InvalidError && kvcpy_TimeoutError &&
-                   kvcpy_SegmentNotFoundError && kvcpy_ForkedError && kvcpy_NotFoundError
+                   kvcpy_SegmentNotFoundError && kvcpy_ForkedError && kvcpy_NotFoundError &&
+                   kvcpy_FullError
                ? 0
                : -1;
 }

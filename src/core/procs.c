@@ -64,7 +64,10 @@ kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank, int32_t 
     int32_t i = find_slot(seg, dead_pid, dead_start);
     if (i < 0) {
         kvc__unlock(seg, KVC_LOCK_PROCS);
-        return kvc__fail(KVC_E_FULL, "process table of segment %s is full (%u live processes)",
+        return kvc__fail(KVC_E_FULL,
+                         "process table of segment %s is full (%u live processes, each attached "
+                         "process takes an entry): raise it with kvcoordd --max-procs (or "
+                         "kvc_options.max_procs), which sizes a new segment",
                          seg->name, seg->hdr->max_procs);
     }
     kvc_proc *p = &seg->procs[i];

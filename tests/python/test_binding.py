@@ -117,6 +117,20 @@ class Open(unittest.TestCase):
         finally:
             os.rmdir("/dev/shm/" + name)
 
+    def test_full_process_table(self):
+        name = new_name("procs")
+        try:
+            with kvcoord.Segment(name, mode="fresh", role="client", **dict(SMALL, max_procs=1)):
+                with self.assertRaises(kvcoord.FullError) as cm:  # the one entry is taken
+                    kvcoord.Segment(name)
+                self.assertIsInstance(cm.exception, kvcoord.Error)
+                self.assertEqual(cm.exception.code_name, kvcoord.strerror(6))
+                self.assertIn("process table of segment %s is full (1 live processes" % name,
+                              str(cm.exception))
+                self.assertIn("kvcoordd --max-procs", str(cm.exception))
+        finally:
+            discard(name)
+
     def test_context_manager_and_close(self):
         name = new_name("ctx")
         try:
