@@ -359,9 +359,11 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertIs(f["is_from_another_rank"], True)
         self.assertEqual(w.reap(), -signal.SIGKILL)
         self.workers.remove(w)
-        log = self.daemon.output()
-        self.assertRegex(log, r"proc_dead rank=1 pid=%d how=\"killed by signal 9 \(Killed\)\" "
-                              r"rooms_failed=1 ranks_withdrawn=1" % w.proc.pid)
+        # The log line is written after the room failed and the rank went
+        # (what the lookups above saw): wait for it rather than read at once.
+        pat = re.compile(r"proc_dead rank=1 pid=%d how=\"killed by signal 9 \(Killed\)\" "
+                         r"rooms_failed=1 ranks_withdrawn=1" % w.proc.pid)
+        wait_until(lambda: pat.search(self.daemon.output()), "the proc_dead log line")
 
     def test_killed_and_reaped_worker_rank_withdrawn(self):
         w = self.worker(3)
