@@ -929,9 +929,9 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
     json_t *root = parse_body(req, out);
     if (!root)
         return;
-    uint32_t rank;
-    const char *reason;
-    int32_t code;
+    uint32_t rank = 0;       /* set by failure_body when it returns 0; */
+    const char *reason = ""; /* initialised for gcc -Os, which cannot see that */
+    int32_t code = 0;
     if (failure_body(root, req, out, &rank, &reason, &code)) {
         json_decref(root);
         return;
