@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "bench_rate.h"
+#include "clock.h"
 
 #define RATE_MAX_CONNS 4096
 #define RATE_QUEUE 64 /* requests due but not yet sent, per connection */
@@ -77,13 +78,6 @@ typedef struct rate_run {
 } rate_run;
 
 static const char *rprog = "kvcoord-bench rate";
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void bench_rate_usage(FILE *out)
 {
@@ -238,7 +232,7 @@ static int conn_send_next(rate_run *r, rate_conn *c)
     c->in_flight = 1;
     c->complete = 0;
     c->woff = 0;
-    c->sent_ns = now_ns();
+    c->sent_ns = kvc__mono_ns();
     return conn_write(r, c);
 }
 
@@ -293,7 +287,7 @@ static int conn_read(rate_run *r, rate_conn *c, uint64_t counted_from)
             return conn_fail(r, c, counted_from);
         if (!c->complete)
             continue;
-        uint64_t t = now_ns();
+        uint64_t t = kvc__mono_ns();
         unsigned status = c->parser.status_code;
         int keep = http_should_keep_alive(&c->parser);
         c->in_flight = 0;
@@ -334,14 +328,14 @@ static int rate_loop(rate_run *r)
             return 1;
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     const double interval = 1e9 / r->rate;
-    const uint64_t start = now_ns() + 1000000;
+    const uint64_t start = kvc__mono_ns() + 1000000;
     const uint64_t counted_from = start + (uint64_t)(r->warmup * 1e9);
     const uint64_t end = counted_from + (uint64_t)(r->seconds * 1e9);
     const uint64_t drain_end = end + 10ull * 1000000000u; /* late answers: failed */
     uint64_t k = 0;
     struct epoll_event ev[64];
     for (;;) {
-        uint64_t t = now_ns();
+        uint64_t t = kvc__mono_ns();
         uint64_t due = start + (uint64_t)((double)k * interval);
         while (due <= t && due < end) {
             rate_conn *c = &r->c[k % (uint64_t)r->conns];
