@@ -167,15 +167,21 @@ void *cluster__watch_main(void *arg)
 
 /* ---- futex waiters ------------------------------------------------------- */
 
+/* cluster_stop() has asked the threads to end. */
+static int stop_asked(struct cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int stop = c->stop;
+    pthread_mutex_unlock(&c->mu);
+    return stop;
+}
+
 void *cluster__rank_waiter_main(void *arg)
 {
     struct cluster *c = arg;
     uint32_t seen = kvc_rank_epoch(c->seg);
     for (;;) {
-        pthread_mutex_lock(&c->mu);
-        int stop = c->stop;
-        pthread_mutex_unlock(&c->mu);
-        if (stop)
+        if (stop_asked(c))
             break;
         if (kvc_rank_wait_change(c->seg, seen, WAITER_SLICE_MS) == KVC_OK) {
             seen = kvc_rank_epoch(c->seg); /* before flagging: no lost change */
@@ -197,10 +203,7 @@ void *cluster__room_waiter_main(void *arg)
     if (kvc_segment_stat(c->seg, &si) == KVC_OK)
         failures = si.failures_total;
     for (;;) {
-        pthread_mutex_lock(&c->mu);
-        int stop = c->stop;
-        pthread_mutex_unlock(&c->mu);
-        if (stop)
+        if (stop_asked(c))
             break;
         if (kvc_room_wait_change(c->seg, seen, WAITER_SLICE_MS) != KVC_OK)
             continue;
