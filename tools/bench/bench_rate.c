@@ -444,9 +444,13 @@ static void report(rate_run *r)
            r->rate, r->conns, r->seconds, r->warmup, done, (unsigned long long)r->failed,
            (unsigned long long)r->dropped, (unsigned long long)r->reconnects);
     if (r->non_2xx)
-        printf("of the failed: %llu answered with a status outside 2xx (the last: %u); the "
-               "rest got no answer (connection closed or broken, or still waiting at the end)\n",
-               (unsigned long long)r->non_2xx, r->last_status);
+        printf("of the failed: %llu answered with a status outside 2xx (the last: %u)%s\n",
+               (unsigned long long)r->non_2xx, r->last_status,
+               r->failed > r->non_2xx ? "; the rest got no answer (connection closed or broken, "
+                                        "or still waiting at the end)"
+                                      : "");
+    if (r->n == 0)
+        printf("no request was answered with 2xx: no latency to show\n");
     printf("%-9s %9s %9s %9s %9s %9s\n", "us", "p50", "p90", "p99", "p99.9", "max");
     for (int w = 0; w < 2; w++) {
         printf("%-9s", w ? "service" : "latency");
