@@ -2,7 +2,8 @@
  * xfer_engine.c - the transfer engine's API: options, backend choice,
  * memory regions, logging, the io_uring loop (progress), events, and room
  * bookkeeping in the segment.  Peers and writes are in xfer_submit.c, the
- * TCP backend in xfer_tcp.c, the descriptor in xfer_desc.c.
+ * connection layer in xfer_conn.c and xfer_rx.c, the backends behind
+ * e->net (xfer_tcp.c) and e->rdma (verbs/), the descriptor in xfer_desc.c.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -13,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "xfer_internal.h"
+#include "xfer_conn.h"
 
 KVT_API const char *kvt_backend_name(kvt_backend b)
 {
@@ -402,14 +403,14 @@ static void dispatch(kvt_engine *e, struct io_uring_cqe *cqe)
     case KVT_OP_ACCEPT:
         e->accept_armed = false;
         /* fallthrough */
-    default: e->net->cqe(e, cqe);
+    default: kvt__conn_cqe(e, cqe);
     }
 }
 
 /* Arm the deadline timer (a TIMEOUT SQE, so kvt_fd() wakes for it too). */
 static void arm_timer(kvt_engine *e)
 {
-    if (e->timer_armed || !e->net->has_deadlines(e))
+    if (e->timer_armed || !kvt__conn_has_deadlines(e))
         return;
     e->timer_ts.tv_sec = 0;
     e->timer_ts.tv_nsec = KVT_TICK_MS * 1000000LL;
@@ -445,7 +446,7 @@ static kvc_err drain_completions(kvt_engine *e, int wait_ms)
         io_uring_cqe_seen(&e->ring, cqe);
         dispatch(e, &copy);
     }
-    e->net->deadlines(e, kvc__mono_ns());
+    kvt__conn_deadlines(e, kvc__mono_ns());
     io_uring_submit(&e->ring);
     return kvt__ring_check(e);
 }
@@ -490,7 +491,7 @@ static void drain_all(kvt_engine *e)
 {
     for (uint32_t i = 0; i < e->nconns_cap; i++)
         if (e->conns[i])
-            e->net->close(e, e->conns[i]);
+            kvt__conn_close(e, e->conns[i]);
     for (size_t i = 0; i < e->npeers; i++)
         if (e->peers[i]->rooms || e->peers[i]->bl_head)
             kvt__peer_fail(e, e->peers[i], ECANCELED, "engine destroyed");

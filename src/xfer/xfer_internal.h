@@ -243,22 +243,26 @@ struct kvt_verbs {
     uint32_t nqps;
 };
 
-/* The backends, behind two tables: the shared engine code (xfer_engine.c,
- * xfer_submit.c, xfer_rx.c, xfer_desc.c) calls them through e->net and
- * e->rdma only, never by name; xfer_backends.c, the one file that names
- * them, binds both at kvt_engine_create.
+/* The backends, behind two tables: the shared code (xfer_engine.c,
+ * xfer_submit.c, xfer_desc.c, and the connection layer xfer_conn.c,
+ * xfer_rx.c) calls them through e->net and e->rdma only, never by name;
+ * xfer_backends.c, the one file that names them, binds both at
+ * kvt_engine_create.  The backends call the connection layer
+ * (xfer_conn.h) and report to the engine through its functions below.
  *
- * net: the connections every engine has (TCP on io_uring, xfer_tcp.c):
- * the control frames always, and the data of the tcp backend. */
+ * net: the sockets under the connections every engine has (TCP on
+ * io_uring, xfer_tcp.c): they carry the control frames always, and the
+ * data of the tcp backend. */
 struct kvt_net_ops {
     kvc_err (*listen)(kvt_engine *e);  /* bind, listen, set e->sid */
     void (*arm_accept)(kvt_engine *e); /* (re)arm the accept */
     kvc_err (*connect)(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
-    void (*cqe)(kvt_engine *e, struct io_uring_cqe *cqe); /* its completions */
+    void (*cqe)(kvt_engine *e, struct io_uring_cqe *cqe); /* its completions (no recv) */
     void (*kick)(kvt_engine *e, kvt_conn *c);             /* send what is queued */
+    /* The socket's part of kvt__conn_close: c is CS_CLOSING, its queues not
+     * yet released. */
     void (*close)(kvt_engine *e, kvt_conn *c);
-    void (*deadlines)(kvt_engine *e, uint64_t now); /* fail what is overdue */
-    bool (*has_deadlines)(kvt_engine *e);
+    void (*forget)(kvt_engine *e, kvt_conn *c); /* c is being freed: its resources */
 };
 
 /* rdma: the RDMA WRITE data path (verbs/).  Bound on every engine; each
@@ -368,13 +372,8 @@ void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t stat
 void kvt__rx_arm(kvt_engine *e, kvt_conn *c);
 void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags);
 
-/* xfer_tcp.c */
-void kvt__send_hello_ok(kvt_engine *e, kvt_conn *c);
-/* Fail connection c (and what rides on it) with code, naming op and what. */
-void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what);
-kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
-                    const void *payload, uint32_t plen);
-void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w);
+/* xfer_rx.c: fail every receiver room of rp (a connection or QP of it
+ * failed). */
 void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why);
 
 /* Message for a failed registration, naming RLIMIT_MEMLOCK when relevant. */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xfer_internal.h"
+#include "xfer_conn.h"
 
 /* Arm the connection's one recv.  Three shapes:
  *  - payload of the current WRITE, nothing buffered: straight into the
@@ -84,7 +84,7 @@ static void proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *ms
     c->left = UINT64_MAX; /* discard whatever else comes */
     e->net->kick(e, c);
     if (!c->sending)
-        e->net->close(e, c);
+        kvt__conn_close(e, c);
 }
 
 /* ---- receiver rooms -------------------------------------------------------------- */
@@ -238,7 +238,7 @@ static void on_hello(kvt_engine *e, kvt_conn *c)
     rp->conns++;
     c->rpeer = rp;
     c->state = CS_UP;
-    kvt__send_hello_ok(e, c);
+    kvt__conn_hello(e, c, KVT_F_HELLO_OK);
 }
 
 /* Queue one ACK for every write applied since the last one. */
@@ -579,9 +579,9 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
         const char *what = res == 0 ? "connection closed by peer" : strerror(-res);
         if (!c->client && res == 0 && c->rstate == RS_HDR && c->rlen == c->rpos &&
             (!c->rpeer || !c->rpeer->rooms))
-            e->net->close(e, c); /* clean end between frames, nothing pending */
+            kvt__conn_close(e, c); /* clean end between frames, nothing pending */
         else if (c->client && res == 0 && c->close_after_send)
-            e->net->close(e, c);
+            kvt__conn_close(e, c);
         else
             kvt__conn_fail(e, c, res == 0 ? ECONNRESET : -res, "receive", what);
         goto out;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xfer_internal.h"
+#include "xfer_conn.h"
 
 /* ---- peers ---------------------------------------------------------------- */
 
@@ -105,7 +105,7 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
              e->o.unhealthy_ttl_ms, msg);
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
         if (p->conns[i])
-            e->net->close(e, p->conns[i]);
+            kvt__conn_close(e, p->conns[i]);
     e->rdma->peer_down(e, p); /* its QP flushes: rooms' events follow the flush */
     while (p->bl_head) {
         kvt_wr *w = p->bl_head;
@@ -128,7 +128,7 @@ void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation)
         /* Old connections lead to the old process (or nowhere). */
         for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
             if (p->conns[i])
-                e->net->close(e, p->conns[i]);
+                kvt__conn_close(e, p->conns[i]);
         e->rdma->peer_down(e, p);
         if (p->unhealthy_until_ns)
             kvt__log(e, KVT_LOG_INFO, "peer %s registered again (generation %llu): healthy", p->sid,

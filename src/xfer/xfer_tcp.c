@@ -1,10 +1,15 @@
 /*
- * xfer_tcp.c - the TCP backend on io_uring: connections, the handshake,
- * sending frames (batched sendmsg, short sends resumed) and deadlines.
- * Received frames are parsed and applied in xfer_rx.c.
+ * xfer_tcp.c - the tcp backend: the sockets under the connection layer
+ * (xfer_conn.h), on io_uring.  Listen, accept and connect; sending a
+ * connection's queued frames (batched sendmsg, short sends resumed, large
+ * data payloads by splice); the socket's part of a close.  It calls the
+ * connection layer only (and the engine's utilities): the handshake, the
+ * receive path and the deadlines are shared code.
  *
- * One SQE kind per operation (accept, connect, send, recv, cancel), each
+ * One SQE kind per operation (accept, connect, send, splice, cancel), each
  * with its handler; user_data is encoded with KVT_UD (operation, conn id).
+ * A recv's completion never comes here (kvt__conn_cqe sends it to
+ * xfer_rx.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,80 +19,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "xfer_conn.h"
 #include "xfer_tcp.h"
 
-/* ---- connection table ------------------------------------------------------ */
-
-static kvt_conn *conn_new(kvt_engine *e, int fd, bool client)
+/* A connection on socket fd (xfer_conn.c's table), with TCP_NODELAY:
+ * frames are batched here, never held back by Nagle. */
+static kvt_conn *tcp_conn(kvt_engine *e, int fd, bool client)
 {
-    uint32_t id = 0;
-    while (id < e->nconns_cap && e->conns[id])
-        id++;
-    if (id == e->nconns_cap) {
-        uint32_t cap = e->nconns_cap ? e->nconns_cap * 2 : 64;
-        kvt_conn **n = realloc(e->conns, cap * sizeof *n);
-        if (!n)
-            return NULL;
-        memset(n + e->nconns_cap, 0, (cap - e->nconns_cap) * sizeof *n);
-        e->conns = n;
-        e->nconns_cap = cap;
-    }
-    kvt_conn *c = calloc(1, sizeof *c);
-    if (!c || !(c->rbuf = malloc(KVT_RBUF))) {
-        free(c);
+    kvt_conn *c = kvt__conn_new(e, fd, client);
+    if (!c)
         return NULL;
-    }
-    c->id = id;
-    c->fd = fd;
-    c->pipe_r = c->pipe_w = -1;
-    c->client = client;
-    c->started_ns = c->progress_ns = kvc__mono_ns();
-    e->conns[id] = c;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return c;
-}
-
-static void pipe_close(kvt_conn *c);
-
-static void conn_maybe_free(kvt_engine *e, kvt_conn *c)
-{
-    if (c->state != CS_CLOSING || c->ops > 0)
-        return;
-    /* Every SQE of c has completed: the kernel no longer reads our iovecs
-     * or writes into rbuf / region memory. */
-    pipe_close(c);
-    close(c->fd);
-    e->conns[c->id] = NULL;
-    free(c->rbuf);
-    free(c);
-}
-
-kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
-                    const void *payload, uint32_t plen)
-{
-    kvt_wr *w = calloc(1, sizeof *w + plen);
-    if (!w)
-        return NULL;
-    if (plen)
-        memcpy(w->owned, payload, plen);
-    w->payload = w->owned;
-    w->plen = plen;
-    kvt_frame f = {
-        .type = type, .len = plen, .status = status, .seq = seq, .room = room, .addr = addr};
-    kvt_frame_encode(&f, w->hdr);
-    return w;
-}
-
-void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w)
-{
-    w->in_q = 1;
-    w->next = NULL;
-    if (c->q_tail)
-        c->q_tail->next = w;
-    else
-        c->q_head = w;
-    c->q_tail = w;
 }
 
 /* ---- listen / accept / connect ----------------------------------------------------- */
@@ -155,43 +99,22 @@ static void handle_accept(kvt_engine *e, int res)
         kvt__log(e, KVT_LOG_WARN, "accept: %s", strerror(-res));
         return;
     }
-    kvt_conn *c = conn_new(e, res, false);
+    kvt_conn *c = tcp_conn(e, res, false);
     if (!c) {
         close(res);
         kvt__log(e, KVT_LOG_ERROR, "out of memory accepting a connection");
         return;
     }
-    c->state = CS_HELLO; /* until the peer's HELLO, under connect_timeout */
-    kvt__rx_arm(e, c);
+    kvt__conn_accepted(e, c);
     kvt__tcp_arm_accept(e);
 }
-
-static void send_hello(kvt_engine *e, kvt_conn *c, uint8_t type)
-{
-    kvt_hello h;
-    memset(&h, 0, sizeof h);
-    h.version = KVT_PROTOCOL_VERSION;
-    h.generation = e->generation;
-    kvt__str(h.session_id, sizeof h.session_id, "%s", e->sid);
-    if (e->token && type == KVT_F_HELLO)
-        kvt__str(h.token, sizeof h.token, "%s", e->token);
-    uint8_t buf[16 + 4 + 2 * KVT_HELLO_STR_MAX];
-    size_t n = kvt_hello_encode(&h, buf, sizeof buf);
-    kvt_wr *w = kvt__ctl_wr(type, 0, 0, 0, 0, buf, (uint32_t)n);
-    if (w) {
-        kvt__conn_enqueue(c, w);
-        kvt__tcp_kick(e, c);
-    }
-}
-
-void kvt__send_hello_ok(kvt_engine *e, kvt_conn *c) { send_hello(e, c, KVT_F_HELLO_OK); }
 
 kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
 {
     int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return kvt__fail(KVC_E_SYS, "socket: %s", strerror(errno));
-    kvt_conn *c = conn_new(e, fd, true);
+    kvt_conn *c = tcp_conn(e, fd, true);
     if (!c) {
         close(fd);
         return kvt__fail(KVC_E_SYS, "out of memory for a connection");
@@ -208,20 +131,6 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
     io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_CONNECT, c->id));
     c->ops++;
     return KVC_OK;
-}
-
-static void handle_connect(kvt_engine *e, kvt_conn *c, int res)
-{
-    if (c->state == CS_CLOSING)
-        return;
-    if (res < 0) {
-        kvt__peer_fail(e, c->peer, -res, "connect to %s: %s", c->peer->sid, strerror(-res));
-        return;
-    }
-    c->state = CS_HELLO;
-    c->progress_ns = kvc__mono_ns();
-    send_hello(e, c, KVT_F_HELLO);
-    kvt__rx_arm(e, c);
 }
 
 /* ---- sending ----------------------------------------------------------------------- */
@@ -246,10 +155,11 @@ static void handle_connect(kvt_engine *e, kvt_conn *c, int res)
  * DONE_ACK (kvt__sroom_done_ack), which the receiver sends once it has
  * applied, i.e. copied out of the stream, every write of the room; so every
  * byte has left the sender's pages first.  A failed room's event waits for
- * in_kernel == 0, i.e. the release of the batch in flight (batch_done).
+ * in_kernel == 0, i.e. the release of the batch in flight
+ * (kvt__conn_batch_done).
  * A connection that fails closes its pipe before that release, dropping the
  * references in it (no byte not yet handed to the socket is sent after the
- * event), and kvt__tcp_close aborts a socket that may still hold references
+ * event), and kvt__tcp_close (the socket's part of kvt__conn_close) aborts a socket that may still hold references
  * (RST, its send queue purged).  Bytes a loopback peer has already queued
  * for reading still point at the pages; its room fails with the
  * connection. */
@@ -418,55 +328,6 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
     send_next(e, c);
 }
 
-/* The batch left the kernel (sent, or failed/cancelled): let go of it. */
-static void batch_done(kvt_engine *e, kvt_conn *c)
-{
-    /* Hazard: releasing a write may end a room, whose DONE is queued and
-     * kicked on this very connection.  Keep `sending` set until the whole
-     * batch is released, or that kick would refill c->batch under us. */
-    int nb = c->nbatch;
-    c->nbatch = 0;
-    for (int i = 0; i < nb; i++) {
-        kvt_wr *w = c->batch[i];
-        kvt_sroom *r = w->room;
-        w->in_batch = 0;
-        if (r)
-            r->in_kernel--;
-        kvt__wr_release(e, w); /* freed here unless still awaiting its ACK */
-    }
-    c->sending = false;
-    /* A failed room's event waits for in_kernel == 0: check them now. */
-    if (c->peer)
-        for (kvt_sroom *r = c->peer->rooms, *next; r; r = next) {
-            next = r->next;
-            if (r->failed && !r->finished)
-                kvt__sroom_check(e, r);
-        }
-}
-
-static void conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what)
-{
-    if (c->state == CS_CLOSING)
-        return;
-    e->st.conns_failed++;
-    if (c->client) {
-        kvt__peer_fail(e, c->peer, code, "%s to peer %s failed: %s", op, c->peer->sid, what);
-    } else {
-        char why[KVC_REASON_MAX + 1];
-        kvt__str(why, sizeof why, "%s from peer %s failed: %s", op,
-                 c->rpeer ? c->rpeer->sid : "(before handshake)", what);
-        if (c->rpeer)
-            kvt__rx_fail_rpeer_rooms(e, c->rpeer, code, why);
-        kvt__log(e, KVT_LOG_WARN, "%s", why);
-        kvt__tcp_close(e, c);
-    }
-}
-
-void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what)
-{
-    conn_fail(e, c, code, op, what);
-}
-
 /* Part of the batch went out: submit the rest, or finish the batch and
  * start the next. */
 static void send_continue(kvt_engine *e, kvt_conn *c)
@@ -474,15 +335,7 @@ static void send_continue(kvt_engine *e, kvt_conn *c)
     c->progress_ns = kvc__mono_ns();
     if (send_next(e, c))
         return;
-    batch_done(e, c);
-    if (c->close_after_send && !c->q_head) {
-        kvt__tcp_close(e, c);
-        conn_maybe_free(e, c);
-        return;
-    }
-    kvt__tcp_kick(e, c);
-    if (c->peer && !c->sending)
-        kvt__peer_pump(e, c->peer);
+    kvt__conn_batch_done(e, c, true);
 }
 
 /* A send or splice failed, or its connection is closing. */
@@ -491,10 +344,10 @@ static void send_failed(kvt_engine *e, kvt_conn *c, int res, const char *op)
     /* The pipe's page references go before the batch is released (the
      * release may deliver a failed room's event). */
     pipe_close(c);
-    batch_done(e, c);
+    kvt__conn_batch_done(e, c, false);
     if (c->state != CS_CLOSING)
-        conn_fail(e, c, res < 0 ? -res : EPIPE, op, res < 0 ? strerror(-res) : "sent 0 bytes");
-    conn_maybe_free(e, c);
+        kvt__conn_fail(e, c, res < 0 ? -res : EPIPE, op, res < 0 ? strerror(-res) : "sent 0 bytes");
+    kvt__conn_maybe_free(e, c);
 }
 
 static void handle_send(kvt_engine *e, kvt_conn *c, int res)
@@ -534,44 +387,18 @@ static void handle_splice(kvt_engine *e, kvt_conn *c, int res)
 
 /* ---- closing ---------------------------------------------------------------------- */
 
+/* The socket's part of kvt__conn_close (which has set CS_CLOSING and then
+ * releases the queues): drop the pipe, end the operations in flight. */
 void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
 {
-    if (c->state == CS_CLOSING)
-        return;
-    c->state = CS_CLOSING;
     bool abort_sock = c->spliced && (c->sending || c->f_head);
-    if (c->peer) {
-        for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
-            if (c->peer->conns[i] == c)
-                c->peer->conns[i] = NULL;
-    }
-    if (c->rpeer && c->rpeer->conns)
-        c->rpeer->conns--;
-    e->rdma->conn_closed(e, c);
-    if (c->rstate == RS_PAYLOAD && c->dreg)
-        c->dreg->busy--;
-    c->dreg = NULL;
-    while (c->q_head) {
-        kvt_wr *w = c->q_head;
-        c->q_head = w->next;
-        w->in_q = 0;
-        kvt__wr_release(e, w);
-    }
-    c->q_tail = NULL;
-    while (c->f_head) {
-        kvt_wr *w = c->f_head;
-        c->f_head = w->next;
-        w->in_fifo = 0;
-        kvt__wr_release(e, w); /* one still in the batch waits for its CQE */
-    }
-    c->f_tail = NULL;
     /* While a splice is in flight its worker has yet to look up the pipe's
      * fd (a reused number would be read instead): handle_splice closes it. */
     if (!c->splicing)
         pipe_close(c);
     /* Wake every pending operation: shutdown() ends blocked recv/send, the
      * cancel covers a connect in progress.  The fd is closed only when the
-     * last CQE is in (conn_maybe_free). */
+     * last CQE is in (kvt__conn_maybe_free). */
     shutdown(c->fd, SHUT_RDWR);
     if (abort_sock) {
         /* Spliced bytes the peer has not acknowledged: the send queue may
@@ -592,6 +419,13 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
     }
 }
 
+/* c is being freed (its last SQE is done): its pipe goes. */
+static void tcp_forget(kvt_engine *e, kvt_conn *c)
+{
+    (void)e;
+    pipe_close(c);
+}
+
 /* ---- CQE dispatch ------------------------------------------------------------------- */
 
 void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
@@ -608,69 +442,13 @@ void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
     switch (op) {
     case KVT_OP_CONNECT:
         c->ops--;
-        handle_connect(e, c, cqe->res);
+        kvt__conn_connected(e, c, cqe->res);
         break;
     case KVT_OP_SEND: handle_send(e, c, cqe->res); return;
     case KVT_OP_SPLICE: handle_splice(e, c, cqe->res); return;
-    case KVT_OP_RECV: kvt__rx_cqe(e, c, cqe->res, cqe->flags); return;
     case KVT_OP_CANCEL: c->ops--; break;
     }
-    conn_maybe_free(e, c);
-}
-
-/* ---- deadlines ------------------------------------------------------------------------ */
-
-static bool conn_busy(const kvt_conn *c)
-{
-    if (c->state == CS_CONNECTING || c->state == CS_HELLO)
-        return true;
-    if (c->state != CS_UP)
-        return false;
-    if (c->sending || c->q_head || c->f_head || c->done_waits || c->qp_wait)
-        return true;
-    return !c->client && (c->rstate != RS_HDR || c->rlen > c->rpos);
-}
-
-bool kvt__tcp_has_deadlines(kvt_engine *e)
-{
-    for (uint32_t i = 0; i < e->nconns_cap; i++)
-        if (e->conns[i] && conn_busy(e->conns[i]))
-            return true;
-    return false;
-}
-
-void kvt__tcp_deadlines(kvt_engine *e, uint64_t now)
-{
-    for (uint32_t i = 0; i < e->nconns_cap; i++) {
-        kvt_conn *c = e->conns[i];
-        if (!c)
-            continue;
-        if (c->state == CS_CLOSING) {
-            if (c->want_close && !c->ops) {
-                conn_maybe_free(e, c);
-            }
-            continue;
-        }
-        if (!conn_busy(c)) {
-            c->progress_ns = now;
-            continue;
-        }
-        char what[128];
-        if (c->state != CS_UP) {
-            uint64_t lim = (uint64_t)e->o.connect_timeout_ms * 1000000ull;
-            if (now - c->started_ns <= lim)
-                continue;
-            kvt__str(what, sizeof what, "no handshake within %u ms", e->o.connect_timeout_ms);
-            conn_fail(e, c, ETIMEDOUT, c->state == CS_CONNECTING ? "connect" : "handshake", what);
-        } else if (now - c->progress_ns > (uint64_t)e->o.io_timeout_ms * 1000000ull) {
-            kvt__str(what, sizeof what, "no progress for %u ms (%s)", e->o.io_timeout_ms,
-                     c->client ? (c->sending ? "send pending" : "waiting for acknowledgement")
-                               : "frame incomplete");
-            conn_fail(e, c, ETIMEDOUT, c->client ? "write" : "receive", what);
-        }
-        if (e->conns[i] == c)
-            conn_maybe_free(e, c);
-    }
+    kvt__conn_maybe_free(e, c);
 }
 
 const struct kvt_net_ops kvt__tcp_net = {
@@ -680,6 +458,5 @@ const struct kvt_net_ops kvt__tcp_net = {
     .cqe = kvt__tcp_cqe,
     .kick = kvt__tcp_kick,
     .close = kvt__tcp_close,
-    .deadlines = kvt__tcp_deadlines,
-    .has_deadlines = kvt__tcp_has_deadlines,
+    .forget = tcp_forget,
 };

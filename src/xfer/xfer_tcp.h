@@ -1,8 +1,8 @@
 /*
- * xfer_tcp.h - the TCP connection layer's functions, for xfer_tcp.c and
- * for xfer_backends.c, which puts them in the engine's net table
- * (kvt__tcp_net).  The shared engine code never includes this header: it
- * calls the connections through e->net (xfer_internal.h).
+ * xfer_tcp.h - the tcp backend's functions (xfer_tcp.c), for xfer_tcp.c
+ * and for xfer_backends.c, which puts them in the engine's net table
+ * (kvt__tcp_net).  No other file includes this header: the connection
+ * layer and the engine call the sockets through e->net (xfer_internal.h).
  */
 #ifndef KVC_XFER_TCP_H
 #define KVC_XFER_TCP_H
@@ -18,7 +18,5 @@ kvc_err kvt__tcp_connect(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
 void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
 void kvt__tcp_kick(kvt_engine *e, kvt_conn *c);
 void kvt__tcp_close(kvt_engine *e, kvt_conn *c);
-void kvt__tcp_deadlines(kvt_engine *e, uint64_t now);
-bool kvt__tcp_has_deadlines(kvt_engine *e);
 
 #endif

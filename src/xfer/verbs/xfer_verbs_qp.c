@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "xfer_conn.h"
 #include "xfer_verbs.h"
 
 #define KVT_VQP_SQ 512u  /* send work requests outstanding per QP */
