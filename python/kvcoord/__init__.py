@@ -25,7 +25,9 @@ kvcoord.Error (``.code`` = the kvc_err code) for the rest.  All of them but
 TypeError and plain ValueError derive from kvcoord.Error.
 
 Threads: a Segment may be used by several threads at once; every call that
-can block runs with the GIL released.  close() waits for calls in progress.
+can block runs with the GIL released.  Once close() starts, new calls raise
+SegmentClosedError (a kvcoord.Error and a ValueError); close() waits only for
+the calls already in progress (at most a lock timeout or one 0.2 s wait slice).
 
 Fork: a Segment does not cross fork().  In the child, every call on an
 inherited Segment raises ForkedSegmentError (the handle's process entry and
@@ -58,6 +60,7 @@ from ._kvcoord import (
     ProcInfo,
     RankInfo,
     RoomInfo,
+    SegmentClosedError,
     SegmentNotFoundError,
     WaitTimeoutError,
     WithdrawnError,
@@ -74,7 +77,8 @@ __all__ = [
     "KVPoll", "KVTransferError", "Segment", "Room", "RankInfo", "RoomInfo", "FailureInfo",
     "ProcInfo", "transfer_error",
     "Error", "NotFoundError", "WithdrawnError", "InvalidArgumentError", "WaitTimeoutError",
-    "SegmentNotFoundError", "ForkedSegmentError", "FullError", "name_for_port", "name_check", "unlink",
+    "SegmentNotFoundError", "SegmentClosedError", "ForkedSegmentError", "FullError",
+    "name_for_port", "name_check", "unlink",
     "strerror", "wait_status_text", "UNKNOWN_REASON", "VERSION", "LAYOUT_VERSION",
     "DEFAULT_PORT", "DEFAULT_ROLE", "RANK_ROLES",
 ]

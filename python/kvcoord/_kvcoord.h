@@ -7,8 +7,10 @@
  * (RankInfo objects), _rooms.c (rooms, failure records, processes).
  *
  * Every call that can block (locks, futex waits, /proc reads) runs with the
- * GIL released, inside seg_enter()/seg_leave(), which keep close() from
- * unmapping the segment while another thread is inside the library.
+ * GIL released, inside seg_enter()/seg_leave() (KVCPY_RUN), which keep
+ * close() from unmapping the segment while another thread is inside the
+ * library.  Once close() starts, no call enters: it waits only for the
+ * calls already inside (each bounded: lock timeout, wait slice).
  */
 #ifndef KVCOORD_PY_KVCOORD_H
 #define KVCOORD_PY_KVCOORD_H
@@ -26,6 +28,8 @@
 typedef struct {
     PyObject_HEAD kvc_segment *seg; /* NULL once closed */
     pthread_rwlock_t use;
+    int closing;            /* set (GIL held) when close() starts: from then on no call enters */
+    int lock_ready;         /* `use` was initialised */
     unsigned long fork_gen; /* kvcpy_fork_gen when opened (fork rule) */
     long owner_pid;         /* process that opened it */
     int32_t rank;           /* rank declared at open, -1 if none */
@@ -48,6 +52,7 @@ extern PyObject *kvcpy_TimeoutError;         /* (Error, TimeoutError) */
 extern PyObject *kvcpy_SegmentNotFoundError; /* (Error, FileNotFoundError) */
 extern PyObject *kvcpy_ForkedError;          /* (Error): a Segment used across fork() */
 extern PyObject *kvcpy_FullError;            /* (Error): KVC_E_FULL, a table is full */
+extern PyObject *kvcpy_ClosedError;          /* (Error, ValueError): a closed Segment */
 
 /* Bumped in the child by a pthread_atfork handler. */
 extern volatile unsigned long kvcpy_fork_gen;
@@ -62,6 +67,8 @@ extern PyObject *kvcpy_kvpoll[5];
 PyObject *kvcpy_raise(kvc_err e, int open_call);
 /* As kvcpy_raise() with message msg. */
 PyObject *kvcpy_raise_msg(kvc_err e, int open_call, const char *msg);
+/* As kvcpy_raise_msg() with exception class cls (a subclass of Error). */
+PyObject *kvcpy_raise_as(PyObject *cls, kvc_err e, const char *msg);
 
 /* A KVPoll member (or int) for state s (a new reference). */
 PyObject *kvcpy_state(int s);
@@ -73,8 +80,13 @@ PyObject *kvcpy_state(int s);
 int kvcpy_conv_rank(PyObject *o, void *out);         /* uint32_t * */
 int kvcpy_conv_room(PyObject *o, void *out);         /* uint64_t * */
 int kvcpy_conv_participants(PyObject *o, void *out); /* uint32_t * (0..32, 0: world size) */
-/* An int in 0..max into *out, or raise naming what, alt appended to the range
-   (e.g. " or None"; "" for none): TypeError / ValueError.  Returns 1 or 0. */
+/* The one range check: an int (not a bool) in lo..hi into *out, else raise
+   naming what, with note appended to the message ("" for none; e.g. " or
+   None"): TypeError "<what> must be an int<note>, not <type>", ValueError
+   "<what> must be in <lo>..<hi><note>, not <value>".  Returns 1 or 0. */
+int kvcpy_conv_range(PyObject *o, long long lo, long long hi, const char *what, const char *note,
+                     long long *out);
+/* kvcpy_conv_range(o, 0, max, ...) into an unsigned (max <= INT64_MAX). */
 int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const char *alt,
                     unsigned long long *out);
 int kvcpy_conv_state(PyObject *o, void *out);   /* int * */
@@ -86,6 +98,42 @@ int kvcpy_conv_timeout(PyObject *o, void *out); /* double * (seconds; -1 none) *
 kvc_segment *kvcpy_seg_enter(SegmentObject *s);
 /* Leave a call entered with kvcpy_seg_enter (GIL held). */
 void kvcpy_seg_leave(SegmentObject *s);
+
+/* KVCPY_RUN's result when the call was not made (closed, forked, lock
+ * failure): the Python exception is set.  Outside the kvc_err codes. */
+#define KVCPY_E_RAISED (-1)
+
+/* The sequence of every library call on a Segment: enter s, run `call` (an
+ * expression of type kvc_err that uses the handle `g`) with the GIL
+ * released, re-take the GIL, leave.  Stores the call's kvc_err in the int
+ * e, or KVCPY_E_RAISED when s could not be entered. */
+#define KVCPY_RUN(s, e, call)                      \
+    do {                                           \
+        kvc_segment *const g = kvcpy_seg_enter(s); \
+        if (!g) {                                  \
+            (e) = KVCPY_E_RAISED;                  \
+            break;                                 \
+        }                                          \
+        Py_BEGIN_ALLOW_THREADS(e)                  \
+        = (int)(call);                             \
+        Py_END_ALLOW_THREADS                       \
+        kvcpy_seg_leave(s);                        \
+    } while (0)
+
+/* NULL, after raising for a KVCPY_RUN result e != 0: kvcpy_raise(e, 0), or
+ * nothing for KVCPY_E_RAISED (already set). */
+PyObject *kvcpy_fail(int e);
+
+/* A listing call of the library: fills buf (cap items) and sets *count to
+ * the number of items there are (more than cap when buf was too small). */
+typedef kvc_err (*kvcpy_lister)(kvc_segment *g, void *buf, size_t cap, size_t *count,
+                                const void *ctx);
+/* The grow-and-retry listing: calls fn (via KVCPY_RUN) with a zeroed
+ * buffer of cap items of size bytes, regrown until everything fits, then
+ * returns the new list of make(item) for each (see kvcpy_list_of); NULL with
+ * an exception set on any failure. */
+PyObject *kvcpy_listing(SegmentObject *s, kvcpy_lister fn, const void *ctx, size_t size, size_t cap,
+                        PyObject *(*make)(const void *item));
 
 /* Longest slice of a blocking wait between checks for signals, ms (so
  * Ctrl-C interrupts a long wait). */

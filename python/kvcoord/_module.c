@@ -5,12 +5,14 @@
  */
 #include "_kvcoord.h" /* Python.h first */
 
+#include <limits.h>
 #include <math.h>
 #include <time.h>
 #include <unistd.h>
 
 PyObject *kvcpy_Error, *kvcpy_NotFoundError, *kvcpy_WithdrawnError, *kvcpy_InvalidError,
-    *kvcpy_TimeoutError, *kvcpy_SegmentNotFoundError, *kvcpy_ForkedError, *kvcpy_FullError;
+    *kvcpy_TimeoutError, *kvcpy_SegmentNotFoundError, *kvcpy_ForkedError, *kvcpy_FullError,
+    *kvcpy_ClosedError;
 PyObject *kvcpy_kvpoll[5];
 volatile unsigned long kvcpy_fork_gen;
 
@@ -44,19 +46,56 @@ PyObject *kvcpy_raise(kvc_err e, int open_call)
 
 PyObject *kvcpy_raise_msg(kvc_err e, int open_call, const char *msg)
 {
-    PyObject *cls = error_class(e, open_call);
+    return kvcpy_raise_as(error_class(e, open_call), e, msg);
+}
+
+PyObject *kvcpy_raise_as(PyObject *cls, kvc_err e, const char *msg)
+{
+    /* Each step may fail (MemoryError): that exception is then the one
+     * raised, and every reference taken so far is dropped. */
     PyObject *exc = PyObject_CallFunction(cls, "s", msg);
     if (!exc)
         return NULL;
     PyObject *code = PyLong_FromLong((long)e);
-    PyObject *name = PyUnicode_FromString(kvc_strerror(e));
-    if (code && name && !PyObject_SetAttrString(exc, "code", code) &&
+    PyObject *name = code ? PyUnicode_FromString(kvc_strerror(e)) : NULL;
+    if (name && !PyObject_SetAttrString(exc, "code", code) &&
         !PyObject_SetAttrString(exc, "code_name", name))
         PyErr_SetObject(cls, exc);
     Py_XDECREF(code);
     Py_XDECREF(name);
     Py_DECREF(exc);
     return NULL;
+}
+
+PyObject *kvcpy_fail(int e)
+{
+    if (e == KVCPY_E_RAISED)
+        return NULL; /* kvcpy_seg_enter raised */
+    return kvcpy_raise((kvc_err)e, 0);
+}
+
+PyObject *kvcpy_listing(SegmentObject *s, kvcpy_lister fn, const void *ctx, size_t size, size_t cap,
+                        PyObject *(*make)(const void *item))
+{
+    size_t count = 0;
+    for (;;) {
+        void *v = PyMem_Calloc(cap ? cap : 1, size);
+        if (!v)
+            return PyErr_NoMemory();
+        int e;
+        KVCPY_RUN(s, e, fn(g, v, cap, &count, ctx));
+        if (e) {
+            PyMem_Free(v);
+            return kvcpy_fail(e);
+        }
+        if (count <= cap) {
+            PyObject *list = kvcpy_list_of(v, count, size, make);
+            PyMem_Free(v);
+            return list;
+        }
+        PyMem_Free(v);
+        cap = count + count / 4 + 16; /* room for what was added meanwhile */
+    }
 }
 
 PyObject *kvcpy_list_of(const void *items, size_t n, size_t size,
@@ -85,11 +124,11 @@ PyObject *kvcpy_state(int s)
 
 /* ---- argument converters ------------------------------------------------ */
 
-int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const char *alt,
-                    unsigned long long *out)
+int kvcpy_conv_range(PyObject *o, long long lo, long long hi, const char *what, const char *note,
+                     long long *out)
 {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int%s, not %.100s", what, alt,
+        PyErr_Format(PyExc_TypeError, "%s must be an int%s, not %.100s", what, note,
                      Py_TYPE(o)->tp_name);
         return 0;
     }
@@ -97,11 +136,21 @@ int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (v == -1 && PyErr_Occurred())
         return 0;
-    if (overflow > 0 || (!overflow && v >= 0 && (unsigned long long)v > max) || overflow < 0 ||
-        v < 0) {
-        PyErr_Format(PyExc_ValueError, "%s must be in 0..%llu%s, not %R", what, max, alt, o);
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in %lld..%lld%s, not %R", what, lo, hi, note, o);
         return 0;
     }
+    *out = v;
+    return 1;
+}
+
+int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const char *alt,
+                    unsigned long long *out)
+{
+    long long v;
+    if (!kvcpy_conv_range(o, 0, max > (unsigned long long)LLONG_MAX ? LLONG_MAX : (long long)max,
+                          what, alt, &v))
+        return 0;
     *out = (unsigned long long)v;
     return 1;
 }
@@ -135,21 +184,10 @@ int kvcpy_conv_room(PyObject *o, void *out)
 
 int kvcpy_conv_code(PyObject *o, void *out)
 {
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "failure code must be an int, not %.100s",
-                     Py_TYPE(o)->tp_name);
+    long long v;
+    if (!kvcpy_conv_range(o, INT32_MIN, INT32_MAX, "failure code", " (an errno or RDMA status)",
+                          &v))
         return 0;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return 0;
-    if (overflow || v < INT32_MIN || v > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError,
-                     "failure code must be in %d..%d (an errno or RDMA status), not %R",
-                     (int)INT32_MIN, (int)INT32_MAX, o);
-        return 0;
-    }
     *(int *)out = (int)v;
     return 1;
 }
@@ -262,12 +300,9 @@ static PyObject *mod_strerror(PyObject *m, PyObject *arg)
 static PyObject *mod_wait_status_text(PyObject *m, PyObject *arg)
 {
     (void)m;
-    int overflow = 0;
-    long status = PyLong_AsLongAndOverflow(arg, &overflow);
-    if (status == -1 && PyErr_Occurred())
+    long long status;
+    if (!kvcpy_conv_range(arg, INT32_MIN, INT32_MAX, "wait status", "", &status))
         return NULL;
-    if (overflow || status < INT32_MIN || status > INT32_MAX)
-        return PyErr_Format(PyExc_ValueError, "wait status %R out of range", arg);
     char buf[96];
     return PyUnicode_FromString(kvc_wait_status_text((int)status, buf, sizeof buf));
 }
@@ -325,69 +360,83 @@ static struct PyModuleDef module_def = {
     NULL,
     NULL};
 
-/* Create exception `name` with bases and an add it to m; NULL on error. */
-static PyObject *new_error(PyObject *m, const char *name, PyObject *bases, const char *doc)
+/* Exception `name` (kvcoord.<name>) with bases (a new reference, stolen;
+ * NULL when building it failed) added to m; stored in *out.  0, or -1 with
+ * an exception set and nothing kept. */
+static int new_error(PyObject *m, PyObject **out, const char *name, PyObject *bases,
+                     const char *doc)
 {
+    if (!bases)
+        return -1;
     char qual[96];
     snprintf(qual, sizeof qual, "kvcoord.%s", name);
     PyObject *cls = PyErr_NewExceptionWithDoc(qual, doc, bases, NULL);
     Py_DECREF(bases);
-    if (!cls || PyModule_AddObjectRef(m, name, cls) < 0)
-        return NULL;
-    return cls;
+    if (!cls)
+        return -1;
+    if (PyModule_AddObjectRef(m, name, cls) < 0) {
+        Py_DECREF(cls);
+        return -1;
+    }
+    Py_XSETREF(*out, cls); /* the module and *out each hold a reference */
+    return 0;
 }
 
 static int add_errors(PyObject *m)
 {
-    kvcpy_Error = new_error(m, "Error", Py_BuildValue("(O)", PyExc_Exception),
-                            "A libkvcoord failure.  .code is the kvc_err code (int), "
-                            ".code_name its fixed description; str() is the library's message.");
-    if (!kvcpy_Error)
+    if (new_error(m, &kvcpy_Error, "Error", Py_BuildValue("(O)", PyExc_Exception),
+                  "A libkvcoord failure.  .code is the kvc_err code (int), "
+                  ".code_name its fixed description; str() is the library's message.") < 0)
         return -1;
-    kvcpy_NotFoundError =
-        new_error(m, "NotFoundError", Py_BuildValue("(OO)", kvcpy_Error, PyExc_KeyError),
-                  "No such rank or room (a KeyError; code KVC_E_NOENT).");
-    kvcpy_WithdrawnError = new_error(m, "WithdrawnError", Py_BuildValue("(O)", kvcpy_NotFoundError),
-                                     "The rank was registered, then withdrawn (a KeyError; the "
-                                     "message gives the note saying why).");
-    kvcpy_InvalidError =
-        new_error(m, "InvalidArgumentError", Py_BuildValue("(OO)", kvcpy_Error, PyExc_ValueError),
+    PyObject *E = kvcpy_Error;
+    if (new_error(m, &kvcpy_NotFoundError, "NotFoundError",
+                  Py_BuildValue("(OO)", E, PyExc_KeyError),
+                  "No such rank or room (a KeyError; code KVC_E_NOENT).") < 0 ||
+        new_error(m, &kvcpy_WithdrawnError, "WithdrawnError",
+                  Py_BuildValue("(O)", kvcpy_NotFoundError),
+                  "The rank was registered, then withdrawn (a KeyError; the "
+                  "message gives the note saying why).") < 0 ||
+        new_error(m, &kvcpy_InvalidError, "InvalidArgumentError",
+                  Py_BuildValue("(OO)", E, PyExc_ValueError),
                   "An argument the library refused (a ValueError): bad name, "
-                  "rank beyond the segment's capacity, invalid JSON, too big.");
-    kvcpy_TimeoutError =
-        new_error(m, "WaitTimeoutError", Py_BuildValue("(OO)", kvcpy_Error, PyExc_TimeoutError),
-                  "A wait ran out of time (a TimeoutError).");
-    kvcpy_SegmentNotFoundError = new_error(
-        m, "SegmentNotFoundError", Py_BuildValue("(OO)", kvcpy_Error, PyExc_FileNotFoundError),
-        "No such segment in /dev/shm (a FileNotFoundError): kvcoordd is not running "
-        "or serves another port.");
-    kvcpy_ForkedError = new_error(m, "ForkedSegmentError", Py_BuildValue("(O)", kvcpy_Error),
-                                  "A Segment opened before fork() was used in the child: open "
-                                  "a new Segment in the child.");
-    kvcpy_FullError = new_error(m, "FullError", Py_BuildValue("(O)", kvcpy_Error),
-                                "A table of the segment is full (code KVC_E_FULL): its "
-                                "process table, its rooms or its info arena; the message says "
-                                "which and how to make it larger.");
-    return kvcpy_WithdrawnError && kvcpy_InvalidError && kvcpy_TimeoutError &&
-                   kvcpy_SegmentNotFoundError && kvcpy_ForkedError && kvcpy_NotFoundError &&
-                   kvcpy_FullError
-               ? 0
-               : -1;
+                  "rank beyond the segment's capacity, invalid JSON, too big.") < 0 ||
+        new_error(m, &kvcpy_TimeoutError, "WaitTimeoutError",
+                  Py_BuildValue("(OO)", E, PyExc_TimeoutError),
+                  "A wait ran out of time (a TimeoutError).") < 0 ||
+        new_error(m, &kvcpy_SegmentNotFoundError, "SegmentNotFoundError",
+                  Py_BuildValue("(OO)", E, PyExc_FileNotFoundError),
+                  "No such segment in /dev/shm (a FileNotFoundError): kvcoordd is not running "
+                  "or serves another port.") < 0 ||
+        new_error(m, &kvcpy_ForkedError, "ForkedSegmentError", Py_BuildValue("(O)", E),
+                  "A Segment opened before fork() was used in the child: open "
+                  "a new Segment in the child.") < 0 ||
+        new_error(m, &kvcpy_FullError, "FullError", Py_BuildValue("(O)", E),
+                  "A table of the segment is full (code KVC_E_FULL): its "
+                  "process table, its rooms or its info arena; the message says "
+                  "which and how to make it larger.") < 0 ||
+        new_error(m, &kvcpy_ClosedError, "SegmentClosedError",
+                  Py_BuildValue("(OO)", E, PyExc_ValueError),
+                  "A call on a Segment after close() started (a ValueError, as for a "
+                  "closed file; code KVC_E_INVAL).") < 0)
+        return -1;
+    return 0;
 }
 
 static int add_constants(PyObject *m)
 {
     return PyModule_AddStringConstant(m, "VERSION", KVC_VERSION) ||
-           PyModule_AddIntConstant(m, "LAYOUT_VERSION", KVC_LAYOUT_VERSION) ||
-           PyModule_AddIntConstant(m, "DEFAULT_PORT", KVC_DEFAULT_PORT) ||
-           PyModule_AddIntConstant(m, "NAME_MAX", KVC_NAME_MAX) ||
-           PyModule_AddIntConstant(m, "SESSION_ID_MAX", KVC_SESSION_ID_MAX) ||
-           PyModule_AddIntConstant(m, "REASON_MAX", KVC_REASON_MAX) ||
-           PyModule_AddIntConstant(m, "ROOM_MAX_PARTICIPANTS", KVC_ROOM_MAX_PARTICIPANTS) ||
-           PyModule_AddIntConstant(m, "FAILURE_RING", KVC_FAILURE_RING) ||
-           PyModule_AddIntConstant(m, "ORIGIN_RANK_NONE", (long)KVC_ORIGIN_RANK_NONE) ||
-           PyModule_AddIntConstant(m, "RANK_ROLES", KVC_RANK_ROLES) ||
-           PyModule_AddStringConstant(m, "DEFAULT_ROLE", KVC_DEFAULT_ROLE);
+                   PyModule_AddIntConstant(m, "LAYOUT_VERSION", KVC_LAYOUT_VERSION) ||
+                   PyModule_AddIntConstant(m, "DEFAULT_PORT", KVC_DEFAULT_PORT) ||
+                   PyModule_AddIntConstant(m, "NAME_MAX", KVC_NAME_MAX) ||
+                   PyModule_AddIntConstant(m, "SESSION_ID_MAX", KVC_SESSION_ID_MAX) ||
+                   PyModule_AddIntConstant(m, "REASON_MAX", KVC_REASON_MAX) ||
+                   PyModule_AddIntConstant(m, "ROOM_MAX_PARTICIPANTS", KVC_ROOM_MAX_PARTICIPANTS) ||
+                   PyModule_AddIntConstant(m, "FAILURE_RING", KVC_FAILURE_RING) ||
+                   PyModule_AddIntConstant(m, "ORIGIN_RANK_NONE", (long)KVC_ORIGIN_RANK_NONE) ||
+                   PyModule_AddIntConstant(m, "RANK_ROLES", KVC_RANK_ROLES) ||
+                   PyModule_AddStringConstant(m, "DEFAULT_ROLE", KVC_DEFAULT_ROLE)
+               ? -1
+               : 0; /* each returns -1 on failure */
 }
 
 PyMODINIT_FUNC PyInit__kvcoord(void);

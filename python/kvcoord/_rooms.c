@@ -178,19 +178,13 @@ static int conv_role(PyObject *o, void *out)
     return 0;
 }
 
-/* Run a void-result room call: enter, release the GIL, leave, raise. */
-#define ROOM_CALL(s, call)                   \
-    do {                                     \
-        kvc_segment *g = kvcpy_seg_enter(s); \
-        if (!g)                              \
-            return NULL;                     \
-        kvc_err e_;                          \
-        Py_BEGIN_ALLOW_THREADS               \
-        e_ = (call);                         \
-        Py_END_ALLOW_THREADS                 \
-        kvcpy_seg_leave(s);                  \
-        if (e_)                              \
-            return kvcpy_raise(e_, 0);       \
+/* Run a room call (KVCPY_RUN) and return NULL after raising if it failed. */
+#define ROOM_CALL(s, call)         \
+    do {                           \
+        int e_;                    \
+        KVCPY_RUN(s, e_, call);    \
+        if (e_)                    \
+            return kvcpy_fail(e_); \
     } while (0)
 
 #define THREADS "Thread- and process-safe; releases the GIL while in the library."
@@ -316,19 +310,13 @@ PyObject *kvcpy_room_wait(SegmentObject *s, PyObject *args, PyObject *kw)
     double deadline = timeout < 0 ? -1.0 : kvcpy_now() + timeout;
     kvc_room_info ri;
     for (;;) {
-        kvc_segment *g = kvcpy_seg_enter(s);
-        if (!g)
-            return NULL;
         uint32_t ms = kvcpy_slice_ms(deadline);
-        kvc_err e;
-        Py_BEGIN_ALLOW_THREADS
-        e = kvc_room_wait(g, room, asking, (kvc_poll)known, ms, &ri);
-        Py_END_ALLOW_THREADS
-        kvcpy_seg_leave(s);
+        int e;
+        KVCPY_RUN(s, e, kvc_room_wait(g, room, asking, (kvc_poll)known, ms, &ri));
         if (e == KVC_OK)
             return room_new(&ri);
         if (e != KVC_E_TIMEDOUT)
-            return kvcpy_raise(e, 0);
+            return kvcpy_fail(e);
         if (deadline >= 0 && kvcpy_now() >= deadline) {
             char msg[160];
             snprintf(msg, sizeof msg, "room %llu still %s after %g s", (unsigned long long)room,
@@ -431,16 +419,10 @@ PyObject *kvcpy_room_sync(SegmentObject *s, PyObject *args, PyObject *kw)
         PyErr_NoMemory();
         goto done;
     }
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g)
-        goto done;
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_room_sync(g, rank, n, rooms, states, out, &failed_at);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e, kvc_room_sync(g, rank, n, rooms, states, out, &failed_at));
     if (e) {
-        kvcpy_raise(e, 0);
+        kvcpy_fail(e);
         goto done;
     }
     list = PyList_New((Py_ssize_t)n);
@@ -466,6 +448,11 @@ const char kvcpy_doc_room_list[] =
     "those in one KVPoll state.\nErrors: ValueError (state not 0..4), Error (lock "
     "busy).  " THREADS;
 
+static kvc_err list_rooms(kvc_segment *g, void *buf, size_t cap, size_t *count, const void *ctx)
+{
+    return kvc_room_list(g, *(const int *)ctx, buf, cap, count);
+}
+
 PyObject *kvcpy_room_list(SegmentObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"state", NULL};
@@ -475,33 +462,7 @@ PyObject *kvcpy_room_list(SegmentObject *s, PyObject *args, PyObject *kw)
         return NULL;
     if (st != Py_None && !kvcpy_conv_state(st, &filter))
         return NULL;
-    size_t cap = 256, count = 0;
-    kvc_room_info *v = NULL;
-    for (;;) {
-        PyMem_Free(v);
-        if (!(v = PyMem_Malloc(cap * sizeof *v)))
-            return PyErr_NoMemory();
-        kvc_segment *g = kvcpy_seg_enter(s);
-        if (!g) {
-            PyMem_Free(v);
-            return NULL;
-        }
-        kvc_err e;
-        Py_BEGIN_ALLOW_THREADS
-        e = kvc_room_list(g, filter, v, cap, &count);
-        Py_END_ALLOW_THREADS
-        kvcpy_seg_leave(s);
-        if (e) {
-            PyMem_Free(v);
-            return kvcpy_raise(e, 0);
-        }
-        if (count <= cap)
-            break;
-        cap = count + 64;
-    }
-    PyObject *list = kvcpy_list_of(v, count, sizeof *v, room_item);
-    PyMem_Free(v);
-    return list;
+    return kvcpy_listing(s, list_rooms, &filter, sizeof(kvc_room_info), 256, room_item);
 }
 
 const char kvcpy_doc_failures[] =
@@ -512,41 +473,32 @@ const char kvcpy_doc_failures[] =
 PyObject *kvcpy_failures(SegmentObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"limit", NULL};
-    int limit = 100;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &limit))
+    PyObject *lo = NULL;
+    long long limit = 100;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &lo))
         return NULL;
-    if (limit < 0 || limit > KVC_FAILURE_RING)
-        return PyErr_Format(PyExc_ValueError, "limit must be in 0..%d, not %d", KVC_FAILURE_RING,
-                            limit);
+    if (lo && !kvcpy_conv_range(lo, 0, KVC_FAILURE_RING, "limit", "", &limit))
+        return NULL;
     kvc_failure_info *v = PyMem_Malloc((size_t)(limit ? limit : 1) * sizeof *v);
     if (!v)
         return PyErr_NoMemory();
     size_t count = 0;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g) {
-        PyMem_Free(v);
-        return NULL;
-    }
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_failures_recent(g, v, (size_t)limit, &count);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
-    PyObject *list = e ? kvcpy_raise(e, 0) : kvcpy_list_of(v, count, sizeof *v, failure_item);
+    int e;
+    KVCPY_RUN(s, e, kvc_failures_recent(g, v, (size_t)limit, &count));
+    PyObject *list = e ? kvcpy_fail(e) : kvcpy_list_of(v, count, sizeof *v, failure_item);
     PyMem_Free(v);
     return list;
 }
 
 static PyObject *proc_new(const kvc_proc_info *p)
 {
-    static const char *roles[] = {"none", "worker", "daemon", "client"};
     PyObject *o = PyStructSequence_New(&kvcpy_ProcInfoType);
     if (!o)
         return NULL;
     PyObject *rank = p->rank < 0 ? (Py_INCREF(Py_None), Py_None) : PyLong_FromLong(p->rank);
     PyObject *v[6] = {
         PyLong_FromLong(p->pid),
-        PyUnicode_FromString((unsigned)p->role < 4 ? roles[p->role] : "none"),
+        PyUnicode_FromString(kvc_role_name(p->role)),
         rank,
         PyLong_FromUnsignedLongLong(p->start),
         PyLong_FromUnsignedLongLong(p->attached_ns),
@@ -568,36 +520,16 @@ const char kvcpy_doc_procs[] =
     "procs() -> list[ProcInfo]\n\nThe segment's process table (pid, role, rank, start, "
     "attached_ns, alive).  " THREADS;
 
+static kvc_err list_procs(kvc_segment *g, void *buf, size_t cap, size_t *count, const void *ctx)
+{
+    (void)ctx;
+    return kvc_proc_list(g, buf, cap, count);
+}
+
 PyObject *kvcpy_procs(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
-    size_t cap = 64, count = 0;
-    kvc_proc_info *v = NULL;
-    for (;;) {
-        PyMem_Free(v);
-        if (!(v = PyMem_Malloc(cap * sizeof *v)))
-            return PyErr_NoMemory();
-        kvc_segment *g = kvcpy_seg_enter(s);
-        if (!g) {
-            PyMem_Free(v);
-            return NULL;
-        }
-        kvc_err e;
-        Py_BEGIN_ALLOW_THREADS
-        e = kvc_proc_list(g, v, cap, &count);
-        Py_END_ALLOW_THREADS
-        kvcpy_seg_leave(s);
-        if (e) {
-            PyMem_Free(v);
-            return kvcpy_raise(e, 0);
-        }
-        if (count <= cap)
-            break;
-        cap = count + 16;
-    }
-    PyObject *list = kvcpy_list_of(v, count, sizeof *v, proc_item);
-    PyMem_Free(v);
-    return list;
+    return kvcpy_listing(s, list_procs, NULL, sizeof(kvc_proc_info), 64, proc_item);
 }
 
 const char kvcpy_doc_reap_dead[] =

@@ -4,6 +4,8 @@
  */
 #include "_kvcoord.h" /* Python.h first */
 
+#include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,8 +18,16 @@ static PyObject *json_encode;
 
 static PyObject *closed_error(void)
 {
-    PyErr_SetString(PyExc_ValueError, "operation on a closed kvcoord.Segment");
-    return NULL;
+    return kvcpy_raise_as(kvcpy_ClosedError, KVC_E_INVAL, "operation on a closed kvcoord.Segment");
+}
+
+/* A pthread_rwlock_* failure rc (never seen: EAGAIN past the reader limit,
+ * EDEADLK) as kvcoord.Error; NULL. */
+static PyObject *lock_error(const char *call, int rc)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "kvcoord.Segment: %s failed: %s", call, strerror(rc));
+    return kvcpy_raise_msg(KVC_E_SYS, 0, msg);
 }
 
 kvc_segment *kvcpy_seg_enter(SegmentObject *s)
@@ -29,15 +39,20 @@ kvc_segment *kvcpy_seg_enter(SegmentObject *s)
                      s->owner_pid, (long)getpid());
         return NULL;
     }
-    if (!s->seg)
+    /* `closing` and `seg` are written with the GIL held, as here: once
+     * close() has started, no call gets past this line. */
+    if (!s->seg || s->closing)
         return (kvc_segment *)closed_error();
-    if (pthread_rwlock_tryrdlock(&s->use) != 0) {
+    int rc = pthread_rwlock_tryrdlock(&s->use);
+    if (rc == EBUSY) {
         /* close() holds it: wait without the GIL (close needs it to finish) */
         Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_rdlock(&s->use);
+        rc = pthread_rwlock_rdlock(&s->use);
         Py_END_ALLOW_THREADS
     }
-    if (!s->seg) {
+    if (rc)
+        return (kvc_segment *)lock_error("pthread_rwlock_rdlock", rc);
+    if (!s->seg || s->closing) {
         pthread_rwlock_unlock(&s->use);
         return (kvc_segment *)closed_error();
     }
@@ -55,17 +70,27 @@ static PyObject *seg_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     SegmentObject *s = (SegmentObject *)type->tp_alloc(type, 0);
     if (!s)
         return NULL;
-    pthread_rwlock_init(&s->use, NULL);
+    int rc = pthread_rwlock_init(&s->use, NULL);
+    if (rc) {
+        Py_DECREF(s); /* lock_ready is 0: dealloc leaves the lock alone */
+        return lock_error("pthread_rwlock_init", rc);
+    }
+    s->lock_ready = 1;
     s->rank = -1;
     s->fork_gen = kvcpy_fork_gen;
     return (PyObject *)s;
 }
 
-/* Close the handle (GIL held on entry and exit). */
-static void seg_close_handle(SegmentObject *s)
+/* Close the handle (GIL held on entry and exit): 0, or -1 with an
+ * exception set when the lock failed (the handle is then left mapped, never
+ * freed under a call).  From the moment it starts no call enters (see
+ * kvcpy_seg_enter), so it waits only for the calls already inside, each
+ * bounded (lock timeout, wait slice), however many threads keep calling. */
+static int seg_close_handle(SegmentObject *s)
 {
     if (!s->seg)
-        return;
+        return 0;
+    s->closing = 1;
     if (s->fork_gen != kvcpy_fork_gen) {
         /* A fork child: the handle is the parent's; kvc_close only unmaps
          * it here (it leaves the parent's entries alone).  Its lock may
@@ -73,17 +98,24 @@ static void seg_close_handle(SegmentObject *s)
         kvc_segment *g = s->seg;
         s->seg = NULL;
         kvc_close(g);
-        return;
+        return 0;
     }
+    int rc;
     Py_BEGIN_ALLOW_THREADS
-    pthread_rwlock_wrlock(&s->use);
+    rc = pthread_rwlock_wrlock(&s->use);
     Py_END_ALLOW_THREADS
-    kvc_segment *g = s->seg;
+    if (rc) {
+        lock_error("pthread_rwlock_wrlock", rc);
+        return -1;
+    }
+    kvc_segment *g = s->seg; /* NULL when another thread's close() won */
     s->seg = NULL;
     Py_BEGIN_ALLOW_THREADS
-    kvc_close(g);
+    if (g)
+        kvc_close(g);
     pthread_rwlock_unlock(&s->use);
     Py_END_ALLOW_THREADS
+    return 0;
 }
 
 static void seg_dealloc(SegmentObject *s)
@@ -91,8 +123,10 @@ static void seg_dealloc(SegmentObject *s)
     PyObject_GC_UnTrack(s);
     if (s->weakrefs)
         PyObject_ClearWeakRefs((PyObject *)s);
-    seg_close_handle(s);
-    pthread_rwlock_destroy(&s->use);
+    if (seg_close_handle(s) < 0)
+        PyErr_WriteUnraisable((PyObject *)s); /* the lock stays: a call may hold it */
+    else if (s->lock_ready)
+        pthread_rwlock_destroy(&s->use);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -143,18 +177,10 @@ static int opt_u64(PyObject *o, const char *what, unsigned long long max, uint64
 {
     if (!o || o == Py_None)
         return 0;
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(o)->tp_name);
+    long long v;
+    if (!kvcpy_conv_range(o, 1, max > (unsigned long long)LLONG_MAX ? LLONG_MAX : (long long)max,
+                          what, "", &v))
         return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow || v < 1 || (unsigned long long)v > max) {
-        PyErr_Format(PyExc_ValueError, "%s must be in 1..%llu, not %R", what, max, o);
-        return -1;
-    }
     *out = (uint64_t)v;
     return 0;
 }
@@ -265,6 +291,7 @@ static int seg_init(SegmentObject *s, PyObject *args, PyObject *kw)
         return -1;
     }
     s->seg = g;
+    s->closing = 0; /* __init__ again after close() */
     s->fork_gen = kvcpy_fork_gen;
     s->owner_pid = (long)getpid();
     s->rank = o.rank;
@@ -275,14 +302,15 @@ static int seg_init(SegmentObject *s, PyObject *args, PyObject *kw)
 static PyObject *seg_close(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
-    seg_close_handle(s);
+    if (seg_close_handle(s) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *seg_enter_ctx(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
-    if (!s->seg)
+    if (!s->seg || s->closing)
         return closed_error();
     Py_INCREF(s);
     return (PyObject *)s;
@@ -291,7 +319,8 @@ static PyObject *seg_enter_ctx(SegmentObject *s, PyObject *unused)
 static PyObject *seg_exit_ctx(SegmentObject *s, PyObject *args)
 {
     (void)args;
-    seg_close_handle(s);
+    if (seg_close_handle(s) < 0)
+        return NULL;
     Py_RETURN_FALSE;
 }
 
@@ -350,36 +379,22 @@ static PyObject *seg_register(SegmentObject *s, PyObject *args, PyObject *kw)
     Py_buffer view;
     if (!sid || info_bytes(info, &view) < 0)
         return NULL;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
     uint64_t gen = 0;
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_role_register(g, role, rank, sid, view.buf, (size_t)view.len, &gen);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e, kvc_role_register(g, role, rank, sid, view.buf, (size_t)view.len, &gen));
     PyBuffer_Release(&view);
     if (e)
-        return kvcpy_raise(e, 0);
+        return kvcpy_fail(e);
     return PyLong_FromUnsignedLongLong(gen);
 }
 
 /* One lookup of rank into *ri (GIL released); raises on failure. */
 static int lookup(SegmentObject *s, uint32_t rank, kvc_rank_info *ri)
 {
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g)
-        return -1;
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_rank_lookup(g, rank, ri);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e, kvc_rank_lookup(g, rank, ri));
     if (e) {
-        kvcpy_raise(e, 0);
+        kvcpy_fail(e);
         return -1;
     }
     return 0;
@@ -393,16 +408,12 @@ static PyObject *lookup_kind(SegmentObject *s, PyObject *args, PyObject *kw, int
     const char *role = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z", kwlist, kvcpy_conv_rank, &rank, &role))
         return NULL;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g)
-        return NULL;
     kvc_rank_info ri = {0};
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kind ? kvc_parallelism_lookup(g, role, rank, &ri) : kvc_role_lookup(g, role, rank, &ri);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
-    PyObject *r = e ? kvcpy_raise(e, 0) : kvcpy_rankinfo_new(&ri, 1);
+    int e;
+    KVCPY_RUN(s, e,
+              kind ? kvc_parallelism_lookup(g, role, rank, &ri)
+                   : kvc_role_lookup(g, role, rank, &ri));
+    PyObject *r = e ? kvcpy_fail(e) : kvcpy_rankinfo_new(&ri, 1);
     kvc_rank_info_free(&ri);
     return r;
 }
@@ -429,35 +440,24 @@ static PyObject *seg_parallelism_register(SegmentObject *s, PyObject *args, PyOb
     Py_buffer view;
     if (info_bytes(cfg, &view) < 0)
         return NULL;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
     uint64_t gen = 0;
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_parallelism_register(g, role, rank, view.buf, (size_t)view.len, &gen);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e, kvc_parallelism_register(g, role, rank, view.buf, (size_t)view.len, &gen));
     PyBuffer_Release(&view);
     if (e)
-        return kvcpy_raise(e, 0);
+        return kvcpy_fail(e);
     return PyLong_FromUnsignedLongLong(gen);
 }
 
 static PyObject *seg_roles(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g)
-        return NULL;
     char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
     size_t n = 0;
-    kvc_err e = kvc_role_names(g, names, KVC_RANK_ROLES, &n);
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e, kvc_role_names(g, names, KVC_RANK_ROLES, &n));
     if (e)
-        return kvcpy_raise(e, 0);
+        return kvcpy_fail(e);
     PyObject *list = PyList_New(0);
     for (size_t i = 0; list && i < n && i < KVC_RANK_ROLES; i++) {
         PyObject *o = PyUnicode_FromString(names[i]);
@@ -496,19 +496,13 @@ static int wait_rank(SegmentObject *s, uint32_t rank, double timeout, kvc_rank_i
 {
     double deadline = timeout < 0 ? -1.0 : kvcpy_now() + timeout;
     for (;;) {
-        kvc_segment *g = kvcpy_seg_enter(s);
-        if (!g)
-            return -1;
         uint32_t ms = kvcpy_slice_ms(deadline);
-        kvc_err e;
-        Py_BEGIN_ALLOW_THREADS
-        e = kvc_rank_wait(g, rank, ms, ri);
-        Py_END_ALLOW_THREADS
-        kvcpy_seg_leave(s);
+        int e;
+        KVCPY_RUN(s, e, kvc_rank_wait(g, rank, ms, ri));
         if (e == KVC_OK)
             return 0;
         if (e != KVC_E_TIMEDOUT && e != KVC_E_NOENT && e != KVC_E_WITHDRAWN) {
-            kvcpy_raise(e, 0);
+            kvcpy_fail(e);
             return -1;
         }
         if (deadline >= 0 && kvcpy_now() >= deadline) {
@@ -539,9 +533,9 @@ static PyObject *seg_wait(SegmentObject *s, PyObject *args, PyObject *kw)
 /* A listing's entry: without its info (kvc_rank_list leaves it out). */
 static PyObject *listed_rank(const void *item) { return kvcpy_rankinfo_new(item, 0); }
 
-static PyObject *rank_list(kvc_rank_info *v, size_t n)
+static kvc_err list_ranks(kvc_segment *g, void *buf, size_t cap, size_t *count, const void *ctx)
 {
-    return kvcpy_list_of(v, n, sizeof *v, listed_rank);
+    return kvc_rank_list(g, buf, cap, count, *(const int *)ctx);
 }
 
 static PyObject *seg_ranks(SegmentObject *s, PyObject *args, PyObject *kw)
@@ -550,37 +544,7 @@ static PyObject *seg_ranks(SegmentObject *s, PyObject *args, PyObject *kw)
     int withdrawn = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &withdrawn))
         return NULL;
-    size_t cap = 64, count = 0;
-    kvc_rank_info *v = NULL;
-    for (;;) {
-        kvc_rank_info *nv = PyMem_Realloc(v, cap * sizeof *v);
-        if (!nv) {
-            PyMem_Free(v);
-            return PyErr_NoMemory();
-        }
-        v = nv;
-        memset(v, 0, cap * sizeof *v);
-        kvc_segment *g = kvcpy_seg_enter(s);
-        if (!g) {
-            PyMem_Free(v);
-            return NULL;
-        }
-        kvc_err e;
-        Py_BEGIN_ALLOW_THREADS
-        e = kvc_rank_list(g, v, cap, &count, withdrawn);
-        Py_END_ALLOW_THREADS
-        kvcpy_seg_leave(s);
-        if (e) {
-            PyMem_Free(v);
-            return kvcpy_raise(e, 0);
-        }
-        if (count <= cap)
-            break;
-        cap = count + 16;
-    }
-    PyObject *list = rank_list(v, count);
-    PyMem_Free(v);
-    return list;
+    return kvcpy_listing(s, list_ranks, &withdrawn, sizeof(kvc_rank_info), 64, listed_rank);
 }
 
 static PyObject *seg_withdraw(SegmentObject *s, PyObject *args, PyObject *kw)
@@ -591,16 +555,11 @@ static PyObject *seg_withdraw(SegmentObject *s, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z$z", kwlist, kvcpy_conv_rank, &rank, &note,
                                      &role))
         return NULL;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g)
-        return NULL;
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_role_withdraw(g, role, rank, note ? note : "withdrawn by Segment.withdraw()");
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e,
+              kvc_role_withdraw(g, role, rank, note ? note : "withdrawn by Segment.withdraw()"));
     if (e)
-        return kvcpy_raise(e, 0);
+        return kvcpy_fail(e);
     Py_RETURN_NONE;
 }
 
@@ -624,17 +583,13 @@ static PyObject *seg_wait_change(SegmentObject *s, PyObject *args, PyObject *kw)
         return NULL;
     double deadline = timeout < 0 ? -1.0 : kvcpy_now() + timeout;
     for (;;) {
-        kvc_segment *g = kvcpy_seg_enter(s);
-        if (!g)
-            return NULL;
         uint32_t ms = kvcpy_slice_ms(deadline);
-        kvc_err e;
-        Py_BEGIN_ALLOW_THREADS
-        e = kvc_rank_wait_change(g, (uint32_t)seen, ms);
-        Py_END_ALLOW_THREADS
-        kvcpy_seg_leave(s);
+        int e;
+        KVCPY_RUN(s, e, kvc_rank_wait_change(g, (uint32_t)seen, ms));
         if (e == KVC_OK)
             Py_RETURN_TRUE;
+        if (e != KVC_E_TIMEDOUT)
+            return kvcpy_fail(e);
         if (deadline >= 0 && kvcpy_now() >= deadline)
             Py_RETURN_FALSE;
         if (PyErr_CheckSignals() < 0)
@@ -655,14 +610,11 @@ static int set_item(PyObject *d, const char *k, PyObject *v)
 static PyObject *seg_stat(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g)
-        return NULL;
     kvc_segment_info si;
-    kvc_err e = kvc_segment_stat(g, &si);
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(s, e, kvc_segment_stat(g, &si));
     if (e)
-        return kvcpy_raise(e, 0);
+        return kvcpy_fail(e);
     PyObject *d = PyDict_New();
     int ok = d != NULL;
     SET_U(d, "layout_version", si.layout_version);
@@ -714,8 +666,7 @@ static PyObject *get_rank(SegmentObject *s, void *c)
 static PyObject *get_role(SegmentObject *s, void *c)
 {
     (void)c;
-    static const char *names[] = {"none", "worker", "daemon", "client"};
-    return PyUnicode_FromString((unsigned)s->role < 4 ? names[s->role] : "none");
+    return PyUnicode_FromString(kvc_role_name(s->role));
 }
 
 static PyObject *get_forked(SegmentObject *s, void *c)
@@ -740,10 +691,14 @@ static PyGetSetDef seg_getset[] = {
 static PyMethodDef seg_methods[] = {
     {"close", (PyCFunction)seg_close, METH_NOARGS,
      "close() -> None\n\nDetach: on a worker's last handle its ranks are withdrawn, and rooms "
-     "this process opened and did not release fail.  Waits for calls in progress in other "
-     "threads (at most their timeout).  Idempotent.  In a fork child only unmaps the "
-     "parent's handle.  Never raises."},
-    {"__enter__", (PyCFunction)seg_enter_ctx, METH_NOARGS, "Return self (ValueError if closed)."},
+     "this process opened and did not release fail.  From the moment it starts, every new "
+     "call on this Segment (any thread) raises SegmentClosedError; it waits only for the "
+     "calls already in progress (each at most the lock timeout or one 0.2 s slice of a "
+     "wait), however many threads keep calling.  Idempotent.  In a fork child only unmaps "
+     "the parent's handle.  Raises kvcoord.Error only if its pthread lock fails (never "
+     "seen; the handle then stays mapped)."},
+    {"__enter__", (PyCFunction)seg_enter_ctx, METH_NOARGS,
+     "Return self (SegmentClosedError, a ValueError, if closed)."},
     {"__exit__", (PyCFunction)seg_exit_ctx, METH_VARARGS, "close()."},
     {"register", KW seg_register, METH_VARARGS | METH_KEYWORDS,
      "register(rank, session_id, weights_info_dict, *, role=None) -> int\n\nPublish rank's "
