@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 6u
+#define KVC_LAYOUT_VERSION 7u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -82,8 +82,10 @@ typedef enum kvc_err {
                                   (held by a live, stuck process) */
     KVC_E_NOTRECOVERABLE = 12, /* a mutex is ENOTRECOVERABLE (should never happen:
                                   reported, never spun on) */
-    KVC_E_EXISTS = 13          /* a live segment is in the way: another layout version,
+    KVC_E_EXISTS = 13,         /* a live segment is in the way: another layout version,
                                   or (KVC_OPEN_FRESH) one whose creator runs */
+    KVC_E_PEER = 14            /* a collective's peer died or left the segment: the
+                                  message names its rank and pid (kvc_allreduce_min) */
 } kvc_err;
 
 /* Short fixed description of an error code (static storage, never NULL;
@@ -736,6 +738,88 @@ kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, si
  * many were written (<= cap).
  * Errors: KVC_E_INVAL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap, size_t *count);
+
+/* ---- Collectives ------------------------------------------------------ */
+
+/* Groups that can exist at once in a segment.  A group comes into being at
+ * its first call and takes a slot until every member process has died or
+ * left the segment (closed its handle); then the slot is reclaimed by the
+ * next new group that needs one. */
+#define KVC_COLL_GROUPS 32
+
+/* Largest group: ranks 0..KVC_COLL_MAX_SIZE-1. */
+#define KVC_COLL_MAX_SIZE 64
+
+/* Bytes reduced per round: a longer vector is reduced in rounds of this
+ * many bytes (ceil(len / KVC_COLL_CHUNK) rounds, one for len 0), each a
+ * generation of the group. */
+#define KVC_COLL_CHUNK 512
+
+/* Why a collective call failed, for callers that need more than the
+ * message (the Python binding's CollectiveError.ranks / .dead). */
+typedef struct kvc_coll_failure {
+    uint64_t group;      /* the group id */
+    uint64_t generation; /* the group's generation (round) that failed */
+    uint64_t ranks;      /* bit r set: rank r died or left (dead), or did not
+                            arrive in time (not dead) */
+    int dead;            /* 1: the ranks died or left; 0: they did not arrive */
+    int32_t pid;         /* the pid of the lowest rank in ranks, 0 if unknown */
+    uint32_t timeout_ms; /* the timeout that ran out (not dead) */
+} kvc_coll_failure;
+
+/* Element-wise MIN all-reduce of a uint8 vector over the `size` ranks of
+ * group `group` (any id the ranks agree on) in this segment: every rank
+ * 0..size-1 calls it with its own vec of len bytes, and on KVC_OK each
+ * rank's vec holds, for every i, the minimum of vec[i] over all ranks'
+ * vectors of the same call.  Calls are matched by generation: the group
+ * counts each member's calls (rounds), and the k-th call of every rank
+ * reduces together.  The call returns once every rank arrived (or on
+ * failure): it spins briefly, then sleeps on a shared futex in the segment
+ * (no lock is held while waiting; the procs lock is taken only the first
+ * time a process calls as a rank of a group, and to create a group).
+ * timeout_ms: how long to wait for the others, CLOCK_MONOTONIC.
+ *
+ * The first call of a group id creates the group with that size.  One
+ * process (pid and start time, as the process table records it) holds each
+ * rank; threads of that process may call as different ranks at once, but
+ * not as the same rank.  A rank whose process died or left the segment is
+ * taken over by the next process that calls as it (any round then in
+ * progress fails, naming it).  The handle must be recorded in the process
+ * table (opened with a role other than KVC_ROLE_NONE) and used by the
+ * process that opened it.
+ *
+ * Failure (every rank of the failed call gets it, and each later call
+ * works again: the group goes on with its next generation; a rank that
+ * arrives at a generation its peers gave up fails at once with their
+ * reason and then resynchronises on the group's current generation):
+ *  - KVC_E_PEER: a member died or left before the round completed:
+ *    "rank 3 of group 0x2a died (pid 1234, killed by signal 9 (Killed))";
+ *    noticed within about 5 ms of waiting (at once while kvcoordd's process
+ *    watch beats).  Later calls fail the same way until a process takes the
+ *    rank over.
+ *  - KVC_E_TIMEDOUT: a member did not arrive within the timeout of a rank
+ *    that waited for it: "rank 3 of group 0x2a did not arrive within 30000
+ *    ms (generation 17)".
+ *  - KVC_E_INVAL: NULL seg, or vec NULL with len > 0; size 0 or above
+ *    KVC_COLL_MAX_SIZE; rank >= size; size differing from the group's
+ *    ("size 4 differs from group 0x2a's size 8"); a len or size differing
+ *    between the ranks of one call (every rank of the call gets it, naming
+ *    both: "rank 2 called with len 32, rank 0 with len 64"); the rank
+ *    held by another live process; a handle without a process table entry
+ *    or inherited across fork().
+ *  - KVC_E_FULL: KVC_COLL_GROUPS groups with a live member exist.
+ *  - KVC_E_BUSY, KVC_E_NOTRECOVERABLE: the procs lock (first call only).
+ * On failure vec is unchanged when len <= KVC_COLL_CHUNK; a longer one
+ * holds the MIN in the chunks whose rounds completed.  A process SIGKILLed at any point of a
+ * call leaves the group and the other groups usable (the others' round
+ * fails naming it, as above).  Thread-safe. */
+kvc_err kvc_allreduce_min(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                          uint8_t *vec, size_t len, uint32_t timeout_ms);
+
+/* kvc_allreduce_min(), and on KVC_E_PEER or KVC_E_TIMEDOUT *why (may be
+ * NULL) says which ranks and how; on any other result *why is zeroed. */
+kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                             uint8_t *vec, size_t len, uint32_t timeout_ms, kvc_coll_failure *why);
 
 /* ---- Attached processes -------------------------------------------- */
 

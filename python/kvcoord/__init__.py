@@ -22,7 +22,9 @@ room, TimeoutError (WaitTimeoutError) for waits, ValueError
 message, FileNotFoundError (SegmentNotFoundError) when no segment exists,
 FullError when a table of the segment is full (process table, rooms, arena),
 kvcoord.Error (``.code`` = the kvc_err code) for the rest.  All of them but
-TypeError and plain ValueError derive from kvcoord.Error.
+TypeError and plain ValueError derive from kvcoord.Error.  Segment.allreduce_min
+(the node's shared-memory MIN all-reduce) raises CollectiveError when a rank of
+the group died, left or did not arrive in time (.ranks, .dead).
 
 Threads: a Segment may be used by several threads at once; every call that
 can block runs with the GIL released.  Once close() starts, new calls raise
@@ -51,6 +53,9 @@ from ._kvcoord import (
     ROOM_MAX_PARTICIPANTS,
     SESSION_ID_MAX,
     VERSION,
+    COLL_GROUPS,
+    COLL_MAX_SIZE,
+    CollectiveError,
     Error,
     FailureInfo,
     ForkedSegmentError,
@@ -78,7 +83,7 @@ __all__ = [
     "ProcInfo", "transfer_error",
     "Error", "NotFoundError", "WithdrawnError", "InvalidArgumentError", "WaitTimeoutError",
     "SegmentNotFoundError", "SegmentClosedError", "ForkedSegmentError", "FullError",
-    "name_for_port", "name_check", "unlink",
+    "CollectiveError", "COLL_GROUPS", "COLL_MAX_SIZE", "name_for_port", "name_check", "unlink",
     "strerror", "wait_status_text", "UNKNOWN_REASON", "VERSION", "LAYOUT_VERSION",
     "DEFAULT_PORT", "DEFAULT_ROLE", "RANK_ROLES",
 ]

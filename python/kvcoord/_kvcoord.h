@@ -4,7 +4,8 @@
  *
  * Files: _module.c (module, exceptions, argument conversion, fork rule),
  * _segment.c (the Segment type: open/close and the rank table), _rankinfo.c
- * (RankInfo objects), _rooms.c (rooms, failure records, processes).
+ * (RankInfo objects), _rooms.c (rooms, failure records, processes),
+ * _collective.c (the all-reduce and CollectiveError).
  *
  * Every call that can block (locks, futex waits, /proc reads) runs with the
  * GIL released, inside seg_enter()/seg_leave() (KVCPY_RUN), which keep
@@ -53,6 +54,7 @@ extern PyObject *kvcpy_SegmentNotFoundError; /* (Error, FileNotFoundError) */
 extern PyObject *kvcpy_ForkedError;          /* (Error): a Segment used across fork() */
 extern PyObject *kvcpy_FullError;            /* (Error): KVC_E_FULL, a table is full */
 extern PyObject *kvcpy_ClosedError;          /* (Error, ValueError): a closed Segment */
+extern PyObject *kvcpy_CollectiveError;      /* (Error): a collective's peer died / was late */
 
 /* Bumped in the child by a pthread_atfork handler. */
 extern volatile unsigned long kvcpy_fork_gen;
@@ -174,5 +176,12 @@ extern const char kvcpy_doc_room_open[], kvcpy_doc_room_set_state[], kvcpy_doc_r
     kvcpy_doc_room_sweep[];
 
 int kvcpy_rooms_init_types(void); /* struct sequence types; -1 on error */
+
+/* Collectives (_collective.c): Segment.allreduce_min and its docstring;
+ * kvcpy_collective_init creates CollectiveError and adds it to module m
+ * (-1 with an exception set on error). */
+PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw);
+extern const char kvcpy_doc_allreduce_min[];
+int kvcpy_collective_init(PyObject *m);
 
 #endif

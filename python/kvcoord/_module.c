@@ -434,6 +434,8 @@ static int add_constants(PyObject *m)
                    PyModule_AddIntConstant(m, "FAILURE_RING", KVC_FAILURE_RING) ||
                    PyModule_AddIntConstant(m, "ORIGIN_RANK_NONE", (long)KVC_ORIGIN_RANK_NONE) ||
                    PyModule_AddIntConstant(m, "RANK_ROLES", KVC_RANK_ROLES) ||
+                   PyModule_AddIntConstant(m, "COLL_GROUPS", KVC_COLL_GROUPS) ||
+                   PyModule_AddIntConstant(m, "COLL_MAX_SIZE", KVC_COLL_MAX_SIZE) ||
                    PyModule_AddStringConstant(m, "DEFAULT_ROLE", KVC_DEFAULT_ROLE)
                ? -1
                : 0; /* each returns -1 on failure */
@@ -452,7 +454,7 @@ PyMODINIT_FUNC PyInit__kvcoord(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (add_errors(m) < 0 || add_constants(m) < 0 ||
+    if (add_errors(m) < 0 || kvcpy_collective_init(m) < 0 || add_constants(m) < 0 ||
         PyModule_AddObjectRef(m, "Segment", (PyObject *)&kvcpy_SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "RankInfo", (PyObject *)&kvcpy_RankInfoType) < 0 ||
         PyModule_AddObjectRef(m, "RoomInfo", (PyObject *)&kvcpy_RoomInfoType) < 0 ||

@@ -769,6 +769,8 @@ static PyMethodDef seg_methods[] = {
     {"procs", (PyCFunction)kvcpy_procs, METH_NOARGS, kvcpy_doc_procs},
     {"reap_dead", (PyCFunction)kvcpy_reap_dead, METH_NOARGS, kvcpy_doc_reap_dead},
     {"room_sweep", (PyCFunction)kvcpy_room_sweep, METH_NOARGS, kvcpy_doc_room_sweep},
+    {"allreduce_min", KW kvcpy_allreduce_min, METH_VARARGS | METH_KEYWORDS,
+     kvcpy_doc_allreduce_min},
     {NULL, NULL, 0, NULL}};
 
 static int seg_type_init(void)

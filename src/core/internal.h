@@ -36,6 +36,7 @@ struct kvc_segment {
     kvc_room_stripe *stripes;
     kvc_room *rooms;
     kvc_failure_slot *failures;
+    kvc_coll_group *coll; /* KVC_COLL_GROUPS collective groups (collective.c) */
     _Atomic uint64_t *bitmap;
     unsigned char *arena;
     int32_t proc_slot; /* our process table entry, -1 if none */

@@ -5,7 +5,7 @@
  *
  *   [kvc_header | kvc_rank_entry x max_ranks x KVC_RANK_TABLES | kvc_proc x max_procs |
  *    kvc_room_stripe x KVC_ROOM_STRIPES | kvc_room x room_slots |
- *    kvc_failure_slot x KVC_FAILURE_RING |
+ *    kvc_failure_slot x KVC_FAILURE_RING | kvc_coll_group x KVC_COLL_GROUPS |
  *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
  *
  * Any change here must bump KVC_LAYOUT_VERSION (kvcoord.h); the header also
@@ -200,6 +200,70 @@ typedef struct kvc_room_stripe {
     kvc_undo undo;
 } __attribute__((aligned(64))) kvc_room_stripe;
 
+/* ---- collectives (collective.c) ---- */
+
+/* A collective group's round word packs, so that one CAS decides a round:
+ * bits 0..6 the ranks that arrived at the round, bit 7 aborted, bits 8..13
+ * the rank whose abort won, bit 14 / bits 15..20 the same two for the
+ * previous round (kept when the next round opens, for a waiter that wakes
+ * late), bits 21..63 the round's generation (mod 2^43). */
+#define KVC_COLL_COUNT_MASK 0x7full
+#define KVC_COLL_ABORTED (1ull << 7)
+#define KVC_COLL_ABORTER_SHIFT 8
+#define KVC_COLL_PREV_ABORTED (1ull << 14)
+#define KVC_COLL_PREV_ABORTER_SHIFT 15
+#define KVC_COLL_GEN_SHIFT 21
+#define KVC_COLL_GEN_MASK ((1ull << 43) - 1)
+
+/* One round's contribution of a member: written by the member only, before
+ * it publishes seq = 2g + 1; double-buffered by the generation's parity,
+ * and rewritten (generation g + 2) only once no member is still inside
+ * generation g. */
+typedef struct kvc_coll_part {
+    uint64_t len; /* the whole call's len, bytes (in every round of the call) */
+    unsigned char data[KVC_COLL_CHUNK];
+} kvc_coll_part;
+
+/* A member: rank r of the group.  owner = (process table gen << 32) |
+ * (process table slot + 1), 0 = never claimed; claimed under the procs lock.
+ * seq, written only by the owner: 2g + 1 from the moment it published its
+ * part for generation g until it is done with it, then 2g + 2.  The note is
+ * the reason the member gives when it aborts a round: written (note_gen
+ * UINT64_MAX while writing, then the round's generation) before its abort
+ * CAS, read under that check. */
+typedef struct kvc_coll_member {
+    _Atomic uint64_t owner;
+    _Atomic uint64_t seq;
+    _Atomic int32_t pid;    /* the owner's pid, for messages */
+    _Atomic uint32_t drain; /* 1: its last round did not complete; check peers first */
+    _Atomic uint64_t note_gen;
+    uint64_t note_ranks;   /* bit r: rank r died/left (dead) or did not arrive */
+    uint32_t note_dead;    /* 1: died or left; 0: did not arrive in time */
+    int32_t note_pid;      /* pid of the lowest rank named, 0 if unknown */
+    uint32_t note_timeout; /* ms, when not dead */
+    uint32_t pad;
+    char note_how[160]; /* "died (pid 12, killed by signal 9 (Killed))", ... */
+    kvc_coll_part part[2];
+} __attribute__((aligned(64))) kvc_coll_member;
+
+enum { KVC_COLL_FREE = 0, KVC_COLL_CLAIMING = 1, KVC_COLL_READY = 2 };
+
+/* A group slot.  state = (incarnation << 2) | KVC_COLL_*: set to CLAIMING,
+ * filled and made READY under the procs lock (a CLAIMING slot seen under it
+ * is a dead claimer's: free); looked up without a lock.  round is the futex
+ * word (its low half changes at every transition); waiters counts sleepers. */
+typedef struct kvc_coll_group {
+    _Atomic uint64_t state;
+    uint64_t id;
+    uint32_t size;
+    uint32_t pad;
+    uint64_t created_ns;
+    _Atomic uint64_t round __attribute__((aligned(64)));
+    _Atomic uint32_t waiters;
+    uint32_t pad2[13];
+    kvc_coll_member member[KVC_COLL_MAX_SIZE];
+} __attribute__((aligned(64))) kvc_coll_group;
+
 typedef struct kvc_header {
     /* Prefix kept identical in every layout version, so that any build can
      * name the other's version and tell whether its creator still runs. */
@@ -254,6 +318,9 @@ typedef struct kvc_header {
     uint64_t failures_off;           /* ring of KVC_FAILURE_RING kvc_failure_slot */
     _Atomic uint64_t failures_total; /* ring appends claimed, ever */
     uint32_t pad5[2];
+    uint64_t coll_off;        /* KVC_COLL_GROUPS kvc_coll_group */
+    uint32_t coll_group_size; /* sizeof(kvc_coll_group) */
+    uint32_t coll_pad;
     /* The process watcher (kvcoordd): while its beat (CLOCK_MONOTONIC ns)
      * is fresh, the process table's dead marks are trusted for liveness. */
     _Atomic int32_t watch_pid;

@@ -1,0 +1,688 @@
+/*
+ * collective.c - kvc_allreduce_min(): a generation-counted MIN all-reduce
+ * over the members of a group, in the segment.
+ *
+ * A group (layout.h: kvc_coll_group) has one member per rank and one round
+ * word.  A call is one round per KVC_COLL_CHUNK bytes; in round g, rank r:
+ *  1. (only when its previous round did not complete) waits until no member
+ *     is still inside generation g - 2, whose buffers it is about to reuse;
+ *  2. writes its chunk into its part[g & 1] and publishes seq = 2g + 1;
+ *  3. arrives: one CAS on the round word, which either counts it in round g
+ *     (opening g first when the word still holds g - 1, decided) or finds g
+ *     aborted or passed (then the call fails at once with its peers' reason);
+ *  4. waits, spinning briefly then on a futex on the word's low half, until
+ *     the round is decided: all `size` arrived, or some rank aborted it with
+ *     one CAS - after it saw a member dead, or its timeout ran out - having
+ *     written its reason (the member's note) first;
+ *  5. on completion reads every member's part[g & 1] and takes the MIN, then
+ *     publishes seq = 2g + 2.
+ * The round word moves to g + 1 only once g is decided, and to g + 2 only
+ * after the opener checked (step 1) that nobody is inside g: so a waiter
+ * always finds its round's outcome in the word (the previous-round bits
+ * once g + 1 opened), and a member's part is never rewritten while read.
+ * Every step is a single store or CAS by the process that owns the member:
+ * a process killed anywhere leaves a state the others read correctly.
+ *
+ * Group slots are created, and members first claimed, under the procs lock
+ * (rare; the lock's holder is the only claimer, so a CLAIMING slot it finds
+ * is a dead claimer's leftover); the rounds take no lock.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Spin this long for the round to complete before sleeping on the futex:
+ * long enough to catch a peer on another core, short enough not to take
+ * the CPU from peers when ranks outnumber cores. */
+#define SPIN_NS 20000ull
+/* While waiting, read /proc for the members' liveness first after this
+ * long and then this often (the process table's dead marks, which need no
+ * system call, are read at every wake-up). */
+#define LIVENESS_FIRST_MS 5u
+#define LIVENESS_EVERY_MS 10u
+/* A drain wait (step 1) polls this often, ms. */
+#define DRAIN_POLL_MS 1u
+
+#define GEN_MASK KVC_COLL_GEN_MASK
+
+static inline uint64_t w_gen(uint64_t w) { return w >> KVC_COLL_GEN_SHIFT; }
+static inline uint32_t w_count(uint64_t w) { return (uint32_t)(w & KVC_COLL_COUNT_MASK); }
+static inline uint32_t w_aborter(uint64_t w)
+{
+    return (uint32_t)(w >> KVC_COLL_ABORTER_SHIFT) & 63;
+}
+static inline uint32_t w_prev_aborter(uint64_t w)
+{
+    return (uint32_t)(w >> KVC_COLL_PREV_ABORTER_SHIFT) & 63;
+}
+static inline uint64_t gen_add(uint64_t g, uint64_t d) { return (g + d) & GEN_MASK; }
+/* How far the word's generation is ahead of g (mod 2^43): 0 same, 1 next,
+ * GEN_MASK one behind. */
+static inline uint64_t w_ahead(uint64_t w, uint64_t g) { return (w_gen(w) - g) & GEN_MASK; }
+static inline bool w_decided(uint64_t w, uint32_t size)
+{
+    return (w & KVC_COLL_ABORTED) || w_count(w) >= size;
+}
+
+/* The futex word: the round word's low half, which every transition changes
+ * (count, abort bit, or the low bits of the generation). */
+static _Atomic uint32_t *round_futex(kvc_coll_group *g)
+{
+    unsigned char *p = (unsigned char *)&g->round;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    p += 4;
+#endif
+    return (_Atomic uint32_t *)(void *)p;
+}
+
+static void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* ---- identity and liveness --------------------------------------------- */
+
+static uint64_t my_owner(kvc_segment *seg)
+{
+    kvc_proc *p = &seg->procs[seg->proc_slot];
+    return ((uint64_t)atomic_load(&p->gen) << 32) | (uint32_t)(seg->proc_slot + 1);
+}
+
+static bool watcher_beats(kvc_segment *seg)
+{
+    const kvc_header *h = seg->hdr;
+    uint64_t beat = atomic_load_explicit(&h->watch_beat_mono, memory_order_acquire);
+    return beat && atomic_load_explicit(&h->watch_pid, memory_order_relaxed) &&
+           kvc__mono_ns() < beat + (uint64_t)KVC__WATCH_STALE_MS * 1000000ull;
+}
+
+/* Whether the process that claimed a member (owner word) still holds its
+ * process table entry and runs: true, or false with what happened to it in
+ * what ("died (pid 12, killed by signal 9 (Killed))", "left (pid 12 closed
+ * its segment handle)").  Without read_proc only the table's marks are
+ * read (no system call); with it, /proc too unless a watcher beats (its
+ * marks are then trusted, as for rooms). */
+static bool owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, bool read_proc,
+                        char *what, size_t cap)
+{
+    uint32_t slot = (uint32_t)owner - 1, gen = (uint32_t)(owner >> 32);
+    if ((uint32_t)owner == 0 || slot >= seg->hdr->max_procs) {
+        snprintf(what, cap, "left (no process table entry)");
+        return false;
+    }
+    kvc_proc *p = &seg->procs[slot];
+    int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+    bool same = atomic_load_explicit(&p->gen, memory_order_acquire) == gen;
+    if (same && atomic_load_explicit(&p->dead, memory_order_acquire)) {
+        char how[KVC_HOW_MAX + 1];
+        snprintf(how, sizeof how, "%s", p->how);
+        snprintf(what, cap, "died (pid %d, %s)", (int)known_pid, how);
+        return false;
+    }
+    if (!same || pid == 0) {
+        snprintf(what, cap, "left (pid %d closed its segment handle or was reaped)",
+                 (int)known_pid);
+        return false;
+    }
+    if (!read_proc || watcher_beats(seg) || kvc__proc_alive(pid, p->start))
+        return true;
+    char how[KVC_HOW_MAX + 1];
+    kvc__proc_how(pid, how, sizeof how);
+    snprintf(what, cap, "died (pid %d, %s)", (int)pid, how);
+    return false;
+}
+
+/* ---- group slots -------------------------------------------------------- */
+
+static uint32_t group_home(uint64_t id) { return (uint32_t)(kvc__room_hash(id) % KVC_COLL_GROUPS); }
+
+/* The READY slot of group id, or NULL (no lock: the state is re-read
+ * around the id, so a slot being re-claimed is never matched). */
+static kvc_coll_group *find_group(kvc_segment *seg, uint64_t id)
+{
+    uint32_t h = group_home(id);
+    for (uint32_t i = 0; i < KVC_COLL_GROUPS; i++) {
+        kvc_coll_group *g = &seg->coll[(h + i) % KVC_COLL_GROUPS];
+        uint64_t st = atomic_load_explicit(&g->state, memory_order_acquire);
+        if ((st & 3) != KVC_COLL_READY)
+            continue;
+        uint64_t gid = __atomic_load_n(&g->id, __ATOMIC_RELAXED);
+        atomic_thread_fence(memory_order_acquire);
+        if (gid == id && atomic_load_explicit(&g->state, memory_order_relaxed) == st)
+            return g;
+    }
+    return NULL;
+}
+
+/* A READY slot none of whose claimed members lives (procs lock held). */
+static bool reclaimable(kvc_segment *seg, kvc_coll_group *g)
+{
+    char what[160];
+    for (uint32_t r = 0; r < g->size && r < KVC_COLL_MAX_SIZE; r++) {
+        uint64_t o = atomic_load(&g->member[r].owner);
+        if (o && owner_alive(seg, o, atomic_load(&g->member[r].pid), true, what, sizeof what))
+            return false;
+    }
+    return true;
+}
+
+/* Make a slot for group id (procs lock held): a free one, a dead claimer's,
+ * else one whose members are all gone.  NULL when all are in use. */
+static kvc_coll_group *new_group(kvc_segment *seg, uint64_t id, uint32_t size)
+{
+    uint32_t h = group_home(id);
+    kvc_coll_group *pick = NULL;
+    for (uint32_t i = 0; i < KVC_COLL_GROUPS && !pick; i++) {
+        kvc_coll_group *g = &seg->coll[(h + i) % KVC_COLL_GROUPS];
+        if ((atomic_load(&g->state) & 3) != KVC_COLL_READY)
+            pick = g;
+    }
+    for (uint32_t i = 0; i < KVC_COLL_GROUPS && !pick; i++) {
+        kvc_coll_group *g = &seg->coll[(h + i) % KVC_COLL_GROUPS];
+        if (reclaimable(seg, g))
+            pick = g;
+    }
+    if (!pick)
+        return NULL;
+    uint64_t inc = (atomic_load(&pick->state) >> 2) + 1;
+    atomic_store(&pick->state, inc << 2 | KVC_COLL_CLAIMING);
+    memset(pick->member, 0, sizeof pick->member);
+    atomic_store(&pick->round, 0);
+    atomic_store(&pick->waiters, 0);
+    pick->id = id;
+    pick->size = size;
+    pick->created_ns = kvc__now_ns();
+    KVC_INJECT("coll.claiming");
+    atomic_store_explicit(&pick->state, inc << 2 | KVC_COLL_READY, memory_order_release);
+    return pick;
+}
+
+/* ---- abort notes -------------------------------------------------------- */
+
+typedef struct note {
+    uint64_t ranks;
+    uint32_t dead;
+    int32_t pid;
+    uint32_t timeout_ms;
+    char what[160];
+} note;
+
+static void note_write(kvc_coll_member *m, uint64_t gen, const note *n)
+{
+    atomic_store(&m->note_gen, UINT64_MAX);
+    m->note_ranks = n->ranks;
+    m->note_dead = n->dead;
+    m->note_pid = n->pid;
+    m->note_timeout = n->timeout_ms;
+    snprintf(m->note_how, sizeof m->note_how, "%s", n->what);
+    atomic_store_explicit(&m->note_gen, gen, memory_order_release);
+}
+
+static bool note_read(kvc_coll_member *m, uint64_t gen, note *n)
+{
+    if (atomic_load_explicit(&m->note_gen, memory_order_acquire) != gen)
+        return false;
+    n->ranks = m->note_ranks;
+    n->dead = m->note_dead;
+    n->pid = m->note_pid;
+    n->timeout_ms = m->note_timeout;
+    memcpy(n->what, m->note_how, sizeof n->what);
+    n->what[sizeof n->what - 1] = '\0';
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&m->note_gen, memory_order_relaxed) == gen;
+}
+
+/* "3" or "3, 5, 7" (at most the first 8, then "..."). */
+static void rank_list(uint64_t ranks, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int shown = 0;
+    buf[0] = '\0';
+    for (uint32_t r = 0; r < 64 && n < cap; r++) {
+        if (!(ranks >> r & 1))
+            continue;
+        if (shown == 8) {
+            snprintf(buf + n, cap - n, ", ...");
+            break;
+        }
+        int k = snprintf(buf + n, cap - n, "%s%u", shown ? ", " : "", r);
+        if (k < 0)
+            break;
+        n += (size_t)k;
+        shown++;
+    }
+}
+
+static int lowest(uint64_t ranks) { return ranks ? __builtin_ctzll(ranks) : -1; }
+
+/* The error of a round given up with reason n (NULL: unknown), late: this
+ * rank arrived after its peers gave up. */
+static kvc_err fail_round(uint64_t group, uint64_t gen, uint32_t rank, const note *n, bool late,
+                          kvc_coll_failure *why)
+{
+    const char *tail = late ? "; this rank arrived after its peers gave up the call" : "";
+    if (!n) {
+        if (why) {
+            why->group = group;
+            why->generation = gen;
+            why->ranks = 1ull << rank;
+        }
+        return kvc__fail(KVC_E_TIMEDOUT,
+                         "generation %llu of group 0x%llx went on without rank %u: it arrived "
+                         "after its peers gave up the call",
+                         (unsigned long long)gen, (unsigned long long)group, rank);
+    }
+    if (why) {
+        why->group = group;
+        why->generation = gen;
+        why->ranks = n->ranks;
+        why->dead = (int)n->dead;
+        why->pid = n->pid;
+        why->timeout_ms = n->dead ? 0 : n->timeout_ms;
+    }
+    char list[64];
+    rank_list(n->ranks, list, sizeof list);
+    bool many = n->ranks & (n->ranks - 1);
+    if (n->dead) {
+        if (!many)
+            return kvc__fail(KVC_E_PEER, "rank %s of group 0x%llx %s (generation %llu)%s", list,
+                             (unsigned long long)group, n->what, (unsigned long long)gen, tail);
+        return kvc__fail(KVC_E_PEER,
+                         "ranks %s of group 0x%llx died or left (rank %d %s; generation %llu)%s",
+                         list, (unsigned long long)group, lowest(n->ranks), n->what,
+                         (unsigned long long)gen, tail);
+    }
+    return kvc__fail(KVC_E_TIMEDOUT,
+                     "rank%s %s of group 0x%llx did not arrive within %u ms "
+                     "(generation %llu)%s",
+                     many ? "s" : "", list, (unsigned long long)group, n->timeout_ms,
+                     (unsigned long long)gen, tail);
+}
+
+/* The outcome of round gen as word w records it (w decided for gen, or
+ * one round ahead): 0 completed, else 1 + the rank whose abort won. */
+static uint32_t outcome(uint64_t w, uint64_t gen)
+{
+    if (w_ahead(w, gen) == 0)
+        return (w & KVC_COLL_ABORTED) ? 1 + w_aborter(w) : 0;
+    if (w_ahead(w, gen) == 1)
+        return (w & KVC_COLL_PREV_ABORTED) ? 1 + w_prev_aborter(w) : 0;
+    return 1 + 64; /* further: cannot happen (see the top); unknown reason */
+}
+
+static kvc_err fail_from(kvc_coll_group *g, uint64_t gen, uint32_t rank, uint32_t out, bool late,
+                         kvc_coll_failure *why)
+{
+    note n;
+    if (out >= 1 && out <= KVC_COLL_MAX_SIZE && note_read(&g->member[out - 1], gen, &n))
+        return fail_round(g->id, gen, rank, &n, late, why);
+    return fail_round(g->id, gen, rank, NULL, late, why);
+}
+
+static void wake(kvc_coll_group *g)
+{
+    if (atomic_load(&g->waiters))
+        kvc__futex_wake_all(round_futex(g));
+}
+
+/* Abort round gen (word w undecided) as rank, with reason n: note first,
+ * then the CAS.  Returns the word after (decided by someone on success). */
+static uint64_t try_abort(kvc_coll_group *g, uint32_t rank, uint64_t gen, uint64_t w, const note *n)
+{
+    note_write(&g->member[rank], gen, n);
+    uint64_t nw = w | KVC_COLL_ABORTED | (uint64_t)rank << KVC_COLL_ABORTER_SHIFT;
+    if (atomic_compare_exchange_strong(&g->round, &w, nw)) {
+        wake(g);
+        return nw;
+    }
+    return w;
+}
+
+/* ---- joining ------------------------------------------------------------ */
+
+/* The seq a member starts from when it is claimed: the round in progress,
+ * or the next one when the current is decided. */
+static uint64_t start_seq(kvc_coll_group *g)
+{
+    uint64_t w = atomic_load(&g->round);
+    uint64_t gen = w_decided(w, g->size) ? gen_add(w_gen(w), 1) : w_gen(w);
+    return 2 * gen;
+}
+
+/* Find or create group id and claim member rank for this process (procs
+ * lock taken). */
+static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank, uint64_t me,
+                    kvc_coll_group **out)
+{
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
+    if (e)
+        return e;
+    kvc_coll_group *g = find_group(seg, id);
+    if (!g && !(g = new_group(seg, id, size))) {
+        kvc__unlock(seg, KVC_LOCK_PROCS);
+        return kvc__fail(KVC_E_FULL,
+                         "kvc_allreduce_min: segment %s already has %d collective groups with a "
+                         "live member (a group's slot is reclaimed once all its members died "
+                         "or left)",
+                         seg->name, KVC_COLL_GROUPS);
+    }
+    if (g->size != size) {
+        kvc__unlock(seg, KVC_LOCK_PROCS);
+        return kvc__fail(KVC_E_INVAL,
+                         "kvc_allreduce_min: size %u differs from group 0x%llx's size %u (set "
+                         "by its first call)",
+                         size, (unsigned long long)id, g->size);
+    }
+    kvc_coll_member *m = &g->member[rank];
+    uint64_t cur = atomic_load(&m->owner);
+    if (cur != me) {
+        char what[160];
+        int32_t pid = atomic_load(&m->pid);
+        if (cur && owner_alive(seg, cur, pid, true, what, sizeof what)) {
+            kvc__unlock(seg, KVC_LOCK_PROCS);
+            return kvc__fail(KVC_E_INVAL,
+                             "kvc_allreduce_min: rank %u of group 0x%llx is held by another "
+                             "live process (pid %d)",
+                             rank, (unsigned long long)id, (int)pid);
+        }
+        if (cur) {
+            /* Take over a dead (or departed) member: a round in progress
+             * cannot complete as it was meant to; fail it, naming it. */
+            uint64_t w = atomic_load(&g->round);
+            while (!w_decided(w, size)) {
+                note n = {.ranks = 1ull << rank, .dead = 1, .pid = pid};
+                snprintf(n.what, sizeof n.what, "%s", what);
+                w = try_abort(g, rank, w_gen(w), w, &n);
+            }
+        }
+        atomic_store(&m->seq, start_seq(g));
+        atomic_store(&m->drain, 1);
+        atomic_store(&m->pid, seg->pid);
+        KVC_INJECT("coll.claim");
+        atomic_store(&m->owner, me);
+    }
+    kvc__unlock(seg, KVC_LOCK_PROCS);
+    *out = g;
+    return KVC_OK;
+}
+
+/* ---- a round ------------------------------------------------------------ */
+
+typedef struct call {
+    kvc_segment *seg;
+    kvc_coll_group *g;
+    uint32_t size, rank;
+    uint64_t len;      /* the call's len */
+    uint64_t deadline; /* CLOCK_MONOTONIC ns */
+    uint32_t timeout_ms;
+    kvc_coll_failure *why;
+} call;
+
+/* Check every other member's liveness; if one is gone, abort round gen
+ * (word w) naming them.  Returns the (maybe new) word. */
+static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool read_proc)
+{
+    note n = {0};
+    for (uint32_t r = 0; r < c->size; r++) {
+        kvc_coll_member *m = &c->g->member[r];
+        uint64_t o = atomic_load(&m->owner);
+        if (r == c->rank || !o) /* never claimed: not arrived yet, not dead */
+            continue;
+        char what[160];
+        int32_t pid = atomic_load(&m->pid);
+        if (owner_alive(c->seg, o, pid, read_proc, what, sizeof what))
+            continue;
+        if (!n.ranks) {
+            n.pid = pid;
+            snprintf(n.what, sizeof n.what, "%s", what);
+        }
+        n.ranks |= 1ull << r;
+    }
+    if (!n.ranks)
+        return w;
+    n.dead = 1;
+    return try_abort(c->g, c->rank, gen, w, &n);
+}
+
+/* Ranks that have not published their part for gen. */
+static uint64_t missing(call *c, uint64_t gen)
+{
+    uint64_t ranks = 0;
+    for (uint32_t r = 0; r < c->size; r++)
+        if (r != c->rank && atomic_load(&c->g->member[r].seq) != 2 * gen + 1)
+            ranks |= 1ull << r;
+    return ranks;
+}
+
+/* Wait for round gen (this rank arrived; word w) to be decided. */
+static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
+{
+    kvc_coll_group *g = c->g;
+    uint64_t spin_end = kvc__mono_ns() + SPIN_NS;
+    for (unsigned i = 0;; i++) {
+        w = atomic_load_explicit(&g->round, memory_order_acquire);
+        if (w_ahead(w, gen) != 0 || w_decided(w, c->size))
+            return w;
+        if ((i & 63) == 63 && kvc__mono_ns() >= spin_end)
+            break;
+        spin_pause();
+    }
+    atomic_fetch_add(&g->waiters, 1);
+    uint64_t now = kvc__mono_ns();
+    uint64_t next_check = now + LIVENESS_FIRST_MS * 1000000ull;
+    for (;;) {
+        w = atomic_load_explicit(&g->round, memory_order_acquire);
+        if (w_ahead(w, gen) != 0 || w_decided(w, c->size))
+            break;
+        now = kvc__mono_ns();
+        bool read_proc = now >= next_check;
+        if (read_proc)
+            next_check = now + LIVENESS_EVERY_MS * 1000000ull;
+        uint64_t w2 = check_peers(c, gen, w, read_proc);
+        if (w2 != w)
+            continue;
+        if (now >= c->deadline) {
+            note n = {.ranks = missing(c, gen), .timeout_ms = c->timeout_ms};
+            if (!n.ranks) /* all published, one not counted: it died between */
+                n.ranks = ~(1ull << c->rank) & (c->size == 64 ? ~0ull : (1ull << c->size) - 1);
+            int lo = lowest(n.ranks);
+            n.pid = lo >= 0 ? atomic_load(&g->member[lo].pid) : 0;
+            try_abort(g, c->rank, gen, w, &n);
+            continue;
+        }
+        uint64_t until = next_check < c->deadline ? next_check : c->deadline;
+        uint32_t ms = (uint32_t)((until - now + 999999) / 1000000);
+        kvc__futex_wait(round_futex(g), (uint32_t)w, ms ? ms : 1);
+    }
+    atomic_fetch_sub(&g->waiters, 1);
+    return w;
+}
+
+/* Step 1: wait until no member is inside generation gen - 2. */
+static kvc_err drain(call *c, uint64_t gen)
+{
+    uint64_t busy = 2 * gen_add(gen, GEN_MASK - 1) + 1; /* 2 (gen - 2) + 1 */
+    for (uint32_t r = 0; r < c->size; r++) {
+        kvc_coll_member *m = &c->g->member[r];
+        while (r != c->rank && atomic_load(&m->seq) == busy) {
+            char what[160];
+            int32_t pid = atomic_load(&m->pid);
+            if (!owner_alive(c->seg, atomic_load(&m->owner), pid, true, what, sizeof what)) {
+                note n = {.ranks = 1ull << r, .dead = 1, .pid = pid};
+                snprintf(n.what, sizeof n.what, "%s", what);
+                return fail_round(c->g->id, gen, c->rank, &n, false, c->why);
+            }
+            if (kvc__mono_ns() >= c->deadline) {
+                note n = {.ranks = 1ull << r, .pid = pid, .timeout_ms = c->timeout_ms};
+                return fail_round(c->g->id, gen, c->rank, &n, false, c->why);
+            }
+            usleep(DRAIN_POLL_MS * 1000);
+        }
+    }
+    return KVC_OK;
+}
+
+/* After a failure at gen (word w): the member goes on with the round in
+ * progress, or the next one when the current is decided. */
+static void resync(call *c, kvc_coll_member *m, uint64_t w)
+{
+    uint64_t gen = w_decided(w, c->size) ? gen_add(w_gen(w), 1) : w_gen(w);
+    atomic_store(&m->drain, 1);
+    atomic_store(&m->seq, 2 * gen);
+}
+
+/* The MIN of every member's part of round gen into v[0..n). */
+static kvc_err reduce(call *c, uint64_t gen, uint8_t *v, size_t n)
+{
+    kvc_coll_group *g = c->g;
+    uint32_t par = (uint32_t)(gen & 1);
+    uint64_t len0 = g->member[0].part[par].len;
+    for (uint32_t r = 1; r < c->size; r++)
+        if (g->member[r].part[par].len != len0)
+            return kvc__fail(KVC_E_INVAL,
+                             "kvc_allreduce_min: rank %u of group 0x%llx called with len %llu, "
+                             "rank 0 with len %llu (generation %llu)",
+                             r, (unsigned long long)g->id,
+                             (unsigned long long)g->member[r].part[par].len,
+                             (unsigned long long)len0, (unsigned long long)gen);
+    for (uint32_t r = 0; r < c->size; r++) {
+        const unsigned char *d = g->member[r].part[par].data;
+        for (size_t i = 0; i < n; i++)
+            v[i] = d[i] < v[i] ? d[i] : v[i];
+    }
+    return KVC_OK;
+}
+
+static kvc_err do_round(call *c, uint8_t *v, size_t n)
+{
+    kvc_coll_group *g = c->g;
+    kvc_coll_member *m = &g->member[c->rank];
+    uint64_t seq = atomic_load(&m->seq);
+    uint64_t gen = (seq / 2 + (seq & 1)) & GEN_MASK; /* odd: an interrupted call; go on */
+    if (atomic_load(&m->drain)) {
+        kvc_err e = drain(c, gen);
+        if (e)
+            return e;
+        atomic_store(&m->drain, 0);
+    }
+    kvc_coll_part *p = &m->part[gen & 1];
+    if (n)
+        memcpy(p->data, v, n);
+    p->len = c->len;
+    atomic_store(&m->seq, 2 * gen + 1);
+    KVC_INJECT("coll.published");
+    uint64_t w = atomic_load(&g->round);
+    for (;;) {
+        uint64_t d = w_ahead(w, gen), nw;
+        if (d == 0 && !w_decided(w, c->size))
+            nw = w + 1;
+        else if (d == GEN_MASK && w_decided(w, c->size))
+            nw = gen << KVC_COLL_GEN_SHIFT | 1 |
+                 ((w & KVC_COLL_ABORTED) ? KVC_COLL_PREV_ABORTED |
+                                               (uint64_t)w_aborter(w) << KVC_COLL_PREV_ABORTER_SHIFT
+                                         : 0);
+        else if (d == GEN_MASK) {
+            /* The previous round is undecided: this rank's count is ahead
+             * of the group's, which only two threads calling as one rank at
+             * once can cause. */
+            atomic_store(&m->seq, 2 * gen);
+            return kvc__fail(KVC_E_INVAL,
+                             "kvc_allreduce_min: rank %u of group 0x%llx is at generation %llu "
+                             "while the group's is %llu (is the rank called from two threads "
+                             "at once?)",
+                             c->rank, (unsigned long long)g->id, (unsigned long long)gen,
+                             (unsigned long long)w_gen(w));
+        } else {
+            /* gen was aborted, or passed without this rank. */
+            uint32_t out = d == 0 || d == 1 ? outcome(w, gen) : 1 + 64;
+            kvc_err e = fail_from(g, gen, c->rank, out ? out : 1 + 64, true, c->why);
+            resync(c, m, w);
+            return e;
+        }
+        if (atomic_compare_exchange_strong(&g->round, &w, nw)) {
+            w = nw;
+            break;
+        }
+    }
+    KVC_INJECT("coll.arrived");
+    if (w_count(w) >= c->size)
+        wake(g);
+    else
+        w = wait_round(c, gen, w);
+    uint32_t out = outcome(w, gen);
+    kvc_err e = out ? fail_from(g, gen, c->rank, out, false, c->why) : reduce(c, gen, v, n);
+    if (out)
+        atomic_store(&m->drain, 1);
+    KVC_INJECT("coll.reduced");
+    atomic_store(&m->seq, 2 * gen + 2);
+    return e;
+}
+
+/* ---- API ---------------------------------------------------------------- */
+
+KVC_API kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                                     uint8_t *vec, size_t len, uint32_t timeout_ms,
+                                     kvc_coll_failure *why)
+{
+    if (why)
+        memset(why, 0, sizeof *why);
+    KVC_ARG(seg);
+    if (len)
+        KVC_ARG(vec);
+    if (size < 1 || size > KVC_COLL_MAX_SIZE)
+        return kvc__fail(KVC_E_INVAL, "kvc_allreduce_min: size %u out of range 1..%d", size,
+                         KVC_COLL_MAX_SIZE);
+    if (rank >= size)
+        return kvc__fail(KVC_E_INVAL, "kvc_allreduce_min: rank %u out of range 0..%u (size %u)",
+                         rank, size - 1, size);
+    if (seg->proc_slot < 0)
+        return kvc__fail(KVC_E_INVAL,
+                         "kvc_allreduce_min: the handle has no process table entry (opened with "
+                         "role none), so its peers could not tell whether it lives");
+    if ((int32_t)getpid() != seg->pid)
+        return kvc__fail(KVC_E_INVAL,
+                         "kvc_allreduce_min: the handle was opened by pid %d, not this process "
+                         "(inherited across fork(): open the segment again)",
+                         (int)seg->pid);
+    uint64_t me = my_owner(seg);
+    kvc_coll_group *g = find_group(seg, group);
+    if (!g || g->size != size || atomic_load(&g->member[rank].owner) != me) {
+        kvc_err e = join(seg, group, size, rank, me, &g);
+        if (e)
+            return e;
+    }
+    call c = {.seg = seg,
+              .g = g,
+              .size = size,
+              .rank = rank,
+              .len = len,
+              .deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull,
+              .timeout_ms = timeout_ms,
+              .why = why};
+    size_t off = 0;
+    do {
+        size_t n = len - off < KVC_COLL_CHUNK ? len - off : KVC_COLL_CHUNK;
+        kvc_err e = do_round(&c, n ? vec + off : vec, n);
+        if (e) {
+            if (why && e != KVC_E_PEER && e != KVC_E_TIMEDOUT)
+                memset(why, 0, sizeof *why);
+            return e;
+        }
+        off += n;
+    } while (off < len);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_allreduce_min(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                                  uint8_t *vec, size_t len, uint32_t timeout_ms)
+{
+    return kvc_allreduce_min_ex(seg, group, size, rank, vec, len, timeout_ms, NULL);
+}
