@@ -164,7 +164,8 @@ const char kvcpy_doc_allreduce_min[] =
     "a rank held by another live process; TypeError / ValueError for bad argument types and "
     "values; FullError when 32 groups are in use.  The Segment must be open with a role "
     "other than 'none' and used by the process that opened it.  Thread-safe (one thread per "
-    "rank at a time); releases the GIL while it waits.";
+    "rank at a time); releases the GIL while it waits (close() from another thread waits for "
+    "a call in progress, at most its timeout).";
 
 PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw)
 {
@@ -187,22 +188,16 @@ PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw)
     size_t len = 0;
     if (data_bytes(data, &buf, &len) < 0)
         return NULL;
-    kvc_segment *g = kvcpy_seg_enter(s);
-    if (!g) {
-        PyMem_Free(buf);
-        return NULL;
-    }
     kvc_coll_failure why;
-    kvc_err e;
-    Py_BEGIN_ALLOW_THREADS
-    e = kvc_allreduce_min_ex(g, group, (uint32_t)size, (uint32_t)rank, buf, len, timeout_ms, &why);
-    Py_END_ALLOW_THREADS
-    kvcpy_seg_leave(s);
+    int e;
+    KVCPY_RUN(
+        s, e,
+        kvc_allreduce_min_ex(g, group, (uint32_t)size, (uint32_t)rank, buf, len, timeout_ms, &why));
     PyObject *res = NULL;
     if (e == KVC_E_PEER || e == KVC_E_TIMEDOUT)
-        raise_collective(e, &why);
+        raise_collective((kvc_err)e, &why);
     else if (e)
-        kvcpy_raise(e, 0);
+        kvcpy_fail(e);
     else
         res = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
     PyMem_Free(buf);
