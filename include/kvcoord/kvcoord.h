@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 7u
+#define KVC_LAYOUT_VERSION 8u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -83,9 +83,14 @@ typedef enum kvc_err {
     KVC_E_NOTRECOVERABLE = 12, /* a mutex is ENOTRECOVERABLE (should never happen:
                                   reported, never spun on) */
     KVC_E_EXISTS = 13,         /* a live segment is in the way: another layout version,
-                                  or (KVC_OPEN_FRESH) one whose creator runs */
-    KVC_E_PEER = 14            /* a collective's peer died or left the segment: the
+                                  or (KVC_OPEN_FRESH) one whose creator runs or that
+                                  processes are attached to */
+    KVC_E_PEER = 14,           /* a collective's peer died or left the segment: the
                                   message names its rank and pid (kvc_allreduce_min) */
+    KVC_E_STALE = 15           /* the handle's segment is no longer the one served under
+                                  its name: discarded (kvc_open KVC_OPEN_FRESH_FORCE,
+                                  kvc_unlink), unlinked, replaced or re-created; the
+                                  handle must be closed and the segment opened again */
 } kvc_err;
 
 /* Short fixed description of an error code (static storage, never NULL;
@@ -130,14 +135,20 @@ const char *kvc_role_name(kvc_role role);
 
 /* How kvc_open() treats an existing or missing segment. */
 typedef enum kvc_open_mode {
-    KVC_OPEN_ATTACH = 0, /* attach to an existing valid segment; KVC_E_NOENT if none */
-    KVC_OPEN_CREATE = 1, /* reuse a valid segment (its registrations survive), else
+    KVC_OPEN_ATTACH = 0,     /* attach to an existing valid segment; KVC_E_NOENT if none */
+    KVC_OPEN_CREATE = 1,     /* reuse a valid segment (its registrations survive), else
                             create it; an invalid one is recreated under the same
                             name; one of another layout version is recreated
                             only when its creator is dead (else KVC_E_EXISTS) */
-    KVC_OPEN_FRESH = 2   /* remove any existing segment of that name, then create;
+    KVC_OPEN_FRESH = 2,      /* remove any existing segment of that name, then create;
                             refused (KVC_E_EXISTS) while the existing segment's
-                            creator (another process: its kvcoordd) is running */
+                            creator (another process: its kvcoordd) is running, or
+                            while other processes are attached to it (the message
+                            names them: pid, role, rank) */
+    KVC_OPEN_FRESH_FORCE = 3 /* KVC_OPEN_FRESH even with processes attached (not with
+                                its creator running): the old segment is marked
+                                discarded first, so every later call of those
+                                processes on it fails with KVC_E_STALE */
 } kvc_open_mode;
 
 /* Options for kvc_open().  Initialise with kvc_options_init(), then change
@@ -223,10 +234,22 @@ kvc_err kvc_open(const kvc_options *opts, kvc_segment **out);
  * served until the process is reaped). */
 kvc_err kvc_close(kvc_segment *seg);
 
-/* Remove the segment named name from /dev/shm.  Processes attached keep
- * their mapping.  Errors: KVC_E_INVAL (bad name), KVC_E_NOENT (no such
+/* Remove the segment named name from /dev/shm, marking it discarded first:
+ * processes attached keep their mapping, and each of their later calls on
+ * it fails with KVC_E_STALE (kvc_segment_verify).  Errors: KVC_E_INVAL (bad name), KVC_E_NOENT (no such
  * segment), KVC_E_SYS. */
 kvc_err kvc_unlink(const char *name);
+
+/* Whether seg's segment is still the one served under its name: KVC_OK, or
+ * KVC_E_STALE once it was discarded (another process opened the name with
+ * KVC_OPEN_FRESH_FORCE, or kvc_unlink removed it), unlinked or replaced
+ * (its file has no name any more: one fstat).  Every call that changes
+ * the segment (it takes a lock) makes this check first and fails with
+ * KVC_E_STALE; kvc_rank_lookup and kvc_room_get look at the discarded flag
+ * (an atomic load) and at the file at most every 100 ms.  A stale handle
+ * stays valid to close (kvc_close then ends nothing in the segment).
+ * Thread-safe.  Errors: KVC_E_INVAL (NULL), KVC_E_STALE. */
+kvc_err kvc_segment_verify(kvc_segment *seg);
 
 /* The segment's name (owned by the handle, valid until kvc_close). */
 const char *kvc_segment_name(const kvc_segment *seg);
@@ -825,12 +848,22 @@ kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t size, ui
 
 /* An entry of the process table. */
 typedef struct kvc_proc_info {
-    int32_t pid;
-    kvc_role role;
+    int32_t pid;    /* its pid in its own PID namespace (with start: its identity) */
+    kvc_role role;  /* a worker once any of its handles is a worker's */
     int32_t rank;   /* last rank it registered or declared, -1 if none */
-    uint64_t start; /* start time, clock ticks since boot (proc(5) field 22) */
+    uint64_t start; /* start time, clock ticks since the host's boot (proc(5) field 22,
+                       its time namespace's boottime offset removed) */
     uint64_t attached_ns;
-    int alive; /* pid exists with the same start time, not a zombie */
+    int alive;         /* holds its liveness lock: an OFD lock on its entry in the segment
+                          file, held while it has a handle open and released by the kernel
+                          when it dies, whatever PID or time namespace it runs in */
+    int32_t shown_pid; /* its pid as its /proc names it (the first of NSpid, proc(5)): the
+                          host's pid when it sees the host's /proc; else pid.  For people */
+    uint64_t pid_ns;   /* inode of its PID namespace (/proc/PID/ns/pid), 0 unknown: a pid
+                          is only meaningful to a process of the same PID namespace */
+    uint64_t time_ns;  /* inode of its time namespace (/proc/PID/ns/time), 0 unknown */
+    uint32_t handles;  /* handles it has open on the segment (every copy of the library it
+                          loaded: libkvcoord.so, the Python extension, ...) */
 } kvc_proc_info;
 
 /* List the process table into out[0..cap-1]; *count receives the number of

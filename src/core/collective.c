@@ -101,7 +101,7 @@ static bool watcher_beats(kvc_segment *seg)
     const kvc_header *h = seg->hdr;
     uint64_t beat = atomic_load_explicit(&h->watch_beat_mono, memory_order_acquire);
     return beat && atomic_load_explicit(&h->watch_pid, memory_order_relaxed) &&
-           kvc__mono_ns() < beat + (uint64_t)KVC__WATCH_STALE_MS * 1000000ull;
+           kvc__seg_mono_ns() < beat + (uint64_t)KVC__WATCH_STALE_MS * 1000000ull;
 }
 
 /* Whether the process that claimed a member (owner word) still holds its
@@ -132,10 +132,14 @@ static bool owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, boo
                  (int)known_pid);
         return false;
     }
-    if (!read_proc || watcher_beats(seg) || kvc__proc_alive(pid, p->start))
+    /* Its liveness lock (liveness.c): right in any PID namespace. */
+    if (!read_proc || watcher_beats(seg) || kvc__proc_slot_alive(seg, (int32_t)slot, gen))
         return true;
     char how[KVC_HOW_MAX + 1];
-    kvc__proc_how(pid, how, sizeof how);
+    if (p->pid_ns && p->pid_ns == seg->pid_ns)
+        kvc__proc_how(pid, how, sizeof how);
+    else
+        snprintf(how, sizeof how, "exit status unknown");
     snprintf(what, cap, "died (pid %d, %s)", (int)pid, how);
     return false;
 }

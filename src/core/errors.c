@@ -26,6 +26,7 @@ KVC_API const char *kvc_strerror(kvc_err err)
     case KVC_E_NOTRECOVERABLE: return "lock not recoverable";
     case KVC_E_EXISTS: return "a live segment is in the way";
     case KVC_E_PEER: return "a peer of the collective died or left";
+    case KVC_E_STALE: return "segment discarded, unlinked or replaced";
     }
     return "unknown error";
 }

@@ -40,8 +40,14 @@ struct kvc_segment {
     _Atomic uint64_t *bitmap;
     unsigned char *arena;
     int32_t proc_slot; /* our process table entry, -1 if none */
+    uint32_t proc_gen; /* its gen when we attached */
     int32_t pid;
-    uint64_t start; /* our start time, ticks since boot */
+    uint64_t start; /* our start time, ticks since the host's boot */
+    int32_t shown_pid;
+    uint64_t pid_ns, time_ns; /* namespace inodes (kvc__self_identity) */
+    uint32_t max_procs;       /* the header's, as validated at attach */
+    /* CLOCK_MONOTONIC ms of the last look at the file (kvc__seg_current) */
+    _Atomic uint64_t file_checked_ms;
     uint32_t lock_timeout_ms;
     kvc_role role;
     /* A room was opened through this handle (set by rooms.c, read by
@@ -149,6 +155,54 @@ static inline uint32_t kvc__room_home(uint64_t h, uint32_t stripe_slots)
 /* A watcher's beat older than this is not trusted (it beats every second). */
 #define KVC__WATCH_STALE_MS 3000
 
+/* liveness.c (see its comment): the process table's liveness locks and
+ * the namespace-free monotonic clock of every stamp kept in the segment. */
+typedef enum kvc_slot_state {
+    KVC__SLOT_GONE = 0,  /* the slot is free or given to another process since (gen moved):
+                            the process left the table (closed, or was reaped) */
+    KVC__SLOT_DEAD = 1,  /* still in the table with that gen, its liveness lock free: died */
+    KVC__SLOT_ALIVE = 2, /* in the table with that gen, its lock held */
+} kvc_slot_state;
+/* The state of process-table slot `slot` for a process recorded with the
+ * slot's gen `gen` (kvc_proc.gen, e.g. a room participant's proc_gen).
+ * One fcntl(F_OFD_GETLK) on seg's descriptor; no lock, no /proc; right in
+ * every PID and time namespace.  Any thread. */
+kvc_slot_state kvc__proc_slot_state(kvc_segment *seg, int32_t slot, uint32_t gen);
+/* kvc__proc_slot_state() == KVC__SLOT_ALIVE. */
+bool kvc__proc_slot_alive(kvc_segment *seg, int32_t slot, uint32_t gen);
+/* Whether the liveness lock of slot is held by anyone (true when it
+ * cannot be told). */
+bool kvc__liveness_held(kvc_segment *seg, int32_t slot);
+/* Alive as far as the process table can tell (the liveness lock of the
+ * entry recorded for (pid, start)), else from /proc. */
+bool kvc__pid_alive_in(kvc_segment *seg, int32_t pid, uint64_t start);
+/* Take slot's liveness lock on a new descriptor of its own (*holder).
+ * KVC_E_BUSY (no message): another description holds it; KVC_E_SYS. */
+kvc_err kvc__liveness_hold(kvc_segment *seg, int32_t slot, int *holder);
+/* Release slot's lock and close holder (only if holder is a descriptor of
+ * the segment's file). */
+void kvc__liveness_release(kvc_segment *seg, int32_t slot, int holder);
+/* In a fork child: close its copy of slot's holder without unlocking. */
+void kvc__liveness_forget_child(kvc_segment *seg, int32_t slot);
+/* This process's pid as its /proc shows it (NSpid, else getpid()) and the
+ * inodes of its PID and time namespaces (0 when unknown). */
+void kvc__self_identity(int32_t *shown_pid, uint64_t *pid_ns, uint64_t *time_ns);
+/* This process's time namespace offsets (0 outside one): CLOCK_MONOTONIC
+ * in ns, CLOCK_BOOTTIME in clock ticks. */
+int64_t kvc__mono_offset_ns(void);
+int64_t kvc__boot_offset_ticks(void);
+/* CLOCK_MONOTONIC(_COARSE) of the host (this process's time namespace
+ * offset removed): the clock of every monotonic stamp in the segment. */
+uint64_t kvc__seg_mono_ns(void);
+uint64_t kvc__seg_mono_coarse_ns(void);
+
+/* segment.c: KVC_OK while seg's file is the one served under its name;
+ * KVC_E_STALE (message) once it was discarded (kvc_open FRESH_FORCE,
+ * kvc_unlink: the header's flag), unlinked, replaced or re-created.  full:
+ * also look at the file (one fstat: its link count), else only at the
+ * header's flag (an atomic load), and at the file at most every 100 ms. */
+kvc_err kvc__seg_current(kvc_segment *seg, bool full);
+
 /* segment.c: map seg (name, pid, start, lock timeout set) as opts->mode
  * says: attach, create or fresh.  The errors of kvc_open(). */
 kvc_err kvc__segment_map(kvc_segment *seg, const kvc_options *opts);
@@ -224,7 +278,17 @@ kvc_err kvc__reserve(kvc_segment *seg, uint64_t off, uint64_t len, const char *w
  * caller to reap before trying again. */
 kvc_err kvc__proc_attach(kvc_segment *seg, kvc_role role, int32_t rank, int32_t *dead_pid,
                          uint64_t *dead_start);
+/* release: this handle stops counting in its process's entry; *last 1
+ * when it was the process's last handle (the entry stays published, its
+ * lock held, until kvc__proc_detach: the caller ends the session in
+ * between), with the entry's KVC_PROC_F_* flags in *flags.  detach: remove
+ * the entry (after a last release), releasing its liveness lock. */
+kvc_err kvc__proc_release(kvc_segment *seg, int *last, uint32_t *flags);
 kvc_err kvc__proc_detach(kvc_segment *seg);
+/* Note in this process's entry that it opened a room (KVC_PROC_F_ROOMS). */
+void kvc__proc_note_rooms(kvc_segment *seg);
+/* Whether this process has an entry in the table (a handle attached). */
+bool kvc__pid_attached(kvc_segment *seg);
 kvc_err kvc__proc_forget(kvc_segment *seg, int32_t pid, uint64_t start);
 /* procs.c: publish that (pid, start) is dead, and how, in its entry (no
  * lock): the first step of reaping it, before its rooms are failed. */

@@ -94,22 +94,35 @@ typedef struct kvc_rank_entry {
 
 #define KVC_HOW_MAX 95 /* "killed by signal 9 (Killed)", ... */
 
-/* Process table entry.  pid 0 = free.  Identity is (pid, start), and for
- * room participants (slot, gen): gen is bumped every time the slot is given
- * to a process, so a participant whose slot's gen moved has left the table.
- * dead is set (how written first) by kvc_proc_reap() - kvcoordd's pidfd
- * watch - before the process's rooms are failed: readers of rooms judge
- * liveness from it without a system call while a watcher beats. */
+/* Process table entry: one per attached process (not per handle), shared
+ * by every copy of the library the process has loaded.  pid 0 = free.
+ * Identity is (pid, start) as the process itself sees them, and for room
+ * participants (slot, gen): gen is bumped every time the slot is given to
+ * a process, so a participant whose slot's gen moved has left the table.
+ * Liveness is the slot's liveness lock (liveness.c), never the pid: an OFD
+ * lock on the entry's first byte, held through holder_fd by the process
+ * while handles > 0.  dead is set (how written first) by kvc_proc_reap()
+ * - kvcoordd's watch - before the process's rooms are failed: readers of
+ * rooms judge liveness from it without a system call while a watcher
+ * beats.  handles, flags and holder_fd change only under the procs lock. */
+#define KVC_PROC_F_WORKER 1u /* a worker handle was opened: its ranks go with it */
+#define KVC_PROC_F_ROOMS 2u  /* a room was opened through one of its handles */
 typedef struct kvc_proc {
-    _Atomic int32_t pid;
-    int32_t role; /* kvc_role */
-    int32_t rank; /* -1 if none */
+    _Atomic int32_t pid; /* its own (namespace's) pid */
+    int32_t role;        /* kvc_role: a worker once any handle is a worker's */
+    int32_t rank;        /* -1 if none */
     _Atomic uint32_t gen;
-    uint64_t start; /* start time, clock ticks since boot (/proc/pid/stat #22) */
+    uint64_t start; /* start time, clock ticks since the host's boot (/proc/pid/stat #22) */
     uint64_t attached_ns;
     _Atomic uint32_t dead; /* 1: seen dead and being reaped; how says how it ended */
     uint32_t pad;
     char how[KVC_HOW_MAX + 1];
+    uint64_t pid_ns;          /* inode of its PID namespace, 0 unknown */
+    uint64_t time_ns;         /* inode of its time namespace, 0 unknown */
+    int32_t shown_pid;        /* its pid as its /proc names it (NSpid), shown to people */
+    int32_t holder_fd;        /* the descriptor holding its liveness lock (its own fd table) */
+    _Atomic uint32_t handles; /* handles it has open on the segment, every library copy */
+    _Atomic uint32_t flags;   /* KVC_PROC_F_* */
 } kvc_proc;
 
 /* ---- rooms ---- */
@@ -324,7 +337,10 @@ typedef struct kvc_header {
     /* The process watcher (kvcoordd): while its beat (CLOCK_MONOTONIC ns)
      * is fresh, the process table's dead marks are trusted for liveness. */
     _Atomic int32_t watch_pid;
-    uint32_t pad4;
+    /* Set (by kvc_open KVC_OPEN_FRESH_FORCE, kvc_unlink) before the segment
+     * is unlinked: every call of a process still attached fails with
+     * KVC_E_STALE instead of writing where nobody serves. */
+    _Atomic uint32_t discarded;
     _Atomic uint64_t watch_beat_mono;
     kvc_lock locks[KVC_LOCK_HEADER_COUNT];
     /* Rooms reserved by creators: >= the rooms in use (a writer that dies

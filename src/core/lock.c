@@ -82,6 +82,11 @@ static kvc_err recovered(kvc_segment *seg, int id, kvc_lock *l)
 
 kvc_err kvc__lock(kvc_segment *seg, int id)
 {
+    /* Every change goes through a lock: none is written into a segment
+     * that was discarded, unlinked or replaced (one fstat). */
+    kvc_err e = kvc__seg_current(seg, true);
+    if (e)
+        return e;
     kvc_lock *l = kvc__lock_ptr(seg, id);
     /* Uncontended: no clock read.  A trylock reports a dead owner too. */
     int r = pthread_mutex_trylock(&l->mutex);

@@ -24,8 +24,11 @@
  * lock (which runs recovery if the writer is dead). */
 #define ODD_SPINS 2000
 
-static kvc_err check_rank(const kvc_segment *seg, uint32_t rank)
+static kvc_err check_rank(kvc_segment *seg, uint32_t rank)
 {
+    kvc_err e = kvc__seg_current(seg, false); /* a discarded segment answers nothing */
+    if (e)
+        return e;
     if (rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_CAPACITY,
                          "rank %u exceeds the segment's max ranks (%u; ranks are "

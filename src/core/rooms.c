@@ -361,7 +361,7 @@ static void put_failure(upd *u, uint32_t origin, int32_t code, const char *reaso
     r->has_failure = 1;
     r->terminal = KVC_POLL_FAILED;
     r->updated_ns = time_ns;
-    r->updated_mono = kvc__mono_coarse_ns();
+    r->updated_mono = kvc__seg_mono_coarse_ns();
     if (u->ring) {
         u->ring->n = u->ring_n;
         u->ring->rec = *f;
@@ -406,7 +406,7 @@ static void apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const verdi
         record_failure(seg, s, r, v->rank, ESRCH, reason, 0);
     } else if (v->what == 2) {
         uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
-        if (kvc__mono_coarse_ns() <= r->updated_mono + ttl_ns)
+        if (kvc__seg_mono_coarse_ns() <= r->updated_mono + ttl_ns)
             return;
         snprintf(reason, sizeof reason, "room %llu timed out: no update for %u ms (room TTL)",
                  (unsigned long long)r->id, seg->hdr->room_ttl_ms);
@@ -514,12 +514,17 @@ static kvc_err no_room(uint64_t room)
 }
 
 /* Liveness of participant i of room copy r (slot in the segment: where)
- * judged outside any lock: 1 alive, 0 dead (v filled). */
+ * judged outside any lock: 1 alive, 0 dead (v filled).  A participant with
+ * a process entry: the watcher's dead mark, else (no watcher beating) its
+ * liveness lock (liveness.c), namespace-proof; one without (a handle of
+ * role none): /proc.  Either system call at most every
+ * KVC__LIVENESS_RECHECK_MS per participant. */
 static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *r, uint32_t i,
                              bool watched, uint64_t now_mono, verdict *v)
 {
     const kvc_room_part *p = &r->part[i];
-    if (p->proc_slot >= 0 && (uint32_t)p->proc_slot < seg->hdr->max_procs) {
+    bool entry = p->proc_slot >= 0 && (uint32_t)p->proc_slot < seg->max_procs;
+    if (entry) {
         kvc_proc *ps = &seg->procs[p->proc_slot];
         if (atomic_load_explicit(&ps->gen, memory_order_acquire) == p->proc_gen &&
             atomic_load_explicit(&ps->pid, memory_order_acquire) == p->pid) {
@@ -533,12 +538,29 @@ static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *
                 return 1;
         }
     }
-    /* No watcher (or the process left the table): /proc, rate-limited. */
     _Atomic uint32_t *c = &where->checked_ms[i];
     uint32_t now_ms = (uint32_t)(now_mono / 1000000), last = atomic_load(c);
     if ((uint32_t)(now_ms - last) < KVC__LIVENESS_RECHECK_MS ||
         !atomic_compare_exchange_strong(c, &last, now_ms))
         return 1;
+    if (entry) {
+        switch (kvc__proc_slot_state(seg, p->proc_slot, p->proc_gen)) {
+        case KVC__SLOT_ALIVE: return 1;
+        case KVC__SLOT_DEAD:
+            /* Its pid means something here only in the same PID namespace
+             * (then its zombie, if still there, says how it ended). */
+            if (seg->procs[p->proc_slot].pid_ns == seg->pid_ns && seg->pid_ns)
+                kvc__proc_how(p->pid, v->how, sizeof v->how);
+            else
+                snprintf(v->how, sizeof v->how, "died (exit status unknown)");
+            return 0;
+        case KVC__SLOT_GONE:
+            /* Its session ended (last handle closed, or reaped) without
+             * releasing the room. */
+            snprintf(v->how, sizeof v->how, "left the process table (exit status unknown)");
+            return 0;
+        }
+    }
     if (kvc__proc_alive(p->pid, p->start))
         return 1;
     kvc__proc_how(p->pid, v->how, sizeof v->how);
@@ -552,7 +574,7 @@ static void judge(kvc_segment *seg, kvc_room *where, const kvc_room *r, verdict 
     if (r->terminal >= 0)
         return;
     const kvc_header *h = seg->hdr;
-    uint64_t now = kvc__mono_coarse_ns();
+    uint64_t now = kvc__seg_mono_coarse_ns();
     if (now > r->updated_mono + (uint64_t)h->room_ttl_ms * 1000000ull) {
         v->what = 2;
         return;
@@ -622,7 +644,7 @@ static kvc_err create_room(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id
     r->terminal = -1;
     r->has_failure = 0;
     r->opened_ns = r->updated_ns = now;
-    r->updated_mono = kvc__mono_coarse_ns();
+    r->updated_mono = kvc__seg_mono_coarse_ns();
     memset(r->part, 0, participants * sizeof *r->part);
     for (uint32_t p = 0; p < participants; p++) {
         r->part[p].state = -1;
@@ -686,7 +708,7 @@ static kvc_err open_locked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t ro
     if (p->pid == seg->pid && p->start == seg->start && p->proc_slot == slot && p->proc_gen == gen)
         return KVC_OK;
     upd u;
-    uint64_t now = kvc__now_coarse_ns(), mono = kvc__mono_coarse_ns();
+    uint64_t now = kvc__now_coarse_ns(), mono = kvc__seg_mono_coarse_ns();
     upd_begin(&u, seg, s, r, room_len(r), 0);
     p->pid = seg->pid;
     p->start = seg->start;
@@ -779,7 +801,7 @@ static kvc_err state_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     upd_begin(&u, seg, s, r, fails ? room_len_failure() : room_len(r), fails);
     r->part[a->rank].state = (int8_t)a->state;
     r->updated_ns = now;
-    r->updated_mono = kvc__mono_coarse_ns();
+    r->updated_mono = kvc__seg_mono_coarse_ns();
     KVC_INJECT("room.state_written");
     if (kvc__room_state(r) == KVC_POLL_SUCCESS)
         r->terminal = KVC_POLL_SUCCESS;
@@ -967,7 +989,10 @@ KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_ran
     uint32_t s = kvc__room_stripe(h);
     kvc_room copy, *where = NULL;
     struct get_arg a = {room, asking_rank, NULL, out};
-    kvc_err e = read_unlocked(seg, s, h, room, &copy, &where);
+    kvc_err e = kvc__seg_current(seg, false);
+    if (e)
+        return e;
+    e = read_unlocked(seg, s, h, room, &copy, &where);
     if (e == KVC_E_NOENT)
         return no_room(room);
     if (e) /* a writer stayed inside: the lock waits for it, or recovers it */
@@ -1052,7 +1077,7 @@ static kvc_err release_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     upd_begin(&u, seg, s, r, room_len(r), 0);
     r->part[a->rank].released = 1;
     r->updated_ns = now;
-    r->updated_mono = kvc__mono_coarse_ns();
+    r->updated_mono = kvc__seg_mono_coarse_ns();
     if (released == r->participants) { /* the last one out reclaims it */
         r->slot = KVC_SLOT_TOMB;
         seg->stripes[s].rooms_live--;
@@ -1081,7 +1106,7 @@ static void sweep_stripe(kvc_segment *seg, uint32_t s, size_t *reclaimed)
     kvc_room *t = stripe_table(seg, s);
     for (uint32_t i = 0; i < seg->hdr->stripe_slots; i++) {
         kvc_room *r = &t[i];
-        if (r->slot != KVC_SLOT_USED || kvc__mono_coarse_ns() <= r->updated_mono + ttl_ns)
+        if (r->slot != KVC_SLOT_USED || kvc__seg_mono_coarse_ns() <= r->updated_mono + ttl_ns)
             continue;
         verdict v = {.what = 2};
         apply_verdict(seg, s, r, &v); /* records the timeout if not terminal */

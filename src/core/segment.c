@@ -164,6 +164,7 @@ static kvc_err init_mutex(pthread_mutex_t *m)
 static void bind_regions(kvc_segment *seg)
 {
     kvc_header *h = seg->hdr;
+    seg->max_procs = h->max_procs;
     seg->ranks = (kvc_rank_entry *)(seg->base + h->ranks_off);
     seg->procs = (kvc_proc *)(seg->base + h->procs_off);
     seg->stripes = (kvc_room_stripe *)(seg->base + h->stripes_off);
@@ -325,13 +326,31 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
                          h->proc_size, h->lock_size, h->block_size, h->room_size,
                          KVC_LAYOUT_VERSION, sizeof(kvc_header), sizeof(kvc_rank_entry),
                          sizeof(kvc_proc), sizeof(kvc_lock), KVC_BLOCK, sizeof(kvc_room));
+    /* Every field that sizes a table or indexes one is checked against
+     * the limits a creator enforces (check_options) before the geometry
+     * it implies is recomputed: a header written over after creation is
+     * refused here, never read out of bounds later. */
+    if (h->max_ranks < 1 || h->max_ranks > KVC_LIMIT_MAX_RANKS || h->max_procs < 1 ||
+        h->max_procs > KVC_LIMIT_MAX_PROCS || h->max_rooms < 1 ||
+        h->max_rooms > KVC_LIMIT_MAX_ROOMS || h->world_size < 1 || h->world_size > h->max_ranks ||
+        h->arena_bytes < KVC_LIMIT_ARENA_MIN || h->arena_bytes > KVC_LIMIT_ARENA_MAX ||
+        h->max_info_bytes < KVC_LIMIT_INFO_MIN || h->max_info_bytes > h->arena_bytes / 2 ||
+        h->arena_bytes != h->arena_blocks * KVC_BLOCK || h->roles_used < 1 ||
+        h->roles_used > KVC_RANK_ROLES)
+        return kvc__fail(KVC_E_CORRUPT,
+                         "segment %s has an inconsistent header (a capacity out of range: max "
+                         "ranks %u, max procs %u, max rooms %u, world size %u, arena %llu bytes, "
+                         "max info %llu bytes, roles %u)",
+                         seg->name, h->max_ranks, h->max_procs, h->max_rooms, h->world_size,
+                         (unsigned long long)h->arena_bytes, (unsigned long long)h->max_info_bytes,
+                         (unsigned)h->roles_used);
     struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->max_rooms, h->arena_bytes);
-    if (h->max_ranks < 1 || h->max_procs < 1 || h->max_rooms < 1 || g.total != h->total_size ||
-        g.ranks_off != h->ranks_off || g.procs_off != h->procs_off || g.rooms_off != h->rooms_off ||
-        g.failures_off != h->failures_off || g.coll_off != h->coll_off ||
-        g.room_slots != h->room_slots || g.stripe_slots != h->stripe_slots ||
-        g.stripes_off != h->stripes_off || h->room_ttl_ms < 1 || g.bitmap_off != h->bitmap_off ||
-        g.arena_off != h->arena_off || g.arena_blocks != h->arena_blocks)
+    if (g.total != h->total_size || g.ranks_off != h->ranks_off || g.procs_off != h->procs_off ||
+        g.rooms_off != h->rooms_off || g.failures_off != h->failures_off ||
+        g.coll_off != h->coll_off || g.room_slots != h->room_slots ||
+        g.stripe_slots != h->stripe_slots || g.stripes_off != h->stripes_off ||
+        h->room_ttl_ms < 1 || g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
+        g.arena_blocks != h->arena_blocks)
         return kvc__fail(KVC_E_CORRUPT,
                          "segment %s has an inconsistent header (capacities do "
                          "not match region offsets)",
@@ -464,6 +483,57 @@ static kvc_err check_not_live(const char *name)
     return e;
 }
 
+/* FRESH over an existing segment: refuse (KVC_E_EXISTS, naming them)
+ * while other processes are attached to it, unless force; a forced one,
+ * or one with nobody attached, is marked discarded before it is unlinked,
+ * so any process still attached (or attaching meanwhile) gets KVC_E_STALE
+ * at its next call instead of writing where nobody serves. */
+static kvc_err discard_old(kvc_segment *seg, bool force)
+{
+    kvc_segment old;
+    memset(&old, 0, sizeof old);
+    snprintf(old.name, sizeof old.name, "%s", seg->name);
+    old.fd = -1;
+    old.proc_slot = -1;
+    old.pid = seg->pid;
+    old.lock_timeout_ms = seg->lock_timeout_ms;
+    if (attach(&old) != KVC_OK)
+        return KVC_OK; /* none, or not a valid segment: nothing attached to warn */
+    char names[400] = "";
+    size_t len = 0, others = 0;
+    for (uint32_t i = 0; i < old.max_procs; i++) {
+        kvc_proc *p = &old.procs[i];
+        int32_t pid = atomic_load(&p->pid);
+        if (!pid || (pid == seg->pid && p->start == seg->start && p->pid_ns == seg->pid_ns) ||
+            kvc__proc_slot_state(&old, (int32_t)i, atomic_load(&p->gen)) != KVC__SLOT_ALIVE)
+            continue;
+        others++;
+        if (len < sizeof names - 64) {
+            int n = snprintf(names + len, sizeof names - len, "%spid %d (%s", len ? ", " : "",
+                             (int)(p->shown_pid ? p->shown_pid : pid),
+                             kvc_role_name((kvc_role)p->role));
+            if (n > 0)
+                len += (size_t)n;
+            n = p->rank >= 0 ? snprintf(names + len, sizeof names - len, ", rank %d)", p->rank)
+                             : snprintf(names + len, sizeof names - len, ")");
+            if (n > 0)
+                len += (size_t)n;
+        }
+    }
+    kvc_err e = KVC_OK;
+    if (others && !force)
+        e = kvc__fail(KVC_E_EXISTS,
+                      "segment %s has %zu other attached process%s: %s%s; stop %s first, or "
+                      "discard the segment under them (kvcoordd --force-fresh, "
+                      "KVC_OPEN_FRESH_FORCE): their next call then fails",
+                      seg->name, others, others == 1 ? "" : "es", names,
+                      len >= sizeof names - 64 ? ", ..." : "", others == 1 ? "it" : "them");
+    else
+        atomic_store(&old.hdr->discarded, 1);
+    unmap(&old);
+    return e;
+}
+
 static kvc_err open_create(kvc_segment *seg, const kvc_options *o)
 {
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -503,7 +573,9 @@ kvc_err kvc__segment_map(kvc_segment *seg, const kvc_options *opts)
             e = check_options(opts); /* it had to be created: say why it cannot be */
         return e;
     case KVC_OPEN_FRESH:
-        if ((e = check_options(opts)) || (e = check_not_live(seg->name)))
+    case KVC_OPEN_FRESH_FORCE:
+        if ((e = check_options(opts)) || (e = check_not_live(seg->name)) ||
+            (e = discard_old(seg, opts->mode == KVC_OPEN_FRESH_FORCE)))
             return e;
         shm_unlink(seg->name);
         e = create_new(seg, opts);
@@ -523,11 +595,59 @@ void kvc__segment_free(kvc_segment *seg)
     free(seg);
 }
 
+kvc_err kvc__seg_current(kvc_segment *seg, bool full)
+{
+    if (atomic_load_explicit(&seg->hdr->discarded, memory_order_relaxed))
+        return kvc__fail(KVC_E_STALE,
+                         "segment %s was discarded (kvcoordd --fresh, or kvc_unlink): this handle "
+                         "is on a segment nobody serves; close it and open the segment again",
+                         seg->name);
+    if (!full) {
+        uint64_t now = kvc__mono_ms(),
+                 last = atomic_load_explicit(&seg->file_checked_ms, memory_order_relaxed);
+        if (now - last < 100 || !atomic_compare_exchange_strong(&seg->file_checked_ms, &last, now))
+            return KVC_OK;
+    }
+    struct stat st;
+    if (fstat(seg->fd, &st) == 0 && st.st_nlink == 0)
+        return kvc__fail(KVC_E_STALE,
+                         "segment %s was removed from /dev/shm (unlinked, or replaced by another "
+                         "file of that name): this handle is on a segment nobody serves; close "
+                         "it and open the segment again",
+                         seg->name);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_segment_verify(kvc_segment *seg)
+{
+    KVC_ARG(seg);
+    return kvc__seg_current(seg, true);
+}
+
+/* Mark the segment under name discarded (it is about to be unlinked). */
+static void mark_discarded(const char *name)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NONBLOCK, 0);
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= sizeof(kvc_header)) {
+        kvc_header *h = mmap(NULL, sizeof *h, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (h != MAP_FAILED) {
+            if (atomic_load(&h->magic) == KVC_MAGIC && h->layout_version == KVC_LAYOUT_VERSION)
+                atomic_store(&h->discarded, 1);
+            munmap(h, sizeof *h);
+        }
+    }
+    close(fd);
+}
+
 KVC_API kvc_err kvc_unlink(const char *name)
 {
     kvc_err e = kvc_name_check(name);
     if (e)
         return e;
+    mark_discarded(name);
     if (shm_unlink(name) < 0) {
         if (errno == ENOENT)
             return kvc__fail(KVC_E_NOENT, "no segment %s in /dev/shm", name);

@@ -16,58 +16,57 @@
 
 #include "internal.h"
 
-/* Handles this process holds, per segment name (participation in rooms
- * is per process, so only the last close ends it). */
+/* The handles this copy of the library has open, for its fork handler:
+ * a child of fork() closes its copy of each one's liveness lock holder
+ * (liveness.c), so it never keeps a parent that died "alive".  The count
+ * of handles a process has on a segment lives in the segment's process
+ * entry (procs.c), shared by every copy of the library in the process. */
 static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    char name[KVC_NAME_MAX + 1];
-    int count;
-    int rooms_opened; /* this process opened a room on the segment */
-} handles[32];
+static kvc_segment **handles;
+static size_t nhandles, handles_cap;
 
-/* A child of fork() holds none of its parent's handles as its own. */
-static void handles_forget(void)
+/* Held across fork(): no handle of this copy is half attached in a child. */
+static void fork_prepare(void) { pthread_mutex_lock(&handles_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&handles_mu); }
+static void fork_child(void)
 {
-    memset(handles, 0, sizeof handles);
-    pthread_mutex_init(&handles_mu, NULL);
+    for (size_t i = 0; i < nhandles; i++)
+        kvc__liveness_forget_child(handles[i], handles[i]->proc_slot);
+    pthread_mutex_unlock(&handles_mu);
 }
 
-static void handles_init(void) { pthread_atfork(NULL, NULL, handles_forget); }
+static void handles_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
-/* Adjust name's handle count by delta (and set its rooms flag when
- * rooms_opened); returns the count left and, in *rooms, the flag. */
-static int handles_adjust(const char *name, int delta, int rooms_opened, int *rooms)
+static void handles_lock(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, handles_init);
-    int left = 0, free_slot = -1, i;
     pthread_mutex_lock(&handles_mu);
-    for (i = 0; i < 32; i++) {
-        if (handles[i].count && !strcmp(handles[i].name, name))
+}
+
+/* Add (handles_mu held); false when out of memory. */
+static bool handles_add(kvc_segment *seg)
+{
+    if (nhandles == handles_cap) {
+        size_t cap = handles_cap ? handles_cap * 2 : 16;
+        kvc_segment **v = realloc(handles, cap * sizeof *v);
+        if (!v)
+            return false;
+        handles = v, handles_cap = cap;
+    }
+    handles[nhandles++] = seg;
+    return true;
+}
+
+static void handles_remove(kvc_segment *seg)
+{
+    handles_lock();
+    for (size_t i = 0; i < nhandles; i++)
+        if (handles[i] == seg) {
+            handles[i] = handles[--nhandles];
             break;
-        if (!handles[i].count && free_slot < 0)
-            free_slot = i;
-    }
-    if (i == 32 && delta > 0 && free_slot >= 0) {
-        i = free_slot;
-        snprintf(handles[i].name, sizeof handles[i].name, "%s", name);
-        handles[i].rooms_opened = 0;
-    }
-    if (rooms)
-        *rooms = 1; /* untracked (more than 32 names): assume rooms were opened */
-    if (i < 32) {
-        handles[i].count += delta;
-        if (handles[i].count < 0)
-            handles[i].count = 0;
-        handles[i].rooms_opened |= rooms_opened;
-        left = handles[i].count;
-        if (rooms)
-            *rooms = handles[i].rooms_opened;
-    } else {
-        left = delta > 0 ? 1 : 0;
-    }
+        }
     pthread_mutex_unlock(&handles_mu);
-    return left;
 }
 
 /* Record this process in the process table.  When the table is full, a
@@ -100,8 +99,8 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     if ((unsigned)opts->role > KVC_ROLE_CLIENT)
         return kvc__fail(KVC_E_INVAL, "kvc_open: role %d out of range 0..3 (kvc_role)",
                          (int)opts->role);
-    if ((unsigned)opts->mode > KVC_OPEN_FRESH)
-        return kvc__fail(KVC_E_INVAL, "kvc_open: mode %d out of range 0..2 (kvc_open_mode)",
+    if ((unsigned)opts->mode > KVC_OPEN_FRESH_FORCE)
+        return kvc__fail(KVC_E_INVAL, "kvc_open: mode %d out of range 0..3 (kvc_open_mode)",
                          (int)opts->mode);
     if (opts->rank < -1)
         return kvc__fail(KVC_E_INVAL, "kvc_open: rank %d out of range (-1 for none)",
@@ -118,6 +117,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     seg->proc_slot = -1;
     seg->pid = (int32_t)getpid();
     seg->start = kvc__proc_start(seg->pid);
+    kvc__self_identity(&seg->shown_pid, &seg->pid_ns, &seg->time_ns);
     seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
     seg->role = opts->role;
     /* Every table's lock recovery, before any lock of this handle is taken. */
@@ -129,13 +129,28 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     if (opts->role == KVC_ROLE_WORKER)
         seg->serves_rank = kvc__proc_set_rank;
     e = kvc__segment_map(seg, opts);
-    if (!e && opts->role != KVC_ROLE_NONE)
-        e = attach_proc(seg, opts->role, opts->rank);
     if (e) {
         kvc__segment_free(seg);
         return e;
     }
-    handles_adjust(seg->name, +1, 0, NULL);
+    /* Attached and listed under one hold of handles_mu, so that a fork
+     * child sees either no entry of this handle or its holder. */
+    handles_lock();
+    if (opts->role != KVC_ROLE_NONE)
+        e = attach_proc(seg, opts->role, opts->rank);
+    if (!e && !handles_add(seg)) {
+        int last = 0;
+        uint32_t flags = 0;
+        kvc__proc_release(seg, &last, &flags);
+        if (last)
+            kvc__proc_detach(seg);
+        e = kvc__fail(KVC_E_SYS, "kvc_open: out of memory");
+    }
+    pthread_mutex_unlock(&handles_mu);
+    if (e) {
+        kvc__segment_free(seg);
+        return e;
+    }
     *out = seg;
     return KVC_OK;
 }
@@ -144,26 +159,49 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
 {
     if (!seg)
         return KVC_OK;
+    handles_remove(seg);
+    /* A segment discarded or replaced under this handle: nobody serves
+     * it, there is nothing to end in it. */
+    if (seg->hdr && kvc__seg_current(seg, true) != KVC_OK) {
+        kvc__segment_free(seg);
+        return KVC_OK;
+    }
+    if (seg->rooms_opened)
+        kvc__proc_note_rooms(seg);
     /* Rooms this process still takes part in cannot complete without it,
-     * once its last handle on the segment is closed.  (A child that
-     * inherited the handle across fork() is not that process.) */
-    int rooms = 0;
-    bool last = seg->hdr && (int32_t)getpid() == seg->pid &&
-                handles_adjust(seg->name, -1, seg->rooms_opened, &rooms) == 0;
-    /* Every step is tried; the first failure is the one reported, with what
-     * it left undone. */
+     * once its last handle on the segment is closed (the count is the
+     * process entry's, whatever library copy opened the others).  A child
+     * that inherited the handle across fork() is not that process. */
+    int last = 0;
+    uint32_t flags = 0;
     kvc_err first = KVC_OK, e;
     char msg[512] = "";
-    if (last && rooms &&
+    if (seg->proc_slot >= 0) {
+        if ((e = kvc__proc_release(seg, &last, &flags))) {
+            first = e;
+            snprintf(msg, sizeof msg,
+                     "kvc_close: this handle still counts in the process table: %s",
+                     kvc_last_error());
+        }
+    } else if (seg->hdr && (int32_t)getpid() == seg->pid && seg->rooms_opened) {
+        /* A handle with no process entry (KVC_ROLE_NONE) that opened rooms:
+         * they end with it unless another handle of this process is attached. */
+        last = !kvc__pid_attached(seg);
+        flags = KVC_PROC_F_ROOMS;
+    }
+    /* Every step is tried; the first failure is the one reported, with what
+     * it left undone. */
+    if (last && (flags & KVC_PROC_F_ROOMS) &&
         (e = kvc__rooms_fail_proc(seg, seg->pid, seg->start,
-                                  "closed its segment handle without releasing the room", NULL))) {
+                                  "closed its segment handle without releasing the room", NULL)) &&
+        !first) {
         first = e;
         snprintf(msg, sizeof msg,
                  "kvc_close: the rooms this process left unreleased were not failed: %s",
                  kvc_last_error());
     }
     /* A worker's session ends with it: its ranks must not be handed out. */
-    if (last && seg->role == KVC_ROLE_WORKER &&
+    if (last && (flags & KVC_PROC_F_WORKER) &&
         (e = kvc__ranks_withdraw_proc(seg, seg->pid, seg->start,
                                       "exited (closed its segment handle)", NULL)) &&
         !first) {
@@ -173,7 +211,7 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
                  "kvcoordd or `kvcoord-diag repair` reaps this process): %s",
                  kvc_last_error());
     }
-    if ((e = kvc__proc_detach(seg)) && !first) {
+    if (last && seg->proc_slot >= 0 && (e = kvc__proc_detach(seg)) && !first) {
         first = e;
         snprintf(msg, sizeof msg,
                  "kvc_close: this process's entry stays in the process table (reaped once it "
@@ -212,10 +250,11 @@ KVC_API kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped)
 {
     KVC_ARG(seg);
     size_t n = 0;
-    for (uint32_t i = 0; i < seg->hdr->max_procs; i++) {
+    for (uint32_t i = 0; i < seg->max_procs; i++) {
         kvc_proc *p = &seg->procs[i];
         int32_t pid = atomic_load(&p->pid);
-        if (pid == 0 || kvc__proc_alive(pid, p->start))
+        if (pid == 0 ||
+            kvc__proc_slot_state(seg, (int32_t)i, atomic_load(&p->gen)) != KVC__SLOT_DEAD)
             continue;
         kvc_err e = kvc_proc_reap(seg, pid, p->start, NULL, NULL, NULL);
         if (e)

@@ -16,7 +16,9 @@
 
 #include "internal.h"
 
-/* Fields of /proc/<pid>/stat (proc(5)): 3 state, 22 start time, 52 exit
+/* Fields of /proc/<pid>/stat (proc(5)): 3 state, 22 start time (ticks
+ * since boot, shifted by the reader's time namespace: returned as the
+ * host's), 52 exit
  * code.  The command name (field 2) may hold spaces and parentheses, so
  * parsing starts after its last ')'.  Returns false if unreadable. */
 static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
@@ -46,7 +48,8 @@ static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
             continue;
         field++;
         if (field == 22 && sscanf(p + 1, "%llu", &v) == 1)
-            *start = (uint64_t)v;
+            /* Shown shifted by the reader's time namespace: the host's. */
+            *start = (uint64_t)v - (uint64_t)kvc__boot_offset_ticks();
         if (field == 52) {
             *exit_code = atoi(p + 1);
             break;

@@ -37,7 +37,7 @@ struct options {
     const char *listen;
     const char *segment;   /* NULL: kvcoord-<port> */
     const char *auth_file; /* --auth-token-file; NULL: KVCOORD_AUTH_TOKEN or none */
-    int fresh;
+    int fresh;             /* 1 --fresh, 2 --force-fresh */
     uint32_t world_size, max_ranks, max_rooms, max_procs, room_ttl_s;
     uint64_t max_info_bytes, arena_bytes, max_body, max_head;
     uint32_t max_conns;
@@ -77,7 +77,10 @@ static void usage(FILE *f)
                "                         default kvcoord-PORT, from the listening port)\n"
                "  --fresh                discard an existing segment of that name and start\n"
                "                         empty (default: reuse a valid one, so registrations\n"
-               "                         survive a restart of the daemon)\n"
+               "                         survive a restart of the daemon); refused while\n"
+               "                         other processes are attached to it (named)\n"
+               "  --force-fresh          --fresh even with processes attached: their next\n"
+               "                         call on the discarded segment fails\n"
                "  --world-size N         TP group size on this node, recorded in a new\n"
                "                         segment (default 8; 1..32, the participants of a\n"
                "                         room, and at most --max-ranks)\n"
@@ -249,6 +252,7 @@ enum {
     OPT_LISTEN = 256,
     OPT_SEGMENT,
     OPT_FRESH,
+    OPT_FORCE_FRESH,
     OPT_WORLD,
     OPT_RANKS,
     OPT_INFO,
@@ -283,6 +287,7 @@ static const struct option long_opts[] = {
     {"listen", required_argument, NULL, OPT_LISTEN},
     {"segment", required_argument, NULL, OPT_SEGMENT},
     {"fresh", no_argument, NULL, OPT_FRESH},
+    {"force-fresh", no_argument, NULL, OPT_FORCE_FRESH},
     {"world-size", required_argument, NULL, OPT_WORLD},
     {"max-ranks", required_argument, NULL, OPT_RANKS},
     {"max-info-bytes", required_argument, NULL, OPT_INFO},
@@ -377,6 +382,7 @@ static int apply_opt(struct options *o, int c, const char *v)
         o->segment = v;
         return 0;
     case OPT_FRESH: o->fresh = 1; return 0;
+    case OPT_FORCE_FRESH: o->fresh = 2; return 0;
     case OPT_WORLD:
         return count_arg("--world-size", v, KVC_ROOM_MAX_PARTICIPANTS,
                          ": a bootstrap room holds at most 32 participants, and rooms of the "
@@ -726,7 +732,7 @@ static kvc_segment *open_segment(const struct options *o, const char *name)
     kvc_options lib;
     kvc_options_init(&lib);
     lib.name = name;
-    lib.mode = o->fresh ? KVC_OPEN_FRESH : KVC_OPEN_CREATE;
+    lib.mode = o->fresh == 2 ? KVC_OPEN_FRESH_FORCE : o->fresh ? KVC_OPEN_FRESH : KVC_OPEN_CREATE;
     lib.role = KVC_ROLE_DAEMON;
     lib.world_size = o->world_size;
     lib.max_ranks = o->max_ranks;

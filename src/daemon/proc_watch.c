@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +77,9 @@
 /* Bound on one futex sleep of the helper thread, so a stop request is seen
  * within it. */
 #define WAKER_SLICE_MS 250
+/* How often the liveness locks of processes with no pidfd (other PID
+ * namespaces) are tested: a death there is seen within this. */
+#define LOCK_POLL_MS 100
 
 /* Debian 12's linux/pidfd.h predates PIDFD_GET_INFO (Linux 6.13) and
  * PIDFD_INFO_EXIT (6.15).  This is the first published layout of struct
@@ -117,7 +121,11 @@ struct proc_watch {
     int watcher_ok;
     int32_t self_pid;
     uint64_t self_start;
-    struct watched *w; /* cap slots; the poll of slot i has user_data slot i */
+    uint64_t self_pid_ns;  /* inode of our PID namespace: a pid means the same to us only
+                              for a process of that namespace */
+    uint32_t unwatched;    /* live entries of the last scan with no pidfd (other namespaces) */
+    uint64_t next_poll_ms; /* when the liveness locks of those are tested next */
+    struct watched *w;     /* cap slots; the poll of slot i has user_data slot i */
     uint32_t cap;
     kvc_proc_info *list; /* kvc_proc_list() buffer */
     size_t list_cap;
@@ -188,7 +196,8 @@ static int exit_status(int pidfd, int32_t pid, uint64_t start, int *status)
 
 /* Reap (pid, start) in the segment and log it.  how NULL: from its zombie
  * if it is one, else the library says "exit status unknown". */
-static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t rank, const char *how)
+static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t rank, const char *how,
+                 int32_t shown_pid)
 {
     size_t rooms = 0, ranks = 0;
     char st, zombie_how[96];
@@ -211,9 +220,10 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
         return;
     }
     log_event(LOG_INFO, "proc_dead",
-              "rank=%d pid=%d how=\"%s\" rooms_failed=%zu "
+              "rank=%d pid=%d ns_pid=%d how=\"%s\" rooms_failed=%zu "
               "ranks_withdrawn=%zu",
-              (int)rank, (int)pid, how ? how : "exit status unknown", rooms, ranks);
+              (int)rank, (int)(shown_pid ? shown_pid : pid), (int)pid,
+              how ? how : "exit status unknown", rooms, ranks);
 }
 
 /* The table's entry for (pid, start), or NULL. */
@@ -285,23 +295,29 @@ static void watch_free(struct watched *w)
     w->pidfd = -1;
 }
 
-/* Start watching a table entry (fd: the pidfd the helper thread opened for
- * it, or -1 to open one now); an entry whose process turns out to be gone
- * already, with no pidfd, is reaped at once. */
-static void watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
+/* A process whose pid means to us what it means to itself: same PID
+ * namespace.  Only those get a pidfd (which names a pid of our namespace);
+ * the others are watched through their liveness lock alone. */
+static int same_ns(const struct proc_watch *pw, const kvc_proc_info *p)
+{
+    return p->pid_ns && p->pid_ns == pw->self_pid_ns;
+}
+
+/* Start watching a table entry of our PID namespace through a pidfd (fd:
+ * the one the helper thread opened for it, or -1 to open one now).
+ * Returns 1 when watched; 0 when not (the process is gone, or its pid now
+ * names another process, or an error): its liveness lock, tested every
+ * LOCK_POLL_MS, then decides. */
+static int watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
 {
     int checked = fd >= 0; /* the helper thread checked its pidfd's start time */
     if (fd < 0)
         fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
     if (fd < 0) {
-        if (errno == ESRCH) { /* gone since the table was read */
-            reap(pw, p->pid, p->start, p->rank, NULL);
-        } else {
+        if (errno != ESRCH)
             log_event(LOG_WARN, "pidfd_open_failed", "pid=%d err=\"%s\"", (int)p->pid,
                       strerror(errno));
-            pw->scanned = 0; /* try again on the next check */
-        }
-        return;
+        return 0;
     }
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     /* The pid may have been reused between the table read and the open:
@@ -312,8 +328,7 @@ static void watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
     int code;
     if (!checked && (read_stat(p->pid, &st, &start, &code) || start != p->start)) {
         close(fd);
-        reap(pw, p->pid, p->start, p->rank, NULL);
-        return;
+        return 0;
     }
     struct watched *w = watch_alloc(pw);
     struct epoll_event ev = {.events = EPOLLIN};
@@ -323,13 +338,20 @@ static void watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
         log_event(LOG_WARN, "proc_watch_failed", "pid=%d err=\"%s\"", (int)p->pid,
                   w ? strerror(errno) : "out of memory");
         close(fd);
-        pw->scanned = 0;
-        return;
+        return 0;
     }
     *w =
         (struct watched){.pid = p->pid, .rank = p->rank, .start = p->start, .pidfd = fd, .seen = 1};
     log_event(LOG_DEBUG, "proc_watch", "pid=%d rank=%d role=%d", (int)p->pid, (int)p->rank,
               (int)p->role);
+    return 1;
+}
+
+/* How a process ended that we could only see through its liveness lock. */
+static const char *lock_how(const struct proc_watch *pw, const kvc_proc_info *p)
+{
+    return same_ns(pw, p) ? NULL /* its zombie, if any, says */
+                          : "exited (exit status unknown: it ran in another PID namespace)";
 }
 
 static struct preopen *preopen_find(struct preopen *pre, size_t n, const kvc_proc_info *p)
@@ -389,6 +411,7 @@ static void procs_check(struct proc_watch *pw, int force)
     }
     for (uint32_t i = 0; i < pw->cap; i++)
         pw->w[i].seen = 0;
+    uint32_t unwatched = 0;
     for (long i = 0; i < n; i++) {
         const kvc_proc_info *p = &pw->list[i];
         if (is_self(pw, p))
@@ -396,11 +419,17 @@ static void procs_check(struct proc_watch *pw, int force)
         struct watched *w = watch_find(pw, p->pid, p->start);
         if (w)
             w->seen = 1, w->rank = p->rank;
-        else if (!p->alive && !preopen_has(pre, npre, p))
-            reap(pw, p->pid, p->start, p->rank, NULL);
-        else /* a dead one with a pidfd: watched, its pidfd is ready at once */
-            watch_add(pw, p, preopen_take(pre, npre, p));
+        else if (!p->alive && !preopen_has(pre, npre, p)) /* its liveness lock is free */
+            reap(pw, p->pid, p->start, p->rank, lock_how(pw, p), p->shown_pid);
+        else if (!p->alive || same_ns(pw, p)) {
+            /* a dead one with a pidfd: watched, its pidfd is ready at once */
+            if (!watch_add(pw, p, preopen_take(pre, npre, p)))
+                unwatched++;
+        } else {
+            unwatched++; /* another PID namespace: its liveness lock alone */
+        }
     }
+    pw->unwatched = unwatched;
     for (size_t i = 0; i < npre; i++)
         if (pre[i].fd >= 0)
             close(pre[i].fd);
@@ -433,9 +462,10 @@ static void proc_exited(struct proc_watch *pw, uint32_t slot)
                   : from == 2 ? "zombie"
                               : "unknown");
         if (from > 0)
-            reap(pw, w->pid, w->start, w->rank, kvc_wait_status_text(status, how, sizeof how));
+            reap(pw, w->pid, w->start, w->rank, kvc_wait_status_text(status, how, sizeof how),
+                 entry->shown_pid);
         else
-            reap(pw, w->pid, w->start, w->rank, NULL);
+            reap(pw, w->pid, w->start, w->rank, NULL, entry->shown_pid);
     } else if (n < 0) {
         return; /* the table could not be read: its pidfd stays ready, tried again */
     }
@@ -488,7 +518,9 @@ static void *watcher_main(void *arg)
     uint64_t next_tick = kvc__mono_ms() + TICK_MS;
     while (!atomic_load(&pw->stop)) {
         uint64_t now = kvc__mono_ms();
-        int timeout = now >= next_tick ? 0 : (int)(next_tick - now);
+        uint64_t next =
+            pw->unwatched && pw->next_poll_ms < next_tick ? pw->next_poll_ms : next_tick;
+        int timeout = now >= next ? 0 : (int)(next - now);
         int n = epoll_wait(pw->epfd, evs, EVENTS_MAX, timeout);
         if (atomic_load(&pw->stop))
             break;
@@ -506,6 +538,11 @@ static void *watcher_main(void *arg)
         check_file(pw);
         if (poked || atomic_exchange(&pw->poked, 0))
             procs_check(pw, 0);
+        if (pw->unwatched && kvc__mono_ms() >= pw->next_poll_ms) {
+            /* Processes with no pidfd: a scan tests every liveness lock. */
+            procs_check(pw, 1);
+            pw->next_poll_ms = kvc__mono_ms() + LOCK_POLL_MS;
+        }
         if (kvc__mono_ms() >= next_tick) {
             procs_tick(pw);
             next_tick = kvc__mono_ms() + TICK_MS;
@@ -556,7 +593,8 @@ static void preopen_scan(struct proc_watch *pw, int keep_fds)
             free(known);
             return; /* out of memory: the loop's own scan opens them */
         }
-        if (!keep_fds || !p->alive || is_self(pw, p) || preopen_find(pw->known, pw->nknown, p))
+        if (!keep_fds || !p->alive || is_self(pw, p) || !same_ns(pw, p) ||
+            preopen_find(pw->known, pw->nknown, p))
             continue;
         int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
         char st;
@@ -625,6 +663,8 @@ int proc_watch_start(struct proc_watch **out, const struct proc_watch_config *cf
     int code, err = 0;
     if (read_stat(pw->self_pid, &st, &pw->self_start, &code))
         err = ESRCH;
+    struct stat ns;
+    pw->self_pid_ns = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
     if (!err && (pw->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
         err = errno;
     if (!err) {

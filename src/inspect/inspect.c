@@ -952,7 +952,7 @@ static void check_rooms(check *ck)
                     .seq = {"rooms.seq", 0, 0},
                     .undo = {"rooms.undo", 0, 0},
                     .count = {"rooms.count", 0, 0},
-                    .now = kvc__mono_ns()};
+                    .now = kvc__seg_mono_ns()};
     for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++)
         check_stripe(ck, &rs, s);
     if (rs.stripes_busy == KVC_ROOM_STRIPES) {

@@ -7,6 +7,8 @@ Run: PYTHONPATH=build/python /usr/bin/python3 -m unittest discover -s tests/pyth
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -121,13 +123,19 @@ class Open(unittest.TestCase):
         name = new_name("procs")
         try:
             with kvcoord.Segment(name, mode="fresh", role="client", **dict(SMALL, max_procs=1)):
-                with self.assertRaises(kvcoord.FullError) as cm:  # the one entry is taken
-                    kvcoord.Segment(name)
-                self.assertIsInstance(cm.exception, kvcoord.Error)
-                self.assertEqual(cm.exception.code_name, kvcoord.strerror(6))
-                self.assertIn("process table of segment %s is full (1 live processes" % name,
-                              str(cm.exception))
-                self.assertIn("kvcoordd --max-procs", str(cm.exception))
+                # This process's next handle shares its entry (one per process).
+                kvcoord.Segment(name).close()
+                # Another process finds the one entry taken.
+                code = ("import sys, kvcoord\n"
+                        "try:\n"
+                        "    kvcoord.Segment(sys.argv[1])\n"
+                        "except kvcoord.FullError as e:\n"
+                        "    print(isinstance(e, kvcoord.Error), e.code_name, str(e), sep='|')\n")
+                out = subprocess.run([sys.executable, "-c", code, name], capture_output=True,
+                                     text=True, timeout=60).stdout
+                self.assertTrue(out.startswith("True|%s|" % kvcoord.strerror(6)), out)
+                self.assertIn("process table of segment %s is full (1 live processes" % name, out)
+                self.assertIn("kvcoordd --max-procs", out)
         finally:
             discard(name)
 
