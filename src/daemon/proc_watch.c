@@ -219,11 +219,16 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
         pw->scanned = 0; /* try again on the next check */
         return;
     }
+    /* pid: as its /proc names it (the host's when shared); ns_pid, when
+     * it differs: in its own PID namespace. */
+    char ns[32] = "";
+    if (shown_pid && shown_pid != pid)
+        snprintf(ns, sizeof ns, " ns_pid=%d", (int)pid);
     log_event(LOG_INFO, "proc_dead",
-              "rank=%d pid=%d ns_pid=%d how=\"%s\" rooms_failed=%zu "
-              "ranks_withdrawn=%zu",
-              (int)rank, (int)(shown_pid ? shown_pid : pid), (int)pid,
-              how ? how : "exit status unknown", rooms, ranks);
+              "rank=%d pid=%d how=\"%s\" rooms_failed=%zu "
+              "ranks_withdrawn=%zu%s",
+              (int)rank, (int)(shown_pid ? shown_pid : pid), how ? how : "exit status unknown",
+              rooms, ranks, ns);
 }
 
 /* The table's entry for (pid, start), or NULL. */
