@@ -21,6 +21,42 @@
 #include "cluster_internal.h"
 #include "log.h"
 
+/* ---- the mirror's confirmation ------------------------------------------ */
+
+/* How long the other nodes' entries live in etcd without their node: the
+ * longest lease TTL seen (this node's included), ns. */
+static uint64_t lease_limit(const struct cluster *c)
+{
+    uint64_t limit = (uint64_t)c->cfg.ttl_s * 1000000000ull;
+    for (size_t i = 0; i < c->peers.nnodes; i++)
+        if (c->peers.nodes[i].ttl > 0 && (uint64_t)c->peers.nodes[i].ttl * 1000000000ull > limit)
+            limit = (uint64_t)c->peers.nodes[i].ttl * 1000000000ull;
+    return limit;
+}
+
+/* The mirror is what the watch last confirmed (heard: a message, an
+ * answered probe, a snapshot; monotonic ns).  Unconfirmed once the watch
+ * is down or quiet past its probe (quiet_ms + call_ms); dropped, whether
+ * etcd refuses or hangs, once unconfirmed past the leases: the entries
+ * mirrored may have expired there.  Requests of this node's session that
+ * fail while the watch is confirmed (this node's own trouble) do not make
+ * the others' entries doubtful. */
+static void check_confirmed(struct cluster *c, uint64_t heard, int watch_up)
+{
+    uint64_t now = kvc__mono_ns();
+    uint64_t grace = ((uint64_t)c->cfg.quiet_ms + c->cfg.call_ms) * 1000000ull;
+    uint64_t age = heard && now > heard ? now - heard : 0;
+    int confirmed = heard && watch_up && age <= grace;
+    uint64_t since = confirmed ? 0 : heard ? heard : c->ses.etcd_down_since;
+    pthread_mutex_lock(&c->fig.mu);
+    c->fig.st.unverified_since_ns =
+        since ? kvc__now_ns() - (now - since) : 0; /* as a wall-clock time */
+    c->fig.st.confirmed_ns = heard ? kvc__now_ns() - (now - heard) : 0;
+    pthread_mutex_unlock(&c->fig.mu);
+    if (heard && !c->peers.dropped && age > lease_limit(c))
+        cluster__drop_unverified(c, heard);
+}
+
 /* ---- the cluster thread -------------------------------------------------- */
 
 static void *cluster_main(void *arg)
@@ -32,22 +68,26 @@ static void *cluster_main(void *arg)
      * matter: those recorded less than a room TTL ago.  One this node
      * published before a restart is found in etcd as its own and left. */
     kvc_segment_info si;
-    if (kvc_segment_stat(c->seg, &si) == KVC_OK) {
-        c->failures_seen =
+    if (kvc_segment_stat(c->cfg.seg, &si) == KVC_OK) {
+        c->rooms.failures_seen =
             si.failures_total > KVC_FAILURE_RING ? si.failures_total - KVC_FAILURE_RING : 0;
         uint64_t now = kvc__now_ns(), ttl = (uint64_t)si.room_ttl_ms * 1000000ull;
         cluster__scan_failures(c, now > ttl ? now - ttl : 0);
     }
+    uint64_t heard = 0;
     for (;;) {
         /* Sleep until something happens or the next timer (keep-alive,
-         * retry, at most a second). */
+         * retry, the mirror's drop, at most a second). */
         uint64_t now = kvc__mono_ns(), wake = now + 1000000000ull;
-        if (c->lease && c->next_keepalive < wake)
-            wake = c->next_keepalive;
-        if (!c->lease && c->retry_at < wake)
-            wake = c->retry_at;
-        if ((c->ndirty || c->npending) && c->etcd_down_since && c->retry_at < wake)
-            wake = c->retry_at;
+        if (c->ses.lease && c->ses.next_keepalive < wake)
+            wake = c->ses.next_keepalive;
+        if (!c->ses.lease && c->ses.retry_at < wake)
+            wake = c->ses.retry_at;
+        if ((c->tab.ndirty || c->rooms.npending) && c->ses.etcd_down_since &&
+            c->ses.retry_at < wake)
+            wake = c->ses.retry_at;
+        if (heard && !c->peers.dropped && heard + lease_limit(c) + 1000000ull < wake)
+            wake = heard + lease_limit(c) + 1000000ull; /* the mirror's drop is due */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         if (wake > now) {
@@ -55,23 +95,31 @@ static void *cluster_main(void *arg)
             ts.tv_sec = (time_t)(t / 1000000000ull);
             ts.tv_nsec = (long)(t % 1000000000ull);
         }
-        pthread_mutex_lock(&c->mu);
-        while (!c->stop && !c->rank_changed && !c->room_changed && !c->q_head &&
-               wake > kvc__mono_ns()) {
-            if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT)
+        pthread_mutex_lock(&c->in.mu);
+        while (!c->in.stop && !c->in.rank_changed && !c->in.room_changed && !c->in.q_head &&
+               !c->in.fetched && wake > kvc__mono_ns()) {
+            if (pthread_cond_timedwait(&c->in.cv, &c->in.mu, &ts) == ETIMEDOUT)
                 break;
         }
-        if (c->stop) {
-            pthread_mutex_unlock(&c->mu);
+        if (c->in.stop) {
+            pthread_mutex_unlock(&c->in.mu);
             break;
         }
-        int ranks = c->rank_changed, rooms = c->room_changed;
-        c->rank_changed = c->room_changed = 0;
-        struct batch *q = c->q_head;
-        c->q_head = c->q_tail = NULL;
-        int watch_up = c->watch_up;
-        uint64_t watch_down = c->watch_down_since;
-        pthread_mutex_unlock(&c->mu);
+        int ranks = c->in.rank_changed, rooms = c->in.room_changed;
+        c->in.rank_changed = c->in.room_changed = 0;
+        struct batch *q = c->in.q_head;
+        c->in.q_head = c->in.q_tail = NULL;
+        struct fetch_job *fetched = c->in.fetched;
+        c->in.fetched = NULL;
+        int watch_up = c->in.watch_up;
+        heard = c->in.watch_heard;
+        char watch_ep[sizeof c->in.watch_endpoint];
+        memcpy(watch_ep, c->in.watch_endpoint, sizeof watch_ep);
+        pthread_mutex_unlock(&c->in.mu);
+        pthread_mutex_lock(&c->fig.mu);
+        c->fig.st.watch_up = watch_up;
+        memcpy(c->fig.st.watch_endpoint, watch_ep, sizeof watch_ep);
+        pthread_mutex_unlock(&c->fig.mu);
 
         if (ranks)
             cluster__scan_local(c);
@@ -93,59 +141,36 @@ static void *cluster_main(void *arg)
             cluster__scan_failures(c, 0);
         cluster__session_step(c);
         now = kvc__mono_ns();
-        if (c->lease && (!c->etcd_down_since || now >= c->retry_at)) {
+        if (c->ses.lease && (!c->ses.etcd_down_since || now >= c->ses.retry_at)) {
             if (cluster__publish_dirty(c) || cluster__publish_rooms(c))
-                c->retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
+                c->ses.retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
         }
-        /* Large records whose fetch failed: try again. */
-        for (unsigned ti = 0; ti < NTABLES; ti++)
-            for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-                struct rslot *s = c->slots[ti][r];
-                if (!s)
-                    continue;
-                for (struct remote *x = s->remotes; x; x = x->next)
-                    if (!x->info && x->url[0] && now >= c->fetch_retry_at) {
-                        if (!cluster__fetch_info(c, ti, r, x))
-                            cluster__apply_winner(c, ti, r, NULL);
-                        else
-                            c->fetch_retry_at = now + 1000000000ull;
-                    }
-            }
-        /* Unverified mirror: since when nothing confirms it. */
-        uint64_t since = c->etcd_down_since;
-        if (!watch_up && watch_down && (!since || watch_down < since))
-            since = watch_down;
-        pthread_mutex_lock(&c->smu);
-        c->st.unverified_since_ns =
-            since ? kvc__now_ns() - (kvc__mono_ns() - since) : 0; /* as a wall-clock time */
-        pthread_mutex_unlock(&c->smu);
-        uint64_t limit = (uint64_t)c->ttl_s * 1000000000ull;
-        for (size_t i = 0; i < c->nnodes; i++)
-            if (c->nodes[i].ttl > 0 && (uint64_t)c->nodes[i].ttl * 1000000000ull > limit)
-                limit = (uint64_t)c->nodes[i].ttl * 1000000000ull;
-        /* Dropped only once the watch itself is down that long: requests
-         * failing while the stream delivers (this node's own trouble) do
-         * not make the others' entries doubtful. */
-        if (!watch_up && watch_down && !c->dropped && kvc__mono_ns() - watch_down > limit)
-            cluster__drop_unverified(c, watch_down);
-        if (c->etcd_down_since && watch_up && c->watch_restarted_for != c->etcd_down_since) {
+        /* Large records: the fetch thread's answers, and what to ask
+         * (again). */
+        for (struct fetch_job *j = fetched; j; j = j->next)
+            cluster__fetched(c, j);
+        cluster__fetch_free(fetched);
+        cluster__fetch_due(c);
+        check_confirmed(c, heard, watch_up);
+        if (c->ses.etcd_down_since && watch_up &&
+            c->ses.watch_restarted_for != c->ses.etcd_down_since) {
             /* Requests fail while the stream looks fine: a member cut off
              * from the quorum keeps its watchers; ask once for a fresh
              * stream, whose snapshot (a quorum read) fails over. */
-            c->watch_restarted_for = c->etcd_down_since;
-            pthread_mutex_lock(&c->mu);
-            c->restart_watch = 1;
-            pthread_mutex_unlock(&c->mu);
+            c->ses.watch_restarted_for = c->ses.etcd_down_since;
+            pthread_mutex_lock(&c->in.mu);
+            c->in.restart_watch = 1;
+            pthread_mutex_unlock(&c->in.mu);
         }
         cluster__refresh_stats(c);
     }
     /* Stopping. */
-    if (c->clean) {
-        if (c->lease && etcd_lease_revoke(c->ec, c->lease) == 0)
+    if (c->in.clean) {
+        if (c->ses.lease && etcd_lease_revoke(c->ses.ec, c->ses.lease) == 0)
             log_event(LOG_INFO, "cluster_left",
                       "cluster=%s node=%s lease=%" PRId64 " note=\"lease revoked: this node's "
                       "records are gone from every node\"",
-                      c->cluster, c->node, c->lease);
+                      c->cfg.cluster, c->cfg.node, c->ses.lease);
         cluster__drop_remotes(c, "kvcoordd stopped: mirrored entries dropped", 1);
     }
     return NULL;
@@ -159,12 +184,14 @@ static void free_cluster(struct cluster *c)
 {
     if (!c)
         return;
-    etcd_close(c->ec);
-    if (c->fetch)
-        curl_easy_cleanup(c->fetch);
+    etcd_close(c->ses.ec);
+    if (c->fx.multi)
+        curl_multi_cleanup(c->fx.multi);
+    cluster__fetch_free(c->fx.queue);
+    cluster__fetch_free(c->in.fetched);
     for (unsigned ti = 0; ti < NTABLES; ti++) {
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[ti][r];
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
+            struct rslot *s = c->tab.slots[ti][r];
             if (!s)
                 continue;
             while (s->remotes) {
@@ -175,34 +202,35 @@ static void free_cluster(struct cluster *c)
             cluster__drop_saved(s);
             free(s);
         }
-        free(c->slots[ti]);
+        free(c->tab.slots[ti]);
     }
-    free(c->dirty_q);
-    for (uint32_t i = 0; c->list && i < c->max_ranks; i++)
-        kvc_rank_info_free(&c->list[i]);
-    free(c->list);
-    kvc_rank_info_free(&c->look);
-    free(c->nodes);
-    free(c->nodes_copy);
-    free(c->pending);
-    while (c->q_head) {
-        struct batch *b = c->q_head;
-        c->q_head = b->next;
+    free(c->tab.dirty_q);
+    for (uint32_t i = 0; c->tab.list && i < c->cfg.max_ranks; i++)
+        kvc_rank_info_free(&c->tab.list[i]);
+    free(c->tab.list);
+    kvc_rank_info_free(&c->tab.look);
+    free(c->peers.nodes);
+    free(c->fig.nodes_copy);
+    free(c->rooms.pending);
+    while (c->in.q_head) {
+        struct batch *b = c->in.q_head;
+        c->in.q_head = b->next;
         etcd_kvs_free(b->kvs, b->nkv);
         for (size_t i = 0; i < b->nev; i++)
             etcd_kv_free(&b->ev[i].kv);
         free(b->ev);
         free(b);
     }
-    free(c->endpoints);
-    free(c->user);
-    free(c->password_file);
-    free(c->cacert);
-    free(c->cert);
-    free(c->key);
-    pthread_mutex_destroy(&c->mu);
-    pthread_mutex_destroy(&c->smu);
-    pthread_cond_destroy(&c->cv);
+    free(c->cfg.endpoints);
+    free(c->cfg.user);
+    free(c->cfg.password_file);
+    free(c->cfg.cacert);
+    free(c->cfg.cert);
+    free(c->cfg.key);
+    pthread_mutex_destroy(&c->in.mu);
+    pthread_mutex_destroy(&c->fx.mu);
+    pthread_mutex_destroy(&c->fig.mu);
+    pthread_cond_destroy(&c->in.cv);
     free(c);
 }
 
@@ -227,34 +255,47 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
         snprintf(err, cap, "out of memory");
         return -1;
     }
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_mutex_init(&c->smu, NULL);
+    pthread_mutex_init(&c->in.mu, NULL);
+    pthread_mutex_init(&c->fx.mu, NULL);
+    pthread_mutex_init(&c->fig.mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
+    pthread_cond_init(&c->in.cv, &ca);
     pthread_condattr_destroy(&ca);
-    snprintf(c->cluster, sizeof c->cluster, "%s", conf->cluster);
-    snprintf(c->node, sizeof c->node, "%s", conf->node);
-    snprintf(c->url, sizeof c->url, "%s", conf->url ? conf->url : "");
-    snprintf(c->prefix, sizeof c->prefix, "/kvcoord/%s/", c->cluster);
-    c->ttl_s = conf->ttl_s;
-    c->seg = conf->seg;
-    c->endpoints = dup_opt(conf->endpoints);
-    c->user = dup_opt(conf->user);
-    c->password_file = dup_opt(conf->password_file);
-    c->cacert = dup_opt(conf->cacert);
-    c->cert = dup_opt(conf->cert);
-    c->key = dup_opt(conf->key);
-    c->econf = (struct etcd_conf){.endpoints = c->endpoints,
-                                  .user = c->user,
-                                  .password_file = c->password_file,
-                                  .cacert = c->cacert,
-                                  .cert = c->cert,
-                                  .key = c->key,
-                                  .timeout_ms = 2000};
+    snprintf(c->cfg.cluster, sizeof c->cfg.cluster, "%s", conf->cluster);
+    snprintf(c->cfg.node, sizeof c->cfg.node, "%s", conf->node);
+    snprintf(c->cfg.url, sizeof c->cfg.url, "%s", conf->url ? conf->url : "");
+    snprintf(c->cfg.prefix, sizeof c->cfg.prefix, "/kvcoord/%s/", c->cfg.cluster);
+    c->cfg.ttl_s = conf->ttl_s;
+    /* Every etcd request is bounded by the TTL: a member tried gets a
+     * quarter of it (250 ms .. 2 s), a whole call (fail-over included)
+     * half of it (at least two members' worth), so the cluster thread
+     * looks at the mirror's confirmation well within a TTL even when etcd
+     * hangs; a watch stream quiet for a quarter of the TTL (at most 5 s)
+     * has its member probed. */
+    uint32_t ttl_ms = conf->ttl_s > 3600 ? 3600000u : conf->ttl_s * 1000u;
+    c->cfg.call_ms = ttl_ms / 4 < 250 ? 250 : ttl_ms / 4 > 2000 ? 2000 : ttl_ms / 4;
+    c->cfg.quiet_ms = ttl_ms / 4 < 250 ? 250 : ttl_ms / 4 > 5000 ? 5000 : ttl_ms / 4;
+    uint32_t deadline_ms = ttl_ms / 2 < 2 * c->cfg.call_ms ? 2 * c->cfg.call_ms : ttl_ms / 2;
+    c->cfg.seg = conf->seg;
+    c->cfg.endpoints = dup_opt(conf->endpoints);
+    c->cfg.user = dup_opt(conf->user);
+    c->cfg.password_file = dup_opt(conf->password_file);
+    c->cfg.cacert = dup_opt(conf->cacert);
+    c->cfg.cert = dup_opt(conf->cert);
+    c->cfg.key = dup_opt(conf->key);
+    c->cfg.econf = (struct etcd_conf){.endpoints = c->cfg.endpoints,
+                                      .user = c->cfg.user,
+                                      .password_file = c->cfg.password_file,
+                                      .cacert = c->cfg.cacert,
+                                      .cert = c->cfg.cert,
+                                      .key = c->cfg.key,
+                                      .timeout_ms = c->cfg.call_ms,
+                                      .deadline_ms = deadline_ms,
+                                      .watch_quiet_ms = c->cfg.quiet_ms};
     kvc_segment_info si;
-    if (kvc_segment_stat(c->seg, &si) != KVC_OK) {
+    if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK) {
         snprintf(err, cap, "segment: %s", kvc_last_error());
         free_cluster(c);
         return -1;
@@ -264,43 +305,57 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
         free_cluster(c);
         return -1;
     }
-    c->max_ranks = si.max_ranks;
-    c->max_info_bytes = si.max_info_bytes;
-    c->room_ttl_s = si.room_ttl_ms / 1000 ? si.room_ttl_ms / 1000 : 1;
-    snprintf(c->roles[0], sizeof c->roles[0], "%s", KVC_DEFAULT_ROLE);
-    c->nroles = 1;
-    c->list = calloc(c->max_ranks, sizeof *c->list);
-    c->pending = calloc(PENDING_ROOMS_MAX, sizeof *c->pending);
-    c->fetch = curl_easy_init();
-    if (!c->list || !c->pending || !c->fetch) {
-        snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->max_ranks);
+    c->cfg.max_ranks = si.max_ranks;
+    c->cfg.max_info_bytes = si.max_info_bytes;
+    c->cfg.room_ttl_s = si.room_ttl_ms / 1000 ? si.room_ttl_ms / 1000 : 1;
+    snprintf(c->tab.roles[0], sizeof c->tab.roles[0], "%s", KVC_DEFAULT_ROLE);
+    c->tab.nroles = 1;
+    c->tab.list = calloc(c->cfg.max_ranks, sizeof *c->tab.list);
+    c->rooms.pending = calloc(PENDING_ROOMS_MAX, sizeof *c->rooms.pending);
+    c->fx.multi = curl_multi_init();
+    if (!c->tab.list || !c->rooms.pending || !c->fx.multi) {
+        snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->cfg.max_ranks);
         free_cluster(c);
         return -1;
     }
-    if (etcd_open(&c->econf, &c->ec, err, cap)) {
+    if (etcd_open(&c->cfg.econf, &c->ses.ec, err, cap)) {
         free_cluster(c);
         return -1;
     }
-    c->st.etcd_up = 0;
-    c->etcd_down_since = 0;
-    if (pthread_create(&c->thread, NULL, cluster_main, c) == 0)
-        c->started_thread = 1;
-    if (c->started_thread && pthread_create(&c->watch_thread, NULL, cluster__watch_main, c) == 0)
-        c->started_watch = 1;
-    if (c->started_watch &&
-        pthread_create(&c->rank_waiter, NULL, cluster__rank_waiter_main, c) == 0)
-        c->started_rank = 1;
-    if (c->started_rank && pthread_create(&c->room_waiter, NULL, cluster__room_waiter_main, c) == 0)
-        c->started_room = 1;
-    if (!c->started_room) {
+    c->fig.st.etcd_up = 0;
+    c->ses.etcd_down_since = 0;
+    /* Before anything serves the segment (the HTTP server starts after
+     * cluster_start returns): an earlier kvcoordd's mirror is not what
+     * etcd says now. */
+    size_t left = cluster__withdraw_leftovers(c);
+    if (left)
+        log_event(LOG_INFO, "mirror_unconfirmed_total",
+                  "cluster=%s node=%s entries=%zu note=\"mirrored entries an earlier kvcoordd "
+                  "left in the segment are withdrawn until etcd's snapshot confirms them\"",
+                  c->cfg.cluster, c->cfg.node, left);
+    if (pthread_create(&c->thr.thread, NULL, cluster_main, c) == 0)
+        c->thr.started_thread = 1;
+    if (c->thr.started_thread &&
+        pthread_create(&c->thr.watch_thread, NULL, cluster__watch_main, c) == 0)
+        c->thr.started_watch = 1;
+    if (c->thr.started_watch &&
+        pthread_create(&c->thr.rank_waiter, NULL, cluster__rank_waiter_main, c) == 0)
+        c->thr.started_rank = 1;
+    if (c->thr.started_rank &&
+        pthread_create(&c->thr.room_waiter, NULL, cluster__room_waiter_main, c) == 0)
+        c->thr.started_room = 1;
+    if (c->thr.started_room && pthread_create(&c->thr.fetcher, NULL, cluster__fetch_main, c) == 0)
+        c->thr.started_fetcher = 1;
+    if (!c->thr.started_fetcher) {
         snprintf(err, cap, "cannot start the cluster threads");
         cluster_stop(c, 0);
         return -1;
     }
     log_event(LOG_INFO, "cluster",
-              "cluster=%s node=%s url=%s ttl_s=%u endpoints=%s auth=%s conflict_rule=\"newest "
-              "etcd revision wins\"",
-              c->cluster, c->node, c->url, c->ttl_s, c->endpoints, c->user ? "user" : "none");
+              "cluster=%s node=%s url=%s ttl_s=%u endpoints=%s auth=%s request_ms=%u "
+              "call_deadline_ms=%u watch_quiet_ms=%u conflict_rule=\"newest etcd revision wins\"",
+              c->cfg.cluster, c->cfg.node, c->cfg.url, c->cfg.ttl_s, c->cfg.endpoints,
+              c->cfg.user ? "user" : "none", c->cfg.call_ms, deadline_ms, c->cfg.quiet_ms);
     *out = c;
     return 0;
 }
@@ -309,18 +364,25 @@ void cluster_stop(struct cluster *c, int clean)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&c->mu);
-    c->stop = 1;
-    c->clean = clean;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    if (c->started_room)
-        pthread_join(c->room_waiter, NULL);
-    if (c->started_rank)
-        pthread_join(c->rank_waiter, NULL);
-    if (c->started_watch)
-        pthread_join(c->watch_thread, NULL);
-    if (c->started_thread)
-        pthread_join(c->thread, NULL);
+    pthread_mutex_lock(&c->in.mu);
+    c->in.stop = 1;
+    c->in.clean = clean;
+    pthread_cond_broadcast(&c->in.cv);
+    pthread_mutex_unlock(&c->in.mu);
+    pthread_mutex_lock(&c->fx.mu);
+    c->fx.stop = 1;
+    pthread_mutex_unlock(&c->fx.mu);
+    if (c->fx.multi)
+        curl_multi_wakeup(c->fx.multi);
+    if (c->thr.started_fetcher)
+        pthread_join(c->thr.fetcher, NULL);
+    if (c->thr.started_room)
+        pthread_join(c->thr.room_waiter, NULL);
+    if (c->thr.started_rank)
+        pthread_join(c->thr.rank_waiter, NULL);
+    if (c->thr.started_watch)
+        pthread_join(c->thr.watch_thread, NULL);
+    if (c->thr.started_thread)
+        pthread_join(c->thr.thread, NULL);
     free_cluster(c);
 }

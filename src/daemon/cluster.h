@@ -105,6 +105,9 @@ struct cluster_stats {
     uint64_t fetches, fetch_failures, digest_mismatches;
     uint64_t rooms_published, rooms_lost_race, rooms_adopted;
     uint64_t unverified_since_ns; /* mirror not confirmed by etcd since; 0: current */
+    uint64_t confirmed_ns;        /* the watch last knew itself current (wall clock); 0: never */
+    int watch_up;                 /* the watch thread holds a stream */
+    char watch_endpoint[128];     /* the member of the stream (or of the last one) */
     uint64_t mirror_dropped;      /* mirrored entries dropped after etcd stayed away */
     int64_t revision;             /* newest etcd revision seen */
     int name_conflict;            /* this node's name is held by another kvcoordd (its URL below) */

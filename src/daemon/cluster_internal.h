@@ -4,13 +4,19 @@
  * owns, and the functions one of its files calls in another (prefixed
  * cluster__).  Not installed; the rest of kvcoordd includes cluster.h only.
  *
- * One cluster thread owns all the state below and is the only one that
- * writes mirrored entries or talks to etcd for publishing.  Three helpers
- * feed it through one mutex + condition variable:
+ * One cluster thread owns most of the state below and is the only one
+ * that writes mirrored entries or talks to etcd for publishing.  Four
+ * helpers feed it through the inbox (struct cluster_inbox: one mutex +
+ * condition variable):
  *   - the watch thread: a range of the whole prefix (a snapshot), then a
- *     watch stream from the next revision; each response is queued;
+ *     watch stream from the next revision; each response is queued, and
+ *     the time the stream last knew itself current is noted;
+ *   - the fetch thread: large entries' bytes from their origin kvcoordd,
+ *     asked for through its own queue (struct cluster_fetcher);
  *   - the rank waiter and the room waiter: sleep on the segment's futex
  *     epochs and flag a change.
+ * struct cluster is made of parts, one per concern, each naming its owner
+ * thread and its lock (none where one thread owns it).
  *
  * Telling local changes from the thread's own writes: every write the
  * cluster thread makes to the rank table returns the entry's generation,
@@ -28,12 +34,15 @@
  *   cluster_publish.c  local changes (scanning the rank tables) and publishing
  *   cluster_rooms.c    room failures: published, and taken from other nodes
  *   cluster_mirror.c   the other nodes' records, from the watch's snapshots
- *                      and events
+ *                      and events; the mirror's drop and its leftovers
+ *   cluster_fetch.c    large entries fetched from their origin, off the
+ *                      cluster thread
  *   cluster_watch.c    the watch thread and the futex waiters
  *   cluster_render.c   the figures: the readers' copy, /metrics, GET /cluster
  *
  * Every cluster__ function below runs on the cluster thread (and so uses
- * its state without a lock) unless its comment names another thread.
+ * the parts it owns without a lock) unless its comment names another
+ * thread.
  */
 #ifndef KVC_CLUSTER_INTERNAL_H
 #define KVC_CLUSTER_INTERNAL_H
@@ -81,7 +90,9 @@ struct remote {
     char url[URL_MAX];
     char *info; /* NULL until known (inline, or fetched from url) */
     size_t info_len;
-    int stale; /* snapshot bookkeeping */
+    int fetching;            /* a fetch job of this record is out (cluster_fetch.c) */
+    uint64_t fetch_retry_at; /* monotonic ns: when a failed fetch is asked again */
+    int stale;               /* snapshot bookkeeping */
 };
 
 enum applied { AP_NONE = 0, AP_LOCAL, AP_REMOTE };
@@ -141,47 +152,112 @@ struct conflict {
     char nodes[160];
 };
 
-struct cluster {
-    /* configuration */
+/* A fetch of a large entry's bytes from its origin kvcoordd
+ * (cluster_fetch.c): asked by the cluster thread, run by the fetch thread,
+ * handed back with its result. */
+struct fetch_job {
+    struct fetch_job *next;
+    unsigned ti;
+    uint32_t rank;
+    char node[CLUSTER_NAME_MAX + 1];
+    char url[URL_MAX + 160]; /* the GET */
+    char digest[DIGEST_HEX];
+    char sid[KVC_SESSION_ID_MAX + 1];
+    char label[96]; /* cluster__entry_label, for the log */
+    int pcfg;       /* a parallelism config: the answer is the bytes */
+    size_t limit;   /* most bytes of an answer */
+    /* the result (the fetch thread's until handed back) */
+    char *info; /* NULL: failed (err says why) */
+    size_t info_len;
+    char err[160];
+    void *xfer; /* the fetch thread's transfer state */
+};
+
+/* Each part of the state names the thread that owns it and the lock, if
+ * any, that guards it; nothing else is shared. */
+
+/* What the cluster view was started with.  Written by cluster_start()
+ * before any thread exists; read-only afterwards, by every thread, without
+ * a lock. */
+struct cluster_cfg {
     char cluster[CLUSTER_NAME_MAX + 1], node[CLUSTER_NAME_MAX + 1], url[URL_MAX];
     char prefix[160]; /* /kvcoord/<cluster>/ */
     uint32_t ttl_s;
+    uint32_t call_ms;  /* an etcd request's bound per member (econf.timeout_ms) */
+    uint32_t quiet_ms; /* a watch stream this long without a message is probed */
     struct etcd_conf econf;
     char *endpoints, *user, *password_file, *cacert, *cert, *key;
     kvc_segment *seg;
     uint32_t max_ranks;
     uint64_t max_info_bytes;
     uint32_t room_ttl_s;
+};
 
-    /* threads */
-    pthread_t thread, watch_thread, rank_waiter, room_waiter;
-    int started_thread, started_watch, started_rank, started_room;
-    pthread_mutex_t mu; /* guards the fields down to `stop` */
+/* The threads.  Written by cluster_start() and cluster_stop() only (on
+ * the thread that calls them). */
+struct cluster_threads {
+    pthread_t thread, watch_thread, rank_waiter, room_waiter, fetcher;
+    int started_thread, started_watch, started_rank, started_room, started_fetcher;
+};
+
+/* What the helper threads hand the cluster thread, and cluster_stop()'s
+ * request: every field under `mu`, and the cluster thread sleeps on `cv`
+ * for any of them. */
+struct cluster_inbox {
+    pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct batch *q_head, *q_tail;
-    int rank_changed, room_changed;
-    int watch_up;              /* the watch thread holds a stream */
-    uint64_t watch_down_since; /* monotonic ns; 0 while up */
-    int restart_watch;         /* cluster thread asks for a new stream */
-    int stop, clean;
+    struct batch *q_head, *q_tail;  /* the watch thread's responses */
+    struct fetch_job *fetched;      /* the fetch thread's finished jobs */
+    int rank_changed, room_changed; /* the futex waiters' flags */
+    int watch_up;                   /* the watch thread holds a stream */
+    uint64_t watch_down_since;      /* monotonic ns; 0 while up */
+    uint64_t watch_heard;           /* monotonic ns: the watch last knew itself current (a message,
+                              an answered probe, a snapshot); 0: never */
+    char watch_endpoint[128];       /* the member of the stream, or of the last one */
+    int restart_watch;              /* the cluster thread asks for a new stream */
+    int stop, clean;                /* cluster_stop() asks every thread to end */
+};
 
-    /* cluster thread state */
+/* The fetch thread's queue: every field under `mu`; the transfers
+ * themselves (multi) are the fetch thread's alone. */
+struct cluster_fetcher {
+    pthread_mutex_t mu;
+    struct fetch_job *queue; /* asked for, not started, oldest first */
+    int stop;
+    CURLM *multi; /* created by cluster_start(), then the fetch thread's */
+};
+
+/* This node's session with etcd.  The cluster thread's alone (no lock). */
+struct cluster_session {
     etcd *ec;
-    CURL *fetch;
+    int64_t lease;
+    uint64_t lease_granted_mono, next_keepalive, retry_at;
+    uint32_t backoff_ms;
+    uint64_t etcd_down_since;     /* monotonic; 0 while etcd answers */
+    uint64_t watch_restarted_for; /* the etcd_down_since a fresh stream was asked for */
+};
+
+/* The entries followed, table by table.  The cluster thread's alone. */
+struct cluster_tables {
     char roles[CLUSTER_ROLES][KVC_ROLE_NAME_MAX + 1]; /* roles[0]: KVC_DEFAULT_ROLE */
     unsigned nroles;
     struct rslot **slots[NTABLES]; /* max_ranks each, allocated on first use */
     uint32_t *dirty_q;             /* ti * max_ranks + rank */
     size_t ndirty, cap_dirty;
-    kvc_rank_info *list;
+    kvc_rank_info *list; /* scratch of the segment's calls */
     kvc_rank_info look;
+};
+
+/* The other nodes as etcd shows them.  The cluster thread's alone. */
+struct cluster_peers {
     struct node_rec *nodes;
     size_t nnodes, cap_nodes;
-    int64_t lease;
-    uint64_t lease_granted_mono, next_keepalive, retry_at, fetch_retry_at;
-    uint32_t backoff_ms;
-    uint64_t etcd_down_since; /* monotonic; 0 while etcd answers */
     int have_snapshot;
+    int dropped; /* mirrors dropped after the watch stayed unconfirmed */
+};
+
+/* Room failures, published and adopted.  The cluster thread's alone. */
+struct cluster_rooms {
     uint64_t failures_seen;
     uint64_t adopted[ADOPTED_RING];
     size_t nadopted;
@@ -189,11 +265,13 @@ struct cluster {
     size_t npending;
     int64_t room_lease;
     uint64_t room_lease_mono;
-    int dropped;                  /* mirrors dropped after etcd stayed away */
-    uint64_t watch_restarted_for; /* the etcd_down_since a fresh stream was asked for */
+};
 
-    /* figures, under smu */
-    pthread_mutex_t smu;
+/* The figures readers see (/metrics, GET /cluster): every field under
+ * `mu`; the cluster thread writes them (the fetch thread adds its counts
+ * with STAT_ADD), the io_uring loop copies them. */
+struct cluster_figures {
+    pthread_mutex_t mu;
     struct cluster_stats st;
     struct conflict conflicts[CONFLICTS_SHOWN];
     size_t nconflicts;
@@ -201,12 +279,24 @@ struct cluster {
     size_t nnodes_copy;
 };
 
-/* Add n to the figure st.field (under smu). */
-#define STAT_ADD(c, field, n)            \
-    do {                                 \
-        pthread_mutex_lock(&(c)->smu);   \
-        (c)->st.field += (n);            \
-        pthread_mutex_unlock(&(c)->smu); \
+struct cluster {
+    struct cluster_cfg cfg;
+    struct cluster_threads thr;
+    struct cluster_inbox in;
+    struct cluster_fetcher fx;
+    struct cluster_session ses;
+    struct cluster_tables tab;
+    struct cluster_peers peers;
+    struct cluster_rooms rooms;
+    struct cluster_figures fig;
+};
+
+/* Add n to the figure fig.st.field (under fig.mu). */
+#define STAT_ADD(c, field, n)               \
+    do {                                    \
+        pthread_mutex_lock(&(c)->fig.mu);   \
+        (c)->fig.st.field += (n);           \
+        pthread_mutex_unlock(&(c)->fig.mu); \
     } while (0)
 
 /* ---- tables, keys, records ----------------------------------------------- */
@@ -215,13 +305,13 @@ static inline unsigned t_kind(unsigned ti) { return ti / CLUSTER_ROLES; }
 
 static inline const char *t_role(const struct cluster *c, unsigned ti)
 {
-    return c->roles[ti % CLUSTER_ROLES];
+    return c->tab.roles[ti % CLUSTER_ROLES];
 }
 
 /* The slot if it exists, without creating it. */
 static inline struct rslot *slot_at(const struct cluster *c, unsigned ti, uint32_t rank)
 {
-    return c->slots[ti] ? c->slots[ti][rank] : NULL;
+    return c->tab.slots[ti] ? c->tab.slots[ti][rank] : NULL;
 }
 
 /* K_BAD: under ranks/, roles/ or parallelism/ but not a key of that form
@@ -298,6 +388,9 @@ void cluster__mark_dirty(struct cluster *c, unsigned ti, uint32_t rank, struct r
 /* The segment's entry (ti, rank), and the list of table ti into c->list. */
 kvc_err cluster__seg_lookup(struct cluster *c, unsigned ti, uint32_t rank, kvc_rank_info *out);
 kvc_err cluster__seg_list(struct cluster *c, unsigned ti, size_t *n);
+/* Withdraw the mirrored entry (ti, rank) of generation expect (note: why). */
+kvc_err cluster__seg_withdraw(struct cluster *c, unsigned ti, uint32_t rank, const char *note,
+                              uint64_t expect);
 /* Which entry a log line is about ("rank=3 role=draft kind=..."), in buf. */
 const char *cluster__entry_label(const struct cluster *c, unsigned ti, uint32_t rank, char *buf,
                                  size_t cap);
@@ -328,9 +421,6 @@ int cluster__publish_rooms(struct cluster *c);
 
 /* ---- cluster_mirror.c ---------------------------------------------------- */
 
-/* Fetch a large entry's bytes from its origin kvcoordd into r->info,
- * checked against its digest; 0, else -1. */
-int cluster__fetch_info(struct cluster *c, unsigned ti, uint32_t rank, struct remote *r);
 /* The watch's events, and a snapshot (which replaces what was known of the
  * other nodes). */
 void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n);
@@ -338,8 +428,26 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
 /* Drop every remote record and what was mirrored from them (note: why),
  * every entry when all; returns how many entries had some. */
 size_t cluster__drop_remotes(struct cluster *c, const char *note, int all);
-/* etcd stayed away past the leases (since since_mono): drop the mirror. */
+/* The watch unconfirmed past the leases (since since_mono): drop the mirror. */
 void cluster__drop_unverified(struct cluster *c, uint64_t since_mono);
+/* Withdraw the mirrored entries an earlier kvcoordd left in the segment
+ * (cluster_start(), before any thread runs); how many. */
+size_t cluster__withdraw_leftovers(struct cluster *c);
+
+/* ---- cluster_fetch.c ----------------------------------------------------- */
+
+/* Ask the fetch thread for r's bytes (unless a job of r is out already);
+ * cluster__fetched() takes the answer. */
+void cluster__fetch_ask(struct cluster *c, unsigned ti, uint32_t rank, struct remote *r);
+/* Ask again for the records whose fetch failed, once their retry is due. */
+void cluster__fetch_due(struct cluster *c);
+/* A job the fetch thread handed back: its bytes go to its record if that
+ * has not changed since, and the winner is applied. */
+void cluster__fetched(struct cluster *c, struct fetch_job *j);
+/* Free a list of jobs (NULL ignored). */
+void cluster__fetch_free(struct fetch_job *j);
+/* The fetch thread (arg: the cluster); runs until fx.stop is set. */
+void *cluster__fetch_main(void *arg);
 
 /* ---- cluster_watch.c ----------------------------------------------------- */
 

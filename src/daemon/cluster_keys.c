@@ -49,15 +49,15 @@ void cluster__key_entry(const struct cluster *c, unsigned ti, const char *node, 
                         char *out, size_t cap)
 {
     if (ti == 0)
-        snprintf(out, cap, "%sranks/%s/%u", c->prefix, node, rank);
+        snprintf(out, cap, "%sranks/%s/%u", c->cfg.prefix, node, rank);
     else
-        snprintf(out, cap, "%s%s/%s/%s/%u", c->prefix,
+        snprintf(out, cap, "%s%s/%s/%s/%u", c->cfg.prefix,
                  t_kind(ti) == EK_INFO ? "roles" : "parallelism", node, t_role(c, ti), rank);
 }
 
 void cluster__key_node(const struct cluster *c, char *out, size_t cap)
 {
-    snprintf(out, cap, "%snodes/%s", c->prefix, c->node);
+    snprintf(out, cap, "%snodes/%s", c->cfg.prefix, c->cfg.node);
 }
 
 /* Copy the path segment at *p (up to '/' or the end) into out[0..cap) and
@@ -95,9 +95,9 @@ static int parse_decimal(const char *s, uint64_t max, uint64_t *out)
 enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struct keyref *k,
                                  const char **why)
 {
-    size_t pl = strlen(c->prefix);
+    size_t pl = strlen(c->cfg.prefix);
     *why = "";
-    if (strncmp(key, c->prefix, pl))
+    if (strncmp(key, c->cfg.prefix, pl))
         return K_OTHER;
     const char *p = key + pl;
     char num[32];
@@ -147,8 +147,8 @@ enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struc
 void cluster__record_skipped(struct cluster *c, const char *key, const char *why)
 {
     STAT_ADD(c, records_skipped, 1);
-    log_event(LOG_WARN, "cluster_record_skipped", "cluster=%s key=%.200s why=\"%s\"", c->cluster,
-              key, why);
+    log_event(LOG_WARN, "cluster_record_skipped", "cluster=%s key=%.200s why=\"%s\"",
+              c->cfg.cluster, key, why);
 }
 
 static int is_digest(const char *s)
@@ -215,7 +215,7 @@ const char *cluster__check_record(const struct cluster *c, unsigned ti, const st
     }
     json_t *bytes = json_object_get(o, "bytes");
     if (bytes && (!json_is_integer(bytes) || json_integer_value(bytes) < 0 ||
-                  (uint64_t)json_integer_value(bytes) > c->max_info_bytes))
+                  (uint64_t)json_integer_value(bytes) > c->cfg.max_info_bytes))
         return "its \"bytes\" is not an integer within this segment's max info bytes";
     out->url = "";
     if (json_object_get(o, "url") && !(out->url = str_field(o, "url", URL_MAX - 1, 1)))

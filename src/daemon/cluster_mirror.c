@@ -1,9 +1,9 @@
 /*
  * cluster_mirror.c - the other nodes' records, as the watch thread delivers
  * them (a snapshot, then events): their node records, their entries'
- * records (checked, the large bytes fetched from the origin kvcoordd and
- * checked against their digest), deletions, and dropping the mirror when
- * etcd stays away longer than the nodes' leases.
+ * records (checked; the large bytes are asked of the fetch thread,
+ * cluster_fetch.c), deletions, and dropping the mirror when the watch
+ * stays unconfirmed longer than the nodes' leases.
  */
 
 #include <inttypes.h>
@@ -15,15 +15,13 @@
 #include "cluster_internal.h"
 #include "log.h"
 
-#define FETCH_TIMEOUT_MS 5000
-
 /* ---- nodes --------------------------------------------------------------- */
 
 static struct node_rec *find_node(struct cluster *c, const char *name)
 {
-    for (size_t i = 0; i < c->nnodes; i++)
-        if (!strcmp(c->nodes[i].name, name))
-            return &c->nodes[i];
+    for (size_t i = 0; i < c->peers.nnodes; i++)
+        if (!strcmp(c->peers.nodes[i].name, name))
+            return &c->peers.nodes[i];
     return NULL;
 }
 
@@ -31,19 +29,19 @@ static void node_put(struct cluster *c, const char *name, const etcd_kv *kv)
 {
     struct node_rec *n = find_node(c, name);
     if (!n) {
-        if (c->nnodes == c->cap_nodes) {
-            size_t cap = c->cap_nodes ? c->cap_nodes * 2 : 16;
-            struct node_rec *p = realloc(c->nodes, cap * sizeof *p);
+        if (c->peers.nnodes == c->peers.cap_nodes) {
+            size_t cap = c->peers.cap_nodes ? c->peers.cap_nodes * 2 : 16;
+            struct node_rec *p = realloc(c->peers.nodes, cap * sizeof *p);
             if (!p)
                 return;
-            c->nodes = p, c->cap_nodes = cap;
+            c->peers.nodes = p, c->peers.cap_nodes = cap;
         }
-        n = &c->nodes[c->nnodes++];
+        n = &c->peers.nodes[c->peers.nnodes++];
         memset(n, 0, sizeof *n);
         snprintf(n->name, sizeof n->name, "%s", name);
         n->seen_ns = kvc__now_ns();
-        if (strcmp(name, c->node))
-            log_event(LOG_INFO, "node_joined", "cluster=%s node=%s", c->cluster, name);
+        if (strcmp(name, c->cfg.node))
+            log_event(LOG_INFO, "node_joined", "cluster=%s node=%s", c->cfg.cluster, name);
     }
     n->stale = 0;
     n->lease = kv->lease;
@@ -62,131 +60,12 @@ static void node_delete(struct cluster *c, const char *name)
     struct node_rec *n = find_node(c, name);
     if (!n)
         return;
-    if (strcmp(name, c->node))
+    if (strcmp(name, c->cfg.node))
         log_event(LOG_INFO, "node_left",
                   "cluster=%s node=%s note=\"its lease ended (stopped, "
                   "killed or frozen past its TTL)\"",
-                  c->cluster, name);
-    *n = c->nodes[--c->nnodes];
-}
-
-/* ---- large entries, fetched from their origin ---------------------------- */
-
-/* The answer of a fetch, at most limit bytes (a peer's url may answer
- * anything). */
-struct fetch_buf {
-    char *p;
-    size_t len, cap, limit;
-};
-
-static size_t fetch_write(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct fetch_buf *b = arg;
-    size_t n = size * nmemb;
-    if (n > b->limit - b->len)
-        return 0; /* too large: curl stops with CURLE_WRITE_ERROR */
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64 * 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return 0;
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return n;
-}
-
-/* Fetch a large entry's bytes from its origin kvcoordd (GET
- * /get_transfer_engine_info or /get_parallelism_config, with ?role= for a
- * role other than the default) and check them against the record's
- * digest.  Returns 0 with r->info set, else -1. */
-int cluster__fetch_info(struct cluster *c, unsigned ti, uint32_t rank, struct remote *r)
-{
-    if (!r->url[0])
-        return -1;
-    STAT_ADD(c, fetches, 1);
-    char url[URL_MAX + 128], lbl[96];
-    snprintf(url, sizeof url, "%s/%s?rank=%u%s%s", r->url,
-             t_kind(ti) == EK_INFO ? "get_transfer_engine_info" : "get_parallelism_config", rank,
-             ti % CLUSTER_ROLES ? "&role=" : "", ti % CLUSTER_ROLES ? t_role(c, ti) : "");
-    /* The answer: the stored bytes, with the JSON-escaped session_id around
-     * them for a transfer-engine info (at most 6 bytes per byte). */
-    struct fetch_buf b = {NULL, 0, 0, c->max_info_bytes + 6 * KVC_SESSION_ID_MAX + 256};
-    curl_easy_reset(c->fetch);
-    curl_easy_setopt(c->fetch, CURLOPT_URL, url);
-    curl_easy_setopt(c->fetch, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c->fetch, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->fetch, CURLOPT_TIMEOUT_MS, (long)FETCH_TIMEOUT_MS);
-    curl_easy_setopt(c->fetch, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
-    curl_easy_setopt(c->fetch, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)b.limit);
-    curl_easy_setopt(c->fetch, CURLOPT_WRITEFUNCTION, fetch_write);
-    curl_easy_setopt(c->fetch, CURLOPT_WRITEDATA, &b);
-    CURLcode cc = curl_easy_perform(c->fetch);
-    long status = 0;
-    curl_easy_getinfo(c->fetch, CURLINFO_RESPONSE_CODE, &status);
-    int rc = -1;
-    const char *why = "bad answer";
-    const char *info = NULL;
-    size_t ilen = 0;
-    char sidbuf[KVC_SESSION_ID_MAX + 1] = "";
-    json_t *sid = NULL;
-    if (cc != CURLE_OK) {
-        why = cc == CURLE_WRITE_ERROR || cc == CURLE_FILESIZE_EXCEEDED
-                  ? "answer larger than this segment's max info bytes"
-                  : curl_easy_strerror(cc);
-    } else if (status != 200) {
-        why = "not 200";
-    } else if (t_kind(ti) == EK_PCFG) {
-        info = b.p ? b.p : "", ilen = b.len; /* the stored object, verbatim */
-    } else {
-        /* {"rank":N,"remote_instance_transfer_engine_info":["<sid>",<info>]}
-         * with info verbatim: take the bytes between the session_id string
-         * and the closing "]}" (parsing and re-serialising would change
-         * them). */
-        const char *tag = "\"remote_instance_transfer_engine_info\":[";
-        char *at = b.p ? strstr(b.p, tag) : NULL;
-        if (at) {
-            at += strlen(tag);
-            json_error_t je;
-            sid = json_loadb(at, b.len - (size_t)(at - b.p),
-                             JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &je);
-            char *p = at + je.position;
-            if (json_is_string(sid) && json_string_length(sid) <= KVC_SESSION_ID_MAX && *p == ',' &&
-                b.len >= 2 && !memcmp(b.p + b.len - 2, "]}", 2) && p + 1 <= b.p + b.len - 2) {
-                snprintf(sidbuf, sizeof sidbuf, "%s", json_string_value(sid));
-                info = p + 1, ilen = (size_t)(b.p + b.len - 2 - (p + 1));
-            }
-        }
-    }
-    if (info) {
-        char dg[DIGEST_HEX];
-        cluster__digest_of(sidbuf, info, ilen, dg);
-        if (!strcmp(dg, r->digest) && !strcmp(sidbuf, r->sid)) {
-            free(r->info);
-            r->info = malloc(ilen + 1);
-            if (r->info) {
-                memcpy(r->info, info, ilen);
-                r->info[ilen] = '\0';
-                r->info_len = ilen;
-                rc = 0;
-            }
-        } else {
-            why = "digest mismatch (the origin changed it since: a newer record follows)";
-            STAT_ADD(c, digest_mismatches, 1);
-        }
-    }
-    json_decref(sid);
-    free(b.p);
-    if (rc) {
-        STAT_ADD(c, fetch_failures, 1);
-        log_event(LOG_WARN, "mirror_fetch_failed", "%s origin=%s url=%s err=\"%s\"",
-                  cluster__entry_label(c, ti, rank, lbl, sizeof lbl), r->node, url, why);
-    }
-    return rc;
+                  c->cfg.cluster, name);
+    *n = c->peers.nodes[--c->peers.nnodes];
 }
 
 /* ---- remote records (watch) ---------------------------------------------- */
@@ -203,7 +82,7 @@ static void rank_put(struct cluster *c, unsigned ti, const struct keyref *k, con
         return;
     json_error_t je;
     json_t *o = json_loadb(kv->value, kv->value_len, 0, &je);
-    if (!strcmp(k->node, c->node)) {
+    if (!strcmp(k->node, c->cfg.node)) {
         /* Our own record: its revision orders it against the others (an
          * older one, overtaken by a later local change, does not count). */
         const char *dg = json_string_value(json_object_get(o, "digest"));
@@ -256,12 +135,17 @@ static void rank_put(struct cluster *c, unsigned ti, const struct keyref *k, con
             memcpy(r->info, rc.info, rc.info_len + 1);
             r->info_len = rc.info_len;
         } else if (!rc.info) {
-            cluster__fetch_info(c, ti, rank, r);
+            r->fetch_retry_at = 0;
+            cluster__fetch_ask(c, ti, rank, r); /* the fetch thread's answer applies it */
         }
     }
     json_decref(o);
+    char note[KVC_NOTE_MAX + 1];
+    if (!r->info)
+        snprintf(note, sizeof note, "replaced on node %s; its new bytes are being fetched",
+                 r->node);
     if (apply)
-        cluster__apply_winner(c, ti, rank, NULL);
+        cluster__apply_winner(c, ti, rank, r->info ? NULL : note);
 }
 
 static void rank_delete(struct cluster *c, unsigned ti, const char *node, uint32_t rank)
@@ -269,7 +153,7 @@ static void rank_delete(struct cluster *c, unsigned ti, const char *node, uint32
     struct rslot *s = cluster__slot(c, ti, rank);
     if (!s)
         return;
-    if (!strcmp(node, c->node)) {
+    if (!strcmp(node, c->cfg.node)) {
         if (s->published) {
             /* Our key went without us (lease expired while we were frozen,
              * or an operator): put it back. */
@@ -297,13 +181,13 @@ static void rank_delete(struct cluster *c, unsigned ti, const char *node, uint32
  * node follows, or a rank beyond its segment's). */
 static int entry_table(struct cluster *c, const struct keyref *k, const char *key)
 {
-    if (k->num >= c->max_ranks) {
+    if (k->num >= c->cfg.max_ranks) {
         char why[96];
-        snprintf(why, sizeof why, "rank beyond this node's max ranks (%u)", c->max_ranks);
+        snprintf(why, sizeof why, "rank beyond this node's max ranks (%u)", c->cfg.max_ranks);
         cluster__record_skipped(c, key, why);
         return -1;
     }
-    int ti = cluster__table_for(c, k->kind, k->role, !strcmp(k->node, c->node));
+    int ti = cluster__table_for(c, k->kind, k->role, !strcmp(k->node, c->cfg.node));
     if (ti < 0)
         cluster__record_skipped(c, key,
                                 "more role names in the cluster than this node follows (12)");
@@ -321,8 +205,8 @@ void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n)
             continue;
         if (ev[i].is_delete) {
             node_delete(c, k.node);
-            if (!strcmp(k.node, c->node) && c->lease)
-                c->next_keepalive = 0; /* is our lease gone?  ask now */
+            if (!strcmp(k.node, c->cfg.node) && c->ses.lease)
+                c->ses.next_keepalive = 0; /* is our lease gone?  ask now */
         } else {
             node_put(c, k.node, &ev[i].kv);
         }
@@ -333,29 +217,29 @@ void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n)
         if (kk == K_BAD && !ev[i].is_delete) {
             cluster__record_skipped(c, ev[i].kv.key, why);
         } else if (kk == K_ENTRY && ev[i].is_delete) {
-            if (k.num < c->max_ranks && (ti = cluster__table_find(c, k.kind, k.role)) >= 0)
+            if (k.num < c->cfg.max_ranks && (ti = cluster__table_find(c, k.kind, k.role)) >= 0)
                 rank_delete(c, (unsigned)ti, k.node, (uint32_t)k.num);
         } else if (kk == K_ENTRY && (ti = entry_table(c, &k, ev[i].kv.key)) >= 0) {
             rank_put(c, (unsigned)ti, &k, &ev[i].kv, 1);
         } else if (kk == K_ROOM && !ev[i].is_delete) {
             cluster__adopt_room(c, ev[i].kv.value, ev[i].kv.value_len);
         }
-        pthread_mutex_lock(&c->smu);
-        if (ev[i].kv.mod_rev > c->st.revision)
-            c->st.revision = ev[i].kv.mod_rev;
-        pthread_mutex_unlock(&c->smu);
+        pthread_mutex_lock(&c->fig.mu);
+        if (ev[i].kv.mod_rev > c->fig.st.revision)
+            c->fig.st.revision = ev[i].kv.mod_rev;
+        pthread_mutex_unlock(&c->fig.mu);
     }
 }
 
 /* A full snapshot replaces what we knew of the others. */
 void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, int64_t rev)
 {
-    for (size_t i = 0; i < c->nnodes; i++)
-        c->nodes[i].stale = 1;
+    for (size_t i = 0; i < c->peers.nnodes; i++)
+        c->peers.nodes[i].stale = 1;
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++)
-            if (c->slots[ti][r])
-                for (struct remote *x = c->slots[ti][r]->remotes; x; x = x->next)
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++)
+            if (c->tab.slots[ti][r])
+                for (struct remote *x = c->tab.slots[ti][r]->remotes; x; x = x->next)
                     x->stale = 1;
     struct keyref k;
     const char *why;
@@ -363,16 +247,16 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
     for (size_t i = 0; i < n; i++)
         if (cluster__parse_key(c, kvs[i].key, &k, &why) == K_NODE) {
             node_put(c, k.node, &kvs[i]);
-            own_seen_node |= !strcmp(k.node, c->node);
+            own_seen_node |= !strcmp(k.node, c->cfg.node);
         }
-    for (size_t i = c->nnodes; i-- > 0;)
-        if (c->nodes[i].stale)
-            node_delete(c, c->nodes[i].name);
+    for (size_t i = c->peers.nnodes; i-- > 0;)
+        if (c->peers.nodes[i].stale)
+            node_delete(c, c->peers.nodes[i].name);
     /* Which of our own keys etcd has. */
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++)
-            if (c->slots[ti][r])
-                c->slots[ti][r]->published = 0;
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++)
+            if (c->tab.slots[ti][r])
+                c->tab.slots[ti][r]->published = 0;
     for (size_t i = 0; i < n; i++) {
         enum key_kind kk = cluster__parse_key(c, kvs[i].key, &k, &why);
         int ti;
@@ -384,8 +268,8 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
             cluster__adopt_room(c, kvs[i].value, kvs[i].value_len);
     }
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[ti][r];
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
+            struct rslot *s = c->tab.slots[ti][r];
             if (!s)
                 continue;
             for (struct remote **pp = &s->remotes; *pp;) {
@@ -400,17 +284,23 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
             if (s->local != s->published)
                 cluster__mark_dirty(c, ti, r,
                                     s); /* etcd lost it (or never had it), or it is stale */
-            if (s->remotes || s->applied == AP_REMOTE)
-                cluster__apply_winner(c, ti, r, "its origin node no longer publishes it");
+            if (s->remotes || s->applied == AP_REMOTE) {
+                struct remote *pend = cluster__find_remote(s, s->applied_node, NULL);
+                cluster__apply_winner(c, ti, r,
+                                      pend && !pend->info
+                                          ? "replaced on its origin node; its new bytes are "
+                                            "being fetched from it"
+                                          : "its origin node no longer publishes it");
+            }
         }
-    if (!own_seen_node && c->lease)
-        c->next_keepalive = 0;
-    c->have_snapshot = 1;
-    c->dropped = 0;
-    pthread_mutex_lock(&c->smu);
-    if (rev > c->st.revision)
-        c->st.revision = rev;
-    pthread_mutex_unlock(&c->smu);
+    if (!own_seen_node && c->ses.lease)
+        c->ses.next_keepalive = 0;
+    c->peers.have_snapshot = 1;
+    c->peers.dropped = 0;
+    pthread_mutex_lock(&c->fig.mu);
+    if (rev > c->fig.st.revision)
+        c->fig.st.revision = rev;
+    pthread_mutex_unlock(&c->fig.mu);
 }
 
 /* Drop every remote record this node holds and what it mirrored from them
@@ -420,8 +310,8 @@ size_t cluster__drop_remotes(struct cluster *c, const char *note, int all)
 {
     size_t n = 0;
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[ti][r];
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
+            struct rslot *s = c->tab.slots[ti][r];
             if (!s || (!s->remotes && !all))
                 continue;
             n += s->remotes != NULL;
@@ -435,22 +325,61 @@ size_t cluster__drop_remotes(struct cluster *c, const char *note, int all)
     return n;
 }
 
-/* etcd stayed away longer than the other nodes' leases: what we mirror
- * may be gone there, so it goes here too (it comes back with the next
+/* The watch has not been confirmed current (a message, an answered probe,
+ * a snapshot) for longer than the other nodes' leases: what we mirror may
+ * be gone there, so it goes here too (it comes back with the next
  * snapshot). */
 void cluster__drop_unverified(struct cluster *c, uint64_t since_mono)
 {
     char note[KVC_NOTE_MAX + 1];
+    uint64_t ms = (kvc__mono_ns() - since_mono) / 1000000ull;
     snprintf(note, sizeof note,
-             "etcd unreachable for %" PRIu64 " s: mirror unverified past its "
-             "lease TTL",
-             (uint64_t)((kvc__mono_ns() - since_mono) / 1000000000ull));
+             "%s: mirror not confirmed for %" PRIu64 ".%03u s, past the lease TTL",
+             c->ses.etcd_down_since ? "etcd unreachable" : "etcd's watch stream unconfirmed",
+             ms / 1000, (unsigned)(ms % 1000));
     size_t n = cluster__drop_remotes(c, note, 0);
-    c->dropped = 1;
-    pthread_mutex_lock(&c->mu);
-    c->restart_watch = 1; /* the next stream starts with a snapshot */
-    pthread_mutex_unlock(&c->mu);
+    c->peers.dropped = 1;
+    pthread_mutex_lock(&c->in.mu);
+    c->in.restart_watch = 1; /* the next stream starts with a snapshot */
+    pthread_mutex_unlock(&c->in.mu);
     STAT_ADD(c, mirror_dropped, n);
-    log_event(LOG_WARN, "mirror_dropped", "cluster=%s node=%s ranks=%zu note=\"%s\"", c->cluster,
-              c->node, n, note);
+    log_event(LOG_WARN, "mirror_dropped", "cluster=%s node=%s ranks=%zu note=\"%s\"",
+              c->cfg.cluster, c->cfg.node, n, note);
+}
+
+/* Mirrored entries an earlier kvcoordd of this segment left: withdrawn
+ * before anything serves them (cluster_start, before the HTTP server and
+ * the threads run); the first snapshot mirrors again what etcd confirms. */
+size_t cluster__withdraw_leftovers(struct cluster *c)
+{
+    char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
+    size_t nr = 0, n = 0;
+    if (kvc_role_names(c->cfg.seg, names, KVC_RANK_ROLES, &nr) != KVC_OK)
+        nr = 1;
+    if (nr > KVC_RANK_ROLES)
+        nr = KVC_RANK_ROLES;
+    snprintf(names[0], sizeof names[0], "%s", KVC_DEFAULT_ROLE);
+    for (size_t i = 0; i < nr; i++)
+        for (unsigned kind = 0; kind < EK_KINDS; kind++) {
+            int ti = cluster__table_for(c, kind, names[i], 1);
+            size_t cnt = 0;
+            if (ti < 0 || cluster__seg_list(c, (unsigned)ti, &cnt) != KVC_OK)
+                continue;
+            for (size_t k = 0; k < cnt && k < c->cfg.max_ranks; k++) {
+                const kvc_rank_info *e = &c->tab.list[k];
+                if (e->state != KVC_RANK_REGISTERED || !e->origin[0])
+                    continue;
+                char note[KVC_NOTE_MAX + 1], lbl[96];
+                snprintf(note, sizeof note,
+                         "mirrored from node %s before kvcoordd restarted; awaits etcd", e->origin);
+                if (cluster__seg_withdraw(c, (unsigned)ti, e->rank, note, e->generation) ==
+                    KVC_OK) {
+                    n++;
+                    log_event(LOG_INFO, "mirror_unconfirmed", "%s origin=%s note=\"%s\"",
+                              cluster__entry_label(c, (unsigned)ti, e->rank, lbl, sizeof lbl),
+                              e->origin, note);
+                }
+            }
+        }
+    return n;
 }

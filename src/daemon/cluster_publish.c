@@ -18,10 +18,10 @@ static void scan_table(struct cluster *c, unsigned ti)
     size_t n = 0;
     if (cluster__seg_list(c, ti, &n) != KVC_OK)
         return;
-    if (n > c->max_ranks)
-        n = c->max_ranks;
+    if (n > c->cfg.max_ranks)
+        n = c->cfg.max_ranks;
     for (size_t i = 0; i < n; i++) {
-        const kvc_rank_info *e = &c->list[i];
+        const kvc_rank_info *e = &c->tab.list[i];
         struct rslot *s = cluster__slot(c, ti, e->rank);
         if (!s || e->generation == s->seen_gen)
             continue;
@@ -29,12 +29,13 @@ static void scan_table(struct cluster *c, unsigned ti)
         if (e->generation == s->mine_gen)
             continue;
         if (e->state == KVC_RANK_REGISTERED && !e->origin[0]) {
-            if (cluster__seg_lookup(c, ti, e->rank, &c->look) != KVC_OK)
+            if (cluster__seg_lookup(c, ti, e->rank, &c->tab.look) != KVC_OK)
                 continue; /* changed again meanwhile: the next scan sees it */
-            s->seen_gen = c->look.generation;
+            s->seen_gen = c->tab.look.generation;
             s->local = 1;
-            s->local_gen = c->look.generation;
-            cluster__digest_of(c->look.session_id, c->look.info, c->look.info_len, s->local_digest);
+            s->local_gen = c->tab.look.generation;
+            cluster__digest_of(c->tab.look.session_id, c->tab.look.info, c->tab.look.info_len,
+                               s->local_digest);
             s->local_rev = INT64_MAX;
             cluster__drop_saved(s);
             s->applied = AP_LOCAL;
@@ -68,7 +69,7 @@ void cluster__scan_local(struct cluster *c)
 {
     char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
     size_t nr = 0;
-    if (kvc_role_names(c->seg, names, KVC_RANK_ROLES, &nr) != KVC_OK)
+    if (kvc_role_names(c->cfg.seg, names, KVC_RANK_ROLES, &nr) != KVC_OK)
         nr = 1;
     if (nr > KVC_RANK_ROLES)
         nr = KVC_RANK_ROLES;
@@ -90,8 +91,8 @@ static char *rank_record(struct cluster *c, unsigned ti, uint32_t rank, const kv
                          const char *digest)
 {
     json_t *o = json_pack("{s:I, s:s, s:I, s:s, s:I, s:s, s:I}", "rank", (json_int_t)rank, "node",
-                          c->node, "generation", (json_int_t)ri->generation, "digest", digest,
-                          "bytes", (json_int_t)ri->info_len, "url", c->url, "registered_ns",
+                          c->cfg.node, "generation", (json_int_t)ri->generation, "digest", digest,
+                          "bytes", (json_int_t)ri->info_len, "url", c->cfg.url, "registered_ns",
                           (json_int_t)ri->registered_ns);
     if (!o)
         return NULL;
@@ -118,9 +119,9 @@ static char *rank_record(struct cluster *c, unsigned ti, uint32_t rank, const kv
  * scan: the next scan queues it again). */
 static char *local_record(struct cluster *c, unsigned ti, uint32_t rank, struct rslot *s)
 {
-    kvc_err e = cluster__seg_lookup(c, ti, rank, &c->look);
-    if (e == KVC_OK && !c->look.origin[0] && c->look.generation == s->local_gen)
-        return rank_record(c, ti, rank, &c->look, s->local_digest);
+    kvc_err e = cluster__seg_lookup(c, ti, rank, &c->tab.look);
+    if (e == KVC_OK && !c->tab.look.origin[0] && c->tab.look.generation == s->local_gen)
+        return rank_record(c, ti, rank, &c->tab.look, s->local_digest);
     if (!s->saved_info)
         return NULL;
     /* Shadowed by a mirror: publish the kept copy. */
@@ -141,12 +142,12 @@ int cluster__publish_dirty(struct cluster *c)
     char *vals[BATCH_OPS];
     char keys[BATCH_OPS][KEY_MAX];
     uint32_t ids[BATCH_OPS];
-    while (c->ndirty) {
+    while (c->tab.ndirty) {
         size_t n = 0, bytes = 0, take = 0;
-        while (take < c->ndirty && n < BATCH_OPS) {
-            uint32_t id = c->dirty_q[c->ndirty - 1 - take];
-            unsigned ti = id / c->max_ranks;
-            uint32_t rank = id % c->max_ranks;
+        while (take < c->tab.ndirty && n < BATCH_OPS) {
+            uint32_t id = c->tab.dirty_q[c->tab.ndirty - 1 - take];
+            unsigned ti = id / c->cfg.max_ranks;
+            uint32_t rank = id % c->cfg.max_ranks;
             struct rslot *s = slot_at(c, ti, rank);
             char *rec = NULL;
             if (s->dirty && s->local && !(rec = local_record(c, ti, rank, s)))
@@ -161,7 +162,7 @@ int cluster__publish_dirty(struct cluster *c)
                 free(rec);
                 break;
             }
-            cluster__key_entry(c, ti, c->node, rank, keys[n], sizeof keys[n]);
+            cluster__key_entry(c, ti, c->cfg.node, rank, keys[n], sizeof keys[n]);
             ops[n] = (struct etcd_op){keys[n], rec, len, !s->local};
             vals[n] = rec;
             ids[n] = id;
@@ -170,12 +171,12 @@ int cluster__publish_dirty(struct cluster *c)
             take++;
         }
         int64_t rev = 0;
-        int rc = n ? etcd_txn_batch(c->ec, ops, n, c->lease, &rev) : 0;
+        int rc = n ? etcd_txn_batch(c->ses.ec, ops, n, c->ses.lease, &rev) : 0;
         for (size_t i = 0; i < n; i++)
             free(vals[i]);
         if (rc) {
             STAT_ADD(c, publish_errors, 1);
-            if (strstr(etcd_error(c->ec), "lease not found"))
+            if (strstr(etcd_error(c->ses.ec), "lease not found"))
                 cluster__lease_gone(c, "a put found the lease gone");
             else
                 cluster__etcd_failed(c, "put");
@@ -185,7 +186,7 @@ int cluster__publish_dirty(struct cluster *c)
             cluster__etcd_answered(c);
         size_t puts = 0, dels = 0;
         for (size_t i = 0; i < n; i++) {
-            struct rslot *s = slot_at(c, ids[i] / c->max_ranks, ids[i] % c->max_ranks);
+            struct rslot *s = slot_at(c, ids[i] / c->cfg.max_ranks, ids[i] % c->cfg.max_ranks);
             if (ops[i].is_delete) {
                 s->published = 0;
                 dels++;
@@ -197,14 +198,14 @@ int cluster__publish_dirty(struct cluster *c)
             s->dirty = 0;
         }
         for (size_t i = 0; i < take; i++) {
-            uint32_t id = c->dirty_q[c->ndirty - 1];
-            slot_at(c, id / c->max_ranks, id % c->max_ranks)->queued = 0;
-            c->ndirty--;
+            uint32_t id = c->tab.dirty_q[c->tab.ndirty - 1];
+            slot_at(c, id / c->cfg.max_ranks, id % c->cfg.max_ranks)->queued = 0;
+            c->tab.ndirty--;
         }
-        pthread_mutex_lock(&c->smu);
-        c->st.puts += puts;
-        c->st.deletes += dels;
-        pthread_mutex_unlock(&c->smu);
+        pthread_mutex_lock(&c->fig.mu);
+        c->fig.st.puts += puts;
+        c->fig.st.deletes += dels;
+        pthread_mutex_unlock(&c->fig.mu);
     }
     return 0;
 }

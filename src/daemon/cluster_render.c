@@ -21,8 +21,8 @@ void cluster__refresh_stats(struct cluster *c)
     struct conflict shown[CONFLICTS_SHOWN];
     size_t nshown = 0;
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[ti][r];
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
+            struct rslot *s = c->tab.slots[ti][r];
             if (!s)
                 continue;
             int cls = ti == 0 ? 0 : t_kind(ti) == EK_INFO ? 1 : 2;
@@ -40,44 +40,44 @@ void cluster__refresh_stats(struct cluster *c)
             k->rank = r;
             k->ti = ti;
             snprintf(k->winner, sizeof k->winner, "%s",
-                     s->applied == AP_REMOTE ? s->applied_node : c->node);
+                     s->applied == AP_REMOTE ? s->applied_node : c->cfg.node);
             size_t at = 0;
             k->nodes[0] = '\0';
             if (s->local)
-                at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s", c->node);
+                at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s", c->cfg.node);
             for (struct remote *x = s->remotes; x && at < sizeof k->nodes; x = x->next)
                 at += (size_t)snprintf(k->nodes + at, sizeof k->nodes - at, "%s%s", at ? "," : "",
                                        x->node);
         }
-    pthread_mutex_lock(&c->smu);
-    c->st.local_ranks = local[0];
-    c->st.mirrored_ranks = mirrored[0];
-    c->st.local_role_ranks = local[1];
-    c->st.mirrored_role_ranks = mirrored[1];
-    c->st.local_parallelism = local[2];
-    c->st.mirrored_parallelism = mirrored[2];
-    c->st.conflicts = conflicts;
-    c->st.nodes = (uint32_t)c->nnodes;
-    memcpy(c->conflicts, shown, nshown * sizeof *shown);
-    c->nconflicts = nshown;
-    struct node_rec *copy = c->nnodes ? malloc(c->nnodes * sizeof *copy) : NULL;
-    if (copy || !c->nnodes) {
+    pthread_mutex_lock(&c->fig.mu);
+    c->fig.st.local_ranks = local[0];
+    c->fig.st.mirrored_ranks = mirrored[0];
+    c->fig.st.local_role_ranks = local[1];
+    c->fig.st.mirrored_role_ranks = mirrored[1];
+    c->fig.st.local_parallelism = local[2];
+    c->fig.st.mirrored_parallelism = mirrored[2];
+    c->fig.st.conflicts = conflicts;
+    c->fig.st.nodes = (uint32_t)c->peers.nnodes;
+    memcpy(c->fig.conflicts, shown, nshown * sizeof *shown);
+    c->fig.nconflicts = nshown;
+    struct node_rec *copy = c->peers.nnodes ? malloc(c->peers.nnodes * sizeof *copy) : NULL;
+    if (copy || !c->peers.nnodes) {
         if (copy)
-            memcpy(copy, c->nodes, c->nnodes * sizeof *copy);
-        free(c->nodes_copy);
-        c->nodes_copy = copy;
-        c->nnodes_copy = c->nnodes;
+            memcpy(copy, c->peers.nodes, c->peers.nnodes * sizeof *copy);
+        free(c->fig.nodes_copy);
+        c->fig.nodes_copy = copy;
+        c->fig.nnodes_copy = c->peers.nnodes;
     }
-    pthread_mutex_unlock(&c->smu);
+    pthread_mutex_unlock(&c->fig.mu);
 }
 
 /* ---- figures out --------------------------------------------------------- */
 
 void cluster_get_stats(struct cluster *c, struct cluster_stats *out)
 {
-    pthread_mutex_lock(&c->smu);
-    *out = c->st;
-    pthread_mutex_unlock(&c->smu);
+    pthread_mutex_lock(&c->fig.mu);
+    *out = c->fig.st;
+    pthread_mutex_unlock(&c->fig.mu);
 }
 
 static void fam(struct buf *o, const char *name, const char *type, const char *help)
@@ -197,12 +197,12 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
 void cluster_render_json(struct cluster *c, struct buf *o)
 {
     struct cluster_stats s;
-    pthread_mutex_lock(&c->smu);
-    s = c->st;
+    pthread_mutex_lock(&c->fig.mu);
+    s = c->fig.st;
     json_t *nodes = json_array();
     uint64_t now = kvc__now_ns();
-    for (size_t i = 0; i < c->nnodes_copy; i++) {
-        const struct node_rec *n = &c->nodes_copy[i];
+    for (size_t i = 0; i < c->fig.nnodes_copy; i++) {
+        const struct node_rec *n = &c->fig.nodes_copy[i];
         json_array_append_new(
             nodes,
             json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:b}", "node", n->name, "url", n->url, "pid",
@@ -210,20 +210,21 @@ void cluster_render_json(struct cluster *c, struct buf *o)
                       "age_s",
                       n->started_ns && now > n->started_ns ? (double)(now - n->started_ns) / 1e9
                                                            : 0.0,
-                      "self", !strcmp(n->name, c->node) && !strcmp(n->url, c->url)));
+                      "self", !strcmp(n->name, c->cfg.node) && !strcmp(n->url, c->cfg.url)));
     }
     json_t *conf = json_array();
-    for (size_t i = 0; i < c->nconflicts; i++) {
-        unsigned ti = c->conflicts[i].ti;
+    for (size_t i = 0; i < c->fig.nconflicts; i++) {
+        unsigned ti = c->fig.conflicts[i].ti;
         json_array_append_new(
-            conf, json_pack("{s:I, s:s, s:s, s:s, s:s}", "rank", (json_int_t)c->conflicts[i].rank,
-                            "winner", c->conflicts[i].winner, "nodes", c->conflicts[i].nodes,
-                            "role", t_role(c, ti), "kind",
-                            t_kind(ti) == EK_INFO ? "transfer_engine_info" : "parallelism_config"));
+            conf,
+            json_pack("{s:I, s:s, s:s, s:s, s:s}", "rank", (json_int_t)c->fig.conflicts[i].rank,
+                      "winner", c->fig.conflicts[i].winner, "nodes", c->fig.conflicts[i].nodes,
+                      "role", t_role(c, ti), "kind",
+                      t_kind(ti) == EK_INFO ? "transfer_engine_info" : "parallelism_config"));
     }
-    pthread_mutex_unlock(&c->smu);
+    pthread_mutex_unlock(&c->fig.mu);
     json_t *eps = json_array();
-    char *list = strdup(c->endpoints), *save = NULL;
+    char *list = strdup(c->cfg.endpoints), *save = NULL;
     for (char *t = list ? strtok_r(list, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save))
         json_array_append_new(eps, json_string(t));
     free(list);
@@ -231,21 +232,26 @@ void cluster_render_json(struct cluster *c, struct buf *o)
         "{s:s, s:s, s:s, s:I, s:s, s:{s:b, s:s, s:I, s:s, s:o, s:I}, s:{s:I, s:I, s:I, s:I}, "
         "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:o, "
         "s:o}",
-        "cluster", c->cluster, "node", c->node, "url", c->url, "ttl_s", (json_int_t)c->ttl_s,
-        "conflict_rule", "newest etcd revision wins", "etcd", "up", s.etcd_up, "endpoint",
-        s.endpoint, "down_since_ns", (json_int_t)s.etcd_down_since_ns, "last_error", s.last_error,
-        "endpoints", eps, "revision", (json_int_t)s.revision, "lease", "id", (json_int_t)s.lease_id,
-        "granted_ns", (json_int_t)s.lease_granted_ns, "sessions", (json_int_t)s.sessions, "lost",
-        (json_int_t)s.lease_lost, "counts", "nodes", (json_int_t)s.nodes, "local_ranks",
-        (json_int_t)s.local_ranks, "mirrored_ranks", (json_int_t)s.mirrored_ranks, "conflicts",
-        (json_int_t)s.conflicts, "puts", (json_int_t)s.puts, "deletes", (json_int_t)s.deletes,
-        "publish_errors", (json_int_t)s.publish_errors, "mirror_writes",
-        (json_int_t)s.mirror_writes, "mirror_withdrawals", (json_int_t)s.mirror_withdrawals,
-        "fetches", (json_int_t)s.fetches, "fetch_failures", (json_int_t)s.fetch_failures,
-        "rooms_published", (json_int_t)s.rooms_published, "rooms_lost_race",
-        (json_int_t)s.rooms_lost_race, "rooms_adopted", (json_int_t)s.rooms_adopted,
-        "unverified_since_ns", (json_int_t)s.unverified_since_ns, "nodes", nodes, "conflicts",
-        conf);
+        "cluster", c->cfg.cluster, "node", c->cfg.node, "url", c->cfg.url, "ttl_s",
+        (json_int_t)c->cfg.ttl_s, "conflict_rule", "newest etcd revision wins", "etcd", "up",
+        s.etcd_up, "endpoint", s.endpoint, "down_since_ns", (json_int_t)s.etcd_down_since_ns,
+        "last_error", s.last_error, "endpoints", eps, "revision", (json_int_t)s.revision, "lease",
+        "id", (json_int_t)s.lease_id, "granted_ns", (json_int_t)s.lease_granted_ns, "sessions",
+        (json_int_t)s.sessions, "lost", (json_int_t)s.lease_lost, "counts", "nodes",
+        (json_int_t)s.nodes, "local_ranks", (json_int_t)s.local_ranks, "mirrored_ranks",
+        (json_int_t)s.mirrored_ranks, "conflicts", (json_int_t)s.conflicts, "puts",
+        (json_int_t)s.puts, "deletes", (json_int_t)s.deletes, "publish_errors",
+        (json_int_t)s.publish_errors, "mirror_writes", (json_int_t)s.mirror_writes,
+        "mirror_withdrawals", (json_int_t)s.mirror_withdrawals, "fetches", (json_int_t)s.fetches,
+        "fetch_failures", (json_int_t)s.fetch_failures, "rooms_published",
+        (json_int_t)s.rooms_published, "rooms_lost_race", (json_int_t)s.rooms_lost_race,
+        "rooms_adopted", (json_int_t)s.rooms_adopted, "unverified_since_ns",
+        (json_int_t)s.unverified_since_ns, "nodes", nodes, "conflicts", conf);
+    /* The watch: its member, and when it last knew itself current (an
+     * event, a progress notification, a probe answered, a snapshot). */
+    json_object_set_new(root, "watch",
+                        json_pack("{s:b, s:s, s:I}", "up", s.watch_up, "endpoint", s.watch_endpoint,
+                                  "confirmed_ns", (json_int_t)s.confirmed_ns));
     json_t *counts = json_object_get(root, "counts");
     json_object_set_new(counts, "local_role_ranks", json_integer(s.local_role_ranks));
     json_object_set_new(counts, "mirrored_role_ranks", json_integer(s.mirrored_role_ranks));

@@ -20,52 +20,53 @@
 void cluster__etcd_failed(struct cluster *c, const char *what)
 {
     uint64_t now = kvc__mono_ns();
-    int first = !c->etcd_down_since;
+    int first = !c->ses.etcd_down_since;
     if (first)
-        c->etcd_down_since = now;
-    pthread_mutex_lock(&c->smu);
-    c->st.etcd_errors++;
+        c->ses.etcd_down_since = now;
+    pthread_mutex_lock(&c->fig.mu);
+    c->fig.st.etcd_errors++;
     if (first) {
-        c->st.etcd_up = 0;
-        c->st.etcd_down_since_ns = kvc__now_ns();
+        c->fig.st.etcd_up = 0;
+        c->fig.st.etcd_down_since_ns = kvc__now_ns();
     }
-    snprintf(c->st.last_error, sizeof c->st.last_error, "%s: %s", what, etcd_error(c->ec));
-    pthread_mutex_unlock(&c->smu);
+    snprintf(c->fig.st.last_error, sizeof c->fig.st.last_error, "%s: %s", what,
+             etcd_error(c->ses.ec));
+    pthread_mutex_unlock(&c->fig.mu);
     if (first)
         log_event(LOG_WARN, "etcd_unreachable",
                   "cluster=%s node=%s op=%s err=\"%s\" note=\"serving this node's ranks; "
                   "retrying with backoff\"",
-                  c->cluster, c->node, what, etcd_error(c->ec));
+                  c->cfg.cluster, c->cfg.node, what, etcd_error(c->ses.ec));
 }
 
 void cluster__etcd_answered(struct cluster *c)
 {
-    int recovered = c->etcd_down_since != 0;
+    int recovered = c->ses.etcd_down_since != 0;
     if (recovered) {
-        uint64_t down_ms = (kvc__mono_ns() - c->etcd_down_since) / 1000000;
+        uint64_t down_ms = (kvc__mono_ns() - c->ses.etcd_down_since) / 1000000;
         log_event(LOG_INFO, "etcd_reachable", "cluster=%s node=%s endpoint=%s down_ms=%" PRIu64,
-                  c->cluster, c->node, etcd_endpoint(c->ec), down_ms);
-        c->etcd_down_since = 0;
+                  c->cfg.cluster, c->cfg.node, etcd_endpoint(c->ses.ec), down_ms);
+        c->ses.etcd_down_since = 0;
     }
-    c->backoff_ms = 0;
-    pthread_mutex_lock(&c->smu);
+    c->ses.backoff_ms = 0;
+    pthread_mutex_lock(&c->fig.mu);
     /* GET /cluster's last_error is the trouble now: the etcd error of the
      * outage that just ended goes (the etcd_reachable line above and the
      * etcd_unreachable one before keep it). */
     if (recovered)
-        c->st.last_error[0] = '\0';
-    c->st.etcd_up = 1;
-    c->st.etcd_down_since_ns = 0;
-    snprintf(c->st.endpoint, sizeof c->st.endpoint, "%s", etcd_endpoint(c->ec));
-    pthread_mutex_unlock(&c->smu);
+        c->fig.st.last_error[0] = '\0';
+    c->fig.st.etcd_up = 1;
+    c->fig.st.etcd_down_since_ns = 0;
+    snprintf(c->fig.st.endpoint, sizeof c->fig.st.endpoint, "%s", etcd_endpoint(c->ses.ec));
+    pthread_mutex_unlock(&c->fig.mu);
 }
 
 uint32_t cluster__next_backoff(struct cluster *c)
 {
-    c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
-    if (c->backoff_ms > BACKOFF_MAX_MS)
-        c->backoff_ms = BACKOFF_MAX_MS;
-    return c->backoff_ms;
+    c->ses.backoff_ms = c->ses.backoff_ms ? c->ses.backoff_ms * 2 : BACKOFF_MIN_MS;
+    if (c->ses.backoff_ms > BACKOFF_MAX_MS)
+        c->ses.backoff_ms = BACKOFF_MAX_MS;
+    return c->ses.backoff_ms;
 }
 
 void cluster__lease_gone(struct cluster *c, const char *why)
@@ -73,13 +74,13 @@ void cluster__lease_gone(struct cluster *c, const char *why)
     log_event(LOG_WARN, "lease_lost",
               "cluster=%s node=%s lease=%" PRId64 " why=\"%s\" note=\"republishing everything "
               "this node holds under a new lease\"",
-              c->cluster, c->node, c->lease, why);
-    c->lease = 0;
-    c->retry_at = 0;
-    pthread_mutex_lock(&c->smu);
-    c->st.lease_lost++;
-    c->st.lease_id = 0;
-    pthread_mutex_unlock(&c->smu);
+              c->cfg.cluster, c->cfg.node, c->ses.lease, why);
+    c->ses.lease = 0;
+    c->ses.retry_at = 0;
+    pthread_mutex_lock(&c->fig.mu);
+    c->fig.st.lease_lost++;
+    c->fig.st.lease_id = 0;
+    pthread_mutex_unlock(&c->fig.mu);
 }
 
 /* ---- session: lease, node key, republish --------------------------------- */
@@ -103,35 +104,35 @@ static void name_in_use(struct cluster *c, const char *other, const etcd_kv *kv)
 {
     cluster__etcd_answered(c); /* etcd is up: the name is the trouble */
     /* st.name_conflict is written only by this thread, so read unlocked. */
-    int first = !c->st.name_conflict;
-    pthread_mutex_lock(&c->smu);
-    c->st.name_conflict = 1;
-    snprintf(c->st.name_holder, sizeof c->st.name_holder, "%s", other);
-    snprintf(c->st.last_error, sizeof c->st.last_error,
+    int first = !c->fig.st.name_conflict;
+    pthread_mutex_lock(&c->fig.mu);
+    c->fig.st.name_conflict = 1;
+    snprintf(c->fig.st.name_holder, sizeof c->fig.st.name_holder, "%s", other);
+    snprintf(c->fig.st.last_error, sizeof c->fig.st.last_error,
              "node name %.64s is in use by the kvcoordd at %.100s (lease %" PRId64
              "); waiting for its lease to end",
-             c->node, other, kv->lease);
-    pthread_mutex_unlock(&c->smu);
+             c->cfg.node, other, kv->lease);
+    pthread_mutex_unlock(&c->fig.mu);
     if (first)
         log_event(LOG_ERROR, "node_name_in_use",
                   "cluster=%s node=%s url=%s other_url=%s other_lease=%" PRId64
                   " note=\"another kvcoordd runs with the same --node; nothing of this node is "
                   "published until its lease ends: give each node its own --node\"",
-                  c->cluster, c->node, c->url, other, kv->lease);
+                  c->cfg.cluster, c->cfg.node, c->cfg.url, other, kv->lease);
 }
 
 static int start_session(struct cluster *c)
 {
     int64_t lease;
-    if (etcd_lease_grant(c->ec, c->ttl_s, &lease)) {
+    if (etcd_lease_grant(c->ses.ec, c->cfg.ttl_s, &lease)) {
         cluster__etcd_failed(c, "lease grant");
         return -1;
     }
     char key[256];
     cluster__key_node(c, key, sizeof key);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I}", "node", c->node, "url", c->url, "pid",
-                          (json_int_t)getpid(), "ttl", (json_int_t)c->ttl_s, "started_ns",
-                          (json_int_t)kvc__now_ns());
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I}", "node", c->cfg.node, "url", c->cfg.url,
+                          "pid", (json_int_t)getpid(), "ttl", (json_int_t)c->cfg.ttl_s,
+                          "started_ns", (json_int_t)kvc__now_ns());
     char *val = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     /* Create-only: a live record of this node name with another URL is
@@ -141,33 +142,34 @@ static int start_session(struct cluster *c)
      * this one frozen past its TTL): replaced. */
     int created = 0, rc = -1, taken = 0;
     etcd_kv cur = {0};
-    if (val && !(rc = etcd_put_create(c->ec, key, val, strlen(val), lease, &created, &cur, NULL)) &&
+    if (val &&
+        !(rc = etcd_put_create(c->ses.ec, key, val, strlen(val), lease, &created, &cur, NULL)) &&
         !created) {
         char other[URL_MAX];
-        taken = node_url_of(&cur, other, sizeof other) && strcmp(other, c->url);
+        taken = node_url_of(&cur, other, sizeof other) && strcmp(other, c->cfg.url);
         if (taken)
             name_in_use(c, other, &cur);
         else
-            rc = etcd_put(c->ec, key, val, strlen(val), lease, NULL);
+            rc = etcd_put(c->ses.ec, key, val, strlen(val), lease, NULL);
     }
     etcd_kv_free(&cur);
     free(val);
     if (taken) {
-        etcd_lease_revoke(c->ec, lease);
+        etcd_lease_revoke(c->ses.ec, lease);
         return -1;
     }
     if (rc) {
         cluster__etcd_failed(c, "node put");
         return -1;
     }
-    if (c->st.name_conflict) { /* written only by this thread: read unlocked */
-        log_event(LOG_INFO, "node_name_free", "cluster=%s node=%s url=%s", c->cluster, c->node,
-                  c->url);
-        pthread_mutex_lock(&c->smu);
-        c->st.name_conflict = 0;
-        c->st.name_holder[0] = '\0';
-        c->st.last_error[0] = '\0';
-        pthread_mutex_unlock(&c->smu);
+    if (c->fig.st.name_conflict) { /* written only by this thread: read unlocked */
+        log_event(LOG_INFO, "node_name_free", "cluster=%s node=%s url=%s", c->cfg.cluster,
+                  c->cfg.node, c->cfg.url);
+        pthread_mutex_lock(&c->fig.mu);
+        c->fig.st.name_conflict = 0;
+        c->fig.st.name_holder[0] = '\0';
+        c->fig.st.last_error[0] = '\0';
+        pthread_mutex_unlock(&c->fig.mu);
     }
     /* Our keys under an earlier lease (this process frozen past its TTL,
      * or an earlier kvcoordd of this node killed moments ago), of the
@@ -177,23 +179,23 @@ static int start_session(struct cluster *c)
     size_t nown[3] = {0, 0, 0};
     for (int d = 0; d < 3; d++) {
         char prefix[KEY_MAX];
-        snprintf(prefix, sizeof prefix, "%s%s/%s/", c->prefix, dirs[d], c->node);
-        if (etcd_range_prefix(c->ec, prefix, &own[d], &nown[d], NULL)) {
+        snprintf(prefix, sizeof prefix, "%s%s/%s/", c->cfg.prefix, dirs[d], c->cfg.node);
+        if (etcd_range_prefix(c->ses.ec, prefix, &own[d], &nown[d], NULL)) {
             for (int e = 0; e < d; e++)
                 etcd_kvs_free(own[e], nown[e]);
             cluster__etcd_failed(c, "range own keys");
             return -1;
         }
     }
-    c->lease = lease;
+    c->ses.lease = lease;
     for (int d = 0; d < 3; d++) {
         for (size_t i = 0; i < nown[d]; i++) {
             struct keyref k;
             const char *why;
             struct rslot *s;
             int ti;
-            if (cluster__parse_key(c, own[d][i].key, &k, &why) == K_ENTRY && k.num < c->max_ranks &&
-                (ti = cluster__table_for(c, k.kind, k.role, 1)) >= 0 &&
+            if (cluster__parse_key(c, own[d][i].key, &k, &why) == K_ENTRY &&
+                k.num < c->cfg.max_ranks && (ti = cluster__table_for(c, k.kind, k.role, 1)) >= 0 &&
                 (s = cluster__slot(c, (unsigned)ti, (uint32_t)k.num)))
                 s->published = 1; /* deleted below unless local */
         }
@@ -201,54 +203,55 @@ static int start_session(struct cluster *c)
     }
     uint32_t local = 0;
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[ti][r];
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
+            struct rslot *s = c->tab.slots[ti][r];
             if (s && (s->local || s->published)) {
                 cluster__mark_dirty(c, ti, r, s);
                 local += s->local;
             }
         }
     uint64_t now = kvc__mono_ns();
-    c->lease_granted_mono = now;
-    c->next_keepalive = now + (uint64_t)c->ttl_s * 1000000000ull / 3;
+    c->ses.lease_granted_mono = now;
+    c->ses.next_keepalive = now + (uint64_t)c->cfg.ttl_s * 1000000000ull / 3;
     cluster__etcd_answered(c);
-    pthread_mutex_lock(&c->smu);
-    c->st.sessions++;
-    c->st.lease_id = lease;
-    c->st.lease_granted_ns = kvc__now_ns();
-    uint64_t sessions = c->st.sessions;
-    pthread_mutex_unlock(&c->smu);
+    pthread_mutex_lock(&c->fig.mu);
+    c->fig.st.sessions++;
+    c->fig.st.lease_id = lease;
+    c->fig.st.lease_granted_ns = kvc__now_ns();
+    uint64_t sessions = c->fig.st.sessions;
+    pthread_mutex_unlock(&c->fig.mu);
     log_event(LOG_INFO, "cluster_session",
               "cluster=%s node=%s lease=%" PRId64 " ttl_s=%u session=%" PRIu64 " local_ranks=%u "
               "endpoint=%s",
-              c->cluster, c->node, lease, c->ttl_s, sessions, local, etcd_endpoint(c->ec));
+              c->cfg.cluster, c->cfg.node, lease, c->cfg.ttl_s, sessions, local,
+              etcd_endpoint(c->ses.ec));
     return 0;
 }
 
 void cluster__session_step(struct cluster *c)
 {
     uint64_t now = kvc__mono_ns();
-    if (!c->lease) {
-        if (now < c->retry_at)
+    if (!c->ses.lease) {
+        if (now < c->ses.retry_at)
             return;
         if (start_session(c))
-            c->retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
+            c->ses.retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
         return;
     }
-    if (now < c->next_keepalive)
+    if (now < c->ses.next_keepalive)
         return;
     int64_t left = 0;
-    if (etcd_lease_keepalive(c->ec, c->lease, &left)) {
+    if (etcd_lease_keepalive(c->ses.ec, c->ses.lease, &left)) {
         cluster__etcd_failed(c, "keepalive");
-        c->next_keepalive = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
+        c->ses.next_keepalive = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
         return;
     }
     cluster__etcd_answered(c);
     if (left <= 0) {
         cluster__lease_gone(c, "keep-alive found the lease expired");
         if (start_session(c))
-            c->retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
+            c->ses.retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
         return;
     }
-    c->next_keepalive = now + (uint64_t)c->ttl_s * 1000000000ull / 3;
+    c->ses.next_keepalive = now + (uint64_t)c->cfg.ttl_s * 1000000000ull / 3;
 }

@@ -23,8 +23,8 @@
 /* The table of (kind, role) if the role has an index, else -1. */
 int cluster__table_find(const struct cluster *c, unsigned kind, const char *role)
 {
-    for (unsigned i = 0; i < c->nroles; i++)
-        if (!strcmp(c->roles[i], role))
+    for (unsigned i = 0; i < c->tab.nroles; i++)
+        if (!strcmp(c->tab.roles[i], role))
             return (int)(kind * CLUSTER_ROLES + i);
     return -1;
 }
@@ -37,21 +37,22 @@ int cluster__table_for(struct cluster *c, unsigned kind, const char *role, int l
     int ti = cluster__table_find(c, kind, role);
     if (ti >= 0)
         return ti;
-    if (c->nroles >= (local ? CLUSTER_ROLES : REMOTE_ROLES_MAX))
+    if (c->tab.nroles >= (local ? CLUSTER_ROLES : REMOTE_ROLES_MAX))
         return -1;
-    snprintf(c->roles[c->nroles], sizeof c->roles[0], "%s", role);
-    return (int)(kind * CLUSTER_ROLES + c->nroles++);
+    snprintf(c->tab.roles[c->tab.nroles], sizeof c->tab.roles[0], "%s", role);
+    return (int)(kind * CLUSTER_ROLES + c->tab.nroles++);
 }
 
 struct rslot *cluster__slot(struct cluster *c, unsigned ti, uint32_t rank)
 {
-    if (rank >= c->max_ranks || ti >= NTABLES)
+    if (rank >= c->cfg.max_ranks || ti >= NTABLES)
         return NULL;
-    if (!c->slots[ti] && !(c->slots[ti] = calloc(c->max_ranks, sizeof *c->slots[ti])))
+    if (!c->tab.slots[ti] &&
+        !(c->tab.slots[ti] = calloc(c->cfg.max_ranks, sizeof *c->tab.slots[ti])))
         return NULL;
-    if (!c->slots[ti][rank])
-        c->slots[ti][rank] = calloc(1, sizeof(struct rslot));
-    return c->slots[ti][rank];
+    if (!c->tab.slots[ti][rank])
+        c->tab.slots[ti][rank] = calloc(1, sizeof(struct rslot));
+    return c->tab.slots[ti][rank];
 }
 
 void cluster__free_remote(struct remote *r)
@@ -74,15 +75,15 @@ void cluster__mark_dirty(struct cluster *c, unsigned ti, uint32_t rank, struct r
     s->dirty = 1;
     if (s->queued)
         return;
-    if (c->ndirty == c->cap_dirty) {
-        size_t cap = c->cap_dirty ? c->cap_dirty * 2 : 256;
-        uint32_t *q = realloc(c->dirty_q, cap * sizeof *q);
+    if (c->tab.ndirty == c->tab.cap_dirty) {
+        size_t cap = c->tab.cap_dirty ? c->tab.cap_dirty * 2 : 256;
+        uint32_t *q = realloc(c->tab.dirty_q, cap * sizeof *q);
         if (!q)
             return; /* stays dirty: queued again by the next session or snapshot */
-        c->dirty_q = q, c->cap_dirty = cap;
+        c->tab.dirty_q = q, c->tab.cap_dirty = cap;
     }
     s->queued = 1;
-    c->dirty_q[c->ndirty++] = ti * c->max_ranks + rank;
+    c->tab.dirty_q[c->tab.ndirty++] = ti * c->cfg.max_ranks + rank;
 }
 
 /* ---- the segment's entries, by table ------------------------------------- */
@@ -90,19 +91,19 @@ void cluster__mark_dirty(struct cluster *c, unsigned ti, uint32_t rank, struct r
 kvc_err cluster__seg_lookup(struct cluster *c, unsigned ti, uint32_t rank, kvc_rank_info *out)
 {
     if (ti == 0)
-        return kvc_rank_lookup(c->seg, rank, out);
+        return kvc_rank_lookup(c->cfg.seg, rank, out);
     if (t_kind(ti) == EK_INFO)
-        return kvc_role_lookup(c->seg, t_role(c, ti), rank, out);
-    return kvc_parallelism_lookup(c->seg, t_role(c, ti), rank, out);
+        return kvc_role_lookup(c->cfg.seg, t_role(c, ti), rank, out);
+    return kvc_parallelism_lookup(c->cfg.seg, t_role(c, ti), rank, out);
 }
 
 kvc_err cluster__seg_list(struct cluster *c, unsigned ti, size_t *n)
 {
     if (ti == 0)
-        return kvc_rank_list(c->seg, c->list, c->max_ranks, n, 1);
+        return kvc_rank_list(c->cfg.seg, c->tab.list, c->cfg.max_ranks, n, 1);
     if (t_kind(ti) == EK_INFO)
-        return kvc_role_list(c->seg, t_role(c, ti), c->list, c->max_ranks, n, 1);
-    return kvc_parallelism_list(c->seg, t_role(c, ti), c->list, c->max_ranks, n, 1);
+        return kvc_role_list(c->cfg.seg, t_role(c, ti), c->tab.list, c->cfg.max_ranks, n, 1);
+    return kvc_parallelism_list(c->cfg.seg, t_role(c, ti), c->tab.list, c->cfg.max_ranks, n, 1);
 }
 
 /* A local registration again (a shadowed one coming back). */
@@ -110,31 +111,31 @@ static kvc_err seg_register(struct cluster *c, unsigned ti, uint32_t rank, const
                             const char *info, size_t len, uint64_t *gen)
 {
     if (t_kind(ti) == EK_INFO)
-        return kvc_role_register(c->seg, t_role(c, ti), rank, sid, info, len, gen);
-    return kvc_parallelism_register(c->seg, t_role(c, ti), rank, info, len, gen);
+        return kvc_role_register(c->cfg.seg, t_role(c, ti), rank, sid, info, len, gen);
+    return kvc_parallelism_register(c->cfg.seg, t_role(c, ti), rank, info, len, gen);
 }
 
 static kvc_err seg_mirror(struct cluster *c, unsigned ti, uint32_t rank, const struct remote *r,
                           uint64_t expect, uint64_t *gen)
 {
     if (ti == 0)
-        return kvc_rank_register_mirror(c->seg, rank, r->sid, r->info, r->info_len, r->node, r->gen,
-                                        expect, gen);
+        return kvc_rank_register_mirror(c->cfg.seg, rank, r->sid, r->info, r->info_len, r->node,
+                                        r->gen, expect, gen);
     if (t_kind(ti) == EK_INFO)
-        return kvc_role_register_mirror(c->seg, t_role(c, ti), rank, r->sid, r->info, r->info_len,
-                                        r->node, r->gen, expect, gen);
-    return kvc_parallelism_register_mirror(c->seg, t_role(c, ti), rank, r->info, r->info_len,
+        return kvc_role_register_mirror(c->cfg.seg, t_role(c, ti), rank, r->sid, r->info,
+                                        r->info_len, r->node, r->gen, expect, gen);
+    return kvc_parallelism_register_mirror(c->cfg.seg, t_role(c, ti), rank, r->info, r->info_len,
                                            r->node, r->gen, expect, gen);
 }
 
-static kvc_err seg_withdraw_mirror(struct cluster *c, unsigned ti, uint32_t rank, const char *note,
-                                   uint64_t expect)
+kvc_err cluster__seg_withdraw(struct cluster *c, unsigned ti, uint32_t rank, const char *note,
+                              uint64_t expect)
 {
     if (ti == 0)
-        return kvc_rank_withdraw_mirror(c->seg, rank, note, expect);
+        return kvc_rank_withdraw_mirror(c->cfg.seg, rank, note, expect);
     if (t_kind(ti) == EK_INFO)
-        return kvc_role_withdraw_mirror(c->seg, t_role(c, ti), rank, note, expect);
-    return kvc_parallelism_withdraw_mirror(c->seg, t_role(c, ti), rank, note, expect);
+        return kvc_role_withdraw_mirror(c->cfg.seg, t_role(c, ti), rank, note, expect);
+    return kvc_parallelism_withdraw_mirror(c->cfg.seg, t_role(c, ti), rank, note, expect);
 }
 
 /* "rank 3", "rank 3 role=draft", "parallelism rank 3 role=target": which
@@ -156,17 +157,17 @@ static void remember_mine(struct cluster *c, unsigned ti, uint32_t rank, struct 
 {
     /* The generation our write produced: read it back (a withdrawal does
      * not return it). */
-    kvc_err e = cluster__seg_lookup(c, ti, rank, &c->look);
+    kvc_err e = cluster__seg_lookup(c, ti, rank, &c->tab.look);
     if (e == KVC_OK || e == KVC_E_WITHDRAWN)
-        s->mine_gen = s->seen_gen = c->look.generation;
+        s->mine_gen = s->seen_gen = c->tab.look.generation;
 }
 
 /* Look at the rank table again on the next turn of the loop. */
 static void rescan(struct cluster *c)
 {
-    pthread_mutex_lock(&c->mu);
-    c->rank_changed = 1;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->in.mu);
+    c->in.rank_changed = 1;
+    pthread_mutex_unlock(&c->in.mu);
 }
 
 struct remote *cluster__find_remote(struct rslot *s, const char *node, struct remote ***link)
@@ -209,17 +210,18 @@ void cluster__apply_winner(struct cluster *c, unsigned ti, uint32_t rank, const 
             s->applied_gen == best->gen && !strcmp(s->applied_digest, best->digest))
             return;
         if (s->applied == AP_LOCAL && s->local && !s->saved_info &&
-            cluster__seg_lookup(c, ti, rank, &c->look) == KVC_OK && !c->look.origin[0]) {
-            s->saved_sid = strdup(c->look.session_id);
-            s->saved_info = malloc(c->look.info_len + 1);
+            cluster__seg_lookup(c, ti, rank, &c->tab.look) == KVC_OK && !c->tab.look.origin[0]) {
+            s->saved_sid = strdup(c->tab.look.session_id);
+            s->saved_info = malloc(c->tab.look.info_len + 1);
             if (s->saved_info)
-                memcpy(s->saved_info, c->look.info, c->look.info_len + 1);
-            s->saved_len = c->look.info_len;
+                memcpy(s->saved_info, c->tab.look.info, c->tab.look.info_len + 1);
+            s->saved_len = c->tab.look.info_len;
             /* Withdrawn with its process only if that still runs now: a
              * registration left by an earlier kvcoordd of this segment (its
              * pid gone) stays this node's until withdrawn. */
-            s->saved_pid =
-                c->look.pid > 0 && (kill(c->look.pid, 0) == 0 || errno == EPERM) ? c->look.pid : 0;
+            s->saved_pid = c->tab.look.pid > 0 && (kill(c->tab.look.pid, 0) == 0 || errno == EPERM)
+                               ? c->tab.look.pid
+                               : 0;
             if (!s->saved_sid || !s->saved_info)
                 cluster__drop_saved(s);
         }
@@ -256,8 +258,8 @@ void cluster__apply_winner(struct cluster *c, unsigned ti, uint32_t rank, const 
         }
     } else if (s->applied == AP_REMOTE) {
         char buf[KVC_NOTE_MAX + 1];
-        snprintf(buf, sizeof buf, "%s", note ? note : "withdrawn on its origin node");
-        e = seg_withdraw_mirror(c, ti, rank, buf, s->seen_gen);
+        snprintf(buf, sizeof buf, "%s", note ? note : "no node's record of it can be served now");
+        e = cluster__seg_withdraw(c, ti, rank, buf, s->seen_gen);
         if (e == KVC_OK || e == KVC_E_NOENT)
             remember_mine(c, ti, rank, s);
         if (e == KVC_E_EXISTS)
@@ -282,8 +284,8 @@ void cluster__reap_shadowed(struct cluster *c)
 {
     char lbl[96];
     for (unsigned ti = 0; ti < NTABLES; ti++)
-        for (uint32_t r = 0; c->slots[ti] && r < c->max_ranks; r++) {
-            struct rslot *s = c->slots[ti][r];
+        for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
+            struct rslot *s = c->tab.slots[ti][r];
             if (!s || !s->saved_info || s->saved_pid <= 0 || s->saved_pid == getpid() ||
                 kill(s->saved_pid, 0) == 0 || errno != ESRCH)
                 continue;

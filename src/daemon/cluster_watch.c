@@ -1,6 +1,6 @@
 /*
  * cluster_watch.c - the cluster thread's helpers, each a thread of its own
- * that only queues or flags under c->mu: the watch thread (a range of the
+ * that only queues or flags under c->in.mu: the watch thread (a range of the
  * whole prefix, then a watch stream from the next revision, each response
  * queued as a batch) and the rank and room waiters (the segment's futex
  * epochs).
@@ -26,14 +26,14 @@ struct watch_arg {
 
 static void enqueue(struct cluster *c, struct batch *b)
 {
-    pthread_mutex_lock(&c->mu);
-    if (c->q_tail)
-        c->q_tail->next = b;
+    pthread_mutex_lock(&c->in.mu);
+    if (c->in.q_tail)
+        c->in.q_tail->next = b;
     else
-        c->q_head = b;
-    c->q_tail = b;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+        c->in.q_head = b;
+    c->in.q_tail = b;
+    pthread_cond_signal(&c->in.cv);
+    pthread_mutex_unlock(&c->in.mu);
 }
 
 static char *dupn(const char *p, size_t n)
@@ -68,27 +68,42 @@ static int on_watch_events(void *arg, const etcd_event *ev, size_t n, int64_t re
     return 0;
 }
 
+/* The stream is known current (a message, or its member answered the
+ * probe after a quiet spell). */
+static void on_watch_current(void *arg, int64_t rev)
+{
+    (void)rev;
+    struct cluster *c = arg;
+    pthread_mutex_lock(&c->in.mu);
+    c->in.watch_heard = kvc__mono_ns();
+    pthread_mutex_unlock(&c->in.mu);
+}
+
 static int on_watch_idle(void *arg)
 {
     struct cluster *c = arg;
-    pthread_mutex_lock(&c->mu);
-    int stop = c->stop || c->restart_watch;
-    c->restart_watch = 0;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->in.mu);
+    int stop = c->in.stop || c->in.restart_watch;
+    c->in.restart_watch = 0;
+    pthread_mutex_unlock(&c->in.mu);
     return stop;
 }
 
-static void set_watch_state(struct cluster *c, int up)
+/* up: a snapshot was read from the member at endpoint (the stream
+ * follows it there), which confirms the mirror now. */
+static void set_watch_state(struct cluster *c, int up, const char *endpoint)
 {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->in.mu);
     if (up) {
-        c->watch_up = 1;
-        c->watch_down_since = 0;
-    } else if (c->watch_up || !c->watch_down_since) {
-        c->watch_up = 0;
-        c->watch_down_since = kvc__mono_ns();
+        c->in.watch_up = 1;
+        c->in.watch_down_since = 0;
+        c->in.watch_heard = kvc__mono_ns();
+        snprintf(c->in.watch_endpoint, sizeof c->in.watch_endpoint, "%s", endpoint);
+    } else if (c->in.watch_up || !c->in.watch_down_since) {
+        c->in.watch_up = 0;
+        c->in.watch_down_since = kvc__mono_ns();
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->in.mu);
 }
 
 /* Sleep ms unless stopped; returns non-zero when stopping. */
@@ -99,11 +114,11 @@ static int watch_sleep(struct cluster *c, uint32_t ms)
     uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + ms * 1000000ull;
     ts.tv_sec = (time_t)(t / 1000000000ull);
     ts.tv_nsec = (long)(t % 1000000000ull);
-    pthread_mutex_lock(&c->mu);
-    while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT) {
+    pthread_mutex_lock(&c->in.mu);
+    while (!c->in.stop && pthread_cond_timedwait(&c->in.cv, &c->in.mu, &ts) != ETIMEDOUT) {
     }
-    int stop = c->stop;
-    pthread_mutex_unlock(&c->mu);
+    int stop = c->in.stop;
+    pthread_mutex_unlock(&c->in.mu);
     return stop;
 }
 
@@ -112,26 +127,26 @@ void *cluster__watch_main(void *arg)
     struct cluster *c = arg;
     char err[256];
     etcd *w = NULL;
-    if (etcd_open(&c->econf, &w, err, sizeof err)) {
+    if (etcd_open(&c->cfg.econf, &w, err, sizeof err)) {
         log_event(LOG_ERROR, "etcd_watch_failed", "err=\"%s\"", err);
         return NULL;
     }
     uint32_t backoff = 0;
     int logged = 0;
     for (;;) {
-        pthread_mutex_lock(&c->mu);
-        int stop = c->stop;
-        c->restart_watch = 0;
-        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&c->in.mu);
+        int stop = c->in.stop;
+        c->in.restart_watch = 0;
+        pthread_mutex_unlock(&c->in.mu);
         if (stop)
             break;
         etcd_kv *kvs;
         size_t n;
         int64_t rev;
-        if (etcd_range_prefix(w, c->prefix, &kvs, &n, &rev)) {
-            set_watch_state(c, 0);
+        if (etcd_range_prefix(w, c->cfg.prefix, &kvs, &n, &rev)) {
+            set_watch_state(c, 0, NULL);
             if (!logged++)
-                log_event(LOG_WARN, "etcd_watch_down", "cluster=%s err=\"%s\"", c->cluster,
+                log_event(LOG_WARN, "etcd_watch_down", "cluster=%s err=\"%s\"", c->cfg.cluster,
                           etcd_error(w));
             backoff = backoff ? (backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2)
                               : BACKOFF_MIN_MS;
@@ -142,7 +157,7 @@ void *cluster__watch_main(void *arg)
         backoff = 0;
         if (logged)
             log_event(LOG_INFO, "etcd_watch_up", "cluster=%s endpoint=%s revision=%" PRId64,
-                      c->cluster, etcd_endpoint(w), rev);
+                      c->cfg.cluster, etcd_endpoint(w), rev);
         logged = 0;
         struct batch *b = calloc(1, sizeof *b);
         if (!b) {
@@ -150,13 +165,20 @@ void *cluster__watch_main(void *arg)
             continue;
         }
         b->snapshot = 1, b->kvs = kvs, b->nkv = n, b->rev = rev;
-        set_watch_state(c, 1);
+        set_watch_state(c, 1, etcd_endpoint(w));
         enqueue(c, b);
         int64_t last;
-        if (etcd_watch(w, c->prefix, rev + 1, on_watch_events, on_watch_idle, c, &last) == 0)
+        struct etcd_watch_cb cb = {.events = on_watch_events,
+                                   .idle = on_watch_idle,
+                                   .current = on_watch_current,
+                                   .arg = c};
+        if (etcd_watch(w, c->cfg.prefix, rev + 1, &cb, &last) == 0)
             continue; /* stop, or a fresh stream asked for */
-        set_watch_state(c, 0);
-        log_event(LOG_WARN, "etcd_watch_down", "cluster=%s err=\"%s\"", c->cluster, etcd_error(w));
+        set_watch_state(c, 0, NULL);
+        log_event(LOG_WARN, "etcd_watch_down",
+                  "cluster=%s err=\"%s\" note=\"a new stream starts with a snapshot, from the "
+                  "next member\"",
+                  c->cfg.cluster, etcd_error(w));
         logged = 1;
         if (watch_sleep(c, BACKOFF_MIN_MS))
             break;
@@ -170,25 +192,25 @@ void *cluster__watch_main(void *arg)
 /* cluster_stop() has asked the threads to end. */
 static int stop_asked(struct cluster *c)
 {
-    pthread_mutex_lock(&c->mu);
-    int stop = c->stop;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->in.mu);
+    int stop = c->in.stop;
+    pthread_mutex_unlock(&c->in.mu);
     return stop;
 }
 
 void *cluster__rank_waiter_main(void *arg)
 {
     struct cluster *c = arg;
-    uint32_t seen = kvc_rank_epoch(c->seg);
+    uint32_t seen = kvc_rank_epoch(c->cfg.seg);
     for (;;) {
         if (stop_asked(c))
             break;
-        if (kvc_rank_wait_change(c->seg, seen, WAITER_SLICE_MS) == KVC_OK) {
-            seen = kvc_rank_epoch(c->seg); /* before flagging: no lost change */
-            pthread_mutex_lock(&c->mu);
-            c->rank_changed = 1;
-            pthread_cond_signal(&c->cv);
-            pthread_mutex_unlock(&c->mu);
+        if (kvc_rank_wait_change(c->cfg.seg, seen, WAITER_SLICE_MS) == KVC_OK) {
+            seen = kvc_rank_epoch(c->cfg.seg); /* before flagging: no lost change */
+            pthread_mutex_lock(&c->in.mu);
+            c->in.rank_changed = 1;
+            pthread_cond_signal(&c->in.cv);
+            pthread_mutex_unlock(&c->in.mu);
         }
     }
     return NULL;
@@ -197,25 +219,25 @@ void *cluster__rank_waiter_main(void *arg)
 void *cluster__room_waiter_main(void *arg)
 {
     struct cluster *c = arg;
-    uint32_t seen = kvc_room_epoch(c->seg);
+    uint32_t seen = kvc_room_epoch(c->cfg.seg);
     uint64_t failures = 0;
     kvc_segment_info si;
-    if (kvc_segment_stat(c->seg, &si) == KVC_OK)
+    if (kvc_segment_stat(c->cfg.seg, &si) == KVC_OK)
         failures = si.failures_total;
     for (;;) {
         if (stop_asked(c))
             break;
-        if (kvc_room_wait_change(c->seg, seen, WAITER_SLICE_MS) != KVC_OK)
+        if (kvc_room_wait_change(c->cfg.seg, seen, WAITER_SLICE_MS) != KVC_OK)
             continue;
-        seen = kvc_room_epoch(c->seg);
+        seen = kvc_room_epoch(c->cfg.seg);
         /* Rooms change all the time; only a new failure record matters. */
-        if (kvc_segment_stat(c->seg, &si) != KVC_OK || si.failures_total == failures)
+        if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == failures)
             continue;
         failures = si.failures_total;
-        pthread_mutex_lock(&c->mu);
-        c->room_changed = 1;
-        pthread_cond_signal(&c->cv);
-        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&c->in.mu);
+        c->in.room_changed = 1;
+        pthread_cond_signal(&c->in.cv);
+        pthread_mutex_unlock(&c->in.mu);
     }
     return NULL;
 }

@@ -70,6 +70,25 @@ class Etcd:
     def start_member(self, i):
         self.run("start-member", str(i))
 
+    def member_pid(self, i):
+        with open(os.path.join(self.dir, "m%d.pid" % i)) as f:
+            return int(f.read())
+
+    def member_of(self, url):
+        """The member number (0..2) of a client URL."""
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        return (port - self.port) // 2
+
+    def freeze(self, *members):
+        """SIGSTOP members: their sockets stay open and the kernel still
+        accepts connections and answers TCP keep-alives; nothing answers."""
+        for i in members or range(3):
+            os.kill(self.member_pid(i), signal.SIGSTOP)
+
+    def thaw(self, *members):
+        for i in members or range(3):
+            os.kill(self.member_pid(i), signal.SIGCONT)
+
     def ctl(self, *args, user=None):
         cmd = ["etcdctl", "--endpoints=" + self.endpoints]
         if user:

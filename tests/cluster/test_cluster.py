@@ -860,6 +860,193 @@ class UnhealthyEtcd(Base):
             self.assertTrue(v, n.cluster_view())
 
 
+class BlindView(Base):
+    """etcd or a peer that hangs instead of refusing (SIGSTOP: sockets stay
+    open, the kernel still accepts connections and answers TCP
+    keep-alives), with a 4 s TTL: the member holding B's watch, every
+    member, a node restarted meanwhile, a peer frozen while B fetches its
+    4 MB rank.  Each prints its time to convergence; the bounds asserted are
+    generous multiples of the TTL."""
+
+    T = 4
+
+    def node4(self, name, **kw):
+        return self.node(name, ttl=self.T, **kw)
+
+    def until(self, pred, what, limit=None):
+        limit = limit or self.T + SLACK
+        v, took = cl.wait_for(pred, limit)
+        self.assertTrue(v, "%s: not within %.0f s" % (what, limit))
+        return took
+
+    def test_member_holding_the_watch_frozen_watch_moves(self):
+        a, b = self.node4("A"), self.node4("B")
+        a.register(0, "h:0", info(2, "f0"))
+        a.register(1, "h:1", info(2, "f1"))
+        self.visible(b, 0, origin="A")
+        self.visible(b, 1, origin="A")
+        member = ETCD.member_of(b.cluster_view()["watch"]["endpoint"])
+        ETCD.freeze(member)
+        try:
+            t0 = time.monotonic()
+            a.withdraw(1)
+            unverified = []
+
+            def gone():
+                v = b.cluster_view()
+                if v["counts"]["unverified_since_ns"]:
+                    unverified.append(v["counts"]["unverified_since_ns"])
+                return b.lookup(1)[0] == 404
+            self.until(gone, "rank 1 withdrawn on A gone from B")
+            took = time.monotonic() - t0
+            v = b.cluster_view()
+            moved_to = ETCD.member_of(v["watch"]["endpoint"])
+            print("member %d (B's watch) SIGSTOPped: B's watch moved to member %d, A's withdrawal "
+                  "seen on B after %.3f s (TTL %d s; unverified shown in %d of the views read)"
+                  % (member, moved_to, took, self.T, len(unverified)))
+            self.assertNotEqual(moved_to, member)
+            self.assertIn("no event or progress notification", b.logtext())
+            self.assertTrue(v["etcd"]["up"], v["etcd"])  # two members of three answer
+            self.visible(b, 0, origin="A")  # what A still has stays (or is back)
+            a.register(2, "h:2", info(2, "f2"))
+            took = self.visible(b, 2, origin="A")
+            print("... a registration on A then seen on B after %.3f s" % took)
+        finally:
+            ETCD.thaw(member)
+
+    def test_all_members_frozen_mirror_dropped_as_when_refused(self):
+        a, b = self.node4("A"), self.node4("B")
+        a.register(0, "h:0", info(2, "z0"))
+        self.visible(b, 0, origin="A")
+        ETCD.freeze()
+        try:
+            t0 = time.monotonic()
+            took = self.gone(b, 0)
+            print("all members SIGSTOPped -> B dropped A's mirrored rank after %.3f s (TTL %d s)"
+                  % (took, self.T))
+            self.assertLess(took, 2 * self.T + SLACK)
+            st, body, _ = b.lookup(0)
+            self.assertIn(b"mirror not confirmed", body)
+            self.assertEqual(a.lookup(0)[0], 200)  # local answers go on
+            self.assertTrue(a.healthy() and b.healthy())
+            self.until(lambda: not b.cluster_view()["etcd"]["up"], "etcd.up false on B")
+            v = b.cluster_view()
+            self.assertGreater(v["counts"]["unverified_since_ns"], 0, v)
+            self.assertGreater(b.metrics()["kvcoord_cluster_mirror_unverified_seconds"], 0)
+            print("... B's GET /cluster: etcd.up false, unverified for %.3f s"
+                  % (time.monotonic() - t0))
+        finally:
+            ETCD.thaw()
+        t0 = time.monotonic()
+        self.visible(b, 0, origin="A")
+        print("members SIGCONTed -> B has A's rank again after %.3f s" % (time.monotonic() - t0))
+        for n in (a, b):
+            self.until(lambda: (lambda v: v["etcd"]["up"] and not v["counts"]["unverified_since_ns"])(
+                n.cluster_view()), "etcd up and the mirror confirmed on %s" % n.name)
+
+    def test_restart_while_etcd_frozen_serves_no_old_mirror(self):
+        a, b = self.node4("A"), self.node4("B")
+        a.register(0, "h:0", info(2, "r0"))
+        self.visible(b, 0, origin="A")
+        b.kill()  # SIGKILL: B's segment keeps what it mirrored
+        meta, _ = cl.probe(ARGS.probe, b.segment, 0)
+        self.assertEqual(meta["origin"], "A", meta)
+        self.assertEqual(meta["rc"], "success", meta)
+        ETCD.freeze()
+        try:
+            b.start()
+            st, body, _ = b.lookup(0)
+            self.assertEqual(st, 404, body)
+            self.assertIn(b"awaits etcd", body)
+            meta, _ = cl.probe(ARGS.probe, b.segment, 0)
+            self.assertEqual(meta["rc"], "rank withdrawn", meta)
+            self.assertIn("mirror_unconfirmed", b.logtext())
+            time.sleep(1)
+            self.assertEqual(b.lookup(0)[0], 404)  # still: etcd has confirmed nothing
+        finally:
+            ETCD.thaw()
+        took = self.visible(b, 0, origin="A")
+        print("B restarted while etcd was frozen: A's rank not served, then back %.3f s after "
+              "SIGCONT" % took)
+
+    def test_restart_never_serves_an_entry_withdrawn_meanwhile(self):
+        a, b = self.node4("A"), self.node4("B")
+        a.register(3, "h:3", info(2, "n3"))
+        self.visible(b, 3, origin="A")
+        b.kill()
+        a.withdraw(3)
+        key = "/kvcoord/%s/ranks/A/3" % self.cluster
+        self.until(lambda: key not in ETCD.ctl("get", "--prefix", key, "--keys-only").stdout,
+                   "A's key deleted")
+        b.start(wait=False)
+        seen, t0 = [], time.monotonic()
+        while time.monotonic() - t0 < 20 and len([x for x in seen if x is not None]) < 20:
+            try:
+                seen.append(b.lookup(3)[0])
+            except requests.RequestException:
+                seen.append(None)
+        answered = [x for x in seen if x is not None]
+        print("B restarted after A's withdrawal: %d lookups from its first answer, statuses %s"
+              % (len(answered), sorted(set(answered))))
+        self.assertTrue(answered)
+        self.assertNotIn(200, answered)
+
+    def test_frozen_peer_during_4mb_fetch_delays_only_its_own(self):
+        import hashlib
+        a, b, c = self.node4("A"), self.node4("B"), self.node4("C")
+        cl.gen_model("stress", os.path.join(self.tmp, "stress"), tp=1)
+        with open(os.path.join(self.tmp, "stress", "rank-0.json"), "rb") as fh:
+            stress = json.loads(fh.read())
+        stress["rank"] = 8
+        a.register_raw(json.dumps(stress).encode())
+        c.register(4, "h:4", info(2, "c4"))
+        st, body8, _ = a.lookup(8)
+        self.visible(b, 8, body=body8, origin="A")
+        self.visible(b, 4, origin="C")
+        lease = a.cluster_view()["lease"]["id"]
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            # A re-registered rank 8 (a new 4 MB info) and froze before B
+            # fetched it: its record, as A writes it, under A's lease.
+            inf = json.dumps(stress["transfer_engine_info"]["weights_info_dict"]) + " "
+            sid = "h:8-new"
+            rec = {"rank": 8, "node": "A", "session_id": sid, "generation": 99,
+                   "digest": hashlib.sha256(sid.encode() + b"\0" + inf.encode()).hexdigest(),
+                   "bytes": len(inf), "url": a.url, "registered_ns": time.time_ns()}
+            fails0 = b.metrics()["kvcoord_cluster_fetch_failures_total"]
+            out = ETCD.ctl("put", "--lease=%x" % lease, "/kvcoord/%s/ranks/A/8" % self.cluster,
+                           json.dumps(rec))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            t0 = time.monotonic()
+            # B never serves the replaced bytes, and says why.
+            self.until(lambda: b.lookup(8)[0] == 404, "A's replaced rank 8 withdrawn on B")
+            self.assertIn(b"being fetched", b.lookup(8)[1])
+            # Meanwhile C's changes reach B at once: B's fetch from frozen A
+            # has not even timed out yet.
+            c.register(5, "h:5", info(2, "c5"))
+            c.withdraw(4)
+            took5 = self.visible(b, 5, origin="C")
+            took4 = self.gone(b, 4)
+            elapsed = time.monotonic() - t0
+            self.assertEqual(b.metrics()["kvcoord_cluster_fetch_failures_total"], fails0,
+                             "C's changes should reach B before its fetch from A gives up")
+            print("A SIGSTOPped during B's fetch of its 4 MB rank: C's new rank on B after "
+                  "%.3f s, C's withdrawal after %.3f s more (%.3f s after A's new record; B's "
+                  "fetch still pending)" % (took5, took4, elapsed))
+            def fetch_failed():
+                return [ln for ln in b.logtext().splitlines() if "mirror_fetch_failed" in ln
+                        and "rank=8" in ln and "origin=A" in ln]
+            self.until(fetch_failed, "B's fetch from frozen A given up and logged",
+                       2 * self.T + SLACK)
+            print("... B's fetch of rank 8 from A failed after %.3f s: %s"
+                  % (time.monotonic() - t0, fetch_failed()[0][-60:]))
+            self.assertNotIn("withdrawn on its origin node", b.logtext())
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        took = self.visible(b, 8, body=body8, origin="A")
+        print("A SIGCONTed -> its own rank 8 back on B after %.3f s" % took)
+
+
 class Tls(Base):
     """etcd serving https with client-certificate authentication."""
 

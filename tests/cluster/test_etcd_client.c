@@ -168,7 +168,8 @@ static void *watch_main(void *arg)
     struct watcher *w = arg;
     etcd *c = open_client();
     int64_t last;
-    w->rc = etcd_watch(c, "/t/w/", w->start, on_events, on_idle, &w->seen, &last);
+    struct etcd_watch_cb cb = {.events = on_events, .idle = on_idle, .arg = &w->seen};
+    w->rc = etcd_watch(c, "/t/w/", w->start, &cb, &last);
     snprintf(w->err, sizeof w->err, "%s", etcd_error(c));
     etcd_close(c);
     return NULL;

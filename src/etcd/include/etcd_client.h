@@ -1,5 +1,6 @@
 /*
- * etcd_client.h - a small blocking client of etcd's v3 JSON gateway
+ * etcd_client.h - the etcd client unit (src/etcd/, CMake target
+ * kvcoord_etcd): a small blocking client of etcd's v3 JSON gateway
  * (grpc-gateway, paths /v3/...; etcd 3.4 as Debian 12 ships it), over
  * libcurl, with jansson for the JSON.
  *
@@ -19,10 +20,11 @@
  * sent in the Authorization header and renewed once when etcd says it is
  * invalid.  TLS: CA file, client certificate and key go to libcurl.
  *
- * Threads: one etcd handle per thread (a handle owns a curl easy handle);
- * several handles may run at once.  Every call blocks for at most about
- * timeout_ms per member tried (the watch blocks until stopped).  Errors
- * return -1 and leave a message in etcd_error(); nothing is printed.
+ * Threads: one etcd handle per thread (a handle owns two curl easy
+ * handles); several handles may run at once.  Every call blocks for at
+ * most timeout_ms per member tried and, with a deadline_ms, at most that in
+ * all (the watch blocks until stopped).  Errors return -1 and leave a
+ * message in etcd_error(); nothing is printed.
  */
 #ifndef KVC_ETCD_CLIENT_H
 #define KVC_ETCD_CLIENT_H
@@ -39,6 +41,10 @@ struct etcd_conf {
     const char *cert;          /* PEM client certificate, or NULL */
     const char *key;           /* PEM client key, or NULL */
     long timeout_ms;           /* per request and member; 0: 2000 */
+    long deadline_ms;          /* per call, every member tried and authentication included; 0: none
+                                  (then up to timeout_ms per member) */
+    long watch_quiet_ms;       /* a watch stream this long without a message has its member
+                                  probed (etcd_watch); 0: never */
 };
 
 typedef struct etcd etcd;
@@ -134,24 +140,37 @@ int etcd_lease_ttl(etcd *c, int64_t id, int64_t *ttl_left, int64_t *granted);
  * error. */
 int etcd_lease_revoke(etcd *c, int64_t id);
 
-/* Watch callback: events of one watch response, and the response header's
- * revision.  Return 0 to go on, non-zero to end the watch (etcd_watch then
- * returns 0). */
+/* What a watch reports to its caller (events is required, the others may
+ * be NULL); each is called on the watching thread.
+ *   events:  the events of one watch response and its header's revision;
+ *            non-zero ends the watch (etcd_watch then returns 0).
+ *   idle:    about every 100 ms while the stream is open; non-zero ends
+ *            the watch (etcd_watch returns 0).
+ *   current: the stream is known current: a message arrived (created,
+ *            events, a progress notification; rev its revision) or, after
+ *            watch_quiet_ms without one, its member answered a probe (rev 0). */
 typedef int (*etcd_watch_fn)(void *arg, const etcd_event *ev, size_t n, int64_t rev);
-
-/* Idle callback, called about every 100 ms while the stream is open and
- * quiet; return non-zero to end the watch (etcd_watch returns 0). */
 typedef int (*etcd_idle_fn)(void *arg);
+typedef void (*etcd_current_fn)(void *arg, int64_t rev);
+struct etcd_watch_cb {
+    etcd_watch_fn events;
+    etcd_idle_fn idle;
+    etcd_current_fn current;
+    void *arg;
+};
 
 /* Watch every key starting with prefix from revision start_rev on (> 0;
- * events from the past are delivered first), calling fn for every response
- * with events, until fn or idle returns non-zero (returns 0) or the stream
- * ends or fails (returns -1: member gone, compacted past start_rev - the
- * message says "compacted" - or canceled).  Blocking; needs its own handle
- * (a watch occupies it).  *last_rev (may be NULL) receives the newest
- * revision seen, so the caller can resume from last_rev + 1. */
-int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, etcd_watch_fn fn, etcd_idle_fn idle,
-               void *arg, int64_t *last_rev);
+ * events from the past are delivered first), with progress notifications
+ * asked for, reporting to cb until a callback ends it (returns 0) or the
+ * stream ends or fails (returns -1: member gone, compacted past start_rev -
+ * the message says "compacted" - canceled, or blind: no message for
+ * watch_quiet_ms and its member did not answer a linearizable read within
+ * timeout_ms; then the next call starts on the next member).  Blocking;
+ * needs its own handle (a watch occupies it).  *last_rev (may be NULL)
+ * receives the newest revision seen, so the caller can resume from
+ * last_rev + 1. */
+int etcd_watch(etcd *c, const char *prefix, int64_t start_rev, const struct etcd_watch_cb *cb,
+               int64_t *last_rev);
 
 /* Status of one member: its URL answered /v3/maintenance/status, giving
  * *leader (member id of the leader, 0 if none) and *revision.  Returns 0 or
