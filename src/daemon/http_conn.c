@@ -215,7 +215,9 @@ static int body_too_large(struct http_conn *c)
     return fail(c, 413, c->err_buf);
 }
 
-/* Split the request target into path (decoded in place) and raw query. */
+/* Split the request target into the raw path, its decoded copy (after
+ * the target in c->url) and the raw query.  -1: a bad percent-escape (or
+ * URL); -2: out of memory. */
 static int split_target(struct http_conn *c)
 {
     char *u = c->url.p;
@@ -241,13 +243,43 @@ static int split_target(struct http_conn *c)
         if (qm)
             q_off = path_len + 1, q_len = n - path_len - 1;
     }
-    long dlen = pct_decode(u + path_off, u + path_off, path_len, 0);
+    long dlen = pct_decode(NULL, u + path_off, path_len, 0);
     if (dlen < 0)
         return -1;
-    c->req.path = path_len ? u + path_off : "/";
+    size_t dec_off = c->url.len;
+    if (!buf_space(&c->url, (size_t)dlen + 1))
+        return -2;
+    u = c->url.p; /* may have moved */
+    pct_decode(u + dec_off, u + path_off, path_len, 0);
+    buf_commit(&c->url, (size_t)dlen);
+    c->req.raw_path = path_len ? u + path_off : "/";
+    c->req.raw_path_len = path_len ? path_len : 1;
+    c->req.path = path_len ? u + dec_off : "/";
     c->req.path_len = path_len ? (size_t)dlen : 1;
     c->req.query = u + q_off;
     c->req.query_len = q_len;
+    return 0;
+}
+
+/* Split the target once; on failure the error is set (returns -1). */
+static int split_once(struct http_conn *c)
+{
+    if (c->split)
+        return 0;
+    if (c->url.oom) {
+        fail(c, 500, "Out of memory reading the request");
+        return -1;
+    }
+    int rc = split_target(c);
+    if (rc == -2) {
+        fail(c, 500, "Out of memory reading the request");
+        return -1;
+    }
+    if (rc) {
+        fail(c, 400, "Invalid request target (bad percent-encoding or URL)");
+        return -1;
+    }
+    c->split = 1;
     return 0;
 }
 
@@ -266,12 +298,13 @@ static int on_headers_complete(http_parser *p)
         c->req.authorization_len = c->auth_len;
         c->req.authorization_bad = c->auth_count > 1 || c->auth_overflow;
     }
+    /* RFC 9112 3.2: a server MUST answer 400 to an HTTP/1.1 request
+     * without a Host header field (more than one is refused as it comes). */
+    if (p->http_minor >= 1 && c->host_count == 0)
+        return fail(c, 400, "Malformed HTTP request: no Host header (HTTP/1.1 requires one)");
     /* The target is whole now: split (and decode) it once, here. */
-    if (c->url.oom)
-        return fail(c, 500, "Out of memory reading the request");
-    if (split_target(c))
-        return fail(c, 400, "Invalid request target (bad percent-encoding or URL)");
-    c->split = 1;
+    if (split_once(c))
+        return 0;
     c->req.method = p->method;
     if (body_expected(p)) {
         /* Refused from the headers alone: the body is never buffered. */
@@ -317,9 +350,8 @@ static int on_message_complete(http_parser *p)
     c->phase = HCONN_IDLE;
     if (c->url.oom || c->body.oom)
         return fail(c, 500, "Out of memory reading the request");
-    if (!c->split && split_target(c))
-        return fail(c, 400, "Invalid request target (bad percent-encoding or URL)");
-    c->split = 1;
+    if (split_once(c))
+        return 0;
     c->req.method = p->method;
     c->req.body = c->body.len ? c->body.p : "";
     c->req.body_len = c->body.len;
@@ -386,15 +418,48 @@ static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
     return HCONN_ERROR;
 }
 
+/* obs-fold (RFC 9112 5.2): a header line that starts with a space or a
+ * tab continues the previous one.  http-parser joins such lines, so the
+ * bytes the parser consumed are scanned here for a line start followed by
+ * whitespace, from the request line to the blank line ending the head;
+ * the state carries over from one call to the next. */
+enum { FOLD_LINE = 0, FOLD_BOL, FOLD_BOL_CR, FOLD_DONE };
+
+static int head_folded(struct http_conn *c, const char *p, size_t n)
+{
+    unsigned st = c->fold_st;
+    for (size_t i = 0; i < n && st != FOLD_DONE; i++) {
+        char b = p[i];
+        if (st == FOLD_LINE)
+            st = b == '\n' ? FOLD_BOL : FOLD_LINE;
+        else if (st == FOLD_BOL && (b == ' ' || b == '\t'))
+            return 1;
+        else if (st == FOLD_BOL)
+            st = b == '\r' ? FOLD_BOL_CR : b == '\n' ? FOLD_DONE : FOLD_LINE;
+        else /* FOLD_BOL_CR */
+            st = b == '\n' ? FOLD_DONE : FOLD_LINE;
+    }
+    c->fold_st = (unsigned char)st;
+    return 0;
+}
+
 enum hconn_event hconn_parse(struct http_conn *c, const char *data, size_t len, size_t *consumed)
 {
     c->event = HCONN_MORE;
+    if (c->phase == HCONN_IDLE) /* the next bytes start a request */
+        c->fold_st = FOLD_LINE;
     *consumed = http_parser_execute(&c->parser, &settings, data, len);
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (e == HPE_PAUSED) {
+    if (e == HPE_PAUSED)
         http_parser_pause(&c->parser, 0);
-        return c->event;
+    if (c->fold_st != FOLD_DONE && head_folded(c, data, *consumed)) {
+        c->err_status = 400;
+        c->err_detail = "Malformed HTTP request: header line folded onto the next (obs-fold)";
+        c->err_extra = NULL;
+        return HCONN_ERROR;
     }
+    if (e == HPE_PAUSED)
+        return c->event;
     if (e != HPE_OK)
         return parser_error(c, e);
     if (*consumed < len) /* cannot happen without an error or a pause */

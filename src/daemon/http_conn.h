@@ -12,7 +12,10 @@
  *       400 malformed request, raw non-HTTP bytes, CL+TE, duplicate or
  *           differing Content-Length (http-parser), duplicate
  *           Transfer-Encoding, whitespace before a header's colon, bad
- *           percent-escape in the path, HTTP version other than 1.x
+ *           percent-escape in the path, HTTP version other than 1.x, an
+ *           HTTP/1.1 request without Host or with more than one (RFC 9112
+ *           3.2), a header line folded onto the next (obs-fold, RFC 9112
+ *           5.2)
  *       431 request line + headers over max_head bytes
  *       413 body over max_body bytes (declared or received)
  *       503 body over what is left of the daemon-wide budget (max_buffered)
@@ -87,7 +90,8 @@ struct http_conn {
     unsigned char in_value; /* 1 after the first value byte of the current header */
     unsigned char keep;     /* 0 none, 1 Expect, 2 Transfer-Encoding, 3 Authorization */
     unsigned char te_count;
-    unsigned char host_count; /* Host header fields seen (RFC 9112 3.2: one at most) */
+    unsigned char host_count; /* Host header fields seen (RFC 9112 3.2: exactly one) */
+    unsigned char fold_st;    /* where the obs-fold scan of the head is (http_conn.c) */
     char expect[24];
     unsigned char expect_len;
     char te[32];

@@ -10,8 +10,15 @@
 
 struct http_req {
     int method;       /* enum http_method (http_parser.h) */
-    const char *path; /* percent-decoded path, not NUL-terminated */
+    const char *path; /* percent-decoded path, not NUL-terminated: for people
+                         (logs, metrics); routes match raw_path */
     size_t path_len;
+    /* The path as received (percent-escapes checked, not decoded), not
+     * NUL-terminated.  Routes split it at '/' and decode each segment
+     * alone (RFC 3986 2.2, 7.3): "%2F" is data inside a segment, never a
+     * separator, so /rooms/5%2Ffailure is not /rooms/5/failure. */
+    const char *raw_path;
+    size_t raw_path_len;
     const char *query; /* raw query string after '?', not decoded */
     size_t query_len;
     const char *body; /* de-chunked body */

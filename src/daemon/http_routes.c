@@ -239,6 +239,25 @@ static int unauthorized(struct routes *r, const struct http_req *req, struct buf
     return 1;
 }
 
+/* Does an answer with a body of len bytes fit the daemon-wide budget of
+ * unsent answers (route_slot)?  A small one always does, and so does one
+ * that would be the only answer unsent (a single rank's info larger than
+ * the budget is still served, one at a time).  Else the 503 is written
+ * and 0 returned. */
+static int answer_fits(const struct route_slot *s, const struct http_req *req, struct buf *out,
+                       size_t len)
+{
+    size_t used = s->answer_used, max = s->answer_max;
+    if (!resp_has_body(req) || len <= ROUTES_SMALL_ANSWER || !max || !used ||
+        len <= max - (used < max ? used : max))
+        return 1;
+    detailf(out, req, 503,
+            "Server busy: answers not yet read by their clients (%zu bytes) leave no room in "
+            "the answer budget (%zu bytes, --max-answer-bytes) for this one (%zu bytes)",
+            used, max, len);
+    return 0;
+}
+
 /* ---- GET /health -------------------------------------------------------- */
 
 static enum route_rc get_health(struct routes *r, struct route_slot *s, const struct http_req *req,
@@ -253,16 +272,27 @@ static enum route_rc get_health(struct routes *r, struct route_slot *s, const st
 
 /* The answer, built by concatenation: the stored weights_info_dict text is
  * appended verbatim (never re-parsed), session_id JSON-escaped. */
+static const char info_p1[] = "{\"rank\":",
+                  info_p2[] = ",\"remote_instance_transfer_engine_info\":[\"", info_p3[] = "\",",
+                  info_p4[] = "]}";
+
+/* The body length of ri's answer. */
+static size_t info_len(const kvc_rank_info *ri)
+{
+    char num[20];
+    return sizeof info_p1 - 1 + u64_to_dec(num, ri->rank) + sizeof info_p2 - 1 +
+           json_escape_len(ri->session_id, strlen(ri->session_id)) + sizeof info_p3 - 1 +
+           ri->info_len + sizeof info_p4 - 1;
+}
+
 static void write_info(struct buf *out, const struct http_req *req, const kvc_rank_info *ri,
                        struct cached_answer *cache, uint32_t epoch)
 {
-    static const char p1[] = "{\"rank\":", p2[] = ",\"remote_instance_transfer_engine_info\":[\"",
-                      p3[] = "\",", p4[] = "]}";
+    const char *p1 = info_p1, *p2 = info_p2, *p3 = info_p3, *p4 = info_p4;
     char num[20], extra[64 + 2 * KVC_ORIGIN_MAX];
     size_t nlen = u64_to_dec(num, ri->rank);
     size_t sid_len = strlen(ri->session_id);
-    size_t clen = sizeof p1 - 1 + nlen + sizeof p2 - 1 + json_escape_len(ri->session_id, sid_len) +
-                  sizeof p3 - 1 + ri->info_len + sizeof p4 - 1;
+    size_t clen = info_len(ri);
     if (ri->origin[0])
         snprintf(extra, sizeof extra,
                  "X-Kvcoord-Generation: %" PRIu64 "\r\nX-Kvcoord-Origin: %s\r\n"
@@ -280,13 +310,13 @@ static void write_info(struct buf *out, const struct http_req *req, const kvc_ra
     if (!start)
         return;
     char *p = start;
-    memcpy(p, p1, sizeof p1 - 1), p += sizeof p1 - 1;
+    memcpy(p, p1, sizeof info_p1 - 1), p += sizeof info_p1 - 1;
     memcpy(p, num, nlen), p += nlen;
-    memcpy(p, p2, sizeof p2 - 1), p += sizeof p2 - 1;
+    memcpy(p, p2, sizeof info_p2 - 1), p += sizeof info_p2 - 1;
     p = json_escape(p, ri->session_id, sid_len);
-    memcpy(p, p3, sizeof p3 - 1), p += sizeof p3 - 1;
+    memcpy(p, p3, sizeof info_p3 - 1), p += sizeof info_p3 - 1;
     memcpy(p, ri->info, ri->info_len), p += ri->info_len;
-    memcpy(p, p4, sizeof p4 - 1), p += sizeof p4 - 1;
+    memcpy(p, p4, sizeof info_p4 - 1), p += sizeof info_p4 - 1;
     buf_commit(out, (size_t)(p - start));
     if (cache && clen <= ANSWER_CACHE_MAX) {
         buf_reset(&cache->body);
@@ -359,6 +389,8 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
     if (plain && cached_info(r, req, out, s->park_rank, epoch))
         return ROUTE_DONE;
     kvc_err e = kvc_role_lookup(r->seg, s->park_role, s->park_rank, &s->ri);
+    if (e == KVC_OK && !answer_fits(s, req, out, info_len(&s->ri)))
+        return ROUTE_DONE;
     if (e == KVC_OK) {
         write_info(out, req, &s->ri,
                    plain && r->cache ? &r->cache[s->park_rank % ANSWER_CACHE_SLOTS] : NULL, epoch);
@@ -673,7 +705,6 @@ static void append_rank(struct buf *b, const kvc_rank_info *ri, int first)
 static enum route_rc get_ranks(struct routes *r, struct route_slot *s, const struct http_req *req,
                                struct buf *out)
 {
-    (void)s;
     kvc_segment_info si;
     size_t count = 0;
     kvc_err e = kvc_segment_stat(r->seg, &si);
@@ -701,7 +732,7 @@ static enum route_rc get_ranks(struct routes *r, struct route_slot *s, const str
     kvc_rank_info_free(&r->scratch);
     if (b->oom)
         resp_detail(out, req, 500, "Out of memory listing ranks", NULL);
-    else
+    else if (answer_fits(s, req, out, b->len))
         resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
     buf_trim(b, RI_KEEP);
     return ROUTE_DONE;

@@ -31,9 +31,18 @@ struct routes;
 struct auth;
 struct metrics;
 
+/* Answers up to this many bytes are small: always made, whatever the
+ * daemon-wide budget of unsent answers (http_server.h max_answer_bytes). */
+#define ROUTES_SMALL_ANSWER (64 * 1024)
+
 /* Per-connection state of the routes, owned by the connection. */
 struct route_slot {
-    kvc_rank_info ri;                      /* lookup buffer, reused from request to request */
+    kvc_rank_info ri; /* lookup buffer, reused from request to request */
+    /* Set by the server before each dispatch: answer bytes of all
+     * connections not sent yet, and their budget (0: none).  A large
+     * answer that would take the total past the budget, while others are
+     * unsent, is answered 503 instead (routes_answer_fits()). */
+    size_t answer_used, answer_max;
     uint32_t park_rank;                    /* parked lookup: the rank waited for */
     uint32_t park_wait_ms;                 /* ... how long to wait at most */
     char park_role[KVC_ROLE_NAME_MAX + 1]; /* ... under this role ("": default) */

@@ -48,6 +48,8 @@
 #define SHUTDOWN_WAIT_MS 2000    /* bound on waiting for cancelled operations */
 #define STOP_ANSWER_WAIT_MS 1000 /* bound on sending parked lookups their 503 */
 #define ACCEPT_BATCH 16          /* accepted sockets opened between two looks at the ring */
+#define ACCEPT_WAIT_MS 1000      /* at the cap, longest wait of a new connection for a slot */
+#define ACCEPT_TICK_MS 5         /* ... re-checked this often */
 
 /* ---- submission ------------------------------------------------------------ */
 
@@ -144,13 +146,36 @@ static void accept_push(struct server *s, int fd)
         conn_open(s, fd);
         return;
     }
-    s->accept_q[(s->accept_head + s->accept_len++) % s->accept_cap] = fd;
+    s->accept_q[(s->accept_head + s->accept_len++) % s->accept_cap] =
+        (struct accepted){.fd = fd, .ms = s->now_ms};
+}
+
+/* Near the cap (no free slot), connections that have waited long for a
+ * request make room for the new ones (conns_evict), as nginx closes idle
+ * keep-alives when it runs out of connections: a flood of connections
+ * that never finish a request cannot lock others out.  An evicted slot
+ * comes back once its cancelled operations complete, and a connection
+ * becomes evictable CONN_EVICT_AFTER_MS after its last answer: new
+ * connections wait in the queue meanwhile, first come first served, for
+ * ACCEPT_WAIT_MS at most; then the oldest is answered 503 (conn_open).
+ * Returns 1 when the queue's head may be opened (or refused) now. */
+static int accept_room(struct server *s)
+{
+    if (s->free_list || s->stopping)
+        return 1;
+    if (s->nclosing < s->accept_len)
+        conns_evict(s, s->accept_len - s->nclosing);
+    if (s->free_list)
+        return 1;
+    return s->now_ms - s->accept_q[s->accept_head].ms >= ACCEPT_WAIT_MS;
 }
 
 static void accept_drain(struct server *s, unsigned max)
 {
     for (unsigned n = 0; n < max && s->accept_len; n++) {
-        int fd = s->accept_q[s->accept_head];
+        if (!accept_room(s))
+            break; /* slots are on their way back, or will be evictable soon */
+        int fd = s->accept_q[s->accept_head].fd;
         s->accept_head = (s->accept_head + 1) % s->accept_cap;
         s->accept_len--;
         conn_open(s, fd);
@@ -455,7 +480,7 @@ static void server_free(struct server *s)
     }
     free(s->conns);
     for (; s->accept_q && s->accept_len; s->accept_len--, s->accept_head++)
-        close(s->accept_q[s->accept_head % s->accept_cap]);
+        close(s->accept_q[s->accept_head % s->accept_cap].fd);
     free(s->accept_q);
     routes_destroy(s->routes);
     seg_events_free(s->events);
@@ -469,8 +494,16 @@ static void loop(struct server *s)
     arm_read(s, OP_WAKE, s->wake_fd, &s->wake_buf, sizeof s->wake_buf);
     arm_read(s, OP_JOBS, s->jobs_fd, &s->jobs_buf, sizeof s->jobs_buf);
     while (!s->stopping) {
-        /* With accepted sockets still queued, only look (no wait). */
-        int ret = io_uring_submit_and_wait(&s->ring, s->accept_len ? 0 : 1);
+        /* With accepted sockets still queued, only look (no wait); when
+         * they wait for a slot, wait a tick at most. */
+        int ret;
+        if (s->accept_len && !s->free_list) {
+            struct __kernel_timespec ts = ms_ts(ACCEPT_TICK_MS);
+            struct io_uring_cqe *cqe;
+            ret = io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, &ts, NULL);
+        } else {
+            ret = io_uring_submit_and_wait(&s->ring, s->accept_len ? 0 : 1);
+        }
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
             log_event(LOG_ERROR, "ring_wait_failed", "err=\"%s\"", strerror(-ret));
             s->exit_code = 1;

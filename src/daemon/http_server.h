@@ -35,6 +35,11 @@ struct server_config {
                                        503 and is not read (0: no budget) */
     unsigned body_timeout_ms;       /* a body must arrive whole within this of its head
                                        (0: only the idle timeout applies) */
+    size_t max_answer_bytes;        /* answer bytes all connections together may hold
+                                       unsent; over it a large answer (more than
+                                       ROUTES_SMALL_ANSWER) gets 503 unless it would be
+                                       the only one, and connections with unsent bytes
+                                       are not read (0: no budget) */
 };
 
 /* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd

@@ -68,7 +68,10 @@ struct conn {
     unsigned stop_answered : 1;    /* a parked lookup answered 503 at shutdown */
     uint16_t park_seq;
     unsigned zero_sends;
-    uint64_t served;                                  /* requests answered */
+    uint64_t served;        /* requests answered */
+    uint64_t wait_since_ms; /* accepted, or its last answer made: near the
+                               cap, waiting long for a request is evictable */
+    size_t out_counted;     /* its held answer bytes as counted in answer_bytes */
     uint64_t accepted_ms, head_start_ms, deadline_ms; /* 0: no deadline */
     uint64_t body_start_ms; /* the body being received began (its deadline) */
     uint64_t req_start_ns;  /* first byte of the request being served (metrics) */
@@ -85,6 +88,12 @@ struct conn {
     struct __kernel_timespec park_ts;
     struct conn *park_prev, *park_next; /* parked lookups */
     struct conn *next_free;
+    struct conn *wait_prev, *wait_next; /* server.wait_head list (eviction order) */
+};
+
+struct accepted {
+    int fd;
+    uint64_t ms; /* when accepted: at the cap it waits for a slot, bounded */
 };
 
 struct server {
@@ -92,6 +101,12 @@ struct server {
     const struct server_config *cfg;
     struct http_limits limits;
     size_t buffered; /* body bytes reserved by all connections (limits.buffered) */
+    size_t
+        answer_bytes;  /* answer bytes all connections hold, not all sent (cfg->max_answer_bytes) */
+    unsigned nclosing; /* connections closing, their slots not back yet */
+    struct conn *wait_head, *wait_tail; /* open connections by wait_since_ms, oldest first */
+    uint64_t evicted;                   /* connections closed to make room at the cap */
+    uint64_t evict_logged_ms, evict_logged;
     struct routes *routes;
     struct rank_watch *watch;
     int wake_fd;
@@ -106,7 +121,7 @@ struct server {
     int stopping, exit_code;
     int accept_armed, accept_waiting;
     unsigned accept_errors;
-    int *accept_q; /* accepted sockets not opened yet (a ring of accept_cap) */
+    struct accepted *accept_q; /* accepted sockets not opened yet (a ring of accept_cap) */
     unsigned accept_head, accept_len, accept_cap;
     uint64_t cap_logged_ms;
     struct __kernel_timespec sweep_ts, backoff_ts;
@@ -132,6 +147,11 @@ void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16
 void conns_wake(struct server *s);      /* the rank table changed: re-check parked lookups */
 void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s);     /* close connections past their deadline */
+/* At the cap: close up to want connections that have waited
+ * CONN_EVICT_AFTER_MS or more for a request (a new one, or the rest of
+ * one), oldest first; returns how many were closed. */
+unsigned conns_evict(struct server *s, unsigned want);
+#define CONN_EVICT_AFTER_MS 250
 /* Shutdown: answer every parked lookup 503 "kvcoordd is stopping" (then
  * close); returns how many.  conns_stop_sending(): 1 while one of those
  * answers is not sent yet. */

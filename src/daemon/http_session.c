@@ -31,7 +31,7 @@
 #include "metrics.h"
 
 #define RBUF_SIZE 16384       /* per-connection receive buffer */
-#define OUT_HIGH (4u << 20)   /* stop reading requests while this much is unsent */
+#define OUT_HIGH (256u << 10) /* stop reading requests while this much is unsent */
 #define OUT_KEEP (256 * 1024) /* output buffer kept per connection */
 #define LINGER_MS 5000        /* reading (and discarding) after a final answer */
 #define ZERO_SENDS_MAX 8      /* zero-byte send results in a row before giving up */
@@ -110,6 +110,35 @@ static size_t out_pending(const struct conn *c)
     return c->out[c->cur].len + (c->out[c->cur ^ 1].len - c->sent);
 }
 
+/* Answer bytes c holds: both buffers, the one being sent counted whole
+ * until all of it has left (it is freed only then). */
+static size_t out_held(const struct conn *c) { return c->out[0].len + c->out[1].len; }
+
+/* Bring the daemon-wide count of held answer bytes up to date with c. */
+static void out_account(struct server *s, struct conn *c)
+{
+    size_t now = c->fd >= 0 && !c->closing ? out_held(c) : 0;
+    s->answer_bytes = s->answer_bytes - c->out_counted + now;
+    c->out_counted = now;
+}
+
+/* Unsent bytes up to which c's next request is read and answered: the
+ * per-connection bound, or, while all connections together are over the
+ * answer budget, none at all (a client that does not read gets nothing
+ * more made for it; one that does is served as before). */
+static size_t out_limit(const struct server *s)
+{
+    size_t max = s->cfg->max_answer_bytes;
+    return max && s->answer_bytes >= max ? 1 : OUT_HIGH;
+}
+
+/* Tell the routes where the budget stands before they answer c. */
+static void answer_room(const struct server *s, struct conn *c)
+{
+    c->route.answer_used = s->answer_bytes - c->out_counted + out_held(c);
+    c->route.answer_max = s->cfg->max_answer_bytes;
+}
+
 static void park_unlink(struct server *s, struct conn *c)
 {
     if (c->park_prev)
@@ -131,11 +160,41 @@ static void unpark(struct server *s, struct conn *c)
         cancel_park_timer(s, c);
 }
 
+/* The list of open connections by wait_since_ms (eviction order): c
+ * goes to its tail when opened and each time it answers a request. */
+static void wait_unlink(struct server *s, struct conn *c)
+{
+    if (c->wait_prev)
+        c->wait_prev->wait_next = c->wait_next;
+    else if (s->wait_head == c)
+        s->wait_head = c->wait_next;
+    if (c->wait_next)
+        c->wait_next->wait_prev = c->wait_prev;
+    else if (s->wait_tail == c)
+        s->wait_tail = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+}
+
+static void wait_touch(struct server *s, struct conn *c)
+{
+    wait_unlink(s, c);
+    c->wait_since_ms = s->now_ms;
+    c->wait_prev = s->wait_tail;
+    if (s->wait_tail)
+        s->wait_tail->wait_next = c;
+    else
+        s->wait_head = c;
+    s->wait_tail = c;
+}
+
 /* Give the slot back once nothing in flight names it. */
 static void conn_release(struct server *s, struct conn *c)
 {
     close(c->fd);
     c->fd = -1;
+    out_account(s, c); /* its unsent answers leave the budget */
+    if (c->closing)
+        s->nclosing--;
     if (s->metrics)
         metrics_conn_close(s->metrics);
     hconn_free(&c->http);
@@ -157,6 +216,9 @@ void conn_close(struct server *s, struct conn *c, const char *why)
     if (c->closing)
         return;
     c->closing = 1;
+    s->nclosing++;
+    wait_unlink(s, c);
+    out_account(s, c);
     unpark(s, c);
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "close", "slot=%u why=%s served=%llu", c->slot, why,
@@ -211,6 +273,7 @@ void conn_open(struct server *s, int fd)
     c->slot = slot, c->rbuf = rbuf, c->out[0] = out0, c->out[1] = out1;
     c->fd = fd;
     c->accepted_ms = s->now_ms;
+    wait_touch(s, c);
     c->req_start_ns = kvc__mono_ns();
     hconn_init(&c->http, &s->limits);
     int one = 1;
@@ -227,6 +290,7 @@ static void request_done(struct server *s, struct conn *c)
 {
     const struct http_req *req = &c->http.req;
     c->served++;
+    wait_touch(s, c);
     if (s->metrics)
         metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
                         answer_status(&c->out[c->cur], c->resp_off),
@@ -266,6 +330,7 @@ static void park(struct server *s, struct conn *c)
 static int resume_parked(struct server *s, struct conn *c, int expired)
 {
     c->resp_off = c->out[c->cur].len;
+    answer_room(s, c);
     enum route_rc rc = routes_resume(s->routes, &c->route, &c->http.req, &c->out[c->cur], expired);
     if (rc == ROUTE_PARK)
         return 0; /* still absent; the watch keeps waiting */
@@ -290,6 +355,7 @@ static void defer(struct server *s, struct conn *c)
 static void serve(struct server *s, struct conn *c)
 {
     c->resp_off = c->out[c->cur].len;
+    answer_room(s, c);
     enum route_rc rc = routes_dispatch(s->routes, &c->route, &c->http.req, &c->out[c->cur]);
     if (rc == ROUTE_DONE) {
         request_done(s, c);
@@ -401,10 +467,10 @@ static void flush(struct server *s, struct conn *c)
     }
 }
 
-static int may_read(const struct conn *c)
+static int may_read(const struct server *s, const struct conn *c)
 {
     return !c->recv_armed && !c->parked && !c->deferred && !c->closing && !c->close_after_send &&
-           !c->peer_eof && c->roff == c->rlen && out_pending(c) < OUT_HIGH;
+           !c->peer_eof && c->roff == c->rlen && out_pending(c) < out_limit(s);
 }
 
 /* Parse what was received and answer complete requests, in order, until
@@ -413,7 +479,7 @@ static int may_read(const struct conn *c)
 static void conn_process(struct server *s, struct conn *c)
 {
     while (!c->parked && !c->deferred && !c->closing && !c->close_after_send && c->roff < c->rlen &&
-           out_pending(c) < OUT_HIGH) {
+           out_pending(c) < out_limit(s)) {
         size_t used;
         int between = c->http.phase == HCONN_IDLE;
         enum hconn_event ev = hconn_parse(&c->http, c->rbuf + c->roff, c->rlen - c->roff, &used);
@@ -435,7 +501,8 @@ static void conn_process(struct server *s, struct conn *c)
         c->roff = c->rlen = 0;
     update_deadline(s, c);
     flush(s, c);
-    if (!c->closing && may_read(c))
+    out_account(s, c);
+    if (!c->closing && may_read(s, c))
         arm_recv(s, c);
 }
 
@@ -554,6 +621,43 @@ void conns_sweep(struct server *s)
     }
 }
 
+/* Evictable at the cap: a connection that is not working on anything
+ * (no complete request being answered, parked or deferred, nothing left
+ * to send) and has waited CONN_EVICT_AFTER_MS or more for its next request -
+ * an idle keep-alive, or one whose request is still incomplete. */
+static int evictable(const struct server *s, const struct conn *c)
+{
+    return c->fd >= 0 && !c->closing && !c->parked && !c->deferred && !c->lingering &&
+           !c->close_after_send && c->http.phase != HCONN_BODY && !out_pending(c) &&
+           s->now_ms - c->wait_since_ms >= CONN_EVICT_AFTER_MS;
+}
+
+unsigned conns_evict(struct server *s, unsigned want)
+{
+    unsigned n = 0;
+    struct conn *next;
+    for (struct conn *c = s->wait_head; c && n < want; c = next) {
+        next = c->wait_next;
+        if (s->now_ms - c->wait_since_ms < CONN_EVICT_AFTER_MS)
+            break; /* the rest waited less */
+        if (evictable(s, c)) {
+            conn_close(s, c, c->http.phase == HCONN_HEAD ? "evicted_incomplete" : "evicted_idle");
+            n++;
+        }
+    }
+    s->evicted += n;
+    if (n && s->now_ms - s->evict_logged_ms >= 1000) { /* a line a second at most */
+        log_event(LOG_WARN, "connection_cap_evict",
+                  "max_conns=%u evicted=%llu note=\"closed connections that waited %d ms or "
+                  "more for a request, to serve new ones\"",
+                  s->cfg->max_conns, (unsigned long long)(s->evicted - s->evict_logged),
+                  CONN_EVICT_AFTER_MS);
+        s->evict_logged_ms = s->now_ms;
+        s->evict_logged = s->evicted;
+    }
+    return n;
+}
+
 /* Append the helper thread's answers and go on with each connection. */
 void conns_jobs_done(struct server *s)
 {
@@ -592,6 +696,7 @@ unsigned conns_stop_parked(struct server *s)
         c->close_after_send = 1;
         c->stop_answered = 1;
         flush(s, c);
+        out_account(s, c);
         n++;
     }
     return n;

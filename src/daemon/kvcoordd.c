@@ -46,6 +46,7 @@ struct options {
     uint32_t lock_timeout_ms;
     uint64_t max_buffered;   /* request bytes buffered by all connections together */
     uint32_t body_timeout_s; /* a whole body must arrive within this */
+    uint64_t max_answer;     /* answer bytes all connections together may hold unsent */
     uint64_t given;          /* bit (c - OPT_LISTEN) for each option given */
     enum log_level log_level;
     /* cluster view: off without --etcd */
@@ -103,8 +104,10 @@ static void usage(FILE *f)
                "  --max-header-bytes SIZE\n"
                "                         largest request line + headers; more gets 431\n"
                "                         (default 64K; 1K..80K)\n"
-               "  --max-conns N          connections served at once; more are answered 503\n"
-               "                         and closed (default 4096, at most 65536)\n"
+               "  --max-conns N          connections served at once (default 4096, at most\n"
+               "                         65536); at the cap, connections that waited 250 ms\n"
+               "                         or more for a request are closed to make room, and\n"
+               "                         with none to close a new one is answered 503\n"
                "  --header-timeout SECS  time to receive a request head, and a new\n"
                "                         connection's first request (default 10)\n"
                "  --idle-timeout SECS    keep-alive idle time, and the longest stall while a\n"
@@ -124,6 +127,12 @@ static void usage(FILE *f)
                "                         read (default 256M; at least --max-body-bytes)\n"
                "  --body-timeout SECS    a request body must arrive whole within SECS of its\n"
                "                         headers, however it trickles (default 60)\n"
+               "  --max-answer-bytes SIZE\n"
+               "                         answer bytes all connections together may hold\n"
+               "                         unsent (clients that do not read); past it an\n"
+               "                         answer over 64K is answered 503 (Retry-After) and a\n"
+               "                         connection with unsent bytes is not read; /health\n"
+               "                         and small answers go on (default 256M; 1M..)\n"
                "  --lock-timeout MS      longest wait for a segment lock; a lock held longer\n"
                "                         (by a stopped process) answers the request 503 with\n"
                "                         Retry-After, naming the lock and its holder; for this\n"
@@ -280,7 +289,8 @@ enum {
     OPT_ETCD_PW,
     OPT_ETCD_CA,
     OPT_ETCD_CERT,
-    OPT_ETCD_KEY
+    OPT_ETCD_KEY,
+    OPT_MAX_ANSWER
 };
 
 static const struct option long_opts[] = {
@@ -306,6 +316,7 @@ static const struct option long_opts[] = {
     {"lock-timeout", required_argument, NULL, OPT_LOCK_TIMEOUT},
     {"max-buffered-bytes", required_argument, NULL, OPT_MAX_BUFFERED},
     {"body-timeout", required_argument, NULL, OPT_BODY_TIMEOUT},
+    {"max-answer-bytes", required_argument, NULL, OPT_MAX_ANSWER},
     {"etcd", required_argument, NULL, OPT_ETCD},
     {"cluster", required_argument, NULL, OPT_CLUSTER},
     {"node", required_argument, NULL, OPT_NODE},
@@ -431,6 +442,8 @@ static int apply_opt(struct options *o, int c, const char *v)
         return count_arg("--lock-timeout", v, 3600000, NULL, &o->lock_timeout_ms);
     case OPT_MAX_BUFFERED:
         return size_arg("--max-buffered-bytes", v, 1, SIZE_MAX / 2, NULL, &o->max_buffered);
+    case OPT_MAX_ANSWER:
+        return size_arg("--max-answer-bytes", v, 1 << 20, SIZE_MAX / 2, NULL, &o->max_answer);
     case OPT_BODY_TIMEOUT: return count_arg("--body-timeout", v, 86400, NULL, &o->body_timeout_s);
     case OPT_BIND_RETRY: {
         uint64_t n;
@@ -501,6 +514,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                           .bind_retry_s = 5,
                           .lock_timeout_ms = lib.lock_timeout_ms,
                           .max_buffered = 256ull << 20,
+                          .max_answer = 256ull << 20,
                           .body_timeout_s = 60,
                           .log_level = LOG_INFO};
     opterr = 0; /* our own messages */
@@ -1048,6 +1062,7 @@ int main(int argc, char **argv)
         .segment_file = file,
         .max_buffered_bytes = o.max_buffered,
         .body_timeout_ms = o.body_timeout_s * 1000,
+        .max_answer_bytes = o.max_answer,
     };
     rc = server_run(&cfg, seg);
     cluster_stop(cluster, 1); /* clean stop: this node's records go at once */

@@ -569,6 +569,24 @@ class RawHttpTest(unittest.TestCase):
             self.assertEqual(c.buf, b"", raw)
         self.assert_health()
 
+    def test_rfc9112_host_and_obs_fold(self):
+        # RFC 9112 3.2: an HTTP/1.1 request without Host is a 400 (1.0 needs none)
+        c = self.conn()
+        c.send("GET /health HTTP/1.1\r\n\r\n")
+        self.assertIn("no Host header", self.assert_error_then_close(c, 400))
+        c = self.conn()
+        c.send("GET /health HTTP/1.0\r\n\r\n")
+        self.assertEqual(c.response()[0], 200)
+        # RFC 9112 5.2: obs-fold (a header line continued on the next) is a 400
+        for raw in ("GET /health HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n 2\r\n\r\n",
+                    "GET /health HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n\t2\r\n\r\n",
+                    "PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+                    "Content-Length: 2\r\n 0\r\n\r\n{}"):
+            c = self.conn()
+            c.send(raw)
+            self.assertIn("obs-fold", self.assert_error_then_close(c, 400), raw)
+        self.assert_health()
+
     def test_unsupported_transfer_coding_501(self):
         c = self.conn()
         c.send("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
@@ -701,17 +719,19 @@ class LimitsTest(unittest.TestCase):
     """Daemons with small limits of their own."""
 
     def test_connection_cap(self):
+        """At the cap, connections busy with a request are never closed to
+        make room: a new one waits (a second at most), then gets 503."""
         d = Daemon("--max-conns", "4")
         try:
-            held = [Conn(d.port) for _ in range(4)]
+            held = [Conn(d.port) for _ in range(4)]  # each with a body on its way
             for c in held:
-                self.assertEqual(c.request("GET", "/health")[2], b"OK")
+                c.send("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+                       "Content-Length: 1000\r\n\r\n{")
+            time.sleep(0.5)  # older than the eviction deadline, yet busy
             extra = Conn(d.port)
             status, headers, body = extra.response()
             self.assertEqual((status, headers.get("connection")), (503, "close"))
             self.assertEqual(detail(body), "Too many connections")
-            for c in held:  # the connections served are unharmed
-                self.assertEqual(c.request("GET", "/health")[2], b"OK")
             held[0].close()
             deadline = time.monotonic() + TIMEOUT
             while time.monotonic() < deadline:  # the freed slot is reused
@@ -728,6 +748,30 @@ class LimitsTest(unittest.TestCase):
                 self.fail("a freed connection slot was not reused")
             for c in held[1:] + [extra]:
                 c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.output())
+
+    def test_connection_cap_closes_idle_first(self):
+        """At the cap, an idle keep-alive connection (its last answer long
+        made) is closed to serve a new one; the busy ones stay."""
+        d = Daemon("--max-conns", "4")
+        try:
+            busy = [Conn(d.port) for _ in range(3)]
+            for i, c in enumerate(busy):
+                c.send(build("GET", "/get_transfer_engine_info?rank=%d&wait_ms=60000" % (90 + i)))
+            idle = Conn(d.port)
+            self.assertEqual(idle.request("GET", "/health")[2], b"OK")
+            time.sleep(0.5)  # older than the eviction deadline (250 ms)
+            fresh = Conn(d.port)
+            self.assertEqual(fresh.request("GET", "/health")[2], b"OK")
+            self.assertTrue(idle.at_eof())  # the idle one made room
+            c = Conn(d.port)  # the parked ones are still there and answered
+            self.assertEqual(c.request("PUT", "/register_transfer_engine_info",
+                                       registration(90, "10.0.0.9:1"))[0], 200)
+            self.assertEqual(busy[0].response()[0], 200)
+            for c2 in busy + [fresh, c]:
+                c2.close()
+            self.assertIn("connection_cap_evict", d.output())
         finally:
             self.assertEqual(d.stop(), 0, d.output())
 

@@ -110,12 +110,14 @@ static void test_pipelined_requests(void **state)
     struct http_conn c;
     hconn_init(&c, &limits);
     const char *in = "GET /a%2Fb?rank=1 HTTP/1.1\r\nHost: x\r\n\r\n"
-                     "PUT /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+                     "PUT /p HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
     size_t used, off = 0;
     assert_int_equal(feed(&c, in, &used), HCONN_REQUEST);
     assert_int_equal(c.req.method, HTTP_GET);
     assert_int_equal(c.req.path_len, 4);
     assert_memory_equal(c.req.path, "/a/b", 4);
+    assert_int_equal(c.req.raw_path_len, 6); /* routes split this one, then decode */
+    assert_memory_equal(c.req.raw_path, "/a%2Fb", 6);
     assert_int_equal(c.req.query_len, 6);
     assert_memory_equal(c.req.query, "rank=1", 6);
     assert_true(c.req.keep_alive);
@@ -133,7 +135,7 @@ static void test_pipelined_requests(void **state)
 static void test_chunked_split_anywhere(void **state)
 {
     (void)state;
-    const char *in = "POST /r HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    const char *in = "POST /r HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                      "3\r\nabc\r\n4;x=y\r\ndefg\r\n0\r\n\r\n";
     for (size_t split = 1; split < strlen(in); split++) {
         struct http_conn c;
@@ -153,7 +155,8 @@ static void test_expect_continue(void **state)
     (void)state;
     struct http_conn c;
     hconn_init(&c, &limits);
-    const char *in = "PUT /r HTTP/1.1\r\nExpect: 100-Continue \r\nContent-Length: 2\r\n\r\nhi";
+    const char *in =
+        "PUT /r HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue \r\nContent-Length: 2\r\n\r\nhi";
     size_t used, off;
     assert_int_equal(feed(&c, in, &used), HCONN_CONTINUE);
     off = used;
@@ -191,18 +194,63 @@ static void test_rejections(void **state)
     assert_rejected("\x16\x03\x01\x02\x00", 400);
     assert_rejected("hello world\r\n\r\n", 400);
     assert_rejected("GET / HTTP/2.0\r\n\r\n", 400);
-    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+    assert_rejected(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        400);
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
                     400);
-    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", 400);
-    assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                     "transfer-encoding: chunked\r\n\r\n",
                     400);
-    assert_rejected("POST / HTTP/1.1\r\nContent-Length : 1\r\n\r\nx", 400);
-    assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
-    assert_rejected("POST / HTTP/1.1\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n", 417);
-    assert_rejected("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413);
-    assert_rejected("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413);
-    assert_rejected("GET /%zz HTTP/1.1\r\n\r\n", 400);
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nContent-Length : 1\r\n\r\nx", 400);
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 1\r\n\r\n",
+                    417);
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 413);
+    assert_rejected("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413);
+    assert_rejected("GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+}
+
+/* RFC 9112 3.2 and 5.2: an HTTP/1.1 request needs exactly one Host; a
+ * header line folded onto the next (obs-fold) is refused, wherever the
+ * bytes are split. */
+static void test_host_and_obs_fold(void **state)
+{
+    (void)state;
+    assert_rejected("GET /health HTTP/1.1\r\n\r\n", 400);
+    assert_rejected("GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400);
+    struct http_conn c;
+    size_t used;
+    hconn_init(&c, &limits); /* HTTP/1.0 has no such rule */
+    assert_int_equal(feed(&c, "GET /health HTTP/1.0\r\n\r\n", &used), HCONN_REQUEST);
+    hconn_free(&c);
+    const char *folded[] = {
+        "GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n 2\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\t2\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: x\nX-A: 1\n 2\n\n", /* bare LF line ends */
+        "GET /health HTTP/1.1\r\n Host: x\r\n\r\n",        /* after the request line */
+        "PUT /r HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n 1\r\n\r\nx",
+    };
+    for (size_t i = 0; i < sizeof folded / sizeof folded[0]; i++) {
+        assert_rejected(folded[i], 400);
+        hconn_init(&c, &limits); /* byte by byte: the state carries over */
+        enum hconn_event ev = HCONN_MORE;
+        for (size_t n = 0; ev == HCONN_MORE && folded[i][n]; n++)
+            ev = hconn_parse(&c, folded[i] + n, 1, &used);
+        if (ev != HCONN_ERROR || c.err_status != 400 || !strstr(c.err_detail, "obs-fold"))
+            fail_msg("'%s' byte by byte: event %d status %d", folded[i], ev, c.err_status);
+        hconn_free(&c);
+    }
+    /* A body is not a head: spaces after line ends in it are data. */
+    const char *body = "PUT /r HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\na\n b\n ";
+    hconn_init(&c, &limits);
+    assert_int_equal(feed(&c, body, &used), HCONN_REQUEST);
+    assert_int_equal(c.req.body_len, 6);
+    hconn_done(&c);
+    /* and the next request's head is scanned afresh */
+    assert_int_equal(feed(&c, "GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\n\tb\r\n\r\n", &used),
+                     HCONN_ERROR);
+    hconn_free(&c);
 }
 
 static void test_head_limit(void **state)
@@ -213,7 +261,7 @@ static void test_head_limit(void **state)
     memset(big + 5, 'a', sizeof big - 6);
     big[sizeof big - 1] = '\0';
     assert_rejected(big, 431);
-    memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+    memcpy(big, "GET / HTTP/1.1\r\nHost: x\r\nX: ", 19);
     assert_rejected(big, 431);
     struct http_conn c; /* the limit counts across feeds, byte by byte */
     hconn_init(&c, &limits);
@@ -233,15 +281,16 @@ static void test_targets(void **state)
     struct http_conn c;
     size_t used;
     hconn_init(&c, &limits);
-    assert_int_equal(feed(&c, "GET http://h:1/health?rank=2 HTTP/1.1\r\n\r\n", &used),
+    assert_int_equal(feed(&c, "GET http://h:1/health?rank=2 HTTP/1.1\r\nHost: x\r\n\r\n", &used),
                      HCONN_REQUEST);
     assert_int_equal(c.req.path_len, 7);
     assert_memory_equal(c.req.path, "/health", 7);
     assert_memory_equal(c.req.query, "rank=2", 6);
     hconn_free(&c);
     hconn_init(&c, &limits);
-    assert_int_equal(feed(&c, "GET /x#frag HTTP/1.1\r\nConnection: close\r\n\r\n", &used),
-                     HCONN_REQUEST);
+    assert_int_equal(
+        feed(&c, "GET /x#frag HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", &used),
+        HCONN_REQUEST);
     assert_int_equal(c.req.path_len, 2);
     assert_int_equal(c.req.query_len, 0);
     assert_false(c.req.keep_alive);
@@ -311,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_chunked_split_anywhere),
         cmocka_unit_test(test_expect_continue),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_host_and_obs_fold),
         cmocka_unit_test(test_head_limit),
         cmocka_unit_test(test_targets),
         cmocka_unit_test(test_json_escape),

@@ -17,3 +17,9 @@ add_test(NAME http_rooms
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_rooms_http.py --daemon $<TARGET_FILE:kvcoordd>
           --worker $<TARGET_FILE:kvcoord-worker>)
 set_tests_properties(http_rooms PROPERTIES LABELS "http" TIMEOUT 300)
+
+# Overload: unread large answers stay within --max-answer-bytes, and a
+# reconnecting flood at the connection cap does not lock fresh clients out.
+add_test(NAME http_overload
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_overload.py --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_overload PROPERTIES LABELS "http" TIMEOUT 600)

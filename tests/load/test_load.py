@@ -16,9 +16,10 @@
                     timeout (--header-timeout 2 here) before its head ends;
                     prints the normal clients' p50/p99 without and with the
                     slow clients; no errors; fds back to baseline.
-  --case conncap    --max-conns 32: 32 clients are served, 40 more are
-                    answered 503 and closed, the 32 are served again on the
-                    same connections; fds back to baseline.
+  --case conncap    --max-conns 32: 32 clients each sending a body (busy, so
+                    never closed to make room), 40 more are answered 503 and
+                    closed, the 32 are then answered on the same connections;
+                    fds back to baseline.
 
 Prints figures (requests, p50/p99, fds and RSS before/after); asserts no
 wall-clock time.  Usage: test_load.py --daemon build/kvcoordd --case CASE
@@ -292,30 +293,39 @@ def case_conncap():
     socks = []
     try:
         fds0, _ = report_mem("before load", d)
-        req = b"GET /get_transfer_engine_info?rank=0 HTTP/1.1\r\nHost: x\r\n\r\n"
+        # The 32 are busy (each with a registration body on its way): at the
+        # cap only connections that waited long for a request are closed to
+        # make room (idle keep-alives, heads never finished), never these.
+        body = loadlib.reg_body(1, "10.0.0.2:1", loadlib.weights(2))
+        head = ("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                % (loadlib.REGISTER, len(body))).encode()
         for _ in range(cap):
             s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
-            s.sendall(req)
-            assert read_response(s)[0] == 200
+            s.sendall(head + body[:10])
             socks.append(s)
-        refused = 0
+        time.sleep(0.5)  # every one of them is past the eviction deadline, yet busy
+        extras = []  # at once: each waits (a second at most) for a slot, then 503
         for _ in range(extra):
             s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
             try:
                 s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             except OSError:
                 pass
+            extras.append(s)
+        refused = 0
+        for s in extras:
             try:
-                st, body = read_response(s)
+                st, rbody = read_response(s)
             except ConnectionResetError:
-                st, body = None, b""
-            assert st == 503 and b"Too many connections" in body, (st, body)
+                st, rbody = None, b""
+            assert st == 503 and b"Too many connections" in rbody, (st, rbody)
             try:
                 assert s.recv(1) == b"", "connection over the cap left open"
             except ConnectionResetError:
                 pass
             refused += 1
             s.close()
+        req = body[10:]
         served_again = 0
         for s in socks:
             s.sendall(req)
