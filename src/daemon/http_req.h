@@ -16,7 +16,8 @@ struct http_req {
     /* The path as received (percent-escapes checked, not decoded), not
      * NUL-terminated.  Routes split it at '/' and decode each segment
      * alone (RFC 3986 2.2, 7.3): "%2F" is data inside a segment, never a
-     * separator, so /rooms/5%2Ffailure is not /rooms/5/failure. */
+     * separator, so /rooms/5%2Ffailure is not /rooms/5/failure.  NULL (a
+     * request built by hand, as the fuzz targets do): routes match path. */
     const char *raw_path;
     size_t raw_path_len;
     const char *query; /* raw query string after '?', not decoded */

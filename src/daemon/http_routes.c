@@ -96,6 +96,7 @@ struct routes {
     struct cluster *cluster;     /* NULL: no --etcd */
     struct cached_answer *cache; /* ANSWER_CACHE_SLOTS, for lookups of the default role */
     int on_worker;               /* a helper thread's clone: runs what the loop defers */
+    struct route_match match;    /* the "{}" segment of the route being run */
 };
 
 /* The last answer to GET /get_transfer_engine_info of a rank (its headers'
@@ -118,16 +119,6 @@ struct cached_answer {
 
 #define ROUTES_FAILURES_DEFAULT 100
 #define ROUTES_FAILURES_MAX KVC_FAILURE_RING
-
-typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *, const struct http_req *,
-                                  struct buf *);
-
-struct route {
-    const char *path;
-    uint64_t methods;  /* bit (1 << enum http_method) per method accepted */
-    const char *allow; /* Allow header for 405 */
-    route_fn fn;
-};
 
 #define M(m) (UINT64_C(1) << (m))
 
@@ -1000,56 +991,36 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
     send_body(r, req, out);
 }
 
-/* The two room paths, after "/rooms/": "{room}" and "{room}/failure",
- * {room} one non-empty path segment (whether it is a valid id is checked
- * later: a bad one is a 400).  Returns 0 with the segment in *id_len and
- * *is_failure set when path is one of them, -1 for anything else (an empty
- * segment, another suffix), which is an unknown path: 404 like any other.
- * The trailing-slash redirect uses the same rule. */
-static int rooms_path(const char *path, size_t len, size_t *id_len, int *is_failure)
+/* GET /rooms/{room} and PUT /rooms/{room}/failure: the segment is the
+ * room id (a bad one is a 400).  Both take the rooms lock: deferred to a
+ * helper thread once known good (the table's flags). */
+static int room_of(struct routes *r, const struct http_req *req, struct buf *out, uint64_t *room)
 {
-    static const char failure[] = "/failure";
-    const char *slash = memchr(path, '/', len);
-    *id_len = slash ? (size_t)(slash - path) : len;
-    *is_failure = slash != NULL;
-    if (*id_len == 0)
+    const struct route_match *m = &r->match;
+    if (m->arg_len > ROUTE_ARG_MAX || parse_room_id(m->arg, m->arg_len, room)) {
+        resp_detail(out, req, 400, "Invalid room id: " ROOM_ID_RULE, NULL);
         return -1;
-    if (slash && (len - *id_len != sizeof failure - 1 || memcmp(slash, failure, len - *id_len)))
-        return -1;
+    }
     return 0;
 }
 
-/* /rooms/{room} and /rooms/{room}/failure.  path is after "/rooms/".  Both
- * take the rooms lock: on the loop, once the request is known good, they
- * are deferred to a helper thread. */
-static enum route_rc rooms_route(struct routes *r, const struct http_req *req, struct buf *out,
-                                 const char *path, size_t len)
+static enum route_rc room_route(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                struct buf *out)
 {
-    size_t id_len;
-    int is_failure;
-    if (rooms_path(path, len, &id_len, &is_failure)) {
-        resp_detail(out, req, 404, "Not Found", NULL);
-        return ROUTE_DONE;
-    }
-    if (is_failure ? req->method != HTTP_PUT && req->method != HTTP_POST
-                   : req->method != HTTP_GET && req->method != HTTP_HEAD) {
-        resp_detail(out, req, 405, "Method Not Allowed",
-                    is_failure ? "Allow: PUT, POST\r\n" : "Allow: GET, HEAD\r\n");
-        return ROUTE_DONE;
-    }
-    if (is_failure && !r->on_worker && unauthorized(r, req, out))
-        return ROUTE_DONE;
+    (void)s;
     uint64_t room;
-    if (parse_room_id(path, id_len, &room)) {
-        resp_detail(out, req, 400, "Invalid room id: " ROOM_ID_RULE, NULL);
-        return ROUTE_DONE;
-    }
-    if (!r->on_worker)
-        return ROUTE_DEFER;
-    if (is_failure)
-        put_room_failure(r, req, out, room);
-    else
+    if (!room_of(r, req, out, &room))
         get_room(r, req, out, room);
+    return ROUTE_DONE;
+}
+
+static enum route_rc room_failure_route(struct routes *r, struct route_slot *s,
+                                        const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    uint64_t room;
+    if (!room_of(r, req, out, &room))
+        put_room_failure(r, req, out, room);
     return ROUTE_DONE;
 }
 
@@ -1134,60 +1105,131 @@ static enum route_rc get_cluster(struct routes *r, struct route_slot *s, const s
     return ROUTE_DONE;
 }
 
-/* ---- dispatch -------------------------------------------------------------- */
+/* ---- the route table, and dispatch ------------------------------------------ */
 
+/* Every route, and what it is.  A route's flags decide the token check
+ * and the thread (routes_dispatch), from this table alone: a route added
+ * here with ROUTE_MUTATING is checked and deferred without another line
+ * (test_http_routes fails if a route with a state-changing method lacks
+ * it, or if any route changes the segment without the token). */
 static const struct route route_table[] = {
-    {"/health", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_health},
-    {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_info},
-    {"/register_transfer_engine_info", M(HTTP_PUT) | M(HTTP_POST), "Allow: PUT, POST\r\n",
-     put_register},
-    {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_ranks},
-    {"/transfer_engine_info", M(HTTP_DELETE), "Allow: DELETE\r\n", delete_info},
-    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_failures},
-    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_metrics},
-    {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n", get_cluster},
-    {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), "Allow: PUT, POST\r\n",
-     put_parallelism},
-    {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), "Allow: GET, HEAD\r\n",
-     get_parallelism},
+    {"/health", M(HTTP_GET) | M(HTTP_HEAD), 0, get_health},
+    {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), 0, get_info},
+    {"/register_transfer_engine_info", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, put_register},
+    {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), 0, get_ranks},
+    {"/transfer_engine_info", M(HTTP_DELETE), ROUTE_MUTATING, delete_info},
+    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, get_failures},
+    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_WAITS_IF_STALE, get_metrics},
+    {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), 0, get_cluster},
+    {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, put_parallelism},
+    {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), 0, get_parallelism},
+    {"/rooms/{}", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, room_route},
+    {"/rooms/{}/failure", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, room_failure_route},
 };
 
-/* Routes that change the segment: a token is needed when one is configured
- * (the room failure route is checked in rooms_route). */
-static int mutating(const struct route *rt)
+const struct route *routes_table(size_t *count)
 {
-    return rt->fn == put_register || rt->fn == delete_info || rt->fn == put_parallelism;
+    *count = sizeof route_table / sizeof route_table[0];
+    return route_table;
 }
 
-/* Routes that may wait for a segment lock (or parse megabytes): run on a
- * helper thread, never on the loop.  /metrics only when its rooms figures
- * must be read (metrics.h); lookups, /ranks and /health never lock. */
-static int may_wait(struct routes *r, const struct route *rt)
+/* One segment of a path (raw) against one of a pattern: a literal equals
+ * the segment once decoded; "{}" takes any non-empty segment, decoded into
+ * m (its length past ROUTE_ARG_MAX only counted). */
+static int segment_matches(const char *pat, size_t plen, const char *seg, size_t slen,
+                           struct route_match *m)
 {
-    if (rt->fn == get_metrics)
-        return !metrics_rooms_fresh((struct metrics *)r->metrics, r->seg);
-    return mutating(rt) || rt->fn == get_failures;
+    char dec[ROUTE_ARG_MAX + 1];
+    long dlen = slen <= ROUTE_ARG_MAX * 3 ? pct_decode(NULL, seg, slen, 0) : (long)slen;
+    if (dlen < 0)
+        return 0; /* cannot happen: the parser checked every escape */
+    if (plen == 2 && pat[0] == '{' && pat[1] == '}') {
+        if (dlen == 0)
+            return 0;
+        m->arg_len = (size_t)dlen;
+        if ((size_t)dlen <= ROUTE_ARG_MAX) {
+            pct_decode(m->arg, seg, slen, 0);
+            m->arg[dlen] = '\0';
+        }
+        return 1;
+    }
+    if ((size_t)dlen != plen || plen > ROUTE_ARG_MAX)
+        return 0;
+    pct_decode(dec, seg, slen, 0);
+    return !memcmp(dec, pat, plen);
 }
 
-#define ROOMS_PREFIX "/rooms/"
+/* The one path matcher: path (raw, as received) split at '/' first, each
+ * segment decoded alone (RFC 3986 2.2, 7.3), so "%2F" is data inside a
+ * segment and never a separator: /rooms/5%2Ffailure is the room
+ * "5/failure", not the failure route. */
+static int path_matches(const char *pat, const char *path, size_t len, struct route_match *m)
+{
+    if (!len || path[0] != '/')
+        return 0;
+    const char *pe = pat + strlen(pat), *end = path + len;
+    pat++, path++;
+    for (;;) {
+        const char *ps = memchr(pat, '/', (size_t)(pe - pat));
+        const char *ss = memchr(path, '/', (size_t)(end - path));
+        size_t plen = ps ? (size_t)(ps - pat) : (size_t)(pe - pat);
+        size_t slen = ss ? (size_t)(ss - path) : (size_t)(end - path);
+        if (!segment_matches(pat, plen, path, slen, m))
+            return 0;
+        if (!ps || !ss)
+            return !ps && !ss;
+        pat = ps + 1, path = ss + 1;
+    }
+}
 
-static const struct route *find_route(const char *path, size_t len)
+/* The route of a raw path, or NULL (404). */
+static const struct route *route_find(const char *path, size_t len, struct route_match *m)
 {
     for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++)
-        if (strlen(route_table[i].path) == len && !memcmp(route_table[i].path, path, len))
+        if (path_matches(route_table[i].pattern, path, len, m))
             return &route_table[i];
     return NULL;
 }
 
-/* True if path (without its query) is one of the routes: a path of the
- * table or a room path. */
-static int known_path(const char *path, size_t len)
+/* The path routes match: as received, or the decoded one of a request
+ * built by hand (raw_path NULL). */
+static void route_path(const struct http_req *req, const char **p, size_t *n)
 {
-    size_t plen = sizeof ROOMS_PREFIX - 1, id_len;
-    int is_failure;
-    if (len > plen && !memcmp(path, ROOMS_PREFIX, plen))
-        return !rooms_path(path + plen, len - plen, &id_len, &is_failure);
-    return find_route(path, len) != NULL;
+    *p = req->raw_path ? req->raw_path : req->path;
+    *n = req->raw_path ? req->raw_path_len : req->path_len;
+}
+
+static int method_allowed(const struct route *rt, int method)
+{
+    return method >= 0 && method < 64 && (rt->methods & M(method));
+}
+
+/* Runs on a helper thread, never on the loop: every mutating route, those
+ * that may wait for a lock, and /metrics when its rooms figures must be
+ * read (metrics.h); lookups, /ranks and /health never lock. */
+static int may_wait(struct routes *r, const struct route *rt)
+{
+    if (rt->flags & (ROUTE_MUTATING | ROUTE_MAY_WAIT))
+        return 1;
+    if (rt->flags & ROUTE_WAITS_IF_STALE)
+        return !metrics_rooms_fresh((struct metrics *)r->metrics, r->seg);
+    return 0;
+}
+
+/* "Allow: GET, HEAD\r\n" for rt's methods. */
+static void allow_header(const struct route *rt, char *buf, size_t cap)
+{
+    static const int order[] = {HTTP_GET, HTTP_HEAD, HTTP_PUT, HTTP_POST, HTTP_DELETE};
+    size_t n = (size_t)snprintf(buf, cap, "Allow:");
+    const char *sep = " ";
+    for (size_t i = 0; i < sizeof order / sizeof order[0] && n < cap; i++)
+        if (rt->methods & M(order[i])) {
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s", sep,
+                                  http_method_str((enum http_method)order[i]));
+            sep = ", ";
+        }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "\r\n");
 }
 
 /* A known path with trailing slashes ("/get_transfer_engine_info/",
@@ -1197,15 +1239,18 @@ static int known_path(const char *path, size_t len)
  * repeating method and body).  Returns 1 when answered. */
 static int redirect_slash(const struct http_req *req, struct buf *out)
 {
-    size_t n = req->path_len;
-    if (n < 2 || req->path[n - 1] != '/')
+    const char *path;
+    size_t n;
+    route_path(req, &path, &n);
+    if (n < 2 || path[n - 1] != '/')
         return 0;
-    while (n && req->path[n - 1] == '/')
+    while (n && path[n - 1] == '/')
         n--;
-    if (!known_path(req->path, n))
+    struct route_match m;
+    if (!route_find(path, n, &m))
         return 0;
     char loc[512];
-    int w = snprintf(loc, sizeof loc, "Location: %.*s%s%.*s\r\n", (int)n, req->path,
+    int w = snprintf(loc, sizeof loc, "Location: %.*s%s%.*s\r\n", (int)n, path,
                      req->query_len ? "?" : "", (int)req->query_len, req->query ? req->query : "");
     if (w < 0 || (size_t)w >= sizeof loc)
         return 0; /* too long to redirect: let it 404 */
@@ -1216,29 +1261,28 @@ static int redirect_slash(const struct http_req *req, struct buf *out)
 enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const struct http_req *req,
                               struct buf *out)
 {
-    size_t plen = sizeof ROOMS_PREFIX - 1;
-    if (redirect_slash(req, out))
+    const char *path;
+    size_t n;
+    route_path(req, &path, &n);
+    const struct route *rt = route_find(path, n, &r->match);
+    if (!rt) {
+        if (!redirect_slash(req, out))
+            resp_detail(out, req, 404, "Not Found", NULL);
         return ROUTE_DONE;
-    if (req->path_len >= plen && !memcmp(req->path, ROOMS_PREFIX, plen))
-        return rooms_route(r, req, out, req->path + plen, req->path_len - plen);
-    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
-        const struct route *rt = &route_table[i];
-        if (strlen(rt->path) != req->path_len || memcmp(rt->path, req->path, req->path_len))
-            continue;
-        if (req->method < 0 || req->method >= 64 || !(rt->methods & M(req->method))) {
-            resp_detail(out, req, 405, "Method Not Allowed", rt->allow);
-            return ROUTE_DONE;
-        }
-        /* Before anything else, ROUTE_DEFER included: the helper thread
-         * never sees an unauthenticated body (and never reads the token). */
-        if (!r->on_worker && mutating(rt) && unauthorized(r, req, out))
-            return ROUTE_DONE;
-        if (!r->on_worker && may_wait(r, rt))
-            return ROUTE_DEFER;
-        return rt->fn(r, s, req, out);
     }
-    resp_detail(out, req, 404, "Not Found", NULL);
-    return ROUTE_DONE;
+    if (!method_allowed(rt, req->method)) {
+        char allow[64];
+        allow_header(rt, allow, sizeof allow);
+        resp_detail(out, req, 405, "Method Not Allowed", allow);
+        return ROUTE_DONE;
+    }
+    /* Before anything else, ROUTE_DEFER included: the helper thread
+     * never sees an unauthenticated body (and never reads the token). */
+    if (!r->on_worker && (rt->flags & ROUTE_MUTATING) && unauthorized(r, req, out))
+        return ROUTE_DONE;
+    if (!r->on_worker && may_wait(r, rt))
+        return ROUTE_DEFER;
+    return rt->fn(r, s, req, out);
 }
 
 int routes_create(struct routes **out, kvc_segment *seg)
@@ -1265,22 +1309,15 @@ int routes_create(struct routes **out, kvc_segment *seg)
     return 0;
 }
 
-/* Does req (method, path) need the token? */
+/* Does req (method, path) need the token?  The table's flag says. */
 static int needs_token(const struct http_req *req)
 {
-    size_t plen = sizeof ROOMS_PREFIX - 1;
-    static const char failure[] = "/failure";
-    size_t fl = sizeof failure - 1;
-    if (req->path_len > plen + fl && !memcmp(req->path, ROOMS_PREFIX, plen))
-        return (req->method == HTTP_PUT || req->method == HTTP_POST) &&
-               !memcmp(req->path + req->path_len - fl, failure, fl);
-    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
-        const struct route *rt = &route_table[i];
-        if (strlen(rt->path) == req->path_len && !memcmp(rt->path, req->path, req->path_len))
-            return req->method >= 0 && req->method < 64 && (rt->methods & M(req->method)) &&
-                   mutating(rt);
-    }
-    return 0;
+    const char *path;
+    size_t n;
+    struct route_match m;
+    route_path(req, &path, &n);
+    const struct route *rt = route_find(path, n, &m);
+    return rt && method_allowed(rt, req->method) && (rt->flags & ROUTE_MUTATING);
 }
 
 int routes_head_check(void *arg, const struct http_req *req)

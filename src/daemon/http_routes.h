@@ -95,6 +95,40 @@ int routes_head_check(void *arg, const struct http_req *req);
  * one request at a time per clone. */
 void routes_deferred(struct routes *r, const struct http_req *req, struct buf *out);
 
+/* ---- the route table (what each route is; for the tests) ---------------- */
+
+/* Flags of a route, read by routes_dispatch() and routes_head_check(). */
+enum {
+    ROUTE_MUTATING = 1,      /* changes the segment: the token is checked (when one
+                                is configured) before anything else, and it runs on a
+                                helper thread */
+    ROUTE_MAY_WAIT = 2,      /* may wait for a segment lock: runs on a helper thread */
+    ROUTE_WAITS_IF_STALE = 4 /* on a helper thread only when its figures must be read
+                                under a lock (GET /metrics: metrics_rooms_fresh()) */
+};
+
+#define ROUTE_ARG_MAX 64 /* longest "{}" segment kept, decoded */
+
+/* The "{}" segment of the path matched (at most one per pattern). */
+struct route_match {
+    char arg[ROUTE_ARG_MAX + 1]; /* percent-decoded, NUL-terminated when it fits */
+    size_t arg_len;              /* decoded length; above ROUTE_ARG_MAX: too long */
+};
+
+typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *, const struct http_req *,
+                                  struct buf *);
+
+struct route {
+    const char *pattern; /* "/health", "/rooms/{}/failure": "{}" is one non-empty
+                            segment; matched segment by segment, each decoded alone */
+    uint64_t methods;    /* bit (1 << enum http_method) per method accepted */
+    unsigned flags;      /* ROUTE_* above */
+    route_fn fn;
+};
+
+/* The route table (static, count entries). */
+const struct route *routes_table(size_t *count);
+
 /* The request using s was answered: free a large lookup buffer. */
 void route_slot_done(struct route_slot *s);
 

@@ -587,6 +587,17 @@ class RawHttpTest(unittest.TestCase):
             self.assertIn("obs-fold", self.assert_error_then_close(c, 400), raw)
         self.assert_health()
 
+    def test_percent_decoding_after_segmentation(self):
+        # RFC 3986 2.2: %2F is data inside a segment, not a separator
+        c = self.conn()
+        status, _, body = c.request("GET", "/rooms/5%2Ffailure")
+        self.assertEqual((status, detail(body).split(":")[0]), (400, "Invalid room id"))
+        status, _, _ = c.request("PUT", "/rooms/5%2Ffailure", {"rank": 0, "reason": "x"})
+        self.assertEqual(status, 405)  # the room route's methods, not the failure route's
+        self.assertEqual(c.request("GET", "/rooms%2F5")[0], 404)
+        self.assertEqual(c.request("GET", "/h%65alth")[0], 200)  # an escaped letter is a letter
+        self.assertEqual(c.request("GET", "/rooms/5")[0], 404)  # unknown room, still routed
+
     def test_unsupported_transfer_coding_501(self):
         c = self.conn()
         c.send("POST /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"

@@ -6,6 +6,11 @@ kvc_c_test(test_http_units LABEL "http"
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_units.c)
 target_link_libraries(test_http_units PRIVATE ${HTTP_PARSER_LIB})
 
+# The route table: every route that changes the segment needs the token.
+kvc_c_test(test_http_routes LABEL "http"
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_http_routes.c)
+target_link_libraries(test_http_routes PRIVATE ${HTTP_PARSER_LIB})
+
 # Raw-socket tests against a real kvcoordd.
 add_test(NAME http_raw
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_raw.py --daemon $<TARGET_FILE:kvcoordd>)
