@@ -9,9 +9,10 @@ Each rank:
      parallelism config;
   2. reads every other rank's info from the segment;
   3. follows bootstrap rooms through Bootstrapping -> WaitingForInput ->
-     Transferring -> Success with sglang's bookkeeping (kvcoord.sglang.KVStatusBook)
-     and the node-local poll agreement (poll_and_all_reduce) instead of a gloo
-     all-reduce;
+     Transferring -> Success with sglang's bookkeeping rules
+     (kvcoord.sglang.KVStatusBook) and agrees on every step's polls with the
+     segment's all-reduce (poll_and_all_reduce: the MIN over the 8 ranks, as
+     sglang's gloo all-reduce, in shared memory);
   4. in the last room, rank 5 (--fail-rank) fails its transfer with a real-looking
      reason; every rank then raises KVTransferError with that reason, and
      is_from_another_rank set on the other seven.
@@ -75,15 +76,6 @@ def register(seg, rank, info):
     return "registered"
 
 
-def until(seg, room, rank, want):
-    """Wait (futex, no polling) until the room's state is want or it failed."""
-    info = seg.room_get(room, rank)
-    end = time.monotonic() + WAIT
-    while info.state != want and info.failure is None:
-        info = seg.room_wait(room, info.state, rank, timeout=max(0.0, end - time.monotonic()))
-    return info
-
-
 def rank_main(rank, a, infos, rooms):
     out = {"rank": rank, "pid": os.getpid(), "rooms": []}
     with kvcoord.Segment(a.segment, rank=rank) as seg:
@@ -93,7 +85,7 @@ def rank_main(rank, a, infos, rooms):
         peers = [seg.wait(r, timeout=WAIT) for r in range(TP)]
         out["peers"] = sum(1 for p, i in zip(peers, infos) if p.session_id == i["session_id"])
         out["lookup_us"] = (time.perf_counter() - t0) * 1e6
-        book = KVStatusBook(seg, rank, participants=TP)
+        book = KVStatusBook(seg, rank, participants=TP, timeout=WAIT)
         pollers = [Poller(r) for r in rooms]
         failing = rooms[-1]
         for step in STEPS:
@@ -104,21 +96,19 @@ def rank_main(rank, a, infos, rooms):
                 elif p.state != P.Failed:
                     p.state = step
                 book.update_status(p.bootstrap_room, p.state)
-            # every rank's view of every room agrees once all ranks have written
-            for p in pollers:
-                until(seg, p.bootstrap_room, rank, step if p.bootstrap_room != failing
-                      or step < P.Transferring else P.Failed)
+            # every rank gets the same answer for the same step, as with gloo
             agreed = poll_and_all_reduce(pollers, book)
         for p, state in zip(pollers, agreed):
             entry = {"room": p.bootstrap_room, "state": P(state).name}
-            if book.check_status(p.bootstrap_room) == P.Failed:
+            if state == P.Failed:  # what sglang's scheduler does with an agreed Failed
                 try:
-                    book.failure_exception(p.bootstrap_room)
+                    book.failure_exception(p.bootstrap_room)  # clears the room
                 except kvcoord.KVTransferError as e:
                     entry.update(error=str(e), reason=e.failure_reason,
                                  other=e.is_from_another_rank, origin=e.origin_rank, code=e.code)
+            else:
+                book.clear(p.bootstrap_room)
             out["rooms"].append(entry)
-            book.clear(p.bootstrap_room)
     return out
 
 

@@ -17,7 +17,8 @@ TP=8
 PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
           libcmocka-dev libibverbs-dev libcurl4-openssl-dev libssl-dev openssl etcd-server etcd-client
           rdma-core python3 python3-dev python3-requests python3-fastapi python3-uvicorn python3-uvloop
-          python3-httptools curl wrk
+          python3-httptools python3-torch python3-venv python3-pip python3-setuptools
+          python3-wheel curl wrk
           nginx-light clang libclang-rt-14-dev clang-format iproute2 iperf3 prometheus systemd)
 
 usage() {

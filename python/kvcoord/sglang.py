@@ -1,22 +1,37 @@
-"""kvcoord.sglang: drop-ins for the pieces of sglang a TP group's ranks use to
-find each other and agree on KV transfers, backed by the node's kvcoord
-segment, so that adopting kvcoord is an import change.
+"""kvcoord.sglang: sglang's own code, unchanged, on the node's kvcoord segment.
 
+- install(segment, rank, *, size=None, timeout=30.0) / uninstall(): called
+  once in each TP rank process before sglang's disaggregation code is used.
+  It patches the importable `sglang` package in place, and nothing else:
+  the KV managers' record_failure and update_status, every class's
+  failure_exception, the senders' and receivers' clear(), and
+  poll_and_all_reduce, poll_and_all_reduce_attn_cp_tp_group and
+  poll_and_all_reduce_with_staging in sglang.srt.disaggregation.utils and in
+  every sglang module that imported them by name.  After it:
+    * sglang's local bookkeeping answers exactly as sglang's (its own code
+      still runs: update_status, check_status, record_failure, clear and
+      failure_exception keep sglang's rules, check_status is not patched);
+    * failure_exception() on a rank with no record of its own raises
+      sglang's own exception class with the reason the origin rank recorded
+      (is_from_another_rank=True) instead of "unknown reason from another
+      rank"; a room kvcoord failed itself says so (which rank died and how;
+      "timed out after N s" for the room TTL);
+    * each followed room is a segment room, released when sglang clears it;
+    * the poll all-reduces are one MIN over the group in the segment
+      (Segment.allreduce_min) when every rank of the group is on this
+      node's segment, else sglang's original (gloo), said once in the log.
+- KVStatusBook(segment, rank, participants) and poll_and_all_reduce(pollers,
+  book): the same bookkeeping for programs without sglang (thin wrappers
+  with sglang's semantics).
 - EngineInfoBootstrapServer(host, port): sglang's constructor, close() and
   in-process get_transfer_engine_info(rank) / get_parallelism_config_info(rank),
   served over HTTP by a kvcoordd it starts (or adopts, when one already serves
   that port) and read in-process straight from the segment.
-- KVStatusBook(segment, rank): the per-rank request_status / failure_records
-  bookkeeping of sglang's KV managers (update_status, check_status, `in`,
-  clear, record_failure, pop-style failure_exception) with the same
-  semantics, shared by every rank of the node through the segment's rooms:
-  the reason rank 5 records is what rank 0 raises.
-- poll_and_all_reduce(pollers, book): the node-local replacement of sglang's
-  gloo all-reduce (MIN) of every polled room's KVPoll, without a collective.
 
-Units: seconds for timeouts.  Thread safety: EngineInfoBootstrapServer is safe
-from several threads; a KVStatusBook belongs to one rank and takes a lock
-around its local dict, so its methods may be called from that rank's threads.
+Units: seconds for timeouts.  Thread safety: install()/uninstall() take a
+process-wide lock; the patched methods may run on any of sglang's threads.
+Errors at run time in the segment are logged once (logger "kvcoord.sglang")
+and never reach sglang: its own bookkeeping goes on.
 """
 
 import os
@@ -28,19 +43,53 @@ import time
 import urllib.request
 
 from . import (
-    UNKNOWN_REASON,
     KVPoll,
     KVTransferError,
     NotFoundError,
     Segment,
     SegmentNotFoundError,
     name_for_port,
-    transfer_error,
 )
+from . import _sgl_install
 from . import unlink as unlink_segment
+from ._sgl_book import KVStatusBook, poll_and_all_reduce
 
-__all__ = ["EngineInfoBootstrapServer", "KVStatusBook", "poll_and_all_reduce", "KVPoll",
-           "KVTransferError"]
+__all__ = ["install", "uninstall", "EngineInfoBootstrapServer", "KVStatusBook",
+           "poll_and_all_reduce", "KVPoll", "KVTransferError"]
+
+
+def install(segment, rank, *, size=None, timeout=30.0):
+    """Patch the importable `sglang` package so that its disaggregation code
+    shares failure reasons through the node's kvcoord segment and agrees on
+    polls with a shared-memory all-reduce (see the module docstring).
+
+    segment: a segment name (e.g. "kvcoord-6789": attached as a client), a
+    kvcoord.Segment (kept open by the caller), or None (nothing is shared:
+    every poll all-reduce falls back to sglang's own, logged once).
+    rank: this process's rank in its TP group, the room participant it is.
+    size: the rooms' participant count, the TP group's size (default: the
+    segment's world size); every rank of the group passes the same.
+    timeout: seconds a poll all-reduce waits for the group's other ranks
+    before kvcoord.CollectiveError names the missing one.
+
+    Call it once per process, in every rank of the group (the first poll
+    all-reduce of a process group is a handshake every rank takes part in),
+    before sglang's KV managers are created.  It imports
+    sglang.srt.disaggregation.utils and the backends' conn modules that
+    import.  Returns the (owner, name) pairs it patched.
+    Errors: ImportError (no sglang on sys.path), SegmentNotFoundError and
+    the other Segment() errors, ValueError (rank, size or timeout out of
+    range), TypeError (segment of another type), RuntimeError (already
+    installed).  Not thread-safe against sglang running meanwhile: call it
+    before."""
+    return _sgl_install.install(segment, rank, size=size, timeout=timeout)
+
+
+def uninstall():
+    """Put every patched function and method back (the originals, by identity),
+    release the rooms this process still follows and close the segment
+    install() opened by name.  True if something was installed."""
+    return _sgl_install.uninstall()
 
 
 def _find_kvcoordd():
@@ -215,117 +264,3 @@ class EngineInfoBootstrapServer:
             return self.segment.parallelism_config(rank, role)
         except NotFoundError:
             return None
-
-
-class KVStatusBook:
-    """One rank's request_status / failure_records, shared through the rooms.
-
-    KVStatusBook(segment, rank, participants=0): participants is the TP group's
-    size (0: the segment's world size); every rank of the group opens the same
-    rooms with the same count.  Semantics are sglang's KV managers':
-
-    - update_status(room, status): the first status of a room is taken as is;
-      later ones only raise it, except Failed, which is sticky.  The room is
-      opened in the segment for this rank on first use and this rank's state
-      written there.
-    - check_status(room) -> KVPoll: KeyError if this rank never updated the
-      room (or cleared it); Failed when any rank of the node failed the room
-      (a failure record, a dead participant); else this rank's own status.
-    - `room in book`: this rank follows the room.
-    - clear(room): forget the room (and release this rank's part of it).
-    - record_failure(room, failure_reason, code=0): record the reason in the
-      room's failure record (the first record of a room wins, node-wide).
-    - failure_exception(room): raise KVTransferError for the room with the
-      origin rank's reason, is_from_another_rank set unless this rank recorded
-      it; pop-style as sglang's: a second call for the same room raises with
-      "Failed due to an unknown reason from another rank".
-    - sync(rooms, polls): this rank's polls written, the node's minimum read
-      (what poll_and_all_reduce returns).
-    """
-
-    def __init__(self, segment, rank, participants=0):
-        self.segment = segment
-        self.rank = rank
-        self.participants = participants
-        self.request_status = {}
-        self._popped = set()
-        self.lock = threading.Lock()
-
-    def _open(self, room):
-        self.segment.room_open(room, self.rank, self.participants)
-
-    def update_status(self, bootstrap_room: int, status):
-        with self.lock:
-            old = self.request_status.get(bootstrap_room)
-            if old is None:
-                new = KVPoll(status)
-                self._open(bootstrap_room)
-            elif status == KVPoll.Failed:
-                new = KVPoll.Failed
-            else:
-                new = KVPoll(max(old, status))
-            self.request_status[bootstrap_room] = new
-        self.segment.room_set_state(bootstrap_room, self.rank, new)
-
-    def check_status(self, bootstrap_room: int):
-        with self.lock:
-            local = self.request_status[bootstrap_room]  # KeyError, as sglang's
-        try:
-            info = self.segment.room_get(bootstrap_room, self.rank)
-        except NotFoundError:
-            return local
-        if info.failure is not None or info.state == KVPoll.Failed:
-            return KVPoll.Failed
-        return local
-
-    def __contains__(self, bootstrap_room):
-        with self.lock:
-            return bootstrap_room in self.request_status
-
-    def clear(self, bootstrap_room: int):
-        with self.lock:
-            followed = self.request_status.pop(bootstrap_room, None) is not None
-            self._popped.discard(bootstrap_room)
-        if followed:
-            try:
-                self.segment.room_release(bootstrap_room, self.rank)
-            except NotFoundError:
-                pass
-
-    def record_failure(self, bootstrap_room: int, failure_reason: str, code: int = 0):
-        self.segment.room_fail(bootstrap_room, self.rank, failure_reason, code)
-
-    def failure(self, bootstrap_room: int):
-        """The room's FailureInfo as this rank sees it, or None (not popped)."""
-        try:
-            return self.segment.room_failure(bootstrap_room, self.rank)
-        except NotFoundError:
-            return None
-
-    def failure_exception(self, bootstrap_room: int):
-        with self.lock:
-            first = bootstrap_room not in self._popped
-            self._popped.add(bootstrap_room)
-        rec = self.failure(bootstrap_room) if first else None
-        if rec is None:
-            raise KVTransferError(bootstrap_room, UNKNOWN_REASON, is_from_another_rank=True)
-        raise transfer_error(rec)
-
-    def sync(self, rooms, polls):
-        """Write this rank's polls (KVPoll per room) and read each room's minimum over
-        the node's participating ranks (a list of KVPoll, in order)."""
-        with self.lock:
-            new = [r for r in rooms if r not in self.request_status]
-        for r in new:
-            self._open(r)
-        return self.segment.room_sync(self.rank, rooms, polls)
-
-
-def poll_and_all_reduce(pollers, book, gloo_group=None):
-    """Node-local replacement of sglang's poll_and_all_reduce(pollers, gloo_group):
-    each poller's poll() (a KVPoll) for its bootstrap_room, and the minimum over the
-    node's ranks read from the segment instead of an all-reduce (MIN) over gloo.
-    gloo_group is accepted and ignored.  Returns a list of ints, as sglang's."""
-    polls = [int(p.poll()) for p in pollers]
-    rooms = [p.bootstrap_room for p in pollers]
-    return [int(s) for s in book.sync(rooms, polls)]

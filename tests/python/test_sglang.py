@@ -1,8 +1,10 @@
-"""kvcoord.sglang, the drop-ins for sglang: EngineInfoBootstrapServer (a
+"""kvcoord.sglang's stand-alone parts: EngineInfoBootstrapServer (a
 kvcoordd started or adopted, `requests` clients registering and reading over
 HTTP, in-process reads from the segment), KVStatusBook (sglang's per-rank
-status and failure bookkeeping, shared through the rooms, across forked
-processes too) and poll_and_all_reduce (the node-local minimum).
+status and failure bookkeeping with sglang's rules, the origin's reason
+shared through the rooms, across forked processes too) and
+poll_and_all_reduce(pollers, book) (the MIN in the segment).  install() on
+sglang itself: test_sglang_install.py and test_sglang_ranks.py.
 """
 
 import http.server
@@ -167,36 +169,42 @@ class Book(unittest.TestCase):
     def test_update_and_check_as_sglang(self):
         with self.assertRaises(KeyError):
             self.r0.check_status(10)
+        self.r0.update_status(10, P.Failed)  # Failed on a room not followed: a no-op
         self.assertNotIn(10, self.r0)
         self.r0.update_status(10, P.WaitingForInput)  # first: taken as is
         self.assertIn(10, self.r0)
         self.assertEqual(self.r0.check_status(10), P.WaitingForInput)
-        self.r0.update_status(10, P.Bootstrapping)  # lower: ignored
+        self.r0.update_status(10, P.Bootstrapping)  # lower: max keeps it
         self.assertEqual(self.r0.check_status(10), P.WaitingForInput)
         self.r0.update_status(10, P.Transferring)
         self.assertEqual(self.r0.check_status(10), P.Transferring)
         self.assertNotIn(10, self.r1)  # each rank follows its own rooms
         self.assertEqual(self.seg.room_get(10).local, (P.Transferring, None))
-        self.r0.update_status(10, P.Failed)  # Failed: sticky
-        self.r0.update_status(10, P.Success)
+        self.r0.update_status(10, P.Failed)  # Failed replaces, a later Success raises it
         self.assertEqual(self.r0.check_status(10), P.Failed)
+        self.r0.update_status(10, P.Success)
+        self.assertEqual(self.r0.check_status(10), P.Success)
         self.r0.clear(10)
         self.assertNotIn(10, self.r0)
         with self.assertRaises(KeyError):
             self.r0.check_status(10)
         self.r0.clear(10)  # again: nothing
+        self.r0.update_status(10, P.Failed)  # after clear: still a no-op
+        self.assertNotIn(10, self.r0)
 
     def test_failure_shared_between_ranks(self):
         for b in (self.r0, self.r1):
             b.update_status(20, P.Transferring)
-        self.r1.record_failure(20, REASON, 110)
-        self.assertEqual(self.r0.check_status(20), P.Failed)  # rank 1's failure, seen by rank 0
+        self.r1.record_failure(20, "first", 110)
+        self.r1.record_failure(20, REASON, 110)  # this rank's record: overwritten
+        self.assertEqual(self.r0.check_status(20), P.Transferring)  # local, as sglang's
         with self.assertRaises(kvcoord.KVTransferError) as cm:
             self.r0.failure_exception(20)
         e = cm.exception
-        self.assertEqual(str(e), "KVTransferError(bootstrap_room=20): " + REASON)
+        self.assertEqual(str(e), "KVTransferError(bootstrap_room=20): first")  # the node's
         self.assertEqual((e.failure_reason, e.is_from_another_rank, e.origin_rank, e.code),
-                         (REASON, True, 1, 110))
+                         ("first", True, 1, 110))
+        self.assertNotIn(20, self.r0)  # failure_exception clears, as sglang's
         with self.assertRaises(kvcoord.KVTransferError) as cm:  # popped: sglang's fallback
             self.r0.failure_exception(20)
         self.assertEqual(cm.exception.failure_reason, kvcoord.UNKNOWN_REASON)
@@ -204,13 +212,15 @@ class Book(unittest.TestCase):
         with self.assertRaises(kvcoord.KVTransferError) as cm:
             self.r1.failure_exception(20)
         self.assertFalse(cm.exception.is_from_another_rank)
-        self.assertEqual(cm.exception.failure_reason, REASON)
+        self.assertEqual(cm.exception.failure_reason, REASON)  # its own, overwritten
+        self.assertEqual(self.seg.rooms(), [])  # both cleared: released
         # a room nobody failed: the unknown reason, as sglang
         self.r0.update_status(21, P.Transferring)
         with self.assertRaises(kvcoord.KVTransferError) as cm:
             self.r0.failure_exception(21)
         self.assertEqual(cm.exception.failure_reason, kvcoord.UNKNOWN_REASON)
 
+    @unittest.skipUnless(hasattr(kvcoord.Segment, "allreduce_min"), "no collective")
     def test_poll_and_all_reduce(self):
         class Poller:
             def __init__(self, room, state):
@@ -219,15 +229,18 @@ class Book(unittest.TestCase):
             def poll(self):
                 return self.state
 
-        rooms = [30, 31, 32]
-        self.assertEqual(poll_and_all_reduce([Poller(30, P.Success), Poller(31, P.Transferring),
-                                              Poller(32, P.Success)], self.r0),
-                         [1, 1, 1])  # rank 1 has not written: counts as Bootstrapping
-        got = poll_and_all_reduce([Poller(30, P.Success), Poller(31, P.Success),
-                                   Poller(32, P.Failed)], self.r1, gloo_group=object())
-        self.assertEqual(got, [4, 3, 0])  # min per room; Failed wins
-        self.assertEqual(self.r0.sync(rooms, [P.Success] * 3), [P.Success, P.Success, P.Failed])
-        self.assertTrue(all(isinstance(x, int) for x in got))
+        got = {}
+
+        def rank(book, states):
+            got[book.rank] = poll_and_all_reduce([Poller(30 + j, s) for j, s in
+                                                  enumerate(states)], book)
+
+        t = threading.Thread(target=rank, args=(self.r1, [P.Success, P.Success, P.Failed]))
+        t.start()
+        rank(self.r0, [P.Success, P.Transferring, P.Success])
+        t.join()
+        self.assertEqual(got, {0: [4, 3, 0], 1: [4, 3, 0]})  # min per room, on both
+        self.assertTrue(all(type(x) is int for x in got[0]))
 
 
 class BookAcrossProcesses(unittest.TestCase):
@@ -248,23 +261,25 @@ class BookAcrossProcesses(unittest.TestCase):
                         pass
                     book.record_failure(room, REASON, 12)
                 info = seg.room_get(room, i)
-                while book.check_status(room) != P.Failed:
+                while info.failure is None:
                     info = seg.room_wait(room, info.state, i, timeout=DEADLINE)
                 try:
                     book.failure_exception(room)
                 except kvcoord.KVTransferError as e:
-                    out = [str(e), e.is_from_another_rank]
-                book.clear(room)
+                    out = [str(e), e.is_from_another_rank, e.origin_rank, e.code]
                 return out
 
         try:
             reports = collect(fork_children(8, child, name))
+            with kvcoord.Segment(name, role="none") as seg:
+                left = seg.rooms()
         finally:
             discard(name)
         for i, rep in reports.items():
             self.assertNotIn("error", rep, rep.get("error"))
             self.assertEqual(rep["result"], ["KVTransferError(bootstrap_room=777): " + REASON,
-                                             i != 5])
+                                             i != 5, 5, 12])
+        self.assertEqual(left, [])  # failure_exception cleared it on every rank: released
 
 
 if __name__ == "__main__":

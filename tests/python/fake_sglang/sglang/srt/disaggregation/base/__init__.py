@@ -1,0 +1,1 @@
+from sglang.srt.disaggregation.base.conn import KVPoll  # noqa: F401 (sglang's re-export)

@@ -1,0 +1,84 @@
+"""pip packaging (python/setup.py, python/pyproject.toml), offline with
+Debian's setuptools, as the README's Python section says: `pip install
+--no-build-isolation ./python` into a fresh venv builds the extension from
+the project's C sources; the venv's kvcoord (not the build tree's) then
+imports, opens a segment and does a room round trip; `pip wheel` makes a
+wheel holding the extension and the sglang modules.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import zipfile
+
+from kvctest import discard, new_name
+
+SRC = os.environ.get("KVCOORD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+ROUND_TRIP = r"""
+import sys, kvcoord, kvcoord.sglang
+assert kvcoord.__file__.startswith(sys.prefix), kvcoord.__file__
+name = sys.argv[1]
+with kvcoord.Segment(name, mode="fresh", role="client", max_rooms=64, arena_bytes=1 << 20,
+                     max_info_bytes=1 << 16, max_ranks=16, max_procs=16, world_size=2) as seg:
+    with seg.room(7, rank=0, participants=2) as room:
+        seg.room_open(7, 1, 2)
+        room.set_state(kvcoord.KVPoll.Transferring)
+        seg.room_fail(7, 1, "RDMA WRITE failed", 5)
+        try:
+            room.check()
+        except kvcoord.KVTransferError as e:
+            print(kvcoord.VERSION, e, e.is_from_another_rank, e.origin_rank)
+"""
+
+
+class Pip(unittest.TestCase):
+    def setUp(self):
+        self.work = tempfile.mkdtemp(prefix="kvctest-pip-")
+        # an out-of-tree copy: the checkout gets no build/ or egg-info from the test
+        self.src = os.path.join(self.work, "src")
+        shutil.copytree(SRC, self.src, ignore=shutil.ignore_patterns(
+            "build", "build-*", ".git", "__pycache__", "*.egg-info"))
+        self.env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def tearDown(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def run_ok(self, *cmd, cwd=None):
+        r = subprocess.run(cmd, cwd=cwd or self.src, env=self.env, capture_output=True,
+                           text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, "%s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+        return r.stdout
+
+    def test_install_into_a_fresh_venv(self):
+        venv = os.path.join(self.work, "venv")
+        self.run_ok(sys.executable, "-m", "venv", "--system-site-packages", venv)
+        py = os.path.join(venv, "bin", "python")
+        self.run_ok(py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "./python")
+        name = new_name("pip")
+        try:
+            out = self.run_ok(py, "-c", ROUND_TRIP, name, cwd=self.work)
+        finally:
+            discard(name)
+        self.assertIn("KVTransferError(bootstrap_room=7): RDMA WRITE failed True 1", out)
+        files = self.run_ok(py, "-m", "pip", "show", "-f", "kvcoord")
+        for f in ("kvcoord/_kvcoord.cpython", "kvcoord/sglang.py", "kvcoord/_sgl_install.py",
+                  "kvcoord/__init__.pyi", "kvcoord/py.typed"):
+            self.assertIn(f, files)
+
+    def test_wheel(self):
+        out = os.path.join(self.work, "wheels")
+        self.run_ok(sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-index",
+                    "--no-deps", "-w", out, "./python")
+        wheels = glob.glob(os.path.join(out, "kvcoord-*.whl"))
+        self.assertEqual(len(wheels), 1, os.listdir(out))
+        names = zipfile.ZipFile(wheels[0]).namelist()
+        self.assertTrue(any(n.startswith("kvcoord/_kvcoord.cpython") for n in names), names)
+        self.assertIn("kvcoord/_sgl_poll.py", names)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,48 @@
+"""The README's install() snippet (## Python, **sglang**) runs as printed,
+against the sglang-shaped fixture, on a fresh segment in place of the
+Quick start's kvcoord-6789 (the one change: the segment's name)."""
+
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import kvcoord
+from kvctest import SMALL, discard, new_name
+from sgltest import FAKE
+
+SRC = os.environ.get("KVCOORD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def snippet():
+    text = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
+    at = text.index("## Python")
+    at = text.index("**sglang** (`kvcoord.sglang`)", at)
+    return re.compile(r"^```python\n(.*?)^```$", re.S | re.M).search(text, at).group(1)
+
+
+class ReadmeSnippet(unittest.TestCase):
+    def test_runs_as_printed(self):
+        code = snippet()
+        self.assertIn("kvcoord.sglang.install(", code)
+        name = new_name("readme")
+        with kvcoord.Segment(name, mode="fresh", role="none", **dict(SMALL, world_size=16)):
+            pass
+        try:
+            ours = code.replace('"kvcoord-6789"', repr(name))
+            self.assertNotEqual(ours, code, "the snippet does not name kvcoord-6789")
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([FAKE, env.get("PYTHONPATH", "")])
+            r = subprocess.run([sys.executable, "-c", ours], env=env, capture_output=True,
+                               text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertRegex(r.stdout, r"^\d+ sglang functions and methods patched, e.g. \w+\n$")
+            with kvcoord.Segment(name, role="none") as seg:
+                self.assertEqual(seg.ranks(include_withdrawn=True), [])  # it registers nothing
+        finally:
+            discard(name)
+
+
+if __name__ == "__main__":
+    unittest.main()
