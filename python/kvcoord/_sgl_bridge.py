@@ -17,6 +17,7 @@ Segment errors at run time are logged once per kind and never reach sglang.
 import errno
 import logging
 import os
+import re
 import threading
 
 from . import ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
@@ -88,7 +89,8 @@ class Bridge:
 
     def follow(self, manager, room, status):
         """manager's request_status has `room` at `status`: join the room (first
-        time) and write this rank's state there."""
+        time) and write this rank's state there (not Failed: the failure is
+        what record_failure publishes)."""
         seg = self.segment
         if seg is None:
             return
@@ -107,7 +109,9 @@ class Bridge:
             if opening:
                 self.kv_failures.pop(room, None)
                 seg.room_open(room, self.rank, self.size)
-            seg.room_set_state(room, self.rank, int(status))
+            if int(status) != 0:  # Failed is not written: the library would record
+                seg.room_set_state(room, self.rank, int(status))  # "rank N reported Failed"
+            # as the room's first record, ahead of the reason sglang records (publish())
         except NotFoundError:
             pass  # reclaimed by the room TTL meanwhile: sglang's dict still decides
         except (Error, ValueError) as e:
@@ -210,8 +214,10 @@ class Bridge:
         if f.origin_pid != 0:
             return f.reason
         if f.origin_rank == ORIGIN_RANK_NONE and f.code == errno.ETIMEDOUT:
-            return ("kvcoord failed room %d: timed out after %g s with no update (room TTL; "
-                    "%s)" % (f.room, self.ttl_s or 0, f.reason))
+            m = re.search(r"no update for (\d+) ms", f.reason)  # the TTL of the node that
+            ttl = int(m.group(1)) / 1000.0 if m else self.ttl_s  # failed it (mirrored too)
+            return "kvcoord failed room %d: timed out after %g s with no update (room TTL)" % (
+                f.room, ttl)
         return "kvcoord failed room %d: %s" % (f.room, f.reason)
 
     def substitute(self, manager, room, had_local, f, exc):

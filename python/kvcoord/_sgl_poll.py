@@ -151,12 +151,9 @@ def make(bridge, utils, originals):
             return False
         return args.get("decode_reqs"), args.get("metadata_buffers"), args.get("server_args")
 
-    def metadata_gate(what, polls, reqs, bufs, sargs):
-        helper = getattr(utils, "_apply_metadata_gate", None)
-        if helper is None:
-            return False
-        helper(polls, reqs, bufs, sargs)
-        return True
+    def metadata_gate(polls, reqs, bufs, sargs):
+        """sglang's own gate: a Success whose metadata has not landed is Transferring."""
+        utils._apply_metadata_gate(polls, reqs, bufs, sargs)
 
     if o_par is not None:
         sig = inspect.signature(o_par)
@@ -177,7 +174,7 @@ def make(bridge, utils, originals):
                 return o_par(pollers, gloo_group, *args, **kwargs)
             polls = raw_polls(utils, pollers)
             if reqs is not None and bufs is not None and sargs is not None:
-                metadata_gate("poll_and_all_reduce", polls, reqs, bufs, sargs)
+                metadata_gate(polls, reqs, bufs, sargs)
             fold(bridge, pollers, polls)
             return allreduce(bridge, g, polls)
 
@@ -229,8 +226,7 @@ def make(bridge, utils, originals):
                 if polls[i] == SUCCESS and staging_pending(dr):
                     polls[i] = TRANSFERRING
             if gated:
-                metadata_gate("poll_and_all_reduce_with_staging", polls, decode_reqs, bufs,
-                              sargs)
+                metadata_gate(polls, decode_reqs, bufs, sargs)
             fold(bridge, receivers, polls)
             return allreduce(bridge, g, polls)
 

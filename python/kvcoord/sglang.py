@@ -68,7 +68,9 @@ def install(segment, rank, *, size=None, timeout=30.0):
     every poll all-reduce falls back to sglang's own, logged once).
     rank: this process's rank in its TP group, the room participant it is.
     size: the rooms' participant count, the TP group's size (default: the
-    segment's world size); every rank of the group passes the same.
+    segment's world size); every rank of the group passes the same.  Rooms
+    are node-local: for a group spanning nodes, pass the count of its ranks
+    on this node as size and this rank's index among them as rank.
     timeout: seconds a poll all-reduce waits for the group's other ranks
     before kvcoord.CollectiveError names the missing one.
 

@@ -85,8 +85,8 @@ def fail_one_room(i, name, store, n):
     for step in (2, 3, 4):  # WaitingForInput, Transferring, Success
         for r in rooms:
             if r == 1002 and step == 3 and i == 5:
-                m.record_failure(r, REASON)  # rank 5's RDMA WRITE failed
-                m.update_status(r, 0)
+                m.update_status(r, 0)  # rank 5's RDMA WRITE failed: Failed, then the
+                m.record_failure(r, REASON)  # reason (the order sglang's threads may take)
             else:
                 m.update_status(r, step)
         seen.append(decode.poll_and_all_reduce(senders, group))
