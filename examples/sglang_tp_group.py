@@ -85,7 +85,7 @@ def rank_main(rank, a, infos, rooms):
         peers = [seg.wait(r, timeout=WAIT) for r in range(TP)]
         out["peers"] = sum(1 for p, i in zip(peers, infos) if p.session_id == i["session_id"])
         out["lookup_us"] = (time.perf_counter() - t0) * 1e6
-        book = KVStatusBook(seg, rank, participants=TP, timeout=WAIT)
+        book = KVStatusBook(seg, rank, participants=TP, group=a.group, timeout=WAIT)
         pollers = [Poller(r) for r in rooms]
         failing = rooms[-1]
         for step in STEPS:
@@ -201,6 +201,7 @@ def main():
     infos = load_infos(a.model_dir)
     rng = random.Random()
     rooms = [rng.randrange(1 << 63) for _ in range(a.rooms)]  # sglang's 63-bit room ids
+    a.group = rng.randrange(1 << 63)  # this run's collective group (a new one per run)
     results = run_children(a, infos, rooms)
     sys.exit(0 if report(a, results, rooms) else 1)
 

@@ -16,9 +16,12 @@ class KVStatusBook:
 
     KVStatusBook(segment, rank, participants=0, *, group=None, timeout=30.0):
     participants is the TP group's size (0: the segment's world size), the
-    same on every rank; group: the collective's group id (default: derived
-    from the segment's name and participants, so every book of the group
-    agrees); timeout: seconds poll_and_all_reduce waits for the group.
+    same on every rank; group: the collective's group id, the same on every
+    rank (default: derived from the segment's name and participants; a later
+    set of processes on the same segment passes a new one, e.g. a random id
+    its parent picks: a group remembers the members that left, and a new
+    process's first call fails naming them until all have come back);
+    timeout: seconds poll_and_all_reduce waits for the group.
 
     - update_status(room, status): sglang's rule: Failed on a room not
       followed (or cleared) is a no-op; the first status is taken as is;

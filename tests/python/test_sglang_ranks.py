@@ -295,8 +295,8 @@ def killed(i, name, store, n):
         try:
             utils.poll_and_all_reduce(pollers, group)
         except kvcoord.Error as e:
-            return [step, type(e).__name__, str(e), sorted(getattr(e, "dead", []) or [])]
-    return [step, None, None, None]
+            return [step, type(e).__name__, str(e), list(e.ranks), e.dead]
+    return [step, None, None, None, None]
 
 
 @unittest.skipUnless(has_collective(), "this build has no Segment.allreduce_min")
@@ -307,9 +307,8 @@ class KilledMidCollective(Segmented):
         self.assertNotIn("result", reports[2])  # SIGKILLed: no report
         for i in (0, 1, 3):
             self.assertNotIn("error", reports[i], reports[i].get("error"))
-            step, cls, text, dead = reports[i]["result"]
-            self.assertEqual((step, cls), (50, "CollectiveError"), text)
-            self.assertIn(2, dead, text)
+            step, cls, text, ranks, dead = reports[i]["result"]
+            self.assertEqual((step, cls, ranks, dead), (50, "CollectiveError", [2], True), text)
             self.assertIn("rank 2", text)
 
 
