@@ -1,0 +1,57 @@
+/*
+ * http_routes_ops.c - kvcoordd's routes for operators: GET /health, GET
+ * /metrics and GET /cluster.  Routes: http_routes.c.
+ */
+#include "http_routes_int.h"
+
+/* ---- GET /health -------------------------------------------------------- */
+
+enum route_rc route_get_health(struct routes *r, struct route_slot *s, const struct http_req *req,
+                               struct buf *out)
+{
+    (void)r, (void)s;
+    resp_ok(out, req);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /metrics ------------------------------------------------------------ */
+
+enum route_rc route_get_metrics(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                struct buf *out)
+{
+    (void)s;
+    struct buf *b = &r->body;
+    buf_reset(b);
+    int rc = metrics_render(b, r->seg, r->metrics);
+    if (!rc && r->cluster) {
+        cluster_render_metrics(r->cluster, b);
+        rc = b->oom ? -1 : 0;
+    }
+    if (rc)
+        resp_detail(out, req, 500, "Out of memory rendering metrics", NULL);
+    else
+        resp_send(out, req, 200, METRICS_CONTENT_TYPE, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
+/* ---- GET /cluster ---------------------------------------------------------- */
+
+enum route_rc route_get_cluster(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                struct buf *out)
+{
+    (void)s;
+    if (!r->cluster) {
+        resp_detail(out, req, 404, "Cluster view off (kvcoordd runs without --etcd)", NULL);
+        return ROUTE_DONE;
+    }
+    struct buf *b = &r->body;
+    buf_reset(b);
+    cluster_render_json(r->cluster, b);
+    if (b->oom)
+        resp_detail(out, req, 500, "Out of memory rendering the cluster view", NULL);
+    else
+        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
+    buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
