@@ -37,6 +37,7 @@ struct kvc_segment {
     kvc_room *rooms;
     kvc_failure_slot *failures;
     kvc_coll_group *coll; /* KVC_COLL_GROUPS collective groups (collective.c) */
+    kvc_pd_region *pd;
     _Atomic uint64_t *bitmap;
     unsigned char *arena;
     int32_t proc_slot; /* our process table entry, -1 if none */
@@ -127,6 +128,7 @@ void kvc__lock_recover(kvc_segment *seg, int id);
 void kvc__ranks_register(kvc_segment *seg);
 void kvc__procs_register(kvc_segment *seg);
 void kvc__rooms_register(kvc_segment *seg);
+void kvc__pd_register(kvc_segment *seg);
 /* The room table's hash (splitmix64's finaliser): a room lives in stripe
  * kvc__room_stripe(h) on the linear probe path inside that stripe starting
  * at kvc__room_home(h, stripe_slots), h = kvc__room_hash(id).  Room ids are

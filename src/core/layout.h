@@ -5,7 +5,7 @@
  *
  *   [kvc_header | kvc_rank_entry x max_ranks x KVC_RANK_TABLES | kvc_proc x max_procs |
  *    kvc_room_stripe x KVC_ROOM_STRIPES | kvc_room x room_slots |
- *    kvc_failure_slot x KVC_FAILURE_RING | kvc_coll_group x KVC_COLL_GROUPS |
+ *    kvc_failure_slot x KVC_FAILURE_RING | kvc_coll_group x KVC_COLL_GROUPS | kvc_pd_region |
  *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
  *
  * Any change here must bump KVC_LAYOUT_VERSION (kvcoord.h); the header also
@@ -59,7 +59,8 @@ enum kvc_lock_id {
     KVC_LOCK_PROCS = 1,
     KVC_LOCK_HEADER_COUNT = 2,
     KVC_LOCK_ROOMS = 2, /* stripe 0; stripe s is KVC_LOCK_ROOMS + s */
-    KVC_LOCK_COUNT = 2 + KVC_ROOM_STRIPES
+    KVC_LOCK_PD = 2 + KVC_ROOM_STRIPES, /* the PD bootstrap region (layout_pd.h) */
+    KVC_LOCK_COUNT = 3 + KVC_ROOM_STRIPES
 };
 
 /* One half of a rank entry's double buffer.  Written only while inactive,
@@ -351,6 +352,12 @@ typedef struct kvc_header {
      * processes' caches. */
     _Atomic uint32_t rooms_reserved __attribute__((aligned(64)));
     uint32_t pad_reserved[15];
+    /* The PD bootstrap region (layout_pd.h), from the segment start. */
+    uint64_t pd_off;
+    uint32_t pd_size; /* sizeof(kvc_pd_region) */
+    uint32_t pad_pd;
 } kvc_header;
+
+#include "layout_pd.h"
 
 #endif /* KVC_LAYOUT_H */

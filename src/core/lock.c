@@ -29,7 +29,7 @@ static const char *const lock_names[KVC_LOCK_COUNT] = {
     "rooms.38", "rooms.39", "rooms.40", "rooms.41", "rooms.42", "rooms.43", "rooms.44", "rooms.45",
     "rooms.46", "rooms.47", "rooms.48", "rooms.49", "rooms.50", "rooms.51", "rooms.52", "rooms.53",
     "rooms.54", "rooms.55", "rooms.56", "rooms.57", "rooms.58", "rooms.59", "rooms.60", "rooms.61",
-    "rooms.62", "rooms.63"};
+    "rooms.62", "rooms.63", "pd"};
 
 const char *kvc__lock_name(int id)
 {
@@ -40,6 +40,8 @@ kvc_lock *kvc__lock_ptr(kvc_segment *seg, int id)
 {
     if (id < KVC_LOCK_HEADER_COUNT)
         return &seg->hdr->locks[id];
+    if (id == KVC_LOCK_PD)
+        return &seg->pd->lock;
     return &seg->stripes[id - KVC_LOCK_ROOMS].lock;
 }
 

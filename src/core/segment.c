@@ -81,8 +81,8 @@ KVC_API kvc_err kvc_name_check(const char *name)
  * recomputes it and compares, so a header with inconsistent numbers is
  * refused rather than trusted. */
 struct geometry {
-    uint64_t ranks_off, procs_off, stripes_off, rooms_off, failures_off, coll_off, bitmap_off,
-        arena_off, arena_blocks, total;
+    uint64_t ranks_off, procs_off, stripes_off, rooms_off, failures_off, coll_off, pd_off,
+        bitmap_off, arena_off, arena_blocks, total;
     uint32_t room_slots, stripe_slots;
 };
 
@@ -106,8 +106,8 @@ static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint3
     g.failures_off = ALIGN_UP(g.rooms_off + (uint64_t)g.room_slots * sizeof(kvc_room), KVC_ALIGN);
     g.coll_off =
         ALIGN_UP(g.failures_off + (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_slot), KVC_ALIGN);
-    g.bitmap_off =
-        ALIGN_UP(g.coll_off + (uint64_t)KVC_COLL_GROUPS * sizeof(kvc_coll_group), KVC_ALIGN);
+    g.pd_off = ALIGN_UP(g.coll_off + (uint64_t)KVC_COLL_GROUPS * sizeof(kvc_coll_group), KVC_ALIGN);
+    g.bitmap_off = ALIGN_UP(g.pd_off + sizeof(kvc_pd_region), KVC_ALIGN);
     g.arena_off = ALIGN_UP(g.bitmap_off + (g.arena_blocks + 63) / 64 * 8, KVC_ALIGN);
     g.total = g.arena_off + g.arena_blocks * KVC_BLOCK;
     return g;
@@ -171,6 +171,7 @@ static void bind_regions(kvc_segment *seg)
     seg->rooms = (kvc_room *)(seg->base + h->rooms_off);
     seg->failures = (kvc_failure_slot *)(seg->base + h->failures_off);
     seg->coll = (kvc_coll_group *)(seg->base + h->coll_off);
+    seg->pd = (kvc_pd_region *)(seg->base + h->pd_off);
     seg->bitmap = (_Atomic uint64_t *)(seg->base + h->bitmap_off);
     seg->arena = seg->base + h->arena_off;
 }
@@ -220,6 +221,8 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     h->failures_off = g->failures_off;
     h->coll_off = g->coll_off;
     h->coll_group_size = sizeof(kvc_coll_group);
+    h->pd_off = g->pd_off;
+    h->pd_size = sizeof(kvc_pd_region);
     h->total_size = g->total;
     h->max_ranks = o->max_ranks;
     h->max_procs = o->max_procs;
@@ -289,6 +292,7 @@ static kvc_err create_new(kvc_segment *seg, const kvc_options *o)
         e = map_fd(seg, g.total);
     if (!e) {
         seg->stripes = (kvc_room_stripe *)(seg->base + g.stripes_off);
+        seg->pd = (kvc_pd_region *)(seg->base + g.pd_off);
         e = init_header(seg, o, &g);
     }
     if (e) {
@@ -317,7 +321,8 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
     if (h->header_size != sizeof(kvc_header) || h->rank_entry_size != sizeof(kvc_rank_entry) ||
         h->proc_size != sizeof(kvc_proc) || h->lock_size != sizeof(kvc_lock) ||
         h->block_size != KVC_BLOCK || h->room_size != sizeof(kvc_room) ||
-        h->stripe_size != sizeof(kvc_room_stripe) || h->coll_group_size != sizeof(kvc_coll_group))
+        h->stripe_size != sizeof(kvc_room_stripe) || h->coll_group_size != sizeof(kvc_coll_group) ||
+        h->pd_size != sizeof(kvc_pd_region))
         return kvc__fail(KVC_E_VERSION,
                          "segment %s (layout version %u) was built with other structure sizes "
                          "(header %u, rank entry %u, proc %u, lock %u, block %u, room %u) than "
@@ -347,7 +352,7 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
     struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->max_rooms, h->arena_bytes);
     if (g.total != h->total_size || g.ranks_off != h->ranks_off || g.procs_off != h->procs_off ||
         g.rooms_off != h->rooms_off || g.failures_off != h->failures_off ||
-        g.coll_off != h->coll_off || g.room_slots != h->room_slots ||
+        g.coll_off != h->coll_off || g.pd_off != h->pd_off || g.room_slots != h->room_slots ||
         g.stripe_slots != h->stripe_slots || g.stripes_off != h->stripes_off ||
         h->room_ttl_ms < 1 || g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
         g.arena_blocks != h->arena_blocks)

@@ -124,6 +124,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     kvc__ranks_register(seg);
     kvc__procs_register(seg);
     kvc__rooms_register(seg);
+    kvc__pd_register(seg);
     /* A worker serves the rank it registers (kvcoordd and clients register
      * on behalf of others): the process table says which. */
     if (opts->role == KVC_ROLE_WORKER)

@@ -31,6 +31,9 @@ struct http_req {
     const char *authorization;
     size_t authorization_len;
     unsigned char authorization_bad; /* duplicate or oversized header: deny */
+    /* The connection's socket (-1: none), open until the answer is
+     * produced; for routes that ask who the peer is (http_pd.c). */
+    int fd;
 };
 
 #endif /* KVC_HTTP_REQ_H */

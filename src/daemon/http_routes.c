@@ -65,6 +65,7 @@
  * KVC_E_TOOBIG 413, KVC_E_FULL 507, KVC_E_BUSY 503, others 500, the detail
  * ending with kvc_last_error().
  */
+#include "http_pd.h"
 #include "http_routes_int.h"
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -398,6 +399,14 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
     const char *path;
     size_t n;
     route_path(req, &path, &n);
+    if (pd_path(path, n)) { /* sglang's PD bootstrap server (http_pd.h): its own 405s */
+        if (!r->on_worker && pd_mutating(path, n, req->method) && unauthorized(r, req, out))
+            return ROUTE_DONE;
+        if (!r->on_worker)
+            return ROUTE_DEFER; /* every PD route takes the PD lock */
+        pd_dispatch(r->seg, req, out);
+        return ROUTE_DONE;
+    }
     const struct route *rt = route_find(path, n, &r->match);
     if (!rt) {
         if (!redirect_slash(req, out))
@@ -450,6 +459,8 @@ static int needs_token(const struct http_req *req)
     size_t n;
     struct route_match m;
     route_path(req, &path, &n);
+    if (pd_path(path, n))
+        return pd_mutating(path, n, req->method);
     const struct route *rt = route_find(path, n, &m);
     return rt && method_allowed(rt, req->method) && (rt->flags & ROUTE_MUTATING);
 }

@@ -356,6 +356,7 @@ static void serve(struct server *s, struct conn *c)
 {
     c->resp_off = c->out[c->cur].len;
     answer_room(s, c);
+    c->http.req.fd = c->fd;
     enum route_rc rc = routes_dispatch(s->routes, &c->route, &c->http.req, &c->out[c->cur]);
     if (rc == ROUTE_DONE) {
         request_done(s, c);

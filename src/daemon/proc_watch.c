@@ -65,6 +65,7 @@
 #include "clock.h"
 #include "log.h"
 #include "metrics.h"
+#include "pd_upkeep.h"
 #include "proc_watch.h"
 #include "seg_events.h"
 #include "seg_watch.h"
@@ -147,6 +148,7 @@ struct proc_watch {
     size_t tlist_cap;
     struct preopen *known; /* fd unused: (pid, start) seen in the table */
     size_t nknown, known_cap;
+    struct pd_upkeep pd; /* the PD bootstrap tables' upkeep (pd_upkeep.h) */
 };
 
 /* ---- /proc --------------------------------------------------------------- */
@@ -229,6 +231,7 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
               "ranks_withdrawn=%zu%s",
               (int)rank, (int)(shown_pid ? shown_pid : pid), how ? how : "exit status unknown",
               rooms, ranks, ns);
+    pd_upkeep_run(&pw->pd, pw->seg); /* its PD entries too, at once */
 }
 
 /* The table's entry for (pid, start), or NULL. */
@@ -486,6 +489,7 @@ static void procs_tick(struct proc_watch *pw)
      * may judge liveness from the process table's dead marks. */
     if (pw->scanned)
         kvc_proc_watch_beat(pw->seg, 1);
+    pd_upkeep_run(&pw->pd, pw->seg);
     if (++pw->ticks % ROOM_SWEEP_TICKS)
         return;
     size_t reclaimed = 0;
@@ -661,6 +665,7 @@ int proc_watch_start(struct proc_watch **out, const struct proc_watch_config *cf
     pw->events = cfg->events;
     pw->file = cfg->file;
     pw->metrics = cfg->metrics;
+    pw->pd.interval_ms = cfg->pd_room_interval_ms;
     pw->self_pid = (int32_t)getpid();
     pw->efd = pw->epfd = -1;
     pthread_mutex_init(&pw->mu, NULL);

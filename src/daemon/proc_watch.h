@@ -28,6 +28,7 @@ struct proc_watch_config {
     struct seg_events *events;
     struct seg_watch *file;
     struct metrics *metrics;
+    uint64_t pd_room_interval_ms; /* PD room -> DP rank entry lifetime; 0: sglang's 120 s */
 };
 
 /* Run the first scan on the calling thread (processes that died while the

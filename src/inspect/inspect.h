@@ -99,7 +99,7 @@ void kvc__close_reader(kvc_segment *seg);
 /* ---- locks ---------------------------------------------------------- */
 
 #define KVC__ROOM_STRIPES 64               /* room stripe locks: see layout.h */
-#define KVC__LOCKS (2 + KVC__ROOM_STRIPES) /* ranks, procs, rooms.0 .. rooms.63 */
+#define KVC__LOCKS (3 + KVC__ROOM_STRIPES) /* ranks, procs, rooms.0 .. rooms.63, pd */
 #define KVC__LOCK_ID_RANKS 0
 #define KVC__LOCK_ID_PROCS 1
 #define KVC__LOCK_ID_ROOMS 2 /* stripe 0; stripe s is KVC__LOCK_ID_ROOMS + s */

@@ -1,0 +1,574 @@
+/*
+ * pd.c - the PD bootstrap tables (kvcoord/pd.h): the prefill rank table,
+ * its topology and the bootstrap room -> DP rank map, in the segment's PD
+ * region (layout_pd.h) behind the PD lock.
+ *
+ * Every change saves what it overwrites into the region's undo record
+ * first (valid set last); recovery after a dead writer copies it back and
+ * recounts.  The room map is open addressing with linear probing over
+ * KVC_PD_MAX_ROOMS slots; a removed entry leaves a tombstone, turned back
+ * into a free slot when the slot after it is free.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvcoord/pd.h"
+
+/* ---- recovery ---------------------------------------------------------- */
+
+static void recount(kvc_pd_region *pd)
+{
+    uint32_t ranks = 0, rooms = 0;
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++)
+        ranks += pd->slots[i].state != KVC_PD_FREE;
+    for (uint32_t i = 0; i < KVC_PD_MAX_ROOMS; i++)
+        rooms += pd->rooms[i].state == KVC_PD_ROOM_USED;
+    pd->ranks_used = ranks;
+    pd->rooms_used = rooms;
+}
+
+static void pd_recover(kvc_segment *seg, int id)
+{
+    (void)id;
+    kvc_pd_region *pd = seg->pd;
+    kvc_pd_undo *u = &pd->undo;
+    if (atomic_load(&u->valid)) {
+        if (u->kind == 1 && u->index < KVC_PD_MAX_RANKS) {
+            pd->slots[u->index] = u->slot;
+            pd->topo = u->topo;
+        } else if (u->kind == 2 && u->index < KVC_PD_MAX_ROOMS) {
+            pd->rooms[u->index] = u->room;
+        }
+        atomic_store(&u->valid, 0);
+    }
+    recount(pd);
+    atomic_fetch_add(&pd->epoch, 1);
+}
+
+void kvc__pd_register(kvc_segment *seg) { kvc__lock_register(seg, KVC_LOCK_PD, pd_recover); }
+
+static void save_rank(kvc_pd_region *pd, uint32_t i)
+{
+    pd->undo.kind = 1;
+    pd->undo.index = i;
+    pd->undo.slot = pd->slots[i];
+    pd->undo.topo = pd->topo;
+    atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
+}
+
+static void save_room(kvc_pd_region *pd, uint32_t i)
+{
+    pd->undo.kind = 2;
+    pd->undo.index = i;
+    pd->undo.room = pd->rooms[i];
+    atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
+}
+
+static void commit(kvc_pd_region *pd)
+{
+    atomic_store_explicit(&pd->undo.valid, 0, memory_order_release);
+    atomic_fetch_add(&pd->epoch, 1);
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+static kvc_err check_dim(const char *size_name, int32_t size, const char *rank_name, int32_t rank)
+{
+    if (size < 1 || size > KVC_PD_DIM_MAX)
+        return kvc__fail(KVC_E_INVAL, "%s %d out of range 1..%d", size_name, (int)size,
+                         KVC_PD_DIM_MAX);
+    if (rank < 0 || rank >= size)
+        return kvc__fail(KVC_E_INVAL, "%s %d out of range 0..%d (%s %d)", rank_name, (int)rank,
+                         (int)size - 1, size_name, (int)size);
+    return KVC_OK;
+}
+
+static kvc_err check_text(const char *what, const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > max)
+        return kvc__fail(KVC_E_INVAL, "%s of %zu bytes out of range 1..%zu", what, n, max);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+            return kvc__fail(KVC_E_INVAL, "%s has byte 0x%02x at offset %zu (printable ASCII only)",
+                             what, (unsigned char)s[i], i);
+    return KVC_OK;
+}
+
+static kvc_err check_registration(const kvc_pd_registration *r)
+{
+    kvc_err e;
+    if ((e = check_dim("attn_tp_size", r->attn_tp_size, "attn_tp_rank", r->attn_tp_rank)) ||
+        (e = check_dim("attn_cp_size", r->attn_cp_size, "attn_cp_rank", r->attn_cp_rank)) ||
+        (e = check_dim("attn_dp_size", r->attn_dp_size, "attn_dp_rank", r->attn_dp_rank)) ||
+        (e = check_dim("pp_size", r->pp_size, "pp_rank", r->pp_rank)) ||
+        (e = check_dim("system_dp_size", r->system_dp_size, "system_dp_rank", r->system_dp_rank)))
+        return e;
+    if (!r->rank_ip)
+        return kvc__fail(KVC_E_INVAL, "rank_ip is NULL");
+    if ((e = check_text("rank_ip", r->rank_ip, KVC_PD_IP_MAX)))
+        return e;
+    if (r->rank_port < 1 || r->rank_port > 65535)
+        return kvc__fail(KVC_E_INVAL, "rank_port %d out of range 1..65535", (int)r->rank_port);
+    if (r->page_size < 1)
+        return kvc__fail(KVC_E_INVAL, "page_size %d out of range 1..2^31-1", (int)r->page_size);
+    if (r->kv_cache_dtype &&
+        (e = check_text("kv_cache_dtype", r->kv_cache_dtype, KVC_PD_DTYPE_MAX)))
+        return e;
+    if (r->has_prefill_http_port && (r->prefill_http_port < 1 || r->prefill_http_port > 65535))
+        return kvc__fail(KVC_E_INVAL, "prefill_http_port %d out of range 1..65535",
+                         (int)r->prefill_http_port);
+    return KVC_OK;
+}
+
+/* ---- liveness ---------------------------------------------------------- */
+
+/* Has slot s's registering process ended?  how receives what is known. */
+static bool owner_ended(kvc_segment *seg, const kvc_pd_slot *s, char *how, size_t cap)
+{
+    if (s->proc_slot >= 0 && (uint32_t)s->proc_slot < seg->hdr->max_procs) {
+        kvc_proc *p = &seg->procs[s->proc_slot];
+        if (atomic_load(&p->gen) != s->proc_gen || atomic_load(&p->pid) != s->pid) {
+            snprintf(how, cap, "left the segment");
+            return true;
+        }
+        if (atomic_load(&p->dead)) {
+            snprintf(how, cap, "%s", p->how);
+            return true;
+        }
+    }
+    if (s->pid > 0 && !kvc__proc_alive(s->pid, s->pid_start)) {
+        kvc__proc_how(s->pid, how, cap);
+        return true;
+    }
+    return false;
+}
+
+/* ---- prefill ranks ----------------------------------------------------- */
+
+static int key_cmp(const kvc_pd_slot *s, int32_t dp, int32_t cp, int32_t tp, int32_t pp)
+{
+    return s->dp_group == dp && s->cp_rank == cp && s->tp_rank == tp && s->pp_rank == pp;
+}
+
+static int32_t find_key(kvc_pd_region *pd, int32_t dp, int32_t cp, int32_t tp, int32_t pp)
+{
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++)
+        if (pd->slots[i].state != KVC_PD_FREE && key_cmp(&pd->slots[i], dp, cp, tp, pp))
+            return (int32_t)i;
+    return -1;
+}
+
+/* A slot for a new key: a free one, else the oldest withdrawn one. */
+static int32_t find_free(kvc_pd_region *pd)
+{
+    int32_t oldest = -1;
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+        const kvc_pd_slot *s = &pd->slots[i];
+        if (s->state == KVC_PD_FREE)
+            return (int32_t)i;
+        if (s->state == KVC_PD_WITHDRAWN &&
+            (oldest < 0 || s->registered_ns < pd->slots[oldest].registered_ns))
+            oldest = (int32_t)i;
+    }
+    return oldest;
+}
+
+static uint32_t live_count(const kvc_pd_region *pd)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++)
+        n += pd->slots[i].state == KVC_PD_LIVE;
+    return n;
+}
+
+/* sglang's first-seen topology rules (pd.h), applied to t. */
+static void take_topology(kvc_pd_topo *t, const kvc_pd_registration *r)
+{
+    if (!t->set) {
+        t->set = 1;
+        t->attn_tp_size = r->attn_tp_size;
+        t->attn_cp_size = r->attn_cp_size;
+        t->dp_size = r->system_dp_size == 1 ? r->attn_dp_size : r->system_dp_size;
+        t->pp_size = r->pp_size;
+        t->follow_bootstrap_room = r->follow_bootstrap_room ? 1 : 0;
+        t->enable_dsa_cache_layer_split = r->enable_dsa_cache_layer_split ? 1 : 0;
+    }
+    if (!t->has_page_size) {
+        t->has_page_size = 1;
+        t->page_size = r->page_size;
+    }
+    if (!t->has_kv_cache_dtype && r->kv_cache_dtype) {
+        t->has_kv_cache_dtype = 1;
+        snprintf(t->kv_cache_dtype, sizeof t->kv_cache_dtype, "%s", r->kv_cache_dtype);
+    }
+    if (!t->has_prefill_http_port && r->has_prefill_http_port) {
+        t->has_prefill_http_port = 1;
+        t->prefill_http_port = r->prefill_http_port;
+    }
+}
+
+KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, kvc_pd_owner owner,
+                                int32_t pid, uint64_t pid_start)
+{
+    KVC_ARG(seg);
+    KVC_ARG(r);
+    kvc_err e = check_registration(r);
+    if (e)
+        return e;
+    if (owner != KVC_PD_OWNER_NONE && owner != KVC_PD_OWNER_SELF && owner != KVC_PD_OWNER_PID)
+        return kvc__fail(KVC_E_INVAL, "owner %d is not a kvc_pd_owner", (int)owner);
+    if (owner == KVC_PD_OWNER_PID && pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "owner pid %d must be positive", (int)pid);
+    int32_t dp = r->system_dp_size == 1 ? r->attn_dp_rank : r->system_dp_rank;
+    if ((e = kvc__lock(seg, KVC_LOCK_PD)))
+        return e;
+    kvc_pd_region *pd = seg->pd;
+    int32_t i = find_key(pd, dp, r->attn_cp_rank, r->attn_tp_rank, r->pp_rank);
+    if (i < 0 && (i = find_free(pd)) < 0) {
+        kvc__unlock(seg, KVC_LOCK_PD);
+        return kvc__fail(KVC_E_FULL, "PD prefill table full (%d live entries)", KVC_PD_MAX_RANKS);
+    }
+    save_rank(pd, (uint32_t)i);
+    if (!live_count(pd))
+        memset(&pd->topo, 0, sizeof pd->topo); /* a fresh prefill: sglang's fresh server */
+    take_topology(&pd->topo, r);
+    kvc_pd_slot *s = &pd->slots[i];
+    uint32_t was = s->state;
+    memset(s, 0, sizeof *s);
+    s->dp_group = dp;
+    s->cp_rank = r->attn_cp_rank;
+    s->tp_rank = r->attn_tp_rank;
+    s->pp_rank = r->pp_rank;
+    s->rank_port = r->rank_port;
+    snprintf(s->rank_ip, sizeof s->rank_ip, "%s", r->rank_ip);
+    s->proc_slot = -1;
+    if (owner == KVC_PD_OWNER_SELF) {
+        s->pid = seg->pid;
+        s->pid_start = seg->start;
+        if (seg->proc_slot >= 0) {
+            s->proc_slot = seg->proc_slot;
+            s->proc_gen = atomic_load(&seg->procs[seg->proc_slot].gen);
+        }
+    } else if (owner == KVC_PD_OWNER_PID) {
+        s->pid = pid;
+        s->pid_start = pid_start;
+    }
+    s->generation = ++pd->next_generation;
+    s->registered_ns = kvc__now_ns();
+    s->state = KVC_PD_LIVE;
+    if (was == KVC_PD_FREE)
+        pd->ranks_used++;
+    commit(pd);
+    kvc__unlock(seg, KVC_LOCK_PD);
+    return KVC_OK;
+}
+
+static void fill_rank(const kvc_pd_slot *s, kvc_pd_rank *out)
+{
+    memset(out, 0, sizeof *out);
+    out->dp_group = s->dp_group;
+    out->cp_rank = s->cp_rank;
+    out->tp_rank = s->tp_rank;
+    out->pp_rank = s->pp_rank;
+    memcpy(out->rank_ip, s->rank_ip, sizeof out->rank_ip);
+    out->rank_ip[KVC_PD_IP_MAX] = 0;
+    out->rank_port = s->rank_port;
+    out->withdrawn = s->state == KVC_PD_WITHDRAWN;
+    out->pid = s->pid;
+    out->pid_start = s->pid_start;
+    out->generation = s->generation;
+    out->registered_ns = s->registered_ns;
+    memcpy(out->note, s->note, sizeof out->note);
+    out->note[KVC_NOTE_MAX] = 0;
+}
+
+KVC_API kvc_err kvc_pd_lookup(kvc_segment *seg, int32_t dp_group, int32_t cp_rank, int32_t tp_rank,
+                              int32_t pp_rank, kvc_pd_rank *out)
+{
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    if (dp_group < 0 || cp_rank < 0 || tp_rank < 0 || pp_rank < 0)
+        return kvc__fail(KVC_E_NOENT, "no prefill rank dp=%d cp=%d tp=%d pp=%d (negative)",
+                         (int)dp_group, (int)cp_rank, (int)tp_rank, (int)pp_rank);
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    int32_t i = find_key(seg->pd, dp_group, cp_rank, tp_rank, pp_rank);
+    if (i >= 0)
+        fill_rank(&seg->pd->slots[i], out);
+    kvc__unlock(seg, KVC_LOCK_PD);
+    if (i < 0)
+        return kvc__fail(KVC_E_NOENT, "no prefill rank dp=%d cp=%d tp=%d pp=%d registered",
+                         (int)dp_group, (int)cp_rank, (int)tp_rank, (int)pp_rank);
+    if (out->withdrawn)
+        return kvc__fail(KVC_E_WITHDRAWN, "prefill rank dp=%d cp=%d tp=%d pp=%d withdrawn: %s",
+                         (int)dp_group, (int)cp_rank, (int)tp_rank, (int)pp_rank, out->note);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_status_get(kvc_segment *seg, kvc_pd_status *out)
+{
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    const kvc_pd_region *pd = seg->pd;
+    const kvc_pd_topo *t = &pd->topo;
+    memset(out, 0, sizeof *out);
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+        out->registered += pd->slots[i].state == KVC_PD_LIVE;
+        out->withdrawn += pd->slots[i].state == KVC_PD_WITHDRAWN;
+    }
+    out->rooms = pd->rooms_used;
+    if (t->set && out->registered) {
+        out->has_topology = 1;
+        out->attn_tp_size = t->attn_tp_size;
+        out->attn_cp_size = t->attn_cp_size;
+        out->dp_size = t->dp_size;
+        out->pp_size = t->pp_size;
+        out->has_page_size = (int)t->has_page_size;
+        out->page_size = t->page_size;
+        out->has_kv_cache_dtype = (int)t->has_kv_cache_dtype;
+        memcpy(out->kv_cache_dtype, t->kv_cache_dtype, sizeof out->kv_cache_dtype);
+        out->kv_cache_dtype[KVC_PD_DTYPE_MAX] = 0;
+        out->follow_bootstrap_room = (int)t->follow_bootstrap_room;
+        out->enable_dsa_cache_layer_split = (int)t->enable_dsa_cache_layer_split;
+        out->has_prefill_http_port = (int)t->has_prefill_http_port;
+        out->prefill_http_port = t->prefill_http_port;
+        uint64_t x = (uint64_t)t->attn_tp_size * (uint64_t)t->attn_cp_size * (uint64_t)t->dp_size *
+                     (uint64_t)t->pp_size;
+        out->expected = x > UINT32_MAX ? UINT32_MAX : (uint32_t)x;
+        out->ready = out->registered >= out->expected;
+    }
+    kvc__unlock(seg, KVC_LOCK_PD);
+    return KVC_OK;
+}
+
+static int slot_before(const kvc_pd_slot *a, const kvc_pd_slot *b)
+{
+    if (a->dp_group != b->dp_group)
+        return a->dp_group < b->dp_group;
+    if (a->cp_rank != b->cp_rank)
+        return a->cp_rank < b->cp_rank;
+    if (a->tp_rank != b->tp_rank)
+        return a->tp_rank < b->tp_rank;
+    return a->pp_rank < b->pp_rank;
+}
+
+KVC_API kvc_err kvc_pd_list(kvc_segment *seg, kvc_pd_rank *out, size_t cap, size_t *count)
+{
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap && !out)
+        return kvc__fail(KVC_E_INVAL, "kvc_pd_list: out is NULL with cap %zu", cap);
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    const kvc_pd_region *pd = seg->pd;
+    size_t n = 0;
+    /* Selection in key order: at most KVC_PD_MAX_RANKS^2 compares, under a
+     * lock taken rarely (kvcoord-diag, /metrics' callers, tests). */
+    const kvc_pd_slot *prev = NULL;
+    for (;;) {
+        const kvc_pd_slot *best = NULL;
+        for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+            const kvc_pd_slot *s = &pd->slots[i];
+            if (s->state == KVC_PD_FREE || (prev && !slot_before(prev, s)))
+                continue;
+            if (!best || slot_before(s, best))
+                best = s;
+        }
+        if (!best)
+            break;
+        if (n < cap)
+            fill_rank(best, &out[n]);
+        n++;
+        prev = best;
+    }
+    kvc__unlock(seg, KVC_LOCK_PD);
+    *count = n;
+    return KVC_OK;
+}
+
+/* Withdraw slot i (lock held). */
+static void withdraw_slot(kvc_pd_region *pd, uint32_t i, const char *note)
+{
+    save_rank(pd, i);
+    kvc_pd_slot *s = &pd->slots[i];
+    s->state = KVC_PD_WITHDRAWN;
+    s->generation = ++pd->next_generation;
+    s->registered_ns = kvc__now_ns();
+    snprintf(s->note, sizeof s->note, "%s", note && *note ? note : "withdrawn");
+    commit(pd);
+}
+
+KVC_API kvc_err kvc_pd_withdraw(kvc_segment *seg, int32_t dp_group, int32_t cp_rank,
+                                int32_t tp_rank, int32_t pp_rank, const char *note)
+{
+    KVC_ARG(seg);
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    int32_t i = find_key(seg->pd, dp_group, cp_rank, tp_rank, pp_rank);
+    bool live = i >= 0 && seg->pd->slots[i].state == KVC_PD_LIVE;
+    if (live)
+        withdraw_slot(seg->pd, (uint32_t)i, note);
+    kvc__unlock(seg, KVC_LOCK_PD);
+    if (!live)
+        return kvc__fail(KVC_E_NOENT, "no live prefill rank dp=%d cp=%d tp=%d pp=%d", (int)dp_group,
+                         (int)cp_rank, (int)tp_rank, (int)pp_rank);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_reap(kvc_segment *seg, size_t *withdrawn)
+{
+    KVC_ARG(seg);
+    size_t n = 0;
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    kvc_pd_region *pd = seg->pd;
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+        kvc_pd_slot *s = &pd->slots[i];
+        char how[KVC_HOW_MAX + 1] = "", note[KVC_NOTE_MAX + 1];
+        if (s->state != KVC_PD_LIVE || !owner_ended(seg, s, how, sizeof how))
+            continue;
+        snprintf(note, sizeof note, "its process %d ended (%s)", (int)s->pid,
+                 *how ? how : "exit status unknown");
+        withdraw_slot(pd, i, note);
+        n++;
+    }
+    kvc__unlock(seg, KVC_LOCK_PD);
+    if (withdrawn)
+        *withdrawn = n;
+    return KVC_OK;
+}
+
+/* ---- room -> DP rank map ---------------------------------------------- */
+
+static uint32_t room_home(int64_t room)
+{
+    return (uint32_t)(kvc__room_hash((uint64_t)room) >> 32) & (KVC_PD_MAX_ROOMS - 1);
+}
+
+_Static_assert((KVC_PD_MAX_ROOMS & (KVC_PD_MAX_ROOMS - 1)) == 0, "a power of two");
+
+/* The slot holding room, or -1; *free_at receives the first reusable slot
+ * of its probe sequence (-1 if none). */
+static int32_t room_find(kvc_pd_region *pd, int64_t room, int32_t *free_at)
+{
+    uint32_t h = room_home(room);
+    int32_t reuse = -1;
+    for (uint32_t k = 0; k < KVC_PD_MAX_ROOMS; k++) {
+        uint32_t i = (h + k) & (KVC_PD_MAX_ROOMS - 1);
+        const kvc_pd_room *r = &pd->rooms[i];
+        if (r->state == KVC_PD_ROOM_FREE) {
+            if (reuse < 0)
+                reuse = (int32_t)i;
+            break;
+        }
+        if (r->state == KVC_PD_ROOM_TOMB) {
+            if (reuse < 0)
+                reuse = (int32_t)i;
+            continue;
+        }
+        if (r->room == room) {
+            if (free_at)
+                *free_at = reuse;
+            return (int32_t)i;
+        }
+    }
+    if (free_at)
+        *free_at = reuse;
+    return -1;
+}
+
+/* Turn the tombstones before a free slot back into free slots, from i back
+ * (lock held, no undo needed: a free slot ends every probe the same way). */
+static void room_untomb(kvc_pd_region *pd, uint32_t i)
+{
+    uint32_t next = (i + 1) & (KVC_PD_MAX_ROOMS - 1);
+    if (pd->rooms[next].state != KVC_PD_ROOM_FREE)
+        return;
+    for (uint32_t k = 0; k < KVC_PD_MAX_ROOMS; k++) {
+        kvc_pd_room *r = &pd->rooms[i];
+        if (r->state != KVC_PD_ROOM_TOMB)
+            break;
+        r->state = KVC_PD_ROOM_FREE;
+        i = (i - 1) & (KVC_PD_MAX_ROOMS - 1);
+    }
+}
+
+KVC_API kvc_err kvc_pd_room_set(kvc_segment *seg, int64_t room, int32_t dp_rank)
+{
+    KVC_ARG(seg);
+    if (dp_rank < 0 || dp_rank >= KVC_PD_DIM_MAX)
+        return kvc__fail(KVC_E_INVAL, "dp_rank %d out of range 0..%d", (int)dp_rank,
+                         KVC_PD_DIM_MAX - 1);
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    kvc_pd_region *pd = seg->pd;
+    int32_t reuse, i = room_find(pd, room, &reuse);
+    if (i < 0 && (i = reuse) < 0) {
+        kvc__unlock(seg, KVC_LOCK_PD);
+        return kvc__fail(KVC_E_FULL, "PD room map full (%d rooms)", KVC_PD_MAX_ROOMS);
+    }
+    save_room(pd, (uint32_t)i);
+    kvc_pd_room *r = &pd->rooms[i];
+    if (r->state != KVC_PD_ROOM_USED)
+        pd->rooms_used++;
+    r->room = room;
+    r->dp_rank = dp_rank;
+    r->stamp_ns = kvc__now_ns();
+    r->state = KVC_PD_ROOM_USED;
+    commit(pd);
+    kvc__unlock(seg, KVC_LOCK_PD);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_room_get(kvc_segment *seg, int64_t room, int32_t *dp_rank)
+{
+    KVC_ARG(seg);
+    KVC_ARG(dp_rank);
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    int32_t i = room_find(seg->pd, room, NULL);
+    if (i >= 0)
+        *dp_rank = seg->pd->rooms[i].dp_rank;
+    kvc__unlock(seg, KVC_LOCK_PD);
+    if (i < 0)
+        return kvc__fail(KVC_E_NOENT, "no DP rank registered for bootstrap room %lld",
+                         (long long)room);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_room_sweep(kvc_segment *seg, uint64_t interval_ms, size_t *removed)
+{
+    KVC_ARG(seg);
+    size_t n = 0;
+    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
+    if (e)
+        return e;
+    kvc_pd_region *pd = seg->pd;
+    uint64_t now = kvc__now_ns(), limit = interval_ms * 1000000ull;
+    for (uint32_t i = 0; i < KVC_PD_MAX_ROOMS && pd->rooms_used; i++) {
+        kvc_pd_room *r = &pd->rooms[i];
+        if (r->state != KVC_PD_ROOM_USED || now < r->stamp_ns || now - r->stamp_ns <= limit)
+            continue;
+        save_room(pd, i);
+        r->state = KVC_PD_ROOM_TOMB;
+        pd->rooms_used--;
+        commit(pd);
+        room_untomb(pd, i);
+        n++;
+    }
+    kvc__unlock(seg, KVC_LOCK_PD);
+    if (removed)
+        *removed = n;
+    return KVC_OK;
+}

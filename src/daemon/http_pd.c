@@ -1,0 +1,492 @@
+/*
+ * http_pd.c - the routes of sglang's PD bootstrap server
+ * (CommonKVBootstrapServer, python/sglang/srt/disaggregation/common/
+ * conn.py), served from the segment's PD tables (kvcoord/pd.h):
+ *
+ *   PUT  /route            a prefill rank registers; 200 text "OK"
+ *   GET  /route?prefill_dp_rank=&prefill_cp_rank=&target_tp_rank=&target_pp_rank=
+ *                          200 {"rank_ip", "rank_port"}; all four -1: the
+ *                          topology; 503 text until every rank registered;
+ *                          404 text for an absent rank; 400 text when a
+ *                          parameter is missing or empty
+ *   other methods on /route  405 text "Method not allowed" (typed
+ *                          application/json, as sglang's handler answers)
+ *   POST /register_dp_rank {"bootstrap_room", "dp_rank"}: 200 text "OK"
+ *   POST /query_dp_ranks   {"bootstrap_rooms": [...]}: 200 {"<room>": dp}
+ *   other methods on those two: aiohttp's 405 "405: Method Not Allowed"
+ *
+ * Bodies, status codes and content types are sglang's (its aiohttp
+ * answers: "text/plain; charset=utf-8", "application/json; charset=utf-8",
+ * json.dumps separators ", " and ": ").  Where sglang's server answers a
+ * malformed request with 500 (a KeyError or ValueError in the handler),
+ * these answer 400 {"detail": "..."} naming the field and store nothing
+ * (docs/http-api.md lists each).  The registering process, when it is at
+ * the other end of a loopback connection, owns the entry (peer_proc.h):
+ * its end withdraws it.
+ */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <http_parser.h>
+
+#include "http_pd.h"
+#include "http_resp.h"
+#include "kvcoord/pd.h"
+#include "log.h"
+#include "peer_proc.h"
+#include "query.h"
+
+#define CT_TEXT_AIO "text/plain; charset=utf-8"
+#define CT_JSON_AIO "application/json; charset=utf-8"
+
+static void text(struct buf *out, const struct http_req *req, int status, const char *ctype,
+                 const char *extra, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void text(struct buf *out, const struct http_req *req, int status, const char *ctype,
+                 const char *extra, const char *fmt, ...)
+{
+    char body[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof body)
+        n = (int)sizeof body - 1;
+    resp_send(out, req, status, ctype, body, (size_t)n, extra);
+}
+
+static void detail(struct buf *out, const struct http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void detail(struct buf *out, const struct http_req *req, int status, const char *fmt, ...)
+{
+    char d[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d, sizeof d, fmt, ap);
+    va_end(ap);
+    resp_detail(out, req, status, d, status == 503 ? "Retry-After: 1\r\n" : NULL);
+}
+
+static int lib_status(kvc_err e)
+{
+    switch (e) {
+    case KVC_E_INVAL: return 400;
+    case KVC_E_FULL: return 507;
+    case KVC_E_BUSY: return 503;
+    default: return 500;
+    }
+}
+
+static void json_answer(struct buf *out, const struct http_req *req, json_t *v)
+{
+    char *s = v ? json_dumps(v, JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER) : NULL;
+    if (!s)
+        detail(out, req, 500, "Out of memory building the answer");
+    else
+        resp_send(out, req, 200, CT_JSON_AIO, s, strlen(s), NULL);
+    free(s);
+    json_decref(v);
+}
+
+/* The body as a JSON object, or NULL after answering 400. */
+static json_t *body_object(const struct http_req *req, struct buf *out)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body ? req->body : "", req->body_len, JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        detail(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line, jerr.column,
+               jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        detail(out, req, 400, "Request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* An integer as Python's int() takes it from JSON: an integer, or a string
+ * of an optional sign and decimal digits.  Returns 0, or -1 after answering
+ * 400 naming the field (missing, of another type, or out of int32/int64). */
+static int int_of(json_t *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
+                  const struct http_req *req, struct buf *o)
+{
+    long long x;
+    if (!v) {
+        detail(o, req, 400, "Missing field '%s'", field);
+        return -1;
+    }
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_string(v)) {
+        const char *s = json_string_value(v), *p = s;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!*p || strspn(p, "0123456789") != strlen(p) || strlen(p) > 18) {
+            detail(o, req, 400, "Invalid field '%s': \"%.64s\" is not an integer", field, s);
+            return -1;
+        }
+        x = strtoll(s, NULL, 10);
+    } else {
+        detail(o, req, 400, "Invalid field '%s': must be an integer", field);
+        return -1;
+    }
+    if (x < lo || x > hi) {
+        detail(o, req, 400, "Invalid field '%s': %lld out of range %lld..%lld", field, x,
+               (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* ---- PUT /route ------------------------------------------------------- */
+
+static const char *const dims[] = {
+    "attn_tp_size", "attn_tp_rank", "attn_cp_size", "attn_cp_rank",   "attn_dp_size",
+    "attn_dp_rank", "pp_size",      "pp_rank",      "system_dp_size", "system_dp_rank"};
+
+/* Python's truthiness of a JSON value (bool(x) in sglang). */
+static int truthy(json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_TRUE: return 1;
+    case JSON_INTEGER: return json_integer_value(v) != 0;
+    case JSON_REAL: return json_real_value(v) != 0.0;
+    case JSON_STRING: return json_string_length(v) != 0;
+    case JSON_ARRAY: return json_array_size(v) != 0;
+    case JSON_OBJECT: return json_object_size(v) != 0;
+    default: return 0;
+    }
+}
+
+static int optional_string(json_t *root, const char *field, const char **out,
+                           const struct http_req *req, struct buf *o)
+{
+    json_t *v = json_object_get(root, field);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v)) {
+        detail(o, req, 400, "Invalid field '%s': must be a string or null", field);
+        return -1;
+    }
+    *out = json_string_value(v);
+    return 0;
+}
+
+static void put_route(kvc_segment *seg, const struct http_req *req, struct buf *out)
+{
+    json_t *root = body_object(req, out);
+    if (!root)
+        return;
+    kvc_pd_registration r;
+    memset(&r, 0, sizeof r);
+    int32_t *fields[] = {&r.attn_tp_size,   &r.attn_tp_rank,  &r.attn_cp_size, &r.attn_cp_rank,
+                         &r.attn_dp_size,   &r.attn_dp_rank,  &r.pp_size,      &r.pp_rank,
+                         &r.system_dp_size, &r.system_dp_rank};
+    int64_t x;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+        json_t *v = json_object_get(root, dims[i]);
+        if (v && !json_is_integer(v)) {
+            detail(out, req, 400, "Invalid field '%s': must be an integer", dims[i]);
+            goto done;
+        }
+        if (int_of(v, dims[i], -1, KVC_PD_DIM_MAX, &x, req, out))
+            goto done;
+        *fields[i] = (int32_t)x;
+    }
+    json_t *ip = json_object_get(root, "rank_ip");
+    if (!ip) {
+        detail(out, req, 400, "Missing field 'rank_ip'");
+        goto done;
+    }
+    if (!json_is_string(ip)) {
+        detail(out, req, 400, "Invalid field 'rank_ip': must be a string");
+        goto done;
+    }
+    r.rank_ip = json_string_value(ip);
+    if (int_of(json_object_get(root, "rank_port"), "rank_port", 1, 65535, &x, req, out))
+        goto done;
+    r.rank_port = (int32_t)x;
+    if (int_of(json_object_get(root, "page_size"), "page_size", 1, INT32_MAX, &x, req, out))
+        goto done;
+    r.page_size = (int32_t)x;
+    if (!json_object_get(root, "kv_cache_dtype")) {
+        detail(out, req, 400, "Missing field 'kv_cache_dtype'");
+        goto done;
+    }
+    if (optional_string(root, "kv_cache_dtype", &r.kv_cache_dtype, req, out))
+        goto done;
+    json_t *hp = json_object_get(root, "prefill_http_port");
+    if (hp && !json_is_null(hp)) {
+        if (int_of(hp, "prefill_http_port", 1, 65535, &x, req, out))
+            goto done;
+        r.has_prefill_http_port = 1;
+        r.prefill_http_port = (int32_t)x;
+    }
+    const char *lbm;
+    if (optional_string(root, "load_balance_method", &lbm, req, out))
+        goto done;
+    /* sglang: data.get("load_balance_method", "follow_bootstrap_room") ==
+     * "follow_bootstrap_room" (an explicit null is not the default). */
+    json_t *lv = json_object_get(root, "load_balance_method");
+    r.follow_bootstrap_room = !lv || (lbm && !strcmp(lbm, "follow_bootstrap_room"));
+    json_t *dsa = json_object_get(root, "enable_dsa_cache_layer_split");
+    r.enable_dsa_cache_layer_split = dsa ? truthy(dsa) : 0;
+
+    int32_t pid = 0;
+    uint64_t start = 0;
+    kvc_pd_owner owner = KVC_PD_OWNER_NONE;
+    if (req->fd >= 0 && peer_process(req->fd, &pid, &start) == 0)
+        owner = KVC_PD_OWNER_PID;
+    kvc_err e = kvc_pd_register(seg, &r, owner, pid, start);
+    if (e == KVC_E_INVAL)
+        detail(out, req, 400, "Invalid registration: %s", kvc_last_error());
+    else if (e)
+        detail(out, req, lib_status(e), "%s", kvc_last_error());
+    else {
+        int32_t dp = r.system_dp_size == 1 ? r.attn_dp_rank : r.system_dp_rank;
+        log_event(LOG_INFO, "pd_register",
+                  "dp=%d cp=%d tp=%d pp=%d rank_ip=\"%s\" rank_port=%d pid=%d", (int)dp,
+                  (int)r.attn_cp_rank, (int)r.attn_tp_rank, (int)r.pp_rank, r.rank_ip,
+                  (int)r.rank_port, (int)pid);
+        text(out, req, 200, CT_TEXT_AIO, NULL, "OK");
+    }
+done:
+    json_decref(root);
+}
+
+/* ---- GET /route ------------------------------------------------------- */
+
+/* Python's int() of a query value: optional sign and digits (spaces around
+ * allowed, as int() strips them).  Returns 0 or -1. */
+static int query_int(const char *s, int64_t *out)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    const char *p = s;
+    if (*p == '+' || *p == '-')
+        p++;
+    size_t d = strspn(p, "0123456789");
+    if (!d || d > 9)
+        return -1;
+    const char *e = p + d;
+    while (*e == ' ' || *e == '\t')
+        e++;
+    if (*e)
+        return -1;
+    *out = strtoll(s, NULL, 10);
+    return 0;
+}
+
+static void not_ready(struct buf *out, const struct http_req *req, const kvc_pd_status *st)
+{
+    text(out, req, 503, CT_TEXT_AIO, NULL,
+         "Prefill server not fully registered yet (%u workers registered).", st->registered);
+}
+
+static json_t *topology_json(const kvc_pd_status *st)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "attn_tp_size", json_integer(st->attn_tp_size));
+    json_object_set_new(o, "attn_cp_size", json_integer(st->attn_cp_size));
+    json_object_set_new(o, "dp_size", json_integer(st->dp_size));
+    json_object_set_new(o, "pp_size", json_integer(st->pp_size));
+    json_object_set_new(o, "page_size",
+                        st->has_page_size ? json_integer(st->page_size) : json_null());
+    json_object_set_new(o, "kv_cache_dtype",
+                        st->has_kv_cache_dtype ? json_string(st->kv_cache_dtype) : json_null());
+    json_object_set_new(o, "follow_bootstrap_room", json_boolean(st->follow_bootstrap_room));
+    json_object_set_new(o, "enable_dsa_cache_layer_split",
+                        json_boolean(st->enable_dsa_cache_layer_split));
+    json_object_set_new(o, "prefill_http_port",
+                        st->has_prefill_http_port ? json_integer(st->prefill_http_port)
+                                                  : json_null());
+    /* The decode side's fields of sglang's PrefillServerInfo, unset. */
+    static const char *const unset[] = {"target_tp_rank",        "target_tp_ranks",
+                                        "target_cp_ranks",       "target_pp_ranks",
+                                        "required_dst_info_num", "required_prefill_response_num"};
+    for (size_t i = 0; i < sizeof unset / sizeof *unset; i++)
+        json_object_set_new(o, unset[i], json_null());
+    return o;
+}
+
+static void get_route(kvc_segment *seg, const struct http_req *req, struct buf *out)
+{
+    char v[4][64];
+    struct query_param want[4] = {{"prefill_dp_rank", v[0], sizeof v[0], 0, 0},
+                                  {"prefill_cp_rank", v[1], sizeof v[1], 0, 0},
+                                  {"target_tp_rank", v[2], sizeof v[2], 0, 0},
+                                  {"target_pp_rank", v[3], sizeof v[3], 0, 0}};
+    int rc = query_parse(req->query ? req->query : "", req->query_len, want, 4);
+    if (rc) {
+        detail(out, req, 400, "%s", query_error_text(rc));
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (!want[i].found || !v[i][0]) {
+            text(out, req, 400, CT_TEXT_AIO, NULL, "Missing inputs for bootstrap server.");
+            return;
+        }
+    int64_t k[4];
+    for (int i = 0; i < 4; i++)
+        if (want[i].too_long || query_int(v[i], &k[i])) {
+            detail(out, req, 400, "Invalid parameter '%s': \"%.32s\" is not an integer",
+                   want[i].name, v[i]);
+            return;
+        }
+    kvc_pd_status st;
+    kvc_err e = kvc_pd_status_get(seg, &st);
+    if (e) {
+        detail(out, req, lib_status(e), "%s", kvc_last_error());
+        return;
+    }
+    if (k[0] == -1 && k[1] == -1 && k[2] == -1 && k[3] == -1) {
+        if (!st.ready)
+            not_ready(out, req, &st);
+        else
+            json_answer(out, req, topology_json(&st));
+        return;
+    }
+    if (!st.ready) {
+        not_ready(out, req, &st);
+        return;
+    }
+    kvc_pd_rank pr;
+    e = (k[0] < INT32_MIN || k[0] > INT32_MAX || k[1] < INT32_MIN || k[1] > INT32_MAX ||
+         k[2] < INT32_MIN || k[2] > INT32_MAX || k[3] < INT32_MIN || k[3] > INT32_MAX)
+            ? KVC_E_NOENT
+            : kvc_pd_lookup(seg, (int32_t)k[0], (int32_t)k[1], (int32_t)k[2], (int32_t)k[3], &pr);
+    if (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN) {
+        char why[KVC_NOTE_MAX + 32] = "";
+        if (e == KVC_E_WITHDRAWN)
+            snprintf(why, sizeof why, " (withdrawn: %s)", pr.note);
+        text(out, req, 404, CT_TEXT_AIO, NULL,
+             "Bootstrap info not found for dp_rank=%s cp_rank=%s tp_rank=%s pp_rank=%s%s", v[0],
+             v[1], v[2], v[3], why);
+        return;
+    }
+    if (e) {
+        detail(out, req, lib_status(e), "%s", kvc_last_error());
+        return;
+    }
+    json_t *o = json_object();
+    if (o) {
+        json_object_set_new(o, "rank_ip", json_string(pr.rank_ip));
+        json_object_set_new(o, "rank_port", json_integer(pr.rank_port));
+    }
+    json_answer(out, req, o);
+}
+
+/* ---- room -> DP rank ------------------------------------------------- */
+
+static void register_dp_rank(kvc_segment *seg, const struct http_req *req, struct buf *out)
+{
+    json_t *root = body_object(req, out);
+    if (!root)
+        return;
+    int64_t room, dp;
+    if (!int_of(json_object_get(root, "bootstrap_room"), "bootstrap_room", INT64_MIN + 1, INT64_MAX,
+                &room, req, out) &&
+        !int_of(json_object_get(root, "dp_rank"), "dp_rank", 0, KVC_PD_DIM_MAX - 1, &dp, req,
+                out)) {
+        kvc_err e = kvc_pd_room_set(seg, room, (int32_t)dp);
+        if (e)
+            detail(out, req, lib_status(e), "%s", kvc_last_error());
+        else
+            text(out, req, 200, CT_TEXT_AIO, NULL, "OK");
+    }
+    json_decref(root);
+}
+
+static void query_dp_ranks(kvc_segment *seg, const struct http_req *req, struct buf *out)
+{
+    json_t *root = body_object(req, out);
+    if (!root)
+        return;
+    json_t *rooms = json_object_get(root, "bootstrap_rooms"), *res = NULL;
+    if (!rooms)
+        detail(out, req, 400, "Missing field 'bootstrap_rooms'");
+    else if (!json_is_array(rooms))
+        detail(out, req, 400, "Invalid field 'bootstrap_rooms': must be an array");
+    else if (!(res = json_object()))
+        detail(out, req, 500, "Out of memory building the answer");
+    else {
+        size_t i;
+        json_t *v;
+        json_array_foreach(rooms, i, v)
+        {
+            int64_t room;
+            char field[48], key[24];
+            snprintf(field, sizeof field, "bootstrap_rooms[%zu]", i);
+            if (int_of(v, field, INT64_MIN + 1, INT64_MAX, &room, req, out)) {
+                json_decref(res);
+                res = NULL;
+                break;
+            }
+            int32_t dp;
+            kvc_err e = kvc_pd_room_get(seg, room, &dp);
+            if (e == KVC_E_NOENT)
+                continue;
+            if (e) {
+                detail(out, req, lib_status(e), "%s", kvc_last_error());
+                json_decref(res);
+                res = NULL;
+                break;
+            }
+            snprintf(key, sizeof key, "%lld", (long long)room);
+            json_object_set_new(res, key, json_integer(dp));
+        }
+        if (res)
+            json_answer(out, req, res);
+    }
+    json_decref(root);
+}
+
+/* ---- dispatch -------------------------------------------------------- */
+
+int pd_path(const char *path, size_t len)
+{
+    static const char *const paths[] = {"/route", "/register_dp_rank", "/query_dp_ranks"};
+    for (int i = 0; i < 3; i++)
+        if (strlen(paths[i]) == len && !memcmp(paths[i], path, len))
+            return i + 1;
+    return 0;
+}
+
+int pd_mutating(const char *path, size_t len, int method)
+{
+    int p = pd_path(path, len);
+    return (p == 1 && method == HTTP_PUT) || (p == 2 && method == HTTP_POST);
+}
+
+void pd_dispatch(kvc_segment *seg, const struct http_req *req, struct buf *out)
+{
+    int p = pd_path(req->path, req->path_len);
+    if (p == 1) {
+        if (req->method == HTTP_PUT)
+            put_route(seg, req, out);
+        else if (req->method == HTTP_GET)
+            get_route(seg, req, out);
+        else
+            text(out, req, 405, CT_JSON_AIO, NULL, "Method not allowed");
+        return;
+    }
+    if (req->method != HTTP_POST) {
+        text(out, req, 405, CT_TEXT_AIO, "Allow: POST\r\n", "405: Method Not Allowed");
+        return;
+    }
+    if (p == 2)
+        register_dp_rank(seg, req, out);
+    else
+        query_dp_ranks(seg, req, out);
+}

@@ -1,0 +1,26 @@
+/*
+ * http_pd.h - the routes of sglang's PD bootstrap server (http_pd.c), for
+ * http_routes.c's dispatch.  Every handler takes the segment's PD lock, so
+ * the dispatch runs them off the event loop (ROUTE_DEFER).
+ */
+#ifndef KVC_HTTP_PD_H
+#define KVC_HTTP_PD_H
+
+#include <stddef.h>
+
+#include "buf.h"
+#include "http_req.h"
+#include "kvcoord/kvcoord.h"
+
+/* Nonzero if path[0..len) is one of the PD routes (/route,
+ * /register_dp_rank, /query_dp_ranks). */
+int pd_path(const char *path, size_t len);
+
+/* Nonzero if `method` on path[0..len) changes the PD tables (PUT /route,
+ * POST /register_dp_rank): it needs the token when one is configured. */
+int pd_mutating(const char *path, size_t len, int method);
+
+/* Answer req (a PD path) into out. */
+void pd_dispatch(kvc_segment *seg, const struct http_req *req, struct buf *out);
+
+#endif /* KVC_HTTP_PD_H */
