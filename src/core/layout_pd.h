@@ -21,7 +21,7 @@
 #include "kvcoord/pd.h"
 
 enum { KVC_PD_FREE = 0, KVC_PD_LIVE = 1, KVC_PD_WITHDRAWN = 2 };
-enum { KVC_PD_ROOM_FREE = 0, KVC_PD_ROOM_USED = 1, KVC_PD_ROOM_TOMB = 2 };
+enum { KVC_PD_ROOM_FREE = 0, KVC_PD_ROOM_USED = 1 };
 
 typedef struct kvc_pd_slot {
     uint32_t state; /* KVC_PD_* */

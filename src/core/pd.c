@@ -6,8 +6,7 @@
  * Every change saves what it overwrites into the region's undo record
  * first (valid set last); recovery after a dead writer copies it back and
  * recounts.  The room map is open addressing with linear probing over
- * KVC_PD_MAX_ROOMS slots; a removed entry leaves a tombstone, turned back
- * into a free slot when the slot after it is free.
+ * KVC_PD_MAX_ROOMS slots and backward-shift removal (no tombstones).
  */
 #include <stdio.h>
 #include <string.h>
@@ -231,6 +230,7 @@ KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, 
         return kvc__fail(KVC_E_FULL, "PD prefill table full (%d live entries)", KVC_PD_MAX_RANKS);
     }
     save_rank(pd, (uint32_t)i);
+    KVC_INJECT("pd.rank.saved");
     if (!live_count(pd))
         memset(&pd->topo, 0, sizeof pd->topo); /* a fresh prefill: sglang's fresh server */
     take_topology(&pd->topo, r);
@@ -243,6 +243,7 @@ KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, 
     s->pp_rank = r->pp_rank;
     s->rank_port = r->rank_port;
     snprintf(s->rank_ip, sizeof s->rank_ip, "%s", r->rank_ip);
+    KVC_INJECT("pd.rank.half");
     s->proc_slot = -1;
     if (owner == KVC_PD_OWNER_SELF) {
         s->pid = seg->pid;
@@ -456,49 +457,49 @@ static uint32_t room_home(int64_t room)
 
 _Static_assert((KVC_PD_MAX_ROOMS & (KVC_PD_MAX_ROOMS - 1)) == 0, "a power of two");
 
-/* The slot holding room, or -1; *free_at receives the first reusable slot
- * of its probe sequence (-1 if none). */
+/* The slot holding room, or -1; *free_at receives the free slot that ends
+ * its probe sequence (-1 if the map is full). */
 static int32_t room_find(kvc_pd_region *pd, int64_t room, int32_t *free_at)
 {
     uint32_t h = room_home(room);
-    int32_t reuse = -1;
+    if (free_at)
+        *free_at = -1;
     for (uint32_t k = 0; k < KVC_PD_MAX_ROOMS; k++) {
         uint32_t i = (h + k) & (KVC_PD_MAX_ROOMS - 1);
         const kvc_pd_room *r = &pd->rooms[i];
-        if (r->state == KVC_PD_ROOM_FREE) {
-            if (reuse < 0)
-                reuse = (int32_t)i;
-            break;
-        }
-        if (r->state == KVC_PD_ROOM_TOMB) {
-            if (reuse < 0)
-                reuse = (int32_t)i;
-            continue;
-        }
-        if (r->room == room) {
+        if (r->state != KVC_PD_ROOM_USED) {
             if (free_at)
-                *free_at = reuse;
-            return (int32_t)i;
+                *free_at = (int32_t)i;
+            return -1;
         }
+        if (r->room == room)
+            return (int32_t)i;
     }
-    if (free_at)
-        *free_at = reuse;
     return -1;
 }
 
-/* Turn the tombstones before a free slot back into free slots, from i back
- * (lock held, no undo needed: a free slot ends every probe the same way). */
-static void room_untomb(kvc_pd_region *pd, uint32_t i)
+/* Remove the entry at slot i by backward shift (lock held): every later
+ * entry of the cluster whose home is not in (i, j] moves back into the
+ * hole, so no tombstone is ever left and every probe ends at its first
+ * free slot.  A move writes the hole before freeing the old slot: a writer
+ * killed in between leaves a duplicate of one entry (found first either
+ * way, and removed by a later sweep with the same stamp), never a loss. */
+static void room_remove(kvc_pd_region *pd, uint32_t i)
 {
-    uint32_t next = (i + 1) & (KVC_PD_MAX_ROOMS - 1);
-    if (pd->rooms[next].state != KVC_PD_ROOM_FREE)
-        return;
-    for (uint32_t k = 0; k < KVC_PD_MAX_ROOMS; k++) {
-        kvc_pd_room *r = &pd->rooms[i];
-        if (r->state != KVC_PD_ROOM_TOMB)
-            break;
-        r->state = KVC_PD_ROOM_FREE;
-        i = (i - 1) & (KVC_PD_MAX_ROOMS - 1);
+    const uint32_t mask = KVC_PD_MAX_ROOMS - 1;
+    save_room(pd, i);
+    pd->rooms[i].state = KVC_PD_ROOM_FREE;
+    pd->rooms_used--;
+    commit(pd);
+    for (uint32_t j = (i + 1) & mask; pd->rooms[j].state == KVC_PD_ROOM_USED; j = (j + 1) & mask) {
+        uint32_t h = room_home(pd->rooms[j].room);
+        /* j's entry may stay if its home lies cyclically in (i, j]. */
+        if (((j - h) & mask) < ((j - i) & mask))
+            continue;
+        pd->rooms[i] = pd->rooms[j];
+        KVC_INJECT("pd.room.shift");
+        pd->rooms[j].state = KVC_PD_ROOM_FREE;
+        i = j;
     }
 }
 
@@ -512,16 +513,18 @@ KVC_API kvc_err kvc_pd_room_set(kvc_segment *seg, int64_t room, int32_t dp_rank)
     if (e)
         return e;
     kvc_pd_region *pd = seg->pd;
-    int32_t reuse, i = room_find(pd, room, &reuse);
-    if (i < 0 && (i = reuse) < 0) {
+    int32_t hole, i = room_find(pd, room, &hole);
+    /* One slot stays free, so that every probe ends. */
+    if (i < 0 && (pd->rooms_used >= KVC_PD_MAX_ROOMS - 1 || (i = hole) < 0)) {
         kvc__unlock(seg, KVC_LOCK_PD);
-        return kvc__fail(KVC_E_FULL, "PD room map full (%d rooms)", KVC_PD_MAX_ROOMS);
+        return kvc__fail(KVC_E_FULL, "PD room map full (%d rooms)", KVC_PD_MAX_ROOMS - 1);
     }
     save_room(pd, (uint32_t)i);
     kvc_pd_room *r = &pd->rooms[i];
     if (r->state != KVC_PD_ROOM_USED)
         pd->rooms_used++;
     r->room = room;
+    KVC_INJECT("pd.room.half");
     r->dp_rank = dp_rank;
     r->stamp_ns = kvc__now_ns();
     r->state = KVC_PD_ROOM_USED;
@@ -556,15 +559,14 @@ KVC_API kvc_err kvc_pd_room_sweep(kvc_segment *seg, uint64_t interval_ms, size_t
         return e;
     kvc_pd_region *pd = seg->pd;
     uint64_t now = kvc__now_ns(), limit = interval_ms * 1000000ull;
-    for (uint32_t i = 0; i < KVC_PD_MAX_ROOMS && pd->rooms_used; i++) {
+    /* A removal shifts later entries back into slot i: look at i again. */
+    for (uint32_t i = 0; i < KVC_PD_MAX_ROOMS && pd->rooms_used;) {
         kvc_pd_room *r = &pd->rooms[i];
-        if (r->state != KVC_PD_ROOM_USED || now < r->stamp_ns || now - r->stamp_ns <= limit)
+        if (r->state != KVC_PD_ROOM_USED || now < r->stamp_ns || now - r->stamp_ns <= limit) {
+            i++;
             continue;
-        save_room(pd, i);
-        r->state = KVC_PD_ROOM_TOMB;
-        pd->rooms_used--;
-        commit(pd);
-        room_untomb(pd, i);
+        }
+        room_remove(pd, i);
         n++;
     }
     kvc__unlock(seg, KVC_LOCK_PD);

@@ -5,6 +5,8 @@ kvc_c_test(test_json_scan LABEL "unit" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_js
 kvc_c_test(test_multiproc LABEL "multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_multiproc.c)
 kvc_c_test(test_crash LABEL "crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_crash.c)
 kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rooms.c)
+# The PD bootstrap tables (kvcoord/pd.h): rules, liveness, crash rollback, room map.
+kvc_c_test(test_pd LABEL "unit;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pd.c)
 # Every public function called with NULL and out-of-range values; every
 # failure reported; a full process table reaps before reuse.
 kvc_c_test(test_bad_calls LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bad_calls.c)
