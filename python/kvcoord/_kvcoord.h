@@ -156,6 +156,10 @@ PyObject *kvcpy_list_of(const void *items, size_t n, size_t size,
                         PyObject *(*make)(const void *item));
 
 /* Room methods, defined in _rooms.c and listed in the Segment type. */
+/* _pd.c: add the PD bootstrap methods to kvcpy_SegmentType (after
+ * PyType_Ready); 0, or -1 with an exception. */
+int kvcpy_pd_init(void);
+
 PyObject *kvcpy_room_open(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_set_state(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_fail(SegmentObject *s, PyObject *args, PyObject *kw);

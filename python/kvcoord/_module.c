@@ -449,7 +449,7 @@ PyMODINIT_FUNC PyInit__kvcoord(void)
     if (!atfork_done && pthread_atfork(NULL, NULL, after_fork_child) == 0)
         atfork_done = 1;
     if (PyType_Ready(&kvcpy_SegmentType) < 0 || PyType_Ready(&kvcpy_RankInfoType) < 0 ||
-        kvcpy_rooms_init_types() < 0)
+        kvcpy_rooms_init_types() < 0 || kvcpy_pd_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
