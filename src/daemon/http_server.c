@@ -417,8 +417,11 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         log_event(LOG_ERROR, "server_init_failed", "err=\"helper thread: %s\"", strerror(errno));
         return -1;
     }
-    struct proc_watch_config pc = {
-        .seg = seg, .events = s->events, .file = cfg->segment_file, .metrics = cfg->metrics};
+    struct proc_watch_config pc = {.seg = seg,
+                                   .events = s->events,
+                                   .file = cfg->segment_file,
+                                   .metrics = cfg->metrics,
+                                   .pd_room_interval_ms = cfg->pd_room_interval_ms};
     if (proc_watch_start(&s->procs, &pc)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"process watch: %s\"", strerror(errno));
         return -1;

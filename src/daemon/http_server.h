@@ -40,6 +40,7 @@ struct server_config {
                                        ROUTES_SMALL_ANSWER) gets 503 unless it would be
                                        the only one, and connections with unsent bytes
                                        are not read (0: no budget) */
+    uint64_t pd_room_interval_ms; /* PD room -> DP rank entry lifetime (pd_upkeep.h); 0: default */
 };
 
 /* Serve until SIGINT or SIGTERM arrives on cfg->signal_fd.  Sends systemd

@@ -550,6 +550,7 @@ int main(int argc, char **argv)
         .max_buffered_bytes = o.max_buffered,
         .body_timeout_ms = o.body_timeout_s * 1000,
         .max_answer_bytes = o.max_answer,
+        .pd_room_interval_ms = (uint64_t)o.pd_room_interval_s * 1000,
     };
     rc = server_run(&cfg, seg);
     cluster_stop(cluster, 1); /* clean stop: this node's records go at once */

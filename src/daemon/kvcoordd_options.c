@@ -16,11 +16,22 @@
 #include "cluster.h"
 #include "kvcoord/kvcoord.h"
 #include "net.h"
+#include "pd_upkeep.h"
 #include "query.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:6789"
 #define MAX_HEAD_LIMIT (80 * 1024) /* http-parser's own bound on a head */
 #define MIN_HEAD_LIMIT 1024        /* smaller refuses real clients' requests */
+
+/* --pd-room-interval's default: sglang's own setting when the environment
+ * has it (a valid 1..86400), else its default. */
+static uint32_t pd_interval_default(void)
+{
+    const char *v = getenv("SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL");
+    char *end;
+    unsigned long n = v ? strtoul(v, &end, 10) : 0;
+    return v && *v && !*end && n >= 1 && n <= 86400 ? (uint32_t)n : PD_ROOM_INTERVAL_DEFAULT_S;
+}
 
 static void usage(FILE *f)
 {
@@ -108,6 +119,13 @@ static void usage(FILE *f)
                "                         a daemon killed a moment ago lingers for a few tens\n"
                "                         of milliseconds), retry binding for up to SECS\n"
                "                         (default 5; 0: fail at once)\n"
+               "  --pd-room-interval SECS\n"
+               "                         sglang's PD bootstrap routes (PUT/GET /route, POST\n"
+               "                         /register_dp_rank, /query_dp_ranks) forget a room's\n"
+               "                         DP rank after one to two intervals, as sglang's\n"
+               "                         server does (default: the environment variable\n"
+               "                         SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL,\n"
+               "                         else 120; 1..86400)\n"
                "  --etcd URL[,URL...]    publish this node's ranks and room failures in etcd\n"
                "                         (v3 JSON gateway; every member's client URL) and\n"
                "                         mirror the other nodes' into the segment, so a\n"
@@ -248,6 +266,7 @@ static const struct option long_opts[] = {
     {"max-buffered-bytes", required_argument, NULL, OPT_MAX_BUFFERED},
     {"body-timeout", required_argument, NULL, OPT_BODY_TIMEOUT},
     {"max-answer-bytes", required_argument, NULL, OPT_MAX_ANSWER},
+    {"pd-room-interval", required_argument, NULL, OPT_PD_INTERVAL},
     {"etcd", required_argument, NULL, OPT_ETCD},
     {"cluster", required_argument, NULL, OPT_CLUSTER},
     {"node", required_argument, NULL, OPT_NODE},
@@ -376,6 +395,8 @@ static int apply_opt(struct options *o, int c, const char *v)
     case OPT_MAX_ANSWER:
         return size_arg("--max-answer-bytes", v, 1 << 20, SIZE_MAX / 2, NULL, &o->max_answer);
     case OPT_BODY_TIMEOUT: return count_arg("--body-timeout", v, 86400, NULL, &o->body_timeout_s);
+    case OPT_PD_INTERVAL:
+        return count_arg("--pd-room-interval", v, 86400, NULL, &o->pd_room_interval_s);
     case OPT_BIND_RETRY: {
         uint64_t n;
         if (parse_uint(v, 3600, &n))
@@ -445,6 +466,7 @@ int options_parse(int argc, char **argv, struct options *o)
                           .max_buffered = 256ull << 20,
                           .max_answer = 256ull << 20,
                           .body_timeout_s = 60,
+                          .pd_room_interval_s = pd_interval_default(),
                           .log_level = LOG_INFO};
     opterr = 0; /* our own messages */
     int c, li = -1;

@@ -30,6 +30,7 @@ struct options {
     const char *etcd, *cluster, *node, *advertise;
     const char *etcd_user, *etcd_password_file, *etcd_cacert, *etcd_cert, *etcd_key;
     uint32_t etcd_ttl_s;
+    uint32_t pd_room_interval_s; /* --pd-room-interval (pd_upkeep.h) */
 };
 
 /* Each option's getopt value; o->given has bit (c - OPT_LISTEN) set for
@@ -67,7 +68,8 @@ enum {
     OPT_ETCD_CA,
     OPT_ETCD_CERT,
     OPT_ETCD_KEY,
-    OPT_MAX_ANSWER
+    OPT_MAX_ANSWER,
+    OPT_PD_INTERVAL
 };
 
 #define GIVEN(o, opt) (((o)->given >> ((opt)-OPT_LISTEN)) & 1)

@@ -28,3 +28,9 @@ set_tests_properties(http_rooms PROPERTIES LABELS "http" TIMEOUT 300)
 add_test(NAME http_overload
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_overload.py --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(http_overload PROPERTIES LABELS "http" TIMEOUT 600)
+
+# sglang's PD bootstrap server (PUT/GET /route, /register_dp_rank,
+# /query_dp_ranks): sglang's exact answers, liveness, restart, expiry, bad input.
+add_test(NAME http_pd_bootstrap
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_pd_bootstrap.py --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_pd_bootstrap PROPERTIES LABELS "http;python" TIMEOUT 300)

@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""kvcoordd as sglang's PD bootstrap server (PUT/GET /route, POST
+/register_dp_rank, POST /query_dp_ranks), against a real kvcoordd.
+
+- sglang's answers: a 40-request sequence (readiness, a TP=2 x DP=2 prefill
+  registering out of order, lookups, 404, 400, every 405, the room map) gives
+  exactly the status, content type and body that sglang's own
+  CommonKVBootstrapServer gave for the same sequence, recorded in
+  pd_sglang_answers.txt (public python/sglang/srt/disaggregation/common/
+  conn.py at 0094505, run under Debian's python3-aiohttp 3.8).
+- Beyond sglang: a rank registered twice counts once; a registering
+  process SIGKILLed is withdrawn (readiness drops, its lookup stops
+  answering its address); the table survives a kvcoordd restart; room
+  entries expire by sglang's interval rule (--pd-room-interval).
+- Malformed requests: 400 {"detail": ...} naming the field, nothing stored.
+- With a token, the mutating PD routes need it (401), lookups do not.
+
+Waits poll with generous deadlines that only keep a broken daemon from
+hanging the test.
+
+Usage: test_pd_bootstrap.py --daemon PATH [unittest args]
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import warnings
+
+ARGS = None
+DEADLINE = 30.0  # hang guard for waits, not an assertion
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOPOLOGY = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
+
+
+def segment_name(tag):
+    return "kvctest-pd-%d-%s" % (os.getpid(), tag)
+
+
+class Daemon:
+    """kvcoordd on a free port serving segment `segment`."""
+
+    def __init__(self, segment, fresh=True, extra=()):
+        self.segment = segment
+        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-pd-", suffix=".log",
+                                               delete=False)
+        cmd = [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", segment, "--max-rooms",
+               "256", "--log-level", "debug", *extra]
+        if fresh:
+            cmd.append("--fresh")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        end = time.monotonic() + 60
+        while True:
+            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise AssertionError("kvcoordd did not start: " + self.output())
+            time.sleep(0.02)
+
+    def output(self):
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stop(self, discard=True):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        os.unlink(self.log.name)
+        if discard:
+            try:
+                os.unlink("/dev/shm/" + self.segment)
+            except FileNotFoundError:
+                pass
+
+
+class Client:
+    """One keep-alive connection: its process (this one) owns what it registers."""
+
+    def __init__(self, port, token=None):
+        self.port = port
+        self.token = token
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+
+    def request(self, method, path, body=None, raw=None):
+        headers = {}
+        if body is not None:
+            raw = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        self.conn.request(method, path, body=raw, headers=headers)
+        r = self.conn.getresponse()
+        data = r.read().decode(errors="replace")
+        kept = sorted((k, v) for k, v in r.getheaders() if k.lower() in ("content-type", "allow"))
+        if r.getheader("Connection", "").lower() == "close":
+            self.conn.close()
+        return r.status, kept, data
+
+    def line(self, method, path, body=None, raw=None):
+        """The answer as pd_sglang_answers.txt records it."""
+        status, kept, data = self.request(method, path, body, raw)
+        return "%s %s %d %s %s" % (method, path, status, kept, data)
+
+
+def registration(tp, dp, **kw):
+    body = {"attn_tp_size": 2, "attn_tp_rank": tp, "attn_cp_size": 1, "attn_cp_rank": 0,
+            "attn_dp_size": 2, "attn_dp_rank": dp, "pp_size": 1, "pp_rank": 0,
+            "system_dp_size": 1, "system_dp_rank": 0, "rank_ip": "10.0.0.%d" % (tp + 1),
+            "rank_port": 17000 + tp + 10 * dp, "page_size": 64, "kv_cache_dtype": "auto"}
+    body.update(kw)
+    return body
+
+
+def lookup(dp, tp):
+    return "/route?prefill_dp_rank=%d&prefill_cp_rank=0&target_tp_rank=%d&target_pp_rank=0" % (
+        dp, tp)
+
+
+def wait_for(pred, what):
+    end = time.monotonic() + DEADLINE
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+class SglangAnswers(unittest.TestCase):
+    def test_same_answers_as_sglang(self):
+        d = Daemon(segment_name("answers"))
+        try:
+            c = Client(d.port)
+            got = []
+            L = got.append
+            L(c.line("GET", "/health"))
+            L(c.line("HEAD", "/health"))
+            L(c.line("GET", TOPOLOGY))
+            L(c.line("GET", "/route?prefill_dp_rank=0"))
+            L(c.line("GET", "/route?prefill_dp_rank=&prefill_cp_rank=0&target_tp_rank=0"
+                     "&target_pp_rank=0"))
+            L(c.line("GET", lookup(0, 0)))
+            for m in ("POST", "DELETE", "PATCH", "HEAD", "OPTIONS"):
+                L(c.line(m, "/route"))
+            L(c.line("PUT", "/route", registration(1, 1, load_balance_method="round_robin",
+                                                   prefill_http_port=30000,
+                                                   enable_dsa_cache_layer_split=1)))
+            L(c.line("GET", TOPOLOGY))
+            L(c.line("PUT", "/route", registration(0, 0)))
+            L(c.line("PUT", "/route", registration(0, 1)))
+            L(c.line("GET", TOPOLOGY))
+            L(c.line("PUT", "/route", registration(1, 0, kv_cache_dtype=None)))
+            L(c.line("GET", TOPOLOGY))
+            for q in ("0&prefill_cp_rank=0&target_tp_rank=1&target_pp_rank=0",
+                      "1&prefill_cp_rank=0&target_tp_rank=1&target_pp_rank=0",
+                      "0&prefill_cp_rank=0&target_tp_rank=5&target_pp_rank=0",
+                      "-1&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0",
+                      "00&prefill_cp_rank=+0&target_tp_rank=0&target_pp_rank=0"):
+                L(c.line("GET", "/route?prefill_dp_rank=" + q))
+            L(c.line("POST", "/register_dp_rank", {"bootstrap_room": 42, "dp_rank": 1}))
+            L(c.line("POST", "/register_dp_rank", {"bootstrap_room": "7", "dp_rank": "0"}))
+            L(c.line("POST", "/query_dp_ranks", {"bootstrap_rooms": [42, 43, "7", 42]}))
+            L(c.line("POST", "/query_dp_ranks", {"bootstrap_rooms": []}))
+            for m in ("GET", "PUT", "HEAD"):
+                L(c.line(m, "/register_dp_rank"))
+                L(c.line(m, "/query_dp_ranks"))
+            with open(os.path.join(HERE, "pd_sglang_answers.txt"), encoding="utf-8") as f:
+                want = f.read().splitlines()
+            self.assertEqual(len(got), len(want))
+            for g, w in zip(got, want):
+                self.assertEqual(g, w)
+        finally:
+            d.stop()
+
+
+class BeyondSglang(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon(segment_name(self._testMethodName), extra=("--pd-room-interval", "1"))
+        self.c = Client(self.d.port)
+
+    def tearDown(self):
+        self.c.conn.close()
+        self.d.stop()
+
+    def test_registered_twice_counts_once(self):
+        for _ in range(3):
+            self.assertEqual(self.c.request("PUT", "/route", registration(0, 0))[0], 200)
+        status, _, body = self.c.request("GET", TOPOLOGY)
+        self.assertEqual(status, 503)
+        self.assertEqual(body, "Prefill server not fully registered yet (1 workers registered).")
+        for tp, dp in ((1, 0), (0, 1)):
+            self.c.request("PUT", "/route", registration(tp, dp))
+        self.assertEqual(self.c.request("GET", TOPOLOGY)[0], 503)  # 3 of 4, however often
+        self.c.request("PUT", "/route", registration(1, 1))
+        self.assertEqual(self.c.request("GET", TOPOLOGY)[0], 200)
+
+    def test_sigkilled_registrant_is_withdrawn(self):
+        for tp, dp in ((0, 0), (1, 0), (0, 1)):
+            self.c.request("PUT", "/route", registration(tp, dp))
+        # The fourth rank registers from its own process, then is SIGKILLed.
+        child = subprocess.Popen([sys.executable, "-c", (
+            "import http.client, json, sys, time\n"
+            "c = http.client.HTTPConnection('127.0.0.1', %d)\n"
+            "c.request('PUT', '/route', body=json.dumps(%r))\n"
+            "r = c.getresponse(); r.read(); print(r.status, flush=True)\n"
+            "time.sleep(600)\n") % (self.d.port, registration(1, 1, rank_ip="10.9.9.9"))],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), "200")
+            status, _, body = self.c.request("GET", lookup(1, 1))
+            self.assertEqual((status, json.loads(body)["rank_ip"]), (200, "10.9.9.9"))
+            t0 = time.monotonic()
+            child.kill()
+            child.wait()
+            wait_for(lambda: self.c.request("GET", TOPOLOGY)[0] == 503, "the rank's withdrawal")
+            print("withdrawn %.3f s after SIGKILL" % (time.monotonic() - t0), file=sys.stderr)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        status, _, body = self.c.request("GET", lookup(1, 1))
+        self.assertEqual(status, 503)
+        self.assertEqual(body, "Prefill server not fully registered yet (3 workers registered).")
+        self.assertRegex(self.d.output(), r"pd_withdraw entries=1")
+        # Registered again (a restarted prefill rank): served at once.
+        self.c.request("PUT", "/route", registration(1, 1, rank_ip="10.8.8.8"))
+        status, _, body = self.c.request("GET", lookup(1, 1))
+        self.assertEqual((status, json.loads(body)["rank_ip"]), (200, "10.8.8.8"))
+
+    def test_room_map_expires_by_interval(self):
+        self.assertEqual(self.c.request("POST", "/register_dp_rank",
+                                        {"bootstrap_room": 9, "dp_rank": 3})[0], 200)
+        t0 = time.monotonic()
+        q = lambda: json.loads(self.c.request("POST", "/query_dp_ranks",
+                                              {"bootstrap_rooms": [9]})[2])
+        self.assertEqual(q(), {"9": 3})
+        wait_for(lambda: q() == {}, "room 9 to expire")
+        elapsed = time.monotonic() - t0
+        print("room entry gone after %.2f s (interval 1 s)" % elapsed, file=sys.stderr)
+        self.assertGreater(elapsed, 1.0)  # never before one interval (sglang's rule)
+
+    def test_bad_input_is_400_and_stores_nothing(self):
+        good = registration(0, 0)
+        cases = []
+        for field in ("attn_tp_size", "attn_tp_rank", "system_dp_rank", "rank_ip", "rank_port",
+                      "page_size", "kv_cache_dtype"):
+            body = dict(good)
+            del body[field]
+            cases.append((body, "Missing field '%s'" % field))
+        cases += [
+            (dict(good, attn_tp_size="2"), "Invalid field 'attn_tp_size': must be an integer"),
+            (dict(good, attn_tp_rank=2), "Invalid registration: attn_tp_rank 2 out of range"),
+            (dict(good, pp_size=10 ** 12), "Invalid field 'pp_size': 1000000000000 out of range"),
+            (dict(good, rank_port=70000), "Invalid field 'rank_port': 70000 out of range"),
+            (dict(good, rank_port="x"), "Invalid field 'rank_port': \"x\" is not an integer"),
+            (dict(good, rank_ip=5), "Invalid field 'rank_ip': must be a string"),
+            (dict(good, rank_ip="h" * 200), "Invalid registration: rank_ip of 200 bytes"),
+            (dict(good, kv_cache_dtype=3), "Invalid field 'kv_cache_dtype': must be a string"),
+            (dict(good, prefill_http_port=0), "Invalid field 'prefill_http_port': 0 out of"),
+            ([1, 2], "Request body must be a JSON object"),
+        ]
+        for body, detail in cases:
+            status, kept, text = self.c.request("PUT", "/route", body)
+            self.assertEqual(status, 400, (body, text))
+            self.assertTrue(json.loads(text)["detail"].startswith(detail), (detail, text))
+        for raw in (b"", b"{", b"\xff"):
+            status, _, text = self.c.request("PUT", "/route", raw=raw)
+            self.assertEqual(status, 400)
+            self.assertIn("Invalid JSON", json.loads(text)["detail"])
+        status, _, text = self.c.request("GET", TOPOLOGY)
+        self.assertEqual(text, "Prefill server not fully registered yet (0 workers registered).")
+        for path in ("/route?prefill_dp_rank=x&prefill_cp_rank=0&target_tp_rank=0"
+                     "&target_pp_rank=0", "/route?prefill_dp_rank=99999999999&prefill_cp_rank=0"
+                     "&target_tp_rank=0&target_pp_rank=0"):
+            status, _, text = self.c.request("GET", path)
+            self.assertEqual(status, 400)
+            self.assertIn("Invalid parameter 'prefill_dp_rank'", json.loads(text)["detail"])
+        for body, detail in (({"dp_rank": 1}, "Missing field 'bootstrap_room'"),
+                             ({"bootstrap_room": 1, "dp_rank": -1}, "Invalid field 'dp_rank'"),
+                             ({"bootstrap_room": 2 ** 70, "dp_rank": 1},
+                              "Invalid JSON at line 1, column 41: too big integer")):
+            status, _, text = self.c.request("POST", "/register_dp_rank", body)
+            self.assertEqual(status, 400)
+            self.assertTrue(json.loads(text)["detail"].startswith(detail), text)
+        for body, detail in (({}, "Missing field 'bootstrap_rooms'"),
+                             ({"bootstrap_rooms": 5}, "Invalid field 'bootstrap_rooms'"),
+                             ({"bootstrap_rooms": [1, None]},
+                              "Invalid field 'bootstrap_rooms[1]'")):
+            status, _, text = self.c.request("POST", "/query_dp_ranks", body)
+            self.assertEqual(status, 400)
+            self.assertTrue(json.loads(text)["detail"].startswith(detail), text)
+        self.assertEqual(self.c.request("POST", "/query_dp_ranks",
+                                        {"bootstrap_rooms": [1, 2]})[2], "{}")
+
+
+class Restart(unittest.TestCase):
+    def test_table_survives_a_restart(self):
+        name = segment_name("restart")
+        d = Daemon(name)
+        c = Client(d.port)
+        for tp, dp in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            c.request("PUT", "/route", registration(tp, dp))
+        c.request("POST", "/register_dp_rank", {"bootstrap_room": 5, "dp_rank": 1})
+        before = c.request("GET", TOPOLOGY)
+        d.stop(discard=False)
+        d = Daemon(name, fresh=False)
+        try:
+            c = Client(d.port)  # this process, the registrant, still runs
+            self.assertEqual(c.request("GET", TOPOLOGY), before)
+            status, _, body = c.request("GET", lookup(1, 1))
+            self.assertEqual((status, json.loads(body)), (200, {"rank_ip": "10.0.0.2",
+                                                                "rank_port": 17011}))
+            self.assertEqual(c.request("POST", "/query_dp_ranks",
+                                       {"bootstrap_rooms": [5]})[2], '{"5": 1}')
+        finally:
+            d.stop()
+
+
+class Auth(unittest.TestCase):
+    def test_token_guards_the_mutating_routes(self):
+        tok = tempfile.NamedTemporaryFile("w", delete=False)
+        tok.write("s3cret\n")
+        tok.close()
+        os.chmod(tok.name, 0o600)
+        d = Daemon(segment_name("auth"), extra=("--auth-token-file", tok.name))
+        try:
+            anon, ok = Client(d.port), Client(d.port, token="s3cret")
+            self.assertEqual(anon.request("PUT", "/route", registration(0, 0))[0], 401)
+            self.assertEqual(anon.request("POST", "/register_dp_rank",
+                                          {"bootstrap_room": 1, "dp_rank": 0})[0], 401)
+            self.assertEqual(ok.request("PUT", "/route", registration(0, 0))[0], 200)
+            self.assertEqual(anon.request("GET", TOPOLOGY)[0], 503)
+            self.assertEqual(anon.request("POST", "/query_dp_ranks",
+                                          {"bootstrap_rooms": [1]})[0], 200)
+        finally:
+            d.stop()
+            os.unlink(tok.name)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    ARGS, rest = p.parse_known_args()
+    warnings.simplefilter("ignore", ResourceWarning)  # clients left to the daemon's stop
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
