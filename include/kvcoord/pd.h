@@ -183,6 +183,18 @@ kvc_err kvc_pd_room_get(kvc_segment *seg, int64_t room, int32_t *dp_rank);
  * Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_pd_room_sweep(kvc_segment *seg, uint64_t interval_ms, size_t *removed);
 
+/* The PD tables' counts as of their last change, read without the PD
+ * lock (for /metrics, which must not wait): live and withdrawn prefill
+ * rank entries, expected ranks (0 without a topology), room map entries.
+ * Each count is exact; together they may mix two consecutive changes. */
+typedef struct kvc_pd_gauges {
+    uint32_t live, withdrawn, expected, rooms;
+} kvc_pd_gauges;
+
+/* Fill *out.  Takes no lock, makes no system call.  Errors: KVC_E_INVAL
+ * (NULL). */
+kvc_err kvc_pd_gauges_get(kvc_segment *seg, kvc_pd_gauges *out);
+
 #ifdef __cplusplus
 }
 #endif

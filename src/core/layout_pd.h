@@ -75,6 +75,10 @@ typedef struct kvc_pd_region {
     uint32_t rooms_used;    /* USED room slots; rebuilt by recovery */
     uint32_t pad;
     uint64_t next_generation;
+    /* Published after every change (lock held), read without it
+     * (kvc_pd_gauges_get): live and withdrawn entries, expected ranks (0
+     * without a topology), room map entries. */
+    _Atomic uint32_t g_live, g_withdrawn, g_expected, g_rooms;
     kvc_pd_topo topo;
     kvc_pd_undo undo;
     kvc_pd_slot slots[KVC_PD_MAX_RANKS];

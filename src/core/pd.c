@@ -16,6 +16,8 @@
 
 /* ---- recovery ---------------------------------------------------------- */
 
+static void publish_gauges(kvc_pd_region *pd);
+
 static void recount(kvc_pd_region *pd)
 {
     uint32_t ranks = 0, rooms = 0;
@@ -42,6 +44,7 @@ static void pd_recover(kvc_segment *seg, int id)
         atomic_store(&u->valid, 0);
     }
     recount(pd);
+    publish_gauges(pd);
     atomic_fetch_add(&pd->epoch, 1);
 }
 
@@ -64,10 +67,35 @@ static void save_room(kvc_pd_region *pd, uint32_t i)
     atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
 }
 
+/* The lock-free gauges (kvc_pd_gauges_get), from the table (lock held). */
+static void publish_gauges(kvc_pd_region *pd)
+{
+    uint32_t live = 0, wd = 0;
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+        live += pd->slots[i].state == KVC_PD_LIVE;
+        wd += pd->slots[i].state == KVC_PD_WITHDRAWN;
+    }
+    const kvc_pd_topo *t = &pd->topo;
+    uint64_t x = t->set && live ? (uint64_t)t->attn_tp_size * (uint64_t)t->attn_cp_size *
+                                      (uint64_t)t->dp_size * (uint64_t)t->pp_size
+                                : 0;
+    atomic_store(&pd->g_live, live);
+    atomic_store(&pd->g_withdrawn, wd);
+    atomic_store(&pd->g_expected, x > UINT32_MAX ? UINT32_MAX : (uint32_t)x);
+    atomic_store(&pd->g_rooms, pd->rooms_used);
+}
+
 static void commit(kvc_pd_region *pd)
 {
     atomic_store_explicit(&pd->undo.valid, 0, memory_order_release);
     atomic_fetch_add(&pd->epoch, 1);
+}
+
+/* After a change of the rank table (lock held). */
+static void commit_rank(kvc_pd_region *pd)
+{
+    commit(pd);
+    publish_gauges(pd);
 }
 
 /* ---- validation -------------------------------------------------------- */
@@ -261,7 +289,7 @@ KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, 
     s->state = KVC_PD_LIVE;
     if (was == KVC_PD_FREE)
         pd->ranks_used++;
-    commit(pd);
+    commit_rank(pd);
     kvc__unlock(seg, KVC_LOCK_PD);
     return KVC_OK;
 }
@@ -403,7 +431,7 @@ static void withdraw_slot(kvc_pd_region *pd, uint32_t i, const char *note)
     s->generation = ++pd->next_generation;
     s->registered_ns = kvc__now_ns();
     snprintf(s->note, sizeof s->note, "%s", note && *note ? note : "withdrawn");
-    commit(pd);
+    commit_rank(pd);
 }
 
 KVC_API kvc_err kvc_pd_withdraw(kvc_segment *seg, int32_t dp_group, int32_t cp_rank,
@@ -529,6 +557,7 @@ KVC_API kvc_err kvc_pd_room_set(kvc_segment *seg, int64_t room, int32_t dp_rank)
     r->stamp_ns = kvc__now_ns();
     r->state = KVC_PD_ROOM_USED;
     commit(pd);
+    atomic_store(&pd->g_rooms, pd->rooms_used);
     kvc__unlock(seg, KVC_LOCK_PD);
     return KVC_OK;
 }
@@ -569,8 +598,21 @@ KVC_API kvc_err kvc_pd_room_sweep(kvc_segment *seg, uint64_t interval_ms, size_t
         room_remove(pd, i);
         n++;
     }
+    atomic_store(&pd->g_rooms, pd->rooms_used);
     kvc__unlock(seg, KVC_LOCK_PD);
     if (removed)
         *removed = n;
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_gauges_get(kvc_segment *seg, kvc_pd_gauges *out)
+{
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    const kvc_pd_region *pd = seg->pd;
+    out->live = atomic_load(&pd->g_live);
+    out->withdrawn = atomic_load(&pd->g_withdrawn);
+    out->expected = atomic_load(&pd->g_expected);
+    out->rooms = atomic_load(&pd->g_rooms);
     return KVC_OK;
 }

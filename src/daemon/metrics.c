@@ -6,6 +6,7 @@
 #include "metrics.h"
 
 #include "clock.h"
+#include "kvcoord/pd.h"
 #include "utf8.h"
 
 #include <pthread.h>
@@ -461,6 +462,29 @@ static void render_rooms_part(struct buf *out, kvc_segment *seg, struct metrics 
         render_rooms_live(out, seg);
 }
 
+/* The PD bootstrap tables (kvcoord/pd.h): lock-free gauges. */
+static void render_pd(struct buf *out, kvc_segment *seg)
+{
+    kvc_pd_gauges g;
+    if (kvc_pd_gauges_get(seg, &g)) {
+        unavailable(out, "PD bootstrap figures");
+        return;
+    }
+    family(out, "kvcoord_pd_prefill_ranks", "gauge",
+           "Entries of the PD prefill rank table (sglang's PUT /route), by state.");
+    sample1(out, "kvcoord_pd_prefill_ranks", "state", "live", g.live);
+    sample1(out, "kvcoord_pd_prefill_ranks", "state", "withdrawn", g.withdrawn);
+    family(out, "kvcoord_pd_prefill_ranks_expected", "gauge",
+           "Prefill ranks the PD table waits for (tp x cp x dp x pp; 0 before any registers).");
+    sample(out, "kvcoord_pd_prefill_ranks_expected", g.expected);
+    family(out, "kvcoord_pd_ready", "gauge",
+           "1 when every expected prefill rank is registered (GET /route answers).");
+    sample(out, "kvcoord_pd_ready", g.expected && g.live >= g.expected);
+    family(out, "kvcoord_pd_rooms", "gauge",
+           "Entries of the bootstrap room to DP rank map (POST /register_dp_rank).");
+    sample(out, "kvcoord_pd_rooms", g.rooms);
+}
+
 static void render_procs(struct buf *out, kvc_segment *seg)
 {
     size_t count = 0, n = 0;
@@ -583,6 +607,7 @@ int metrics_render(struct buf *out, kvc_segment *seg, const struct metrics *m)
         render_ranks(out, seg);
         render_rooms_part(out, seg, (struct metrics *)m);
         render_procs(out, seg);
+        render_pd(out, seg);
     }
     if (m) {
         render_daemon(out, m);

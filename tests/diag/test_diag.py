@@ -184,7 +184,7 @@ class Base(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assert_doc(doc, "locks", name)
         stripes = ["rooms.%d" % i for i in range(64)]
-        self.assertEqual([l["name"] for l in doc["locks"]], ["ranks", "procs"] + stripes)
+        self.assertEqual([l["name"] for l in doc["locks"]], ["ranks", "procs"] + stripes + ["pd"])
         out = {l["name"]: l for l in doc["locks"]}
         # "rooms": the one room stripe lock that is not free (the fixtures
         # touch one room), else stripe 0.

@@ -18,7 +18,7 @@
 Waits poll with generous deadlines that only keep a broken daemon from
 hanging the test.
 
-Usage: test_pd_bootstrap.py --daemon PATH [unittest args]
+Usage: test_pd_bootstrap.py --daemon PATH --diag PATH [unittest args]
 """
 
 import argparse
@@ -201,6 +201,10 @@ class BeyondSglang(unittest.TestCase):
         self.assertEqual(self.c.request("GET", TOPOLOGY)[0], 503)  # 3 of 4, however often
         self.c.request("PUT", "/route", registration(1, 1))
         self.assertEqual(self.c.request("GET", TOPOLOGY)[0], 200)
+        metrics = self.c.request("GET", "/metrics")[2]
+        for line in ('kvcoord_pd_prefill_ranks{state="live"} 4',
+                     "kvcoord_pd_prefill_ranks_expected 4", "kvcoord_pd_ready 1"):
+            self.assertIn(line + "\n", metrics)
 
     def test_sigkilled_registrant_is_withdrawn(self):
         for tp, dp in ((0, 0), (1, 0), (0, 1)):
@@ -230,6 +234,20 @@ class BeyondSglang(unittest.TestCase):
         self.assertEqual(status, 503)
         self.assertEqual(body, "Prefill server not fully registered yet (3 workers registered).")
         self.assertRegex(self.d.output(), r"pd_withdraw entries=1")
+        diag = json.loads(subprocess.run(
+            [ARGS.diag, "--segment", self.d.segment, "--json", "pd"], check=True,
+            capture_output=True, text=True).stdout)
+        self.assertEqual((diag["registered"], diag["withdrawn"], diag["ready"]), (3, 1, False))
+        gone = [r for r in diag["ranks"] if r["state"] == "withdrawn"]
+        self.assertEqual([(r["dp_group"], r["tp_rank"], r["pid"]) for r in gone],
+                         [(1, 1, child.pid)])
+        # Reaped by this test before kvcoordd looked: how it ended is not known.
+        self.assertIn("its process %d ended (" % child.pid, gone[0]["note"])
+        text = subprocess.run([ARGS.diag, "--segment", self.d.segment, "pd"], check=True,
+                              capture_output=True, text=True).stdout
+        self.assertIn("NOT READY, 3 of 4 ranks registered", text)
+        self.assertRegex(text, r"1 +0 +1 +0 +10\.9\.9\.9:17011 +%d +withdrawn: its process" %
+                         child.pid)
         # Registered again (a restarted prefill rank): served at once.
         self.c.request("PUT", "/route", registration(1, 1, rank_ip="10.8.8.8"))
         status, _, body = self.c.request("GET", lookup(1, 1))
@@ -349,6 +367,7 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--daemon", required=True)
+    p.add_argument("--diag", required=True)
     ARGS, rest = p.parse_known_args()
     warnings.simplefilter("ignore", ResourceWarning)  # clients left to the daemon's stop
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

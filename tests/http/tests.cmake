@@ -32,5 +32,6 @@ set_tests_properties(http_overload PROPERTIES LABELS "http" TIMEOUT 600)
 # sglang's PD bootstrap server (PUT/GET /route, /register_dp_rank,
 # /query_dp_ranks): sglang's exact answers, liveness, restart, expiry, bad input.
 add_test(NAME http_pd_bootstrap
-  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_pd_bootstrap.py --daemon $<TARGET_FILE:kvcoordd>)
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_pd_bootstrap.py --daemon $<TARGET_FILE:kvcoordd>
+          --diag $<TARGET_FILE:kvcoord-diag>)
 set_tests_properties(http_pd_bootstrap PROPERTIES LABELS "http;python" TIMEOUT 300)

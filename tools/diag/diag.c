@@ -15,9 +15,9 @@
 #include "diag.h"
 
 static const diag_cmd *const commands[] = {
-    &diag_cmd_status, &diag_cmd_ranks, &diag_cmd_rooms, &diag_cmd_failures,
-    &diag_cmd_procs,  &diag_cmd_locks, &diag_cmd_check, &diag_cmd_repair,
-    &diag_cmd_unlink, &diag_cmd_rdma,  &diag_cmd_watch, &diag_cmd_cluster,
+    &diag_cmd_status, &diag_cmd_ranks,   &diag_cmd_rooms,  &diag_cmd_failures, &diag_cmd_procs,
+    &diag_cmd_locks,  &diag_cmd_check,   &diag_cmd_repair, &diag_cmd_unlink,   &diag_cmd_rdma,
+    &diag_cmd_watch,  &diag_cmd_cluster, &diag_cmd_pd,
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)
 

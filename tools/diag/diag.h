@@ -48,7 +48,7 @@ typedef struct diag_cmd {
 
 extern const diag_cmd diag_cmd_status, diag_cmd_ranks, diag_cmd_rooms, diag_cmd_failures,
     diag_cmd_procs, diag_cmd_locks, diag_cmd_check, diag_cmd_repair, diag_cmd_unlink, diag_cmd_rdma,
-    diag_cmd_watch, diag_cmd_cluster;
+    diag_cmd_watch, diag_cmd_cluster, diag_cmd_pd;
 
 /* ---- options (diag.c) ---- */
 

@@ -157,7 +157,8 @@ static void contents_text(kvc_segment *seg, const kvc_check_stats *st, FILE *out
      * that is not free. */
     int stripes_free = 0;
     for (int i = 0; i < KVC__LOCKS && n < sizeof locks; i++) {
-        if (i >= KVC__LOCK_ID_ROOMS && st->locks[i].state == KVC_LOCKST_FREE) {
+        if (i >= KVC__LOCK_ID_ROOMS && i < KVC__LOCK_ID_ROOMS + KVC__ROOM_STRIPES &&
+            st->locks[i].state == KVC_LOCKST_FREE) {
             stripes_free++;
             continue;
         }
