@@ -424,11 +424,13 @@ static void test_names_one_source(void **st)
                                         "Transferring", "Success"};
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_NONE);
-    /* ranks, procs, then one lock per room stripe: rooms.0 .. rooms.63 */
+    /* ranks, procs, one lock per room stripe: rooms.0 .. rooms.63, then pd */
     for (int id = 0; id < KVC_LOCK_COUNT; id++) {
         char want[16];
         if (id < KVC_LOCK_ROOMS)
             snprintf(want, sizeof want, "%s", id == KVC_LOCK_RANKS ? "ranks" : "procs");
+        else if (id == KVC_LOCK_PD)
+            snprintf(want, sizeof want, "pd");
         else
             snprintf(want, sizeof want, "rooms.%d", id - KVC_LOCK_ROOMS);
         kvc_lock_probe p;
