@@ -58,7 +58,7 @@ enum kvc_lock_id {
     KVC_LOCK_RANKS = 0,
     KVC_LOCK_PROCS = 1,
     KVC_LOCK_HEADER_COUNT = 2,
-    KVC_LOCK_ROOMS = 2, /* stripe 0; stripe s is KVC_LOCK_ROOMS + s */
+    KVC_LOCK_ROOMS = 2,                 /* stripe 0; stripe s is KVC_LOCK_ROOMS + s */
     KVC_LOCK_PD = 2 + KVC_ROOM_STRIPES, /* the PD bootstrap region (layout_pd.h) */
     KVC_LOCK_COUNT = 3 + KVC_ROOM_STRIPES
 };
