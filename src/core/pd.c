@@ -155,15 +155,17 @@ static kvc_err check_registration(const kvc_pd_registration *r)
 static bool owner_ended(kvc_segment *seg, const kvc_pd_slot *s, char *how, size_t cap)
 {
     if (s->proc_slot >= 0 && (uint32_t)s->proc_slot < seg->hdr->max_procs) {
+        /* An attached registrant: its process table slot's liveness lock
+         * (liveness.c), right in every PID namespace. */
+        kvc_slot_state st = kvc__proc_slot_state(seg, s->proc_slot, s->proc_gen);
+        if (st == KVC__SLOT_ALIVE)
+            return false;
         kvc_proc *p = &seg->procs[s->proc_slot];
-        if (atomic_load(&p->gen) != s->proc_gen || atomic_load(&p->pid) != s->pid) {
-            snprintf(how, cap, "left the segment");
-            return true;
-        }
-        if (atomic_load(&p->dead)) {
+        if (st == KVC__SLOT_DEAD && atomic_load(&p->dead))
             snprintf(how, cap, "%s", p->how);
-            return true;
-        }
+        else
+            snprintf(how, cap, "%s", st == KVC__SLOT_DEAD ? "died" : "left the segment");
+        return true;
     }
     if (s->pid > 0 && !kvc__proc_alive(s->pid, s->pid_start)) {
         kvc__proc_how(s->pid, how, cap);

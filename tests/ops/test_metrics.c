@@ -48,7 +48,8 @@ static kvc_segment *build_segment(void)
     o.max_info_bytes = 1ull << 20;
     kvc_segment *seg = NULL;
     check(kvc_open(&o, &seg), "kvc_open");
-    kvc_unlink(seg_name); /* nothing left in /dev/shm whatever happens */
+    /* Unlinked by close_segment(): an unlinked segment refuses changes
+     * (KVC_E_STALE), so not before the state is built. */
     const char *info = "{\"w\":[140000000000,1024,2]}";
     for (uint32_t r = 0; r < 3; r++)
         check(kvc_rank_register(seg, r, "10.0.0.5:16000", info, strlen(info), NULL), "register");
@@ -67,6 +68,15 @@ static kvc_segment *build_segment(void)
     check(kvc_room_fail(seg, 15, 5, 12, "WR flush error", NULL), "fail 15");
     check(kvc_room_fail(seg, 16, 2, 0, "peer \"gone\"", NULL), "fail 16");
     return seg;
+}
+
+/* Close and remove the segment build_segment() made. */
+static void close_segment(kvc_segment *seg)
+{
+    if (!seg)
+        return;
+    kvc_close(seg);
+    kvc_unlink(seg_name);
 }
 
 static struct metrics *build_metrics(void)
@@ -166,7 +176,7 @@ static void test_segment_families(void **state)
     has(t, line);
     free(t);
     metrics_destroy(m);
-    kvc_close(seg);
+    close_segment(seg);
 }
 
 static void test_daemon_families(void **state)
@@ -251,7 +261,7 @@ int main(int argc, char **argv)
         }
         free(t);
         metrics_destroy(m);
-        kvc_close(seg);
+        close_segment(seg);
         return 0;
     }
     const struct CMUnitTest tests[] = {
