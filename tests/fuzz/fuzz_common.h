@@ -98,6 +98,7 @@ static inline void fz_cleanup(void)
     if (fz_seg) {
         kvc_close(fz_seg);
         fz_seg = NULL;
+        kvc_unlink(fz_seg_name);
     }
 }
 
@@ -123,9 +124,11 @@ static inline kvc_segment *fz_segment(const char *tag)
                 kvc_last_error());
         exit(1);
     }
-    /* Unlinked at once: the mapping stays valid, and a crashing input
-     * (abort, no atexit) leaves nothing behind in /dev/shm. */
-    kvc_unlink(fz_seg_name);
+    /* Unlinked at exit, not at once: an unlinked segment refuses every
+     * change (KVC_E_STALE), which would leave the mutating paths unfuzzed.
+     * A crashing input (abort, no atexit) leaves its small segment in
+     * /dev/shm (kvcfuzz-TAG-PID; the next run's FRESH open of another pid
+     * does not touch it): `rm /dev/shm/kvcfuzz-*` clears them. */
     atexit(fz_cleanup);
     return fz_seg;
 }
