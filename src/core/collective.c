@@ -352,8 +352,8 @@ static uint64_t try_abort(kvc_coll_group *g, uint32_t rank, uint64_t gen, uint64
 
 /* ---- joining ------------------------------------------------------------ */
 
-/* The seq a member starts from when it is claimed: the round in progress,
- * or the next one when the current is decided. */
+/* The seq a member taken over starts from: the round in progress, or the
+ * next one when the current is decided. */
 static uint64_t start_seq(kvc_coll_group *g)
 {
     uint64_t w = atomic_load(&g->round);
@@ -399,15 +399,18 @@ static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank,
         }
         if (cur) {
             /* Take over a dead (or departed) member: a round in progress
-             * cannot complete as it was meant to; fail it, naming it. */
+             * cannot complete as it was meant to; fail it, naming it, and
+             * start from the next.  A member never claimed keeps seq 0:
+             * its first call is the group's first, which fails at once if
+             * its peers gave it up. */
             uint64_t w = atomic_load(&g->round);
             while (!w_decided(w, size)) {
                 note n = {.ranks = 1ull << rank, .dead = 1, .pid = pid};
                 snprintf(n.what, sizeof n.what, "%s", what);
                 w = try_abort(g, rank, w_gen(w), w, &n);
             }
+            atomic_store(&m->seq, start_seq(g));
         }
-        atomic_store(&m->seq, start_seq(g));
         atomic_store(&m->drain, 1);
         atomic_store(&m->pid, seg->pid);
         KVC_INJECT("coll.claim");

@@ -7,6 +7,9 @@ kvc_c_test(test_crash LABEL "crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_crash
 kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rooms.c)
 # The PD bootstrap tables (kvcoord/pd.h): rules, liveness, crash rollback, room map.
 kvc_c_test(test_pd LABEL "unit;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pd.c)
+# The shared-memory all-reduce: 2/4/8 processes against the MIN computed
+# independently, a rank SIGKILLed at each point of a call, late ranks.
+kvc_c_test(test_collective LABEL "multiproc;crash;coll" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_collective.c)
 # Every public function called with NULL and out-of-range values; every
 # failure reported; a full process table reaps before reuse.
 kvc_c_test(test_bad_calls LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bad_calls.c)

@@ -1,0 +1,622 @@
+/* test_collective.c - kvc_allreduce_min() across real forked processes:
+ * thousands of generations of random vectors checked against the MIN each
+ * child computes itself, a rank SIGKILLed mid-call (at each point of the
+ * call, and from outside while it waits elsewhere), a rank that never
+ * arrives, mismatched lengths, group slots filled and reclaimed. */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+#include "internal.h"
+
+#define LONG_WAIT_MS 60000u /* hang guard: never expected to run out */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static kvc_segment *open_client(const char *name)
+{
+    kvc_options o;
+    kvc_options_init(&o);
+    o.name = name;
+    o.role = KVC_ROLE_CLIENT;
+    kvc_segment *s = NULL;
+    return kvc_open(&o, &s) == KVC_OK ? s : NULL;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Rank r's input of step `step`: every child derives every rank's vector
+ * from the shared seed.  Half the steps use KVPoll-like values 0..4 (many
+ * ties), half any byte. */
+static void input(uint64_t seed, uint64_t step, uint32_t r, uint8_t *v, size_t len)
+{
+    uint64_t x = mix(seed ^ mix(step * 1000003u + r));
+    unsigned mod = (step & 1) ? 5 : 256;
+    for (size_t i = 0; i < len; i++) {
+        if (i % 8 == 0)
+            x = mix(x);
+        v[i] = (uint8_t)((x >> (8 * (i % 8))) % mod);
+    }
+}
+
+/* The length of step `step`'s vectors: some inside one round, some over
+ * several (KVC_COLL_CHUNK bytes each), sometimes none. */
+static size_t step_len(uint64_t seed, uint64_t step)
+{
+    static const size_t lens[] = {64, 1, 0, 64, 511, 512, 513, 64, 1500, 3000, 7, 64};
+    return lens[mix(seed + step) % (sizeof lens / sizeof *lens)];
+}
+
+/* The MIN of every rank's step input, computed here (not by the library). */
+static void expected(uint64_t seed, uint64_t step, uint32_t size, uint8_t *out, size_t len)
+{
+    uint8_t tmp[4096];
+    memset(out, 0xff, len);
+    for (uint32_t r = 0; r < size; r++) {
+        input(seed, step, r, tmp, len);
+        for (size_t i = 0; i < len; i++)
+            out[i] = tmp[i] < out[i] ? tmp[i] : out[i];
+    }
+}
+
+/* Run steps [from, to) of group `group` as rank; returns the count of
+ * wrong results, or -1 - the failing step on an error (message on
+ * stderr). */
+static long run_steps(kvc_segment *s, uint64_t group, uint32_t size, uint32_t rank, uint64_t seed,
+                      uint64_t from, uint64_t to)
+{
+    uint8_t v[4096], want[4096];
+    long wrong = 0;
+    for (uint64_t k = from; k < to; k++) {
+        size_t len = step_len(seed, k);
+        input(seed, k, rank, v, len);
+        kvc_err e = kvc_allreduce_min(s, group, size, rank, v, len, LONG_WAIT_MS);
+        if (e) {
+            fprintf(stderr, "rank %u step %llu: %s: %s\n", rank, (unsigned long long)k,
+                    kvc_strerror(e), kvc_last_error());
+            return -1 - (long)k;
+        }
+        expected(seed, k, size, want, len);
+        wrong += len && memcmp(v, want, len) != 0;
+    }
+    return wrong;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int status;
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void close_unlink(kvc_segment *s, const char *name)
+{
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* ---- equality with the independently computed MIN ----------------------- */
+
+static int random_child(const char *name, uint32_t size, uint32_t rank, uint64_t steps)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    long r = run_steps(s, 0x5eed0000u + size, size, rank, 42 + size, 0, steps);
+    kvc_close(s);
+    if (r < 0)
+        return 11;
+    return r > 0 ? 12 : 0;
+}
+
+static void random_steps(uint32_t size, uint64_t steps)
+{
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    pid_t pids[8];
+    for (uint32_t r = 0; r < size; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(random_child(name, size, r, steps));
+    for (uint32_t r = 0; r < size; r++)
+        assert_int_equal(wait_exit(pids[r]), 0);
+    close_unlink(s, name);
+}
+
+static void test_random_2(void **st)
+{
+    (void)st;
+    random_steps(2, 4000);
+}
+static void test_random_4(void **st)
+{
+    (void)st;
+    random_steps(4, 2500);
+}
+static void test_random_8(void **st)
+{
+    (void)st;
+    random_steps(8, 1500);
+}
+
+/* ---- bad calls (one process) -------------------------------------------- */
+
+static void test_bad_calls(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    uint8_t v[4] = {9, 8, 7, 6};
+    assert_int_equal(kvc_allreduce_min(NULL, 1, 1, 0, v, 4, 10), KVC_E_INVAL);
+    assert_int_equal(kvc_allreduce_min(s, 1, 1, 0, NULL, 4, 10), KVC_E_INVAL);
+    assert_int_equal(kvc_allreduce_min(s, 1, 0, 0, v, 4, 10), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "size 0 out of range 1..64"));
+    assert_int_equal(kvc_allreduce_min(s, 1, 65, 0, v, 4, 10), KVC_E_INVAL);
+    assert_int_equal(kvc_allreduce_min(s, 1, 2, 2, v, 4, 10), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "rank 2 out of range 0..1"));
+    /* A group of one is its own MIN, at once; len 0 is a barrier. */
+    assert_int_equal(kvc_allreduce_min(s, 1, 1, 0, v, 4, 10), KVC_OK);
+    assert_int_equal(v[0], 9);
+    assert_int_equal(v[3], 6);
+    assert_int_equal(kvc_allreduce_min(s, 1, 1, 0, NULL, 0, 10), KVC_OK);
+    /* Another size for an existing group. */
+    assert_int_equal(kvc_allreduce_min(s, 1, 2, 0, v, 4, 10), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "size 2 differs from group 0x1's size 1"));
+    /* The _ex form zeroes *why on anything but a peer failure. */
+    kvc_coll_failure why;
+    memset(&why, 0x5a, sizeof why);
+    assert_int_equal(kvc_allreduce_min_ex(s, 1, 1, 0, v, 4, 10, &why), KVC_OK);
+    assert_int_equal(why.ranks, 0);
+    assert_int_equal(why.group, 0);
+    /* A handle with no process table entry cannot take part. */
+    kvc_segment *none = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE);
+    assert_int_equal(kvc_allreduce_min(none, 1, 1, 0, v, 4, 10), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "no process table entry"));
+    kvc_close(none);
+    /* A handle inherited across fork() is refused in the child. */
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(kvc_allreduce_min(s, 1, 1, 0, v, 4, 10) == KVC_E_INVAL &&
+                      strstr(kvc_last_error(), "inherited across fork()")
+                  ? 0
+                  : 1);
+    assert_int_equal(wait_exit(pid), 0);
+    close_unlink(s, name);
+}
+
+/* A rank held by another live process is refused. */
+static void test_rank_held(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(go[1]);
+        kvc_segment *c = open_client(name);
+        uint8_t v[1] = {1};
+        /* rank 0 of a group of 2 whose rank 1 never comes: claims rank 0 */
+        kvc_err e = kvc_allreduce_min(c, 77, 2, 0, v, 1, 1);
+        char x;
+        (void)!write(ready[1], "r", 1);
+        (void)!read(go[0], &x, 1);
+        kvc_close(c);
+        _exit(e == KVC_E_TIMEDOUT ? 0 : 1);
+    }
+    close(go[0]);
+    close(ready[1]);
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+    uint8_t v[1] = {1};
+    assert_int_equal(kvc_allreduce_min(s, 77, 2, 0, v, 1, 10), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "rank 0 of group 0x4d is held by another live"));
+    close(go[1]);
+    assert_int_equal(wait_exit(pid), 0);
+    /* Its holder left: the rank is free to take (the round it waits in
+     * is rank 1's, which does not come: timeout). */
+    assert_int_equal(kvc_allreduce_min(s, 77, 2, 0, v, 1, 10), KVC_E_TIMEDOUT);
+    close_unlink(s, name);
+}
+
+/* ---- mismatched lengths -------------------------------------------------- */
+
+static int mismatch_child(const char *name, uint32_t rank, size_t len)
+{
+    kvc_segment *s = open_client(name);
+    uint8_t v[700];
+    memset(v, (int)(10 + rank), sizeof v);
+    kvc_err e = kvc_allreduce_min(s, 9, 2, rank, v, len, LONG_WAIT_MS);
+    int bad = 0;
+    if (e != KVC_E_INVAL || !strstr(kvc_last_error(), "rank 1 of group 0x9 called with len"))
+        bad |= 1;
+    if (!strstr(kvc_last_error(), "rank 0 with len"))
+        bad |= 2;
+    if (v[0] != 10 + rank) /* unchanged on failure */
+        bad |= 4;
+    /* The group goes on: the next call, with equal lengths, works. */
+    e = kvc_allreduce_min(s, 9, 2, rank, v, 64, LONG_WAIT_MS);
+    if (e || v[0] != 10)
+        bad |= 8;
+    if (run_steps(s, 9, 2, rank, 5, 0, 200) != 0)
+        bad |= 16;
+    kvc_close(s);
+    return bad;
+}
+
+static void test_len_mismatch(void **st)
+{
+    (void)st;
+    static const size_t lens[][2] = {{64, 32}, {600, 64}, {0, 1}};
+    for (size_t t = 0; t < sizeof lens / sizeof *lens; t++) {
+        const char *name = tu_name();
+        kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+        pid_t a = fork();
+        if (a == 0)
+            _exit(mismatch_child(name, 0, lens[t][0]));
+        pid_t b = fork();
+        if (b == 0)
+            _exit(mismatch_child(name, 1, lens[t][1]));
+        assert_int_equal(wait_exit(a), 0);
+        assert_int_equal(wait_exit(b), 0);
+        close_unlink(s, name);
+    }
+}
+
+/* ---- a rank that never arrives ------------------------------------------- */
+
+/* Ranks 0 and 1 call with a short timeout while rank 2 is held back; they
+ * fail naming rank 2; then rank 2 is let go: its call at the abandoned
+ * generation fails at once, and from then on all three agree again. */
+static int late_child(const char *name, uint32_t rank, int report_fd, int go_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    uint8_t v[64];
+    memset(v, 1, sizeof v);
+    int bad = 0;
+    if (rank < 2) {
+        /* Both enter the timed call together (a barrier of their own), so
+         * that only rank 2 is missing when the first one's time runs out. */
+        if (kvc_allreduce_min(s, 0xba77, 2, rank, NULL, 0, LONG_WAIT_MS))
+            bad |= 64;
+        kvc_coll_failure why;
+        kvc_err e = kvc_allreduce_min_ex(s, 0x1a7e, 3, rank, v, sizeof v, 1000, &why);
+        if (e != KVC_E_TIMEDOUT ||
+            !strstr(kvc_last_error(), "rank 2 of group 0x1a7e did not arrive within 1000 ms"))
+            bad |= 1;
+        if (why.ranks != 1u << 2 || why.dead || why.timeout_ms != 1000 || why.group != 0x1a7e)
+            bad |= 2;
+        if (v[0] != 1)
+            bad |= 4;
+        fprintf(stderr, "rank %u: %s\n", rank, kvc_last_error());
+        (void)!write(report_fd, "f", 1);
+    } else {
+        char x;
+        (void)!read(go_fd, &x, 1); /* the parent closes it once 0 and 1 failed */
+        kvc_coll_failure why;
+        kvc_err e = kvc_allreduce_min_ex(s, 0x1a7e, 3, rank, v, sizeof v, LONG_WAIT_MS, &why);
+        fprintf(stderr, "rank %u: %s\n", rank, kvc_last_error());
+        if (e != KVC_E_TIMEDOUT || !strstr(kvc_last_error(), "arrived after its peers gave up"))
+            bad |= 8;
+        if (!(why.ranks & 1u << 2))
+            bad |= 16;
+    }
+    if (run_steps(s, 0x1a7e, 3, rank, 11, 0, 300) != 0)
+        bad |= 32;
+    kvc_close(s);
+    return bad;
+}
+
+static void test_never_arrives(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int rep[2], go[2];
+    assert_int_equal(pipe(rep), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pids[3];
+    for (uint32_t r = 0; r < 3; r++)
+        if ((pids[r] = fork()) == 0) {
+            close(go[1]);
+            _exit(late_child(name, r, rep[1], go[0]));
+        }
+    close(go[0]);
+    close(rep[1]); /* a child that dies before reporting ends the read */
+    char x;
+    assert_int_equal(read(rep[0], &x, 1), 1);
+    assert_int_equal(read(rep[0], &x, 1), 1);
+    close(go[1]);
+    close(rep[0]);
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(wait_exit(pids[r]), 0);
+    close_unlink(s, name);
+}
+
+/* ---- a rank SIGKILLed mid-call -------------------------------------------- */
+
+#define KILL_SIZE 4
+#define KILL_RANK 3
+#define KILL_STEP 50
+static const char *kill_point;
+
+static void die_at(const char *point)
+{
+    if (kill_point && !strcmp(point, kill_point))
+        raise(SIGKILL);
+}
+
+/* After the first failure, keep calling with a constant input until a call
+ * succeeds (every failure in between a KVC_E_PEER naming the killed rank),
+ * then run verified steps in lockstep.  Returns a bit mask of problems. */
+static int recover(kvc_segment *s, uint64_t group, uint32_t rank, int *saw_peer)
+{
+    uint8_t v[64];
+    for (int tries = 0; tries < 60000; tries++) {
+        memset(v, (int)(100 + rank), sizeof v);
+        kvc_coll_failure why;
+        kvc_err e =
+            kvc_allreduce_min_ex(s, group, KILL_SIZE, rank, v, sizeof v, LONG_WAIT_MS, &why);
+        if (e == KVC_OK)
+            return v[0] == 100 && v[63] == 100 ? 0 : 1;
+        if (e == KVC_E_PEER)
+            usleep(1000); /* a call that fails before waiting fails at once */
+        if (e != KVC_E_PEER || why.ranks != 1u << KILL_RANK || !why.dead ||
+            !strstr(kvc_last_error(), "rank 3 of group")) {
+            fprintf(stderr, "rank %u: unexpected %s: %s\n", rank, kvc_strerror(e),
+                    kvc_last_error());
+            return 2;
+        }
+        *saw_peer = 1;
+    }
+    return 4;
+}
+
+static int kill_child(const char *name, uint64_t group, uint32_t rank, int external, int ready_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    if (run_steps(s, group, KILL_SIZE, rank, 7, 0, KILL_STEP) != 0)
+        return 11;
+    if (rank == KILL_RANK) {
+        if (external) { /* stopped outside any call; the parent kills it */
+            (void)!write(ready_fd, "k", 1);
+            for (;;)
+                pause();
+        }
+        kvc_test_set_inject(die_at);
+        run_steps(s, group, KILL_SIZE, rank, 7, KILL_STEP, KILL_STEP + 10);
+        return 12; /* not reached: killed at the point */
+    }
+    /* The others: the step at which rank 3 dies fails, naming it (unless
+     * it died after arriving and the round completed: then the next one). */
+    uint8_t v[4096], want[4096];
+    int saw_peer = 0, bad = 0;
+    for (uint64_t k = KILL_STEP; k < KILL_STEP + 10; k++) {
+        size_t len = step_len(7, k);
+        input(7, k, rank, v, len);
+        kvc_coll_failure why;
+        kvc_err e = kvc_allreduce_min_ex(s, group, KILL_SIZE, rank, v, len, LONG_WAIT_MS, &why);
+        if (e == KVC_OK) {
+            expected(7, k, KILL_SIZE, want, len);
+            if (len && memcmp(v, want, len))
+                bad |= 32;
+            continue;
+        }
+        if (e != KVC_E_PEER || why.ranks != 1u << KILL_RANK || !why.dead ||
+            !strstr(kvc_last_error(), "rank 3 of group") || !strstr(kvc_last_error(), "died")) {
+            fprintf(stderr, "rank %u: unexpected %s: %s\n", rank, kvc_strerror(e),
+                    kvc_last_error());
+            bad |= 64;
+        }
+        saw_peer = 1;
+        break;
+    }
+    (void)!write(ready_fd, "f", 1); /* failed: the parent starts a new rank 3 */
+    bad |= recover(s, group, rank, &saw_peer) << 8;
+    if (!saw_peer)
+        bad |= 128;
+    if (run_steps(s, group, KILL_SIZE, rank, 8, 0, 200) != 0)
+        bad |= 1 << 12;
+    kvc_close(s);
+    return bad;
+}
+
+/* The replacement rank 3: takes the dead one's place and catches up. */
+static int replacement_child(const char *name, uint64_t group)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    int saw = 0, bad = recover(s, group, KILL_RANK, &saw);
+    if (run_steps(s, group, KILL_SIZE, KILL_RANK, 8, 0, 200) != 0)
+        bad |= 1 << 12;
+    kvc_close(s);
+    return bad;
+}
+
+/* Another group of two processes running all along: never disturbed. */
+static int bystander_child(const char *name, uint32_t rank, int stop_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    uint64_t k = 0;
+    for (;;) {
+        long r = run_steps(s, 0xb0b, 2, rank, 3, k, k + 20);
+        if (r)
+            return 11;
+        k += 20;
+        /* Stop once told, at a step both agree on (each reads the pipe
+         * at its own pace: the MIN of their answers decides). */
+        char x;
+        uint8_t go = read(stop_fd, &x, 1) != 0; /* 0: EOF, the parent closed it */
+        if (kvc_allreduce_min(s, 0xb0b, 2, rank, &go, 1, LONG_WAIT_MS))
+            return 12;
+        if (!go)
+            break;
+    }
+    kvc_close(s);
+    return 0;
+}
+
+static void kill_at(const char *point, int external)
+{
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    uint64_t group = 0xdead0000u + (uint64_t)(point ? strlen(point) : 99);
+    int rep[2], stop[2];
+    assert_int_equal(pipe(rep), 0);
+    assert_int_equal(pipe(stop), 0);
+    pid_t by[2];
+    for (uint32_t r = 0; r < 2; r++)
+        if ((by[r] = fork()) == 0) {
+            close(stop[1]);
+            fcntl(stop[0], F_SETFL, O_NONBLOCK);
+            _exit(bystander_child(name, r, stop[0]));
+        }
+    close(stop[0]);
+    kill_point = point;
+    pid_t pids[KILL_SIZE];
+    for (uint32_t r = 0; r < KILL_SIZE; r++)
+        if ((pids[r] = fork()) == 0)
+            _exit(kill_child(name, group, r, external, rep[1]));
+    close(rep[1]); /* a child that dies before reporting ends the read */
+    char x;
+    if (external) {
+        assert_int_equal(read(rep[0], &x, 1), 1);
+        kill(pids[KILL_RANK], SIGKILL);
+    }
+    assert_int_equal(wait_exit(pids[KILL_RANK]), 128 + SIGKILL);
+    for (int i = 0; i < KILL_SIZE - 1; i++)
+        assert_int_equal(read(rep[0], &x, 1), 1);
+    pid_t rp = fork();
+    if (rp == 0)
+        _exit(replacement_child(name, group));
+    for (uint32_t r = 0; r < KILL_SIZE - 1; r++)
+        assert_int_equal(wait_exit(pids[r]), 0);
+    assert_int_equal(wait_exit(rp), 0);
+    close(rep[0]);
+    close(stop[1]);
+    for (uint32_t r = 0; r < 2; r++)
+        assert_int_equal(wait_exit(by[r]), 0);
+    close_unlink(s, name);
+}
+
+static void test_kill_published(void **st)
+{
+    (void)st;
+    kill_at("coll.published", 0);
+}
+static void test_kill_arrived(void **st)
+{
+    (void)st;
+    kill_at("coll.arrived", 0);
+}
+static void test_kill_reduced(void **st)
+{
+    (void)st;
+    kill_at("coll.reduced", 0);
+}
+static void test_kill_outside(void **st)
+{
+    (void)st;
+    kill_at(NULL, 1);
+}
+
+/* Killed while claiming its rank (procs lock held) or creating the group:
+ * the next process to call as that rank, or to create a group, proceeds. */
+static void test_kill_claiming(void **st)
+{
+    (void)st;
+    static const char *const points[] = {"coll.claim", "coll.claiming"};
+    for (int p = 0; p < 2; p++) {
+        const char *name = tu_name();
+        kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+        kill_point = points[p];
+        pid_t pid = fork();
+        if (pid == 0) {
+            kvc_segment *c = open_client(name);
+            kvc_test_set_inject(die_at);
+            uint8_t v[1] = {0};
+            kvc_allreduce_min(c, 5, 1, 0, v, 1, 10);
+            _exit(1);
+        }
+        assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+        uint8_t v[2] = {4, 2};
+        assert_int_equal(kvc_allreduce_min(s, 5, 1, 0, v, 2, 1000), KVC_OK);
+        assert_int_equal(v[0], 4);
+        close_unlink(s, name);
+    }
+}
+
+/* ---- group slots ----------------------------------------------------------- */
+
+static void test_groups_full_and_reclaimed(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    uint8_t v[1] = {3};
+    for (uint64_t g = 0; g < KVC_COLL_GROUPS; g++)
+        assert_int_equal(kvc_allreduce_min(s, 1000 + g, 1, 0, v, 1, 10), KVC_OK);
+    assert_int_equal(kvc_allreduce_min(s, 5000, 1, 0, v, 1, 10), KVC_E_FULL);
+    assert_non_null(strstr(kvc_last_error(), "32 collective groups with a live member"));
+    /* Still usable, every one. */
+    for (uint64_t g = 0; g < KVC_COLL_GROUPS; g++)
+        assert_int_equal(kvc_allreduce_min(s, 1000 + g, 1, 0, v, 1, 10), KVC_OK);
+    /* Its members leave: every slot can be reclaimed. */
+    kvc_close(s);
+    s = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_CLIENT);
+    for (uint64_t g = 0; g < KVC_COLL_GROUPS; g++)
+        assert_int_equal(kvc_allreduce_min(s, 2000 + g, 1, 0, v, 1, 10), KVC_OK);
+    assert_int_equal(kvc_allreduce_min(s, 5000, 1, 0, v, 1, 10), KVC_E_FULL);
+    /* A process holding them all dies: reclaimed too. */
+    kvc_close(s);
+    pid_t pid = fork();
+    if (pid == 0) {
+        kvc_segment *c = open_client(name);
+        for (uint64_t g = 0; g < KVC_COLL_GROUPS; g++)
+            if (kvc_allreduce_min(c, 3000 + g, 1, 0, v, 1, 10))
+                _exit(1);
+        raise(SIGKILL);
+    }
+    assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+    s = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_CLIENT);
+    for (uint64_t g = 0; g < KVC_COLL_GROUPS; g++)
+        assert_int_equal(kvc_allreduce_min(s, 4000 + g, 1, 0, v, 1, 10), KVC_OK);
+    close_unlink(s, name);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_rank_held),
+        cmocka_unit_test(test_random_2),
+        cmocka_unit_test(test_random_4),
+        cmocka_unit_test(test_random_8),
+        cmocka_unit_test(test_len_mismatch),
+        cmocka_unit_test(test_never_arrives),
+        cmocka_unit_test(test_kill_published),
+        cmocka_unit_test(test_kill_arrived),
+        cmocka_unit_test(test_kill_reduced),
+        cmocka_unit_test(test_kill_outside),
+        cmocka_unit_test(test_kill_claiming),
+        cmocka_unit_test(test_groups_full_and_reclaimed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
