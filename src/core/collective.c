@@ -27,15 +27,17 @@
  * (rare; the lock's holder is the only claimer, so a CLAIMING slot it finds
  * is a dead claimer's leftover); the rounds take no lock.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
 
-/* Spin this long for the round to complete before sleeping on the futex:
- * long enough to catch a peer on another core, short enough not to take
- * the CPU from peers when ranks outnumber cores. */
+/* Spin this long for the round to complete before sleeping on the futex,
+ * when the group has no more ranks than this process may use CPUs: long
+ * enough to catch a peer on another core.  A larger group sleeps at once
+ * (a spinning rank would take the CPU its late peers need). */
 #define SPIN_NS 20000ull
 /* While waiting, read /proc for the members' liveness first after this
  * long and then this often (the process table's dead marks, which need no
@@ -75,6 +77,20 @@ static _Atomic uint32_t *round_futex(kvc_coll_group *g)
     p += 4;
 #endif
     return (_Atomic uint32_t *)(void *)p;
+}
+
+/* CPUs this process may run on (its affinity mask), read once. */
+static uint32_t cpus_usable(void)
+{
+    static _Atomic uint32_t cached;
+    uint32_t n = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (n)
+        return n;
+    cpu_set_t set;
+    n = sched_getaffinity(0, sizeof set, &set) == 0 ? (uint32_t)CPU_COUNT(&set) : 1;
+    n = n ? n : 1;
+    atomic_store_explicit(&cached, n, memory_order_relaxed);
+    return n;
 }
 
 static void spin_pause(void)
@@ -473,7 +489,7 @@ static uint64_t missing(call *c, uint64_t gen)
 static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
 {
     kvc_coll_group *g = c->g;
-    uint64_t spin_end = kvc__mono_ns() + SPIN_NS;
+    uint64_t spin_end = kvc__mono_ns() + (c->size <= cpus_usable() ? SPIN_NS : 0);
     for (unsigned i = 0;; i++) {
         w = atomic_load_explicit(&g->round, memory_order_acquire);
         if (w_ahead(w, gen) != 0 || w_decided(w, c->size))
