@@ -39,8 +39,8 @@
  * enough to catch a peer on another core.  A larger group sleeps at once
  * (a spinning rank would take the CPU its late peers need). */
 #define SPIN_NS 20000ull
-/* While waiting, read /proc for the members' liveness first after this
- * long and then this often (the process table's dead marks, which need no
+/* While waiting, test the members' liveness locks first after this long
+ * and then this often (the process table's own marks, which need no
  * system call, are read at every wake-up). */
 #define LIVENESS_FIRST_MS 5u
 #define LIVENESS_EVERY_MS 10u
@@ -112,51 +112,46 @@ static uint64_t my_owner(kvc_segment *seg)
     return ((uint64_t)atomic_load(&p->gen) << 32) | (uint32_t)(seg->proc_slot + 1);
 }
 
-static bool watcher_beats(kvc_segment *seg)
-{
-    const kvc_header *h = seg->hdr;
-    uint64_t beat = atomic_load_explicit(&h->watch_beat_mono, memory_order_acquire);
-    return beat && atomic_load_explicit(&h->watch_pid, memory_order_relaxed) &&
-           kvc__seg_mono_ns() < beat + (uint64_t)KVC__WATCH_STALE_MS * 1000000ull;
-}
-
 /* Whether the process that claimed a member (owner word) still holds its
  * process table entry and runs: true, or false with what happened to it in
  * what ("died (pid 12, killed by signal 9 (Killed))", "left (pid 12 closed
- * its segment handle)").  Without read_proc only the table's marks are
- * read (no system call); with it, /proc too unless a watcher beats (its
- * marks are then trusted, as for rooms). */
-static bool owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, bool read_proc,
-                        char *what, size_t cap)
+ * its segment handle or was reaped)").  Without test, only the table's own
+ * marks are read (kvcoordd's dead mark, a freed or reused entry: no system
+ * call); with it, the entry's liveness lock too (liveness.c: one fcntl,
+ * right in every PID namespace). */
+static bool owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, bool test, char *what,
+                        size_t cap)
 {
     uint32_t slot = (uint32_t)owner - 1, gen = (uint32_t)(owner >> 32);
-    if ((uint32_t)owner == 0 || slot >= seg->hdr->max_procs) {
+    if ((uint32_t)owner == 0 || slot >= seg->max_procs) {
         snprintf(what, cap, "left (no process table entry)");
         return false;
     }
     kvc_proc *p = &seg->procs[slot];
-    int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
-    bool same = atomic_load_explicit(&p->gen, memory_order_acquire) == gen;
+    bool same = atomic_load_explicit(&p->gen, memory_order_acquire) == gen &&
+                atomic_load_explicit(&p->pid, memory_order_acquire) != 0;
     if (same && atomic_load_explicit(&p->dead, memory_order_acquire)) {
         char how[KVC_HOW_MAX + 1];
         snprintf(how, sizeof how, "%s", p->how);
         snprintf(what, cap, "died (pid %d, %s)", (int)known_pid, how);
         return false;
     }
-    if (!same || pid == 0) {
+    kvc_slot_state st = !same  ? KVC__SLOT_GONE
+                        : test ? kvc__proc_slot_state(seg, (int32_t)slot, gen)
+                               : KVC__SLOT_ALIVE;
+    if (st == KVC__SLOT_ALIVE)
+        return true;
+    if (st == KVC__SLOT_GONE) {
         snprintf(what, cap, "left (pid %d closed its segment handle or was reaped)",
                  (int)known_pid);
         return false;
     }
-    /* Its liveness lock (liveness.c): right in any PID namespace. */
-    if (!read_proc || watcher_beats(seg) || kvc__proc_slot_alive(seg, (int32_t)slot, gen))
-        return true;
-    char how[KVC_HOW_MAX + 1];
+    /* Its pid means something here only in the same PID namespace (then
+     * its zombie, if still there, says how it ended). */
+    char how[KVC_HOW_MAX + 1] = "exit status unknown";
     if (p->pid_ns && p->pid_ns == seg->pid_ns)
-        kvc__proc_how(pid, how, sizeof how);
-    else
-        snprintf(how, sizeof how, "exit status unknown");
-    snprintf(what, cap, "died (pid %d, %s)", (int)pid, how);
+        kvc__proc_how(atomic_load(&p->pid), how, sizeof how);
+    snprintf(what, cap, "died (pid %d, %s)", (int)known_pid, how);
     return false;
 }
 
@@ -451,7 +446,7 @@ typedef struct call {
 
 /* Check every other member's liveness; if one is gone, abort round gen
  * (word w) naming them.  Returns the (maybe new) word. */
-static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool read_proc)
+static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool test)
 {
     note n = {0};
     for (uint32_t r = 0; r < c->size; r++) {
@@ -461,7 +456,7 @@ static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool read_proc)
             continue;
         char what[160];
         int32_t pid = atomic_load(&m->pid);
-        if (owner_alive(c->seg, o, pid, read_proc, what, sizeof what))
+        if (owner_alive(c->seg, o, pid, test, what, sizeof what))
             continue;
         if (!n.ranks) {
             n.pid = pid;
@@ -506,10 +501,10 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
         if (w_ahead(w, gen) != 0 || w_decided(w, c->size))
             break;
         now = kvc__mono_ns();
-        bool read_proc = now >= next_check;
-        if (read_proc)
+        bool test = now >= next_check;
+        if (test)
             next_check = now + LIVENESS_EVERY_MS * 1000000ull;
-        uint64_t w2 = check_peers(c, gen, w, read_proc);
+        uint64_t w2 = check_peers(c, gen, w, test);
         if (w2 != w)
             continue;
         if (now >= c->deadline) {
