@@ -35,10 +35,13 @@
 #include "internal.h"
 
 /* Spin this long for the round to complete before sleeping on the futex,
- * when the group has no more ranks than this process may use CPUs: long
- * enough to catch a peer on another core.  A larger group sleeps at once
- * (a spinning rank would take the CPU its late peers need). */
+ * when the group has no more ranks than this process may use CPUs, and
+ * while spinning pays (wait_round): long enough to catch a peer on another
+ * core.  A larger group sleeps at once (a spinning rank would take the CPU
+ * its late peers need). */
 #define SPIN_NS 20000ull
+#define SPIN_SCORE_MAX 16 /* a spin that caught the round: +1, up to this */
+#define SPIN_SCORE_LOSS 2 /* one that did not: -2 (0: sleep at once) */
 /* While waiting, test the members' liveness locks first after this long
  * and then this often (the process table's own marks, which need no
  * system call, are read at every wake-up). */
@@ -484,15 +487,27 @@ static uint64_t missing(call *c, uint64_t gen)
 static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
 {
     kvc_coll_group *g = c->g;
-    uint64_t spin_end = kvc__mono_ns() + (c->size <= cpus_usable() ? SPIN_NS : 0);
+    /* Spin only while spinning pays: a thread whose recent spins mostly
+     * ended with the round still open (its peers were not running: more
+     * runnable processes than CPUs) sleeps at once, and tries a spin again
+     * now and then. */
+    static _Thread_local int score = SPIN_SCORE_MAX;
+    static _Thread_local unsigned probe;
+    bool spin = c->size <= cpus_usable() && (score > 0 || (++probe & 31) == 0);
+    uint64_t spin_end = kvc__mono_ns() + (spin ? SPIN_NS : 0);
     for (unsigned i = 0;; i++) {
         w = atomic_load_explicit(&g->round, memory_order_acquire);
-        if (w_ahead(w, gen) != 0 || w_decided(w, c->size))
+        if (w_ahead(w, gen) != 0 || w_decided(w, c->size)) {
+            if (spin && score < SPIN_SCORE_MAX)
+                score++;
             return w;
+        }
         if ((i & 63) == 63 && kvc__mono_ns() >= spin_end)
             break;
         spin_pause();
     }
+    if (spin)
+        score = score > SPIN_SCORE_LOSS ? score - SPIN_SCORE_LOSS : 0;
     atomic_fetch_add(&g->waiters, 1);
     uint64_t now = kvc__mono_ns();
     uint64_t next_check = now + LIVENESS_FIRST_MS * 1000000ull;

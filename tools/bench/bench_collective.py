@@ -5,10 +5,11 @@ op=ReduceOp.MIN) over gloo on CPU - what sglang's poll_and_all_reduce does each
 scheduler step - in the same run, on the same inputs.
 
 For each process count (default 2, 4, 8) the ranks run `--steps` scheduler
-steps; in every step each rank makes a vector of `--rooms` KVPoll values
-(0..4, from a seed all ranks share, so each rank's vector differs), then does
-both all-reduces on it, kvcoord first and gloo second, one after the other
-(the order alternates every step).  Each call is timed from a list of ints to
+steps; in every step each rank has a vector of `--rooms` KVPoll values
+(0..4, from a seed all ranks share, so each rank's vector differs), and both
+all-reduces reduce it: in blocks of 50 steps, kvcoord's then gloo's for the
+same 50 steps (the order alternates block by block), so that each call waits
+only for its own kind's previous call, and both see the same machine.  Each call is timed from a list of ints to
 a list of ints, as sglang's code has them: kvcoord `list(seg.allreduce_min(...))`,
 gloo `torch.tensor(polls, dtype=torch.uint8)` + `all_reduce` + `tolist()`.
 Printed per process count: median and p99 in µs over every rank's samples,
@@ -32,6 +33,7 @@ import time
 import kvcoord
 
 WARMUP = 20
+BLOCK = 50  # steps of one kind in a row; the kinds alternate, block by block
 
 
 def pct(v, q):
@@ -65,20 +67,26 @@ def child(rank, size, name, port, steps, rooms, seed, out_w):
     wants = [[min(v) for v in zip(*(polls_of(seed, step, r, rooms) for r in range(size)))]
              for step in range(steps + WARMUP)]
     with kvcoord.Segment(name, role="client", rank=rank) as seg:
-        for step in range(steps + WARMUP):
-            mine, want = inputs[step], wants[step]
-            for which in ((0, 1) if step % 2 == 0 else (1, 0)):
-                t0 = time.perf_counter_ns()
-                if which == 0:
-                    a = list(seg.allreduce_min(group, size, rank, mine, timeout=60))
-                else:
-                    t = torch.tensor(mine, dtype=torch.uint8, device="cpu")
-                    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-                    b = t.tolist()
-                dt = (time.perf_counter_ns() - t0) / 1000
-                if step >= WARMUP:
-                    (kv if which == 0 else gl).append(dt)
-            disagree += a != b or a != want
+        for first in range(0, steps + WARMUP, BLOCK):
+            block = range(first, min(first + BLOCK, steps + WARMUP))
+            answers = {}
+            for which in ((0, 1) if first // BLOCK % 2 == 0 else (1, 0)):
+                for step in block:
+                    mine = inputs[step]
+                    t0 = time.perf_counter_ns()
+                    if which == 0:
+                        got = list(seg.allreduce_min(group, size, rank, mine, timeout=60))
+                    else:
+                        t = torch.tensor(mine, dtype=torch.uint8, device="cpu")
+                        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+                        got = t.tolist()
+                    dt = (time.perf_counter_ns() - t0) / 1000
+                    if step >= WARMUP:
+                        (kv if which == 0 else gl).append(dt)
+                    answers[which, step] = got
+            for step in block:
+                a, b = answers[0, step], answers[1, step]
+                disagree += a != b or a != wants[step]
     dist.destroy_process_group()
     os.write(out_w, json.dumps([kv, gl, disagree]).encode())
 
