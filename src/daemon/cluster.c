@@ -36,7 +36,8 @@ static uint64_t lease_limit(const struct cluster *c)
 
 /* The mirror is what the watch last confirmed (heard: a message, an
  * answered probe, a snapshot; monotonic ns).  Unconfirmed once the watch
- * is down or quiet past its probe (quiet_ms + call_ms); dropped, whether
+ * is down, or quiet past its probe interval by more than a probe of a
+ * healthy member takes (quiet_ms + 250 ms); dropped, whether
  * etcd refuses or hangs, once unconfirmed past the leases: the entries
  * mirrored may have expired there.  Requests of this node's session that
  * fail while the watch is confirmed (this node's own trouble) do not make
@@ -44,7 +45,7 @@ static uint64_t lease_limit(const struct cluster *c)
 static void check_confirmed(struct cluster *c, uint64_t heard, int watch_up)
 {
     uint64_t now = kvc__mono_ns();
-    uint64_t grace = ((uint64_t)c->cfg.quiet_ms + c->cfg.call_ms) * 1000000ull;
+    uint64_t grace = ((uint64_t)c->cfg.quiet_ms + 250) * 1000000ull;
     uint64_t age = heard && now > heard ? now - heard : 0;
     int confirmed = heard && watch_up && age <= grace;
     uint64_t since = confirmed ? 0 : heard ? heard : c->ses.etcd_down_since;
@@ -86,8 +87,13 @@ static void *cluster_main(void *arg)
         if ((c->tab.ndirty || c->rooms.npending) && c->ses.etcd_down_since &&
             c->ses.retry_at < wake)
             wake = c->ses.retry_at;
+        /* When the mirror stops being confirmed (shown at once), and when
+         * its drop is due. */
+        uint64_t unconfirmed_at = heard + ((uint64_t)c->cfg.quiet_ms + 251) * 1000000ull;
+        if (heard && unconfirmed_at > now && unconfirmed_at < wake)
+            wake = unconfirmed_at;
         if (heard && !c->peers.dropped && heard + lease_limit(c) + 1000000ull < wake)
-            wake = heard + lease_limit(c) + 1000000ull; /* the mirror's drop is due */
+            wake = heard + lease_limit(c) + 1000000ull;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         if (wake > now) {
@@ -269,13 +275,14 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     snprintf(c->cfg.prefix, sizeof c->cfg.prefix, "/kvcoord/%s/", c->cfg.cluster);
     c->cfg.ttl_s = conf->ttl_s;
     /* Every etcd request is bounded by the TTL: a member tried gets a
-     * quarter of it (250 ms .. 2 s), a whole call (fail-over included)
-     * half of it (at least two members' worth), so the cluster thread
-     * looks at the mirror's confirmation well within a TTL even when etcd
-     * hangs; a watch stream quiet for a quarter of the TTL (at most 5 s)
-     * has its member probed. */
+     * quarter of it (1 s .. 2 s: a TLS handshake on a busy host takes
+     * hundreds of ms), a whole call (fail-over included) half of it (at
+     * least two members' worth), so the cluster thread looks at the
+     * mirror's confirmation within about a TTL even when etcd hangs; a
+     * watch stream quiet for a quarter of the TTL (250 ms .. 5 s) has its
+     * member probed. */
     uint32_t ttl_ms = conf->ttl_s > 3600 ? 3600000u : conf->ttl_s * 1000u;
-    c->cfg.call_ms = ttl_ms / 4 < 250 ? 250 : ttl_ms / 4 > 2000 ? 2000 : ttl_ms / 4;
+    c->cfg.call_ms = ttl_ms / 4 < 1000 ? 1000 : ttl_ms / 4 > 2000 ? 2000 : ttl_ms / 4;
     c->cfg.quiet_ms = ttl_ms / 4 < 250 ? 250 : ttl_ms / 4 > 5000 ? 5000 : ttl_ms / 4;
     uint32_t deadline_ms = ttl_ms / 2 < 2 * c->cfg.call_ms ? 2 * c->cfg.call_ms : ttl_ms / 2;
     c->cfg.seg = conf->seg;

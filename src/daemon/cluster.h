@@ -35,8 +35,11 @@
  *
  * Threads: cluster_start() starts the cluster thread (the only writer of
  * mirrored entries and the only publisher), a watch thread (range + watch
- * stream of the prefix) and two futex waiters (rank table and rooms) that
- * wake it.  The io_uring loop never calls etcd: it reads the figures below
+ * stream of the prefix, probing a quiet stream's member), a fetch thread
+ * (large entries from their origin kvcoordd) and two futex waiters (rank
+ * table and rooms) that wake it.  Every etcd request is bounded by the TTL,
+ * and the mirror is withdrawn once the watch has not been confirmed for
+ * longer than the nodes' leases.  The io_uring loop never calls etcd: it reads the figures below
  * (a mutex held for a copy) and the segment, which the cluster thread
  * writes through the public API.
  */

@@ -78,14 +78,10 @@ void cluster__fetched(struct cluster *c, struct fetch_job *j)
 {
     struct rslot *s = slot_at(c, j->ti, j->rank);
     struct remote *r = s ? cluster__find_remote(s, j->node, NULL) : NULL;
-    if (!r || r->info || strcmp(r->digest, j->digest) || strcmp(r->sid, j->sid)) {
-        /* The record changed (or went) while its bytes were on their way:
-         * a newer job follows, or none is needed. */
-        if (r && !r->info)
-            r->fetching = 0;
-        return;
-    }
-    r->fetching = 0;
+    if (r)
+        r->fetching = 0; /* a record has at most one job out: this one */
+    if (!r || r->info || strcmp(r->digest, j->digest) || strcmp(r->sid, j->sid))
+        return; /* changed or gone meanwhile: cluster__fetch_due asks again if needed */
     if (!j->info) {
         r->fetch_retry_at = kvc__mono_ns() + FETCH_RETRY_MS * 1000000ull;
         return;

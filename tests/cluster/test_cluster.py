@@ -905,6 +905,7 @@ class BlindView(Base):
                   "seen on B after %.3f s (TTL %d s; unverified shown in %d of the views read)"
                   % (member, moved_to, took, self.T, len(unverified)))
             self.assertNotEqual(moved_to, member)
+            self.assertTrue(unverified, "B's GET /cluster never said its mirror was unconfirmed")
             self.assertIn("no event or progress notification", b.logtext())
             self.assertTrue(v["etcd"]["up"], v["etcd"])  # two members of three answer
             self.visible(b, 0, origin="A")  # what A still has stays (or is back)

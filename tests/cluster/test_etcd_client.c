@@ -6,6 +6,7 @@
  * authentication (right and wrong password).
  */
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -238,6 +239,85 @@ static void test_failover(void **state)
     etcd_close(c);
 }
 
+/* SIGSTOP or SIGCONT member i (its pid file in the fixture's directory). */
+static void signal_member(int i, int sig)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/m%d.pid", fx.dir, i);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%d", &pid), 1);
+    fclose(f);
+    assert_int_equal(kill(pid, sig), 0);
+}
+
+struct blind_watch {
+    int rc;
+    int current; /* current() calls */
+};
+
+static int enough_probes(void *arg) { return ((struct blind_watch *)arg)->current >= 4; }
+
+static void on_current(void *arg, int64_t rev)
+{
+    (void)rev;
+    ((struct blind_watch *)arg)->current++;
+}
+
+static int on_no_events(void *arg, const etcd_event *ev, size_t n, int64_t rev)
+{
+    (void)arg, (void)ev, (void)n, (void)rev;
+    return 0;
+}
+
+/* A frozen member (SIGSTOP: it still accepts connections, nothing answers):
+ * a call fails over to the next member within its deadline; a watch on it
+ * sees no event or progress notification, probes it, gets no answer and
+ * ends with -1, the next stream starting elsewhere; with every member
+ * frozen, a call ends (-1) instead of hanging. */
+static void test_frozen_member(void **state)
+{
+    (void)state;
+    struct etcd_conf conf = {
+        .endpoints = fx.endpoints, .timeout_ms = 500, .deadline_ms = 1500, .watch_quiet_ms = 300};
+    char err[256];
+    etcd *c, *w;
+    assert_int_equal(etcd_open(&conf, &c, err, sizeof err), 0);
+    assert_int_equal(etcd_open(&conf, &w, err, sizeof err), 0);
+    ok(w, etcd_put(w, "/t/fz/a", "1", 1, 0, NULL));
+    int m = 0; /* the member w answered on, where its watches start */
+    while (strcmp(etcd_endpoint(w), etcd_endpoint_at(w, (size_t)m)))
+        m++;
+    /* A quiet watch on a live member stays open: its probes answer (the
+     * created message, then one current() per answered probe). */
+    struct blind_watch bw = {0};
+    struct etcd_watch_cb cb = {
+        .events = on_no_events, .idle = enough_probes, .current = on_current, .arg = &bw};
+    int64_t last;
+    assert_int_equal(etcd_watch(w, "/t/fz/", 1, &cb, &last), 0);
+    assert_true(bw.current >= 4);
+    assert_string_equal(etcd_endpoint(w), etcd_endpoint_at(w, (size_t)m));
+    signal_member(m, SIGSTOP);
+    ok(c, etcd_put(c, "/t/fz/b", "2", 1, 0, NULL)); /* fails over if it tried m */
+    assert_string_not_equal(etcd_endpoint(c), etcd_endpoint_at(c, (size_t)m));
+    cb.idle = NULL;
+    bw.rc = etcd_watch(w, "/t/fz/", 1, &cb, &last);
+    assert_int_equal(bw.rc, -1);
+    assert_non_null(strstr(etcd_error(w), "no event or progress notification"));
+    assert_non_null(strstr(etcd_error(w), etcd_endpoint_at(w, (size_t)m)));
+    /* the next stream starts on the next member */
+    assert_string_equal(etcd_endpoint(w), etcd_endpoint_at(w, (size_t)(m + 1) % 3));
+    signal_member((m + 1) % 3, SIGSTOP);
+    signal_member((m + 2) % 3, SIGSTOP);
+    assert_int_not_equal(etcd_put(c, "/t/fz/c", "3", 1, 0, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        signal_member(i, SIGCONT);
+    ok(c, etcd_delete(c, "/t/fz/", 1, NULL));
+    etcd_close(w);
+    etcd_close(c);
+}
+
 static int etcdctl(const char *args)
 {
     char line[1024];
@@ -306,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_watch_stream),
         cmocka_unit_test(test_watch_stop_idle),
         cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_frozen_member),
         cmocka_unit_test(test_auth),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

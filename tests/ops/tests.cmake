@@ -69,3 +69,9 @@ add_test(NAME ops_readme_examples
           --include ${CMAKE_SOURCE_DIR}/include --libdir $<TARGET_FILE_DIR:kvcoord>
           --daemon $<TARGET_FILE:kvcoordd> --cc ${CMAKE_C_COMPILER} ${KVC_README_SANITIZE})
 set_tests_properties(ops_readme_examples PROPERTIES LABELS "ops" TIMEOUT 300)
+
+# The build units as docs/architecture.md draws them: no target puts another
+# unit's folder on its include path, every link between units is listed.
+add_test(NAME ops_units
+  COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_units.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(ops_units PROPERTIES LABELS "ops;unit")
