@@ -117,6 +117,9 @@ class KVTransferError(Exception):
     status) and ``time_ns`` are set too (else None).
     """
 
+    # Segment.check_room and transfer_error() build it in C with these same
+    # attributes and args (python/kvcoord/_rooms.c, transfer_error_new): keep
+    # the two in step.
     def __init__(self, bootstrap_room: int, failure_reason: str, is_from_another_rank: bool = False):
         super().__init__(failure_reason)
         self.bootstrap_room = bootstrap_room
@@ -130,8 +133,13 @@ class KVTransferError(Exception):
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"
 
 
+_kvcoord._register_transfer_error(KVTransferError)  # raised by Segment.check_room (C)
+
+
 def transfer_error(failure):
     """The KVTransferError for a FailureInfo (not raised)."""
+    if isinstance(failure, FailureInfo):
+        return _kvcoord._transfer_error(failure)  # the same object, built in C
     e = KVTransferError(failure.room, failure.reason, bool(failure.is_from_another_rank))
     e.origin_rank = failure.origin_rank
     e.code = failure.code
@@ -178,14 +186,6 @@ class Segment(_kvcoord.Segment):
     def room_failure(self, room, rank=None):
         """The room's FailureInfo as `rank` sees it, or None.  Errors as room_get()."""
         return self.room_get(room, rank).failure
-
-    def check_room(self, room, rank=None):
-        """Raise KVTransferError (the origin's reason) if the room failed, else return
-        its RoomInfo.  Errors: those of room_get()."""
-        info = self.room_get(room, rank)
-        if info.failure is not None:
-            raise transfer_error(info.failure)
-        return info
 
     def room(self, room, rank=None, participants=0, role="unspecified"):
         """A Room: this process's part in bootstrap room `room` as `rank` (default: the

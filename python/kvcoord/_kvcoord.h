@@ -164,6 +164,11 @@ PyObject *kvcpy_room_open(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_set_state(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_fail(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_get(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_check_room(SegmentObject *s, PyObject *args, PyObject *kw);
+/* _register_transfer_error(KVTransferError): the class check_room raises. */
+PyObject *kvcpy_register_transfer_error(PyObject *m, PyObject *cls);
+/* _transfer_error(FailureInfo): the KVTransferError for it (not raised). */
+PyObject *kvcpy_transfer_error(PyObject *m, PyObject *failure);
 PyObject *kvcpy_room_wait(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_release(SegmentObject *s, PyObject *args, PyObject *kw);
 PyObject *kvcpy_room_sync(SegmentObject *s, PyObject *args, PyObject *kw);
@@ -175,9 +180,9 @@ PyObject *kvcpy_room_sweep(SegmentObject *s, PyObject *args);
 
 /* Docstrings of the room methods (in _rooms.c). */
 extern const char kvcpy_doc_room_open[], kvcpy_doc_room_set_state[], kvcpy_doc_room_fail[],
-    kvcpy_doc_room_get[], kvcpy_doc_room_wait[], kvcpy_doc_room_release[], kvcpy_doc_room_sync[],
-    kvcpy_doc_room_list[], kvcpy_doc_failures[], kvcpy_doc_procs[], kvcpy_doc_reap_dead[],
-    kvcpy_doc_room_sweep[];
+    kvcpy_doc_room_get[], kvcpy_doc_check_room[], kvcpy_doc_room_wait[], kvcpy_doc_room_release[],
+    kvcpy_doc_room_sync[], kvcpy_doc_room_list[], kvcpy_doc_failures[], kvcpy_doc_procs[],
+    kvcpy_doc_reap_dead[], kvcpy_doc_room_sweep[];
 
 int kvcpy_rooms_init_types(void); /* struct sequence types; -1 on error */
 

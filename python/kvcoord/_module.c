@@ -347,6 +347,12 @@ static PyMethodDef module_methods[] = {
      "(\"exited with status N\", \"killed by signal N (NAME)\").  Thread-safe."},
     {"_register_kvpoll", mod_register_kvpoll, METH_O,
      "_register_kvpoll(KVPoll) -> None\n\nInternal: states are returned as KVPoll members."},
+    {"_register_transfer_error", kvcpy_register_transfer_error, METH_O,
+     "_register_transfer_error(KVTransferError) -> None\n\nInternal: the class "
+     "Segment.check_room raises."},
+    {"_transfer_error", kvcpy_transfer_error, METH_O,
+     "_transfer_error(FailureInfo) -> KVTransferError\n\nInternal: kvcoord.transfer_error() "
+     "for a FailureInfo."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

@@ -62,7 +62,7 @@ int kvcpy_rooms_init_types(void)
 
 /* ---- building results --------------------------------------------------- */
 
-static PyObject *failure_new(const kvc_failure_info *f)
+static PyObject *failure_build(const kvc_failure_info *f)
 {
     PyObject *o = PyStructSequence_New(&kvcpy_FailureInfoType);
     if (!o)
@@ -86,6 +86,26 @@ static PyObject *failure_new(const kvc_failure_info *f)
     }
     if (bad)
         Py_CLEAR(o);
+    return o;
+}
+
+/* The last FailureInfo built and the record it was built from (GIL held).
+ * A failure record never changes once kept (the first one wins), and a rank
+ * that polls a failed room reads the same one again and again: it then gets
+ * the same immutable object instead of a new one (eight objects and a
+ * formatted text each time). */
+static kvc_failure_info last_failure;
+static PyObject *last_failure_obj;
+
+static PyObject *failure_new(const kvc_failure_info *f)
+{
+    if (last_failure_obj && !memcmp(f, &last_failure, sizeof *f))
+        return Py_NewRef(last_failure_obj);
+    PyObject *o = failure_build(f);
+    if (o) {
+        Py_XSETREF(last_failure_obj, Py_NewRef(o));
+        last_failure = *f;
+    }
     return o;
 }
 
@@ -288,6 +308,112 @@ PyObject *kvcpy_room_get(SegmentObject *s, PyObject *args, PyObject *kw)
     kvc_room_info ri;
     ROOM_CALL(s, kvc_room_get(g, room, asking, &ri));
     return room_new(&ri);
+}
+
+/* kvcoord.KVTransferError, registered by the package (_register_transfer_error). */
+static PyObject *transfer_error_cls;
+
+PyObject *kvcpy_register_transfer_error(PyObject *m, PyObject *cls)
+{
+    (void)m;
+    if (!PyType_Check(cls) ||
+        !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_Exception))
+        return PyErr_Format(PyExc_TypeError, "an exception class is needed, not %R", cls);
+    Py_XSETREF(transfer_error_cls, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+/* Attribute names of KVTransferError, interned once (GIL held). */
+static PyObject *te_names[6];
+static const char *const te_name_str[6] = {
+    "bootstrap_room", "failure_reason", "is_from_another_rank", "origin_rank", "code", "time_ns"};
+
+/* A new KVTransferError as KVTransferError(room, reason, from_another) and
+ * then origin_rank, code, time_ns would make it (python/kvcoord/__init__.py:
+ * args == (reason,) and these six attributes; keep the two in step), built
+ * without running the Python __init__ (1.3 us of the 2 us a raise cost).
+ * v: the six attribute values, stolen (any NULL: its error is set). */
+static PyObject *transfer_error_new(PyObject *v[6])
+{
+    PyObject *exc = NULL;
+    int ok = 1;
+    for (int i = 0; i < 6; i++)
+        ok = ok && v[i];
+    if (!ok)
+        goto out;
+    if (!transfer_error_cls) {
+        PyErr_SetString(PyExc_RuntimeError, "kvcoord.KVTransferError is not registered");
+        goto out;
+    }
+    for (int i = 0; i < 6; i++)
+        if (!te_names[i] && !(te_names[i] = PyUnicode_InternFromString(te_name_str[i])))
+            goto out;
+    PyObject *args = PyTuple_Pack(1, v[1]); /* what Exception.__init__(reason) stores */
+    if (!args)
+        goto out;
+    PyTypeObject *t = (PyTypeObject *)transfer_error_cls;
+    exc = t->tp_new(t, args, NULL);
+    Py_DECREF(args);
+    for (int i = 0; exc && i < 6; i++)
+        if (PyObject_SetAttr(exc, te_names[i], v[i]) < 0)
+            Py_CLEAR(exc);
+out:
+    for (int i = 0; i < 6; i++)
+        Py_XDECREF(v[i]);
+    return exc;
+}
+
+/* Raise the KVTransferError for failure record f; NULL. */
+static PyObject *raise_transfer_error(const kvc_failure_info *f)
+{
+    PyObject *v[6] = {
+        PyLong_FromUnsignedLongLong(f->room),
+        PyUnicode_DecodeUTF8(f->reason, (Py_ssize_t)strlen(f->reason), "replace"),
+        PyBool_FromLong(f->is_from_another_rank),
+        PyLong_FromUnsignedLong(f->origin_rank),
+        PyLong_FromLong(f->code),
+        PyLong_FromUnsignedLongLong(f->time_ns),
+    };
+    PyObject *exc = transfer_error_new(v);
+    if (exc) {
+        PyErr_SetObject(transfer_error_cls, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+PyObject *kvcpy_transfer_error(PyObject *m, PyObject *fi)
+{
+    (void)m;
+    if (!PyObject_TypeCheck(fi, &kvcpy_FailureInfoType))
+        return PyErr_Format(PyExc_TypeError, "a kvcoord.FailureInfo is needed, not %.100s",
+                            Py_TYPE(fi)->tp_name);
+    /* FailureInfo fields: room 0, origin_rank 1, code 3, reason 4, time_ns 5,
+     * is_from_another_rank 6 (failure_fields above) */
+    static const int at[6] = {0, 4, 6, 1, 3, 5};
+    PyObject *v[6];
+    for (int i = 0; i < 6; i++)
+        v[i] = Py_NewRef(PyStructSequence_GET_ITEM(fi, at[i]));
+    return transfer_error_new(v);
+}
+
+const char kvcpy_doc_check_room[] =
+    "check_room(room, rank=None) -> RoomInfo\n\nRaise KVTransferError (the origin rank's "
+    "reason, origin_rank, code, time_ns) if the room failed, else return its RoomInfo as "
+    "room_get() does (one read of the room; no RoomInfo is built for a failed one).\nErrors: "
+    "those of room_get().  " THREADS;
+
+PyObject *kvcpy_check_room(SegmentObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"room", "rank", NULL};
+    uint64_t room;
+    int32_t asking = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&", kwlist, kvcpy_conv_room, &room, conv_asking,
+                                     &asking))
+        return NULL;
+    kvc_room_info ri;
+    ROOM_CALL(s, kvc_room_get(g, room, asking, &ri));
+    return ri.has_failure ? raise_transfer_error(&ri.failure) : room_new(&ri);
 }
 
 const char kvcpy_doc_room_wait[] =

@@ -761,6 +761,7 @@ static PyMethodDef seg_methods[] = {
      kvcpy_doc_room_set_state},
     {"room_fail", KW kvcpy_room_fail, METH_VARARGS | METH_KEYWORDS, kvcpy_doc_room_fail},
     {"room_get", KW kvcpy_room_get, METH_VARARGS | METH_KEYWORDS, kvcpy_doc_room_get},
+    {"check_room", KW kvcpy_check_room, METH_VARARGS | METH_KEYWORDS, kvcpy_doc_check_room},
     {"room_wait", KW kvcpy_room_wait, METH_VARARGS | METH_KEYWORDS, kvcpy_doc_room_wait},
     {"room_release", KW kvcpy_room_release, METH_VARARGS | METH_KEYWORDS, kvcpy_doc_room_release},
     {"room_sync", KW kvcpy_room_sync, METH_VARARGS | METH_KEYWORDS, kvcpy_doc_room_sync},

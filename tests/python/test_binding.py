@@ -79,6 +79,36 @@ class KVTransferErrorShape(unittest.TestCase):
         self.assertIsInstance(e, Exception)
 
 
+class KVTransferErrorFromRecord(SegmentCase):
+    """check_room and transfer_error build KVTransferError in C: the object
+    must be what the Python constructor and the three record fields give."""
+
+    def test_same_as_constructor(self):
+        self.seg.room_open(9, 1, 2)
+        self.seg.room_fail(9, 0, "ibv_post_send: transport retry counter exceeded \u00e9", 12)
+        rec = self.seg.room_get(9, 1).failure
+        want = kvcoord.KVTransferError(9, rec.reason, True)
+        want.origin_rank, want.code, want.time_ns = 0, 12, rec.time_ns
+        with self.assertRaises(kvcoord.KVTransferError) as cm:
+            self.seg.check_room(9, 1)
+        for got in (cm.exception, kvcoord.transfer_error(rec)):
+            self.assertIs(type(got), kvcoord.KVTransferError)
+            self.assertEqual(got.args, want.args)
+            self.assertEqual(str(got), str(want))
+            self.assertEqual(vars(got), vars(want))
+        with self.assertRaises(kvcoord.KVTransferError) as cm:
+            self.seg.check_room(9, 0)  # the origin rank
+        self.assertFalse(cm.exception.is_from_another_rank)
+        with self.assertRaises(TypeError):
+            kvcoord._kvcoord._transfer_error(("not", "a", "record"))
+
+    def test_not_failed_returns_roominfo(self):
+        self.seg.room_open(10, 0, 1)
+        self.assertEqual(self.seg.check_room(10, 0).state, kvcoord.KVPoll.Bootstrapping)
+        with self.assertRaises(KeyError):
+            self.seg.check_room(11)
+
+
 class Open(unittest.TestCase):
     def test_attach_missing(self):
         with self.assertRaises(FileNotFoundError) as cm:

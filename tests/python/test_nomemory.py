@@ -49,6 +49,9 @@ CALLS = {
     "failures": lambda: seg.failures(),
     "room_get": lambda: seg.room_get(7, 1),
     "room_get_missing": lambda: seg.room_get(9),
+    "check_room": lambda: seg.check_room(7, 1),
+    "check_room_ok": lambda: seg.check_room(8, 0),
+    "transfer_error": lambda: kvcoord.transfer_error(seg.room_get(7, 1).failure),
     "room_sync": lambda: seg.room_sync(0, [7, 8], [3, 3]),
     "room_wait": lambda: seg.room_wait(7, 1, 1, timeout=1),
     "stat": lambda: seg.stat(),
@@ -59,7 +62,8 @@ CALLS = {
     "open_close": reopen,
     "wait_status_text": lambda: kvcoord.wait_status_text(9),
 }
-OWN = {"lookup_missing": KeyError, "room_get_missing": KeyError, "bad_rank": ValueError}
+OWN = {"lookup_missing": KeyError, "room_get_missing": KeyError, "bad_rank": ValueError,
+       "check_room": kvcoord.KVTransferError}
 
 report = {}
 for what, call in CALLS.items():

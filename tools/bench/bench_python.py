@@ -12,10 +12,12 @@ figure with its baseline measured in the same run (medians and p99, µs):
            what sglang's poll_and_all_reduce does each scheduler step.
   failure  Python to Python: room_fail in one process -> KVTransferError raised
            in another (waiting in room_wait) vs a bare pipe wake-up between the
-           same two processes.
+           same two processes, the two interleaved sample by sample (neither gets
+           the warmer half), in --rounds rounds of fresh segment and processes,
+           each round's cold start (its first samples) shown apart.
 
 Usage: PYTHONPATH=build/python tools/bench/bench_python.py [lookup|poll|failure|all]
-           [--daemon build/kvcoordd] [--quick]
+           [--daemon build/kvcoordd] [--quick] [--rounds N]
 Needs Debian's python3-requests, python3-fastapi, python3-uvicorn, python3-torch
 (a benchmark missing one says so and is skipped).  Nothing is asserted.
 """
@@ -261,8 +263,17 @@ def bench_poll(a):
 
 # ---- failure propagation ---------------------------------------------------------
 
-def bench_failure(a):
-    n = 300 if a.quick else 2000
+COLD = 50  # the first samples of a round: a fresh segment and fresh processes
+
+
+def order(i):
+    """Alternate which of the two is measured first, so neither gets the warmer slot."""
+    return ("kv", "pipe") if i % 2 == 0 else ("pipe", "kv")
+
+
+def failure_round(n):
+    """One round: a fresh segment and a fresh waiter process; n samples of each
+    kind, interleaved.  Returns (kvcoord µs, pipe µs) in the order taken."""
     name = "kvcbench-fail-%d" % os.getpid()
     with kvcoord.Segment(name, mode="fresh", role="none", max_rooms=4096, world_size=2):
         pass
@@ -277,58 +288,82 @@ def bench_failure(a):
             with kvcoord.Segment(name, rank=1) as seg:
                 kv, pipe_lat = [], []
                 for i in range(n):
-                    room = base + i
-                    seg.room_open(room, 1, 2)
-                    os.write(ready_w, b"r")
-                    info = seg.room_get(room, 1)
-                    while info.failure is None:
-                        info = seg.room_wait(room, info.state, 1, timeout=30)
-                    try:
-                        seg.check_room(room, 1)
-                    except kvcoord.KVTransferError as e:
-                        t1 = time.monotonic_ns()
-                        kv.append(t1)
-                    seg.room_release(room, 1)
-                for i in range(n):
-                    os.write(ready_w, b"r")
-                    t0 = int(os.read(go_r, 32))
-                    pipe_lat.append((time.monotonic_ns() - t0) / 1000)
+                    for kind in order(i):
+                        if kind == "kv":
+                            room = base + i
+                            seg.room_open(room, 1, 2)
+                            os.write(ready_w, b"r")
+                            info = seg.room_get(room, 1)
+                            while info.failure is None:
+                                info = seg.room_wait(room, info.state, 1, timeout=30)
+                            try:
+                                seg.check_room(room, 1)
+                            except kvcoord.KVTransferError:
+                                kv.append(time.monotonic_ns())
+                            seg.room_release(room, 1)
+                        else:
+                            os.write(ready_w, b"r")
+                            t0 = int(os.read(go_r, 32))
+                            pipe_lat.append((time.monotonic_ns() - t0) / 1000)
                 os.write(res_w, json.dumps([kv, pipe_lat]).encode())
         except BaseException as e:
             sys.stderr.write("waiter: %r\n" % (e,))
             code = 1
         os._exit(code)
+    os.close(res_w)
     sent = []
     with kvcoord.Segment(name, rank=0) as seg:
         for i in range(n):
-            room = base + i
-            seg.room_open(room, 0, 2)
-            os.read(ready_r, 1)
-            time.sleep(0.0005)  # let the waiter reach its futex wait
-            sent.append(time.monotonic_ns())
-            seg.room_fail(room, 0, "ibv_post_send: transport retry counter exceeded", 12)
-            seg.room_release(room, 0)
-        for i in range(n):
-            os.read(ready_r, 1)
-            time.sleep(0.0005)
-            os.write(go_w, str(time.monotonic_ns()).encode())
+            for kind in order(i):
+                if kind == "kv":
+                    room = base + i
+                    seg.room_open(room, 0, 2)
+                    os.read(ready_r, 1)
+                    time.sleep(0.0005)  # let the waiter reach its futex wait
+                    sent.append(time.monotonic_ns())
+                    seg.room_fail(room, 0, "ibv_post_send: transport retry counter exceeded", 12)
+                    seg.room_release(room, 0)
+                else:
+                    os.read(ready_r, 1)
+                    time.sleep(0.0005)  # let the waiter reach its read
+                    os.write(go_w, str(time.monotonic_ns()).encode())
     data = b""
     while True:
         c = os.read(res_r, 1 << 20)
         if not c:
             break
         data += c
-        if data.endswith(b"]]"):
-            break
-    os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)
+    for fd in (ready_r, ready_w, go_r, go_w, res_r):
+        os.close(fd)
     kvcoord.unlink(name)
+    if status or not data:
+        raise SystemExit("failure: the waiter failed (status %d)" % status)
     kv_t1, pipe_lat = json.loads(data)
-    kv = [(t1 - t0) / 1000 for t0, t1 in zip(sent, kv_t1)]
+    return [(t1 - t0) / 1000 for t0, t1 in zip(sent, kv_t1)], pipe_lat
+
+
+def bench_failure(a):
+    n = 300 if a.quick else 2000
     m = statistics.median
-    print("failure propagation, Python to Python (2 processes):")
-    print("  " + fmt("room_fail -> KVTransferError raised", kv))
-    print("  " + fmt("bare pipe wake-up (write -> read returns)", pipe_lat))
-    print("  ratio (median): kvcoord / pipe %.1fx" % (m(kv) / m(pipe_lat)))
+    print("failure propagation, Python to Python (2 processes), %d rounds of %d interleaved "
+          "samples each (a fresh segment and processes per round; cold = its first %d):"
+          % (a.rounds, n, COLD))
+    print("  %-7s %-30s %-30s %s" % ("round", "room_fail -> KVTransferError",
+                                     "bare pipe wake-up", "ratio all / cold"))
+    ratios, cold_ratios, kvs, pipes = [], [], [], []
+    for r in range(a.rounds):
+        kv, pipe = failure_round(n)
+        ratio, cold = m(kv) / m(pipe), m(kv[:COLD]) / m(pipe[:COLD])
+        ratios.append(ratio)
+        cold_ratios.append(cold)
+        kvs.append(m(kv))
+        pipes.append(m(pipe))
+        print("  %-7d %7.2f us (cold %7.2f us)   %7.2f us (cold %7.2f us)   %.2fx / %.2fx"
+              % (r + 1, m(kv), m(kv[:COLD]), m(pipe), m(pipe[:COLD]), ratio, cold))
+    print("  medians over rounds: room_fail -> KVTransferError raised %.2f us, pipe %.2f us; "
+          "ratio %.2fx (worst round %.2fx, worst cold %.2fx)"
+          % (m(kvs), m(pipes), m(ratios), max(ratios), max(cold_ratios)))
 
 
 def main():
@@ -336,6 +371,7 @@ def main():
     ap.add_argument("what", nargs="?", default="all", choices=["lookup", "poll", "failure", "all"])
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "kvcoordd"))
     ap.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=5, help="failure: rounds (default 5)")
     a = ap.parse_args()
     print("bench_python.py on %d CPUs, %s" % (os.cpu_count(), time.strftime("%Y-%m-%d %H:%M")))
     if a.what in ("lookup", "all"):
