@@ -804,8 +804,8 @@ typedef struct kvc_coll_failure {
  *
  * The first call of a group id creates the group with that size.  One
  * process (pid and start time, as the process table records it) holds each
- * rank; threads of that process may call as different ranks at once, but
- * not as the same rank.  A rank whose process died or left the segment is
+ * rank (through any of its handles); threads of that process may call as
+ * different ranks at once, but not as the same rank.  A rank whose process died or left the segment is
  * taken over by the next process that calls as it (any round then in
  * progress fails, naming it).  The handle must be recorded in the process
  * table (opened with a role other than KVC_ROLE_NONE) and used by the

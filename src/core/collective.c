@@ -375,6 +375,13 @@ static uint64_t start_seq(kvc_coll_group *g)
     return 2 * gen;
 }
 
+/* Whether owner (alive) is an entry of this process (another handle). */
+static bool same_process(kvc_segment *seg, uint64_t owner)
+{
+    const kvc_proc *p = &seg->procs[(uint32_t)owner - 1];
+    return atomic_load(&p->pid) == seg->pid && p->start == seg->start && p->pid_ns == seg->pid_ns;
+}
+
 /* Find or create group id and claim member rank for this process (procs
  * lock taken). */
 static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank, uint64_t me,
@@ -405,6 +412,14 @@ static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank,
         char what[160];
         int32_t pid = atomic_load(&m->pid);
         if (cur && owner_alive(seg, cur, pid, true, what, sizeof what)) {
+            if (same_process(seg, cur)) {
+                /* Another handle of this process: the rank is this
+                 * process's, its count goes on. */
+                atomic_store(&m->owner, me);
+                kvc__unlock(seg, KVC_LOCK_PROCS);
+                *out = g;
+                return KVC_OK;
+            }
             kvc__unlock(seg, KVC_LOCK_PROCS);
             return kvc__fail(KVC_E_INVAL,
                              "kvc_allreduce_min: rank %u of group 0x%llx is held by another "

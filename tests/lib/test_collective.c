@@ -175,6 +175,13 @@ static void test_bad_calls(void **st)
     assert_int_equal(kvc_allreduce_min_ex(s, 1, 1, 0, v, 4, 10, &why), KVC_OK);
     assert_int_equal(why.ranks, 0);
     assert_int_equal(why.group, 0);
+    /* Another handle of the same process may call as the same rank: the
+     * rank is the process's. */
+    kvc_segment *other = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_CLIENT);
+    assert_int_equal(kvc_allreduce_min(other, 1, 1, 0, v, 4, 10), KVC_OK);
+    assert_int_equal(kvc_allreduce_min(s, 1, 1, 0, v, 4, 10), KVC_OK);
+    kvc_close(other);
+    assert_int_equal(kvc_allreduce_min(s, 1, 1, 0, v, 4, 10), KVC_OK);
     /* A handle with no process table entry cannot take part. */
     kvc_segment *none = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE);
     assert_int_equal(kvc_allreduce_min(none, 1, 1, 0, v, 4, 10), KVC_E_INVAL);
