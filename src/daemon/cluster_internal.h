@@ -352,7 +352,8 @@ void cluster__session_step(struct cluster *c);
 
 /* ---- cluster_keys.c ------------------------------------------------------ */
 
-/* SHA-256 of sid, a NUL byte and info[0..info_len), in lowercase hex. */
+/* SHA-256 of sid, a NUL byte and info[0..info_len), in lowercase hex.
+ * Any thread (the fetch thread checks its answers with it). */
 void cluster__digest_of(const char *sid, const char *info, size_t info_len, char out[DIGEST_HEX]);
 /* The key of node's entry (table ti, rank) into out[0..cap). */
 void cluster__key_entry(const struct cluster *c, unsigned ti, const char *node, uint32_t rank,
