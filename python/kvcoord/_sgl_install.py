@@ -7,7 +7,7 @@ import sys
 import threading
 
 from . import Segment
-from . import _sgl_poll
+from . import _sgl_pd, _sgl_poll
 from ._sgl_bridge import Bridge, log
 
 UTILS = "sglang.srt.disaggregation.utils"
@@ -124,7 +124,7 @@ def _open(segment):
                     % type(segment).__name__)
 
 
-def install(segment, rank, *, size=None, timeout=30.0):
+def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
     """See kvcoord.sglang.install."""
     global _active
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
@@ -133,6 +133,7 @@ def install(segment, rank, *, size=None, timeout=30.0):
         raise ValueError("size must be an int > rank (%d), not %r" % (rank, size))
     if not timeout > 0:
         raise ValueError("timeout must be > 0 seconds, not %r" % (timeout,))
+    _sgl_pd.options(pd_bootstrap)  # TypeError before anything changes
     with _lock:
         if _active is not None:
             raise RuntimeError("kvcoord.sglang is already installed in this process "
@@ -164,6 +165,7 @@ def install(segment, rank, *, size=None, timeout=30.0):
                     patches.append((mod, name, wrappers[name]))
             if modname.startswith("sglang.srt.disaggregation."):
                 patches.extend(_class_patches(bridge, mod))
+        patches.extend(_sgl_pd.patches(sys.modules, pd_bootstrap))
         done = []
         for owner, name, new in patches:
             done.append((owner, name, vars(owner)[name]))

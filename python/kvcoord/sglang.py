@@ -58,7 +58,7 @@ __all__ = ["install", "uninstall", "EngineInfoBootstrapServer", "KVStatusBook",
            "poll_and_all_reduce", "KVPoll", "KVTransferError"]
 
 
-def install(segment, rank, *, size=None, timeout=30.0):
+def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
     """Patch the importable `sglang` package so that its disaggregation code
     shares failure reasons through the node's kvcoord segment and agrees on
     polls with a shared-memory all-reduce (see the module docstring).
@@ -73,6 +73,14 @@ def install(segment, rank, *, size=None, timeout=30.0):
     on this node as size and this rank's index among them as rank.
     timeout: seconds a poll all-reduce waits for the group's other ranks
     before kvcoord.CollectiveError names the missing one.
+    pd_bootstrap: off by default (None or False).  True, or a dict of
+    EngineInfoBootstrapServer options (kvcoordd, daemon_args, start_timeout,
+    log_path): sglang's PD bootstrap server (CommonKVBootstrapServer, which a
+    prefill starts at its bootstrap port) is replaced by kvcoordd on the same
+    host:port, adopted when one serves there, else started; its prefill
+    workers register there and its decode workers look them up unchanged,
+    and the table gains kvcoord's liveness and restart survival.  Only the
+    process that constructs the server (sglang's tokenizer manager) needs it.
 
     Call it once per process, in every rank of the group (the first poll
     all-reduce of a process group is a handshake every rank takes part in),
@@ -84,7 +92,8 @@ def install(segment, rank, *, size=None, timeout=30.0):
     range), TypeError (segment of another type), RuntimeError (already
     installed).  Not thread-safe against sglang running meanwhile: call it
     before."""
-    return _sgl_install.install(segment, rank, size=size, timeout=timeout)
+    return _sgl_install.install(segment, rank, size=size, timeout=timeout,
+                                pd_bootstrap=pd_bootstrap)
 
 
 def uninstall():

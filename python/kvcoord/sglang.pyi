@@ -4,7 +4,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from . import KVPoll as KVPoll, KVTransferError as KVTransferError, FailureInfo, Segment
 
 def install(segment: Union[str, Segment, None], rank: int, *, size: Optional[int] = ...,
-            timeout: float = ...) -> List[Tuple[str, str]]: ...
+            timeout: float = ...,
+            pd_bootstrap: Union[None, bool, Dict[str, Any]] = ...) -> List[Tuple[str, str]]: ...
 def uninstall() -> bool: ...
 
 class KVStatusBook:

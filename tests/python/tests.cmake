@@ -29,6 +29,7 @@ if(TARGET kvcoord_python)
   kvc_py_test(python_http_roles test_http_roles.py "python;http")
   kvc_py_test(python_sglang test_sglang.py "python;http;multiproc")
   kvc_py_test(python_pd test_pd.py "python;multiproc")
+  kvc_py_test(python_sglang_pd test_sglang_pd.py "python;http;multiproc")
   kvc_py_test(python_example test_example.py "python;multiproc;tools")
   # kvcoord.sglang.install() on the sglang-shaped fixture (fake_sglang/); the
   # forked ranks use torch.distributed gloo on CPU (Debian's python3-torch)

@@ -110,3 +110,46 @@ class CommonKVReceiver(BaseKVReceiver):
         self.kv_mgr.record_failure(self.bootstrap_room, "Aborted by AbortReq.")
         self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
         self.conclude_state = KVPoll.Failed
+
+
+class CommonKVBootstrapServer:
+    """sglang's PD bootstrap server shape: constructed with (host, port) by
+    the prefill's tokenizer manager, serves at once from a thread (run()),
+    stopped by close().  Here the thread is the standard library's HTTP
+    server answering every GET with "fixture", so a test can tell it from
+    kvcoordd."""
+
+    def __init__(self, host, port):
+        self.host = host
+        self.port = port
+        self._httpd = None
+        self.thread = threading.Thread(target=self._run_server, daemon=True)
+        self._ready = threading.Event()
+        self.run()
+        self._ready.wait(10)
+
+    def run(self):
+        self.thread.start()
+
+    def _run_server(self):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "7")
+                self.end_headers()
+                self.wfile.write(b"fixture")
+
+            def log_message(self, *args):
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
+        self._ready.set()
+        self._httpd.serve_forever()
+
+    def close(self):
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        self.thread.join(timeout=2)
