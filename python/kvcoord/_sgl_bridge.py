@@ -20,7 +20,7 @@ import os
 import re
 import threading
 
-from . import ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
+from . import FAILURE_RING, ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
 
 log = logging.getLogger("kvcoord.sglang")
 
@@ -182,8 +182,12 @@ class Bridge:
         except Error as e:
             self._failed_call("reading room %d" % room, e)
             return None
-        try:  # reclaimed (TTL, or every participant released): the recent failures
-            for f in self.segment.failures():
+        return self._recent_failure(room)  # reclaimed (TTL, or all released)
+
+    def _recent_failure(self, room):
+        """The room's record in the segment's ring of recent failures, or None."""
+        try:
+            for f in self.segment.failures(FAILURE_RING):
                 if f.room == room:
                     return f
         except Error as e:
@@ -198,8 +202,8 @@ class Bridge:
             return f
         try:
             f = self.segment.room_get(room, self.rank).failure
-        except NotFoundError:
-            return None
+        except NotFoundError:  # followed, yet gone: reclaimed by the TTL sweep
+            f = self._recent_failure(room)
         except Error as e:
             self._failed_call("reading room %d" % room, e)
             return None

@@ -24,6 +24,7 @@ import inspect
 import os
 import zlib
 
+from . import Error, NotFoundError
 from ._sgl_bridge import log
 
 FAILED = 0  # sglang's KVPoll.Failed
@@ -123,13 +124,32 @@ def raw_polls(utils, pollers):
 
 
 def fold(bridge, pollers, polls):
-    """Failed for each followed room kvcoord itself failed (in place)."""
-    for i, p in enumerate(pollers):
-        room = getattr(p, "bootstrap_room", None)
-        if polls[i] == FAILED or room is None:
-            continue
-        if bridge.follows_room(getattr(p, "kv_mgr", None), room) and \
-                bridge.kvcoord_failure(room) is not None:
+    """Failed for each followed room kvcoord itself failed (in place).  One
+    room_sync read of the followed rooms' states (the library judges their
+    participants' liveness and the TTL there); only a room read Failed is
+    looked at again, for who recorded it."""
+    idx, rooms = [], []
+    with bridge.lock:
+        follows = bridge.follows
+        for i, p in enumerate(pollers):
+            room = getattr(p, "bootstrap_room", None)
+            if room is not None and polls[i] != FAILED and \
+                    (id(getattr(p, "kv_mgr", None)), room) in follows:
+                idx.append(i)
+                rooms.append(room)
+    if not rooms:
+        return
+    try:
+        states = bridge.segment.room_sync(bridge.rank, rooms)
+    except NotFoundError:  # one was reclaimed (the TTL): room by room
+        states = [FAILED] * len(rooms)
+    except Error as e:
+        bridge.warn_once(("segment", "room_sync", type(e).__name__),
+                         "kvcoord.sglang: reading the polled rooms failed (%s); the poll "
+                         "all-reduce goes on without kvcoord's own failures (logged once)", e)
+        return
+    for i, room, state in zip(idx, rooms, states):
+        if state == FAILED and bridge.kvcoord_failure(room) is not None:
             polls[i] = FAILED
 
 
@@ -162,10 +182,13 @@ def make(bridge, utils, originals):
             g = resolve(bridge, gloo_group)
             if g is None:
                 return o_par(pollers, gloo_group, *args, **kwargs)
-            bound = sig.bind(pollers, gloo_group, *args, **kwargs).arguments
-            names = list(sig.parameters)
-            gate = gate_of({k: v for k, v in bound.items() if k not in names[:2]},
-                           "poll_and_all_reduce")
+            if args or kwargs:
+                bound = sig.bind(pollers, gloo_group, *args, **kwargs).arguments
+                names = list(sig.parameters)
+                gate = gate_of({k: v for k, v in bound.items() if k not in names[:2]},
+                               "poll_and_all_reduce")
+            else:  # sglang's prefill and decode steps: no gate (inspect's bind is slow)
+                gate = (None, None, None)
             if gate is False:
                 return o_par(pollers, gloo_group, *args, **kwargs)
             reqs, bufs, sargs = gate

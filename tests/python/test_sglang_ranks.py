@@ -20,7 +20,7 @@ import signal
 import unittest
 
 import kvcoord
-from kvctest import SMALL, collect, discard, fork_children, new_name
+from kvctest import DEADLINE, SMALL, collect, discard, fork_children, new_name
 from sgltest import has_collective, store_path
 
 REASON = "ibv_post_send: transport retry counter exceeded"
@@ -249,13 +249,16 @@ def ttl_fold(i, name, store, n):
     fresh = mooncake.MooncakeKVReceiver(m, ADDR, 2002)
     polls = decode.poll_and_all_reduce([rcv, fresh], group)
     assert polls == [1, 1], polls
-    while True:  # rank 0 keeps room 2002 updated; room 2001 is left to the TTL
+    end = time.monotonic() + DEADLINE  # a hang guard, not a speed limit
+    while time.monotonic() < end:  # rank 0 keeps room 2002 updated; 2001 is left to the TTL
         if i == 0:
             m.update_status(2002, 2)
         polls = decode.poll_and_all_reduce([rcv, fresh], group)
         if polls[0] == 0:
             break
         time.sleep(0.01)
+    else:
+        return [polls, None, "room 2001 never polled Failed", None]
     try:
         rcv.failure_exception()
     except Exception as e:
