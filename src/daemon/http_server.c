@@ -23,6 +23,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/signalfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +50,7 @@
 #define SHUTDOWN_WAIT_MS 2000    /* bound on waiting for cancelled operations */
 #define STOP_ANSWER_WAIT_MS 1000 /* bound on sending parked lookups their 503 */
 #define ACCEPT_BATCH 16          /* accepted sockets opened between two looks at the ring */
+#define CQE_BATCH 128            /* completions taken from the CQ at a time */
 #define ACCEPT_WAIT_MS 1000      /* at the cap, longest wait of a new connection for a slot */
 #define ACCEPT_TICK_MS 5         /* ... re-checked this often */
 
@@ -321,19 +324,48 @@ static void dispatch(struct server *s, uint64_t ud, int res, unsigned flags)
     }
 }
 
-/* Drain every completion there is.  Each CQE is copied and marked seen
- * before its handler runs, so handlers may submit (and the kernel post)
- * freely.  io_uring_peek_cqe() also flushes completions the kernel kept
- * aside when the CQ was full (IORING_FEAT_NODROP): none is lost. */
+/* Drain every completion there is, in batches.  Each CQE is copied and
+ * marked seen before its handler runs, so handlers may submit (and the
+ * kernel post) freely.  io_uring_peek_batch_cqe() also flushes completions
+ * the kernel kept aside when the CQ was full (IORING_FEAT_NODROP): none is
+ * lost.  In each batch the completions of slow peers (a request head
+ * trickling in: http_session.c's conn_is_slow) are handled after the
+ * others, and the answers made for the others are handed to the kernel
+ * in between: hundreds of trickled bytes landing in the same tick do not
+ * stand in front of a normal client's request.  A connection's own
+ * completions keep their order (all of a batch are in the same class). */
+struct done {
+    uint64_t ud;
+    int res;
+    unsigned flags;
+};
+
+static int done_slow(const struct server *s, uint64_t ud)
+{
+    return ud_op(ud) == OP_RECV && conn_is_slow(&s->conns[ud_slot(ud)]);
+}
+
 static void drain_completions(struct server *s)
 {
-    struct io_uring_cqe *cqe;
-    while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
-        uint64_t ud = cqe->user_data;
-        int res = cqe->res;
-        unsigned flags = cqe->flags;
-        io_uring_cqe_seen(&s->ring, cqe);
-        dispatch(s, ud, res, flags);
+    struct io_uring_cqe *cqes[CQE_BATCH];
+    struct done now[CQE_BATCH], later[CQE_BATCH];
+    unsigned n;
+    while ((n = io_uring_peek_batch_cqe(&s->ring, cqes, CQE_BATCH)) > 0) {
+        unsigned nn = 0, nl = 0;
+        for (unsigned i = 0; i < n; i++) {
+            struct done d = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+            if (done_slow(s, d.ud))
+                later[nl++] = d;
+            else
+                now[nn++] = d;
+        }
+        io_uring_cq_advance(&s->ring, n);
+        for (unsigned i = 0; i < nn; i++)
+            dispatch(s, now[i].ud, now[i].res, now[i].flags);
+        if (nl && io_uring_sq_ready(&s->ring))
+            io_uring_submit(&s->ring); /* the normal clients' answers first */
+        for (unsigned i = 0; i < nl; i++)
+            dispatch(s, later[i].ud, later[i].res, later[i].flags);
     }
 }
 
@@ -402,6 +434,12 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         log_event(LOG_ERROR, "server_init_failed", "err=\"out of memory\"");
         return -1;
     }
+    /* Accepted sockets inherit TCP_NODELAY from the listening one (Linux
+     * copies the option at accept): one call here instead of one per
+     * connection, which a burst of connections would wait behind. */
+    int one = 1;
+    s->nodelay_inherited =
+        setsockopt(cfg->listen_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0;
     routes_set_ops(s->routes, cfg->auth, cfg->metrics);
     routes_set_cluster(s->routes, cfg->cluster);
     s->limits.head_check = routes_head_check;

@@ -68,6 +68,7 @@ struct conn {
     unsigned stop_answered : 1;    /* a parked lookup answered 503 at shutdown */
     uint16_t park_seq;
     unsigned zero_sends;
+    unsigned head_pieces;   /* recvs that continued the current request head */
     uint64_t served;        /* requests answered */
     uint64_t wait_since_ms; /* accepted, or its last answer made: near the
                                cap, waiting long for a request is evictable */
@@ -104,6 +105,7 @@ struct server {
     size_t
         answer_bytes;  /* answer bytes all connections hold, not all sent (cfg->max_answer_bytes) */
     unsigned nclosing; /* connections closing, their slots not back yet */
+    int nodelay_inherited;              /* accepted sockets get TCP_NODELAY from the listener */
     struct conn *wait_head, *wait_tail; /* open connections by wait_since_ms, oldest first */
     uint64_t evicted;                   /* connections closed to make room at the cap */
     uint64_t evict_logged_ms, evict_logged;
@@ -147,6 +149,10 @@ void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16
 void conns_wake(struct server *s);      /* the rank table changed: re-check parked lookups */
 void conns_jobs_done(struct server *s); /* the helper thread finished jobs */
 void conns_sweep(struct server *s);     /* close connections past their deadline */
+/* A slow peer: its current request head has come in HEAD_PIECES_SLOW or
+ * more pieces (a trickle); its completions wait behind the others'. */
+#define HEAD_PIECES_SLOW 3
+static inline int conn_is_slow(const struct conn *c) { return c->head_pieces >= HEAD_PIECES_SLOW; }
 /* At the cap: close up to want connections that have waited
  * CONN_EVICT_AFTER_MS or more for a request (a new one, or the rest of
  * one), oldest first; returns how many were closed. */

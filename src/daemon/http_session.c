@@ -276,8 +276,10 @@ void conn_open(struct server *s, int fd)
     wait_touch(s, c);
     c->req_start_ns = kvc__mono_ns();
     hconn_init(&c->http, &s->limits);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!s->nodelay_inherited) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "accept", "slot=%u fd=%d conns=%u", c->slot, fd, s->nconns);
     conn_process(s, c);
@@ -290,6 +292,7 @@ static void request_done(struct server *s, struct conn *c)
 {
     const struct http_req *req = &c->http.req;
     c->served++;
+    c->head_pieces = 0;
     wait_touch(s, c);
     if (s->metrics)
         metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
@@ -542,6 +545,8 @@ static void handle_recv(struct server *s, struct conn *c, int res, uint16_t seq)
         if (c->parked) /* cannot happen: no recv while parked; be safe */
             return;
     }
+    if (res > 0 && c->http.phase == HCONN_HEAD && c->head_pieces < HEAD_PIECES_SLOW)
+        c->head_pieces++; /* more of a head already begun */
     c->rlen += (uint32_t)res;
     conn_process(s, c);
 }

@@ -4,6 +4,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +47,27 @@ static int setup_signals(void)
 }
 
 /* Each connection is a descriptor: raise the soft limit toward the hard one. */
+/* Grow this process's descriptor table to its full size now, while it
+ * has one thread: the kernel grows the table by doublings as descriptors
+ * are allocated, and once other threads share it each growth waits for an
+ * RCU grace period (milliseconds on a busy machine).  A first burst of
+ * connections, accepted into descriptors 64, 128, 256... would otherwise
+ * wait behind five of them; nginx's single-threaded workers never do. */
+static void reserve_fd_table(uint32_t max_conns)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur < 2)
+        return;
+    /* the connections, as many accepted ones queued, and a margin */
+    rlim_t want = 2 * (rlim_t)max_conns + 256;
+    rlim_t top = rl.rlim_cur - 1 < want ? rl.rlim_cur - 1 : want;
+    int fd = dup2(STDERR_FILENO, (int)top);
+    if (fd < 0)
+        fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, (int)top); /* stderr closed: any fd */
+    if (fd >= 0)
+        close(fd);
+}
+
 static void raise_nofile(uint32_t max_conns)
 {
     struct rlimit rl;
@@ -486,6 +508,7 @@ int main(int argc, char **argv)
         return 1;
     }
     raise_nofile(o.max_conns);
+    reserve_fd_table(o.max_conns); /* before any thread starts */
     static struct auth auth;
     if (setup_auth(&auth, &o))
         return 1;

@@ -16,10 +16,12 @@ BUILD=${KVCOORD_BUILD:-$ROOT/build}
 ROUNDS=5
 BURST=1000
 TRICKLE=300
+FRESH=8
 
 usage() {
     cat <<USAGE
 Usage: tools/bench/bench_burst.sh [--build DIR] [--rounds N] [--burst N] [--trickle N]
+                                  [--fresh N]
 
 GET /health on one established connection to kvcoordd and to nginx (1 worker):
 idle, right after N connections opened at once, and while slow peers connect
@@ -30,6 +32,10 @@ Options:
   --rounds N     rounds, alternating the servers (default $ROUNDS)
   --burst N      connections opened at once (default $BURST)
   --trickle N    slow peers at most (default $TRICKLE)
+  --fresh N      then N rounds of the first burst on servers just started: each
+                 round starts kvcoordd and nginx afresh, opens N connections at
+                 once and times GET /health on a new connection (default $FRESH;
+                 0: skip)
   -h, --help     print this help
 
 Needs: kvcoordd built, nginx (nginx-light), curl, python3.
@@ -42,6 +48,7 @@ while (($#)); do
         --rounds) ROUNDS=$2; shift 2 ;;
         --burst) BURST=$2; shift 2 ;;
         --trickle) TRICKLE=$2; shift 2 ;;
+        --fresh) FRESH=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench_burst.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -88,3 +95,46 @@ log "machine: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg);
     --name "nginx=127.0.0.1:$NPORT" --rounds "$ROUNDS" --burst "$BURST" --trickle "$TRICKLE"
 
 kill -0 "$DAEMON_PID" 2>/dev/null || die "kvcoordd died during the benchmark: $(tail -20 "$TMP/kvcoordd.log")"
+
+# The first burst on servers just started, alternating which goes first.
+kill "$DAEMON_PID" "$BASELINE_PID" 2>/dev/null || true
+wait "$DAEMON_PID" "$BASELINE_PID" 2>/dev/null || true
+DAEMON_PID= BASELINE_PID=
+rm -f "/dev/shm/$SEGMENT"
+for ((r = 0; r < FRESH; r++)); do
+    KPORT=$(free_port)
+    "$KVCOORDD" --listen "127.0.0.1:$KPORT" --segment "$SEGMENT" --fresh \
+        >"$TMP/kvcoordd.log" 2>&1 &
+    DAEMON_PID=$!
+    NPORT=$(free_port)
+    nginx_start "$NPORT" '    types { }
+    default_type text/plain;
+    keepalive_requests 1000000000;' "        location = /health { alias $TMP/www/health; }" \
+        "worker_rlimit_nofile 8192;"
+    BASELINE_PID=$NGINX_PID
+    wait_http "http://127.0.0.1:$KPORT/health" || die "kvcoordd did not answer: $(tail -20 "$TMP/kvcoordd.log")"
+    wait_http "http://127.0.0.1:$NPORT/health" || die "nginx did not serve: $(nginx_log)"
+    sleep 0.2
+    if ((r % 2 == 0)); then
+        names=(--name "kvcoordd=127.0.0.1:$KPORT" --name "nginx=127.0.0.1:$NPORT")
+    else
+        names=(--name "nginx=127.0.0.1:$NPORT" --name "kvcoordd=127.0.0.1:$KPORT")
+    fi
+    "$PY" "$ROOT/tools/bench/burst_client.py" --first "${names[@]}" --burst "$BURST" \
+        >>"$TMP/fresh.jsonl"
+    kill "$DAEMON_PID" "$BASELINE_PID" 2>/dev/null || true
+    wait "$DAEMON_PID" "$BASELINE_PID" 2>/dev/null || true
+    DAEMON_PID= BASELINE_PID=
+    rm -f "/dev/shm/$SEGMENT"
+done
+if ((FRESH > 0)); then
+    "$PY" - "$TMP/fresh.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+with open(sys.argv[1], "w") as f:  # kvcoordd first, nginx (the baseline) last
+    for r in rows:
+        f.write(json.dumps({"kvcoordd": r["kvcoordd"], "nginx": r["nginx"],
+                            "_first": r["_first"]}) + "\n")
+PYEOF
+    "$PY" "$ROOT/tools/bench/burst_client.py" --summary "$TMP/fresh.jsonl"
+fi

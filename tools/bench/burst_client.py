@@ -5,6 +5,8 @@ other connections are opened at once (a burst) or keep opening and trickle
 
 Usage: burst_client.py --name NAME=HOST:PORT [--name ...] [--path P]
                        [--burst N] [--rounds R] [--trickle N] [--json]
+       burst_client.py --first --name NAME=HOST:PORT [--name ...] [--burst N]
+       burst_client.py --summary FILE
 
 Per round and server, on one established connection (GET PATH, keep-alive):
   idle     100 requests, nothing else happening: p50 and p99;
@@ -16,7 +18,14 @@ Per round and server, on one established connection (GET PATH, keep-alive):
            --trickle of them) and feeds each a request header one byte every
            50 ms (slow peers), while the established connection is timed:
            p50 and p99.
-A first round per server is run and not counted (warm-up).
+A first round per server is run and not counted (warm-up).  The trickle
+p99 is also printed against the same server's idle p99.
+
+--first: the first burst of a server just started (the caller starts each
+server afresh before the call): N sockets connect at once, then a new
+connection sends GET PATH; its latency (connect to answer) is printed as a
+JSON line {NAME: us, ...}.  --summary FILE: medians of such lines (one per
+round) and each server's ratio to the last one named.
 Printed: medians over rounds per server, and each server's figures against
 the last one named (the baseline).  Figures are printed, never judged.
 """
@@ -105,6 +114,44 @@ def trickler(addr, limit, stop, out):
     out.extend(socks)
 
 
+def first_burst(addr, path, n_burst):
+    """Latency (us) of GET path on a new connection opened right after a
+    burst of n_burst connections."""
+    socks = burst(addr, n_burst)
+    t0 = time.perf_counter()
+    c = Conn(addr, path)
+    c.one()
+    us = (time.perf_counter() - t0) * 1e6
+    c.close()
+    for s in socks:
+        s.close()
+    return us
+
+
+def summary(path):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    names = [n for n in rows[0] if not n.startswith("_")]
+    med = {n: statistics.median(r[n] for r in rows) for n in names}
+    print("first burst on a fresh server: new connection's GET after the burst, %d rounds "
+          "(us; median, then per round, * = measured first in its round)" % len(rows))
+    for n in names:
+        print("  %-10s %9.0f   %s" % (n, med[n], " ".join(
+            "%.0f%s" % (r[n], "*" if r.get("_first") == n else "") for r in rows)))
+    base = names[-1]
+    for n in names[:-1]:
+        print("  ratio %s/%s: %.2fx (median of the rounds' ratios %.2fx)" % (
+            n, base, med[n] / med[base], statistics.median(r[n] / r[base] for r in rows)))
+        # The server measured first in a round pays a cost of the client's
+        # (about 2 ms here, whichever server it is): compare like with like.
+        for first in (True, False):
+            a = [r[n] for r in rows if (r.get("_first") == n) == first]
+            b = [r[base] for r in rows if (r.get("_first") == base) == first]
+            if a and b:
+                print("    measured %s in the round: %s %.0f, %s %.0f: %.2fx" % (
+                    "first" if first else "second", n, statistics.median(a), base,
+                    statistics.median(b), statistics.median(a) / statistics.median(b)))
+
+
 def one_round(addr, path, n_burst, n_trickle):
     c = Conn(addr, path)
     for _ in range(50):
@@ -137,13 +184,20 @@ def one_round(addr, path, n_burst, n_trickle):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--name", action="append", required=True, help="NAME=HOST:PORT")
+    ap.add_argument("--name", action="append", default=[], help="NAME=HOST:PORT")
     ap.add_argument("--path", default="/health")
     ap.add_argument("--burst", type=int, default=1000)
     ap.add_argument("--trickle", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--first", action="store_true")
+    ap.add_argument("--summary")
     a = ap.parse_args()
+    if a.summary:
+        summary(a.summary)
+        return
+    if not a.name:
+        ap.error("at least one --name NAME=HOST:PORT is needed")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = a.burst + a.trickle + 64
     if soft < need:
@@ -153,6 +207,19 @@ def main():
         name, hp = n.split("=", 1)
         host, port = hp.rsplit(":", 1)
         servers.append((name, (host, int(port))))
+    if a.first:
+        # The client's own first burst (its descriptor table, its sockets)
+        # goes to a listener of its own, so neither server pays for it.
+        own = socket.socket()
+        own.bind(("127.0.0.1", 0))
+        own.listen(a.burst + 64)
+        for s in burst(own.getsockname(), a.burst):
+            s.close()
+        own.close()
+        row = {name: first_burst(addr, a.path, a.burst) for name, addr in servers}
+        row["_first"] = servers[0][0]
+        print(json.dumps(row))
+        return
     for _, addr in servers:  # warm-up round, not counted (first sockets, caches)
         one_round(addr, a.path, a.burst, a.trickle)
     per = {n: [] for n, _ in servers}
@@ -181,6 +248,10 @@ def main():
         print("  ratio %s/%s: next after burst %.2fx, trickle p99 %.2fx (below 1: %s better)" % (
             name, base, med[name]["next"] / med[base]["next"],
             med[name]["trickle_p99"] / med[base]["trickle_p99"], name))
+    for name, _ in servers:
+        print("  %s: trickle p99 / idle p99 %.2fx (median of the rounds' ratios %.2fx)" % (
+            name, med[name]["trickle_p99"] / med[name]["idle_p99"],
+            statistics.median(x["trickle_p99"] / x["idle_p99"] for x in per[name])))
 
 
 if __name__ == "__main__":
