@@ -107,8 +107,12 @@ typedef struct kvt_options {
                                    safe.  Headers and smaller payloads go by
                                    sendmsg.  0: sendmsg only.  A connection
                                    that cannot get a pipe, or whose vmsplice
-                                   fails, uses sendmsg (no error).  Default
-                                   256 KiB.  docs/transfer.md, "Splice". */
+                                   fails, uses sendmsg (no error).  Default 0
+                                   (off): on the machine measured it was at
+                                   best even with sendmsg, as low as half
+                                   its throughput, and always more CPU per
+                                   byte; measure before turning it on (kvcoord-bench transfer --compare
+                                   prints both).  docs/transfer.md, "Splice". */
     uint32_t connect_timeout_ms; /* deadline of connect + handshake, default 5000 */
     uint32_t io_timeout_ms;      /* deadline of any outstanding send, receive or
                                    acknowledgement without progress, default 10000 */

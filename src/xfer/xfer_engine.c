@@ -51,7 +51,7 @@ KVT_API void kvt_options_init(kvt_options *o)
     o->conns_per_peer = 2;
     o->slice_bytes = 1u << 20;
     o->window_bytes = 32u << 20;
-    o->tcp_splice_min = 256u << 10;
+    o->tcp_splice_min = 0; /* off: measured, docs/transfer.md "Splice" */
     o->connect_timeout_ms = 5000;
     o->io_timeout_ms = 10000;
     o->unhealthy_ttl_ms = 30000;

@@ -282,7 +282,7 @@ static int wait_failed(ctx *c, uint64_t first, int n, int32_t code)
     return seen == n ? 0 : -1;
 }
 
-/* Large payloads go by vmsplice + splice (tcp_splice_min, 256 KiB by
+/* Large payloads go by vmsplice + splice (tcp_splice_min 256 KiB; off by
  * default) or by sendmsg (0): the exact bytes arrive either way, small
  * writes of the same batch included, and a source rewritten after a
  * room's event is what the next room delivers (the pipe carries the pages,
@@ -322,7 +322,8 @@ static void test_splice_settings(void **state)
 static void test_splice_peer_killed(void **state)
 {
     ctx *c = *state;
-    const int nrooms = 6; /* 96 MiB, 2 connections of a 32 MiB window */
+    const int nrooms = 6;          /* 96 MiB, 2 connections of a 32 MiB window */
+    resender(c, 2, 0, 256u << 10); /* splice on (off by default) */
     kvt_run warm[2] = {{0, 0, 1u << 20}, {2u << 20, 2u << 20, 1u << 20}};
     submit(c, 69, warm, 2); /* both connections up */
     expect_success(c, 69, 2u << 20);

@@ -36,3 +36,11 @@ add_test(NAME bench_transfer_smoke_ws1
                  --conns 1 --pin 0,0 --duration 0.3 --json)
 set_tests_properties(bench_transfer_smoke_ws1 PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"working_set\":1,.*\"rooms_failed\":0,.*\"cpu_s_per_gb\"")
+# transfer --compare: iperf3 (started by the bench), splice on and off in one
+# run; the JSON summary names all three figures (77: no iperf3, skipped).
+add_test(NAME bench_transfer_smoke_compare
+         COMMAND kvcoord-bench transfer --compare --rounds 1 --block 64K --batch 4 --duration 1
+                 --json)
+set_tests_properties(bench_transfer_smoke_compare PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 120
+                     SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "\"mode\":\"compare\".*\"iperf3_gb_per_s\":[0-9.]*[1-9].*\"splice_on_gb_per_s\":[0-9.]*[1-9].*\"splice_off_gb_per_s\":[0-9.]*[1-9]")

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,17 +39,6 @@
 #include "clock.h"
 #include "bench_transfer.h"
 #include "kvcoord/transfer.h"
-
-typedef struct args {
-    int kv;
-    kvt_backend backend;
-    uint64_t block;
-    uint32_t batch, conns, depth, wset;
-    int pin_send, pin_recv; /* CPU of each process; -1: not pinned */
-    double duration;
-    const char *listen;
-    int json;
-} args;
 
 static int parse_size(const char *s, uint64_t *out)
 {
@@ -77,7 +67,8 @@ void bench_transfer_usage(FILE *out)
         out,
         "       kvcoord-bench transfer [--backend tcp|verbs|auto] [--block SIZE] [--batch N]\n"
         "                       [--working-set N] [--conns N] [--depth N] [--duration S]\n"
-        "                       [--pin SENDER_CPU,RECEIVER_CPU]\n"
+        "                       [--pin SENDER_CPU,RECEIVER_CPU] [--splice-min SIZE]\n"
+        "                       [--compare [--rounds N]]\n"
         "                       [--listen HOST:PORT] [--json]\n"
         "       kvcoord-bench kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n");
 }
@@ -90,25 +81,28 @@ static void usage(void)
     exit(2);
 }
 
-static void parse(int argc, char **argv, args *a)
+static void parse(int argc, char **argv, bt_args *a)
 {
     if (argc < 2 || (strcmp(argv[1], "transfer") && strcmp(argv[1], "kv")))
         usage();
-    *a = (args){.kv = !strcmp(argv[1], "kv"),
-                .backend = KVT_BACKEND_TCP,
-                .block = 1u << 20,
-                .batch = 16,
-                .conns = 2,
-                .depth = 2,
-                .duration = 4,
-                .listen = "127.0.0.1:0",
-                .pin_send = -1,
-                .pin_recv = -1};
+    *a = (bt_args){.kv = !strcmp(argv[1], "kv"),
+                   .backend = KVT_BACKEND_TCP,
+                   .block = 1u << 20,
+                   .batch = 16,
+                   .conns = 2,
+                   .depth = 2,
+                   .duration = 4,
+                   .listen = "127.0.0.1:0",
+                   .pin_send = -1,
+                   .pin_recv = -1,
+                   .splice_min = -1,
+                   .rounds = 5};
     static struct option opts[] = {
-        {"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'}, {"batch", 1, 0, 'n'},
-        {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'}, {"duration", 1, 0, 't'},
-        {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},  {"working-set", 1, 0, 'w'},
-        {"pin", 1, 0, 'p'},     {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+        {"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'},  {"batch", 1, 0, 'n'},
+        {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'},  {"duration", 1, 0, 't'},
+        {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},   {"working-set", 1, 0, 'w'},
+        {"pin", 1, 0, 'p'},     {"help", 0, 0, 'h'},   {"splice-min", 1, 0, 's'},
+        {"compare", 0, 0, 'C'}, {"rounds", 1, 0, 'r'}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -124,9 +118,17 @@ static void parse(int argc, char **argv, args *a)
             }
             break;
         case 'n': a->batch = (uint32_t)atoi(optarg); break;
-        case 'c': a->conns = (uint32_t)atoi(optarg); break;
+        case 'c':
+            a->conns = (uint32_t)atoi(optarg);
+            a->conns_given = 1;
+            break;
         case 'd': a->depth = (uint32_t)atoi(optarg); break;
-        case 'w': a->wset = (uint32_t)atoi(optarg); break;
+        case 'w':
+            a->wset = (uint32_t)atoi(optarg);
+            a->wset_given = 1;
+            break;
+        case 'C': a->compare = 1; break;
+        case 'r': a->rounds = atoi(optarg); break;
         case 'p':
             if (sscanf(optarg, "%d,%d", &a->pin_send, &a->pin_recv) != 2 || a->pin_send < 0 ||
                 a->pin_recv < 0) {
@@ -134,6 +136,15 @@ static void parse(int argc, char **argv, args *a)
                 exit(2);
             }
             break;
+        case 's': {
+            uint64_t v = 0;
+            if (strcmp(optarg, "0") && (parse_size(optarg, &v) || v > UINT32_MAX)) {
+                fprintf(stderr, "--splice-min takes a size (0: off)\n");
+                exit(2);
+            }
+            a->splice_min = (int64_t)v;
+            break;
+        }
         case 't': a->duration = atof(optarg); break;
         case 'l': a->listen = optarg; break;
         case 'j': a->json = 1; break;
@@ -145,8 +156,13 @@ static void parse(int argc, char **argv, args *a)
         default: usage();
         }
     }
-    if (!a->batch || !a->conns || !a->depth || a->depth > 64 || a->duration <= 0)
+    if (!a->batch || !a->conns || !a->depth || a->depth > 64 || a->duration <= 0 || a->rounds < 1 ||
+        (a->compare && a->kv))
         usage();
+    if (a->compare && !a->wset_given)
+        a->wset = 1; /* iperf3's working set: one buffer on each side */
+    if (a->compare && !a->conns_given)
+        a->conns = 1; /* iperf3 -P1: one stream */
     if (!a->wset || a->wset > a->batch)
         a->wset = a->batch;
 }
@@ -169,7 +185,7 @@ static void log_err(void *ctx, int level, const char *msg)
         fprintf(stderr, "kvcoord-bench[%d]: %s\n", (int)getpid(), msg);
 }
 
-static kvt_engine *make_engine(const args *a, uint64_t slice)
+static kvt_engine *make_engine(const bt_args *a, uint64_t slice)
 {
     kvt_options o;
     kvt_options_init(&o);
@@ -179,6 +195,8 @@ static kvt_engine *make_engine(const args *a, uint64_t slice)
     o.slice_bytes = (uint32_t)slice;
     o.window_bytes = (uint32_t)(slice * 4 > (32u << 20) ? slice * 4 : (32u << 20));
     o.log = log_err;
+    if (a->splice_min >= 0)
+        o.tcp_splice_min = (uint32_t)a->splice_min;
     kvt_engine *e;
     if (kvt_engine_create(&o, &e)) {
         fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
@@ -200,7 +218,7 @@ static void *map(size_t n)
 
 /* Receiver: a region of len bytes; writes its descriptor to fd; drives
  * its engine until killed. */
-static void receiver(const args *a, uint64_t slice, size_t len, int fd)
+static void receiver(const bt_args *a, uint64_t slice, size_t len, int fd)
 {
     kvt_engine *e = make_engine(a, slice);
     void *buf = map(len);
@@ -256,11 +274,18 @@ static size_t kv_runs(uint64_t lbase, uint64_t rbase, kvt_run *runs, unsigned se
     return n;
 }
 
-int bench_transfer_main(int argc, char **argv)
+/* A run that cannot go on: its receiver goes (it would serve forever). */
+static int abort_run(pid_t pid)
 {
-    args a;
-    parse(argc, argv, &a);
-    signal(SIGPIPE, SIG_IGN);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return 1;
+}
+
+int bench_transfer_run(const bt_args *ap, bt_result *res)
+{
+    bt_args a = *ap;
+    memset(res, 0, sizeof *res);
     uint64_t stride = a.block + 4096; /* a gap: blocks are never coalesced */
     uint32_t slots = a.wset;
     while (slots > 1 && (uint64_t)slots * stride > (512ull << 20))
@@ -280,9 +305,13 @@ int bench_transfer_main(int argc, char **argv)
     pin(a.pin_send);
     uint32_t n;
     char *desc = NULL;
-    if (read(p[0], &n, 4) != 4 || !(desc = calloc(1, n + 1)) || read(p[0], desc, n) != (ssize_t)n) {
+    bool got =
+        read(p[0], &n, 4) == 4 && (desc = calloc(1, n + 1)) && read(p[0], desc, n) == (ssize_t)n;
+    close(p[0]);
+    if (!got) {
         fprintf(stderr, "kvcoord-bench: receiver did not start\n");
-        return 1;
+        free(desc);
+        return abort_run(pid);
     }
     kvt_engine *e = make_engine(&a, slice);
     unsigned char *src = map(len);
@@ -290,7 +319,7 @@ int bench_transfer_main(int argc, char **argv)
     kvt_peer *peer;
     if (kvt_mr_register(e, src, len, NULL) || kvt_peer_import(e, desc, n, &peer)) {
         fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
-        return 1;
+        return abort_run(pid);
     }
     const char *ad = strstr(desc, "\"addr\":");
     uint64_t rbase = ad ? strtoull(ad + 7, NULL, 10) : 0;
@@ -322,7 +351,7 @@ int bench_transfer_main(int argc, char **argv)
             start_of[next_room % 64] = kvc__mono_ns();
             if (kvt_submit(e, peer, next_room, runs, nruns, 0)) {
                 fprintf(stderr, "kvcoord-bench: submit: %s\n", kvc_last_error());
-                return 1;
+                return abort_run(pid);
             }
             next_room++;
             inflight++;
@@ -333,7 +362,7 @@ int bench_transfer_main(int argc, char **argv)
         size_t k;
         if (kvt_progress(e, 100, ev, 64, &k)) {
             fprintf(stderr, "kvcoord-bench: %s\n", kvc_last_error());
-            return 1;
+            return abort_run(pid);
         }
         uint64_t tn = kvc__mono_ns();
         for (size_t i = 0; i < k; i++) {
@@ -365,7 +394,38 @@ int bench_transfer_main(int argc, char **argv)
            p99 = nlat ? (double)lat[(nlat * 99) / 100] / 1e6 : 0;
     uint64_t bytes = s1.bytes_sent - s0.bytes_sent, writes = s1.writes_sent - s0.writes_sent;
     double gbs = (double)bytes / secs / 1e9, ops = (double)writes / secs;
-    const char *be = kvt_backend_name(kvt_engine_backend(e));
+    *res = (bt_result){.secs = secs,
+                       .gbs = gbs,
+                       .cpu_s_per_gb = bytes ? cpu / ((double)bytes / 1e9) : 0.0,
+                       .ops = ops,
+                       .lat_med_ms = med,
+                       .lat_p99_ms = p99,
+                       .rooms = done_rooms,
+                       .failed = failed,
+                       .room_bytes = room_bytes,
+                       .bytes = bytes,
+                       .bytes_spliced = s1.bytes_spliced - s0.bytes_spliced,
+                       .slots = slots,
+                       .nruns = nruns,
+                       .backend = kvt_engine_backend(e)};
+    kvt_engine_destroy(e);
+    munmap(src, len);
+    free(runs);
+    free(lat);
+    free(desc);
+    return failed ? 1 : 0;
+}
+
+static void print_result(const bt_args *ap, const bt_result *r)
+{
+    bt_args a = *ap;
+    uint32_t slots = r->slots;
+    size_t nruns = r->nruns;
+    uint64_t done_rooms = r->rooms, failed = r->failed, room_bytes = r->room_bytes,
+             bytes = r->bytes;
+    double secs = r->secs, gbs = r->gbs, ops = r->ops, med = r->lat_med_ms, p99 = r->lat_p99_ms;
+    double cpu_per_gb = r->cpu_s_per_gb;
+    const char *be = kvt_backend_name(r->backend);
     if (a.json)
         printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"block\":%llu,\"batch\":%u,\"working_set\":%u,"
                "\"conns\":%u,"
@@ -378,8 +438,8 @@ int bench_transfer_main(int argc, char **argv)
                a.kv ? "kv" : "transfer", be, (unsigned long long)(a.kv ? KV_PAGE : a.block),
                a.kv ? (unsigned)nruns : a.batch, a.kv ? 0 : slots, a.conns, a.depth, secs,
                (unsigned long long)done_rooms, (unsigned long long)failed,
-               (unsigned long long)room_bytes, (unsigned long long)bytes, gbs,
-               bytes ? cpu / ((double)bytes / 1e9) : 0.0, ops, med, p99);
+               (unsigned long long)room_bytes, (unsigned long long)bytes, gbs, cpu_per_gb, ops, med,
+               p99);
     else if (a.kv)
         printf("kv backend=%s request=%llu MiB (%zu runs of 4 KiB) conns=%u depth=%u: %.2f GB/s, "
                "%.0f writes/s, "
@@ -394,9 +454,18 @@ int bench_transfer_main(int argc, char **argv)
                "failed)\n",
                be, (unsigned long long)a.block, a.batch, slots, a.conns, a.depth, gbs, ops, med,
                p99, (unsigned long long)done_rooms, (unsigned long long)failed);
-    kvt_engine_destroy(e);
-    free(runs);
-    free(lat);
-    free(desc);
-    return failed ? 1 : 0;
+}
+
+int bench_transfer_main(int argc, char **argv)
+{
+    bt_args a;
+    parse(argc, argv, &a);
+    signal(SIGPIPE, SIG_IGN);
+    if (a.compare)
+        return bench_transfer_compare(&a);
+    bt_result r;
+    int rc = bench_transfer_run(&a, &r);
+    if (rc == 0 || r.bytes)
+        print_result(&a, &r);
+    return rc;
 }
