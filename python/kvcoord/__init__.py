@@ -240,9 +240,10 @@ class Room:
         """The FailureInfo as this rank sees it, or None."""
         return self.segment.room_get(self.room, self.rank).failure
 
-    def wait(self, known, timeout=None):
-        """Wait (seconds) until the room's state differs from `known`; RoomInfo."""
-        return self.segment.room_wait(self.room, known, self.rank, timeout)
+    def wait(self, known, timeout=None, check=False):
+        """Wait (seconds) until the room's state differs from `known`; RoomInfo.
+        check=True: raise KVTransferError if it failed (Segment.room_wait)."""
+        return self.segment.room_wait(self.room, known, self.rank, timeout, check=check)
 
     def check(self):
         """Raise KVTransferError if the room failed; else its KVPoll."""

@@ -417,21 +417,24 @@ PyObject *kvcpy_check_room(SegmentObject *s, PyObject *args, PyObject *kw)
 }
 
 const char kvcpy_doc_room_wait[] =
-    "room_wait(room, known, rank=None, timeout=None) -> RoomInfo\n\nWait until the room's "
-    "state differs from `known` (a KVPoll) or it gains a failure record, up to timeout "
-    "seconds (None: no limit), sleeping on a shared futex; Ctrl-C interrupts.\nErrors: "
-    "WaitTimeoutError (a TimeoutError), those of room_get().  " THREADS;
+    "room_wait(room, known, rank=None, timeout=None, *, check=False) -> RoomInfo\n\nWait "
+    "until the room's state differs from `known` (a KVPoll) or it gains a failure record, up "
+    "to timeout seconds (None: no limit), sleeping on a shared futex; Ctrl-C interrupts.  "
+    "check=True: a failed room raises KVTransferError (as check_room) instead of being "
+    "returned, straight from the wake-up (no RoomInfo built, no second read).\nErrors: "
+    "WaitTimeoutError (a TimeoutError), KVTransferError (check=True), those of room_get(). "
+    " " THREADS;
 
 PyObject *kvcpy_room_wait(SegmentObject *s, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"room", "known", "rank", "timeout", NULL};
+    static char *kwlist[] = {"room", "known", "rank", "timeout", "check", NULL};
     uint64_t room;
-    int known;
+    int known, check = 0;
     int32_t asking = -1;
     double timeout = -1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&", kwlist, kvcpy_conv_room, &room,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O&O&$p", kwlist, kvcpy_conv_room, &room,
                                      kvcpy_conv_state, &known, conv_asking, &asking,
-                                     kvcpy_conv_timeout, &timeout))
+                                     kvcpy_conv_timeout, &timeout, &check))
         return NULL;
     double deadline = timeout < 0 ? -1.0 : kvcpy_now() + timeout;
     kvc_room_info ri;
@@ -439,8 +442,8 @@ PyObject *kvcpy_room_wait(SegmentObject *s, PyObject *args, PyObject *kw)
         uint32_t ms = kvcpy_slice_ms(deadline);
         int e;
         KVCPY_RUN(s, e, kvc_room_wait(g, room, asking, (kvc_poll)known, ms, &ri));
-        if (e == KVC_OK)
-            return room_new(&ri);
+        if (e == KVC_OK) /* check: straight from the wake-up to the raise */
+            return check && ri.has_failure ? raise_transfer_error(&ri.failure) : room_new(&ri);
         if (e != KVC_E_TIMEDOUT)
             return kvcpy_fail(e);
         if (deadline >= 0 && kvcpy_now() >= deadline) {

@@ -102,6 +102,31 @@ class KVTransferErrorFromRecord(SegmentCase):
         with self.assertRaises(TypeError):
             kvcoord._kvcoord._transfer_error(("not", "a", "record"))
 
+    def test_room_wait_check_raises(self):
+        self.seg.room_open(12, 1, 2)
+        info = self.seg.room_wait(12, kvcoord.KVPoll.Failed, 1, timeout=DEADLINE, check=True)
+        self.assertEqual(info.state, kvcoord.KVPoll.Bootstrapping)  # no failure: a RoomInfo
+        err = []
+
+        def waiter():
+            try:
+                self.seg.room_wait(12, kvcoord.KVPoll.Bootstrapping, 1, timeout=DEADLINE,
+                                   check=True)
+            except kvcoord.KVTransferError as e:
+                err.append(e)
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        self.seg.room_fail(12, 0, "qp error", 5)
+        t.join(DEADLINE)
+        self.assertEqual(len(err), 1)
+        e = err[0]
+        self.assertEqual((e.bootstrap_room, e.failure_reason, e.is_from_another_rank,
+                          e.origin_rank, e.code), (12, "qp error", True, 0, 5))
+        # without check the failed room is returned
+        self.assertEqual(self.seg.room_wait(12, 1, 1, timeout=DEADLINE).failure.reason,
+                         "qp error")
+
     def test_not_failed_returns_roominfo(self):
         self.seg.room_open(10, 0, 1)
         self.assertEqual(self.seg.check_room(10, 0).state, kvcoord.KVPoll.Bootstrapping)

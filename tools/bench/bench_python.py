@@ -11,7 +11,7 @@ figure with its baseline measured in the same run (medians and p99, µs):
            torch.distributed.all_reduce(uint8 tensor, op=ReduceOp.MIN) over gloo,
            what sglang's poll_and_all_reduce does each scheduler step.
   failure  Python to Python: room_fail in one process -> KVTransferError raised
-           in another (waiting in room_wait) vs a bare pipe wake-up between the
+           in another (waiting in room_wait(..., check=True)) vs a bare pipe wake-up between the
            same two processes, the two interleaved sample by sample (neither gets
            the warmer half), in --rounds rounds of fresh segment and processes,
            each round's cold start (its first samples) shown apart.
@@ -293,11 +293,11 @@ def failure_round(n):
                             room = base + i
                             seg.room_open(room, 1, 2)
                             os.write(ready_w, b"r")
-                            info = seg.room_get(room, 1)
-                            while info.failure is None:
-                                info = seg.room_wait(room, info.state, 1, timeout=30)
                             try:
-                                seg.check_room(room, 1)
+                                info = seg.check_room(room, 1)
+                                while True:  # returns on a state change, raises on a failure
+                                    info = seg.room_wait(room, info.state, 1, timeout=30,
+                                                         check=True)
                             except kvcoord.KVTransferError:
                                 kv.append(time.monotonic_ns())
                             seg.room_release(room, 1)
