@@ -1,8 +1,8 @@
 /*
  * hostport.h - "host:port" parsing, the one rule for kvcoordd's --listen
  * (src/daemon/net.c) and the transfer engine's listen address and peer
- * session_ids (src/xfer/xfer_net.c).  tests/lib/test_common.c feeds the
- * same cases to both callers.
+ * session_ids (src/xfer/xfer_net.c).  tests/lib/test_shared_rules.c
+ * (test_hostport_same_rule) feeds the same cases to both callers.
  *
  * The rule:
  *   host:port        host is a name or an IPv4 address; it holds no colon.

@@ -111,16 +111,16 @@ kvc_err kvc__lock(kvc_segment *seg, int id);
 void kvc__unlock(kvc_segment *seg, int id);
 /* lock.c: lock id's mutex in the segment (header locks, then room stripes). */
 kvc_lock *kvc__lock_ptr(kvc_segment *seg, int id);
-/* lock.c: "ranks", "procs", "rooms.0" .. "rooms.63"; "unknown" otherwise.
- * Static storage. */
+/* lock.c: the name of lock id (enum kvc_lock_id, layout.h): "ranks",
+ * "procs", "rooms.0" .. "rooms.63" (the room stripes), "pd"; "unknown" for
+ * any other id.  The one name of each lock, in every message and diagnostic
+ * that names one (the core's errors, inspect's report).  Static storage;
+ * any thread. */
 const char *kvc__lock_name(int id);
 /* lock.c: register fn as lock id's recovery on seg.  lock.c knows no table:
  * each table registers its own (kvc__ranks_register, ...), and kvc_open has
  * every table register before any lock of the handle is taken. */
 void kvc__lock_register(kvc_segment *seg, int id, kvc_recover_fn fn);
-/* lock.c: the name of lock id ("ranks", "procs", "rooms"; "unknown"), in
- * every message and diagnostic that names a lock.  Static storage. */
-const char *kvc__lock_name(int id);
 /* lock.c: run lock id's registered recovery now (caller holds lock id).
  * Used by repair: every recovery is safe to run at any time under its lock. */
 void kvc__lock_recover(kvc_segment *seg, int id);

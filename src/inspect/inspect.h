@@ -123,9 +123,8 @@ typedef struct kvc_lock_probe {
     uint64_t recoveries; /* EOWNERDEAD recoveries of this lock, ever */
 } kvc_lock_probe;
 
-/* Name of lock id (0..KVC__LOCKS-1; "unknown" otherwise): the core's own
- * (src/core/lock.c), the names its error messages use. */
-const char *kvc__lock_name(int id);
+/* A lock's name is the core's kvc__lock_name() (src/core/internal.h,
+ * which inspect.c includes as the core's friend). */
 
 /* Read lock id's state and owner without taking it (never blocks, never
  * changes the segment). */

@@ -75,3 +75,10 @@ set_tests_properties(ops_readme_examples PROPERTIES LABELS "ops" TIMEOUT 300)
 add_test(NAME ops_units
   COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_units.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(ops_units PROPERTIES LABELS "ops;unit")
+
+# Docs that are true: every relative link (and #anchor) and every src/, tests/,
+# tools/ path named in README.md, docs/*.md and RELIABILITY.md exists, and no
+# NAME.md outside the repository is named.
+add_test(NAME ops_doc_paths
+  COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_doc_paths.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(ops_doc_paths PROPERTIES LABELS "ops;unit")
