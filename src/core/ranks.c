@@ -4,7 +4,11 @@
  * Writers hold the rank lock, write the inactive half of the entry's double
  * buffer (descriptor + blob in the arena), then publish it with one store of
  * the active index inside an odd/even sequence bump.  Readers take no lock:
- * they copy the active half and its blob and re-check the sequence.
+ * they copy the active half and its blob and re-check the sequence
+ * (seqlock.h).  A reader of an older value may still be copying the half
+ * or the blob a writer now reuses: the writer writes them only through
+ * atomic stores, after kvc_seq_write_prepare(), so that such a reader sees
+ * the sequence moved and retries.
  *
  * Crash points (KVC_INJECT) name every step of a registration so tests can
  * SIGKILL a writer there; ranks_recover() then makes the table
@@ -19,6 +23,7 @@
 #include "json_scan.h"
 
 #include "internal.h"
+#include "seqlock.h"
 
 /* Spins on an odd sequence before suspecting a dead writer and taking the
  * lock (which runs recovery if the writer is dead). */
@@ -92,11 +97,13 @@ static void ranks_recover(kvc_segment *seg, int id)
         if (!slot_sane(seg, sl)) {
             /* Cannot happen short of memory corruption; drop the entry
              * rather than serve or keep unreadable info. */
-            atomic_fetch_add(&e->seq, 1);
-            sl->state = KVC_RANK_WITHDRAWN;
-            sl->blob_blocks = 0;
-            snprintf(sl->note, sizeof sl->note, "info lost: invalid descriptor found by recovery");
-            atomic_fetch_add(&e->seq, 1);
+            kvc_rank_slot w = *sl;
+            w.state = KVC_RANK_WITHDRAWN;
+            w.blob_blocks = 0;
+            snprintf(w.note, sizeof w.note, "info lost: invalid descriptor found by recovery");
+            kvc_seq_write_begin(&e->seq);
+            kvc_seq_store(sl, &w, sizeof w);
+            kvc_seq_write_end(&e->seq);
             continue;
         }
         kvc__arena_mark(seg, sl->blob_off, sl->blob_blocks);
@@ -116,20 +123,16 @@ void kvc__ranks_register(kvc_segment *seg)
 
 /* The seqlock's check: nothing was republished since the sequence read
  * as seq (so what was copied in between is one whole value). */
-static bool unchanged(kvc_rank_entry *e, uint64_t seq)
-{
-    atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq;
-}
+static bool unchanged(kvc_rank_entry *e, uint64_t seq) { return !kvc_seq_read_retry(&e->seq, seq); }
 
 int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint32_t *active)
 {
-    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    uint64_t s1 = kvc_seq_read_begin(&e->seq);
     *seq = s1;
     if (s1 & 1 && !active)
         return 1; /* a lookup only needs to know */
     uint32_t a = atomic_load_explicit(&e->active, memory_order_acquire);
-    memcpy(sl, &e->slot[a & 1], sizeof *sl);
+    kvc_seq_load(sl, &e->slot[a & 1], sizeof *sl);
     if (active)
         *active = a;
     if (s1 & 1)
@@ -214,10 +217,10 @@ static kvc_err read_entry(kvc_segment *seg, unsigned table, uint32_t rank, kvc_r
             if (err)
                 return err;
             const unsigned char *blob = seg->arena + sl.blob_off;
-            memcpy(out->session_id, blob, sl.session_len);
-            memcpy(out->info, blob + sl.session_len, sl.info_len);
+            kvc_seq_load(out->session_id, blob, sl.session_len);
+            kvc_seq_load(out->info, blob + sl.session_len, sl.info_len);
         } else if (sl.state == KVC_RANK_REGISTERED) {
-            memcpy(out->session_id, seg->arena + sl.blob_off, sl.session_len);
+            kvc_seq_load(out->session_id, seg->arena + sl.blob_off, sl.session_len);
         }
         if (!unchanged(e, s1))
             continue; /* the blob may have been reused meanwhile */
@@ -302,12 +305,12 @@ KVC_API kvc_err kvc_rank_wait(kvc_segment *seg, uint32_t rank, uint32_t timeout_
  * daemon lists the whole table after every registration). */
 static bool plainly_empty(kvc_rank_entry *e)
 {
-    uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    uint64_t s1 = kvc_seq_read_begin(&e->seq);
     if (s1 & 1)
         return false;
     uint32_t state; /* the state alone, inside the same seqlock window */
-    memcpy(&state, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1].state,
-           sizeof state);
+    kvc_seq_load(&state, &e->slot[atomic_load_explicit(&e->active, memory_order_acquire) & 1].state,
+                 sizeof state);
     return unchanged(e, s1) && state == KVC_RANK_EMPTY;
 }
 
@@ -369,18 +372,19 @@ static kvc_err validate_json(const char *json, size_t len, const char *what, uin
  * an odd sequence window, so a reader never mixes halves. */
 static void publish(kvc_rank_entry *e, uint32_t next)
 {
-    atomic_fetch_add_explicit(&e->seq, 1, memory_order_acq_rel);
+    kvc_seq_write_begin(&e->seq);
     KVC_INJECT("reg.seq_odd");
     atomic_store_explicit(&e->active, next, memory_order_release);
     KVC_INJECT("reg.published");
-    atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+    kvc_seq_write_end(&e->seq);
 }
 
 /* After a publish: free the old half's blob and announce the change. */
 static void retire(kvc_segment *seg, kvc_rank_slot *old, int registered_delta)
 {
     kvc__arena_free(seg, old->blob_off, old->blob_blocks);
-    old->blob_blocks = 0;
+    /* after publish's window opened: a reader still copying old retries */
+    __atomic_store_n(&old->blob_blocks, 0, __ATOMIC_RELAXED);
     KVC_INJECT("reg.old_freed");
     if (registered_delta > 0)
         atomic_fetch_add(&seg->hdr->ranks_registered, 1);
@@ -415,7 +419,7 @@ static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, 
     if (cur->pid != seg->pid || cur->pid_start != seg->start || (bool)cur->owned != owned)
         return false;
     const unsigned char *blob = seg->arena + cur->blob_off;
-    return !memcmp(blob, sid, sid_len) && !memcmp(blob + sid_len, info, info_len);
+    return kvc_seq_equal(blob, sid, sid_len) && kvc_seq_equal(blob + sid_len, info, info_len);
 }
 
 static kvc_err write_registration(kvc_segment *seg, unsigned table, uint32_t rank, const char *sid,
@@ -445,31 +449,35 @@ static kvc_err write_registration(kvc_segment *seg, unsigned table, uint32_t ran
         return err;
     }
     KVC_INJECT("reg.allocated");
+    /* The blob's blocks and nxt may still be read by readers of older
+     * values: atomic stores, after the fence (seqlock.h). */
+    kvc_seq_write_prepare();
     unsigned char *blob = seg->arena + off;
-    memcpy(blob, sid, sid_len);
-    memcpy(blob + sid_len, info, info_len / 2);
+    kvc_seq_store(blob, sid, sid_len);
+    kvc_seq_store(blob + sid_len, info, info_len / 2);
     KVC_INJECT("reg.copying");
-    memcpy(blob + sid_len + info_len / 2, info + info_len / 2, info_len - info_len / 2);
+    kvc_seq_store(blob + sid_len + info_len / 2, info + info_len / 2, info_len - info_len / 2);
     KVC_INJECT("reg.copied");
-    memset(nxt, 0, sizeof *nxt);
-    nxt->state = KVC_RANK_REGISTERED;
-    nxt->entries = entries;
-    nxt->generation = cur->generation + 1;
-    nxt->changed_ns = kvc__now_ns();
-    nxt->pid = seg->pid;
-    nxt->pid_start = seg->start;
-    nxt->session_len = (uint32_t)sid_len;
-    nxt->blob_off = off;
-    nxt->blob_blocks = blocks;
-    nxt->info_len = info_len;
-    nxt->owned = seg->role == KVC_ROLE_WORKER && !o->name[0];
-    nxt->origin_generation = o->generation;
-    snprintf(nxt->origin, sizeof nxt->origin, "%s", o->name);
+    kvc_rank_slot w = {0};
+    w.state = KVC_RANK_REGISTERED;
+    w.entries = entries;
+    w.generation = cur->generation + 1;
+    w.changed_ns = kvc__now_ns();
+    w.pid = seg->pid;
+    w.pid_start = seg->start;
+    w.session_len = (uint32_t)sid_len;
+    w.blob_off = off;
+    w.blob_blocks = blocks;
+    w.info_len = info_len;
+    w.owned = seg->role == KVC_ROLE_WORKER && !o->name[0];
+    w.origin_generation = o->generation;
+    snprintf(w.origin, sizeof w.origin, "%s", o->name);
+    kvc_seq_store(nxt, &w, sizeof w);
     KVC_INJECT("reg.slot_written");
     int delta = cur->state == KVC_RANK_REGISTERED || table ? 0 : 1;
     publish(e, a ^ 1);
     retire(seg, cur, delta);
-    *gen_out = nxt->generation;
+    *gen_out = w.generation;
     return KVC_OK;
 }
 
@@ -672,15 +680,17 @@ static kvc_err withdraw_locked(kvc_segment *seg, unsigned table, uint32_t rank, 
     if (cur->state != KVC_RANK_REGISTERED)
         return kvc__fail(KVC_E_NOENT, "%s is not registered",
                          label(seg, table, rank, what, sizeof what));
-    memset(nxt, 0, sizeof *nxt);
-    nxt->state = KVC_RANK_WITHDRAWN;
-    nxt->generation = cur->generation + 1;
-    nxt->changed_ns = kvc__now_ns();
-    nxt->pid = seg->pid;
-    nxt->pid_start = seg->start;
-    snprintf(nxt->note, sizeof nxt->note, "%s", note ? note : "withdrawn");
-    memcpy(nxt->origin, cur->origin, sizeof nxt->origin); /* a mirror says whose it was */
-    nxt->origin_generation = cur->origin_generation;
+    kvc_rank_slot w = {0};
+    w.state = KVC_RANK_WITHDRAWN;
+    w.generation = cur->generation + 1;
+    w.changed_ns = kvc__now_ns();
+    w.pid = seg->pid;
+    w.pid_start = seg->start;
+    snprintf(w.note, sizeof w.note, "%s", note ? note : "withdrawn");
+    memcpy(w.origin, cur->origin, sizeof w.origin); /* a mirror says whose it was */
+    w.origin_generation = cur->origin_generation;
+    kvc_seq_write_prepare(); /* nxt may still be read by readers of older values */
+    kvc_seq_store(nxt, &w, sizeof w);
     publish(e, a ^ 1);
     retire(seg, cur, table ? 0 : -1);
     return KVC_OK;

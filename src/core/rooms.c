@@ -11,10 +11,11 @@
  * next slot anyway), so tombstones do not pile up.
  *
  * Writers hold their room's stripe lock.  Every update runs inside the
- * stripe's undo record and the room's seqlock window:
+ * stripe's undo record and the room's seqlock window (seqlock.h):
  *   save the bytes about to change (the room, and the failure ring entry
- *   it appends to, claimed first) -> undo valid -> room seq odd -> write
- *   -> undo clear -> room seq even.
+ *   it appends to, claimed first) -> undo valid -> compute the new bytes in
+ *   a private copy -> room seq odd -> copy them in -> undo clear -> room seq
+ *   even.
  * A writer that dies before the undo is cleared is rolled back by the
  * stripe's recovery (run by the next locker under EOWNERDEAD); one that
  * dies after it left complete new bytes, and recovery only evens the seq.
@@ -36,6 +37,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "seqlock.h"
 
 /* While waiting on a room, participant liveness is re-checked this often,
  * so a dead participant is noticed even with no kvcoordd to report it. */
@@ -73,11 +75,13 @@ static uint32_t prev_slot(uint32_t i, uint32_t n) { return i == 0 ? n - 1 : i - 
 
 /* Bytes of r an update saves: the head and the participants it has; with
  * its failure record too when the update writes one. */
-static size_t room_len(const kvc_room *r)
+static size_t room_len_of(uint32_t participants)
 {
-    uint32_t n = r->participants <= KVC_ROOM_MAX_PARTICIPANTS ? r->participants : 0;
+    uint32_t n = participants <= KVC_ROOM_MAX_PARTICIPANTS ? participants : 0;
     return offsetof(kvc_room, part) + n * sizeof(kvc_room_part);
 }
+
+static size_t room_len(const kvc_room *r) { return room_len_of(r->participants); }
 
 static size_t room_len_failure(void) { return offsetof(kvc_room, checked_ms); }
 
@@ -89,9 +93,11 @@ typedef struct upd {
     kvc_segment *seg;
     uint32_t s;
     kvc_room_stripe *st;
-    kvc_room *r;
+    kvc_room *r;            /* the slot, in the segment */
+    size_t len;             /* bytes of it the update saves and rewrites */
     kvc_failure_slot *ring; /* claimed ring entry, or NULL */
     uint64_t ring_n;        /* 1 + its index */
+    kvc_room w;             /* the new bytes, made here (private) first */
 } upd;
 
 /* Claim the next failure ring entry for stripe s's writer.  The entry's
@@ -125,6 +131,7 @@ static kvc_failure_slot *ring_claim(upd *u)
         }
         uint64_t mine = (((c >> 32) + 1) << 32) | (u->s + 1);
         if (atomic_compare_exchange_strong(&f->claim, &c, mine)) {
+            kvc_seq_write_prepare(); /* the claim (odd) before the entry's bytes */
             KVC_INJECT("room.ring_claimed");
             u->ring_n = k + 1;
             return f;
@@ -142,35 +149,55 @@ static void ring_release(kvc_failure_slot *f)
 }
 
 /* Save what the update changes (len bytes of r; the ring entry when
- * with_ring), mark the undo valid, open r's seqlock window. */
-static void upd_begin(upd *u, kvc_segment *seg, uint32_t s, kvc_room *r, size_t len, int with_ring)
+ * with_ring) and mark the undo valid.  Returns the private copy of those
+ * bytes the update then changes; upd_commit() copies them into r. */
+static kvc_room *upd_begin(upd *u, kvc_segment *seg, uint32_t s, kvc_room *r, size_t len,
+                           int with_ring)
 {
     u->seg = seg;
     u->s = s;
     u->st = &seg->stripes[s];
     u->r = r;
+    u->len = len;
     u->ring = with_ring ? ring_claim(u) : NULL;
     kvc_undo *un = &u->st->undo;
     un->room_off = (uint64_t)((unsigned char *)r - seg->base);
     un->room_len = len;
-    memcpy(&un->room, r, len);
+    /* Word copies (seqlock.h's; under the lock plain copies would do, but
+     * gcc makes a variable-length memcpy of these aligned rooms a string
+     * instruction that takes longer to start than a room's few words). */
+    kvc_seq_load(&u->w, r, len);
+    kvc_seq_store(&un->room, &u->w, len);
     if (u->ring)
         memcpy(&un->ring, u->ring, sizeof *u->ring);
     un->rooms_live = u->st->rooms_live;
     atomic_store_explicit(&un->valid, 1, memory_order_release);
     KVC_INJECT("room.undo_saved");
-    atomic_fetch_add_explicit(&r->seq, 1, memory_order_acq_rel); /* odd */
-    KVC_INJECT("room.seq_odd");
+    return &u->w;
 }
 
-/* Close the window: the undo is cleared first (the new bytes are whole),
- * then the seq goes even and the ring entry is released. */
+/* Write the new bytes inside r's seqlock window: seq odd, the bytes (in
+ * two halves, so that a crash test can stop a writer between them), the
+ * undo cleared (the new bytes are whole), seq even, the ring entry
+ * released. */
 static void upd_commit(upd *u, uint64_t now_real)
 {
+    kvc_room *r = u->r;
+    unsigned char *dst = (unsigned char *)r + sizeof r->seq;
+    const unsigned char *src = (const unsigned char *)&u->w + sizeof r->seq;
+    size_t n = u->len - sizeof r->seq;
+    size_t half = ((n / 2) & ~(size_t)7) + sizeof r->seq; /* dst + half: word-aligned */
+    if (half > n)
+        half = n;
+    kvc_seq_write_begin(&r->seq);
+    KVC_INJECT("room.seq_odd");
+    kvc_seq_store(dst, src, half);
+    KVC_INJECT("room.half_written");
+    kvc_seq_store(dst + half, src + half, n - half);
     KVC_INJECT("room.before_commit");
     atomic_store_explicit(&u->st->undo.valid, 0, memory_order_release);
     KVC_INJECT("room.committed");
-    atomic_fetch_add_explicit(&u->r->seq, 1, memory_order_release); /* even */
+    kvc_seq_write_end(&r->seq);
     if (u->ring) {
         ring_release(u->ring);
         u->st->undo.ring_off = 0;
@@ -200,19 +227,22 @@ static void stripe_recover(kvc_segment *seg, int id)
             u->room_len >= sizeof u->room.seq && u->room_len <= sizeof u->room) {
             kvc_room *r = (kvc_room *)(seg->base + u->room_off);
             uint32_t saved = atomic_load(&u->room.seq);
-            /* Everything but the seq, which stays odd until the bytes are back. */
-            atomic_store(&r->seq, saved | 1);
-            memcpy((unsigned char *)r + sizeof r->seq, (unsigned char *)&u->room + sizeof r->seq,
-                   u->room_len - sizeof r->seq);
-            atomic_store(&r->seq, (saved | 1) + 1);
+            /* Everything but the seq, which stays odd until the bytes are
+             * back (a window of this process's: seqlock.h). */
+            atomic_store_explicit(&r->seq, saved | 1, memory_order_relaxed);
+            kvc_seq_write_prepare();
+            kvc_seq_store((unsigned char *)r + sizeof r->seq,
+                          (unsigned char *)&u->room + sizeof r->seq, u->room_len - sizeof r->seq);
+            atomic_store_explicit(&r->seq, (saved | 1) + 1, memory_order_release);
         }
         if (u->ring_off) {
             kvc_failure_slot *f = (kvc_failure_slot *)(seg->base + u->ring_off);
             uint64_t c = atomic_load(&f->claim);
             if (((c >> 32) & 1) && (uint32_t)c == s + 1 &&
                 atomic_load(&u->ring.claim) == c) { /* saved after our claim */
-                f->n = u->ring.n;
-                f->rec = u->ring.rec;
+                kvc_seq_write_prepare();            /* after the (odd) claim, as its writer */
+                kvc_seq_store(&f->n, &u->ring.n, sizeof f->n);
+                kvc_seq_store(&f->rec, &u->ring.rec, sizeof f->rec);
                 give_back(seg->hdr, u);
             }
         }
@@ -238,7 +268,7 @@ static void stripe_recover(kvc_segment *seg, int id)
             atomic_store(&t[i].seq, q + 1);
         live += t[i].slot == KVC_SLOT_USED;
     }
-    st->rooms_live = live;
+    __atomic_store_n(&st->rooms_live, live, __ATOMIC_RELAXED);
     atomic_fetch_add(&st->epoch, 1);
     kvc__futex_wake_all(&st->epoch);
     atomic_fetch_add(&seg->hdr->room_epoch, 1);
@@ -252,6 +282,13 @@ void kvc__rooms_register(kvc_segment *seg)
 }
 
 /* ---- locked access ---------------------------------------------------- */
+
+/* One room fewer in stripe s (lock held; read unlocked by rooms_in_use). */
+static void stripe_uncount(kvc_segment *seg, uint32_t s)
+{
+    kvc_room_stripe *st = &seg->stripes[s];
+    __atomic_store_n(&st->rooms_live, st->rooms_live - 1, __ATOMIC_RELAXED);
+}
 
 static kvc_err lock_stripe(kvc_segment *seg, uint32_t s)
 {
@@ -344,12 +381,12 @@ static void copy_reason(char *dst, const char *src)
     dst[n] = '\0';
 }
 
-/* Inside an update with a ring entry: write r's failure record (replacing
- * any it had) and its copy in the ring. */
+/* Inside an update with a ring entry: write the room's failure record
+ * (replacing any it had) and its copy in the ring. */
 static void put_failure(upd *u, uint32_t origin, int32_t code, const char *reason, int32_t pid,
                         uint64_t time_ns)
 {
-    kvc_room *r = u->r;
+    kvc_room *r = &u->w;
     kvc_failure_rec *f = &r->failure;
     f->room = r->id;
     f->time_ns = time_ns;
@@ -362,9 +399,9 @@ static void put_failure(upd *u, uint32_t origin, int32_t code, const char *reaso
     r->terminal = KVC_POLL_FAILED;
     r->updated_ns = time_ns;
     r->updated_mono = kvc__seg_mono_coarse_ns();
-    if (u->ring) {
-        u->ring->n = u->ring_n;
-        u->ring->rec = *f;
+    if (u->ring) { /* claimed: its seq is odd (ring_claim) */
+        kvc_seq_store(&u->ring->n, &u->ring_n, sizeof u->ring->n);
+        kvc_seq_store(&u->ring->rec, f, sizeof *f);
     }
 }
 
@@ -376,7 +413,7 @@ static int record_failure(kvc_segment *seg, uint32_t s, kvc_room *r, uint32_t or
         return 0;
     upd u;
     uint64_t now = kvc__now_ns(); /* a failure's time is shown: the precise clock */
-    upd_begin(&u, seg, s, r, room_len_failure(), 1);
+    (void)upd_begin(&u, seg, s, r, room_len_failure(), 1);
     put_failure(&u, origin, code, reason, pid, now);
     upd_commit(&u, now);
     return 1;
@@ -461,20 +498,18 @@ static bool odd_wait(int *spins)
  * (*free_slot says whether the probe ends here), -1 a writer is inside. */
 static int snap(const kvc_room *r, uint64_t id, kvc_room *out, bool *free_slot)
 {
-    uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+    uint32_t s1 = kvc_seq_read_begin(&r->seq);
     if (s1 & 1)
         return -1;
-    memcpy((unsigned char *)out + sizeof out->seq, (const unsigned char *)r + sizeof r->seq,
-           offsetof(kvc_room, part) - sizeof r->seq);
+    kvc_seq_load(out, r, offsetof(kvc_room, part)); /* the head, one cache line */
     bool match = out->slot == KVC_SLOT_USED && out->id == id;
     if (match) {
         uint32_t n = out->participants <= KVC_ROOM_MAX_PARTICIPANTS ? out->participants : 0;
         if (out->has_failure)
-            memcpy(&out->failure, &r->failure, sizeof out->failure);
-        memcpy(out->part, r->part, n * sizeof *r->part);
+            kvc_seq_load(&out->failure, &r->failure, sizeof out->failure);
+        kvc_seq_load(out->part, r->part, n * sizeof *r->part);
     }
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&r->seq, memory_order_relaxed) != s1)
+    if (kvc_seq_read_retry(&r->seq, s1))
         return -1;
     *free_slot = out->slot == KVC_SLOT_FREE;
     return match;
@@ -634,25 +669,25 @@ static kvc_err create_room(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id
     }
     upd u;
     uint64_t now = kvc__now_coarse_ns();
-    /* Only the head: rolled back, the slot is free (or a tombstone) again
-     * and nobody reads its participants.  Only the participants it has are
-     * initialised (none reads beyond), and the failure record is written
-     * when there is one. */
-    upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0);
-    r->id = id;
-    r->participants = participants;
-    r->terminal = -1;
-    r->has_failure = 0;
-    r->opened_ns = r->updated_ns = now;
-    r->updated_mono = kvc__seg_mono_coarse_ns();
-    memset(r->part, 0, participants * sizeof *r->part);
+    /* The head and the participants it will have (rolled back, the slot is
+     * free, or a tombstone, again and nobody reads its participants).  Only
+     * those participants are initialised (none reads beyond), and the
+     * failure record is written when there is one. */
+    kvc_room *w = upd_begin(&u, seg, s, r, room_len_of(participants), 0);
+    w->id = id;
+    w->participants = participants;
+    w->terminal = -1;
+    w->has_failure = 0;
+    w->opened_ns = w->updated_ns = now;
+    w->updated_mono = kvc__seg_mono_coarse_ns();
+    memset(w->part, 0, participants * sizeof *w->part);
     for (uint32_t p = 0; p < participants; p++) {
-        r->part[p].state = -1;
-        r->part[p].proc_slot = -1;
+        w->part[p].state = -1;
+        w->part[p].proc_slot = -1;
     }
     KVC_INJECT("room.creating");
-    r->slot = KVC_SLOT_USED;
-    st->rooms_live++;
+    w->slot = KVC_SLOT_USED;
+    __atomic_store_n(&st->rooms_live, st->rooms_live + 1, __ATOMIC_RELAXED);
     upd_commit(&u, now);
     *out = r;
     return KVC_OK;
@@ -709,18 +744,19 @@ static kvc_err open_locked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t ro
         return KVC_OK;
     upd u;
     uint64_t now = kvc__now_coarse_ns(), mono = kvc__seg_mono_coarse_ns();
-    upd_begin(&u, seg, s, r, room_len(r), 0);
+    kvc_room *w = upd_begin(&u, seg, s, r, room_len(r), 0);
+    p = &w->part[rank];
     p->pid = seg->pid;
     p->start = seg->start;
     p->role = (uint8_t)role;
     p->released = 0;
     p->proc_slot = slot;
     p->proc_gen = gen;
-    r->updated_ns = now;
-    r->updated_mono = mono;
+    w->updated_ns = now;
+    w->updated_mono = mono;
     upd_commit(&u, now);
     /* Alive now, by definition: no /proc look for a while. */
-    atomic_store(&r->checked_ms[rank], (uint32_t)(mono / 1000000));
+    atomic_store_explicit(&r->checked_ms[rank], (uint32_t)(mono / 1000000), memory_order_relaxed);
     return KVC_OK;
 }
 
@@ -798,13 +834,13 @@ static kvc_err state_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     int fails = a->state == KVC_POLL_FAILED && !r->has_failure;
     upd u;
     uint64_t now = kvc__now_coarse_ns();
-    upd_begin(&u, seg, s, r, fails ? room_len_failure() : room_len(r), fails);
-    r->part[a->rank].state = (int8_t)a->state;
-    r->updated_ns = now;
-    r->updated_mono = kvc__seg_mono_coarse_ns();
+    kvc_room *w = upd_begin(&u, seg, s, r, fails ? room_len_failure() : room_len(r), fails);
+    w->part[a->rank].state = (int8_t)a->state;
+    w->updated_ns = now;
+    w->updated_mono = kvc__seg_mono_coarse_ns();
     KVC_INJECT("room.state_written");
-    if (kvc__room_state(r) == KVC_POLL_SUCCESS)
-        r->terminal = KVC_POLL_SUCCESS;
+    if (kvc__room_state(w) == KVC_POLL_SUCCESS)
+        w->terminal = KVC_POLL_SUCCESS;
     if (fails) {
         char reason[64];
         snprintf(reason, sizeof reason, "rank %u reported Failed", a->rank);
@@ -900,7 +936,7 @@ static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
         return KVC_OK;
     upd u;
     uint64_t now = kvc__now_coarse_ns();
-    upd_begin(&u, seg, s, r, room_len_failure(), 1);
+    (void)upd_begin(&u, seg, s, r, room_len_failure(), 1);
     put_failure(&u, a->origin, a->code, want, 0, a->time_ns ? a->time_ns : kvc__now_ns());
     upd_commit(&u, now);
     a->result = 1;
@@ -1074,13 +1110,13 @@ static kvc_err release_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
         released += r->part[i].released || i == a->rank;
     upd u;
     uint64_t now = kvc__now_coarse_ns();
-    upd_begin(&u, seg, s, r, room_len(r), 0);
-    r->part[a->rank].released = 1;
-    r->updated_ns = now;
-    r->updated_mono = kvc__seg_mono_coarse_ns();
+    kvc_room *w = upd_begin(&u, seg, s, r, room_len(r), 0);
+    w->part[a->rank].released = 1;
+    w->updated_ns = now;
+    w->updated_mono = kvc__seg_mono_coarse_ns();
     if (released == r->participants) { /* the last one out reclaims it */
-        r->slot = KVC_SLOT_TOMB;
-        seg->stripes[s].rooms_live--;
+        w->slot = KVC_SLOT_TOMB;
+        stripe_uncount(seg, s);
         a->deleted = 1;
     }
     upd_commit(&u, now);
@@ -1112,9 +1148,8 @@ static void sweep_stripe(kvc_segment *seg, uint32_t s, size_t *reclaimed)
         apply_verdict(seg, s, r, &v); /* records the timeout if not terminal */
         upd u;
         uint64_t now = kvc__now_coarse_ns();
-        upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0);
-        r->slot = KVC_SLOT_TOMB;
-        seg->stripes[s].rooms_live--;
+        upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0)->slot = KVC_SLOT_TOMB;
+        stripe_uncount(seg, s);
         upd_commit(&u, now);
         tombs_to_free(seg, s, r);
         atomic_fetch_sub(&seg->hdr->rooms_reserved, 1);
@@ -1146,18 +1181,16 @@ static int read_slot(kvc_segment *seg, uint32_t i, kvc_room *out, kvc_err *err)
     const kvc_room *r = &seg->rooms[i];
     int spins = 0;
     for (;;) {
-        uint32_t s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+        uint32_t s1 = kvc_seq_read_begin(&r->seq);
         if (!(s1 & 1)) {
-            memcpy((unsigned char *)out + sizeof out->seq, (const unsigned char *)r + sizeof r->seq,
-                   offsetof(kvc_room, part) - sizeof r->seq);
+            kvc_seq_load(out, r, offsetof(kvc_room, part));
             if (out->slot == KVC_SLOT_USED) {
                 uint32_t n = out->participants <= KVC_ROOM_MAX_PARTICIPANTS ? out->participants : 0;
-                memcpy(out->part, r->part, n * sizeof *r->part);
+                kvc_seq_load(out->part, r->part, n * sizeof *r->part);
                 if (out->has_failure)
-                    memcpy(&out->failure, &r->failure, sizeof out->failure);
+                    kvc_seq_load(&out->failure, &r->failure, sizeof out->failure);
             }
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1)
+            if (!kvc_seq_read_retry(&r->seq, s1))
                 return out->slot == KVC_SLOT_USED;
             continue;
         }
@@ -1166,7 +1199,9 @@ static int read_slot(kvc_segment *seg, uint32_t i, kvc_room *out, kvc_err *err)
         uint32_t s = i / seg->hdr->stripe_slots;
         if ((*err = lock_stripe(seg, s)))
             return 0;
-        memcpy(out, r, sizeof *out);
+        /* No writer now: plain reads (checked_ms, outside the seqlock and
+         * written by lock-free readers, is not copied). */
+        memcpy(out, r, offsetof(kvc_room, checked_ms));
         kvc__unlock(seg, KVC_LOCK_ROOMS + (int)s);
         return out->slot == KVC_SLOT_USED;
     }
@@ -1210,15 +1245,15 @@ static bool ring_read(kvc_segment *seg, uint64_t k, kvc_failure_rec *out)
 {
     const kvc_failure_slot *f = &seg->failures[k % KVC_FAILURE_RING];
     for (int spins = 0; spins < RING_SPINS; spins++) {
-        uint64_t c1 = atomic_load_explicit(&f->claim, memory_order_acquire);
+        uint64_t c1 = kvc_seq_read_begin(&f->claim); /* its seq: the top half */
         if ((c1 >> 32) & 1) {
             sched_yield();
             continue;
         }
-        uint64_t n = f->n;
-        memcpy(out, &f->rec, sizeof *out);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&f->claim, memory_order_relaxed) != c1)
+        uint64_t n;
+        kvc_seq_load(&n, &f->n, sizeof n);
+        kvc_seq_load(out, &f->rec, sizeof *out);
+        if (kvc_seq_read_retry(&f->claim, c1))
             continue;
         out->reason[KVC_REASON_MAX] = '\0';
         return n == k + 1;

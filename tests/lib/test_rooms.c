@@ -411,8 +411,9 @@ static void test_crash_inside_room_updates(void **st)
     assert_int_equal(kvc_room_open(s, 100, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
     assert_int_equal(kvc_room_open(s, 100, 2, 1, KVC_ROOM_ROLE_PREFILL), KVC_OK);
     /* Killed before the undo record is cleared: rolled back. */
-    const char *points[] = {"room.undo_saved", "room.seq_odd", "room.before_commit"};
-    for (int i = 0; i < 3; i++) {
+    const char *points[] = {"room.undo_saved", "room.seq_odd", "room.half_written",
+                            "room.before_commit"};
+    for (int i = 0; i < 4; i++) {
         crash_room_op(name, points[i], OP_STATE, 0);
         crash_room_op(name, points[i], OP_CREATE, 0);
         crash_room_op(name, points[i], OP_RELEASE, 0);
