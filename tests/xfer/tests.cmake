@@ -44,3 +44,10 @@ add_test(NAME bench_transfer_smoke_compare
 set_tests_properties(bench_transfer_smoke_compare PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 120
                      SKIP_RETURN_CODE 77
                      PASS_REGULAR_EXPRESSION "\"mode\":\"compare\".*\"iperf3_gb_per_s\":[0-9.]*[1-9].*\"splice_on_gb_per_s\":[0-9.]*[1-9].*\"splice_off_gb_per_s\":[0-9.]*[1-9]")
+# The engine's layers (docs/transfer.md, "Backends"): shared code names no
+# backend, the tcp backend never calls the receive path, the connection layer
+# is declared in xfer_conn.h only.
+add_test(NAME test_xfer_layers
+         COMMAND ${PYTHON3} ${KVC_XFER_TEST_DIR}/test_xfer_layers.py
+                 ${CMAKE_SOURCE_DIR}/src/xfer)
+set_tests_properties(test_xfer_layers PROPERTIES LABELS "xfer;unit")
