@@ -142,8 +142,8 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
         for name in BACKENDS:
             try:
                 importlib.import_module(name)
-            except ImportError as e:
-                log.debug("kvcoord.sglang: %s not patched: %s", name, e)
+            except Exception as e:  # its own dependencies (nixl, CUDA...) missing
+                log.debug("kvcoord.sglang: %s not imported, not patched: %s", name, e)
         seg, owned = _open(segment)
         if seg is not None and size is None:
             size = seg.stat()["world_size"]

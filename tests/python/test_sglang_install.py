@@ -8,6 +8,7 @@ failure_exception and exception class, a reason that says so.
 
 import os
 import signal
+import sys
 import time
 import unittest
 
@@ -127,6 +128,7 @@ class Semantics(Case):
             ksg.install(42, 0)
         patched = ksg.install(self.name, 3)  # size: the segment's world size (8)
         self.assertIn(("sglang.srt.disaggregation.decode", "poll_and_all_reduce"), patched)
+        self.assertNotIn("sglang.srt.disaggregation.ascend.conn", sys.modules)  # skipped
         with self.assertRaises(RuntimeError):
             ksg.install(self.seg, 0)
         m = mooncake.MooncakeKVManager(3)
