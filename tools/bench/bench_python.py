@@ -284,6 +284,8 @@ def failure_round(n):
     pid = os.fork()
     if pid == 0:  # the waiter: rank 1
         code = 0
+        for fd in (ready_r, go_w, res_r):
+            os.close(fd)
         try:
             with kvcoord.Segment(name, rank=1) as seg:
                 kv, pipe_lat = [], []
@@ -310,7 +312,13 @@ def failure_round(n):
             sys.stderr.write("waiter: %r\n" % (e,))
             code = 1
         os._exit(code)
-    os.close(res_w)
+    for fd in (ready_w, go_r, res_w):
+        os.close(fd)
+
+    def ready():  # the waiter's "about to wait"; EOF when it died
+        if not os.read(ready_r, 1):
+            raise SystemExit("failure: the waiter ended early (see its message above)")
+
     sent = []
     with kvcoord.Segment(name, rank=0) as seg:
         for i in range(n):
@@ -318,13 +326,13 @@ def failure_round(n):
                 if kind == "kv":
                     room = base + i
                     seg.room_open(room, 0, 2)
-                    os.read(ready_r, 1)
+                    ready()
                     time.sleep(0.0005)  # let the waiter reach its futex wait
                     sent.append(time.monotonic_ns())
                     seg.room_fail(room, 0, "ibv_post_send: transport retry counter exceeded", 12)
                     seg.room_release(room, 0)
                 else:
-                    os.read(ready_r, 1)
+                    ready()
                     time.sleep(0.0005)  # let the waiter reach its read
                     os.write(go_w, str(time.monotonic_ns()).encode())
     data = b""
@@ -334,7 +342,7 @@ def failure_round(n):
             break
         data += c
     _, status = os.waitpid(pid, 0)
-    for fd in (ready_r, ready_w, go_r, go_w, res_r):
+    for fd in (ready_r, go_w, res_r):
         os.close(fd)
     kvcoord.unlink(name)
     if status or not data:
