@@ -463,12 +463,6 @@ int pd_path(const char *path, size_t len)
     return 0;
 }
 
-int pd_mutating(const char *path, size_t len, int method)
-{
-    int p = pd_path(path, len);
-    return (p == 1 && method == HTTP_PUT) || (p == 2 && method == HTTP_POST);
-}
-
 void pd_dispatch(kvc_segment *seg, const struct http_req *req, struct buf *out)
 {
     int p = pd_path(req->path, req->path_len);

@@ -1,7 +1,9 @@
 /*
  * http_pd.h - the routes of sglang's PD bootstrap server (http_pd.c), for
- * http_routes.c's dispatch.  Every handler takes the segment's PD lock, so
- * the dispatch runs them off the event loop (ROUTE_DEFER).
+ * http_routes.c's route table, whose entries say which methods change the
+ * PD tables (ROUTE_MUTATING: PUT /route, POST /register_dp_rank).  Every
+ * handler takes the segment's PD lock, so the dispatch runs them off the
+ * event loop (ROUTE_DEFER).
  */
 #ifndef KVC_HTTP_PD_H
 #define KVC_HTTP_PD_H
@@ -15,10 +17,6 @@
 /* Nonzero if path[0..len) is one of the PD routes (/route,
  * /register_dp_rank, /query_dp_ranks). */
 int pd_path(const char *path, size_t len);
-
-/* Nonzero if `method` on path[0..len) changes the PD tables (PUT /route,
- * POST /register_dp_rank): it needs the token when one is configured. */
-int pd_mutating(const char *path, size_t len, int method);
 
 /* Answer req (a PD path) into out. */
 void pd_dispatch(kvc_segment *seg, const struct http_req *req, struct buf *out);

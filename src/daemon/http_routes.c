@@ -245,6 +245,14 @@ const char *route_withdrawn_suffix(const char *note, char *buf, size_t cap)
  * here with ROUTE_MUTATING is checked and deferred without another line
  * (test_http_routes fails if a route with a state-changing method lacks
  * it, or if any route changes the segment without the token). */
+static enum route_rc route_pd(struct routes *r, struct route_slot *s, const struct http_req *req,
+                              struct buf *out)
+{
+    (void)s;
+    pd_dispatch(r->seg, req, out);
+    return ROUTE_DONE;
+}
+
 static const struct route route_table[] = {
     {"/health", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_health},
     {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_info},
@@ -260,6 +268,13 @@ static const struct route route_table[] = {
     {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_parallelism},
     {"/rooms/{}", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_room},
     {"/rooms/{}/failure", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, route_room_failure},
+    /* sglang's PD bootstrap server (http_pd.h): every method goes to its
+     * handler, which answers the others with aiohttp's own 405s; each
+     * takes the PD lock.  One entry per method where they differ. */
+    {"/route", M(HTTP_GET), ROUTE_MAY_WAIT | ROUTE_OWN_405, route_pd},
+    {"/route", M(HTTP_PUT), ROUTE_MUTATING | ROUTE_OWN_405, route_pd},
+    {"/register_dp_rank", M(HTTP_POST), ROUTE_MUTATING | ROUTE_OWN_405, route_pd},
+    {"/query_dp_ranks", M(HTTP_POST), ROUTE_MAY_WAIT | ROUTE_OWN_405 | ROUTE_READS_ONLY, route_pd},
 };
 
 const struct route *routes_table(size_t *count)
@@ -317,13 +332,33 @@ static int path_matches(const char *pat, const char *path, size_t len, struct ro
     }
 }
 
-/* The route of a raw path, or NULL (404). */
-static const struct route *route_find(const char *path, size_t len, struct route_match *m)
+static int method_allowed(const struct route *rt, int method)
 {
-    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++)
-        if (path_matches(route_table[i].pattern, path, len, m))
-            return &route_table[i];
-    return NULL;
+    return method >= 0 && method < 64 && (rt->methods & M(method));
+}
+
+/* The route of a raw path and method: the first entry of the path that
+ * accepts the method (*method_ok 1), else the path's first entry
+ * (*method_ok 0: a 405, or the handler's own), else NULL (404). */
+static const struct route *route_find(const char *path, size_t len, int method,
+                                      struct route_match *m, int *method_ok)
+{
+    const struct route *first = NULL;
+    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++) {
+        const struct route *rt = &route_table[i];
+        if (first && strcmp(rt->pattern, first->pattern))
+            continue; /* entries of one path are only looked at once it matched */
+        if (!first && !path_matches(rt->pattern, path, len, m))
+            continue;
+        if (!first)
+            first = rt;
+        if (method_allowed(rt, method)) {
+            *method_ok = 1;
+            return rt;
+        }
+    }
+    *method_ok = 0;
+    return first;
 }
 
 /* The path routes match: as received, or the decoded one of a request
@@ -332,11 +367,6 @@ static void route_path(const struct http_req *req, const char **p, size_t *n)
 {
     *p = req->raw_path ? req->raw_path : req->path;
     *n = req->raw_path ? req->raw_path_len : req->path_len;
-}
-
-static int method_allowed(const struct route *rt, int method)
-{
-    return method >= 0 && method < 64 && (rt->methods & M(method));
 }
 
 /* Runs on a helper thread, never on the loop: every mutating route, those
@@ -357,8 +387,12 @@ static void allow_header(const struct route *rt, char *buf, size_t cap)
     static const int order[] = {HTTP_GET, HTTP_HEAD, HTTP_PUT, HTTP_POST, HTTP_DELETE};
     size_t n = (size_t)snprintf(buf, cap, "Allow:");
     const char *sep = " ";
+    uint64_t methods = 0;
+    for (size_t i = 0; i < sizeof route_table / sizeof route_table[0]; i++)
+        if (!strcmp(route_table[i].pattern, rt->pattern))
+            methods |= route_table[i].methods;
     for (size_t i = 0; i < sizeof order / sizeof order[0] && n < cap; i++)
-        if (rt->methods & M(order[i])) {
+        if (methods & M(order[i])) {
             n += (size_t)snprintf(buf + n, cap - n, "%s%s", sep,
                                   http_method_str((enum http_method)order[i]));
             sep = ", ";
@@ -382,7 +416,9 @@ static int redirect_slash(const struct http_req *req, struct buf *out)
     while (n && path[n - 1] == '/')
         n--;
     struct route_match m;
-    if (!route_find(path, n, &m))
+    int ok;
+    const struct route *rt = route_find(path, n, req->method, &m, &ok);
+    if (!rt || (rt->flags & ROUTE_OWN_405)) /* sglang's PD server redirects nothing */
         return 0;
     char loc[512];
     int w = snprintf(loc, sizeof loc, "Location: %.*s%s%.*s\r\n", (int)n, path,
@@ -399,21 +435,19 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
     const char *path;
     size_t n;
     route_path(req, &path, &n);
-    if (pd_path(path, n)) { /* sglang's PD bootstrap server (http_pd.h): its own 405s */
-        if (!r->on_worker && pd_mutating(path, n, req->method) && unauthorized(r, req, out))
-            return ROUTE_DONE;
-        if (!r->on_worker)
-            return ROUTE_DEFER; /* every PD route takes the PD lock */
-        pd_dispatch(r->seg, req, out);
-        return ROUTE_DONE;
-    }
-    const struct route *rt = route_find(path, n, &r->match);
+    int ok;
+    const struct route *rt = route_find(path, n, req->method, &r->match, &ok);
     if (!rt) {
         if (!redirect_slash(req, out))
             resp_detail(out, req, 404, "Not Found", NULL);
         return ROUTE_DONE;
     }
-    if (!method_allowed(rt, req->method)) {
+    if (!ok && (rt->flags & ROUTE_OWN_405)) { /* its handler answers the 405, off the loop */
+        if (!r->on_worker)
+            return ROUTE_DEFER;
+        return rt->fn(r, s, req, out);
+    }
+    if (!ok) {
         char allow[64];
         allow_header(rt, allow, sizeof allow);
         resp_detail(out, req, 405, "Method Not Allowed", allow);
@@ -458,11 +492,10 @@ static int needs_token(const struct http_req *req)
     const char *path;
     size_t n;
     struct route_match m;
+    int ok;
     route_path(req, &path, &n);
-    if (pd_path(path, n))
-        return pd_mutating(path, n, req->method);
-    const struct route *rt = route_find(path, n, &m);
-    return rt && method_allowed(rt, req->method) && (rt->flags & ROUTE_MUTATING);
+    const struct route *rt = route_find(path, n, req->method, &m, &ok);
+    return rt && ok && (rt->flags & ROUTE_MUTATING);
 }
 
 int routes_head_check(void *arg, const struct http_req *req)

@@ -99,12 +99,17 @@ void routes_deferred(struct routes *r, const struct http_req *req, struct buf *o
 
 /* Flags of a route, read by routes_dispatch() and routes_head_check(). */
 enum {
-    ROUTE_MUTATING = 1,      /* changes the segment: the token is checked (when one
+    ROUTE_MUTATING = 1,       /* changes the segment: the token is checked (when one
                                 is configured) before anything else, and it runs on a
                                 helper thread */
-    ROUTE_MAY_WAIT = 2,      /* may wait for a segment lock: runs on a helper thread */
-    ROUTE_WAITS_IF_STALE = 4 /* on a helper thread only when its figures must be read
+    ROUTE_MAY_WAIT = 2,       /* may wait for a segment lock: runs on a helper thread */
+    ROUTE_WAITS_IF_STALE = 4, /* on a helper thread only when its figures must be read
                                 under a lock (GET /metrics: metrics_rooms_fresh()) */
+    ROUTE_OWN_405 = 8,        /* another method on this path goes to the handler (on a
+                                helper thread), which answers its own 405; no redirect
+                                of trailing slashes (sglang's PD bootstrap server) */
+    ROUTE_READS_ONLY = 16     /* accepts POST yet changes nothing (sglang's POST
+                                /query_dp_ranks): no token; test_http_routes checks it */
 };
 
 #define ROUTE_ARG_MAX 64 /* longest "{}" segment kept, decoded */
@@ -120,7 +125,9 @@ typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *, const st
 
 struct route {
     const char *pattern; /* "/health", "/rooms/{}/failure": "{}" is one non-empty
-                            segment; matched segment by segment, each decoded alone */
+                            segment; matched segment by segment, each decoded alone.
+                            A path may have several entries (adjacent), one per set
+                            of methods with the same flags */
     uint64_t methods;    /* bit (1 << enum http_method) per method accepted */
     unsigned flags;      /* ROUTE_* above */
     route_fn fn;

@@ -30,6 +30,7 @@
 #include "buf.h"
 #include "http_routes.h"
 #include "kvcoord/kvcoord.h"
+#include "kvcoord/pd.h"
 
 #define TOKEN "s3cret-token"
 #define RANK 1
@@ -47,11 +48,13 @@ struct state {
     uint32_t rank_epoch, room_epoch;
     size_t failures;
     uint64_t pcfg_gen; /* 0: none */
+    kvc_pd_gauges pd;  /* sglang's PD tables */
 };
 
 static struct state snapshot(struct fixture *f)
 {
-    struct state st = {kvc_rank_epoch(f->seg), kvc_room_epoch(f->seg), 0, 0};
+    struct state st = {kvc_rank_epoch(f->seg), kvc_room_epoch(f->seg), 0, 0, {0}};
+    assert_int_equal(kvc_pd_gauges_get(f->seg, &st.pd), KVC_OK);
     kvc_failure_info fi[64];
     assert_int_equal(kvc_failures_recent(f->seg, fi, 64, &st.failures), KVC_OK);
     kvc_rank_info ri = {0};
@@ -64,7 +67,8 @@ static struct state snapshot(struct fixture *f)
 static int changed(const struct state *a, const struct state *b)
 {
     return a->rank_epoch != b->rank_epoch || a->room_epoch != b->room_epoch ||
-           a->failures != b->failures || a->pcfg_gen != b->pcfg_gen;
+           a->failures != b->failures || a->pcfg_gen != b->pcfg_gen ||
+           memcmp(&a->pd, &b->pd, sizeof a->pd);
 }
 
 static int setup(void **state)
@@ -145,6 +149,16 @@ static void build(struct fixture *f, const struct route *rt, int method, int wit
              "\"weights_info_dict\":{\"w\":[%u,2,3]}},\"parallelism_config\":{\"tp\":%u},"
              "\"reason\":\"test %u\",\"code\":1}",
              RANK, n % 250, n, n, n);
+    if (!strcmp(rt->pattern, "/route")) /* sglang's PD registration, a new rank each time */
+        snprintf(b->body, sizeof b->body,
+                 "{\"attn_tp_size\":64,\"attn_tp_rank\":%u,\"attn_cp_size\":1,"
+                 "\"attn_cp_rank\":0,\"attn_dp_size\":1,\"attn_dp_rank\":0,\"pp_size\":1,"
+                 "\"pp_rank\":0,\"system_dp_size\":1,\"system_dp_rank\":0,"
+                 "\"rank_ip\":\"10.0.0.1\",\"rank_port\":%u,\"page_size\":64,"
+                 "\"kv_cache_dtype\":\"auto\"}",
+                 n % 64, 17000 + n);
+    else if (!strcmp(rt->pattern, "/register_dp_rank"))
+        snprintf(b->body, sizeof b->body, "{\"bootstrap_room\":%u,\"dp_rank\":0}", 5000 + n);
     snprintf(b->authz, sizeof b->authz, "Bearer " TOKEN);
     b->req = (struct http_req){.method = method,
                                .path = b->path,
@@ -179,13 +193,24 @@ static void test_state_changing_methods_are_flagged(void **state)
     (void)state;
     size_t n;
     const struct route *t = routes_table(&n);
-    assert_true(n >= 12);
+    assert_true(n >= 16);
     uint64_t changing = (UINT64_C(1) << HTTP_PUT) | (UINT64_C(1) << HTTP_POST) |
                         (UINT64_C(1) << HTTP_DELETE) | (UINT64_C(1) << HTTP_PATCH);
     for (size_t i = 0; i < n; i++)
-        if ((t[i].methods & changing) && !(t[i].flags & ROUTE_MUTATING))
-            fail_msg("%s accepts a state-changing method but is not flagged ROUTE_MUTATING",
+        if ((t[i].methods & changing) && !(t[i].flags & (ROUTE_MUTATING | ROUTE_READS_ONLY)))
+            fail_msg("%s accepts a state-changing method but is flagged neither "
+                     "ROUTE_MUTATING nor ROUTE_READS_ONLY",
                      t[i].pattern);
+}
+
+/* The entry of t that serves method on t[i]'s path (as route_find picks
+ * it: the first of the path's entries accepting it), or NULL. */
+static const struct route *entry_for(const struct route *t, size_t n, size_t i, int method)
+{
+    for (size_t j = 0; j < n; j++)
+        if (!strcmp(t[j].pattern, t[i].pattern) && (t[j].methods & (UINT64_C(1) << method)))
+            return &t[j];
+    return NULL;
 }
 
 static void test_no_change_without_the_token(void **state)
@@ -206,8 +231,9 @@ static void test_no_change_without_the_token(void **state)
             if (changed(&before, &after))
                 fail_msg("%s %s changed the segment without the token (answered %d)",
                          http_method_str((enum http_method)m), b.path, status);
-            int accepted = m >= 0 && m < 64 && (t[i].methods & (UINT64_C(1) << m));
-            if (accepted && (t[i].flags & ROUTE_MUTATING)) {
+            const struct route *e = entry_for(t, n, i, m);
+            int accepted = e != NULL;
+            if (accepted && (e->flags & ROUTE_MUTATING)) {
                 assert_int_equal(status, 401);
                 /* refused from the headers, before its body is buffered */
                 assert_int_equal(routes_head_check(f->loop, &b.req), 401);
@@ -217,7 +243,7 @@ static void test_no_change_without_the_token(void **state)
             }
         }
     }
-    assert_true(mutating_runs >= 7); /* 4 routes x 2 methods, DELETE 1 */
+    assert_true(mutating_runs >= 9); /* 4 routes x 2 methods, DELETE 1, 2 PD (+ repeats) */
 }
 
 static void test_the_token_lets_each_mutating_route_change_it(void **state)
