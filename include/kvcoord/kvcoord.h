@@ -816,10 +816,12 @@ typedef struct kvc_coll_failure {
  * arrives at a generation its peers gave up fails at once with their
  * reason and then resynchronises on the group's current generation):
  *  - KVC_E_PEER: a member died or left before the round completed:
- *    "rank 3 of group 0x2a died (pid 1234, killed by signal 9 (Killed))";
- *    noticed within about 5 ms of waiting (at once while kvcoordd's process
- *    watch beats).  Later calls fail the same way until a process takes the
- *    rank over.
+ *    "rank 3 of group 0x2a died (pid 1234, killed by signal 9 (Killed))
+ *    (generation 17)", or "... left (pid 1234 closed its segment handle or
+ *    was reaped)"; noticed after about 5 ms of waiting (the member's
+ *    process-table liveness lock, then every 10 ms; kvcoordd's dead mark at
+ *    the next wake-up).  Later calls fail the same way until a process takes
+ *    the rank over.
  *  - KVC_E_TIMEDOUT: a member did not arrive within the timeout of a rank
  *    that waited for it: "rank 3 of group 0x2a did not arrive within 30000
  *    ms (generation 17)".
