@@ -58,6 +58,25 @@ static void check_confirmed(struct cluster *c, uint64_t heard, int watch_up)
         cluster__drop_unverified(c, heard);
 }
 
+/* The longest the cluster thread's next etcd calls may take: their usual
+ * deadline, cut to what is left before the mirror's drop is due (at least
+ * 250 ms) while the mirror is unconfirmed, so that an etcd that hangs
+ * holds the drop back no more than one that refuses. */
+static void bound_calls(struct cluster *c, uint64_t heard, int watch_up)
+{
+    long ms = c->cfg.deadline_ms;
+    uint64_t now = kvc__mono_ns();
+    uint64_t grace = ((uint64_t)c->cfg.quiet_ms + 250) * 1000000ull;
+    int confirmed = heard && watch_up && now - heard <= grace;
+    if (heard && !confirmed && !c->peers.dropped) {
+        uint64_t due = heard + lease_limit(c);
+        uint64_t left = due > now ? (due - now) / 1000000ull : 0;
+        if (left < (uint64_t)ms)
+            ms = left < 250 ? 250 : (long)left;
+    }
+    etcd_set_deadline(c->ses.ec, ms);
+}
+
 /* ---- the cluster thread -------------------------------------------------- */
 
 static void *cluster_main(void *arg)
@@ -145,6 +164,8 @@ static void *cluster_main(void *arg)
         }
         if (rooms)
             cluster__scan_failures(c, 0);
+        check_confirmed(c, heard, watch_up); /* a drop due goes before any etcd call */
+        bound_calls(c, heard, watch_up);
         cluster__session_step(c);
         now = kvc__mono_ns();
         if (c->ses.lease && (!c->ses.etcd_down_since || now >= c->ses.retry_at)) {
@@ -285,6 +306,7 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     c->cfg.call_ms = ttl_ms / 4 < 1000 ? 1000 : ttl_ms / 4 > 2000 ? 2000 : ttl_ms / 4;
     c->cfg.quiet_ms = ttl_ms / 4 < 250 ? 250 : ttl_ms / 4 > 5000 ? 5000 : ttl_ms / 4;
     uint32_t deadline_ms = ttl_ms / 2 < 2 * c->cfg.call_ms ? 2 * c->cfg.call_ms : ttl_ms / 2;
+    c->cfg.deadline_ms = deadline_ms;
     c->cfg.seg = conf->seg;
     c->cfg.endpoints = dup_opt(conf->endpoints);
     c->cfg.user = dup_opt(conf->user);

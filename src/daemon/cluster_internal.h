@@ -183,8 +183,9 @@ struct cluster_cfg {
     char cluster[CLUSTER_NAME_MAX + 1], node[CLUSTER_NAME_MAX + 1], url[URL_MAX];
     char prefix[160]; /* /kvcoord/<cluster>/ */
     uint32_t ttl_s;
-    uint32_t call_ms;  /* an etcd request's bound per member (econf.timeout_ms) */
-    uint32_t quiet_ms; /* a watch stream this long without a message is probed */
+    uint32_t call_ms;     /* an etcd request's bound per member (econf.timeout_ms) */
+    uint32_t quiet_ms;    /* a watch stream this long without a message is probed */
+    uint32_t deadline_ms; /* an etcd call's bound, fail-over included (econf.deadline_ms) */
     struct etcd_conf econf;
     char *endpoints, *user, *password_file, *cacert, *cert, *key;
     kvc_segment *seg;

@@ -77,6 +77,10 @@ int etcd_open(const struct etcd_conf *conf, etcd **out, char *err, size_t cap);
 /* Close the handle (NULL ignored). */
 void etcd_close(etcd *c);
 
+/* Change the handle's per-call deadline (etcd_conf.deadline_ms; 0: none)
+ * for the calls that follow.  Only the handle's owner thread. */
+void etcd_set_deadline(etcd *c, long deadline_ms);
+
 /* Message of the handle's last failed call ("" if none).  Owned by c. */
 const char *etcd_error(const etcd *c);
 
