@@ -135,6 +135,10 @@ def http_seeds():
         "bare-lf": b"GET /health HTTP/1.1\nHost: x\n\n",
         "absolute-uri": get("http://127.0.0.1:6789/get_transfer_engine_info?rank=0"),
         "options-star": b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+        # RFC 9112: Host required in 1.1, obs-fold refused; %2F is data in a segment
+        "no-host": b"GET /health HTTP/1.1\r\n\r\n",
+        "obs-fold": b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n 2\r\n\r\n",
+        "pct-slash-room": get("/rooms/5%2Ffailure"),
         # rooms, failures, metrics
         "room-get": get("/rooms/9001"),
         "room-get-rank": get("/rooms/9001?rank=1"),
