@@ -243,10 +243,12 @@ kvc_err kvc_unlink(const char *name);
 /* Whether seg's segment is still the one served under its name: KVC_OK, or
  * KVC_E_STALE once it was discarded (another process opened the name with
  * KVC_OPEN_FRESH_FORCE, or kvc_unlink removed it), unlinked or replaced
- * (its file has no name any more: one fstat).  Every call that changes
- * the segment (it takes a lock) makes this check first and fails with
- * KVC_E_STALE; kvc_rank_lookup and kvc_room_get look at the discarded flag
- * (an atomic load) and at the file at most every 100 ms.  A stale handle
+ * (its file has no name any more: one fstat).  Every call looks at the
+ * discarded flag first (an atomic load) and fails with KVC_E_STALE; at the
+ * file, every call that changes the rank or process tables (register,
+ * withdraw, open, close), room updates at most every 10 ms and lookups and
+ * room reads at most every 100 ms per handle (a system call would triple
+ * the cost of a room update); once seen, every later call fails.  A stale handle
  * stays valid to close (kvc_close then ends nothing in the segment).
  * Thread-safe.  Errors: KVC_E_INVAL (NULL), KVC_E_STALE. */
 kvc_err kvc_segment_verify(kvc_segment *seg);

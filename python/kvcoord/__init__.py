@@ -159,8 +159,12 @@ class Segment(_kvcoord.Segment):
     are withdrawn when the process exits or dies), "client" (the default
     otherwise) or "none" (not recorded).  rank: the rank this process serves.
     mode: "attach" (default: SegmentNotFoundError when there is none),
-    "create" (reuse or create) or "fresh" (remove and create; refused while
-    its creator runs).  Capacities, used only when a segment is created:
+    "create" (reuse or create), "fresh" (remove and create; refused while
+    its creator runs or other processes are attached, Error naming them) or
+    "force_fresh" (fresh even with processes attached: each of their later
+    calls on the discarded segment raises Error, code_name "segment
+    discarded, unlinked or replaced", as any call does on a segment that was
+    unlinked or replaced under the handle).  Capacities, used only when a segment is created:
     max_ranks, max_info_bytes, arena_bytes (bytes), max_procs, world_size,
     max_rooms, lock_timeout and room_ttl (seconds).
 

@@ -164,9 +164,11 @@ static int parse_mode(const char *mode, kvc_open_mode *out)
         *out = KVC_OPEN_CREATE;
     else if (!strcmp(mode, "fresh"))
         *out = KVC_OPEN_FRESH;
+    else if (!strcmp(mode, "force_fresh"))
+        *out = KVC_OPEN_FRESH_FORCE;
     else {
-        PyErr_Format(PyExc_ValueError, "mode must be 'attach', 'create' or 'fresh', not '%s'",
-                     mode);
+        PyErr_Format(PyExc_ValueError,
+                     "mode must be 'attach', 'create', 'fresh' or 'force_fresh', not '%s'", mode);
         return -1;
     }
     return 0;

@@ -45,10 +45,13 @@ struct kvc_segment {
     int32_t pid;
     uint64_t start; /* our start time, ticks since the host's boot */
     int32_t shown_pid;
-    uint64_t pid_ns, time_ns; /* namespace inodes (kvc__self_identity) */
-    uint32_t max_procs;       /* the header's, as validated at attach */
-    /* CLOCK_MONOTONIC ms of the last look at the file (kvc__seg_current) */
+    uint64_t pid_ns, time_ns;    /* namespace inodes (kvc__self_identity) */
+    uint32_t max_procs;          /* the header's, as validated at attach */
+    uint64_t file_ino, file_dev; /* the segment file's (fstat at mapping) */
+    /* CLOCK_MONOTONIC ms of the last look at the file (kvc__seg_current),
+     * and whether it found the file gone (sticky) */
     _Atomic uint64_t file_checked_ms;
+    _Atomic bool stale;
     uint32_t lock_timeout_ms;
     kvc_role role;
     /* A room was opened through this handle (set by rooms.c, read by
@@ -184,8 +187,10 @@ kvc_err kvc__liveness_hold(kvc_segment *seg, int32_t slot, int *holder);
 /* Release slot's lock and close holder (only if holder is a descriptor of
  * the segment's file). */
 void kvc__liveness_release(kvc_segment *seg, int32_t slot, int holder);
-/* In a fork child: close its copy of slot's holder without unlocking. */
-void kvc__liveness_forget_child(kvc_segment *seg, int32_t slot);
+/* In a fork child of process parent: close its copy of the holder of
+ * slot (parent's entry, when seg is a handle parent opened) without
+ * unlocking. */
+void kvc__liveness_forget_child(kvc_segment *seg, int32_t slot, int32_t parent);
 /* This process's pid as its /proc shows it (NSpid, else getpid()) and the
  * inodes of its PID and time namespaces (0 when unknown). */
 void kvc__self_identity(int32_t *shown_pid, uint64_t *pid_ns, uint64_t *time_ns);
@@ -200,10 +205,13 @@ uint64_t kvc__seg_mono_coarse_ns(void);
 
 /* segment.c: KVC_OK while seg's file is the one served under its name;
  * KVC_E_STALE (message) once it was discarded (kvc_open FRESH_FORCE,
- * kvc_unlink: the header's flag), unlinked, replaced or re-created.  full:
- * also look at the file (one fstat: its link count), else only at the
- * header's flag (an atomic load), and at the file at most every 100 ms. */
-kvc_err kvc__seg_current(kvc_segment *seg, bool full);
+ * kvc_unlink: the header's flag, an atomic load, always looked at),
+ * unlinked, replaced or re-created (the file's link count: one fstat,
+ * every call when every_ms is 0, else at most every every_ms per handle;
+ * once seen, every later call fails). */
+#define KVC__FILE_CHECK_READ_MS 100 /* lookups, room reads */
+#define KVC__FILE_CHECK_WRITE_MS 10 /* room updates */
+kvc_err kvc__seg_current(kvc_segment *seg, uint32_t every_ms);
 
 /* segment.c: map seg (name, pid, start, lock timeout set) as opts->mode
  * says: attach, create or fresh.  The errors of kvc_open(). */

@@ -179,12 +179,18 @@ kvc_err kvc__liveness_hold(kvc_segment *seg, int32_t slot, int *holder)
     return KVC_OK;
 }
 
+/* Whether fd is a descriptor of seg's file. */
+static bool of_segment(const kvc_segment *seg, int fd)
+{
+    struct stat a;
+    return fd >= 0 && fstat(fd, &a) == 0 && (uint64_t)a.st_ino == seg->file_ino &&
+           (uint64_t)a.st_dev == seg->file_dev;
+}
+
 void kvc__liveness_release(kvc_segment *seg, int32_t slot, int holder)
 {
-    struct stat a, b;
     /* Only a descriptor of this same file is ours to unlock and close. */
-    if (holder < 0 || fstat(holder, &a) || fstat(seg->fd, &b) || a.st_ino != b.st_ino ||
-        a.st_dev != b.st_dev)
+    if (!of_segment(seg, holder))
         return;
     struct flock fl = {
         .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = slot_byte(seg, slot), .l_len = 1};
@@ -192,15 +198,17 @@ void kvc__liveness_release(kvc_segment *seg, int32_t slot, int holder)
     close(holder);
 }
 
-void kvc__liveness_forget_child(kvc_segment *seg, int32_t slot)
+void kvc__liveness_forget_child(kvc_segment *seg, int32_t slot, int32_t parent)
 {
-    if (!seg->hdr || slot < 0 || (uint32_t)slot >= seg->max_procs)
+    /* Only the entry of the process that forked: a handle it inherited
+     * itself names its own parent's entry, whose holder number means
+     * nothing here (its own fork handler closed that descriptor). */
+    if (!seg->hdr || seg->pid != parent || slot < 0 || (uint32_t)slot >= seg->max_procs)
         return;
-    int holder = seg->procs[slot].holder_fd;
-    struct stat a, b;
+    kvc_proc *p = &seg->procs[slot];
+    int holder = p->holder_fd;
     /* Close only: the lock stays the parent's. */
-    if (holder >= 0 && holder != seg->fd && fstat(holder, &a) == 0 && fstat(seg->fd, &b) == 0 &&
-        a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+    if (atomic_load(&p->pid) == parent && holder != seg->fd && of_segment(seg, holder))
         close(holder);
 }
 

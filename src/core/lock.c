@@ -85,8 +85,12 @@ static kvc_err recovered(kvc_segment *seg, int id, kvc_lock *l)
 kvc_err kvc__lock(kvc_segment *seg, int id)
 {
     /* Every change goes through a lock: none is written into a segment
-     * that was discarded, unlinked or replaced (one fstat). */
-    kvc_err e = kvc__seg_current(seg, true);
+     * that was discarded (the header's flag, always), unlinked or replaced
+     * (one fstat: every time for the rank and process tables, whose writes
+     * say what the node serves; at most every KVC__FILE_CHECK_WRITE_MS for
+     * the per-request room updates, where a system call would triple the
+     * cost of an update). */
+    kvc_err e = kvc__seg_current(seg, id < KVC_LOCK_HEADER_COUNT ? 0 : KVC__FILE_CHECK_WRITE_MS);
     if (e)
         return e;
     kvc_lock *l = kvc__lock_ptr(seg, id);

@@ -31,7 +31,8 @@
 
 static kvc_err check_rank(kvc_segment *seg, uint32_t rank)
 {
-    kvc_err e = kvc__seg_current(seg, false); /* a discarded segment answers nothing */
+    kvc_err e =
+        kvc__seg_current(seg, KVC__FILE_CHECK_READ_MS); /* a discarded segment answers nothing */
     if (e)
         return e;
     if (rank >= seg->hdr->max_ranks)

@@ -1025,7 +1025,7 @@ KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_ran
     uint32_t s = kvc__room_stripe(h);
     kvc_room copy, *where = NULL;
     struct get_arg a = {room, asking_rank, NULL, out};
-    kvc_err e = kvc__seg_current(seg, false);
+    kvc_err e = kvc__seg_current(seg, KVC__FILE_CHECK_READ_MS);
     if (e)
         return e;
     e = read_unlocked(seg, s, h, room, &copy, &where);

@@ -165,6 +165,11 @@ static void bind_regions(kvc_segment *seg)
 {
     kvc_header *h = seg->hdr;
     seg->max_procs = h->max_procs;
+    struct stat st;
+    if (fstat(seg->fd, &st) == 0) {
+        seg->file_ino = (uint64_t)st.st_ino;
+        seg->file_dev = (uint64_t)st.st_dev;
+    }
     seg->ranks = (kvc_rank_entry *)(seg->base + h->ranks_off);
     seg->procs = (kvc_proc *)(seg->base + h->procs_off);
     seg->stripes = (kvc_room_stripe *)(seg->base + h->stripes_off);
@@ -529,10 +534,11 @@ static kvc_err discard_old(kvc_segment *seg, bool force)
     if (others && !force)
         e = kvc__fail(KVC_E_EXISTS,
                       "segment %s has %zu other attached process%s: %s%s; stop %s first, or "
-                      "discard the segment under them (kvcoordd --force-fresh, "
-                      "KVC_OPEN_FRESH_FORCE): their next call then fails",
+                      "discard the segment under %s (kvcoordd --force-fresh, "
+                      "KVC_OPEN_FRESH_FORCE): %s next call then fails",
                       seg->name, others, others == 1 ? "" : "es", names,
-                      len >= sizeof names - 64 ? ", ..." : "", others == 1 ? "it" : "them");
+                      len >= sizeof names - 64 ? ", ..." : "", others == 1 ? "it" : "them",
+                      others == 1 ? "it" : "them", others == 1 ? "its" : "their");
     else
         atomic_store(&old.hdr->discarded, 1);
     unmap(&old);
@@ -600,33 +606,38 @@ void kvc__segment_free(kvc_segment *seg)
     free(seg);
 }
 
-kvc_err kvc__seg_current(kvc_segment *seg, bool full)
+kvc_err kvc__seg_current(kvc_segment *seg, uint32_t every_ms)
 {
     if (atomic_load_explicit(&seg->hdr->discarded, memory_order_relaxed))
-        return kvc__fail(KVC_E_STALE,
-                         "segment %s was discarded (kvcoordd --fresh, or kvc_unlink): this handle "
-                         "is on a segment nobody serves; close it and open the segment again",
-                         seg->name);
-    if (!full) {
-        uint64_t now = kvc__mono_ms(),
-                 last = atomic_load_explicit(&seg->file_checked_ms, memory_order_relaxed);
-        if (now - last < 100 || !atomic_compare_exchange_strong(&seg->file_checked_ms, &last, now))
+        return kvc__fail(
+            KVC_E_STALE,
+            "segment %s was discarded (kvcoordd --fresh or --force-fresh, or kvc_unlink): this "
+            "handle is on a segment nobody serves; close it and open the segment again",
+            seg->name);
+    if (!atomic_load_explicit(&seg->stale, memory_order_relaxed)) {
+        if (every_ms) {
+            uint64_t now = kvc__mono_coarse_ns() / 1000000u,
+                     last = atomic_load_explicit(&seg->file_checked_ms, memory_order_relaxed);
+            if (now - last < every_ms ||
+                !atomic_compare_exchange_strong(&seg->file_checked_ms, &last, now))
+                return KVC_OK;
+        }
+        struct stat st;
+        if (fstat(seg->fd, &st) != 0 || st.st_nlink != 0)
             return KVC_OK;
+        atomic_store(&seg->stale, true); /* for good: every later call fails at once */
     }
-    struct stat st;
-    if (fstat(seg->fd, &st) == 0 && st.st_nlink == 0)
-        return kvc__fail(KVC_E_STALE,
-                         "segment %s was removed from /dev/shm (unlinked, or replaced by another "
-                         "file of that name): this handle is on a segment nobody serves; close "
-                         "it and open the segment again",
-                         seg->name);
-    return KVC_OK;
+    return kvc__fail(KVC_E_STALE,
+                     "segment %s was removed from /dev/shm (unlinked, or replaced by another "
+                     "file of that name): this handle is on a segment nobody serves; close "
+                     "it and open the segment again",
+                     seg->name);
 }
 
 KVC_API kvc_err kvc_segment_verify(kvc_segment *seg)
 {
     KVC_ARG(seg);
-    return kvc__seg_current(seg, true);
+    return kvc__seg_current(seg, 0);
 }
 
 /* Mark the segment under name discarded (it is about to be unlinked). */

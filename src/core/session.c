@@ -26,12 +26,17 @@ static kvc_segment **handles;
 static size_t nhandles, handles_cap;
 
 /* Held across fork(): no handle of this copy is half attached in a child. */
-static void fork_prepare(void) { pthread_mutex_lock(&handles_mu); }
+static int32_t forking_pid;
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&handles_mu);
+    forking_pid = (int32_t)getpid();
+}
 static void fork_parent(void) { pthread_mutex_unlock(&handles_mu); }
 static void fork_child(void)
 {
     for (size_t i = 0; i < nhandles; i++)
-        kvc__liveness_forget_child(handles[i], handles[i]->proc_slot);
+        kvc__liveness_forget_child(handles[i], handles[i]->proc_slot, forking_pid);
     pthread_mutex_unlock(&handles_mu);
 }
 
@@ -163,7 +168,7 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
     handles_remove(seg);
     /* A segment discarded or replaced under this handle: nobody serves
      * it, there is nothing to end in it. */
-    if (seg->hdr && kvc__seg_current(seg, true) != KVC_OK) {
+    if (seg->hdr && kvc__seg_current(seg, 0) != KVC_OK) {
         kvc__segment_free(seg);
         return KVC_OK;
     }

@@ -612,7 +612,7 @@ static void scan_rank(check *ck, rank_scan *rs, uint32_t r, enum access a)
         return;
     ck->st->ranks_registered++;
     rs->blobs[rs->nblobs++] = (blob){p.blob_off / KVC_BLOCK, p.blob_blocks, r};
-    if (p.owned && !kvc__proc_alive(p.pid, p.pid_start))
+    if (p.owned && !kvc__pid_alive_in(ck->seg, p.pid, p.pid_start))
         problem(ck, &rs->owner, KVC_SEV_DEGRADED,
                 "rank %u is registered by worker pid %d, which "
                 "is not running: lookups hand out a dead session until it is reaped (by kvcoordd "
@@ -767,7 +767,8 @@ static void check_procs(check *ck)
                     "process entry %u is invalid (pid %d, role %d, "
                     "rank %d)",
                     i, (int)pid, (int)p->role, (int)p->rank);
-        if (kvc__proc_alive(pid, p->start)) {
+        /* Its liveness lock (liveness.c), right in any PID namespace. */
+        if (kvc__proc_slot_state(ck->seg, (int32_t)i, atomic_load(&p->gen)) != KVC__SLOT_DEAD) {
             ck->st->procs_alive++;
             continue;
         }
@@ -823,7 +824,10 @@ static void scan_live(check *ck, room_scan *rs, const kvc_room *r)
     }
     for (uint32_t i = 0; i < r->participants; i++) {
         const kvc_room_part *p = &r->part[i];
-        if (p->pid && !p->released && !kvc__proc_alive(p->pid, p->start)) {
+        bool dead = p->proc_slot >= 0 ? kvc__proc_slot_state(ck->seg, p->proc_slot, p->proc_gen) !=
+                                            KVC__SLOT_ALIVE
+                                      : !kvc__proc_alive(p->pid, p->start);
+        if (p->pid && !p->released && dead) {
             problem(ck, &rs->live, KVC_SEV_DEGRADED,
                     "room %llu: rank %u (pid %d) is not running "
                     "but the room is not failed yet (its next reader fails it; so does `repair`)",

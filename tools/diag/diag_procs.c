@@ -1,6 +1,6 @@
 /*
  * diag_procs.c - `kvcoord-diag procs`: the processes attached to the
- * segment, with role, rank, start time and liveness (pid + start time).
+ * segment, with role, rank, start time and liveness (its liveness lock).
  */
 #include <stdlib.h>
 
@@ -12,9 +12,11 @@ static const char procs_help[] =
     "  pid, role (worker: a TP worker, whose ranks are withdrawn when it dies;\n"
     "  daemon: kvcoordd; client: any other attached process), the rank it serves\n"
     "  (-1: none), its start time (clock ticks since boot, and as a time), when it\n"
-    "  attached, and whether it is alive.  A pid alone is not an identity (pids are\n"
-    "  reused): alive means a process with that pid and that start time runs and is\n"
-    "  not a zombie.  A dead process still listed is reaped by kvcoordd, or by\n"
+    "  attached, and whether it is alive.  The pid is the one its own PID namespace\n"
+    "  gives it (1 in a container's); alive means it holds its liveness lock, an OFD\n"
+    "  lock on its entry that the kernel drops when it dies, in any namespace (not a\n"
+    "  look at /proc by pid).  One entry per process, whatever number of handles it\n"
+    "  has open.  A dead process still listed is reaped by kvcoordd, or by\n"
     "  `kvcoord-diag repair` (its rooms fail, its worker ranks are withdrawn).\n"
     "  kvcoord-diag itself attaches without an entry.  procs takes no lock.\n"
     "\n"
@@ -24,7 +26,9 @@ static const char procs_help[] =
     "OUTPUT\n"
     "  --json: {\"schema\", \"command\": \"procs\", \"segment\", \"count\", \"alive\", \"dead\",\n"
     "  \"procs\": [{\"pid\", \"role\" (none|worker|daemon|client), \"rank\", \"start_ticks\",\n"
-    "  \"started_ns\", \"started_utc\", \"attached_ns\", \"attached_utc\", \"alive\"}]}.\n";
+    "  \"started_ns\", \"started_utc\", \"attached_ns\", \"attached_utc\", \"alive\",\n"
+    "  \"shown_pid\" (its pid as its /proc names it: the host's when it sees the\n"
+    "  host's /proc), \"handles\" (its open handles on the segment)}]}.\n";
 
 kvc_proc_info *diag_procs_fetch(kvc_segment *seg, size_t *n)
 {
@@ -56,6 +60,8 @@ static json_t *proc_json(const kvc_proc_info *p)
     diag_jtime(o, "started", diag_ticks_to_ns(p->start));
     diag_jtime(o, "attached", p->attached_ns);
     json_object_set_new(o, "alive", json_boolean(p->alive));
+    json_object_set_new(o, "shown_pid", diag_jint(p->shown_pid));
+    json_object_set_new(o, "handles", diag_jint(p->handles));
     return o;
 }
 
