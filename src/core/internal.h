@@ -297,6 +297,9 @@ kvc_err kvc__proc_release(kvc_segment *seg, int *last, uint32_t *flags);
 kvc_err kvc__proc_detach(kvc_segment *seg);
 /* Note in this process's entry that it opened a room (KVC_PROC_F_ROOMS). */
 void kvc__proc_note_rooms(kvc_segment *seg);
+/* The pid to show people for (pid, start): its entry's shown_pid (its pid
+ * as its /proc names it, the host's when it shares it), else pid. */
+int32_t kvc__shown_pid(kvc_segment *seg, int32_t pid, uint64_t start);
 /* Whether this process has an entry in the table (a handle attached). */
 bool kvc__pid_attached(kvc_segment *seg);
 kvc_err kvc__proc_forget(kvc_segment *seg, int32_t pid, uint64_t start);

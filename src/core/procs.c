@@ -47,6 +47,16 @@ static int32_t find_own(kvc_segment *seg)
     return -1;
 }
 
+int32_t kvc__shown_pid(kvc_segment *seg, int32_t pid, uint64_t start)
+{
+    for (uint32_t i = 0; i < seg->max_procs; i++) {
+        kvc_proc *p = &seg->procs[i];
+        if (atomic_load(&p->pid) == pid && (!start || p->start == start) && p->shown_pid > 0)
+            return p->shown_pid;
+    }
+    return pid;
+}
+
 bool kvc__pid_attached(kvc_segment *seg)
 {
     for (uint32_t i = 0; i < seg->max_procs; i++) {

@@ -425,6 +425,7 @@ typedef struct verdict {
     uint32_t rank;
     int32_t pid;
     uint64_t start;
+    int32_t shown_pid; /* pid as people know it (kvc__shown_pid) */
     char how[KVC_HOW_MAX + 1];
 } verdict;
 
@@ -439,7 +440,7 @@ static void apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const verdi
         const kvc_room_part *p = &r->part[v->rank];
         if (v->rank >= r->participants || p->pid != v->pid || p->start != v->start || p->released)
             return;
-        snprintf(reason, sizeof reason, "rank %u (pid %d) %s", v->rank, (int)v->pid, v->how);
+        snprintf(reason, sizeof reason, "rank %u (pid %d) %s", v->rank, (int)v->shown_pid, v->how);
         record_failure(seg, s, r, v->rank, ESRCH, reason, 0);
     } else if (v->what == 2) {
         uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
@@ -626,6 +627,7 @@ static void judge(kvc_segment *seg, kvc_room *where, const kvc_room *r, verdict 
             v->rank = i;
             v->pid = p->pid;
             v->start = p->start;
+            v->shown_pid = kvc__shown_pid(seg, p->pid, p->start);
             return;
         }
     }
@@ -1292,6 +1294,7 @@ kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, cons
                              size_t *failed)
 {
     uint32_t n = seg->hdr->stripe_slots;
+    int32_t shown = kvc__shown_pid(seg, pid, start);
     for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++) {
         kvc_err e = lock_stripe(seg, s);
         if (e)
@@ -1307,7 +1310,7 @@ kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, cons
                     r->part[p].released)
                     continue;
                 char reason[KVC_REASON_MAX + 1];
-                snprintf(reason, sizeof reason, "rank %u (pid %d) %s", p, (int)pid, how);
+                snprintf(reason, sizeof reason, "rank %u (pid %d) %s", p, (int)shown, how);
                 if (record_failure(seg, s, r, p, ESRCH, reason, 0) && failed)
                     (*failed)++;
                 break;

@@ -195,7 +195,9 @@ static void killed_in_ns(int flags, const char *what)
     }
     uint64_t t_room = now_ms() - t0;
     assert_int_equal(ri.state, KVC_POLL_FAILED);
-    assert_non_null(strstr(ri.failure.reason, "rank 1"));
+    char want[64]; /* the pid people know: the host's (this test shares its /proc) */
+    snprintf(want, sizeof want, "rank 1 (pid %d)", (int)r.host_pid);
+    assert_non_null(strstr(ri.failure.reason, want));
     size_t reaped = 0;
     assert_int_equal(kvc_proc_reap_dead(s, &reaped), KVC_OK);
     assert_int_equal(reaped, 1);
