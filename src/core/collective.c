@@ -427,18 +427,25 @@ static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank,
                              rank, (unsigned long long)id, (int)pid);
         }
         if (cur) {
-            /* Take over a dead (or departed) member: a round in progress
-             * cannot complete as it was meant to; fail it, naming it, and
-             * start from the next.  A member never claimed keeps seq 0:
-             * its first call is the group's first, which fails at once if
-             * its peers gave it up. */
+            /* Take over a dead (or departed) member.  Its process had not
+             * published its part for the round in progress: the new one
+             * takes its place in that round (a whole group restarted
+             * meets again at once).  It had: the round cannot complete as
+             * it was meant to; fail it, naming it, and start from the
+             * next.  A member never claimed keeps seq 0: its first call is
+             * the group's first, which fails at once if its peers gave it
+             * up. */
             uint64_t w = atomic_load(&g->round);
-            while (!w_decided(w, size)) {
-                note n = {.ranks = 1ull << rank, .dead = 1, .pid = pid};
-                snprintf(n.what, sizeof n.what, "%s", what);
-                w = try_abort(g, rank, w_gen(w), w, &n);
+            if (!w_decided(w, size) && atomic_load(&m->seq) != 2 * w_gen(w) + 1) {
+                atomic_store(&m->seq, 2 * w_gen(w));
+            } else {
+                while (!w_decided(w, size)) {
+                    note n = {.ranks = 1ull << rank, .dead = 1, .pid = pid};
+                    snprintf(n.what, sizeof n.what, "%s", what);
+                    w = try_abort(g, rank, w_gen(w), w, &n);
+                }
+                atomic_store(&m->seq, start_seq(g));
             }
-            atomic_store(&m->seq, start_seq(g));
         }
         atomic_store(&m->drain, 1);
         atomic_store(&m->pid, seg->pid);

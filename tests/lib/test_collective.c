@@ -544,6 +544,55 @@ static void test_kill_outside(void **st)
     kill_at(NULL, 1);
 }
 
+/* A whole group is SIGKILLed between calls; a new process for every rank
+ * takes the old ones' places, and their very first call succeeds. */
+static int restart_child(const char *name, uint32_t rank, uint64_t from, int ready_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    if (run_steps(s, 0x4e57, 3, rank, 21, from, from + 40) != 0)
+        return 11;
+    if (ready_fd >= 0) { /* the first incarnation: wait here to be killed */
+        (void)!write(ready_fd, "k", 1);
+        for (;;)
+            pause();
+    }
+    kvc_close(s);
+    return 0;
+}
+
+static void test_whole_group_restarted(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int rep[2];
+    assert_int_equal(pipe(rep), 0);
+    pid_t old[3];
+    for (uint32_t r = 0; r < 3; r++)
+        if ((old[r] = fork()) == 0)
+            _exit(restart_child(name, r, 0, rep[1]));
+    close(rep[1]);
+    char x;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(read(rep[0], &x, 1), 1);
+    close(rep[0]);
+    for (uint32_t r = 0; r < 3; r++) {
+        kill(old[r], SIGKILL);
+        assert_int_equal(wait_exit(old[r]), 128 + SIGKILL);
+    }
+    /* The new ones start one after the other: each takes its place in the
+     * round the earlier ones opened. */
+    pid_t fresh[3];
+    for (uint32_t r = 0; r < 3; r++)
+        if ((fresh[r] = fork()) == 0)
+            _exit(restart_child(name, r, 100, -1));
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(wait_exit(fresh[r]), 0);
+    close_unlink(s, name);
+}
+
 /* Killed while claiming its rank (procs lock held) or creating the group:
  * the next process to call as that rank, or to create a group, proceeds. */
 static void test_kill_claiming(void **st)
@@ -623,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_kill_reduced),
         cmocka_unit_test(test_kill_outside),
         cmocka_unit_test(test_kill_claiming),
+        cmocka_unit_test(test_whole_group_restarted),
         cmocka_unit_test(test_groups_full_and_reclaimed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
