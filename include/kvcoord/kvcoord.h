@@ -808,8 +808,10 @@ typedef struct kvc_coll_failure {
  * process (pid and start time, as the process table records it) holds each
  * rank (through any of its handles); threads of that process may call as
  * different ranks at once, but not as the same rank.  A rank whose process died or left the segment is
- * taken over by the next process that calls as it (any round then in
- * progress fails, naming it).  The handle must be recorded in the process
+ * taken over by the next process that calls as it: it takes the old one's
+ * place in the round in progress, unless the old one had already sent its
+ * part to it (then that round fails, naming the rank, and the new one
+ * starts with the next).  The handle must be recorded in the process
  * table (opened with a role other than KVC_ROLE_NONE) and used by the
  * process that opened it.
  *
