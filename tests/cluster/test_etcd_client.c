@@ -280,7 +280,7 @@ static void test_frozen_member(void **state)
 {
     (void)state;
     struct etcd_conf conf = {
-        .endpoints = fx.endpoints, .timeout_ms = 500, .deadline_ms = 1500, .watch_quiet_ms = 300};
+        .endpoints = fx.endpoints, .timeout_ms = 1000, .deadline_ms = 3000, .watch_quiet_ms = 300};
     char err[256];
     etcd *c, *w;
     assert_int_equal(etcd_open(&conf, &c, err, sizeof err), 0);
