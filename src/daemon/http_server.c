@@ -425,6 +425,8 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->limits.buffered = &s->buffered;
     s->wake_fd = s->jobs_fd = -1;
     s->metrics = cfg->metrics;
+    if (s->metrics) /* the budgets show from the start */
+        metrics_answers(s->metrics, 0, cfg->max_answer_bytes);
     s->now_ms = kvc__mono_ms();
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
     s->accept_cap = cfg->max_conns + 64;

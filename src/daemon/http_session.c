@@ -120,6 +120,8 @@ static void out_account(struct server *s, struct conn *c)
     size_t now = c->fd >= 0 && !c->closing ? out_held(c) : 0;
     s->answer_bytes = s->answer_bytes - c->out_counted + now;
     c->out_counted = now;
+    if (s->metrics)
+        metrics_answers(s->metrics, s->answer_bytes, s->cfg->max_answer_bytes);
 }
 
 /* Unsent bytes up to which c's next request is read and answered: the
@@ -652,6 +654,8 @@ unsigned conns_evict(struct server *s, unsigned want)
         }
     }
     s->evicted += n;
+    if (n && s->metrics)
+        metrics_conn_evicted(s->metrics, n);
     if (n && s->now_ms - s->evict_logged_ms >= 1000) { /* a line a second at most */
         log_event(LOG_WARN, "connection_cap_evict",
                   "max_conns=%u evicted=%llu note=\"closed connections that waited %d ms or "

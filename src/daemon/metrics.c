@@ -48,6 +48,8 @@ struct metrics {
     atomic_int_fast64_t open_conns;
     atomic_uint_fast64_t conns_total, conns_refused;
     atomic_uint_fast64_t buffered, buffered_max; /* body budget (--max-buffered-bytes) */
+    atomic_uint_fast64_t conns_evicted;
+    atomic_uint_fast64_t answers, answers_max; /* answer budget (--max-answer-bytes) */
     atomic_uint_fast64_t dead_procs;
     atomic_uint_fast64_t reloads_ok, reloads_failed;
     /* The rooms and failure-record families, which need the rooms lock:
@@ -130,6 +132,17 @@ void metrics_conn_close(struct metrics *m)
 void metrics_conn_refused(struct metrics *m)
 {
     atomic_fetch_add_explicit(&m->conns_refused, 1, memory_order_relaxed);
+}
+
+void metrics_conn_evicted(struct metrics *m, uint64_t n)
+{
+    atomic_fetch_add_explicit(&m->conns_evicted, n, memory_order_relaxed);
+}
+
+void metrics_answers(struct metrics *m, uint64_t now, uint64_t max)
+{
+    atomic_store_explicit(&m->answers, now, memory_order_relaxed);
+    atomic_store_explicit(&m->answers_max, max, memory_order_relaxed);
 }
 
 void metrics_buffered(struct metrics *m, uint64_t now, uint64_t max)
@@ -582,6 +595,18 @@ static void render_http(struct buf *out, const struct metrics *m)
     family(out, "kvcoord_http_connections_refused_total", "counter",
            "HTTP connections answered 503 and closed because max-conns were open.");
     sample(out, "kvcoord_http_connections_refused_total", ld(&m->conns_refused));
+    family(out, "kvcoord_http_connections_evicted_total", "counter",
+           "HTTP connections closed at max-conns to make room for new ones (they had waited "
+           "250 ms or more for a request).");
+    sample(out, "kvcoord_http_connections_evicted_total", ld(&m->conns_evicted));
+    family(out, "kvcoord_http_answer_bytes", "gauge",
+           "Answer bytes connections hold now, not all sent (large answers past the budget are "
+           "answered 503).");
+    sample(out, "kvcoord_http_answer_bytes", ld(&m->answers));
+    family(out, "kvcoord_http_answer_bytes_max", "gauge",
+           "The daemon-wide budget of answer bytes held for clients (--max-answer-bytes; 0: "
+           "none).");
+    sample(out, "kvcoord_http_answer_bytes_max", ld(&m->answers_max));
 }
 
 static void render_daemon(struct buf *out, const struct metrics *m)

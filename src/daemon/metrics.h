@@ -74,6 +74,14 @@ void metrics_conn_refused(struct metrics *m);
  * (kvcoord_http_buffered_bytes, _max). */
 void metrics_buffered(struct metrics *m, uint64_t now, uint64_t max);
 
+/* n connections closed at the cap to make room: they had waited long for
+ * a request (kvcoord_http_connections_evicted_total). */
+void metrics_conn_evicted(struct metrics *m, uint64_t n);
+
+/* The answer bytes all connections hold now, not all sent, and their
+ * budget (kvcoord_http_answer_bytes, _max; --max-answer-bytes). */
+void metrics_answers(struct metrics *m, uint64_t now, uint64_t max);
+
 /* An attached process found dead (pidfd fired / reaped), n of them
  * (UINT64_MAX takes one back: its reap failed and will be retried). */
 void metrics_dead_processes(struct metrics *m, uint64_t n);

@@ -41,6 +41,22 @@ def sanitized(path):
         return b"__asan_init" in f.read()
 
 
+def scrape(port):
+    """GET /metrics as {name: value} (unlabelled samples only)."""
+    c = Conn(port)
+    try:
+        status, _, body = c.request("GET", "/metrics")
+    finally:
+        c.close()
+    assert status == 200, status
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.split()[:2]
+            out[name] = float(value)
+    return out
+
+
 def fresh_request(port, target):
     """(status, seconds) of one request on a new connection."""
     t0 = time.monotonic()
@@ -135,6 +151,9 @@ class AnswerBudgetTest(unittest.TestCase):
                     self.assertIn(b"answer budget", body)
             print("first answers: %s" % statuses)
             self.assertEqual(set(statuses), {200, 503})
+            metrics = scrape(d.port)
+            self.assertEqual(metrics["kvcoord_http_answer_bytes_max"], budget)
+            self.assertLessEqual(metrics["kvcoord_http_answer_bytes"], budget + answer + MIB)
         finally:
             for s in conns:
                 s.close()
@@ -248,6 +267,7 @@ class ConnectionCapTest(unittest.TestCase):
             self.assertEqual(parked.response()[0], 200)  # survived the flood, answered
             parked.close()
             self.assertIn("connection_cap_evict", d.output())
+            self.assertGreater(scrape(d.port)["kvcoord_http_connections_evicted_total"], 0)
         finally:
             flood.stop.set()
             self.assertEqual(d.stop(), 0, d.output()[-3000:])
