@@ -317,6 +317,8 @@ def failure_round(n):
 
     def ready():  # the waiter's "about to wait"; EOF when it died
         if not os.read(ready_r, 1):
+            kvcoord.unlink(name)
+            os.waitpid(pid, 0)
             raise SystemExit("failure: the waiter ended early (see its message above)")
 
     sent = []
