@@ -24,7 +24,9 @@
  * closing never releases the parent's lock: only the last close of the
  * description, or an explicit unlock, does, and the child never unlocks).
  * A fork that runs no atfork handler (a raw clone(2)) must exec or exit:
- * the holder is O_CLOEXEC.
+ * the holder is O_CLOEXEC.  A process that closes descriptors it did not
+ * open (a blanket close of every fd above 2, without exec) drops its own
+ * lock and is then taken for dead.
  *
  * Time namespaces (unshare -T) offset CLOCK_MONOTONIC and CLOCK_BOOTTIME
  * per namespace.  Every stamp the segment keeps on the monotonic clock
