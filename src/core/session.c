@@ -71,6 +71,11 @@ static void handles_remove(kvc_segment *seg)
             handles[i] = handles[--nhandles];
             break;
         }
+    if (!nhandles) { /* nothing left for a library that is dlclose()d after */
+        free(handles);
+        handles = NULL;
+        handles_cap = 0;
+    }
     pthread_mutex_unlock(&handles_mu);
 }
 
