@@ -57,6 +57,11 @@ struct kvc_segment {
     /* A room was opened through this handle (set by rooms.c, read by
      * kvc_close in session.c: the last close fails unreleased rooms). */
     bool rooms_opened;
+    /* Room reservations this handle holds ahead of need (rooms.c): taken
+     * from the header's rooms_reserved in batches so that the processes
+     * creating and releasing rooms do not each write that one shared line
+     * twice per room; given back by kvc_close (session.c). */
+    _Atomic uint32_t room_credit;
     /* Notes in the process table the rank this handle's process registered
      * and so serves: set by kvc_open (session.c) for a worker, called by
      * ranks.c after a registration; NULL for other roles.  ranks.c thus
@@ -220,6 +225,9 @@ kvc_err kvc__segment_map(kvc_segment *seg, const kvc_options *opts);
  * is kvc_close's, in session.c).  NULL is ignored. */
 void kvc__segment_free(kvc_segment *seg);
 
+/* rooms.c: give the header back the room reservations seg holds ahead of
+ * need (kvc_close). */
+void kvc__rooms_return_credit(kvc_segment *seg);
 /* rooms.c: fail every non-terminal room pid participates in (own lock). */
 kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
                              size_t *failed);

@@ -344,11 +344,12 @@ typedef struct kvc_header {
     _Atomic uint32_t discarded;
     _Atomic uint64_t watch_beat_mono;
     kvc_lock locks[KVC_LOCK_HEADER_COUNT];
-    /* Rooms reserved by creators: >= the rooms in use (a writer that dies
-     * can only leave it higher); at max rooms the exact count, the sum of
-     * the stripes' counts, decides.  Written by every room open and
-     * release of every process: alone on its cache line, so that those
-     * writes do not evict the read-mostly fields above from the other
+    /* Rooms reserved by creators: >= the rooms in use plus the handles'
+     * credits (a writer that dies can only leave it higher); at max rooms
+     * the exact count, the sum of the stripes' counts, decides.  Handles
+     * take and give back reservations in batches (rooms.c, reserve_room),
+     * and it sits alone on its cache line, so that room opens and
+     * releases do not evict the read-mostly fields above from the other
      * processes' caches. */
     _Atomic uint32_t rooms_reserved __attribute__((aligned(64)));
     uint32_t pad_reserved[15];

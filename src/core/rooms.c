@@ -644,6 +644,72 @@ static uint32_t rooms_in_use(kvc_segment *seg)
     return n;
 }
 
+/* Reservations a handle takes from the header at a time: 1 (every room
+ * writes rooms_reserved, as before) for small tables, up to 32 for large
+ * ones, where a process that dies holding some leaves the count at most
+ * 2 x 32 high (high is the safe side: at max rooms the exact count
+ * decides). */
+static uint32_t credit_batch(const kvc_header *hd)
+{
+    uint32_t b = hd->max_rooms / 1024;
+    return b < 1 ? 1 : b > 32 ? 32 : b;
+}
+
+/* Reserve a room for a creation: from seg's credit while the header's
+ * count is within max rooms (then the credit is a room the count already
+ * holds), else from the header, a batch at a time while that stays within
+ * max rooms, else one, with the exact count deciding at max rooms.  False
+ * when the table is full. */
+static bool reserve_room(kvc_segment *seg)
+{
+    kvc_header *hd = seg->hdr;
+    uint32_t batch = credit_batch(hd);
+    uint32_t c = atomic_load_explicit(&seg->room_credit, memory_order_relaxed);
+    if (c && atomic_load_explicit(&hd->rooms_reserved, memory_order_relaxed) <= hd->max_rooms)
+        while (c)
+            if (atomic_compare_exchange_weak_explicit(&seg->room_credit, &c, c - 1,
+                                                      memory_order_relaxed, memory_order_relaxed))
+                return true;
+    if (batch > 1 &&
+        atomic_load_explicit(&hd->rooms_reserved, memory_order_relaxed) + batch <= hd->max_rooms) {
+        if (atomic_fetch_add(&hd->rooms_reserved, batch) + batch <= hd->max_rooms) {
+            atomic_fetch_add_explicit(&seg->room_credit, batch - 1, memory_order_relaxed);
+            return true;
+        }
+        atomic_fetch_sub(&hd->rooms_reserved, batch);
+    }
+    if (atomic_fetch_add(&hd->rooms_reserved, 1) >= hd->max_rooms &&
+        rooms_in_use(seg) >= hd->max_rooms) {
+        atomic_fetch_sub(&hd->rooms_reserved, 1);
+        return false;
+    }
+    return true;
+}
+
+/* A room reclaimed (or a reservation not used): into seg's credit; past two
+ * batches, one batch goes back to the header. */
+static void unreserve_room(kvc_segment *seg)
+{
+    kvc_header *hd = seg->hdr;
+    uint32_t batch = credit_batch(hd);
+    if (batch == 1) {
+        atomic_fetch_sub(&hd->rooms_reserved, 1);
+        return;
+    }
+    uint32_t c = atomic_fetch_add_explicit(&seg->room_credit, 1, memory_order_relaxed) + 1;
+    if (c > 2 * batch &&
+        atomic_compare_exchange_strong_explicit(&seg->room_credit, &c, c - batch,
+                                                memory_order_relaxed, memory_order_relaxed))
+        atomic_fetch_sub(&hd->rooms_reserved, batch);
+}
+
+void kvc__rooms_return_credit(kvc_segment *seg)
+{
+    uint32_t c = atomic_exchange(&seg->room_credit, 0);
+    if (c)
+        atomic_fetch_sub(&seg->hdr->rooms_reserved, c);
+}
+
 /* Create room id in stripe s (lock held).  KVC_E_FULL with *swept_hint 1
  * when sweeping the whole table might make room. */
 static kvc_err create_room(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
@@ -653,17 +719,14 @@ static kvc_err create_room(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id
     kvc_room_stripe *st = &seg->stripes[s];
     /* Reserve first (a writer dying after this leaves the reservation
      * high, never low); at max rooms the exact count decides. */
-    if (atomic_fetch_add(&hd->rooms_reserved, 1) >= hd->max_rooms &&
-        rooms_in_use(seg) >= hd->max_rooms) {
-        atomic_fetch_sub(&hd->rooms_reserved, 1);
+    if (!reserve_room(seg))
         return kvc__fail(KVC_E_FULL,
                          "room table of segment %s is full: %u active rooms (max "
                          "rooms %u); no active room is evicted",
                          seg->name, rooms_in_use(seg), hd->max_rooms);
-    }
     kvc_room *r = st->rooms_live + 1 < hd->stripe_slots ? find_free(seg, s, h) : NULL;
     if (!r) {
-        atomic_fetch_sub(&hd->rooms_reserved, 1);
+        unreserve_room(seg);
         return kvc__fail(KVC_E_FULL,
                          "room table stripe %u of segment %s is full (%u rooms hash to it, of "
                          "%u active)",
@@ -1124,7 +1187,7 @@ static kvc_err release_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     upd_commit(&u, now);
     if (a->deleted) {
         tombs_to_free(seg, s, r);
-        atomic_fetch_sub(&seg->hdr->rooms_reserved, 1);
+        unreserve_room(seg);
     }
     return KVC_OK;
 }
@@ -1154,7 +1217,7 @@ static void sweep_stripe(kvc_segment *seg, uint32_t s, size_t *reclaimed)
         stripe_uncount(seg, s);
         upd_commit(&u, now);
         tombs_to_free(seg, s, r);
-        atomic_fetch_sub(&seg->hdr->rooms_reserved, 1);
+        unreserve_room(seg);
         if (reclaimed)
             (*reclaimed)++;
     }

@@ -35,8 +35,10 @@ static void fork_prepare(void)
 static void fork_parent(void) { pthread_mutex_unlock(&handles_mu); }
 static void fork_child(void)
 {
-    for (size_t i = 0; i < nhandles; i++)
+    for (size_t i = 0; i < nhandles; i++) {
         kvc__liveness_forget_child(handles[i], handles[i]->proc_slot, forking_pid);
+        atomic_store(&handles[i]->room_credit, 0); /* the parent's (rooms.c) */
+    }
     pthread_mutex_unlock(&handles_mu);
 }
 
@@ -177,6 +179,7 @@ KVC_API kvc_err kvc_close(kvc_segment *seg)
         kvc__segment_free(seg);
         return KVC_OK;
     }
+    kvc__rooms_return_credit(seg);
     if (seg->rooms_opened)
         kvc__proc_note_rooms(seg);
     /* Rooms this process still takes part in cannot complete without it,

@@ -415,13 +415,14 @@ int bench_rooms_main(int argc, char **argv)
                "%.1f,\"p99\":%.1f},\"ratio\":%.2f,\"room_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,"
                "\"8\":%.0f},\"room_cycles_scale\":{\"2\":%.2f,\"8\":%.2f},"
                "\"private_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,\"8\":%.0f},"
-               "\"private_scale\":{\"2\":%.2f,\"8\":%.2f},\"slices\":%lu,"
+               "\"private_scale\":{\"2\":%.2f,\"8\":%.2f},"
+               "\"shared_vs_private\":{\"1\":%.2f,\"2\":%.2f,\"8\":%.2f},\"slices\":%lu,"
                "\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f,"
                "\"room_get_watched_ns\":%.1f,\"rank_lookup_watched_ns\":%.1f}\n",
                prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops.shared[0], ops.shared[1],
                ops.shared[2], ops.shared_scale[1], ops.shared_scale[2], ops.priv[0], ops.priv[1],
-               ops.priv[2], ops.priv_scale[1], ops.priv_scale[2], slices, get[0], get[1],
-               get[0] / get[1], get[2], get[3]);
+               ops.priv[2], ops.priv_scale[1], ops.priv_scale[2], ops.vs_priv[0], ops.vs_priv[1],
+               ops.vs_priv[2], slices, get[0], get[1], get[0] / get[1], get[2], get[3]);
         return 0;
     }
     printf("kvc_room_get of a room joined by %d live processes, from another process "
