@@ -55,14 +55,19 @@ static int dict_str(PyObject *d, const char *key, int required, const char **out
         PyErr_Clear();
         return 1;
     }
-    if (*keep == Py_None)
+    if (*keep == Py_None && !required)
         return 1;
     if (!PyUnicode_Check(*keep)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str or None, not %.100s", key,
-                     Py_TYPE(*keep)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be a str%s, not %.100s", key,
+                     required ? "" : " or None", Py_TYPE(*keep)->tp_name);
         return 0;
     }
-    *out = PyUnicode_AsUTF8(*keep);
+    Py_ssize_t n;
+    *out = PyUnicode_AsUTF8AndSize(*keep, &n);
+    if (*out && strlen(*out) != (size_t)n) {
+        PyErr_Format(kvcpy_InvalidError, "%s must not contain a NUL character", key);
+        return 0;
+    }
     return *out != NULL;
 }
 
@@ -72,7 +77,7 @@ static const char *const dim_keys[] = {
 
 static PyObject *pd_register(SegmentObject *s, PyObject *d)
 {
-    if (!PyMapping_Check(d))
+    if (!PyMapping_Check(d) || PyList_Check(d) || PyTuple_Check(d))
         return PyErr_Format(PyExc_TypeError,
                             "registration must be a mapping (the body sglang PUTs to /route), "
                             "not %.100s",
@@ -85,19 +90,20 @@ static PyObject *pd_register(SegmentObject *s, PyObject *d)
     PyObject *ip = NULL, *dtype = NULL, *lbm = NULL, *dsa = NULL;
     const char *lbm_s = NULL;
     PyObject *ret = NULL;
-    for (size_t i = 0; i < sizeof dim_keys / sizeof *dim_keys; i++)
-        if (!dict_int(d, dim_keys[i], 1, -1, KVC_PD_DIM_MAX, dims[i], NULL))
+    for (size_t i = 0; i < sizeof dim_keys / sizeof *dim_keys; i++) /* size, rank, ... */
+        if (!dict_int(d, dim_keys[i], 1, i % 2 ? 0 : 1, i % 2 ? KVC_PD_DIM_MAX - 1 : KVC_PD_DIM_MAX,
+                      dims[i], NULL))
             return NULL;
     if (!dict_int(d, "rank_port", 1, 1, 65535, &r.rank_port, NULL) ||
         !dict_int(d, "page_size", 1, 1, INT32_MAX, &r.page_size, NULL) ||
         !dict_int(d, "prefill_http_port", 0, 1, 65535, &r.prefill_http_port,
                   &r.has_prefill_http_port) ||
         !dict_str(d, "rank_ip", 1, &r.rank_ip, &ip) ||
-        !dict_str(d, "kv_cache_dtype", 1, &r.kv_cache_dtype, &dtype) ||
+        !dict_str(d, "kv_cache_dtype", 0, &r.kv_cache_dtype, &dtype) ||
         !dict_str(d, "load_balance_method", 0, &lbm_s, &lbm))
         goto out;
-    if (!r.rank_ip) {
-        PyErr_SetString(PyExc_TypeError, "rank_ip must be a str");
+    if (!PyMapping_HasKeyString(d, "kv_cache_dtype")) { /* sglang's data["kv_cache_dtype"] */
+        PyErr_SetString(PyExc_KeyError, "kv_cache_dtype");
         goto out;
     }
     /* sglang: data.get("load_balance_method", "follow_bootstrap_room"). */

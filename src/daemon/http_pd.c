@@ -125,14 +125,22 @@ static int int_of(json_t *v, const char *field, int64_t lo, int64_t hi, int64_t 
     if (json_is_integer(v)) {
         x = json_integer_value(v);
     } else if (json_is_string(v)) {
+        /* int()'s text: surrounding whitespace, an optional sign, digits */
         const char *s = json_string_value(v), *p = s;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        const char *start = p;
         if (*p == '+' || *p == '-')
             p++;
-        if (!*p || strspn(p, "0123456789") != strlen(p) || strlen(p) > 18) {
+        size_t d = strspn(p, "0123456789");
+        const char *e = p + d;
+        while (*e == ' ' || *e == '\t' || *e == '\n' || *e == '\r')
+            e++;
+        if (!d || d > 18 || *e || json_string_length(v) != strlen(s)) {
             detail(o, req, 400, "Invalid field '%s': \"%.64s\" is not an integer", field, s);
             return -1;
         }
-        x = strtoll(s, NULL, 10);
+        x = strtoll(start, NULL, 10);
     } else {
         detail(o, req, 400, "Invalid field '%s': must be an integer", field);
         return -1;
@@ -198,7 +206,10 @@ static void put_route(kvc_segment *seg, const struct http_req *req, struct buf *
             detail(out, req, 400, "Invalid field '%s': must be an integer", dims[i]);
             goto done;
         }
-        if (int_of(v, dims[i], -1, KVC_PD_DIM_MAX, &x, req, out))
+        /* sizes 1..KVC_PD_DIM_MAX, ranks 0..KVC_PD_DIM_MAX-1 (below their
+         * size: checked by kvc_pd_register) */
+        if (int_of(v, dims[i], i % 2 ? 0 : 1, i % 2 ? KVC_PD_DIM_MAX - 1 : KVC_PD_DIM_MAX, &x, req,
+                   out))
             goto done;
         *fields[i] = (int32_t)x;
     }

@@ -222,15 +222,17 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
         return;
     }
     /* pid: as its /proc names it (the host's when shared); ns_pid, when
-     * it differs: in its own PID namespace. */
-    char ns[32] = "";
+     * it differs: in its own PID namespace.  (Two formats: a %s field is an
+     * escaped value, quoted when empty or spaced, never a piece of text.) */
+    const char *h = how ? how : "exit status unknown";
     if (shown_pid && shown_pid != pid)
-        snprintf(ns, sizeof ns, " ns_pid=%d", (int)pid);
-    log_event(LOG_INFO, "proc_dead",
-              "rank=%d pid=%d how=\"%s\" rooms_failed=%zu "
-              "ranks_withdrawn=%zu%s",
-              (int)rank, (int)(shown_pid ? shown_pid : pid), how ? how : "exit status unknown",
-              rooms, ranks, ns);
+        log_event(LOG_INFO, "proc_dead",
+                  "rank=%d pid=%d how=\"%s\" rooms_failed=%zu ranks_withdrawn=%zu ns_pid=%d",
+                  (int)rank, (int)shown_pid, h, rooms, ranks, (int)pid);
+    else
+        log_event(LOG_INFO, "proc_dead",
+                  "rank=%d pid=%d how=\"%s\" rooms_failed=%zu ranks_withdrawn=%zu", (int)rank,
+                  (int)pid, h, rooms, ranks);
     pd_upkeep_run(&pw->pd, pw->seg); /* its PD entries too, at once */
 }
 

@@ -253,6 +253,17 @@ class BeyondSglang(unittest.TestCase):
         status, _, body = self.c.request("GET", lookup(1, 1))
         self.assertEqual((status, json.loads(body)["rank_ip"]), (200, "10.8.8.8"))
 
+    def test_int_strings_as_python_takes_them(self):
+        for room in (" 12 ", "+13", "-14"):
+            self.assertEqual(self.c.request("POST", "/register_dp_rank",
+                                            {"bootstrap_room": room, "dp_rank": "1"})[0], 200)
+        self.assertEqual(json.loads(self.c.request("POST", "/query_dp_ranks", {
+            "bootstrap_rooms": [12, "13", -14]})[2]), {"12": 1, "13": 1, "-14": 1})
+        for bad in ("1 2", "", "0x10", "1.5", "\u00001"):
+            status, _, text = self.c.request("POST", "/register_dp_rank",
+                                             {"bootstrap_room": bad, "dp_rank": 1})
+            self.assertEqual(status, 400, bad)
+
     def test_room_map_expires_by_interval(self):
         self.assertEqual(self.c.request("POST", "/register_dp_rank",
                                         {"bootstrap_room": 9, "dp_rank": 3})[0], 200)

@@ -61,6 +61,12 @@ class Tables(SegmentCase):
             self.seg.pd_register([1, 2])
         with self.assertRaises(ValueError):
             self.seg.pd_register(body(0, rank_port=0))
+        with self.assertRaisesRegex(kvcoord.InvalidArgumentError, "rank_ip must not contain a NUL"):
+            self.seg.pd_register(body(0, rank_ip="1.2\x003"))
+        with self.assertRaisesRegex(TypeError, "rank_ip must be a str, not NoneType"):
+            self.seg.pd_register(body(0, rank_ip=None))
+        with self.assertRaisesRegex(ValueError, "attn_tp_size must be in 1..4096, not 0"):
+            self.seg.pd_register(body(0, attn_tp_size=0))
         self.assertEqual(self.seg.pd_status()["registered"], 0)
 
     def test_room_map(self):

@@ -44,5 +44,40 @@ class ReadmeSnippet(unittest.TestCase):
             discard(name)
 
 
+def basic_snippet():
+    text = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
+    at = text.index("## Python")
+    for m in re.compile(r"^```python\n(.*?)^```$", re.S | re.M).finditer(text, at):
+        if "kvcoord.Segment(port=6789" in m.group(1):
+            return m.group(1)
+    raise AssertionError("no Segment(port=6789 ...) snippet in the README's Python section")
+
+
+class ReadmeBasicSnippet(unittest.TestCase):
+    def test_runs_as_printed(self):
+        """The first Python snippet, against a kvcoordd of this test's and its
+        segment (the one change: the segment named instead of port 6789), with
+        rank 0 registered as the Quick start's is."""
+        from kvctest import Daemon
+
+        code = basic_snippet()
+        name = new_name("readme-basic")
+        d = Daemon(name)
+        try:
+            ours = code.replace("port=6789", repr(name))
+            self.assertNotEqual(ours, code)
+            with kvcoord.Segment(name, role="client") as seg:
+                seg.register(0, "127.0.0.1:16000", {"w": [1, 2, 2]})
+                r = subprocess.run([sys.executable, "-c", ours], capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertEqual(r.stdout, "127.0.0.1:16000 1 1\n")
+                self.assertEqual(seg.lookup(0).session_id, "127.0.0.1:16000")  # left alone
+                with self.assertRaises(kvcoord.WithdrawnError):  # its own, withdrawn on exit
+                    seg.lookup(10)
+        finally:
+            d.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

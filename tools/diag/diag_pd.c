@@ -16,7 +16,8 @@ static const char pd_help[] =
     "  ranks registered against those expected), the number of bootstrap rooms in\n"
     "  the room -> DP rank map, and every prefill rank entry (dp group, cp, tp, pp\n"
     "  rank, rank_ip:rank_port, its registering process, live or withdrawn and\n"
-    "  why).  A decode worker's GET /route answers from these tables.  pd takes the\n"
+    "  why, and when it last changed: registered or withdrawn).  A decode worker's GET /route "
+    "answers from these tables.  pd takes the\n"
     "  segment's PD lock (bounded by --lock-timeout).\n"
     "\n"
     "OPTIONS\n"
@@ -29,7 +30,9 @@ static const char pd_help[] =
     "  \"enable_dsa_cache_layer_split\", \"prefill_http_port\"}), \"expected\",\n"
     "  \"registered\", \"withdrawn\", \"ready\", \"rooms\", \"ranks\": [{\"dp_group\",\n"
     "  \"cp_rank\", \"tp_rank\", \"pp_rank\", \"rank_ip\", \"rank_port\", \"pid\", \"state\"\n"
-    "  (live|withdrawn), \"note\", \"generation\", \"registered_ns\", \"registered_utc\"}]}.\n";
+    "  (live|withdrawn), \"note\", \"generation\", \"registered_ns\", \"registered_utc\" (its "
+    "last\n"
+    "  change: registration or withdrawal)}]}.\n";
 
 static kvc_pd_rank *fetch(kvc_segment *seg, size_t *n)
 {
@@ -87,14 +90,18 @@ static void pd_text(const diag *d, const kvc_pd_status *st, const kvc_pd_rank *p
 {
     if (!st->has_topology)
         printf("PD bootstrap table of %s: no prefill rank registered\n", d->segment);
-    else
+    else {
+        char page[16] = "none", port[16] = "none";
+        if (st->has_page_size)
+            snprintf(page, sizeof page, "%d", (int)st->page_size);
+        if (st->has_prefill_http_port)
+            snprintf(port, sizeof port, "%d", (int)st->prefill_http_port);
         printf("PD bootstrap table of %s: %s, %u of %u ranks registered (tp %d x cp %d x dp %d x "
-               "pp %d), page size %d, kv cache dtype %s, prefill http port %d\n",
+               "pp %d), page size %s, kv cache dtype %s, prefill http port %s\n",
                d->segment, st->ready ? "ready" : "NOT READY", st->registered, st->expected,
-               st->attn_tp_size, st->attn_cp_size, st->dp_size, st->pp_size,
-               st->has_page_size ? st->page_size : -1,
-               st->has_kv_cache_dtype ? st->kv_cache_dtype : "(none)",
-               st->has_prefill_http_port ? st->prefill_http_port : -1);
+               st->attn_tp_size, st->attn_cp_size, st->dp_size, st->pp_size, page,
+               st->has_kv_cache_dtype ? st->kv_cache_dtype : "none", port);
+    }
     printf("rooms in the room -> DP rank map: %u\n", st->rooms);
     if (!n)
         return;
