@@ -111,6 +111,20 @@ static json_t *body_object(const struct http_req *req, struct buf *out)
     return root;
 }
 
+/* Python's int() of text s (what sglang's handlers apply): optional
+ * whitespace from ws around an optional sign and 1..max_digits decimal
+ * digits, nothing else.  Returns 0 with *out set, or -1. */
+static int int_text(const char *s, const char *ws, size_t max_digits, int64_t *out)
+{
+    s += strspn(s, ws);
+    const char *p = s + (*s == '+' || *s == '-');
+    size_t d = strspn(p, "0123456789");
+    if (!d || d > max_digits || p[d + strspn(p + d, ws)])
+        return -1;
+    *out = strtoll(s, NULL, 10);
+    return 0;
+}
+
 /* An integer as Python's int() takes it from JSON: an integer, or a string
  * of an optional sign and decimal digits.  Returns 0, or -1 after answering
  * 400 naming the field (missing, of another type, or out of int32/int64). */
@@ -125,22 +139,13 @@ static int int_of(json_t *v, const char *field, int64_t lo, int64_t hi, int64_t 
     if (json_is_integer(v)) {
         x = json_integer_value(v);
     } else if (json_is_string(v)) {
-        /* int()'s text: surrounding whitespace, an optional sign, digits */
-        const char *s = json_string_value(v), *p = s;
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-            p++;
-        const char *start = p;
-        if (*p == '+' || *p == '-')
-            p++;
-        size_t d = strspn(p, "0123456789");
-        const char *e = p + d;
-        while (*e == ' ' || *e == '\t' || *e == '\n' || *e == '\r')
-            e++;
-        if (!d || d > 18 || *e || json_string_length(v) != strlen(s)) {
+        const char *s = json_string_value(v);
+        int64_t t;
+        if (json_string_length(v) != strlen(s) || int_text(s, " \t\n\r", 18, &t)) {
             detail(o, req, 400, "Invalid field '%s': \"%.64s\" is not an integer", field, s);
             return -1;
         }
-        x = strtoll(start, NULL, 10);
+        x = t;
     } else {
         detail(o, req, 400, "Invalid field '%s': must be an integer", field);
         return -1;
@@ -276,27 +281,6 @@ done:
 
 /* ---- GET /route ------------------------------------------------------- */
 
-/* Python's int() of a query value: optional sign and digits (spaces around
- * allowed, as int() strips them).  Returns 0 or -1. */
-static int query_int(const char *s, int64_t *out)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    const char *p = s;
-    if (*p == '+' || *p == '-')
-        p++;
-    size_t d = strspn(p, "0123456789");
-    if (!d || d > 9)
-        return -1;
-    const char *e = p + d;
-    while (*e == ' ' || *e == '\t')
-        e++;
-    if (*e)
-        return -1;
-    *out = strtoll(s, NULL, 10);
-    return 0;
-}
-
 static void not_ready(struct buf *out, const struct http_req *req, const kvc_pd_status *st)
 {
     text(out, req, 503, CT_TEXT_AIO, NULL,
@@ -350,7 +334,7 @@ static void get_route(kvc_segment *seg, const struct http_req *req, struct buf *
         }
     int64_t k[4];
     for (int i = 0; i < 4; i++)
-        if (want[i].too_long || query_int(v[i], &k[i])) {
+        if (want[i].too_long || int_text(v[i], " \t", 9, &k[i])) {
             detail(out, req, 400, "Invalid parameter '%s': \"%.32s\" is not an integer",
                    want[i].name, v[i]);
             return;
