@@ -10,6 +10,9 @@
 # (--keep leaves it running; `tools/cluster-demo.sh stop` stops it then).
 #
 #   tools/cluster-demo.sh [--keep] [--ttl SECS] | stop
+#
+# Exit status: 0 the demo ran (or stop: nothing of it is left); 1 a step
+# failed; 2 usage error (an unknown argument, a bad --ttl).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +28,11 @@ KEEP=0
 
 log() { printf '==> %s\n' "$*"; }
 die() { printf 'cluster-demo.sh: %s\n' "$*" >&2; exit 1; }
+# A usage error: the message, a hint, exit 2 (as every kvcoord program).
+usage_error() {
+    printf 'cluster-demo.sh: %s\nTry '"'"'tools/cluster-demo.sh --help'"'"' for more information.\n' "$*" >&2
+    exit 2
+}
 
 stop_all() {
     local f pid n pids=()
@@ -51,7 +59,10 @@ stop_all() {
 while [[ $# -gt 0 ]]; do
     case $1 in
         --keep) KEEP=1; shift ;;
-        --ttl) TTL=$2; shift 2 ;;
+        --ttl)
+            [[ ${2:-} =~ ^[1-9][0-9]{0,3}$ ]] && (($2 <= 3600)) ||
+                usage_error "--ttl needs a number of seconds (1..3600, as kvcoordd --etcd-ttl), not '${2:-}'"
+            TTL=$2; shift 2 ;;
         stop)
             stop_all
             if ((STOPPED)); then
@@ -60,8 +71,8 @@ while [[ $# -gt 0 ]]; do
                 log "no kvcoordd or worker of the demo was running (its etcd is stopped too)"
             fi
             exit 0 ;;
-        -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument $1 (try --help)" ;;
+        -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) usage_error "unknown argument '$1'" ;;
     esac
 done
 

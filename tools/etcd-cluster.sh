@@ -16,6 +16,9 @@
 # D=build/etcd-cluster), logs to D/m<i>.log and its pid is in D/m<i>.pid.
 # `start` returns once every member answers /health; the cluster's client
 # URLs are printed (and kept in D/endpoints) as kvcoordd's --etcd wants them.
+#
+# Exit status: 0 done; 1 a step failed (etcd missing, a member did not
+# become healthy); 2 usage error (no or an unknown command, a bad option).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +31,12 @@ MEMBERS=3
 die() { printf 'etcd-cluster.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+# A usage error: the message, a hint, exit 2 (as every kvcoord program).
+usage_error() {
+    printf 'etcd-cluster.sh: %s\nTry '"'"'tools/etcd-cluster.sh help'"'"' for more information.\n' "$*" >&2
+    exit 2
 }
 
 client_url() { echo "http://127.0.0.1:$((PORT + 2 * $1))"; }
@@ -107,23 +115,27 @@ stop_member() {
     rm -f "$DIR/m$i.pid"
 }
 
-cmd=${1:-help}
-shift || true
+(($#)) || { usage >&2; usage_error "no command given"; }
+cmd=$1
+shift
 member=""
 case $cmd in
     kill-member | stop-member | start-member)
-        [[ $# -ge 1 ]] || die "$cmd needs a member number (0..$((MEMBERS - 1)))"
+        [[ $# -ge 1 ]] || usage_error "$cmd needs a member number (0..$((MEMBERS - 1)))"
         member=$1
         shift
-        [[ $member =~ ^[0-2]$ ]] || die "member must be 0, 1 or 2"
+        [[ $member =~ ^[0-2]$ ]] || usage_error "member must be 0, 1 or 2, not '$member'"
         ;;
 esac
 while [[ $# -gt 0 ]]; do
     case $1 in
+        --dir | --port) [[ $# -ge 2 ]] || usage_error "$1 needs a value" ;;&
         --dir) DIR=$2; shift 2 ;;
-        --port) PORT=$2; shift 2 ;;
+        --port)
+            [[ $2 =~ ^[1-9][0-9]{0,4}$ ]] && (($2 <= 65531)) || usage_error "bad --port '$2' (1..65531)"
+            PORT=$2; shift 2 ;;
         --wipe) WIPE=1; shift ;;
-        *) die "unknown option $1 (try help)" ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
 [[ -f $DIR/port ]] && [[ $cmd != start ]] && PORT=$(cat "$DIR/port")
@@ -164,5 +176,5 @@ case $cmd in
         done
         ;;
     help | -h | --help) usage ;;
-    *) die "unknown command $cmd (try help)" ;;
+    *) usage_error "unknown command '$cmd'" ;;
 esac

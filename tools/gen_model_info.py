@@ -204,7 +204,8 @@ def parse_args(argv):
         "of PUT /register_transfer_engine_info.",
         epilog="Models: llama-3.1-8b (%s), qwen2.5-72b (%s), stress (synthetic "
         "rank of %d entries, about 4 MB of JSON). Example: "
-        "gen_model_info.py --model qwen2.5-72b --tp 8 --out build/run/qwen2.5-72b"
+        "gen_model_info.py --model qwen2.5-72b --tp 8 --out build/run/qwen2.5-72b. "
+        "Exit status: 0 written, 1 a file could not be written, 2 usage error."
         % (MODELS["llama-3.1-8b"]["hf_name"], MODELS["qwen2.5-72b"]["hf_name"],
            STRESS_ENTRIES))
     ap.add_argument("--model", choices=MODEL_CHOICES, default="llama-3.1-8b",

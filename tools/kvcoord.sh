@@ -61,6 +61,11 @@ Commands:
         Exits non-zero if any build or test fails.
   help  Print this help (also -h, --help).
 
+Exit status: 0 done (run: serving; stop: nothing of the run left running;
+test: every build and test passed); 1 a step failed (a build, a test, a
+package install, the daemon or a worker did not come up); 2 usage error (no
+or an unknown command, an unknown option, a bad value: a message on stderr).
+
 Environment: KVCOORD_JOBS (parallel build jobs, default 2), KVCOORD_FUZZ_SECONDS
 (seconds per fuzz target in 'test', default 20; 0 skips the fuzz pass).
 Installing packages needs root; as another user the commands work when the
@@ -70,6 +75,11 @@ EOF
 
 log() { printf '==> %s\n' "$*"; }
 die() { printf 'kvcoord.sh: %s\n' "$*" >&2; exit 1; }
+# A usage error: the message, a hint, exit 2 (as every kvcoord program).
+usage_error() {
+    printf 'kvcoord.sh: %s\nTry '"'"'tools/kvcoord.sh --help'"'"' for more information.\n' "$*" >&2
+    exit 2
+}
 
 # ---- packages --------------------------------------------------------------
 
@@ -168,7 +178,7 @@ cmd_stop() {
     case ${1:-} in
     "") ;;
     -h | --help) usage; return 0 ;;
-    *) usage >&2; exit 2 ;;
+    *) usage_error "stop: unknown argument '$1'" ;;
     esac
     local workers=() daemon="" stopped=0
     [[ -f $RUN_DIR/workers.pid ]] && mapfile -t workers <"$RUN_DIR/workers.pid"
@@ -258,17 +268,20 @@ cmd_run() {
     while (($#)); do
         case $1 in
         --python) python=1; shift ;;
-        --model) model=${2:?--model needs a value}; shift 2 ;;
+        --model) (($# >= 2)) || usage_error "run: --model needs a value"; model=$2; shift 2 ;;
+        --port) (($# >= 2)) || usage_error "run: --port needs a value"; port=$2; shift 2 ;;
         --model=*) model=${1#*=}; shift ;;
-        --port) port=${2:?--port needs a value}; shift 2 ;;
         --port=*) port=${1#*=}; shift ;;
         -h | --help) usage; return 0 ;;
-        *) usage >&2; exit 2 ;;
+        *) usage_error "run: unknown option '$1'" ;;
         esac
     done
-    case $model in llama-3.1-8b | qwen2.5-72b | stress) ;; *) die "unknown model '$model'" ;; esac
+    case $model in
+    llama-3.1-8b | qwen2.5-72b | stress) ;;
+    *) usage_error "run: unknown model '$model' (llama-3.1-8b, qwen2.5-72b or stress)" ;;
+    esac
     if ! [[ $port =~ ^[1-9][0-9]{0,4}$ ]] || ((port > 65535)); then
-        die "bad port '$port'"
+        usage_error "run: bad port '$port' (1..65535)"
     fi
 
     install_packages
@@ -388,7 +401,7 @@ cmd_test() {
         case $1 in
         --sanitize) sanitize=1; shift ;;
         -h | --help) usage; return 0 ;;
-        *) usage >&2; exit 2 ;;
+        *) usage_error "test: unknown option '$1'" ;;
         esac
     done
     install_packages
@@ -426,14 +439,16 @@ previous_run_note() {
 }
 
 main() {
-    local cmd=${1:-help}
-    (($#)) && shift
+    # No command is a usage error (the help on stderr, exit 2), not a success.
+    (($#)) || { usage >&2; usage_error "no command given (run, stop, test or help)"; }
+    local cmd=$1
+    shift
     case $cmd in
     run) cmd_run "$@" ;;
     stop) cmd_stop "$@" ;;
     test) cmd_test "$@" ;;
     help | -h | --help) usage ;;
-    *) printf 'kvcoord.sh: unknown command %s\n\n' "$cmd" >&2; usage >&2; exit 2 ;;
+    *) usage >&2; usage_error "unknown command '$cmd' (run, stop, test or help)" ;;
     esac
 }
 

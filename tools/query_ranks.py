@@ -37,7 +37,9 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="query_ranks.py",
         description="Query every rank's transfer-engine info from kvcoordd over HTTP, "
-        "as a remote instance would, and print a summary table.")
+        "as a remote instance would, and print a summary table.",
+        epilog="Exit status: 0 every rank answered (and matched --expect-dir), 1 a rank "
+        "was missing, wrong or unreachable (or requests is not installed), 2 usage error.")
     ap.add_argument("--url", default="http://127.0.0.1:6789",
                     help="kvcoordd base URL (default: %(default)s)")
     ap.add_argument("--ranks", type=int, default=8,

@@ -52,6 +52,15 @@ if(TARGET kvcoordd)
   set_tests_properties(ops_daemon PROPERTIES LABELS "ops;http" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 
+# Every program's exit status on a usage error (2, message on stderr, nothing
+# on stdout) and its --help documenting it.
+if(TARGET kvcoordd)
+  add_test(NAME ops_cli_exit
+    COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_cli_exit.py --bin $<TARGET_FILE_DIR:kvcoordd>
+            --tools ${CMAKE_SOURCE_DIR}/tools)
+  set_tests_properties(ops_cli_exit PROPERTIES LABELS "ops;tools" TIMEOUT 300)
+endif()
+
 # The shared libraries export only their public API, and libkvcoord needs
 # neither liburing nor libibverbs.
 add_test(NAME ops_symbols

@@ -165,7 +165,9 @@ class Stop(unittest.TestCase):
     def test_usage(self):
         rc, out, err = self.stop("--now")
         self.assertEqual(rc, 2)
-        self.assertIn("Usage: tools/kvcoord.sh", err)
+        self.assertIn("kvcoord.sh: stop: unknown argument '--now'", err)
+        self.assertIn("tools/kvcoord.sh --help", err)
+        self.assertEqual(out, "")
         rc, out, err = self.stop("--help")
         self.assertEqual(rc, 0)
         self.assertIn("already gone", out)  # --help describes it

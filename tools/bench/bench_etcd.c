@@ -38,11 +38,28 @@ static size_t sink(char *p, size_t size, size_t n, void *arg)
     return size * n;
 }
 
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: kvcoord-bench-etcd --etcd URL --key KEY --url KVCOORDD_URL "
+                 "--rank N [--iters N]\n"
+                 "Exit status: 0 measured, 1 runtime error (etcd or kvcoordd unreachable),\n"
+                 "2 usage error.\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *etcd_url = NULL, *key = NULL, *url = NULL;
     long rank = 0, iters = 2000;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kvcoord-bench-etcd: '%s' needs a value\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
         if (!strcmp(argv[i], "--etcd"))
             etcd_url = argv[i + 1];
         else if (!strcmp(argv[i], "--key"))
@@ -53,10 +70,14 @@ int main(int argc, char **argv)
             rank = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--iters"))
             iters = strtol(argv[i + 1], NULL, 10);
+        else {
+            fprintf(stderr, "kvcoord-bench-etcd: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
     }
     if (!etcd_url || !key || !url || iters < 1) {
-        fprintf(stderr, "usage: kvcoord-bench-etcd --etcd URL --key KEY --url KVCOORDD_URL "
-                        "--rank N [--iters N]\n");
+        usage(stderr);
         return 2;
     }
     struct etcd_conf conf = {.endpoints = etcd_url, .timeout_ms = 5000};

@@ -42,9 +42,10 @@ static const char exit_status[] =
     "  2   the segment is broken (an invariant is violated, or a lock's owner died\n"
     "      and the state under it awaits recovery), or cannot be read (missing,\n"
     "      another layout version, truncated, no permission), or an operation\n"
-    "      failed\n"
-    "  3   rdma --require: no usable RDMA device\n"
-    "  64  usage error (unknown command or option, bad value)\n";
+    "      failed; or a usage error (unknown command or option, bad value: a\n"
+    "      message and a hint on stderr, nothing on stdout), as for every\n"
+    "      kvcoord program\n"
+    "  3   rdma --require: no usable RDMA device\n";
 
 static void main_help(const diag *d, FILE *out)
 {

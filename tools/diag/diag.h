@@ -23,7 +23,9 @@
 #define DIAG_EXIT_DEGRADED 1 /* check/repair: degraded; ranks --rank: not registered */
 #define DIAG_EXIT_BROKEN 2   /* broken or unreadable segment; an operation failed */
 #define DIAG_EXIT_NO_RDMA 3  /* rdma --require: no usable RDMA device */
-#define DIAG_EXIT_USAGE 64   /* usage error (as sysexits.h EX_USAGE) */
+/* Usage error: 2, as for every program of the project (getopt tools, grep and
+ * diff: 2 is trouble), not sysexits.h's 64; stdout stays empty. */
+#define DIAG_EXIT_USAGE 2
 
 /* Version of every --json document's layout ("schema" field).  Fields are
  * only ever added within one schema version. */

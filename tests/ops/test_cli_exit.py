@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""One exit-status convention for every program of the project: a usage
+error (no or an unknown command, an unknown option, a missing or bad value)
+exits 2 with a message on stderr and nothing on stdout; --help exits 0 and
+documents the exit status, 2 for a usage error among them.
+
+Checked for kvcoordd, kvcoord-diag, kvcoord-bench (and its subcommands),
+kvcoord-bench-etcd, kvcoord-worker, kvcoord-torture, tools/kvcoord.sh,
+tools/etcd-cluster.sh, tools/cluster-demo.sh, tools/gen_model_info.py and
+tools/query_ranks.py.  Only bad command lines are run: each is refused
+before the program does anything (kvcoord.sh run checks its arguments before
+installing packages or building).
+
+Usage: test_cli_exit.py --bin BUILD_DIR --tools TOOLS_DIR
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+ARGS = None
+
+
+def run(argv):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
+                       stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr
+
+
+class ExitStatus(unittest.TestCase):
+    def bins(self):
+        b = lambda n: os.path.join(ARGS.bin, n)
+        t = lambda n: os.path.join(ARGS.tools, n)
+        py = sys.executable
+        # program -> (help argv, [bad argvs])
+        return {
+            "kvcoordd": ([b("kvcoordd"), "--help"],
+                         [[b("kvcoordd"), "--bogus"], [b("kvcoordd"), "extra"],
+                          [b("kvcoordd"), "--listen", "nowhere"],
+                          [b("kvcoordd"), "--max-ranks", "x"], [b("kvcoordd"), "--bind-retry"]]),
+            "kvcoord-diag": ([b("kvcoord-diag"), "--help"],
+                             [[b("kvcoord-diag")], [b("kvcoord-diag"), "bogus"],
+                              [b("kvcoord-diag"), "--bogus", "status"],
+                              [b("kvcoord-diag"), "status", "--bogus"],
+                              [b("kvcoord-diag"), "--port", "0", "status"],
+                              [b("kvcoord-diag"), "help", "bogus"]]),
+            "kvcoord-bench": ([b("kvcoord-bench"), "--help"],
+                              [[b("kvcoord-bench")], [b("kvcoord-bench"), "--bogus"],
+                               [b("kvcoord-bench"), "bogus"],
+                               [b("kvcoord-bench"), "lookup"],
+                               [b("kvcoord-bench"), "lookup", "--bogus"],
+                               [b("kvcoord-bench"), "rate", "--bogus"],
+                               [b("kvcoord-bench"), "rooms", "--bogus"],
+                               [b("kvcoord-bench"), "transfer", "--bogus"]]),
+            "kvcoord-bench-etcd": ([b("kvcoord-bench-etcd"), "--help"],
+                                   [[b("kvcoord-bench-etcd")],
+                                    [b("kvcoord-bench-etcd"), "--bogus", "x"],
+                                    [b("kvcoord-bench-etcd"), "--etcd"]]),
+            "kvcoord-worker": ([b("kvcoord-worker"), "--help"],
+                               [[b("kvcoord-worker")], [b("kvcoord-worker"), "--bogus"]]),
+            "kvcoord-torture": ([b("kvcoord-torture"), "--help"],
+                                [[b("kvcoord-torture"), "--bogus"]]),
+            "kvcoord.sh": (["bash", t("kvcoord.sh"), "--help"],
+                           [["bash", t("kvcoord.sh")], ["bash", t("kvcoord.sh"), "bogus"],
+                            ["bash", t("kvcoord.sh"), "run", "--bogus"],
+                            ["bash", t("kvcoord.sh"), "run", "--model"],
+                            ["bash", t("kvcoord.sh"), "run", "--model", "gpt-9"],
+                            ["bash", t("kvcoord.sh"), "run", "--port", "0"],
+                            ["bash", t("kvcoord.sh"), "stop", "--now"],
+                            ["bash", t("kvcoord.sh"), "test", "--bogus"]]),
+            "etcd-cluster.sh": (["bash", t("etcd-cluster.sh"), "help"],
+                                [["bash", t("etcd-cluster.sh")],
+                                 ["bash", t("etcd-cluster.sh"), "bogus"],
+                                 ["bash", t("etcd-cluster.sh"), "kill-member"],
+                                 ["bash", t("etcd-cluster.sh"), "kill-member", "7"],
+                                 ["bash", t("etcd-cluster.sh"), "status", "--bogus"],
+                                 ["bash", t("etcd-cluster.sh"), "status", "--dir"]]),
+            "cluster-demo.sh": (["bash", t("cluster-demo.sh"), "--help"],
+                                [["bash", t("cluster-demo.sh"), "--bogus"],
+                                 ["bash", t("cluster-demo.sh"), "--ttl"],
+                                 ["bash", t("cluster-demo.sh"), "--ttl", "soon"]]),
+            "gen_model_info.py": ([py, t("gen_model_info.py"), "--help"],
+                                  [[py, t("gen_model_info.py"), "--bogus"]]),
+            "query_ranks.py": ([py, t("query_ranks.py"), "--help"],
+                               [[py, t("query_ranks.py"), "--bogus"]]),
+        }
+
+    def test_usage_errors_exit_2(self):
+        for name, (_, bad) in self.bins().items():
+            for argv in bad:
+                with self.subTest(argv=argv[1:]):
+                    rc, out, err = run(argv)
+                    self.assertEqual(rc, 2, (name, argv[1:], out, err))
+                    self.assertEqual(out, "", (name, argv[1:]))
+                    self.assertTrue(err.strip(), (name, argv[1:], "no message on stderr"))
+
+    def test_help_exits_0_and_documents_the_exit_status(self):
+        for name, (helpv, _) in self.bins().items():
+            with self.subTest(name=name):
+                rc, out, err = run(helpv)
+                self.assertEqual(rc, 0, (name, err))
+                low = out.lower()
+                self.assertIn("exit status", low, name)
+                part = low[low.index("exit status"):]
+                # "2 ... usage", the 2 an entry of the list (kvcoord-diag's
+                # entry for 2 names a broken segment first, on other lines)
+                self.assertRegex(part, r"(?s)\b2\b[^0-9]{0,400}usage", name)
+                self.assertNotRegex(part, r"\b64\b", name)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--tools", required=True)
+    ARGS, rest = p.parse_known_args()
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
