@@ -57,7 +57,7 @@ struct kvc_segment {
     /* A room was opened through this handle (set by rooms.c, read by
      * kvc_close in session.c: the last close fails unreleased rooms). */
     bool rooms_opened;
-    /* Room reservations this handle holds ahead of need (rooms.c): taken
+    /* Room reservations this handle holds ahead of need (rooms_table.c): taken
      * from the header's rooms_reserved in batches so that the processes
      * creating and releasing rooms do not each write that one shared line
      * twice per room; given back by kvc_close (session.c). */
@@ -225,10 +225,10 @@ kvc_err kvc__segment_map(kvc_segment *seg, const kvc_options *opts);
  * is kvc_close's, in session.c).  NULL is ignored. */
 void kvc__segment_free(kvc_segment *seg);
 
-/* rooms.c: give the header back the room reservations seg holds ahead of
+/* rooms_table.c: give the header back the room reservations seg holds ahead of
  * need (kvc_close). */
 void kvc__rooms_return_credit(kvc_segment *seg);
-/* rooms.c: fail every non-terminal room pid participates in (own lock). */
+/* rooms_liveness.c: fail every non-terminal room pid participates in (own lock). */
 kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, const char *how,
                              size_t *failed);
 /* ranks.c: withdraw the worker-owned ranks registered by (pid, start). */
@@ -266,7 +266,7 @@ kvc_err kvc__entry_list(kvc_segment *seg, unsigned table, kvc_rank_info *out, si
  * never blocks. */
 int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint32_t *active);
 
-/* rooms.c: the rooms' two rules, for the library and for inspect's check.
+/* rooms_table.c: the rooms' two rules, for the library and for inspect's check.
  * kvc__room_state: a room's KVPoll state (its terminal state once it has
  * one, else the minimum over its participants, Bootstrapping for one that
  * has not reported).  kvc__room_find: the slot room id's probe finds in its

@@ -347,7 +347,7 @@ typedef struct kvc_header {
     /* Rooms reserved by creators: >= the rooms in use plus the handles'
      * credits (a writer that dies can only leave it higher); at max rooms
      * the exact count, the sum of the stripes' counts, decides.  Handles
-     * take and give back reservations in batches (rooms.c, reserve_room),
+     * take and give back reservations in batches (rooms_table.c, reserve_room),
      * and it sits alone on its cache line, so that room opens and
      * releases do not evict the read-mostly fields above from the other
      * processes' caches. */

@@ -1,6 +1,6 @@
 /*
- * seqlock.h - the segment's one seqlock: room slots (rooms.c), rank entries
- * (ranks.c) and failure ring entries (rooms.c) are read with it, without a
+ * seqlock.h - the segment's one seqlock: room slots (rooms_*.c), rank entries
+ * (ranks.c) and failure ring entries (rooms_ring.c) are read with it, without a
  * lock, by any process.
  *
  * The protocol is Linux's seqcount (include/linux/seqlock.h:

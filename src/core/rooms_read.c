@@ -1,0 +1,265 @@
+/*
+ * rooms_read.c - reading rooms without a lock: kvc_room_get,
+ * kvc_room_wait and kvc_room_list.
+ *
+ * Readers take no lock and make no system call: they probe the stripe's
+ * table copying each slot under its seq (seqlock.h), re-check, retry.  A
+ * reader that keeps seeing an odd seq (a writer stopped or dead inside)
+ * takes the stripe lock, which recovers a dead writer, and reads under it.
+ * The copy is then judged (rooms_liveness.c): only a room that must change
+ * (a dead participant, a TTL passed) sends the reader to the stripe lock.
+ * kvc_room_wait sleeps on the stripe's epoch futex between reads.
+ *
+ * Lock rule: no lock on the fast path; the stripe lock only through
+ * kvc__with_stripe (get_op) or, for a slot that stays odd, read_slot, one
+ * stripe at a time.  Public API (include/kvcoord/kvcoord.h); kvc_room_get
+ * is also called by kvc_room_sync (rooms.c).
+ */
+#include <sched.h>
+#include <string.h>
+
+#include "rooms_internal.h"
+
+/* While waiting on a room, participant liveness is re-checked this often,
+ * so a dead participant is noticed even with no kvcoordd to report it. */
+#define LIVENESS_SLICE_MS 200
+/* Reads of an odd seq before a reader takes the stripe lock (the first few
+ * spin, the rest yield the CPU to the writer). */
+#define ODD_SPINS 2000
+#define ODD_PAUSES 64
+
+static void fill_info(const kvc_room *r, int32_t asking, kvc_room_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->room = r->id;
+    out->state = kvc__room_state(r);
+    out->participants = r->participants;
+    out->opened_ns = r->opened_ns;
+    out->updated_ns = r->updated_ns;
+    for (uint32_t i = 0; i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
+        out->local[i] = i < r->participants ? r->part[i].state : -1;
+        out->joined += i < r->participants && r->part[i].pid != 0;
+        out->released += i < r->participants && r->part[i].released;
+    }
+    out->has_failure = (int)r->has_failure;
+    if (r->has_failure) {
+        const kvc_failure_rec *f = &r->failure;
+        out->failure.room = f->room;
+        out->failure.origin_rank = (uint32_t)f->origin_rank;
+        out->failure.origin_pid = f->origin_pid;
+        out->failure.code = f->code;
+        out->failure.time_ns = f->time_ns;
+        out->failure.is_from_another_rank = f->origin_rank < 0 || asking != f->origin_rank;
+        memcpy(out->failure.reason, f->reason, sizeof out->failure.reason);
+        out->failure.reason[KVC_REASON_MAX] = '\0';
+    }
+}
+
+/* ---- lock-free reading -------------------------------------------------- */
+
+static void cpu_relax(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/* Wait out an odd seq: spin, then yield; false once a reader should take
+ * the lock instead. */
+static bool odd_wait(int *spins)
+{
+    if (++*spins >= ODD_SPINS)
+        return false;
+    if (*spins < ODD_PAUSES)
+        cpu_relax();
+    else
+        sched_yield();
+    return true;
+}
+
+/* Copy slot r into *out if it holds room id (seqlock read; parts and the
+ * failure record only when it matches).  Returns 1 copied, 0 not this room
+ * (*free_slot says whether the probe ends here), -1 a writer is inside. */
+static int snap(const kvc_room *r, uint64_t id, kvc_room *out, bool *free_slot)
+{
+    uint32_t s1 = kvc_seq_read_begin(&r->seq);
+    if (s1 & 1)
+        return -1;
+    kvc_seq_load(out, r, offsetof(kvc_room, part)); /* the head, one cache line */
+    bool match = out->slot == KVC_SLOT_USED && out->id == id;
+    if (match) {
+        uint32_t n = out->participants <= KVC_ROOM_MAX_PARTICIPANTS ? out->participants : 0;
+        if (out->has_failure)
+            kvc_seq_load(&out->failure, &r->failure, sizeof out->failure);
+        kvc_seq_load(out->part, r->part, n * sizeof *r->part);
+    }
+    if (kvc_seq_read_retry(&r->seq, s1))
+        return -1;
+    *free_slot = out->slot == KVC_SLOT_FREE;
+    return match;
+}
+
+/* Read room id (hash h, stripe s) without a lock into *out; *where gets its
+ * slot.  KVC_E_BUSY (no message) when a writer stayed inside a slot on the
+ * way: the caller reads under the lock. */
+static kvc_err read_unlocked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id, kvc_room *out,
+                             kvc_room **where)
+{
+    uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
+    kvc_room *t = kvc__stripe_table(seg, s);
+    int spins = 0;
+    for (uint32_t k = 0; k < n; k++, i = kvc__slot_next(i, n)) {
+        bool free_slot = false;
+        int got;
+        while ((got = snap(&t[i], id, out, &free_slot)) < 0)
+            if (!odd_wait(&spins))
+                return KVC_E_BUSY;
+        if (got) {
+            *where = &t[i];
+            return KVC_OK;
+        }
+        if (free_slot)
+            break;
+    }
+    return KVC_E_NOENT;
+}
+
+struct get_arg {
+    uint64_t room;
+    int32_t asking;
+    const kvc__verdict *v;
+    kvc_room_info *out;
+};
+
+/* The reader's slow path: under the stripe lock, apply what it found (a
+ * dead participant, a TTL passed) and read the room. */
+static kvc_err get_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
+{
+    struct get_arg *a = arg;
+    kvc_room *r = NULL;
+    kvc_err e = kvc__room_find_or_create(seg, s, h, a->room, 0, &r);
+    if (e)
+        return e;
+    if (a->v)
+        kvc__room_apply_verdict(seg, s, r, a->v);
+    fill_info(r, a->asking, a->out);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_rank,
+                             kvc_room_info *out)
+{
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    KVC_ROOM_ARG(room);
+    uint64_t h = kvc__room_hash(room);
+    uint32_t s = kvc__room_stripe(h);
+    kvc_room copy, *where = NULL;
+    struct get_arg a = {room, asking_rank, NULL, out};
+    kvc_err e = kvc__seg_current(seg, KVC__FILE_CHECK_READ_MS);
+    if (e)
+        return e;
+    e = read_unlocked(seg, s, h, room, &copy, &where);
+    if (e == KVC_E_NOENT)
+        return kvc__no_room(room);
+    if (e) /* a writer stayed inside: the lock waits for it, or recovers it */
+        return kvc__with_stripe(seg, room, get_op, &a);
+    kvc__verdict v;
+    kvc__room_judge(seg, where, &copy, &v);
+    if (v.what) {
+        a.v = &v;
+        return kvc__with_stripe(seg, room, get_op, &a);
+    }
+    fill_info(&copy, asking_rank, out);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_room_wait(kvc_segment *seg, uint64_t room, int32_t asking_rank, kvc_poll known,
+                              uint32_t timeout_ms, kvc_room_info *out)
+{
+    KVC_ARG(seg);
+    KVC_ARG(out);
+    KVC_ROOM_ARG(room);
+    if ((unsigned)known > KVC_POLL_SUCCESS)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_wait: known state %d out of range 0..4",
+                         (int)known);
+    kvc_room_stripe *st = &seg->stripes[kvc__room_stripe(kvc__room_hash(room))];
+    uint64_t deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        uint32_t ep = atomic_load(&st->epoch);
+        kvc_err e = kvc_room_get(seg, room, asking_rank, out);
+        if (e || out->state != known || out->has_failure)
+            return e;
+        uint64_t now = kvc__mono_ns();
+        if (now >= deadline)
+            return kvc__fail(KVC_E_TIMEDOUT, "room %llu still %s after %u ms",
+                             (unsigned long long)room, kvc_poll_name(known), timeout_ms);
+        uint64_t left = (deadline - now + 999999) / 1000000;
+        /* Counted as a waiter before the epoch is looked at again: a writer
+         * either sees the count and wakes, or moved the epoch first. */
+        atomic_fetch_add(&st->waiters, 1);
+        if (atomic_load(&st->epoch) == ep)
+            kvc__futex_wait(&st->epoch, ep,
+                            (uint32_t)(left < LIVENESS_SLICE_MS ? left : LIVENESS_SLICE_MS));
+        atomic_fetch_sub(&st->waiters, 1);
+    }
+}
+
+/* Copy global slot i whole under its seqlock, or under its stripe's lock
+ * when a writer stays inside.  Returns 1 when it holds a room. */
+static int read_slot(kvc_segment *seg, uint32_t i, kvc_room *out, kvc_err *err)
+{
+    const kvc_room *r = &seg->rooms[i];
+    int spins = 0;
+    for (;;) {
+        uint32_t s1 = kvc_seq_read_begin(&r->seq);
+        if (!(s1 & 1)) {
+            kvc_seq_load(out, r, offsetof(kvc_room, part));
+            if (out->slot == KVC_SLOT_USED) {
+                uint32_t n = out->participants <= KVC_ROOM_MAX_PARTICIPANTS ? out->participants : 0;
+                kvc_seq_load(out->part, r->part, n * sizeof *r->part);
+                if (out->has_failure)
+                    kvc_seq_load(&out->failure, &r->failure, sizeof out->failure);
+            }
+            if (!kvc_seq_read_retry(&r->seq, s1))
+                return out->slot == KVC_SLOT_USED;
+            continue;
+        }
+        if (odd_wait(&spins))
+            continue;
+        uint32_t s = i / seg->hdr->stripe_slots;
+        if ((*err = kvc__stripe_lock(seg, s)))
+            return 0;
+        /* No writer now: plain reads (checked_ms, outside the seqlock and
+         * written by lock-free readers, is not copied). */
+        memcpy(out, r, offsetof(kvc_room, checked_ms));
+        kvc__unlock(seg, KVC_LOCK_ROOMS + (int)s);
+        return out->slot == KVC_SLOT_USED;
+    }
+}
+
+KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info *out, size_t cap,
+                              size_t *count)
+{
+    KVC_ARG(seg);
+    KVC_ARG(count);
+    if (cap)
+        KVC_ARG(out);
+    if (state_filter < -1 || state_filter > KVC_POLL_SUCCESS)
+        return kvc__fail(KVC_E_INVAL, "kvc_room_list: state_filter %d out of range -1..4",
+                         state_filter);
+    size_t n = 0;
+    kvc_room r;
+    for (uint32_t i = 0; i < seg->hdr->room_slots; i++) {
+        /* Most slots are free: look at the slot word before copying. */
+        if (__atomic_load_n(&seg->rooms[i].slot, __ATOMIC_RELAXED) != KVC_SLOT_USED &&
+            !(atomic_load_explicit(&seg->rooms[i].seq, memory_order_relaxed) & 1))
+            continue;
+        kvc_err e = KVC_OK;
+        int used = read_slot(seg, i, &r, &e);
+        if (e)
+            return e;
+        if (!used || (state_filter >= 0 && (int)kvc__room_state(&r) != state_filter))
+            continue;
+        if (n < cap)
+            fill_info(&r, -1, &out[n]);
+        n++;
+    }
+    *count = n;
+    return KVC_OK;
+}
