@@ -27,6 +27,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "port_holder.h"
 #include "query.h"
 #include "seg_watch.h"
 
@@ -404,11 +405,30 @@ static void install_sigbus_guard(const char *name)
     sigaction(SIGBUS, &sa, NULL);
 }
 
+/* Why EADDRINUSE, appended to err: who holds the port.  Returns whether a
+ * wait can help by default: the port's socket is held by no process (that
+ * of a daemon killed a moment ago, which the kernel closes a few tens of ms
+ * after the process is gone), or no socket is listed at all. */
+static bool port_taken(uint16_t port, char *err, size_t errcap, struct port_holder *h)
+{
+    char who[160];
+    port_holder_find(port, h);
+    port_holder_text(h, who, sizeof who);
+    size_t n = strlen(err);
+    if (n < errcap)
+        snprintf(err + n, errcap - n, "; held by %s", who);
+    return !h->socket || (!h->pid && h->saw_all);
+}
+
 /* The listening socket: the supervisor's (socket activation), else bound
- * to --listen.  A port still held by the listening socket of a daemon that
- * was just killed (the kernel closes it a few tens of ms after the process
- * is gone) is retried every 50 ms for --bind-retry seconds, with one log
- * line.  Returns the socket, or -1 with err set. */
+ * to --listen.  When the port is taken (EADDRINUSE) the error names the
+ * holder (port_holder.h) and start fails at once if a live process holds
+ * it; binding is retried every 50 ms, with one log line, only while no
+ * process holds the port's socket (the listening socket of a daemon killed
+ * a moment ago lingers a few tens of ms: a restart right after SIGKILL, as
+ * systemd's Restart= does, must bind) for up to 5 s, or whoever holds it
+ * for --bind-retry seconds when that is given (0: never).  Returns the
+ * socket, or -1 with err set. */
 static int open_listener(const struct options *o, char *bound, size_t boundcap, uint16_t *port,
                          char *err, size_t errcap)
 {
@@ -419,17 +439,32 @@ static int open_listener(const struct options *o, char *bound, size_t boundcap, 
     }
     if (fd == -2)
         return -1;
+    bool given = GIVEN(o, OPT_BIND_RETRY);
     uint64_t deadline = kvc__mono_ms() + (uint64_t)o->bind_retry_s * 1000;
     unsigned tries = 0;
     for (;;) {
         fd = net_listen(o->listen, bound, boundcap, port, err, errcap);
-        if (fd >= 0 || errno != EADDRINUSE || kvc__mono_ms() >= deadline)
+        if (fd >= 0 || errno != EADDRINUSE)
+            break;
+        struct port_holder h;
+        bool last = kvc__mono_ms() >= deadline, may_free = true;
+        if (tries == 0 || last) /* named in the log line and in the error */
+            may_free = port_taken(*port, err, errcap, &h);
+        if (!given && !may_free) {
+            size_t n = strlen(err);
+            snprintf(err + n, errcap - n,
+                     ": stop it, or choose another --listen (--bind-retry SECS waits for it "
+                     "to let go)");
+            break;
+        }
+        if (last)
             break;
         if (tries++ == 0)
-            log_event(LOG_WARN, "listen_retry",
-                      "addr=%s err=\"%s\" retry_s=%u note=\"retrying while the port is "
-                      "taken (a daemon killed a moment ago frees it shortly)\"",
-                      o->listen, err, o->bind_retry_s);
+            log_event(LOG_WARN, "listen_retry", "addr=%s err=\"%s\" retry_s=%u note=\"%s\"",
+                      o->listen, err, o->bind_retry_s,
+                      may_free ? "retrying while the socket of a process that just ended "
+                                 "lingers (the kernel frees it shortly)"
+                               : "retrying (--bind-retry) until its holder lets go");
         struct timespec pause = {0, 50 * 1000000L};
         nanosleep(&pause, NULL);
     }
@@ -517,7 +552,7 @@ int main(int argc, char **argv)
         log_event(LOG_ERROR, "metrics_failed", "err=\"out of memory\"");
         return 1;
     }
-    char bound[128], err[256], name[KVC_NAME_MAX + 1];
+    char bound[128], err[512], name[KVC_NAME_MAX + 1];
     uint16_t port;
     int lfd = open_listener(&o, bound, sizeof bound, &port, err, sizeof err);
     if (lfd < 0) {

@@ -12,6 +12,11 @@
   connection is refused (they wait in the socket's backlog), and every
   registration acknowledged with 200 is served afterwards.
 
+--case taken: a second kvcoordd on a port a live one holds fails at once
+  (exit 1, no retry) with an error naming the address and the holder's pid;
+  --bind-retry 0 likewise; with --bind-retry SECS it waits, and binds once
+  the first one is stopped.
+
 Prints the figures (restarts, retries, refused, resets, requests); asserts
 no wall-clock time (deadlines only keep a broken daemon from hanging).
 """
@@ -64,13 +69,15 @@ def case_loop(args, work):
                                       seg, "--max-rooms", "64"], stdout=f, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
             try:
-                wait_for(lambda: "listening" in read_log(log) or p.poll() is not None, 30,
+                wait_for(lambda: " listening addr=" in read_log(log) or p.poll() is not None, 30,
                          "start %d" % i)
                 text = read_log(log)
-                if "listening" not in text:
+                if " listening addr=" not in text:
                     raise AssertionError("start %d did not listen (exit %s):\n%s"
                                          % (i, p.poll(), text))
                 if "listen_retry" in text:
+                    # waited for the killed daemon's socket, and said so
+                    assert "no process holds any more" in text, text
                     retried += 1
                 status, _, _ = loadlib.get(port, "/health", timeout=10)
                 assert status == 200, status
@@ -84,6 +91,63 @@ def case_loop(args, work):
             pass
     print("restart loop: %d SIGKILL + immediate restarts, %d bound every time, %d of them "
           "after waiting for the old socket (listen_retry)" % (restarts, restarts, retried))
+
+
+def case_taken(args, work):
+    port = loadlib.free_port()
+    addr = "127.0.0.1:%d" % port
+    seg = "kvctest-restart-taken-%d" % os.getpid()
+    procs = []
+
+    def start(name, *extra):
+        log = os.path.join(work, name + ".log")
+        with open(log, "w") as f:
+            p = subprocess.Popen([args.daemon, "--listen", addr, "--segment", seg + name,
+                                  "--max-rooms", "64"] + list(extra), stdout=f,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        procs.append(p)
+        return p, log
+
+    try:
+        a, alog = start("a")
+        wait_for(lambda: " listening addr=" in read_log(alog) or a.poll() is not None, 30, "first")
+        assert a.poll() is None, read_log(alog)
+        holder = "held by pid %d (kvcoordd), which listens on it" % a.pid
+        for name, extra in (("b", ()), ("b0", ("--bind-retry", "0"))):
+            b, blog = start(name, *extra)
+            rc = b.wait(timeout=120)
+            text = read_log(blog)
+            assert rc == 1, (name, rc, text)
+            assert "listen_failed addr=%s" % addr in text, text
+            assert "cannot listen on %s: Address already in use; %s" % (addr, holder) in text, text
+            assert "listen_retry" not in text, text  # at once: not retried
+            print("second daemon %s: exit 1 at once, names the holder: %s"
+                  % (" ".join(extra) or "(no --bind-retry)",
+                     [ln for ln in text.splitlines() if "listen_failed" in ln][0]))
+        c, clog = start("c", "--bind-retry", "120")
+        wait_for(lambda: "listen_retry" in read_log(clog) or c.poll() is not None, 60,
+                 "--bind-retry to wait")
+        text = read_log(clog)
+        assert c.poll() is None and holder in text and "--bind-retry" in text, text
+        a.send_signal(signal.SIGTERM)
+        a.wait(timeout=60)
+        wait_for(lambda: " listening addr=" in read_log(clog) or c.poll() is not None, 60,
+                 "--bind-retry to bind once the holder stopped")
+        text = read_log(clog)
+        assert c.poll() is None and "listen_bound addr=%s" % addr in text, text
+        status, _, _ = loadlib.get(port, "/health", timeout=10)
+        assert status == 200, status
+        print("--bind-retry 120: waited for pid %d, bound once it stopped" % a.pid)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for name in ("a", "b", "b0", "c"):
+            try:
+                os.unlink("/dev/shm/" + seg + name)
+            except FileNotFoundError:
+                pass
 
 
 class Load:
@@ -236,7 +300,7 @@ def case_activate(args, work):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
-    ap.add_argument("--case", choices=("loop", "activate"), required=True)
+    ap.add_argument("--case", choices=("loop", "activate", "taken"), required=True)
     ap.add_argument("--restarts", type=int, default=30)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--threads", type=int, default=4)
@@ -244,7 +308,8 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kvc-restart-")
     try:
-        rc = case_loop(args, work) if args.case == "loop" else case_activate(args, work)
+        rc = {"loop": case_loop, "activate": case_activate, "taken": case_taken}[args.case](
+            args, work)
         if rc == 77:
             return 77
         print("1 passed, 0 failed")

@@ -12,6 +12,10 @@ if(TARGET kvcoordd AND NOT KVCOORD_FUZZ)
   add_test(NAME robust_restart_activate
     COMMAND ${PYTHON3} ${KVC_ROBUST_DIR}/test_restart.py --daemon $<TARGET_FILE:kvcoordd>
             --case activate --kills 6)
+  add_test(NAME robust_restart_taken
+    COMMAND ${PYTHON3} ${KVC_ROBUST_DIR}/test_restart.py --daemon $<TARGET_FILE:kvcoordd>
+            --case taken)
+  set_tests_properties(robust_restart_taken PROPERTIES LABELS "robust;ops" TIMEOUT 300)
   # Serial: the loop frees and re-binds one port 30 times, and another test's
   # "free port" could be handed that one in a gap.
   set_tests_properties(robust_restart_loop robust_restart_activate PROPERTIES
