@@ -124,7 +124,7 @@ typedef struct kvc_lock_probe {
 } kvc_lock_probe;
 
 /* A lock's name is the core's kvc__lock_name() (src/core/internal.h,
- * which inspect.c includes as the core's friend). */
+ * which the inspect files include as the core's friend). */
 
 /* Read lock id's state and owner without taking it (never blocks, never
  * changes the segment). */
