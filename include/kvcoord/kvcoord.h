@@ -902,7 +902,7 @@ kvc_err kvc_proc_stat_read(int32_t pid, kvc_proc_stat *out);
 /* Handle the death of process (pid, start): every non-terminal room it
  * participates in fails with a reason naming the rank, the pid and `how`
  * (e.g. "killed by signal 9"; NULL: determined here, from /proc if the
- * process is a zombie, else "exit status unknown"), the ranks it
+ * process is a zombie, else kvc_exit_unknown_text(start)), the ranks it
  * registered are withdrawn with a note saying so, and its process entry is
  * removed.  Safe to call more than once.  *rooms_failed and *ranks_withdrawn
  * (may be NULL) receive counts.
@@ -929,6 +929,19 @@ kvc_err kvc_proc_watch_beat(kvc_segment *seg, int watching);
  * (NAME)".  Writes at most cap bytes into buf (always NUL-terminated when
  * cap > 0); returns buf.  buf NULL or cap 0: nothing is written. */
 char *kvc_wait_status_text(int status, char *buf, size_t cap);
+
+/* Describe the end of a process whose exit status cannot be known: it is
+ * not the caller's child (only its parent can wait(2) for it) and no zombie
+ * holds the status any more (its parent reaped it, or it ran in another PID
+ * namespace): "is gone (started 2026-12-02T01:02:03Z); not our child, so
+ * its exit status is not known", the time in UTC from start, the process's
+ * start time in clock ticks since boot (kvc_proc_info.start; 0 leaves the
+ * time out).  At most 86 bytes.  The one wording of that case for the
+ * library's room, collective and PD reasons, kvcoordd's logs and
+ * kvc_proc_reap(how NULL).  Writes at most cap bytes into buf (always
+ * NUL-terminated when cap > 0); returns buf.  buf NULL or cap 0: nothing is
+ * written.  Thread-safe. */
+char *kvc_exit_unknown_text(uint64_t start, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -151,9 +151,11 @@ static bool owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, boo
     }
     /* Its pid means something here only in the same PID namespace (then
      * its zombie, if still there, says how it ended). */
-    char how[KVC_HOW_MAX + 1] = "exit status unknown";
+    char how[KVC_HOW_MAX + 1];
     if (p->pid_ns && p->pid_ns == seg->pid_ns)
-        kvc__proc_how(atomic_load(&p->pid), how, sizeof how);
+        kvc__proc_how(atomic_load(&p->pid), p->start, how, sizeof how);
+    else
+        kvc_exit_unknown_text(p->start, how, sizeof how);
     snprintf(what, cap, "died (pid %d, %s)", (int)known_pid, how);
     return false;
 }

@@ -98,9 +98,10 @@ kvc_err kvc__fail(kvc_err err, const char *fmt, ...) __attribute__((format(print
 uint64_t kvc__proc_start(int32_t pid); /* ticks since boot; 0 if no such process */
 /* Alive: the pid exists with that start time (0: any) and is not a zombie. */
 bool kvc__proc_alive(int32_t pid, uint64_t start);
-/* How a dead process ended, into buf: from its zombie's exit code when it
- * is still a zombie, else "exit status unknown". */
-void kvc__proc_how(int32_t pid, char *buf, size_t cap);
+/* How dead process (pid, start; start 0: any) ended, into buf: from its
+ * zombie's exit code when it is still a zombie, else
+ * kvc_exit_unknown_text(start). */
+void kvc__proc_how(int32_t pid, uint64_t start, char *buf, size_t cap);
 /* Shared (not private) futex wait on word while it equals val, up to
  * timeout_ms; returns 0 when woken or the value differs, ETIMEDOUT, EINTR. */
 int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms);

@@ -163,12 +163,16 @@ static bool owner_ended(kvc_segment *seg, const kvc_pd_slot *s, char *how, size_
         kvc_proc *p = &seg->procs[s->proc_slot];
         if (st == KVC__SLOT_DEAD && atomic_load(&p->dead))
             snprintf(how, cap, "%s", p->how);
+        else if (st == KVC__SLOT_DEAD && p->pid_ns && p->pid_ns == seg->pid_ns)
+            kvc__proc_how(atomic_load(&p->pid), p->start, how, cap); /* its zombie, if any */
+        else if (st == KVC__SLOT_DEAD)
+            kvc_exit_unknown_text(p->start, how, cap);
         else
-            snprintf(how, cap, "%s", st == KVC__SLOT_DEAD ? "died" : "left the segment");
+            snprintf(how, cap, "left the segment");
         return true;
     }
     if (s->pid > 0 && !kvc__proc_alive(s->pid, s->pid_start)) {
-        kvc__proc_how(s->pid, how, cap);
+        kvc__proc_how(s->pid, s->pid_start, how, cap);
         return true;
     }
     return false;
@@ -467,8 +471,10 @@ KVC_API kvc_err kvc_pd_reap(kvc_segment *seg, size_t *withdrawn)
         char how[KVC_HOW_MAX + 1] = "", note[KVC_NOTE_MAX + 1];
         if (s->state != KVC_PD_LIVE || !owner_ended(seg, s, how, sizeof how))
             continue;
-        snprintf(note, sizeof note, "its process %d ended (%s)", (int)s->pid,
-                 *how ? how : "exit status unknown");
+        if (!*how)
+            kvc_exit_unknown_text(s->pid_start, how, sizeof how);
+        /* "its process 12 killed by signal 9 (Killed)", as a room's reason */
+        snprintf(note, sizeof note, "its process %d %s", (int)s->pid, how);
         withdraw_slot(pd, i, note);
         n++;
     }

@@ -66,7 +66,7 @@ static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *
             if (atomic_load_explicit(&ps->dead, memory_order_acquire)) {
                 snprintf(v->how, sizeof v->how, "%s", ps->how);
                 if (atomic_load(&ps->gen) != p->proc_gen)
-                    snprintf(v->how, sizeof v->how, "exited (exit status unknown)");
+                    kvc_exit_unknown_text(p->start, v->how, sizeof v->how);
                 return 0;
             }
             if (watched)
@@ -85,20 +85,21 @@ static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *
             /* Its pid means something here only in the same PID namespace
              * (then its zombie, if still there, says how it ended). */
             if (seg->procs[p->proc_slot].pid_ns == seg->pid_ns && seg->pid_ns)
-                kvc__proc_how(p->pid, v->how, sizeof v->how);
+                kvc__proc_how(p->pid, p->start, v->how, sizeof v->how);
             else
-                snprintf(v->how, sizeof v->how, "died (exit status unknown)");
+                kvc_exit_unknown_text(p->start, v->how, sizeof v->how);
             return 0;
         case KVC__SLOT_GONE:
             /* Its session ended (last handle closed, or reaped) without
              * releasing the room. */
-            snprintf(v->how, sizeof v->how, "left the process table (exit status unknown)");
+            snprintf(v->how, sizeof v->how,
+                     "left the process table (closed its last segment handle, or was reaped)");
             return 0;
         }
     }
     if (kvc__proc_alive(p->pid, p->start))
         return 1;
-    kvc__proc_how(p->pid, v->how, sizeof v->how);
+    kvc__proc_how(p->pid, p->start, v->how, sizeof v->how);
     return 0;
 }
 

@@ -244,7 +244,7 @@ KVC_API kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, con
         return kvc__fail(KVC_E_INVAL, "kvc_proc_reap: pid %d is not a process id", (int)pid);
     char found[96];
     if (!how) {
-        kvc__proc_how(pid, found, sizeof found);
+        kvc__proc_how(pid, start, found, sizeof found);
         how = found;
     }
     if (rooms_failed)

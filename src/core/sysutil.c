@@ -98,15 +98,35 @@ bool kvc__proc_alive(int32_t pid, uint64_t start)
     return start == 0 || now == start;
 }
 
-void kvc__proc_how(int32_t pid, char *buf, size_t cap)
+void kvc__proc_how(int32_t pid, uint64_t start, char *buf, size_t cap)
 {
     char st = 0;
-    uint64_t start = 0;
+    uint64_t now = 0;
     int code = -1;
-    if (proc_stat(pid, &st, &start, &code) && (st == 'Z' || st == 'X') && code >= 0)
+    if (proc_stat(pid, &st, &now, &code) && (st == 'Z' || st == 'X') && code >= 0 &&
+        (!start || now == start))
         kvc_wait_status_text(code, buf, cap);
     else
-        snprintf(buf, cap, "exited (exit status unknown)");
+        kvc_exit_unknown_text(start, buf, cap);
+}
+
+KVC_API char *kvc_exit_unknown_text(uint64_t start, char *buf, size_t cap)
+{
+    if (!buf || !cap)
+        return buf;
+    char when[48] = "";
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec rt, bt;
+    if (start && hz > 0 && !clock_gettime(CLOCK_REALTIME, &rt) &&
+        !clock_gettime(CLOCK_BOOTTIME, &bt)) {
+        /* proc(5) field 22 counts from boot (CLOCK_BOOTTIME) */
+        time_t t = (time_t)(rt.tv_sec - bt.tv_sec + (time_t)(start / (uint64_t)hz));
+        struct tm tm;
+        if (gmtime_r(&t, &tm))
+            strftime(when, sizeof when, " (started %Y-%m-%dT%H:%M:%SZ)", &tm);
+    }
+    snprintf(buf, cap, "is gone%s; not our child, so its exit status is not known", when);
+    return buf;
 }
 
 KVC_API char *kvc_wait_status_text(int status, char *buf, size_t cap)

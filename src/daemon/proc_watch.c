@@ -27,8 +27,9 @@
  *
  * How a process ended comes from ioctl(PIDFD_GET_INFO) with
  * PIDFD_INFO_EXIT (Linux >= 6.15; the kernel fills it once the process is
- * reaped by its parent), else from its zombie's /proc/PID/stat, else the
- * library says "exit status unknown".
+ * reaped by its parent), else from its zombie's /proc/PID/stat, else
+ * kvc_exit_unknown_text() says what is known (gone, when it started, not
+ * our child).
  *
  * Each 1 s tick after a complete scan publishes a watch beat
  * (kvc_proc_watch_beat): while it is fresh, kvc_room_get() in every process
@@ -197,7 +198,7 @@ static int exit_status(int pidfd, int32_t pid, uint64_t start, int *status)
 /* ---- reaping ---------------------------------------------------------------- */
 
 /* Reap (pid, start) in the segment and log it.  how NULL: from its zombie
- * if it is one, else the library says "exit status unknown". */
+ * if it is one, else kvc_exit_unknown_text(). */
 static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t rank, const char *how,
                  int32_t shown_pid)
 {
@@ -208,6 +209,8 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
     if (!how && read_stat(pid, &st, &st_start, &code) == 0 && st_start == start &&
         (st == 'Z' || st == 'X') && code >= 0)
         how = kvc_wait_status_text(code, zombie_how, sizeof zombie_how);
+    if (!how) /* the log and the segment say the same */
+        how = kvc_exit_unknown_text(start, zombie_how, sizeof zombie_how);
     /* Counted first: a request served while the reap runs (on this thread,
      * while the loop answers) that sees its rank withdrawn sees the count. */
     if (pw->metrics)
@@ -224,7 +227,7 @@ static void reap(struct proc_watch *pw, int32_t pid, uint64_t start, int32_t ran
     /* pid: as its /proc names it (the host's when shared); ns_pid, when
      * it differs: in its own PID namespace.  (Two formats: a %s field is an
      * escaped value, quoted when empty or spaced, never a piece of text.) */
-    const char *h = how ? how : "exit status unknown";
+    const char *h = how;
     if (shown_pid && shown_pid != pid)
         log_event(LOG_INFO, "proc_dead",
                   "rank=%d pid=%d how=\"%s\" rooms_failed=%zu ranks_withdrawn=%zu ns_pid=%d",
@@ -357,11 +360,13 @@ static int watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
     return 1;
 }
 
-/* How a process ended that we could only see through its liveness lock. */
-static const char *lock_how(const struct proc_watch *pw, const kvc_proc_info *p)
+/* How a process ended that we could only see through its liveness lock:
+ * NULL (its zombie, if any, says), or for one of another PID namespace
+ * (whose pid means another process here) what is known, into buf. */
+static const char *lock_how(const struct proc_watch *pw, const kvc_proc_info *p, char *buf,
+                            size_t cap)
 {
-    return same_ns(pw, p) ? NULL /* its zombie, if any, says */
-                          : "exited (exit status unknown: it ran in another PID namespace)";
+    return same_ns(pw, p) ? NULL : kvc_exit_unknown_text(p->start, buf, cap);
 }
 
 static struct preopen *preopen_find(struct preopen *pre, size_t n, const kvc_proc_info *p)
@@ -422,6 +427,7 @@ static void procs_check(struct proc_watch *pw, int force)
     for (uint32_t i = 0; i < pw->cap; i++)
         pw->w[i].seen = 0;
     uint32_t unwatched = 0;
+    char how[96];
     for (long i = 0; i < n; i++) {
         const kvc_proc_info *p = &pw->list[i];
         if (is_self(pw, p))
@@ -430,7 +436,7 @@ static void procs_check(struct proc_watch *pw, int force)
         if (w)
             w->seen = 1, w->rank = p->rank;
         else if (!p->alive && !preopen_has(pre, npre, p)) /* its liveness lock is free */
-            reap(pw, p->pid, p->start, p->rank, lock_how(pw, p), p->shown_pid);
+            reap(pw, p->pid, p->start, p->rank, lock_how(pw, p, how, sizeof how), p->shown_pid);
         else if (!p->alive || same_ns(pw, p)) {
             /* a dead one with a pidfd: watched, its pidfd is ready at once */
             if (!watch_add(pw, p, preopen_take(pre, npre, p)))

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "buf.h"
 #include "hostport.h"
@@ -161,6 +162,7 @@ static void test_proc_stat_same_answer(void **st)
     assert_true(kvc__proc_alive(getpid(), ps.start));
     assert_false(kvc__proc_alive(getpid(), ps.start + 1));
     /* a live child with an awkward command name */
+    time_t t0 = time(NULL);
     pid_t pid = odd_child();
     assert_int_equal(kvc_proc_stat_read(pid, &ps), KVC_OK);
     assert_true(ps.state == 'S' || ps.state == 'R');
@@ -177,14 +179,29 @@ static void test_proc_stat_same_answer(void **st)
     assert_int_equal(ps.start, start);
     assert_false(kvc__proc_alive(pid, start));
     assert_true(ps.exit_status >= 0);
-    kvc__proc_how(pid, how, sizeof how);
+    kvc__proc_how(pid, start, how, sizeof how);
     assert_string_equal(how, kvc_wait_status_text(ps.exit_status, text, sizeof text));
     assert_non_null(strstr(how, "killed by signal 9"));
+    /* a namesake (another start time) is not that zombie */
+    kvc__proc_how(pid, start + 1, how, sizeof how);
+    assert_null(strstr(how, "killed by signal"));
     waitpid(pid, NULL, 0);
     /* gone: both say so */
     assert_int_equal(kvc_proc_stat_read(pid, &ps), KVC_E_NOENT);
     assert_int_equal(kvc__proc_start(pid), 0);
     assert_false(kvc__proc_alive(pid, start));
+    /* reaped: the one text of an unknown exit status, with its start time */
+    kvc__proc_how(pid, start, how, sizeof how);
+    assert_string_equal(how, kvc_exit_unknown_text(start, text, sizeof text));
+    struct tm tm = {0};
+    const char *end = strptime(how, "is gone (started %Y-%m-%dT%H:%M:%SZ)", &tm);
+    assert_non_null(end);
+    assert_string_equal(end, "; not our child, so its exit status is not known");
+    time_t started = timegm(&tm), now = time(NULL);
+    assert_true(started <= now + 1 && started >= t0 - 1); /* it started in this test */
+    assert_true(strlen(how) <= 86);
+    assert_string_equal(kvc_exit_unknown_text(0, text, sizeof text),
+                        "is gone; not our child, so its exit status is not known");
 }
 
 /* ---- the seqlock read of a rank: kvc_rank_lookup and inspect's peek --- */

@@ -214,7 +214,8 @@ def main():
 
         # workers that register and die at once, reaped by their parent at
         # once: the daemon watches each from its attach on, so the exit
-        # status is known (not "exit status unknown")
+        # status is known (not "is gone ...; not our child, so its exit
+        # status is not known")
         # (The daemon's helper thread opens the pidfd when the worker
         # attaches; on a machine so overloaded that the worker attaches,
         # registers, dies and is reaped before that thread runs at all, the
@@ -228,7 +229,8 @@ def main():
             detail = json.loads(d.request("GET", path)[2])["detail"]
             if "process %d killed by signal 9" % pid in detail:
                 known += 1
-            elif "process %d exited (exit status unknown)" % pid not in detail:
+            elif not re.search(r"process %d is gone \(started [0-9T:Z-]+\); not our child, "
+                               r"so its exit status is not known" % pid, detail):
                 fail("rank %d: detail %r" % (rank, detail))
         if known == 0:
             fail("no killed worker's 404 names signal 9")
