@@ -236,11 +236,10 @@ kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, cons
 kvc_err kvc__ranks_withdraw_proc(kvc_segment *seg, int32_t pid, uint64_t start,
                                  const char *note_how, size_t *withdrawn);
 
-/* ranks.c: the entries behind the rank table (table 0) and the role and
- * parallelism tables (layout.h), for roles.c.  kvc__entry_register()
+/* ranks.c, ranks_read.c: the entries behind the rank table (table 0) and
+ * the role and parallelism tables (layout.h), for roles.c.  kvc__entry_register()
  * validates json as an object unless `validated` (then `entries` is taken
  * as given); a parallelism table's entry has no session_id. */
-kvc_rank_entry *kvc__rank_entry(kvc_segment *seg, unsigned table, uint32_t rank);
 kvc_err kvc__entry_lookup(kvc_segment *seg, unsigned table, uint32_t rank, kvc_rank_info *out);
 kvc_err kvc__entry_register(kvc_segment *seg, unsigned table, uint32_t rank, const char *session_id,
                             const char *json, size_t len, int validated, uint32_t entries,
