@@ -169,7 +169,8 @@ static void *cluster_main(void *arg)
         cluster__session_step(c);
         now = kvc__mono_ns();
         if (c->ses.lease && (!c->ses.etcd_down_since || now >= c->ses.retry_at)) {
-            if (cluster__publish_dirty(c) || cluster__publish_rooms(c))
+            if (cluster__publish_dirty(c) || cluster__publish_rooms(c) ||
+                (c->ses.lease && cluster__pd_publish(c)))
                 c->ses.retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
         }
         /* Large records: the fetch thread's answers, and what to ask
@@ -199,6 +200,7 @@ static void *cluster_main(void *arg)
                       "records are gone from every node\"",
                       c->cfg.cluster, c->cfg.node, c->ses.lease);
         cluster__drop_remotes(c, "kvcoordd stopped: mirrored entries dropped", 1);
+        cluster__pd_drop(c, "kvcoordd stopped");
     }
     return NULL;
 }
@@ -239,6 +241,8 @@ static void free_cluster(struct cluster *c)
     free(c->peers.nodes);
     free(c->fig.nodes_copy);
     free(c->rooms.pending);
+    pd_mirror_free(c->pd.mirror);
+    free(c->pd.published);
     while (c->in.q_head) {
         struct batch *b = c->in.q_head;
         c->in.q_head = b->next;
@@ -342,7 +346,8 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     c->tab.list = calloc(c->cfg.max_ranks, sizeof *c->tab.list);
     c->rooms.pending = calloc(PENDING_ROOMS_MAX, sizeof *c->rooms.pending);
     c->fx.multi = curl_multi_init();
-    if (!c->tab.list || !c->rooms.pending || !c->fx.multi) {
+    c->pd.mirror = pd_mirror_new();
+    if (!c->tab.list || !c->rooms.pending || !c->fx.multi || !c->pd.mirror) {
         snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->cfg.max_ranks);
         free_cluster(c);
         return -1;
@@ -388,6 +393,10 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     *out = c;
     return 0;
 }
+
+struct pd_mirror *cluster_pd_mirror(struct cluster *c) { return c->pd.mirror; }
+
+const char *cluster_node_name(const struct cluster *c) { return c->cfg.node; }
 
 void cluster_stop(struct cluster *c, int clean)
 {

@@ -16,6 +16,8 @@
  *                          "config" (when small)}                   node's lease
  *   rooms/<room>          {"room","origin_rank","code","reason","time_ns",
  *                          "node"}       a lease of the room TTL; create-only
+ *   pd/<node>             the node's PD prefill table (pd_record.h)  node's lease
+ *                          (only while it has a topology)
  *
  * A rank's weights_info_dict travels in its record ("info") up to
  * CLUSTER_INLINE_MAX bytes; a larger one (etcd refuses requests above
@@ -107,6 +109,7 @@ struct cluster_stats {
     uint64_t mirror_writes, mirror_withdrawals;
     uint64_t fetches, fetch_failures, digest_mismatches;
     uint64_t rooms_published, rooms_lost_race, rooms_adopted;
+    int pd_published;             /* etcd holds this node's PD prefill table */
     uint64_t unverified_since_ns; /* mirror not confirmed by etcd since; 0: current */
     uint64_t confirmed_ns;        /* the watch last knew itself current (wall clock); 0: never */
     int watch_up;                 /* the watch thread holds a stream */
@@ -120,6 +123,11 @@ struct cluster_stats {
 };
 
 void cluster_get_stats(struct cluster *c, struct cluster_stats *out);
+
+/* The other nodes' PD prefill tables mirrored (pd_mirror.h; lives as long
+ * as c), and this node's name (c's). */
+struct pd_mirror *cluster_pd_mirror(struct cluster *c);
+const char *cluster_node_name(const struct cluster *c);
 
 /* Append the cluster's Prometheus families (kvcoord_cluster_*) to out. */
 void cluster_render_metrics(struct cluster *c, struct buf *out);

@@ -38,6 +38,8 @@
  *   cluster_fetch.c    large entries fetched from their origin, off the
  *                      cluster thread
  *   cluster_watch.c    the watch thread and the futex waiters
+ *   cluster_pd.c       the PD prefill tables: this node's published as one
+ *                      record, the others' mirrored (pd_mirror.h)
  *   cluster_render.c   the figures: the readers' copy, /metrics, GET /cluster
  *
  * Every cluster__ function below runs on the cluster thread (and so uses
@@ -56,6 +58,7 @@
 
 #include "cluster.h"
 #include "etcd_client.h"
+#include "pd_mirror.h"
 
 #define URL_MAX 256
 #define DIGEST_HEX 65 /* SHA-256 in hex + NUL */
@@ -280,6 +283,18 @@ struct cluster_figures {
     size_t nnodes_copy;
 };
 
+/* The PD prefill tables (cluster_pd.c).  The cluster thread's alone, but
+ * for the mirror, which has its own mutex (pd_mirror.h): the PD routes
+ * read it. */
+struct cluster_pd {
+    struct pd_mirror *mirror; /* created by cluster_start() */
+    char *published;          /* the record etcd was last given of this node's table */
+    int dirty;                /* put (or delete) it again, changed or not */
+    int key_exists;           /* pd/<node> is in etcd, as far as this node knows */
+    int seen_own;             /* a snapshot held pd/<node> */
+    uint64_t next_look;       /* monotonic ns: the segment's table looked at next */
+};
+
 struct cluster {
     struct cluster_cfg cfg;
     struct cluster_threads thr;
@@ -290,6 +305,7 @@ struct cluster {
     struct cluster_peers peers;
     struct cluster_rooms rooms;
     struct cluster_figures fig;
+    struct cluster_pd pd;
 };
 
 /* Add n to the figure fig.st.field (under fig.mu). */
@@ -317,13 +333,13 @@ static inline struct rslot *slot_at(const struct cluster *c, unsigned ti, uint32
 
 /* K_BAD: under ranks/, roles/ or parallelism/ but not a key of that form
  * (logged and skipped); K_OTHER: not ours to read (ignored). */
-enum key_kind { K_OTHER, K_BAD, K_NODE, K_ENTRY, K_ROOM };
+enum key_kind { K_OTHER, K_BAD, K_NODE, K_ENTRY, K_ROOM, K_PD };
 
 /* What a key names. */
 struct keyref {
     unsigned kind;                    /* K_ENTRY: enum entry_kind */
     char role[KVC_ROLE_NAME_MAX + 1]; /* K_ENTRY: the role ("target" for ranks/) */
-    char node[CLUSTER_NAME_MAX + 1];  /* K_NODE, K_ENTRY */
+    char node[CLUSTER_NAME_MAX + 1];  /* K_NODE, K_ENTRY, K_PD */
     uint64_t num;                     /* K_ENTRY: the rank; K_ROOM: the room */
 };
 
@@ -435,6 +451,21 @@ void cluster__drop_unverified(struct cluster *c, uint64_t since_mono);
 /* Withdraw the mirrored entries an earlier kvcoordd left in the segment
  * (cluster_start(), before any thread runs); how many. */
 size_t cluster__withdraw_leftovers(struct cluster *c);
+
+/* ---- cluster_pd.c -------------------------------------------------------- */
+
+/* A lease was granted: this node's PD record is put again. */
+void cluster__pd_session(struct cluster *c);
+/* Put (or delete) this node's PD record when the segment's table changed
+ * (or a new session asks for it); 0, or -1 when etcd failed (retried). */
+int cluster__pd_publish(struct cluster *c);
+/* A pd/<node> key of a snapshot or an event (is_delete: its deletion). */
+void cluster__pd_record(struct cluster *c, const char *node, const etcd_kv *kv, int is_delete);
+/* Around a snapshot's records: tables not in it go. */
+void cluster__pd_snapshot_begin(struct cluster *c);
+void cluster__pd_snapshot_end(struct cluster *c);
+/* Drop every mirrored table (why). */
+void cluster__pd_drop(struct cluster *c, const char *why);
 
 /* ---- cluster_fetch.c ----------------------------------------------------- */
 

@@ -90,7 +90,8 @@ static int parse_decimal(const char *s, uint64_t max, uint64_t *out)
 }
 
 /* Split a key under the prefix: nodes/<n>, ranks/<n>/<rank>,
- * roles/<n>/<role>/<rank>, parallelism/<n>/<role>/<rank>, rooms/<id>.
+ * roles/<n>/<role>/<rank>, parallelism/<n>/<role>/<rank>, rooms/<id>,
+ * pd/<n>.
  * *why: what is wrong with a K_BAD key. */
 enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struct keyref *k,
                                  const char **why)
@@ -109,6 +110,14 @@ enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struc
     }
     if (!strncmp(p, "rooms/", 6))
         return parse_decimal(p + 6, UINT64_MAX, &k->num) ? K_OTHER : K_ROOM;
+    if (!strncmp(p, "pd/", 3)) {
+        if (!cluster_name_ok(p + 3)) {
+            *why = "bad node name in the key";
+            return K_BAD;
+        }
+        snprintf(k->node, sizeof k->node, "%s", p + 3);
+        return K_PD;
+    }
     int with_role;
     if (!strncmp(p, "ranks/", 6)) {
         p += 6, with_role = 0, k->kind = EK_INFO;

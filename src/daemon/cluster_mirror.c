@@ -223,6 +223,8 @@ void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n)
             rank_put(c, (unsigned)ti, &k, &ev[i].kv, 1);
         } else if (kk == K_ROOM && !ev[i].is_delete) {
             cluster__adopt_room(c, ev[i].kv.value, ev[i].kv.value_len);
+        } else if (kk == K_PD) {
+            cluster__pd_record(c, k.node, &ev[i].kv, ev[i].is_delete);
         }
         pthread_mutex_lock(&c->fig.mu);
         if (ev[i].kv.mod_rev > c->fig.st.revision)
@@ -244,6 +246,7 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
     struct keyref k;
     const char *why;
     int own_seen_node = 0;
+    cluster__pd_snapshot_begin(c);
     for (size_t i = 0; i < n; i++)
         if (cluster__parse_key(c, kvs[i].key, &k, &why) == K_NODE) {
             node_put(c, k.node, &kvs[i]);
@@ -266,7 +269,10 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
             rank_put(c, (unsigned)ti, &k, &kvs[i], 0);
         else if (kk == K_ROOM)
             cluster__adopt_room(c, kvs[i].value, kvs[i].value_len);
+        else if (kk == K_PD)
+            cluster__pd_record(c, k.node, &kvs[i], 0);
     }
+    cluster__pd_snapshot_end(c);
     for (unsigned ti = 0; ti < NTABLES; ti++)
         for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
             struct rslot *s = c->tab.slots[ti][r];
@@ -338,6 +344,7 @@ void cluster__drop_unverified(struct cluster *c, uint64_t since_mono)
              c->ses.etcd_down_since ? "etcd unreachable" : "etcd's watch stream unconfirmed",
              ms / 1000, (unsigned)(ms % 1000));
     size_t n = cluster__drop_remotes(c, note, 0);
+    cluster__pd_drop(c, note);
     c->peers.dropped = 1;
     pthread_mutex_lock(&c->in.mu);
     c->in.restart_watch = 1; /* the next stream starts with a snapshot */

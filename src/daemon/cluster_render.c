@@ -192,6 +192,15 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
         s.mirror_dropped);
     one(o, "kvcoord_cluster_revision", "gauge", "Newest etcd revision seen.",
         s.revision > 0 ? (uint64_t)s.revision : 0);
+    size_t tables = 0, live = 0;
+    pd_mirror_counts(c->pd.mirror, &tables, &live);
+    one(o, "kvcoord_cluster_pd_published", "gauge",
+        "1 while etcd holds this node's PD prefill table (it has a topology), else 0.",
+        (uint64_t)s.pd_published);
+    one(o, "kvcoord_cluster_pd_mirrored_tables", "gauge",
+        "Other nodes' PD prefill tables mirrored (GET /route answers from them).", tables);
+    one(o, "kvcoord_cluster_pd_mirrored_ranks", "gauge",
+        "Live prefill rank entries in the mirrored PD prefill tables.", live);
 }
 
 void cluster_render_json(struct cluster *c, struct buf *o)
@@ -259,6 +268,11 @@ void cluster_render_json(struct cluster *c, struct buf *o)
     json_object_set_new(counts, "mirrored_parallelism_configs",
                         json_integer(s.mirrored_parallelism));
     json_object_set_new(counts, "records_skipped", json_integer((json_int_t)s.records_skipped));
+    /* The PD prefill tables: this node's published or not, the others'. */
+    json_t *pd = pd_mirror_json(c->pd.mirror);
+    json_object_set_new(
+        root, "pd",
+        json_pack("{s:b, s:o}", "published", s.pd_published, "mirrored", pd ? pd : json_array()));
     /* null, or the kvcoordd holding this node's name: {"holder": URL} */
     json_object_set_new(root, "name_conflict",
                         s.name_conflict ? json_pack("{s:s}", "holder", s.name_holder)

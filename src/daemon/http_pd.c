@@ -31,10 +31,12 @@
 
 #include <http_parser.h>
 
+#include "cluster.h"
 #include "http_pd.h"
 #include "http_resp.h"
 #include "kvcoord/pd.h"
 #include "log.h"
+#include "pd_mirror.h"
 #include "peer_proc.h"
 #include "query.h"
 
@@ -82,13 +84,13 @@ static int lib_status(kvc_err e)
     }
 }
 
-static void json_answer(struct buf *out, const struct http_req *req, json_t *v)
+static void json_answer(struct buf *out, const struct http_req *req, json_t *v, const char *extra)
 {
     char *s = v ? json_dumps(v, JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER) : NULL;
     if (!s)
         detail(out, req, 500, "Out of memory building the answer");
     else
-        resp_send(out, req, 200, CT_JSON_AIO, s, strlen(s), NULL);
+        resp_send(out, req, 200, CT_JSON_AIO, s, strlen(s), extra);
     free(s);
     json_decref(v);
 }
@@ -281,10 +283,22 @@ done:
 
 /* ---- GET /route ------------------------------------------------------- */
 
-static void not_ready(struct buf *out, const struct http_req *req, const kvc_pd_status *st)
+/* The table a GET /route answers from: this node's segment, or another
+ * node's mirrored by the cluster view (remote: its name in node, and
+ * extra holds the X-Kvcoord-Origin header naming it). */
+struct pd_source {
+    kvc_segment *seg;
+    struct pd_mirror *mirror;
+    int remote;
+    char node[PD_NODE_MAX + 1];
+    char extra[PD_NODE_MAX + 32];
+    kvc_pd_status st;
+};
+
+static void not_ready(struct buf *out, const struct http_req *req, const struct pd_source *src)
 {
-    text(out, req, 503, CT_TEXT_AIO, NULL,
-         "Prefill server not fully registered yet (%u workers registered).", st->registered);
+    text(out, req, 503, CT_TEXT_AIO, src->remote ? src->extra : NULL,
+         "Prefill server not fully registered yet (%u workers registered).", src->st.registered);
 }
 
 static json_t *topology_json(const kvc_pd_status *st)
@@ -315,14 +329,65 @@ static json_t *topology_json(const kvc_pd_status *st)
     return o;
 }
 
-static void get_route(kvc_segment *seg, const struct http_req *req, struct buf *out)
+/* Choose the table (the rule of docs/http-api.md, "PD bootstrap across
+ * nodes"): node= names one (this node's or a mirrored one); else this
+ * node's when it has any entry (it serves a prefill, as sglang's own server
+ * would); else the only table mirrored; else this node's (empty) one.
+ * Returns 0, or -1 after answering (several tables and none named, an
+ * unknown node, the library's trouble). */
+static int pick_source(struct cluster *cluster, const char *node, struct pd_source *src,
+                       const struct http_req *req, struct buf *out)
 {
-    char v[4][64];
-    struct query_param want[4] = {{"prefill_dp_rank", v[0], sizeof v[0], 0, 0},
+    kvc_err e = kvc_pd_status_get(src->seg, &src->st);
+    if (e) {
+        detail(out, req, lib_status(e), "%s", kvc_last_error());
+        return -1;
+    }
+    src->mirror = cluster ? cluster_pd_mirror(cluster) : NULL;
+    if (node && cluster && !strcmp(node, cluster_node_name(cluster)))
+        return 0;
+    if (!node && (src->st.has_topology || src->st.withdrawn || !src->mirror))
+        return 0;
+    char names[512] = "";
+    kvc_pd_status rst;
+    enum pd_pick p = src->mirror
+                         ? pd_mirror_pick(src->mirror, node, &rst, src->node, names, sizeof names)
+                         : PD_PICK_UNKNOWN;
+    switch (p) {
+    case PD_PICK_OK:
+        src->remote = 1;
+        src->st = rst;
+        snprintf(src->extra, sizeof src->extra, "X-Kvcoord-Origin: %s\r\n", src->node);
+        return 0;
+    case PD_PICK_NONE: return 0;
+    case PD_PICK_MANY:
+        text(out, req, 409, CT_TEXT_AIO, NULL,
+             "This node has no prefill table and several nodes of the cluster have one (%s): "
+             "name one with &node=<name>.",
+             names);
+        return -1;
+    default:
+        if (!cluster)
+            text(out, req, 404, CT_TEXT_AIO, NULL,
+                 "No prefill table of node %s: this kvcoordd runs without --etcd.", node);
+        else
+            text(out, req, 404, CT_TEXT_AIO, NULL,
+                 "No prefill table of node %s in the cluster view (tables mirrored: %s).", node,
+                 names[0] ? names : "none");
+        return -1;
+    }
+}
+
+static void get_route(kvc_segment *seg, struct cluster *cluster, const struct http_req *req,
+                      struct buf *out)
+{
+    char v[5][64];
+    struct query_param want[5] = {{"prefill_dp_rank", v[0], sizeof v[0], 0, 0},
                                   {"prefill_cp_rank", v[1], sizeof v[1], 0, 0},
                                   {"target_tp_rank", v[2], sizeof v[2], 0, 0},
-                                  {"target_pp_rank", v[3], sizeof v[3], 0, 0}};
-    int rc = query_parse(req->query ? req->query : "", req->query_len, want, 4);
+                                  {"target_pp_rank", v[3], sizeof v[3], 0, 0},
+                                  {"node", v[4], sizeof v[4], 0, 0}};
+    int rc = query_parse(req->query ? req->query : "", req->query_len, want, 5);
     if (rc) {
         detail(out, req, 400, "%s", query_error_text(rc));
         return;
@@ -339,33 +404,45 @@ static void get_route(kvc_segment *seg, const struct http_req *req, struct buf *
                    want[i].name, v[i]);
             return;
         }
-    kvc_pd_status st;
-    kvc_err e = kvc_pd_status_get(seg, &st);
-    if (e) {
-        detail(out, req, lib_status(e), "%s", kvc_last_error());
+    if (want[4].found && (want[4].too_long || !cluster_name_ok(v[4]))) {
+        detail(out, req, 400,
+               "Invalid parameter 'node': \"%.63s\" is not a node name (1..%d bytes of "
+               "[A-Za-z0-9._-])",
+               v[4], CLUSTER_NAME_MAX);
         return;
     }
+    struct pd_source src = {.seg = seg};
+    if (pick_source(cluster, want[4].found ? v[4] : NULL, &src, req, out))
+        return;
+    const char *extra = src.remote ? src.extra : NULL;
     if (k[0] == -1 && k[1] == -1 && k[2] == -1 && k[3] == -1) {
-        if (!st.ready)
-            not_ready(out, req, &st);
+        if (!src.st.ready)
+            not_ready(out, req, &src);
         else
-            json_answer(out, req, topology_json(&st));
+            json_answer(out, req, topology_json(&src.st), extra);
         return;
     }
-    if (!st.ready) {
-        not_ready(out, req, &st);
+    if (!src.st.ready) {
+        not_ready(out, req, &src);
         return;
     }
     kvc_pd_rank pr;
-    e = (k[0] < INT32_MIN || k[0] > INT32_MAX || k[1] < INT32_MIN || k[1] > INT32_MAX ||
-         k[2] < INT32_MIN || k[2] > INT32_MAX || k[3] < INT32_MIN || k[3] > INT32_MAX)
-            ? KVC_E_NOENT
-            : kvc_pd_lookup(seg, (int32_t)k[0], (int32_t)k[1], (int32_t)k[2], (int32_t)k[3], &pr);
+    kvc_err e;
+    if (k[0] < INT32_MIN || k[0] > INT32_MAX || k[1] < INT32_MIN || k[1] > INT32_MAX ||
+        k[2] < INT32_MIN || k[2] > INT32_MAX || k[3] < INT32_MIN || k[3] > INT32_MAX)
+        e = KVC_E_NOENT;
+    else if (!src.remote)
+        e = kvc_pd_lookup(seg, (int32_t)k[0], (int32_t)k[1], (int32_t)k[2], (int32_t)k[3], &pr);
+    else if (pd_mirror_lookup(src.mirror, src.node, (int32_t)k[0], (int32_t)k[1], (int32_t)k[2],
+                              (int32_t)k[3], &pr))
+        e = KVC_E_NOENT;
+    else
+        e = pr.withdrawn ? KVC_E_WITHDRAWN : KVC_OK;
     if (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN) {
         char why[KVC_NOTE_MAX + 32] = "";
         if (e == KVC_E_WITHDRAWN)
             snprintf(why, sizeof why, " (withdrawn: %s)", pr.note);
-        text(out, req, 404, CT_TEXT_AIO, NULL,
+        text(out, req, 404, CT_TEXT_AIO, extra,
              "Bootstrap info not found for dp_rank=%s cp_rank=%s tp_rank=%s pp_rank=%s%s", v[0],
              v[1], v[2], v[3], why);
         return;
@@ -379,7 +456,7 @@ static void get_route(kvc_segment *seg, const struct http_req *req, struct buf *
         json_object_set_new(o, "rank_ip", json_string(pr.rank_ip));
         json_object_set_new(o, "rank_port", json_integer(pr.rank_port));
     }
-    json_answer(out, req, o);
+    json_answer(out, req, o, extra);
 }
 
 /* ---- room -> DP rank ------------------------------------------------- */
@@ -442,7 +519,7 @@ static void query_dp_ranks(kvc_segment *seg, const struct http_req *req, struct 
             json_object_set_new(res, key, json_integer(dp));
         }
         if (res)
-            json_answer(out, req, res);
+            json_answer(out, req, res, NULL);
     }
     json_decref(root);
 }
@@ -458,14 +535,15 @@ int pd_path(const char *path, size_t len)
     return 0;
 }
 
-void pd_dispatch(kvc_segment *seg, const struct http_req *req, struct buf *out)
+void pd_dispatch(kvc_segment *seg, struct cluster *cluster, const struct http_req *req,
+                 struct buf *out)
 {
     int p = pd_path(req->path, req->path_len);
     if (p == 1) {
         if (req->method == HTTP_PUT)
             put_route(seg, req, out);
         else if (req->method == HTTP_GET)
-            get_route(seg, req, out);
+            get_route(seg, cluster, req, out);
         else
             text(out, req, 405, CT_JSON_AIO, NULL, "Method not allowed");
         return;

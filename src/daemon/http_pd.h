@@ -18,7 +18,11 @@
  * /register_dp_rank, /query_dp_ranks). */
 int pd_path(const char *path, size_t len);
 
-/* Answer req (a PD path) into out. */
-void pd_dispatch(kvc_segment *seg, const struct http_req *req, struct buf *out);
+struct cluster;
+
+/* Answer req (a PD path) into out.  cluster: the cluster view (--etcd),
+ * whose mirrored PD tables GET /route may answer from, or NULL. */
+void pd_dispatch(kvc_segment *seg, struct cluster *cluster, const struct http_req *req,
+                 struct buf *out);
 
 #endif /* KVC_HTTP_PD_H */

@@ -249,7 +249,7 @@ static enum route_rc route_pd(struct routes *r, struct route_slot *s, const stru
                               struct buf *out)
 {
     (void)s;
-    pd_dispatch(r->seg, req, out);
+    pd_dispatch(r->seg, r->cluster, req, out);
     return ROUTE_DONE;
 }
 

@@ -16,3 +16,11 @@ add_test(NAME cluster_nodes
           --worker $<TARGET_FILE:kvcoord-worker> --probe $<TARGET_FILE:cluster_probe>
           --diag $<TARGET_FILE:kvcoord-diag> ${KVC_CLUSTER_PY})
 set_tests_properties(cluster_nodes PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77 TIMEOUT 600)
+
+# The PD bootstrap tables across nodes (issue 23): a prefill's table on node
+# A answered by node B's GET /route, withdrawals, A killed, etcd frozen,
+# two prefill nodes, kvcoord-diag pd --etcd.
+add_test(NAME cluster_pd
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_pd_cluster.py --daemon $<TARGET_FILE:kvcoordd>
+          --diag $<TARGET_FILE:kvcoord-diag>)
+set_tests_properties(cluster_pd PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -1,12 +1,16 @@
 /*
  * diag_pd.c - `kvcoord-diag pd`: the PD bootstrap tables (kvcoord/pd.h) that
  * kvcoordd serves as sglang's PD bootstrap server: the topology, readiness
- * and every prefill rank entry.
+ * and every prefill rank entry; with --etcd, every node's table as the
+ * cluster view publishes it (pd/<node>, pd_record.h), read from etcd.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "diag.h"
+#include "etcd_client.h"
 #include "kvcoord/pd.h"
+#include "pd_record.h"
 
 static const char pd_help[] =
     "DESCRIPTION\n"
@@ -20,8 +24,17 @@ static const char pd_help[] =
     "answers from these tables.  pd takes the\n"
     "  segment's PD lock (bounded by --lock-timeout).\n"
     "\n"
+    "  With --etcd, also every node's table as kvcoordd --etcd publishes it in\n"
+    "  etcd (/kvcoord/CLUSTER/pd/NODE; a node publishes its table while it has a\n"
+    "  topology), each shown with its node: the tables a decode node's kvcoordd\n"
+    "  answers GET /route from when it has none of its own.\n"
+    "\n"
     "OPTIONS\n"
-    "  The global options only.\n"
+    "  --etcd URL[,URL...]        etcd client URLs (as kvcoordd --etcd)\n"
+    "  --cluster NAME             cluster name (default kvcoord)\n"
+    "  --etcd-user USER           authenticate as USER ...\n"
+    "  --etcd-password-file FILE  ... with the password on FILE's first line\n"
+    "  --etcd-cacert FILE, --etcd-cert FILE, --etcd-key FILE   TLS\n"
     "\n"
     "OUTPUT\n"
     "  --json: {\"schema\", \"command\": \"pd\", \"segment\", \"topology\" (null before\n"
@@ -32,7 +45,12 @@ static const char pd_help[] =
     "  \"cp_rank\", \"tp_rank\", \"pp_rank\", \"rank_ip\", \"rank_port\", \"pid\", \"state\"\n"
     "  (live|withdrawn), \"note\", \"generation\", \"registered_ns\", \"registered_utc\" (its "
     "last\n"
-    "  change: registration or withdrawal)}]}.\n";
+    "  change: registration or withdrawal)}]}; with --etcd also \"cluster\": [{\"node\",\n"
+    "  \"url\", \"topology\", \"expected\", \"registered\", \"withdrawn\", \"ready\",\n"
+    "  \"ranks\" (as above), or \"error\" for a record that is not usable}].\n"
+    "\n"
+    "EXIT STATUS\n"
+    "  0 read; 2 the segment cannot be read, or (--etcd) etcd cannot be read.\n";
 
 static kvc_pd_rank *fetch(kvc_segment *seg, size_t *n)
 {
@@ -86,10 +104,12 @@ static json_t *rank_json(const kvc_pd_rank *p)
     return o;
 }
 
-static void pd_text(const diag *d, const kvc_pd_status *st, const kvc_pd_rank *p, size_t n)
+/* One table in text: its heading names `what` (the segment, or a node). */
+static void pd_text(const char *what, const kvc_pd_status *st, const kvc_pd_rank *p, size_t n,
+                    int rooms)
 {
     if (!st->has_topology)
-        printf("PD bootstrap table of %s: no prefill rank registered\n", d->segment);
+        printf("PD bootstrap table of %s: no prefill rank registered\n", what);
     else {
         char page[16] = "none", port[16] = "none";
         if (st->has_page_size)
@@ -98,11 +118,12 @@ static void pd_text(const diag *d, const kvc_pd_status *st, const kvc_pd_rank *p
             snprintf(port, sizeof port, "%d", (int)st->prefill_http_port);
         printf("PD bootstrap table of %s: %s, %u of %u ranks registered (tp %d x cp %d x dp %d x "
                "pp %d), page size %s, kv cache dtype %s, prefill http port %s\n",
-               d->segment, st->ready ? "ready" : "NOT READY", st->registered, st->expected,
+               what, st->ready ? "ready" : "NOT READY", st->registered, st->expected,
                st->attn_tp_size, st->attn_cp_size, st->dp_size, st->pp_size, page,
                st->has_kv_cache_dtype ? st->kv_cache_dtype : "none", port);
     }
-    printf("rooms in the room -> DP rank map: %u\n", st->rooms);
+    if (rooms)
+        printf("rooms in the room -> DP rank map: %u\n", st->rooms);
     if (!n)
         return;
     static const char *const head[] = {"DP",      "CP",  "TP",    "PP",
@@ -118,9 +139,110 @@ static void pd_text(const diag *d, const kvc_pd_status *st, const kvc_pd_rank *p
     diag_table_print(t, stdout, 0);
 }
 
+struct pd_opts {
+    const char *etcd, *cluster, *user, *pwfile, *cacert, *cert, *key;
+};
+
+enum { O_ETCD = 1000, O_CLUSTER, O_USER, O_PW, O_CA, O_CERT, O_KEY };
+
+static int pd_opt(void *ctx, int opt, const char *arg)
+{
+    struct pd_opts *o = ctx;
+    switch (opt) {
+    case O_ETCD: o->etcd = arg; return 0;
+    case O_CLUSTER: o->cluster = arg; return 0;
+    case O_USER: o->user = arg; return 0;
+    case O_PW: o->pwfile = arg; return 0;
+    case O_CA: o->cacert = arg; return 0;
+    case O_CERT: o->cert = arg; return 0;
+    case O_KEY: o->key = arg; return 0;
+    default: return -1;
+    }
+}
+
+static json_t *table_json(const kvc_pd_status *st, const kvc_pd_rank *p, size_t n)
+{
+    json_t *o = json_object(), *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, rank_json(&p[i]));
+    json_object_set_new(o, "topology", topology_json(st));
+    json_object_set_new(o, "expected", diag_jint(st->expected));
+    json_object_set_new(o, "registered", diag_jint(st->registered));
+    json_object_set_new(o, "withdrawn", diag_jint(st->withdrawn));
+    json_object_set_new(o, "ready", json_boolean(st->ready));
+    json_object_set_new(o, "ranks", arr);
+    return o;
+}
+
+/* Every node's table in etcd: into doc's "cluster" (--json) or printed.
+ * Returns an exit status. */
+static int etcd_tables(diag *d, const struct pd_opts *o, json_t *doc)
+{
+    struct etcd_conf conf = {.endpoints = o->etcd,
+                             .user = o->user,
+                             .password_file = o->pwfile,
+                             .cacert = o->cacert,
+                             .cert = o->cert,
+                             .key = o->key,
+                             .timeout_ms = 2000};
+    char err[512], prefix[200];
+    etcd *c;
+    if (etcd_open(&conf, &c, err, sizeof err)) {
+        fprintf(stderr, "%s pd: %s\n", d->prog, err);
+        return DIAG_EXIT_BROKEN;
+    }
+    snprintf(prefix, sizeof prefix, "/kvcoord/%s/pd/", o->cluster);
+    etcd_kv *kvs = NULL;
+    size_t n = 0;
+    if (etcd_range_prefix(c, prefix, &kvs, &n, NULL)) {
+        fprintf(stderr, "%s pd: cannot read %s from etcd: %s\n", d->prog, prefix, etcd_error(c));
+        etcd_close(c);
+        return DIAG_EXIT_BROKEN;
+    }
+    json_t *arr = json_array();
+    if (!d->json)
+        printf("\nPD prefill tables in etcd (%s): %zu\n", prefix, n);
+    for (size_t i = 0; i < n; i++) {
+        const char *node = kvs[i].key + strlen(prefix);
+        struct pd_table t;
+        const char *why = pd_record_decode(node, kvs[i].value, kvs[i].value_len, &t);
+        json_t *e = why ? json_object() : table_json(&t.st, t.ranks, t.n);
+        json_object_set_new(e, "node", diag_jstr(node));
+        json_object_set_new(e, "url", diag_jstr(why ? "" : t.url));
+        if (why)
+            json_object_set_new(e, "error", diag_jstr(why));
+        json_array_append_new(arr, e);
+        if (!d->json) {
+            char what[PD_NODE_MAX + PD_URL_MAX + 16];
+            snprintf(what, sizeof what, "node %s (%s)", node, why ? "?" : t.url);
+            printf("\n");
+            if (why)
+                printf("PD bootstrap table of %s: record not usable: %s\n", what, why);
+            else
+                pd_text(what, &t.st, t.ranks, t.n, 0);
+        }
+        pd_table_free(&t);
+    }
+    json_object_set_new(doc, "cluster", arr);
+    etcd_kvs_free(kvs, n);
+    etcd_close(c);
+    return DIAG_EXIT_OK;
+}
+
 static int run_pd(diag *d, int argc, char **argv)
 {
-    int rc = diag_parse_exit(diag_parse(d, &diag_cmd_pd, argc, argv, "", NULL, NULL, NULL));
+    static const struct option longopts[] = {
+        {"etcd", required_argument, NULL, O_ETCD},
+        {"cluster", required_argument, NULL, O_CLUSTER},
+        {"etcd-user", required_argument, NULL, O_USER},
+        {"etcd-password-file", required_argument, NULL, O_PW},
+        {"etcd-cacert", required_argument, NULL, O_CA},
+        {"etcd-cert", required_argument, NULL, O_CERT},
+        {"etcd-key", required_argument, NULL, O_KEY},
+        {0},
+    };
+    struct pd_opts o = {.cluster = "kvcoord"};
+    int rc = diag_parse_exit(diag_parse(d, &diag_cmd_pd, argc, argv, "", longopts, pd_opt, &o));
     if (rc >= 0)
         return rc;
     if (optind < argc) {
@@ -138,28 +260,30 @@ static int run_pd(diag *d, int argc, char **argv)
         kvc__close_reader(seg);
         return DIAG_EXIT_BROKEN;
     }
+    json_t *doc = diag_jdoc(d, "pd");
     if (d->json) {
-        json_t *doc = diag_jdoc(d, "pd"), *arr = json_array();
-        for (size_t i = 0; i < n; i++)
-            json_array_append_new(arr, rank_json(&p[i]));
-        json_object_set_new(doc, "topology", topology_json(&st));
-        json_object_set_new(doc, "expected", diag_jint(st.expected));
-        json_object_set_new(doc, "registered", diag_jint(st.registered));
-        json_object_set_new(doc, "withdrawn", diag_jint(st.withdrawn));
-        json_object_set_new(doc, "ready", json_boolean(st.ready));
+        json_t *t = table_json(&st, p, n);
+        json_object_update(doc, t);
+        json_decref(t);
         json_object_set_new(doc, "rooms", diag_jint(st.rooms));
-        json_object_set_new(doc, "ranks", arr);
-        diag_jprint(doc);
     } else {
-        pd_text(d, &st, p, n);
+        pd_text(d->segment, &st, p, n, 1);
     }
     free(p);
     kvc__close_reader(seg);
-    return DIAG_EXIT_OK;
+    rc = o.etcd ? etcd_tables(d, &o, doc) : DIAG_EXIT_OK;
+    if (d->json && rc == DIAG_EXIT_OK)
+        diag_jprint(doc);
+    else
+        json_decref(doc);
+    return rc;
 }
 
 const diag_cmd diag_cmd_pd = {
-    "pd",   "PD bootstrap tables: prefill topology, readiness, prefill ranks, room map size",
-    "pd",   pd_help,
+    "pd",
+    "PD bootstrap tables: prefill topology, readiness, prefill ranks, room map size; with --etcd "
+    "every node's",
+    "pd [--etcd URL[,URL...]] [--cluster NAME] [--etcd-user U --etcd-password-file F]",
+    pd_help,
     run_pd,
 };
