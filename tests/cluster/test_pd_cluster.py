@@ -157,9 +157,11 @@ class Mirror(Base):
                                                 "(0 workers registered)."))
         for tp, dp in ((1, 0), (0, 1), (0, 0)):  # out of order
             self.register(a, registration(tp, dp))
-        ans, took = self.mirrored(b, "A", status=503)
-        print("3 of 4 ranks registered on A: on B after %.3f s" % took)
-        self.assertEqual(ans[2], "Prefill server not fully registered yet (3 workers registered).")
+        three = "Prefill server not fully registered yet (3 workers registered)."
+        t0 = time.monotonic()
+        self.until(lambda: get(b, TOPOLOGY) == (503, "text/plain; charset=utf-8", three, "A"),
+                   "B answering A's 503 for 3 of 4 ranks")
+        print("3 of 4 ranks registered on A: on B after %.3f s" % (time.monotonic() - t0))
         child = self.register_in_child(a, registration(1, 1, ip="10.9.9.9", port=17999))
         (st, ct, body, _), took = self.mirrored(b, "A")
         print("4th rank (its own process) registered on A: B ready after %.3f s" % took)
