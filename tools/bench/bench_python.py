@@ -323,26 +323,36 @@ def failure_round(n):
 
     sent = []
     with kvcoord.Segment(name, rank=0) as seg:
+        done = None  # the room failed last, released once the waiter is ready again
         for i in range(n):
             for kind in order(i):
+                # After its signal the failer goes straight back to ready() for
+                # both kinds: its own bookkeeping (this rank's room_release, the
+                # next room_open) runs while the waiter is known to be waiting,
+                # never between the signal and the waiter's wake-up (with both
+                # processes on one CPU it would delay the waiter by its length).
+                ready()
+                if done is not None:
+                    seg.room_release(done, 0)
+                    done = None
                 if kind == "kv":
                     room = base + i
                     seg.room_open(room, 0, 2)
-                    ready()
                     time.sleep(0.0005)  # let the waiter reach its futex wait
                     sent.append(time.monotonic_ns())
                     seg.room_fail(room, 0, "ibv_post_send: transport retry counter exceeded", 12)
-                    seg.room_release(room, 0)
+                    done = room
                 else:
-                    ready()
                     time.sleep(0.0005)  # let the waiter reach its read
                     os.write(go_w, str(time.monotonic_ns()).encode())
-    data = b""
-    while True:
-        c = os.read(res_r, 1 << 20)
-        if not c:
-            break
-        data += c
+        data = b""
+        while True:
+            c = os.read(res_r, 1 << 20)
+            if not c:
+                break
+            data += c
+        if done is not None:
+            seg.room_release(done, 0)
     _, status = os.waitpid(pid, 0)
     for fd in (ready_r, go_w, res_r):
         os.close(fd)

@@ -7,7 +7,7 @@
  * shared page; the waiter notes when it returned.  --rounds rounds; median
  * and p99 in us.  Baseline in the same run: the same two processes, the
  * waiter blocked in read() on a pipe and woken by a one-byte write - the
- * cost of a bare cross-process wake-up.
+ * cost of a bare cross-process wake-up.  The two kinds of sample alternate.
  *
  * ops: P processes (1, 2 and 8), each cycling rooms of its own: open,
  * 3 state updates (WaitingForInput, Transferring, Success), one poll
@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,11 @@ static kvc_segment *open_seg(const char *name, kvc_open_mode mode)
     return s;
 }
 
+/* Sample k of 2 x rounds: a room failure or a pipe wake-up.  The two kinds
+ * alternate, and which goes first alternates with each pair, so neither gets
+ * the warmer (or the colder) half of the run. */
+static bool sample_is_room(size_t k) { return (k % 2 == 0) == (k / 2 % 2 == 0); }
+
 /* Waiter side of one propagation round: block until the room fails. */
 static void wait_round(kvc_segment *s, uint64_t room, int ready_fd, struct shared *sh, size_t i)
 {
@@ -118,10 +124,14 @@ static void run_propagation(const char *name, size_t rounds, double out[4])
     pid_t child = fork();
     if (child == 0) {
         kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
-        for (size_t i = 0; i < rounds; i++)
-            wait_round(s, 1000 + i, ready[1], sh, i);
-        for (size_t i = 0; i < rounds; i++) { /* baseline: bare pipe wake-ups */
+        for (size_t k = 0; k < 2 * rounds; k++) {
+            size_t i = k / 2;
             char c;
+            if (sample_is_room(k)) {
+                wait_round(s, 1000 + i, ready[1], sh, i);
+                continue;
+            }
+            /* baseline: a bare pipe wake-up */
             if (write(ready[1], "r", 1) != 1 || read(wake[0], &c, 1) != 1)
                 _exit(2);
             sh->lat[rounds + i] = kvc__mono_ns() - sh->t0;
@@ -131,13 +141,13 @@ static void run_propagation(const char *name, size_t rounds, double out[4])
     }
     kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH);
     char c;
-    for (size_t i = 0; i < 2 * rounds; i++) {
+    for (size_t k = 0; k < 2 * rounds; k++) {
         if (read(ready[0], &c, 1) != 1)
             break;
         usleep(200); /* let the waiter reach its futex (or read) */
         sh->t0 = kvc__mono_ns();
-        if (i < rounds)
-            kvc_room_fail(s, 1000 + i, 0, ETIMEDOUT, "bench: transfer timed out", NULL);
+        if (sample_is_room(k))
+            kvc_room_fail(s, 1000 + k / 2, 0, ETIMEDOUT, "bench: transfer timed out", NULL);
         else if (write(wake[1], "w", 1) != 1)
             break;
     }
