@@ -161,6 +161,32 @@ static kvc_err init_mutex(pthread_mutex_t *m)
     return KVC_OK;
 }
 
+/* Map [off, off+len) of the segment into this process now.  A failure's
+ * path writes the stripe's undo record and a failure-ring slot, and a page
+ * of either first touched there is a page fault inside kvc_room_fail(),
+ * before the waiters are woken (13 of a fresh segment's first 50 failures
+ * in bench_python.py's failure run).  These two tables are small (about 30
+ * and 80 pages), so every handle maps them at once; the room table
+ * (megabytes) is left to fault in as rooms are opened, off the failure
+ * path.  The pages exist already
+ * (kvc__reserve), so this allocates nothing; a kernel without
+ * MADV_POPULATE_WRITE (before 5.14) gets a read of each page instead. */
+static void prefault(kvc_segment *seg, uint64_t off, uint64_t len)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t lo = off / page * page, hi = ALIGN_UP(off + len, page);
+    if (hi > seg->size)
+        hi = seg->size / page * page;
+    if (lo >= hi)
+        return;
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(seg->base + lo, hi - lo, MADV_POPULATE_WRITE) == 0)
+        return;
+#endif
+    for (uint64_t o = lo; o < hi; o += page)
+        (void)*(volatile const unsigned char *)(seg->base + o);
+}
+
 static void bind_regions(kvc_segment *seg)
 {
     kvc_header *h = seg->hdr;
@@ -179,6 +205,8 @@ static void bind_regions(kvc_segment *seg)
     seg->pd = (kvc_pd_region *)(seg->base + h->pd_off);
     seg->bitmap = (_Atomic uint64_t *)(seg->base + h->bitmap_off);
     seg->arena = seg->base + h->arena_off;
+    prefault(seg, h->stripes_off, (uint64_t)KVC_ROOM_STRIPES * sizeof(kvc_room_stripe));
+    prefault(seg, h->failures_off, (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_slot));
 }
 
 static kvc_err map_fd(kvc_segment *seg, size_t size)
