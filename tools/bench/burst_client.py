@@ -9,15 +9,17 @@ Usage: burst_client.py --name NAME=HOST:PORT [--name ...] [--path P]
        burst_client.py --summary FILE
 
 Per round and server, on one established connection (GET PATH, keep-alive):
-  idle     100 requests, nothing else happening: p50 and p99;
+  idle     for about 1 s, nothing else happening, a request every ms (as
+           in trickle, so that both phases are paced alike): p50 and p99;
   burst    N sockets connect at once (non-blocking, as fast as the client
            can), then at once the next request on the established connection:
            its latency ("next"), and the worst of the 20 requests after it;
            the N sockets stay open and idle until the round ends;
-  trickle  for about 1 s, a thread keeps opening connections (up to
+  trickle  for about 1 s, another process keeps opening connections (up to
            --trickle of them) and feeds each a request header one byte every
-           50 ms (slow peers), while the established connection is timed:
-           p50 and p99.
+           50 ms (slow peers: other clients, so they never hold this
+           process's GIL), while the established connection is timed as in
+           idle: p50 and p99.
 A first round per server is run and not counted (warm-up).  The trickle
 p99 is also printed against the same server's idle p99.
 
@@ -31,10 +33,10 @@ the last one named (the baseline).  Figures are printed, never judged.
 """
 import argparse
 import json
+import multiprocessing
 import resource
 import socket
 import statistics
-import threading
 import time
 
 
@@ -86,9 +88,9 @@ def burst(addr, n):
     return socks
 
 
-def trickler(addr, limit, stop, out):
+def trickler(addr, limit, stop):
     """Open connections one after another (up to limit), each fed a header
-    byte every 50 ms by this thread, until stop is set."""
+    byte every 50 ms by this process, until stop is set; then close them."""
     head = b"GET /health HTTP/1.1\r\nHost: slow\r\nX-Pad: " + b"x" * 200
     socks, pos = [], []
     next_tick = time.perf_counter()
@@ -111,7 +113,8 @@ def trickler(addr, limit, stop, out):
                         pass
             next_tick = now + 0.05
         time.sleep(0.05)
-    out.extend(socks)
+    for s in socks:
+        s.close()
 
 
 def first_burst(addr, path, n_burst):
@@ -152,29 +155,33 @@ def summary(path):
                     statistics.median(b), statistics.median(a) / statistics.median(b)))
 
 
+def paced(c, seconds):
+    """Requests on c, one every ms or so, for about seconds: their latencies."""
+    out = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        out.append(c.one())
+        time.sleep(0.001)
+    return out
+
+
 def one_round(addr, path, n_burst, n_trickle):
     c = Conn(addr, path)
     for _ in range(50):
         c.one()
-    idle = [c.one() for _ in range(100)]
+    idle = paced(c, 1.0)
     socks = burst(addr, n_burst)
     nxt = c.one()
     after = [c.one() for _ in range(20)]
     for s in socks:
         s.close()
     time.sleep(0.3)
-    stop, tsocks = threading.Event(), []
-    t = threading.Thread(target=trickler, args=(addr, n_trickle, stop, tsocks))
+    stop = multiprocessing.Event()
+    t = multiprocessing.Process(target=trickler, args=(addr, n_trickle, stop))
     t.start()
-    trick = []
-    t_end = time.perf_counter() + 1.0
-    while time.perf_counter() < t_end:
-        trick.append(c.one())
-        time.sleep(0.001)
+    trick = paced(c, 1.0)
     stop.set()
     t.join()
-    for s in tsocks:
-        s.close()
     c.close()
     time.sleep(0.3)
     return {"idle_p50": pct(idle, 50), "idle_p99": pct(idle, 99), "next": nxt,
