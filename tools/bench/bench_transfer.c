@@ -116,6 +116,7 @@ static void parse(int argc, char **argv, bt_args *a)
                 fprintf(stderr, "--block must be 4K..64M\n");
                 exit(2);
             }
+            a->block_given = 1;
             break;
         case 'n': a->batch = (uint32_t)atoi(optarg); break;
         case 'c':

@@ -27,6 +27,7 @@ typedef struct bt_args {
     int rounds;     /* --rounds (compare), default 5 */
     int wset_given; /* --working-set was given (compare defaults it to 1) */
     int conns_given;
+    int block_given; /* --block was given (compare: that block only) */
 } bt_args;
 
 /* What one measurement gave. */
@@ -47,12 +48,22 @@ int bench_transfer_main(int argc, char **argv);
  * a failed room (res filled as far as it got). */
 int bench_transfer_run(const bt_args *a, bt_result *res);
 
-/* --compare (bench_transfer_cmp.c): a->rounds rounds of iperf3 -c against
- * an iperf3 -s it starts, the engine with splice on (a->splice_min, or
- * 256 KiB) and off; the engine's figure is the one its default
- * tcp_splice_min selects.  Prints each round and the medians.  Exit status as bench_transfer_main's, or 77 when iperf3 is
+/* --compare (bench_transfer_cmp.c): at a->block if a->block_given, else at
+ * 1 MiB and 4 MiB, a->rounds rounds of iperf3 -c against an iperf3 -s it
+ * starts, the send/recv loop at the block (bench_sock_run), the engine
+ * with splice on (a->splice_min, or 256 KiB) and off; the engine's figure
+ * is the one its default tcp_splice_min selects.  Prints each round and
+ * the medians per block.  Exit status as bench_transfer_main's, or 77 when iperf3 is
  * missing (or its server did not start). */
 int bench_transfer_compare(const bt_args *a);
+
+/* The same-block baseline of --compare (bench_sock.c): a plain blocking
+ * send() loop of one a->block-sized buffer over one loopback TCP
+ * connection to a forked receiver recv()ing into one such buffer, for
+ * a->duration seconds (pinned as a->pin_send / pin_recv).  *gbs: bytes
+ * received per second (1e9); *cpu_s_per_gb: CPU seconds of both
+ * processes per GB.  0, or -1 (said why on stderr). */
+int bench_sock_run(const bt_args *a, double *gbs, double *cpu_s_per_gb);
 
 /* The two subcommands' synopsis lines, for kvcoord-bench --help. */
 void bench_transfer_usage(FILE *out);

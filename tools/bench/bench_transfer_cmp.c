@@ -2,18 +2,23 @@
  * bench_transfer_cmp.c - `kvcoord-bench transfer --compare`: the engine's
  * TCP path side by side with iperf3 in one run (bench_transfer.h).
  *
- * Each round measures, in an order rotated from round to round (so a drift
- * of the machine's load does not always favour the same column):
+ * Blocks: --block, or else 1 MiB and 4 MiB (the sizes issue 22's aim
+ * names).  Each round measures, at each block, in an order rotated from
+ * round to round (so a drift of the machine's load does not always favour
+ * the same column):
  *   - iperf3 -c 127.0.0.1 -P1 -l min(block, 1 MiB) against an iperf3 -s this
  *     command starts (iperf3 refuses -l above 1 MiB);
+ *   - the send/recv loop at the block itself (bench_sock.c): iperf3's loop
+ *     where iperf3 cannot go, the same-block baseline;
  *   - the engine with splice on (--splice-min, default 256 KiB or the block
  *     size if smaller, so that every payload goes by splice);
  *   - the engine with splice off (tcp_splice_min 0).
  * The engine's figure is the one of the pair its default tcp_splice_min
- * selects (kvt_options_init).  Then the medians over the rounds: GB/s,
- * CPU seconds (both processes) per GB, and the median of the per-round
- * ratios engine / iperf3.  By default one connection and the same working
- * set as iperf3 (one block on each side), the like-for-like comparison.
+ * selects (kvt_options_init).  Then per block the medians over the rounds:
+ * GB/s, CPU seconds (both processes) per GB, and the medians of the
+ * per-round ratios engine / iperf3 and engine / loop.  By default one
+ * connection and the same working set as iperf3 (one block on each side),
+ * the like-for-like comparison.
  */
 #include <jansson.h>
 #include <math.h>
@@ -81,12 +86,30 @@ static pid_t iperf3_server(int *port)
     return -1;
 }
 
+/* iperf3's write size for a block: iperf3 refuses -l above 1 MiB. */
+static uint64_t iperf3_len(const bt_args *a)
+{
+    return a->block < (1u << 20) ? a->block : (1u << 20);
+}
+
+/* "1M", "64K" or the byte count, for the rounds' table. */
+static const char *size_label(uint64_t n, char *buf, size_t cap)
+{
+    if (n >= (1u << 20) && !(n & ((1u << 20) - 1)))
+        snprintf(buf, cap, "%lluM", (unsigned long long)(n >> 20));
+    else if (n >= 1024 && !(n & 1023))
+        snprintf(buf, cap, "%lluK", (unsigned long long)(n >> 10));
+    else
+        snprintf(buf, cap, "%llu", (unsigned long long)n);
+    return buf;
+}
+
 /* One iperf3 client run; 0, 1 (iperf3 said why: errbuf) or -1. */
 static int iperf3_once(const bt_args *a, int port, cmp_fig *out, char *errbuf, size_t cap)
 {
     char cmd[256], aff[32] = "";
     int secs = (int)ceil(a->duration);
-    uint64_t len = a->block < (1u << 20) ? a->block : (1u << 20);
+    uint64_t len = iperf3_len(a);
     if (a->pin_send >= 0)
         snprintf(aff, sizeof aff, " -A %d,%d", a->pin_send, a->pin_recv);
     snprintf(cmd, sizeof cmd, "iperf3 -c 127.0.0.1 -p %d -t %d -l %llu%s -J", port,
@@ -148,14 +171,90 @@ static int cmp_dbl(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-static double median(double *v, int n)
+/* Per block and round, CMP_COLS figures: GB/s and CPU s/GB of iperf3, the
+ * send/recv loop, splice on, splice off; then the engine / iperf3 and the
+ * engine / loop ratios of the round. */
+enum { C_IP, C_SOCK, C_ON, C_OFF, C_IPCPU, C_SOCKCPU, C_ONCPU, C_OFFCPU, C_RIP, C_RSOCK, CMP_COLS };
+
+/* Median of column c of n rows of CMP_COLS (scratch: n doubles). */
+static double median_col(const double *v, int n, int c, double *scratch)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    for (int r = 0; r < n; r++)
+        scratch[r] = v[r * CMP_COLS + c];
+    qsort(scratch, (size_t)n, sizeof *scratch, cmp_dbl);
+    return n % 2 ? scratch[n / 2] : (scratch[n / 2 - 1] + scratch[n / 2]) / 2;
+}
+
+/* One round at one block: the four measurements in an order rotated by
+ * the round.  0, or -1 (said why on stderr). */
+static int cmp_round(const bt_args *a, int port, int64_t on, int default_on, int r, double *row)
+{
+    cmp_fig f[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    uint64_t spl_on = 0, spl_off = 0;
+    for (int k = 0; k < 4; k++) {
+        int which = (k + r) % 4, rc;
+        if (which == 0)
+            rc = iperf3_run(a, port, &f[0]);
+        else if (which == 1)
+            rc = bench_sock_run(a, &f[1].gbs, &f[1].cpu);
+        else if (which == 2)
+            rc = engine_run(a, on, &f[2], &spl_on);
+        else
+            rc = engine_run(a, 0, &f[3], &spl_off);
+        if (rc)
+            return -1;
+    }
+    if (!spl_on || spl_off)
+        fprintf(stderr,
+                "kvcoord-bench: round %d: %llu bytes spliced with splice on, %llu "
+                "with it off\n",
+                r + 1, (unsigned long long)spl_on, (unsigned long long)spl_off);
+    double eng = default_on ? f[2].gbs : f[3].gbs;
+    for (int i = 0; i < 4; i++) {
+        row[C_IP + i] = f[i].gbs;
+        row[C_IPCPU + i] = f[i].cpu;
+    }
+    row[C_RIP] = f[0].gbs > 0 ? eng / f[0].gbs : 0;
+    row[C_RSOCK] = f[1].gbs > 0 ? eng / f[1].gbs : 0;
+    return 0;
+}
+
+static void cmp_summary(const bt_args *a, const double *v, int n, int default_on)
+{
+    double m[CMP_COLS], *scratch = malloc((size_t)n * sizeof *scratch);
+    if (!scratch)
+        return;
+    for (int c = 0; c < CMP_COLS; c++)
+        m[c] = median_col(v, n, c, scratch);
+    free(scratch);
+    double eng = default_on ? m[C_ON] : m[C_OFF], engcpu = default_on ? m[C_ONCPU] : m[C_OFFCPU];
+    printf("block %llu, median of %d rounds: iperf3 %.2f GB/s; send/recv loop %.2f GB/s; "
+           "engine (default, splice %s) %.2f GB/s = %.2fx iperf3, %.2fx the loop (medians of "
+           "the rounds' ratios); splice on %.2f / off %.2f GB/s (on/off %.2fx); CPU s/GB "
+           "iperf3 %.3f, loop %.3f, engine %.3f (splice on %.3f, off %.3f)\n",
+           (unsigned long long)a->block, n, m[C_IP], m[C_SOCK], default_on ? "on" : "off", eng,
+           m[C_RIP], m[C_RSOCK], m[C_ON], m[C_OFF], m[C_OFF] > 0 ? m[C_ON] / m[C_OFF] : 0,
+           m[C_IPCPU], m[C_SOCKCPU], engcpu, m[C_ONCPU], m[C_OFFCPU]);
+    if (a->json)
+        printf("{\"mode\":\"compare\",\"block\":%llu,\"iperf3_block\":%llu,\"working_set\":%u,"
+               "\"conns\":%u,\"rounds\":%d,\"iperf3_gb_per_s\":%.3f,\"engine_gb_per_s\":%.3f,"
+               "\"ratio\":%.3f,\"splice_on_gb_per_s\":%.3f,\"splice_off_gb_per_s\":%.3f,"
+               "\"sock_gb_per_s\":%.3f,\"ratio_sock\":%.3f,"
+               "\"cpu_s_per_gb_iperf3\":%.3f,\"cpu_s_per_gb_sock\":%.3f,"
+               "\"cpu_s_per_gb_splice_on\":%.3f,\"cpu_s_per_gb_splice_off\":%.3f,"
+               "\"default_splice\":%s}\n",
+               (unsigned long long)a->block, (unsigned long long)iperf3_len(a), a->wset, a->conns,
+               n, m[C_IP], eng, m[C_RIP], m[C_ON], m[C_OFF], m[C_SOCK], m[C_RSOCK], m[C_IPCPU],
+               m[C_SOCKCPU], m[C_ONCPU], m[C_OFFCPU], default_on ? "true" : "false");
 }
 
 int bench_transfer_compare(const bt_args *a)
 {
+    /* Without --block: 1 MiB and 4 MiB, the sizes the aim names. */
+    uint64_t blocks[2] = {1u << 20, 4u << 20};
+    int nb = a->block_given ? 1 : 2;
+    if (a->block_given)
+        blocks[0] = a->block;
     int port;
     pid_t srv = iperf3_server(&port);
     if (srv < 0) {
@@ -165,77 +264,51 @@ int bench_transfer_compare(const bt_args *a)
     }
     kvt_options o;
     kvt_options_init(&o);
-    /* splice on: every payload of the block's size goes by splice */
-    int64_t on = a->splice_min > 0                    ? a->splice_min
-                 : a->block < (uint64_t)CMP_SPLICE_ON ? (int64_t)a->block
-                                                      : CMP_SPLICE_ON;
     int default_on = o.tcp_splice_min != 0;
     int n = a->rounds, rc = 0;
-    double *v = calloc((size_t)n * 8, sizeof *v); /* per round: ip, on, off, cpu x3, ratio */
+    double *v = calloc((size_t)n * nb * CMP_COLS, sizeof *v);
     if (!v) {
         kill(srv, SIGKILL);
         waitpid(srv, NULL, 0);
         return 1;
     }
-    printf("transfer --compare: block %llu, batch %u, working set %u, conns %u, depth %u, "
-           "%.1f s per run; engine default tcp_splice_min %u (%s); splice on = %lld bytes\n",
-           (unsigned long long)a->block, a->batch, a->wset, a->conns, a->depth, a->duration,
-           o.tcp_splice_min, default_on ? "on" : "off", (long long)on);
-    printf("%-5s %8s %8s %8s %8s   %s\n", "round", "iperf3", "spl-on", "spl-off", "ratio",
-           "CPU s/GB iperf3 / on / off");
-    for (int r = 0; r < n && !rc; r++) {
-        cmp_fig f[3] = {{0, 0}, {0, 0}, {0, 0}};
-        uint64_t spl_on = 0, spl_off = 0;
-        for (int k = 0; k < 3 && !rc; k++) {
-            int which = (k + r) % 3;
-            if (which == 0)
-                rc = iperf3_run(a, port, &f[0]);
-            else if (which == 1)
-                rc = engine_run(a, on, &f[1], &spl_on);
-            else
-                rc = engine_run(a, 0, &f[2], &spl_off);
-        }
-        if (rc)
-            break;
-        if (!spl_on || spl_off)
-            fprintf(stderr,
-                    "kvcoord-bench: round %d: %llu bytes spliced with splice on, %llu "
-                    "with it off\n",
-                    r + 1, (unsigned long long)spl_on, (unsigned long long)spl_off);
-        double eng = default_on ? f[1].gbs : f[2].gbs;
-        double *row = v + r * 7;
-        row[0] = f[0].gbs, row[1] = f[1].gbs, row[2] = f[2].gbs;
-        row[3] = f[0].cpu, row[4] = f[1].cpu, row[5] = f[2].cpu;
-        row[6] = f[0].gbs > 0 ? eng / f[0].gbs : 0;
-        printf("%-5d %8.2f %8.2f %8.2f %7.2fx   %.3f / %.3f / %.3f\n", r + 1, row[0], row[1],
-               row[2], row[6], row[3], row[4], row[5]);
-        fflush(stdout);
+    bt_args b[2];
+    int64_t on[2];
+    for (int k = 0; k < nb; k++) {
+        b[k] = *a;
+        b[k].block = blocks[k];
+        /* splice on: every payload of the block's size goes by splice */
+        on[k] = a->splice_min > 0                     ? a->splice_min
+                : blocks[k] < (uint64_t)CMP_SPLICE_ON ? (int64_t)blocks[k]
+                                                      : CMP_SPLICE_ON;
+        printf("transfer --compare: block %llu (iperf3 -l %llu), batch %u, working set %u, "
+               "conns %u, depth %u, %.1f s per run; engine default tcp_splice_min %u (%s); "
+               "splice on = %lld bytes\n",
+               (unsigned long long)blocks[k], (unsigned long long)iperf3_len(&b[k]), a->batch,
+               a->wset, a->conns, a->depth, a->duration, o.tcp_splice_min,
+               default_on ? "on" : "off", (long long)on[k]);
     }
+    printf("%-5s %-6s %7s %7s %7s %7s %7s %7s   %s\n", "round", "block", "iperf3", "loop", "spl-on",
+           "spl-off", "/iperf3", "/loop", "CPU s/GB iperf3 / loop / on / off");
+    for (int r = 0; r < n && !rc; r++)
+        for (int k = 0; k < nb && !rc; k++) {
+            double *row = v + ((size_t)k * n + r) * CMP_COLS;
+            char lab[24];
+            rc = cmp_round(&b[k], port, on[k], default_on, r, row);
+            if (rc)
+                break;
+            printf("%-5d %-6s %7.2f %7.2f %7.2f %7.2f %6.2fx %6.2fx   %.3f / %.3f / %.3f / "
+                   "%.3f\n",
+                   r + 1, size_label(blocks[k], lab, sizeof lab), row[C_IP], row[C_SOCK], row[C_ON],
+                   row[C_OFF], row[C_RIP], row[C_RSOCK], row[C_IPCPU], row[C_SOCKCPU], row[C_ONCPU],
+                   row[C_OFFCPU]);
+            fflush(stdout);
+        }
     kill(srv, SIGTERM);
     waitpid(srv, NULL, 0);
-    if (!rc) {
-        double m[7], *col = v + (size_t)n * 7; /* scratch: the 8th column */
-        int k = n;
-        for (int c = 0; c < 7; c++) {
-            for (int r = 0; r < k; r++)
-                col[r] = v[r * 7 + c];
-            m[c] = median(col, k);
-        }
-        printf("median of %d rounds: iperf3 %.2f GB/s; engine (default, splice %s) %.2f GB/s, "
-               "%.2fx iperf3 (median of the ratios); splice on %.2f / off %.2f GB/s "
-               "(on/off %.2fx); CPU s/GB iperf3 %.3f, splice on %.3f, off %.3f\n",
-               k, m[0], default_on ? "on" : "off", default_on ? m[1] : m[2], m[6], m[1], m[2],
-               m[2] > 0 ? m[1] / m[2] : 0, m[3], m[4], m[5]);
-        if (a->json)
-            printf("{\"mode\":\"compare\",\"block\":%llu,\"working_set\":%u,\"conns\":%u,"
-                   "\"rounds\":%d,\"iperf3_gb_per_s\":%.3f,\"engine_gb_per_s\":%.3f,"
-                   "\"ratio\":%.3f,\"splice_on_gb_per_s\":%.3f,\"splice_off_gb_per_s\":%.3f,"
-                   "\"cpu_s_per_gb_iperf3\":%.3f,\"cpu_s_per_gb_splice_on\":%.3f,"
-                   "\"cpu_s_per_gb_splice_off\":%.3f,\"default_splice\":%s}\n",
-                   (unsigned long long)a->block, a->wset, a->conns, k, m[0],
-                   default_on ? m[1] : m[2], m[6], m[1], m[2], m[3], m[4], m[5],
-                   default_on ? "true" : "false");
-    }
+    if (!rc)
+        for (int k = 0; k < nb; k++)
+            cmp_summary(&b[k], v + (size_t)k * n * CMP_COLS, n, default_on);
     free(v);
     return rc ? 1 : 0;
 }
