@@ -71,7 +71,8 @@ enum kvt_op {
     KVT_OP_SEND,
     KVT_OP_RECV,
     KVT_OP_CANCEL,
-    KVT_OP_SPLICE, /* pipe -> socket, a large payload's chunk (xfer_tcp.c) */
+    KVT_OP_SPLICE, /* a spliced payload waits: POLLOUT on the socket, or a NOP
+                      carrying a splice(2) error (xfer_tcp.c) */
     KVT_OP_TIMER,
     KVT_OP_VERBS_CQ,   /* POLL_ADD on the completion channel's fd */
     KVT_OP_VERBS_ASYNC /* POLL_ADD on the device context's async event fd */
@@ -199,7 +200,7 @@ struct kvt_conn {
     int pipe_r, pipe_w; /* the connection's pipe, -1: none (yet, or closed) */
     bool pipe_failed;   /* none to be had: sendmsg only on this connection */
     bool spliced;       /* the socket may hold references to source pages */
-    bool splicing;      /* an IORING_OP_SPLICE of c is in flight */
+    int splice_err;     /* errno of a failed splice(2), reported by its NOP's CQE */
     uint32_t pipe_cap;  /* the pipe's size, bytes */
     uint32_t pipe_fill; /* bytes in the pipe, not yet spliced to the socket */
     /* receive side */

@@ -2,18 +2,24 @@
  * xfer_tcp.c - the tcp backend: the sockets under the connection layer
  * (xfer_conn.h), on io_uring.  Listen, accept and connect; sending a
  * connection's queued frames (batched sendmsg, short sends resumed, large
- * data payloads by splice); the socket's part of a close.  It calls the
- * connection layer only (and the engine's utilities): the handshake, the
- * receive path and the deadlines are shared code.
+ * data payloads by synchronous vmsplice + splice); the socket's part of a
+ * close.  It calls the connection layer only (and the engine's
+ * utilities): the handshake, the receive path and the deadlines are shared
+ * code.
  *
- * One SQE kind per operation (accept, connect, send, splice, cancel), each
- * with its handler; user_data is encoded with KVT_UD (operation, conn id).
+ * One SQE kind per operation (accept, connect, send, a splice's wait,
+ * cancel), each with its handler; user_data is encoded with KVT_UD
+ * (operation, conn id).
  * A recv's completion never comes here (kvt__conn_cqe sends it to
  * xfer_rx.c).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,15 +144,19 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
 /* Large payloads by vmsplice + splice.
  *
  * A data payload of at least o.tcp_splice_min bytes is not copied into the
- * socket: vmsplice() (synchronous: io_uring has no opcode for it) puts
- * references to its pages, at most the pipe's size at a time, into the
- * connection's pipe, and an IORING_OP_SPLICE moves them from the pipe to
- * the socket.  io_uring always runs a splice in an io-wq worker, as a
- * blocking call: with a blocking socket it waits there for send space
- * (SPLICE_F_NONBLOCK would not make it nonblocking towards the socket, and
- * the socket stays blocking for the other operations).  Headers and small
- * payloads in front of it go by sendmsg; one operation in flight per
- * connection stays the rule (kvt__tcp_kick).
+ * socket: vmsplice() puts references to its pages, at most the pipe's size
+ * at a time, into the connection's pipe, and splice() moves them from the
+ * pipe to the socket.  Both are synchronous calls in this thread, and
+ * nonblocking (the socket is made O_NONBLOCK when its pipe is created):
+ * the sender does the work itself, in the engine's thread, as it does for
+ * sendmsg.  (IORING_OP_SPLICE was used first: io_uring always runs a
+ * splice in an io-wq worker as a blocking call, a third thread to wake per
+ * chunk, which cost more than the copy it saved; docs/transfer.md,
+ * "Splice".)  When the socket is full, an IORING_OP_POLL_ADD for POLLOUT
+ * resumes the payload; a splice error is reported through an
+ * IORING_OP_NOP's completion, so that it is handled where a failed send
+ * is.  Headers and small payloads in front of it go by sendmsg; one
+ * operation in flight per connection stays the rule (kvt__tcp_kick).
  *
  * Page lifetime: the pipe and then the socket's skbs reference the
  * caller's pages, which may change under them (no SPLICE_F_GIFT: the pages
@@ -213,43 +223,102 @@ static bool pipe_get(kvt_engine *e, kvt_conn *c)
         c->pipe_failed = true;
         return false;
     }
+    /* splice(2) to the socket must not block this thread.  io_uring's own
+     * sends and recvs on it are unaffected: they wait by poll either way. */
+    int fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK)) {
+        close(p[0]);
+        close(p[1]);
+        c->pipe_failed = true;
+        return false;
+    }
     c->pipe_r = p[0];
     c->pipe_w = p[1];
     c->pipe_cap = (uint32_t)sz;
     return true;
 }
 
-/* The next chunk of the spliced payload at iov[iov_at]: vmsplice into the
- * empty pipe, then the splice of what the pipe holds (a short splice is
- * resumed from what is left in it).  false: vmsplice failed, the rest of
- * the batch goes by sendmsg (the pipe was empty: nothing is lost). */
-static bool splice_next(kvt_engine *e, kvt_conn *c)
+/* Wait for the spliced payload to go on: POLLOUT on the socket, or (err)
+ * a NOP whose completion reports the splice error. */
+static void splice_wait(kvt_engine *e, kvt_conn *c, int err)
 {
-    struct iovec *v = &c->iov[c->iov_at];
-    if (!c->pipe_fill) {
-        struct iovec chunk = {v->iov_base, v->iov_len < c->pipe_cap ? v->iov_len : c->pipe_cap};
-        ssize_t n = vmsplice(c->pipe_w, &chunk, 1, SPLICE_F_NONBLOCK);
-        if (n <= 0) {
-            kvt__log(e, KVT_LOG_DEBUG, "vmsplice: %s: sendmsg only on this connection",
-                     n < 0 ? strerror(errno) : "0 bytes");
-            pipe_close(c);
-            c->pipe_failed = true;
-            memset(c->iov_splice + c->iov_at, 0, (size_t)(c->niov - c->iov_at));
-            return false;
-        }
-        v->iov_base = (char *)v->iov_base + n;
-        v->iov_len -= (size_t)n;
-        c->pipe_fill = (uint32_t)n;
-        c->spliced = true;
-    }
     struct io_uring_sqe *s = kvt__sqe(e);
     if (!s)
-        return true;
-    io_uring_prep_splice(s, c->pipe_r, -1, c->fd, -1, c->pipe_fill, v->iov_len ? SPLICE_F_MORE : 0);
+        return;
+    if (err)
+        io_uring_prep_nop(s);
+    else
+        io_uring_prep_poll_add(s, c->fd, POLLOUT);
     io_uring_sqe_set_data64(s, KVT_UD(KVT_OP_SPLICE, c->id));
+    c->splice_err = err;
     c->ops++;
-    c->sending = c->splicing = true;
-    return true;
+    c->sending = true;
+}
+
+/* Move the spliced payload at iov[iov_at] into the socket as far as the
+ * socket takes it now: vmsplice the next chunk into the pipe when it is
+ * empty, splice the pipe's contents to the socket, again until the payload
+ * is all sent or the socket is full.  1: waiting (splice_wait), 0: the
+ * payload is sent, -1: vmsplice failed, the rest of the batch goes by
+ * sendmsg (the pipe was empty: nothing is lost). */
+static int splice_some_(kvt_engine *e, kvt_conn *c)
+{
+    struct iovec *v = &c->iov[c->iov_at];
+    for (;;) {
+        if (!c->pipe_fill) {
+            if (!v->iov_len)
+                return 0;
+            struct iovec chunk = {v->iov_base, v->iov_len < c->pipe_cap ? v->iov_len : c->pipe_cap};
+            ssize_t n = vmsplice(c->pipe_w, &chunk, 1, SPLICE_F_NONBLOCK);
+            if (n <= 0) {
+                kvt__log(e, KVT_LOG_DEBUG, "vmsplice: %s: sendmsg only on this connection",
+                         n < 0 ? strerror(errno) : "0 bytes");
+                pipe_close(c);
+                c->pipe_failed = true;
+                memset(c->iov_splice + c->iov_at, 0, (size_t)(c->niov - c->iov_at));
+                return -1;
+            }
+            v->iov_base = (char *)v->iov_base + n;
+            v->iov_len -= (size_t)n;
+            c->pipe_fill = (uint32_t)n;
+            c->spliced = true;
+        }
+        ssize_t n = splice(c->pipe_r, NULL, c->fd, NULL, c->pipe_fill,
+                           SPLICE_F_NONBLOCK | (v->iov_len ? SPLICE_F_MORE : 0));
+        if (n > 0 && (size_t)n <= c->pipe_fill) {
+            c->pipe_fill -= (uint32_t)n;
+            e->st.bytes_spliced += (uint64_t)n;
+            c->progress_ns = kvc__mono_ns();
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        splice_wait(e, c, n < 0 && errno == EAGAIN ? 0 : n < 0 ? errno : EPIPE);
+        return 1;
+    }
+}
+
+/* splice_some_ with SIGPIPE held off: splice(2) has no MSG_NOSIGNAL, and
+ * the library must not raise a signal (a closed socket gives EPIPE, and
+ * the SIGPIPE that came with it, if it was not pending before, is taken
+ * back).  The caller's signal mask is restored. */
+static int splice_some(kvt_engine *e, kvt_conn *c)
+{
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    bool masked = pthread_sigmask(SIG_BLOCK, &pipe_set, &old) == 0;
+    bool was_pending = masked && !sigpending(&pending) && sigismember(&pending, SIGPIPE);
+    int r = splice_some_(e, c);
+    if (masked) {
+        if (!was_pending && !sigpending(&pending) && sigismember(&pending, SIGPIPE)) {
+            const struct timespec zero = {0, 0};
+            while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    return r;
 }
 
 /* sendmsg of the iovecs from iov_at up to the next spliced payload. */
@@ -278,8 +347,13 @@ static bool send_next(kvt_engine *e, kvt_conn *c)
         c->iov_at++;
     if (c->iov_at == c->niov)
         return false;
-    if (c->iov_splice[c->iov_at] && splice_next(e, c))
-        return true;
+    if (c->iov_splice[c->iov_at]) {
+        int r = splice_some(e, c);
+        if (r > 0)
+            return true;
+        if (r == 0) /* sent: on to what follows it */
+            return send_next(e, c);
+    }
     submit_send(e, c);
     return true;
 }
@@ -372,16 +446,17 @@ static void handle_send(kvt_engine *e, kvt_conn *c, int res)
     send_continue(e, c); /* a short send resumes the remainder first */
 }
 
+/* The spliced payload's wait ended: the socket has room (res: the poll's
+ * mask), or the NOP of a splice error. */
 static void handle_splice(kvt_engine *e, kvt_conn *c, int res)
 {
     c->ops--;
-    c->splicing = false;
-    if (c->state == CS_CLOSING || res <= 0 || (uint32_t)res > c->pipe_fill) {
-        send_failed(e, c, res > 0 ? -EPIPE : res, "splice");
+    int err = c->splice_err;
+    c->splice_err = 0;
+    if (c->state == CS_CLOSING || res < 0 || err) {
+        send_failed(e, c, err ? -err : res, "splice");
         return;
     }
-    c->pipe_fill -= (uint32_t)res;
-    e->st.bytes_spliced += (uint64_t)res;
     send_continue(e, c);
 }
 
@@ -392,10 +467,7 @@ static void handle_splice(kvt_engine *e, kvt_conn *c, int res)
 void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
 {
     bool abort_sock = c->spliced && (c->sending || c->f_head);
-    /* While a splice is in flight its worker has yet to look up the pipe's
-     * fd (a reused number would be read instead): handle_splice closes it. */
-    if (!c->splicing)
-        pipe_close(c);
+    pipe_close(c); /* splices are synchronous: no operation reads the pipe */
     /* Wake every pending operation: shutdown() ends blocked recv/send, the
      * cancel covers a connect in progress.  The fd is closed only when the
      * last CQE is in (kvt__conn_maybe_free). */
