@@ -14,5 +14,10 @@ set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+# The tests run on Debian's multiarch libc6:arm64 (its loader is
+# /lib/ld-linux-aarch64.so.1, found without -L).  Not on the cross
+# toolchain's copy in /usr/aarch64-linux-gnu: under qemu-aarch64-static 7.2
+# with that loader (libc6-arm64-cross 2.36-8cross1, "-L /usr/aarch64-linux-gnu")
+# the child of every fork() spins before fork() returns in it.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
+#include "tu_probe.h"
 #include "internal.h"
 
 static const char *target;
@@ -171,6 +172,7 @@ static void crash_role_at(const char *name, const struct point *pt, uint32_t ran
 static void test_sigkill_role_tables(void **st)
 {
     (void)st;
+    TU_SKIP_UNLESS(tu_probe_robust());
     const char *name = tu_name();
     kvc_segment *owner = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
     for (int kind = 0; kind < 2; kind++)
@@ -186,6 +188,7 @@ static void test_sigkill_role_tables(void **st)
 static void test_sigkill_at_each_point(void **st)
 {
     (void)st;
+    TU_SKIP_UNLESS(tu_probe_robust());
     const char *name = tu_name();
     kvc_segment *owner = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
     for (size_t i = 0; i < sizeof points / sizeof *points; i++) {

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "testutil.h"
+#include "tu_probe.h"
 
 #define N 8
 #define ROOM 0x5eed00000000beefull
@@ -263,6 +264,8 @@ static void test_dead_participant_fails_room(void **st)
 static void test_watched_liveness_from_marks(void **st)
 {
     (void)st;
+    /* The marks name the child by the start time it recorded itself. */
+    TU_SKIP_UNLESS(tu_probe_self_stat());
     const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
     int fds[2];
@@ -406,6 +409,7 @@ static void crash_room_op(const char *name, const char *point, enum op op, int c
 static void test_crash_inside_room_updates(void **st)
 {
     (void)st;
+    TU_SKIP_UNLESS(tu_probe_robust());
     const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 128, 60000);
     assert_int_equal(kvc_room_open(s, 100, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);

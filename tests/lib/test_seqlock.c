@@ -17,10 +17,9 @@
  *          back by kvc_rank_lookup() (the double buffer's seqlock).
  *
  * Loops end when the writers have done their count, never on a clock.
- * KVC_TEST_SCALE=N divides the counts by N.  KVC_TEST_THREADS=1 runs the
- * words case alone, its writers and readers as threads of one process: the
- * arm64 cross build runs it so under qemu-user, whose separate processes
- * do not make atomic operations on shared memory atomic between them.
+ * KVC_TEST_SCALE=N divides the counts by N (the arm64 step of
+ * tools/kvcoord.sh test sets it: qemu-user runs the processes many times
+ * slower).
  * Readers also count the copies the seqlock rejected that were in fact
  * torn, to show the writers and readers did overlap (printed, not judged:
  * overlap depends on scheduling).
@@ -66,36 +65,10 @@ static void note_bad(struct tally *t, const char *fmt, ...)
     }
 }
 
-static bool threads; /* KVC_TEST_THREADS */
-
-struct thread_arg {
-    void (*fn)(int, void *);
-    int i;
-    void *arg;
-};
-
-static void *thread_main(void *p)
-{
-    struct thread_arg *t = p;
-    t->fn(t->i, t->arg);
-    return NULL;
-}
-
-static pthread_t tids[8];
-static struct thread_arg targs[8];
-static int nthreads;
-
-/* Fork n children running fn(i) (threads when threads is set); returns with
- * their pids in pids (0 for a thread). */
+/* Fork n children running fn(i); returns with their pids in pids. */
 static void spawn(pid_t *pids, int n, void (*fn)(int, void *), void *arg)
 {
-    for (int i = 0; threads && i < n; i++) {
-        targs[nthreads] = (struct thread_arg){fn, i, arg};
-        assert_int_equal(pthread_create(&tids[nthreads], NULL, thread_main, &targs[nthreads]), 0);
-        nthreads++;
-        pids[i] = 0;
-    }
-    for (int i = 0; !threads && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         pids[i] = fork();
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
@@ -107,9 +80,7 @@ static void spawn(pid_t *pids, int n, void (*fn)(int, void *), void *arg)
 
 static void reap(pid_t *pids, int n)
 {
-    for (; threads && nthreads > 0; nthreads--)
-        assert_int_equal(pthread_join(tids[nthreads - 1], NULL), 0);
-    for (int i = 0; !threads && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         int st = 0;
         assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
         assert_true(WIFEXITED(st));
@@ -404,12 +375,10 @@ int main(void)
     const char *sc = getenv("KVC_TEST_SCALE");
     if (sc && atoi(sc) > 0)
         scale = atoi(sc);
-    const char *th = getenv("KVC_TEST_THREADS");
-    threads = th && !strcmp(th, "1");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_words),
         cmocka_unit_test(test_rooms),
         cmocka_unit_test(test_ranks),
     };
-    return _cmocka_run_group_tests("test_seqlock", tests, threads ? 1 : 3, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,9 +8,6 @@ kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST
 # The seqlock (src/core/seqlock.h) hammered by writer and reader processes:
 # the bare protocol, rooms and ranks; every accepted snapshot checked whole.
 kvc_c_test(test_seqlock LABEL "torture;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seqlock.c)
-if(CMAKE_CROSSCOMPILING) # under qemu-user: threads, a tenth of the writes
-  set_tests_properties(test_seqlock PROPERTIES ENVIRONMENT "KVC_TEST_SCALE=10;KVC_TEST_THREADS=1")
-endif()
 # Lock deadlines on CLOCK_MONOTONIC (interposed clocklock + a holder process).
 kvc_c_test(test_lock_clock LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lock_clock.c)
 target_link_libraries(test_lock_clock PRIVATE ${CMAKE_DL_LIBS})
