@@ -231,8 +231,12 @@ static void test_dead_participant_fails_room(void **st)
      * 100 ms: the wait re-reads the room until it fails. */
     assert_int_equal(kvc_room_wait(s, 42, 0, KVC_POLL_BOOTSTRAPPING, 10000, &ri), KVC_OK);
     assert_int_equal(ri.state, KVC_POLL_FAILED);
+    /* How it ended is read only for the process whose start time was
+     * recorded: the child's own record of it. */
+    const char *no_self_stat = tu_probe_self_stat();
+    const char *how = no_self_stat ? "" : " killed by signal 9";
     char want[64];
-    snprintf(want, sizeof want, "rank 2 (pid %d) killed by signal 9", (int)child);
+    snprintf(want, sizeof want, "rank 2 (pid %d)%s", (int)child, how);
     assert_non_null(strstr(ri.failure.reason, want));
     assert_int_equal(ri.failure.origin_rank, 2);
     assert_true(ri.failure.is_from_another_rank);
@@ -242,7 +246,7 @@ static void test_dead_participant_fails_room(void **st)
     assert_int_equal(reaped, 1);
     kvc_rank_info rk = {0};
     assert_int_equal(kvc_rank_lookup(s, 2, &rk), KVC_E_WITHDRAWN);
-    snprintf(want, sizeof want, "rank 2's process %d killed by signal 9", (int)child);
+    snprintf(want, sizeof want, "rank 2's process %d%s", (int)child, how);
     assert_non_null(strstr(rk.note, want));
     assert_int_equal(kvc_rank_lookup(s, 0, &rk), KVC_OK); /* ours is untouched */
     kvc_proc_info procs[8];
@@ -254,6 +258,7 @@ static void test_dead_participant_fails_room(void **st)
     kvc_rank_info_free(&rk);
     kvc_close(s);
     kvc_unlink(name);
+    TU_SKIP_PART_UNLESS(no_self_stat, "the reason's \"killed by signal 9\"");
 }
 
 /* ---- liveness from a watcher's marks ------------------------------------ */

@@ -145,4 +145,15 @@ static inline const char *tu_probe_self_stat(void)
         }                                              \
     } while (0)
 
+/* The same at the end of a case that checked all it could without what
+ * the probe found missing: part names what was left unchecked. */
+#define TU_SKIP_PART_UNLESS(probe, part)                            \
+    do {                                                            \
+        const char *tu_why_ = (probe);                              \
+        if (tu_why_) {                                              \
+            print_message("# skipped (%s): %s\n", (part), tu_why_); \
+            skip();                                                 \
+        }                                                           \
+    } while (0)
+
 #endif
