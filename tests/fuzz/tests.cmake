@@ -54,6 +54,7 @@ kvc_fuzz_target(http LIBS ${HTTP_PARSER_LIB})
 kvc_fuzz_target(register LIBS ${HTTP_PARSER_LIB})
 kvc_fuzz_target(xfer_frame)
 kvc_fuzz_target(json_scan)
+kvc_fuzz_target(pd_record)
 
 # Writes tests/fuzz/xfer_frame/seed-* from the real encoders (run by hand
 # when the wire format changes; the seeds are checked in).
