@@ -8,7 +8,11 @@
  *                          200 {"rank_ip", "rank_port"}; all four -1: the
  *                          topology; 503 text until every rank registered;
  *                          404 text for an absent rank; 400 text when a
- *                          parameter is missing or empty
+ *                          parameter is missing or empty.  With --etcd, a
+ *                          node without a table of its own answers from the
+ *                          one other node's table the cluster view mirrors
+ *                          (cluster_pd.c), or the one node= names (an
+ *                          extension); 409 when several and none named
  *   other methods on /route  405 text "Method not allowed" (typed
  *                          application/json, as sglang's handler answers)
  *   POST /register_dp_rank {"bootstrap_room", "dp_rank"}: 200 text "OK"
