@@ -1,14 +1,16 @@
 /*
  * tu_probe.h - kernel behaviour some multi-process cases need, probed at
  * run time, so that a case skips (cmocka skip, with the reason printed)
- * where the system under the test lacks it, instead of failing or hanging.
+ * where the system under the test lacks it, instead of failing or hanging,
+ * or (robust futex lists, tu_robust.h) the test stands in for it.
  *
  * Real Linux kernels have both.  qemu-user (the arm64 step of
  * tools/kvcoord.sh test runs the arm64 build under qemu-aarch64-static)
  * has neither:
  *   - robust futex lists: set_robust_list/get_robust_list are ENOSYS, so a
  *     process-shared robust mutex whose owner died is never marked
- *     EOWNERDEAD; the next locker waits out its timeout (KVC_E_BUSY).
+ *     EOWNERDEAD; the next locker waits out its timeout (KVC_E_BUSY)
+ *     unless the test marks it as the kernel would (tu_robust.h).
  *   - its own /proc/self/stat: qemu answers it (and /proc/<own pid>/stat)
  *     itself, and a forked child reports its parent's start time, so the
  *     identity a process records for itself (pid, start time) is not the
