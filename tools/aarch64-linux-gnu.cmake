@@ -16,8 +16,9 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 # The tests run on Debian's multiarch libc6:arm64 (its loader is
 # /lib/ld-linux-aarch64.so.1, found without -L).  Not on the cross
-# toolchain's copy in /usr/aarch64-linux-gnu: under qemu-aarch64-static 7.2
-# with that loader (libc6-arm64-cross 2.36-8cross1, "-L /usr/aarch64-linux-gnu")
-# the child of every fork() spins before fork() returns in it.
+# toolchain's copy in /usr/aarch64-linux-gnu: under qemu-aarch64-static 7.2,
+# with that ld-linux-aarch64.so.1 (libc6-arm64-cross 2.36-8cross1) as the
+# program's interpreter ("-L /usr/aarch64-linux-gnu", or a --dynamic-linker
+# pointing at it) the child of every fork() spins before fork() returns in it.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)

@@ -84,11 +84,15 @@ usage_error() {
 
 # ---- packages --------------------------------------------------------------
 
+# A name without an architecture means the native package: once its :arm64
+# twin is installed too (the multiarch ones of the arm64 step), dpkg-query
+# answers for both, one line each.
 missing_packages() {
-    local p status
+    local p native status
+    native=$(dpkg --print-architecture)
     for p in "${PACKAGES[@]}"; do
-        status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-        [[ $status == installed ]] || printf '%s\n' "$p"
+        status=$(dpkg-query -W -f='${binary:Package} ${db:Status-Status}\n' "$p" 2>/dev/null || true)
+        grep -qxE "${p//./\\.}(:$native)? installed" <<<"$status" || printf '%s\n' "$p"
     done
 }
 
