@@ -8,6 +8,7 @@
 
 #include "kvcoord/pd.h"
 #include "testutil.h"
+#include "tu_robust.h"
 #include "internal.h"
 
 static kvc_pd_registration reg(int tp, int dp)
@@ -258,6 +259,7 @@ static void test_writer_killed_rolled_back(void **state)
         int st;
         assert_int_equal(waitpid(c, &st, 0), c);
         assert_true(WIFSIGNALED(st));
+        tu_owner_died(s, c); /* the kernel's part, where it does not */
         kvc_pd_rank pr;
         assert_int_equal(kvc_pd_lookup(s, 0, 0, 0, 0, &pr), KVC_OK);
         int32_t dp = -1;

@@ -12,14 +12,24 @@ kvc_c_test(test_seqlock LABEL "torture;multiproc" SOURCES ${CMAKE_CURRENT_LIST_D
 kvc_c_test(test_lock_clock LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lock_clock.c)
 target_link_libraries(test_lock_clock PRIVATE ${CMAKE_DL_LIBS})
 
+# The PD bootstrap tables (kvcoord/pd.h): rules, liveness, crash rollback, room map.
+kvc_c_test(test_pd LABEL "unit;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pd.c)
+# Liveness across PID and time namespaces (real processes, SIGKILL), fork
+# children and the liveness lock, one handle count per process across the
+# static library and libkvcoord.so, --fresh refusal, stale segments,
+# overwritten header sizes (issue 20).  Namespace cases skip without
+# CAP_SYS_ADMIN.
+kvc_c_test(test_liveness LABEL "unit;multiproc;liveness" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_liveness.c)
+target_compile_definitions(test_liveness PRIVATE KVC_TEST_SHARED_LIB="$<TARGET_FILE:kvcoord>")
+target_link_libraries(test_liveness PRIVATE ${CMAKE_DL_LIBS})
+add_dependencies(test_liveness kvcoord)
+
 # Up to here: the library's own tests (KVCOORD_CORE_ONLY builds these alone,
 # as the arm64 cross build does); below, tests that need other units too.
 if(KVCOORD_CORE_ONLY)
   return()
 endif()
 
-# The PD bootstrap tables (kvcoord/pd.h): rules, liveness, crash rollback, room map.
-kvc_c_test(test_pd LABEL "unit;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pd.c)
 # The shared-memory all-reduce: 2/4/8 processes against the MIN computed
 # independently, a rank SIGKILLed at each point of a call, late ranks.
 kvc_c_test(test_collective LABEL "multiproc;crash;coll" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_collective.c)
@@ -43,13 +53,3 @@ set_tests_properties(bench_rooms_smoke PROPERTIES LABELS "bench-smoke")
 # A full /dev/shm (a 16 MiB tmpfs in a private mount namespace): errors, no SIGBUS.
 add_test(NAME small_shm COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_small_shm.py $<TARGET_FILE:kvcoordd>)
 set_tests_properties(small_shm PROPERTIES LABELS "unit;crash" SKIP_RETURN_CODE 77 TIMEOUT 300)
-
-# Liveness across PID and time namespaces (real processes, SIGKILL), fork
-# children and the liveness lock, one handle count per process across the
-# static library and libkvcoord.so, --fresh refusal, stale segments,
-# overwritten header sizes (issue 20).  Namespace cases skip without
-# CAP_SYS_ADMIN.
-kvc_c_test(test_liveness LABEL "unit;multiproc;liveness" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_liveness.c)
-target_compile_definitions(test_liveness PRIVATE KVC_TEST_SHARED_LIB="$<TARGET_FILE:kvcoord>")
-target_link_libraries(test_liveness PRIVATE ${CMAKE_DL_LIBS})
-add_dependencies(test_liveness kvcoord)
