@@ -493,11 +493,7 @@ static void test_close_reports_failed_withdrawal(void **st)
 {
     (void)st;
     const char *name = tu_name();
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = KVC_OPEN_FRESH;
-    o.role = KVC_ROLE_DAEMON;
+    kvc_options o = tu_options(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
     o.max_ranks = 8;
     o.arena_bytes = 4ull << 20;
     o.max_info_bytes = 1ull << 20;
@@ -537,11 +533,7 @@ static void test_full_proc_table_reaps_before_reuse(void **st)
 {
     (void)st;
     const char *name = tu_name();
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = KVC_OPEN_FRESH;
-    o.role = KVC_ROLE_DAEMON;
+    kvc_options o = tu_options(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
     o.max_ranks = 8;
     o.max_procs = 2;
     o.world_size = 2;

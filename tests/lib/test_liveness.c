@@ -35,24 +35,23 @@
 
 static uint64_t now_ms(void) { return kvc__mono_ms(); }
 
-static kvc_segment *open_small(const char *name, kvc_open_mode mode, kvc_role role, uint32_t ttl_ms)
+/* testutil.h's options with smaller tables (64 processes, 256 rooms, a
+ * 4 MiB arena). */
+static kvc_options small_options(const char *name, kvc_open_mode mode, kvc_role role)
 {
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = mode;
-    o.role = role;
-    o.max_ranks = 64;
+    kvc_options o = tu_options(name, mode, role);
     o.max_procs = 64;
     o.max_rooms = 256;
     o.arena_bytes = 4ull << 20;
     o.max_info_bytes = 1ull << 20;
+    return o;
+}
+
+static kvc_segment *open_small(const char *name, kvc_open_mode mode, kvc_role role, uint32_t ttl_ms)
+{
+    kvc_options o = small_options(name, mode, role);
     o.room_ttl_ms = ttl_ms ? ttl_ms : 60000;
-    kvc_segment *s = NULL;
-    kvc_err e = kvc_open(&o, &s);
-    if (e)
-        fail_msg("kvc_open(%s): %s: %s", name, kvc_strerror(e), kvc_last_error());
-    return s;
+    return tu_open_with(&o);
 }
 
 /* The entry of pid (own namespace's pid) in the table, or NULL. */
@@ -549,14 +548,7 @@ static void test_fresh_refuses_then_forced_fails_their_calls(void **st)
     struct peer p = peer_start(name);
     assert_int_equal(peer_call(&p, 'r', NULL), KVC_OK);
     kvc_close(d); /* the creator goes: only the attached worker is in the way */
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = KVC_OPEN_FRESH;
-    o.role = KVC_ROLE_DAEMON;
-    o.max_ranks = 64;
-    o.arena_bytes = 4ull << 20;
-    o.max_info_bytes = 1ull << 20;
+    kvc_options o = small_options(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
     kvc_segment *n = NULL;
     char want[96];
     snprintf(want, sizeof want, "1 other attached process: pid %d (worker, rank 4)", (int)p.pid);

@@ -58,19 +58,12 @@ static uint64_t mono_ms(void)
 
 static kvc_segment *open_seg(const char *name, kvc_open_mode mode, uint32_t timeout_ms)
 {
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = mode;
-    o.role = KVC_ROLE_NONE;
+    kvc_options o = tu_options(name, mode, KVC_ROLE_NONE);
     o.max_ranks = 8;
     o.arena_bytes = 4ull << 20;
     o.max_info_bytes = 1ull << 20;
     o.lock_timeout_ms = timeout_ms;
-    kvc_segment *s = NULL;
-    if (kvc_open(&o, &s))
-        fail_msg("kvc_open: %s", kvc_last_error());
-    return s;
+    return tu_open_with(&o);
 }
 
 static void test_every_lock_is_a_monotonic_clocklock(void **st)

@@ -17,21 +17,12 @@
 static kvc_segment *open_seg(const char *name, kvc_open_mode mode, kvc_role role,
                              uint32_t max_rooms, uint32_t ttl_ms)
 {
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = mode;
-    o.role = role;
-    o.max_ranks = 64;
+    kvc_options o = tu_options(name, mode, role);
     o.arena_bytes = 1 << 20;
     o.max_info_bytes = 1 << 16;
     o.max_rooms = max_rooms;
     o.room_ttl_ms = ttl_ms;
-    kvc_segment *s = NULL;
-    kvc_err e = kvc_open(&o, &s);
-    if (e)
-        fail_msg("kvc_open(%s): %s", name, kvc_last_error());
-    return s;
+    return tu_open_with(&o);
 }
 
 static int wait_child(pid_t pid)

@@ -27,8 +27,10 @@ static inline const char *tu_name(void)
     return b;
 }
 
-/* Open name with mode and small capacities suited to tests. */
-static inline kvc_segment *tu_open(const char *name, kvc_open_mode mode, kvc_role role)
+/* Options for name with mode, role and small capacities suited to tests
+ * (64 ranks, a 64 MiB arena, 8 MiB per rank); a test changes what it needs
+ * and opens with tu_open_with(). */
+static inline kvc_options tu_options(const char *name, kvc_open_mode mode, kvc_role role)
 {
     kvc_options o;
     kvc_options_init(&o);
@@ -38,11 +40,24 @@ static inline kvc_segment *tu_open(const char *name, kvc_open_mode mode, kvc_rol
     o.max_ranks = 64;
     o.arena_bytes = 64ull << 20;
     o.max_info_bytes = 8ull << 20;
+    return o;
+}
+
+/* kvc_open(o); a failure fails the test, naming the segment and the error. */
+static inline kvc_segment *tu_open_with(const kvc_options *o)
+{
     kvc_segment *s = NULL;
-    kvc_err e = kvc_open(&o, &s);
+    kvc_err e = kvc_open(o, &s);
     if (e)
-        fail_msg("kvc_open(%s): %s: %s", name, kvc_strerror(e), kvc_last_error());
+        fail_msg("kvc_open(%s): %s: %s", o->name, kvc_strerror(e), kvc_last_error());
     return s;
+}
+
+/* Open name with mode and tu_options()' capacities. */
+static inline kvc_segment *tu_open(const char *name, kvc_open_mode mode, kvc_role role)
+{
+    kvc_options o = tu_options(name, mode, role);
+    return tu_open_with(&o);
 }
 
 /* A weights_info_dict-shaped JSON object of n entries, tagged with tag. */
