@@ -6,8 +6,8 @@ documents the exit status, 2 for a usage error among them.
 
 Checked for kvcoordd, kvcoord-diag, kvcoord-bench (and its subcommands),
 kvcoord-bench-etcd, kvcoord-worker, kvcoord-torture, tools/kvcoord.sh,
-tools/etcd-cluster.sh, tools/cluster-demo.sh, tools/gen_model_info.py and
-tools/query_ranks.py.  Only bad command lines are run: each is refused
+tools/etcd-cluster.sh, tools/cluster-demo.sh, tools/bench/bench_*.sh,
+tools/gen_model_info.py and tools/query_ranks.py.  Only bad command lines are run: each is refused
 before the program does anything (kvcoord.sh run checks its arguments before
 installing packages or building).
 
@@ -82,6 +82,18 @@ class ExitStatus(unittest.TestCase):
                                 [["bash", t("cluster-demo.sh"), "--bogus"],
                                  ["bash", t("cluster-demo.sh"), "--ttl"],
                                  ["bash", t("cluster-demo.sh"), "--ttl", "soon"]]),
+            "bench_burst.sh": (["bash", t("bench/bench_burst.sh"), "--help"],
+                               [["bash", t("bench/bench_burst.sh"), "--bogus"],
+                                ["bash", t("bench/bench_burst.sh"), "--rounds"]]),
+            "bench_http.sh": (["bash", t("bench/bench_http.sh"), "--help"],
+                              [["bash", t("bench/bench_http.sh"), "--bogus"],
+                               ["bash", t("bench/bench_http.sh"), "-d"]]),
+            "bench_register.sh": (["bash", t("bench/bench_register.sh"), "--help"],
+                                  [["bash", t("bench/bench_register.sh"), "--bogus"],
+                                   ["bash", t("bench/bench_register.sh"), "--reps"]]),
+            "bench_transfer.sh": (["bash", t("bench/bench_transfer.sh"), "--help"],
+                                  [["bash", t("bench/bench_transfer.sh"), ARGS.bin, "0"],
+                                   ["bash", t("bench/bench_transfer.sh"), ARGS.bin, "1", "x"]]),
             "gen_model_info.py": ([py, t("gen_model_info.py"), "--help"],
                                   [[py, t("gen_model_info.py"), "--bogus"]]),
             "query_ranks.py": ([py, t("query_ranks.py"), "--help"],

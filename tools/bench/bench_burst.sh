@@ -39,11 +39,15 @@ Options:
   -h, --help     print this help
 
 Needs: kvcoordd built, nginx (nginx-light), curl, python3.
+Exit status: 0 measured, 1 a run failed (a build, the daemon, a client), 2 usage
+error (an unknown option: a message on stderr).
 USAGE
 }
 
 while (($#)); do
     case $1 in
+        --build | --rounds | --burst | --trickle | --fresh)
+            (($# >= 2)) || { echo "bench_burst.sh: $1 needs a value" >&2; exit 2; } ;;&
         --build) BUILD=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --burst) BURST=$2; shift 2 ;;

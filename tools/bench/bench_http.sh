@@ -65,11 +65,15 @@ Options:
   -h, --help         print this help
 
 Needs: kvcoordd and kvcoord-bench built, wrk, nginx (nginx-light), curl, python3.
+Exit status: 0 measured, 1 a run failed (a build, the daemon, a client), 2 usage
+error (an unknown option: a message on stderr).
 EOF
 }
 
 while (($#)); do
     case $1 in
+        --build | -t | -c | -d | --rounds | --model | --rate-fraction | --rate-seconds)
+            (($# >= 2)) || { echo "bench_http.sh: $1 needs a value" >&2; exit 2; } ;;&
         --build) BUILD=$2; shift 2 ;;
         -t) THREADS=$2; shift 2 ;;
         -c) CONNS=$2; shift 2 ;;

@@ -51,11 +51,15 @@ Options:
 
 Needs: kvcoordd built, python3-requests, python3-fastapi, python3-uvicorn (with python3-uvloop
 and python3-httptools, as sglang runs it), curl, nginx (nginx-light) for the floor.
+Exit status: 0 measured, 1 a run failed (a build, the daemon, a client), 2 usage
+error (an unknown option: a message on stderr).
 EOF
 }
 
 while (($#)); do
     case $1 in
+        --build | --rounds | --reps | --big-reps)
+            (($# >= 2)) || { echo "bench_register.sh: $1 needs a value" >&2; exit 2; } ;;&
         --build) BUILD=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;

@@ -20,18 +20,22 @@
 # Ratios are kvcoord / iperf3 of the same round.  Both tools run one
 # sending and one receiving process, unpinned, on the same host.
 # Figures, not assertions.  Installs iperf3 with apt-get when missing (root).
+# Exit status: 0 measured, 1 a run failed (not built, no iperf3, a run's
+# error), 2 usage error (a bad DURATION_S or ROUNDS).
 set -euo pipefail
+case ${1:-} in -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 build=${1:-build}
 dur=${2:-4}
 rounds=${3:-1}
 blocks=${BLOCKS:-64K 1M 4M}
 # iperf3 -t takes whole seconds (and -t 0 would run forever)
 [[ "$dur" =~ ^[1-9][0-9]*$ ]] || { echo "bench_transfer.sh: DURATION_S must be a whole number of seconds >= 1" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_transfer.sh: ROUNDS must be a whole number >= 1" >&2; exit 2; }
 bench="$build/kvcoord-bench"
-[ -x "$bench" ] || { echo "bench_transfer.sh: $bench not built (cmake --build $build)" >&2; exit 2; }
+[ -x "$bench" ] || { echo "bench_transfer.sh: $bench not built (cmake --build $build)" >&2; exit 1; }
 if ! command -v iperf3 >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y iperf3 >/dev/null 2>&1 || true; fi
-  command -v iperf3 >/dev/null || { echo "bench_transfer.sh: iperf3 missing (apt-get install iperf3)" >&2; exit 2; }
+  command -v iperf3 >/dev/null || { echo "bench_transfer.sh: iperf3 missing (apt-get install iperf3)" >&2; exit 1; }
 fi
 port=$((20000 + RANDOM % 20000))
 iperf3 -s -p "$port" >/dev/null 2>&1 &
