@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "xfer_conn.h"
@@ -247,6 +248,19 @@ bool kvt__conn_has_deadlines(kvt_engine *e)
     return false;
 }
 
+/* A recv waiting under SO_RCVLOWAT (kvt__rx_arm) completes only once that
+ * many bytes are queued: a sender slower than that per io_timeout_ms is
+ * still progressing if the socket's queue grew since the last look. */
+static bool lowat_progress(kvt_conn *c, uint64_t now)
+{
+    int q = 0;
+    if (!c->lowat || ioctl(c->fd, FIONREAD, &q) || q <= 0 || q == c->inq_seen)
+        return false;
+    c->inq_seen = q;
+    c->progress_ns = now;
+    return true;
+}
+
 void kvt__conn_deadlines(kvt_engine *e, uint64_t now)
 {
     for (uint32_t i = 0; i < e->nconns_cap; i++) {
@@ -270,7 +284,8 @@ void kvt__conn_deadlines(kvt_engine *e, uint64_t now)
             kvt__str(what, sizeof what, "no handshake within %u ms", e->o.connect_timeout_ms);
             kvt__conn_fail(e, c, ETIMEDOUT, c->state == CS_CONNECTING ? "connect" : "handshake",
                            what);
-        } else if (now - c->progress_ns > (uint64_t)e->o.io_timeout_ms * 1000000ull) {
+        } else if (now - c->progress_ns > (uint64_t)e->o.io_timeout_ms * 1000000ull &&
+                   !lowat_progress(c, now)) {
             kvt__str(what, sizeof what, "no progress for %u ms (%s)", e->o.io_timeout_ms,
                      c->client ? (c->sending ? "send pending" : "waiting for acknowledgement")
                                : "frame incomplete");

@@ -53,6 +53,7 @@
 #define KVT_BATCH_WRS 64           /* frames per sendmsg */
 #define KVT_RBUF (256u << 10)      /* staging buffer for received bytes */
 #define KVT_DIRECT_MIN (32u << 10) /* payload left >= this: recv straight into place */
+#define KVT_RX_LOWAT (256u << 10)  /* SO_RCVLOWAT while a large payload is received (kvt__rx_arm) */
 #define KVT_SOCK_RCVBUF (2 << 20)  /* SO_RCVBUF of accepted connections (kernel doubles it) */
 #define KVT_TICK_MS 50             /* deadline timer granularity */
 /* The receiver acknowledges applied writes (one cumulative ACK) when its
@@ -213,6 +214,8 @@ struct kvt_conn {
     kvt_region *dreg;
     bool direct;                 /* current recv goes straight to dst */
     bool big;                    /* last WRITE was large: recv headers alone */
+    int lowat;                   /* SO_RCVLOWAT set on the socket; 0: the default (1) */
+    int inq_seen;                /* bytes queued on the socket at the last deadline look */
     bool qp_wait;                /* verbs: QP_INFO sent, the answer is due */
     uint64_t ack_seq, ack_count; /* writes applied, not yet acknowledged */
     uint64_t ack_bytes;          /* their payload bytes */

@@ -14,14 +14,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "xfer_conn.h"
+
+/* The socket's SO_RCVLOWAT for the recv being armed: want bytes (0: the
+ * default, 1).  While a large payload is received in place the poll behind
+ * the recv then wakes this thread once a good part of it has arrived, not
+ * for every segment: measured on loopback, that halved the receiver's
+ * sleeps and cut the CPU per byte of both sides by 10-20% (docs/transfer.md,
+ * "SO_RCVLOWAT").  Never more than the payload still to come, so the
+ * wake-up always comes (and the kernel caps it at half the receive
+ * buffer); best effort: a refusal leaves the default. */
+static void rx_lowat(kvt_conn *c, int want)
+{
+    if (want <= 1)
+        want = 0;
+    if (c->lowat == want)
+        return;
+    int v = want ? want : 1;
+    if (!setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v))
+        c->lowat = want;
+}
 
 /* Arm the connection's one recv.  Three shapes:
  *  - payload of the current WRITE, nothing buffered: straight into the
  *    destination region (already checked against the registered regions
  *    by on_write_header), as much as is left; a short recv is resumed by
- *    the next arm;
+ *    the next arm; SO_RCVLOWAT min(left, KVT_RX_LOWAT) (rx_lowat);
  *  - between frames on a connection carrying large writes (c->big): only
  *    the rest of the 40-byte header, into rbuf, so that no payload byte
  *    lands in the staging buffer and has to be copied out again;
@@ -39,6 +59,7 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
     if (c->rstate == RS_PAYLOAD && c->rpos == c->rlen && c->left &&
         (c->big || c->left >= KVT_DIRECT_MIN)) {
         size_t n = c->left > (1u << 30) ? (1u << 30) : (size_t)c->left;
+        rx_lowat(c, n > KVT_RX_LOWAT ? (int)KVT_RX_LOWAT : (int)n);
         io_uring_prep_recv(s, c->fd, c->dst, n, 0);
         c->direct = true;
     } else {
@@ -52,6 +73,7 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
         size_t want = KVT_RBUF - c->rlen;
         if (c->big && c->rstate == RS_HDR && c->rlen < KVT_HDR_LEN)
             want = KVT_HDR_LEN - c->rlen; /* header only: the payload goes in place */
+        rx_lowat(c, 0);
         io_uring_prep_recv(s, c->fd, c->rbuf + c->rlen, want, 0);
         c->direct = false;
     }

@@ -1,7 +1,8 @@
 /* test_xfer_wire.c - bad input on the wire, each refused with a clear
  * error while the engine keeps serving other peers: garbage bytes, a wrong
  * protocol version, truncated frames, a write outside the registered
- * regions, an oversized frame, a frame before the handshake.  And the
+ * regions, an oversized frame, a frame before the handshake; a large
+ * write trickling in slowly is not a stall.  And the
  * sender's side: a peer of another version, a peer that never answers
  * (deadlines), the unhealthy mark and its clearing on re-registration. */
 #include <arpa/inet.h>
@@ -311,6 +312,43 @@ static void test_stalled_frame(void **state)
     close(fd);
 }
 
+/* A large write trickling in, slower per receive deadline (1 s here) than
+ * the receiver's SO_RCVLOWAT (256 KiB, kvt__rx_arm), is progress, not a
+ * stall: 320 KiB in 16 KiB pieces 150 ms apart (about 2.4 s per 256 KiB);
+ * the room succeeds with every byte in place. */
+static void test_slow_large_write(void **state)
+{
+    (void)state;
+    enum { LEN = 320 << 10, PIECE = 16 << 10 };
+    int fd = raw_connect(rport);
+    hello_ok(fd, "fake:10");
+    uint8_t h[KVT_HDR_LEN], *payload = malloc(LEN);
+    for (size_t i = 0; i < LEN; i++)
+        payload[i] = (uint8_t)(i * 7 + 3);
+    kvt_frame f = {.type = KVT_F_WRITE, .len = LEN, .seq = 1, .room = 23, .addr = rbase + 65536};
+    kvt_frame_encode(&f, h);
+    assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
+    usleep(50000); /* the header alone: the payload is then received in place */
+    for (size_t off = 0; off < LEN; off += PIECE) {
+        assert_int_equal(xu_write_all(fd, payload + off, PIECE), 0);
+        usleep(150000);
+    }
+    send_frame(fd, KVT_F_DONE, 0, 1, 23, LEN, NULL, 0);
+    char buf[1024];
+    do
+        assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    while (f.type == KVT_F_ACK);
+    assert_int_equal(f.type, KVT_F_DONE_ACK);
+    assert_int_equal(f.status, 0);
+    xu_report r;
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(r.room, 23);
+    assert_int_equal(r.state, KVC_POLL_SUCCESS);
+    assert_int_equal(r.bytes, (uint64_t)LEN);
+    free(payload);
+    close(fd);
+}
+
 /* After all that, and with a silent connection open, a real sender's
  * room still succeeds. */
 static void test_still_serving(void **state)
@@ -511,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_ack_coalesced),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_stalled_frame),
+        cmocka_unit_test(test_slow_large_write),
         cmocka_unit_test(test_still_serving),
         cmocka_unit_test(test_sender_version_mismatch),
         cmocka_unit_test(test_sender_handshake_deadline),
