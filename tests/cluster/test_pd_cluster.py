@@ -13,7 +13,8 @@ tools/etcd-cluster.sh), each with its own segment and port.
   restarted on its segment: back on B.
 - etcd frozen (SIGSTOP, every member): B drops the mirror once it has gone
   unconfirmed past the lease TTL, as it drops ranks; A serves its own table
-  throughout; SIGCONT: back on B.
+  throughout; SIGCONT: back on B.  B restarted while etcd is frozen serves no
+  table of A's until etcd is back (the mirror lives in kvcoordd's memory).
 - Two prefill nodes: B (no table) answers 409 naming both unless node= names
   one; a prefill node answers from its own table as before; a malformed
   pd/ record is skipped and logged.
@@ -318,6 +319,27 @@ class Frozen(Base):
         (st, _, body, _), took = self.mirrored(b, "A", lookup(1, 1))
         print("etcd SIGCONTed: A's table back on B after %.3f s" % took)
         self.assertEqual(json.loads(body), {"rank_ip": "10.0.1.2", "rank_port": 17011})
+
+    def test_decode_node_restarted_while_etcd_frozen_serves_no_old_table(self):
+        a, b = self.node("A"), self.node("B")
+        self.full_table(a)
+        self.mirrored(b, "A")
+        b.kill()
+        ETCD.freeze()
+        try:
+            b.start()
+            # Nothing etcd has not confirmed since: B's own (empty) table.
+            for _ in range(3):
+                self.assertEqual(get(b, TOPOLOGY)[:3], (503, "text/plain; charset=utf-8",
+                                                        "Prefill server not fully registered "
+                                                        "yet (0 workers registered)."))
+                self.assertEqual(get(b, lookup(0, 0))[0], 503)
+                time.sleep(0.3)
+        finally:
+            ETCD.thaw()
+        _, took = self.mirrored(b, "A")
+        print("B restarted while etcd was frozen: no table of A served, then A's %.3f s after "
+              "SIGCONT" % took)
 
 
 def main():
