@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 9u
+#define KVC_LAYOUT_VERSION 10u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -769,7 +769,8 @@ kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap,
 /* Groups that can exist at once in a segment.  A group comes into being at
  * its first call and takes a slot until every member process has died or
  * left the segment (closed its handle); then the slot is reclaimed by the
- * next new group that needs one. */
+ * next new group that needs one, or re-formed by the next call of the same
+ * id (kvc_allreduce_min: epochs). */
 #define KVC_COLL_GROUPS 32
 
 /* Largest group: ranks 0..KVC_COLL_MAX_SIZE-1. */
@@ -796,52 +797,82 @@ typedef struct kvc_coll_failure {
  * group `group` (any id the ranks agree on) in this segment: every rank
  * 0..size-1 calls it with its own vec of len bytes, and on KVC_OK each
  * rank's vec holds, for every i, the minimum of vec[i] over all ranks'
- * vectors of the same call.  Calls are matched by generation: the group
- * counts each member's calls (rounds), and the k-th call of every rank
- * reduces together.  The call returns once every rank arrived (or on
- * failure): it spins briefly, then sleeps on a shared futex in the segment
- * (no lock is held while waiting; the procs lock is taken only the first
- * time a process calls as a rank of a group, and to create a group).
- * timeout_ms: how long to wait for the others, CLOCK_MONOTONIC.
+ * vectors of the same call.  The call returns once every rank arrived (or
+ * on failure): it spins briefly, then sleeps on a shared futex in the
+ * segment (no lock is held while waiting; the procs lock is taken only the
+ * first time a process calls as a rank of a group, and to create or
+ * re-form a group).  timeout_ms: how long to wait for the others,
+ * CLOCK_MONOTONIC.
  *
- * The first call of a group id creates the group with that size.  One
- * process (pid and start time, as the process table records it) holds each
- * rank (through any of its handles); threads of that process may call as
- * different ranks at once, but not as the same rank.  A rank whose process died or left the segment is
- * taken over by the next process that calls as it: it takes the old one's
- * place in the round in progress, unless the old one had already sent its
- * part to it (then that round fails, naming the rank, and the new one
- * starts with the next).  The handle must be recorded in the process
- * table (opened with a role other than KVC_ROLE_NONE) and used by the
- * process that opened it.
+ * Matching.  Every call is one round or more (one per KVC_COLL_CHUNK
+ * bytes); each member counts its own rounds from 0 in the group's epoch,
+ * every round that reached the group counting whatever its outcome
+ * (completed, failed, given up by the peers before this rank came), and a
+ * round completes only when all `size` ranks arrived at the same count.  So
+ * the k-th call of every rank reduces together or fails - never with
+ * another call.  Calls refused before they reach the group (the argument
+ * errors of KVC_E_INVAL below, KVC_E_FULL, KVC_E_BUSY) do not count.
  *
- * Failure (every rank of the failed call gets it, and each later call
- * works again: the group goes on with its next generation; a rank that
- * arrives at a generation its peers gave up fails at once with their
- * reason and then resynchronises on the group's current generation):
+ * Membership (epochs).  One process (the process table's entry: pid and
+ * start time) holds each rank, through any of its handles; threads of that
+ * process may call as different ranks at once, but not as the same rank.
+ * A process's first call as a rank joins the group:
+ *  - if no process that holds a rank of the group lives (the group is new,
+ *    or every member died or closed its segment handle: a whole TP group
+ *    restarted on the same segment), the group is (re)formed: a new epoch,
+ *    of the caller's size, every rank unclaimed and counting from 0;
+ *  - else the caller takes an unclaimed rank of the current epoch (its
+ *    count starts at 0 too); the size must be the epoch's, and a rank held
+ *    by another live process is refused;
+ *  - a process cannot take the place of a member that died or left while
+ *    other members of its epoch live (the survivors' calls and its own
+ *    would count from different starts): KVC_E_PEER, naming the gone rank
+ *    and the live ones ("rank 3 of group 0x2a cannot be joined: rank 3 of
+ *    its epoch 1 died (...) while ranks 0, 1, 2 still live ...").
+ * Once a member of an epoch died or left (or stayed inside a round past a
+ * peer's timeout while alive), the epoch is broken: the round in progress
+ * fails on every rank naming it, and so does every later call of the
+ * epoch, at once (KVC_E_PEER, "...; no call of the group can complete
+ * without it: the group is re-formed once all its ranks died or left"),
+ * until its last member died or left; then the next call re-forms it.  A
+ * rank that merely did not arrive within a peer's timeout does not break
+ * the epoch: that round fails (KVC_E_TIMEDOUT) on every rank that takes
+ * part in it, the late rank's included when it arrives, and the next round
+ * works again.  The handle must be recorded in the process table (opened
+ * with a role other than KVC_ROLE_NONE) and used by the process that
+ * opened it.
+ *
+ * Failure (every rank of the failed call gets it):
  *  - KVC_E_PEER: a member died or left before the round completed:
  *    "rank 3 of group 0x2a died (pid 1234, killed by signal 9 (Killed))
  *    (generation 17)", or "... left (pid 1234 closed its segment handle or
  *    was reaped)"; noticed after about 5 ms of waiting (the member's
  *    process-table liveness lock, then every 10 ms; kvcoordd's dead mark at
- *    the next wake-up).  Later calls fail the same way until a process takes
- *    the rank over.
+ *    the next wake-up); later calls of the epoch fail at once the same way
+ *    (above); a process that would join an epoch with a gone member and
+ *    live ones (above).
  *  - KVC_E_TIMEDOUT: a member did not arrive within the timeout of a rank
  *    that waited for it: "rank 3 of group 0x2a did not arrive within 30000
- *    ms (generation 17)".
+ *    ms (generation 17)"; a rank that arrives at a round its peers gave up
+ *    fails at once with their reason ("...; this rank arrived after its
+ *    peers gave up the call"); a member that stayed inside an earlier
+ *    round past the timeout while alive ("stayed inside an earlier round",
+ *    which breaks the epoch).
  *  - KVC_E_INVAL: NULL seg, or vec NULL with len > 0; size 0 or above
- *    KVC_COLL_MAX_SIZE; rank >= size; size differing from the group's
+ *    KVC_COLL_MAX_SIZE; rank >= size; size differing from the epoch's
  *    ("size 4 differs from group 0x2a's size 8"); a len or size differing
  *    between the ranks of one call (every rank of the call gets it, naming
- *    both: "rank 2 called with len 32, rank 0 with len 64"); the rank
- *    held by another live process; a handle without a process table entry
- *    or inherited across fork().
+ *    both: "rank 2 called with len 32, rank 0 with len 64"; the round
+ *    counts); the rank held by another live process, or called from two
+ *    threads at once; a handle without a process table entry or inherited
+ *    across fork().
  *  - KVC_E_FULL: KVC_COLL_GROUPS groups with a live member exist.
- *  - KVC_E_BUSY, KVC_E_NOTRECOVERABLE: the procs lock (first call only).
+ *  - KVC_E_BUSY, KVC_E_NOTRECOVERABLE: the procs lock (joining only).
  * On failure vec is unchanged when len <= KVC_COLL_CHUNK; a longer one
- * holds the MIN in the chunks whose rounds completed.  A process SIGKILLed at any point of a
- * call leaves the group and the other groups usable (the others' round
- * fails naming it, as above).  Thread-safe. */
+ * holds the MIN in the chunks whose rounds completed.  A process SIGKILLed
+ * at any point of a call leaves the other groups usable and its own group
+ * re-formable (the others' round fails naming it, as above).
+ * Thread-safe. */
 kvc_err kvc_allreduce_min(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
                           uint8_t *vec, size_t len, uint32_t timeout_ms);
 

@@ -23,7 +23,26 @@
  * Every step is a single store or CAS by the process that owns the member:
  * a process killed anywhere leaves a state the others read correctly.
  *
- * Group slots are created, and members first claimed, under the procs lock
+ * Membership (epochs).  A member's generation is its own count of rounds
+ * since it joined the epoch: it moves from g to g + 1 whatever the round's
+ * outcome (completed, aborted, given up before it arrived), and a round
+ * completes only with `size` arrivals at the same generation, one per rank;
+ * so the k-th round of every rank reduces together, or fails.  A process
+ * joins as a rank of a group (procs lock held):
+ *  - a group none of whose claimed members lives (all died or closed their
+ *    segment, or it never existed) is (re)formed: a new epoch, every member
+ *    unclaimed at generation 0, the size the joiner's;
+ *  - else the size must be the group's, the rank unclaimed (or held by this
+ *    process), and no claimed member gone: a process cannot take the place
+ *    of a member that died or left while others of its epoch still live
+ *    (their calls and its would count from different starts), it gets
+ *    KVC_E_PEER naming the gone rank and the live ones.
+ * A member that sees another of its epoch gone (or stuck inside an earlier
+ * round past its timeout) records the epoch broken (group->broken, pointing
+ * at its note): every later call of the epoch fails at once with that
+ * reason, until all its members died or left and the group is re-formed.
+ *
+ * Group slots are created, and members claimed, under the procs lock
  * (rare; the lock's holder is the only claimer, so a CLAIMING slot it finds
  * is a dead claimer's leftover); the rounds take no lock.
  */
@@ -194,6 +213,25 @@ static bool reclaimable(kvc_segment *seg, kvc_coll_group *g)
     return true;
 }
 
+/* (Re)form slot g as group id of size (procs lock held; none of its
+ * members lives): a new epoch, every member unclaimed at generation 0. */
+static kvc_coll_group *init_group(kvc_coll_group *g, uint64_t id, uint32_t size)
+{
+    uint64_t inc = (atomic_load(&g->state) >> 2) + 1;
+    atomic_store(&g->state, inc << 2 | KVC_COLL_CLAIMING);
+    memset(g->member, 0, sizeof g->member);
+    atomic_store(&g->round, 0);
+    atomic_store(&g->sleepers, 0);
+    atomic_store(&g->broken, 0);
+    g->epoch++;
+    g->id = id;
+    g->size = size;
+    g->created_ns = kvc__now_ns();
+    KVC_INJECT("coll.claiming");
+    atomic_store_explicit(&g->state, inc << 2 | KVC_COLL_READY, memory_order_release);
+    return g;
+}
+
 /* Make a slot for group id (procs lock held): a free one, a dead claimer's,
  * else one whose members are all gone.  NULL when all are in use. */
 static kvc_coll_group *new_group(kvc_segment *seg, uint64_t id, uint32_t size)
@@ -210,26 +248,16 @@ static kvc_coll_group *new_group(kvc_segment *seg, uint64_t id, uint32_t size)
         if (reclaimable(seg, g))
             pick = g;
     }
-    if (!pick)
-        return NULL;
-    uint64_t inc = (atomic_load(&pick->state) >> 2) + 1;
-    atomic_store(&pick->state, inc << 2 | KVC_COLL_CLAIMING);
-    memset(pick->member, 0, sizeof pick->member);
-    atomic_store(&pick->round, 0);
-    atomic_store(&pick->waiters, 0);
-    pick->id = id;
-    pick->size = size;
-    pick->created_ns = kvc__now_ns();
-    KVC_INJECT("coll.claiming");
-    atomic_store_explicit(&pick->state, inc << 2 | KVC_COLL_READY, memory_order_release);
-    return pick;
+    return pick ? init_group(pick, id, size) : NULL;
 }
 
 /* ---- abort notes -------------------------------------------------------- */
 
+enum { NOTE_LATE = 0, NOTE_DEAD = 1, NOTE_STUCK = 2 };
+
 typedef struct note {
     uint64_t ranks;
-    uint32_t dead;
+    uint32_t kind; /* NOTE_* */
     int32_t pid;
     uint32_t timeout_ms;
     char what[160];
@@ -239,7 +267,7 @@ static void note_write(kvc_coll_member *m, uint64_t gen, const note *n)
 {
     atomic_store(&m->note_gen, UINT64_MAX);
     m->note_ranks = n->ranks;
-    m->note_dead = n->dead;
+    m->note_dead = n->kind;
     m->note_pid = n->pid;
     m->note_timeout = n->timeout_ms;
     snprintf(m->note_how, sizeof m->note_how, "%s", n->what);
@@ -251,7 +279,7 @@ static bool note_read(kvc_coll_member *m, uint64_t gen, note *n)
     if (atomic_load_explicit(&m->note_gen, memory_order_acquire) != gen)
         return false;
     n->ranks = m->note_ranks;
-    n->dead = m->note_dead;
+    n->kind = m->note_dead;
     n->pid = m->note_pid;
     n->timeout_ms = m->note_timeout;
     memcpy(n->what, m->note_how, sizeof n->what);
@@ -283,12 +311,16 @@ static void rank_list(uint64_t ranks, char *buf, size_t cap)
 
 static int lowest(uint64_t ranks) { return ranks ? __builtin_ctzll(ranks) : -1; }
 
-/* The error of a round given up with reason n (NULL: unknown), late: this
- * rank arrived after its peers gave up. */
-static kvc_err fail_round(uint64_t group, uint64_t gen, uint32_t rank, const note *n, bool late,
-                          kvc_coll_failure *why)
+#define TAIL_LATE "; this rank arrived after its peers gave up the call"
+#define TAIL_BROKEN                                                                        \
+    "; no call of the group can complete without it: the group is re-formed once all its " \
+    "ranks died or left (kvcoord.h, kvc_allreduce_min)"
+
+/* The error of a round given up with reason n (NULL: unknown); tail: what
+ * is said after it ("" or TAIL_*). */
+static kvc_err fail_round(uint64_t group, uint64_t gen, uint32_t rank, const note *n,
+                          const char *tail, kvc_coll_failure *why)
 {
-    const char *tail = late ? "; this rank arrived after its peers gave up the call" : "";
     if (!n) {
         if (why) {
             why->group = group;
@@ -304,14 +336,14 @@ static kvc_err fail_round(uint64_t group, uint64_t gen, uint32_t rank, const not
         why->group = group;
         why->generation = gen;
         why->ranks = n->ranks;
-        why->dead = (int)n->dead;
+        why->dead = n->kind == NOTE_DEAD;
         why->pid = n->pid;
-        why->timeout_ms = n->dead ? 0 : n->timeout_ms;
+        why->timeout_ms = n->kind == NOTE_DEAD ? 0 : n->timeout_ms;
     }
     char list[64];
     rank_list(n->ranks, list, sizeof list);
     bool many = n->ranks & (n->ranks - 1);
-    if (n->dead) {
+    if (n->kind == NOTE_DEAD) {
         if (!many)
             return kvc__fail(KVC_E_PEER, "rank %s of group 0x%llx %s (generation %llu)%s", list,
                              (unsigned long long)group, n->what, (unsigned long long)gen, tail);
@@ -320,6 +352,12 @@ static kvc_err fail_round(uint64_t group, uint64_t gen, uint32_t rank, const not
                          list, (unsigned long long)group, lowest(n->ranks), n->what,
                          (unsigned long long)gen, tail);
     }
+    if (n->kind == NOTE_STUCK)
+        return kvc__fail(KVC_E_TIMEDOUT,
+                         "rank %s of group 0x%llx stayed inside an earlier round for more than "
+                         "%u ms (pid %d is alive but does not go on; generation %llu)%s",
+                         list, (unsigned long long)group, n->timeout_ms, (int)n->pid,
+                         (unsigned long long)gen, tail);
     return kvc__fail(KVC_E_TIMEDOUT,
                      "rank%s %s of group 0x%llx did not arrive within %u ms "
                      "(generation %llu)%s",
@@ -338,18 +376,45 @@ static uint32_t outcome(uint64_t w, uint64_t gen)
     return 1 + 64; /* further: cannot happen (see the top); unknown reason */
 }
 
-static kvc_err fail_from(kvc_coll_group *g, uint64_t gen, uint32_t rank, uint32_t out, bool late,
-                         kvc_coll_failure *why)
+static kvc_err fail_from(kvc_coll_group *g, uint64_t gen, uint32_t rank, uint32_t out,
+                         const char *tail, kvc_coll_failure *why)
 {
     note n;
     if (out >= 1 && out <= KVC_COLL_MAX_SIZE && note_read(&g->member[out - 1], gen, &n))
-        return fail_round(g->id, gen, rank, &n, late, why);
-    return fail_round(g->id, gen, rank, NULL, late, why);
+        return fail_round(g->id, gen, rank, &n, tail, why);
+    return fail_round(g->id, gen, rank, NULL, tail, why);
+}
+
+/* Record the epoch broken by what rank's note for gen says (the note
+ * written first); the first record stays. */
+static void mark_broken(kvc_coll_group *g, uint32_t rank, uint64_t gen)
+{
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong(&g->broken, &zero,
+                                   gen << KVC_COLL_BROKEN_RANK_BITS | (uint64_t)(rank + 1));
+}
+
+/* The error of a call of a broken epoch (broken word b). */
+static kvc_err fail_broken(kvc_coll_group *g, uint64_t b, uint32_t rank, kvc_coll_failure *why)
+{
+    uint32_t by = (uint32_t)(b & ((1u << KVC_COLL_BROKEN_RANK_BITS) - 1)) - 1;
+    uint64_t gen = b >> KVC_COLL_BROKEN_RANK_BITS;
+    note n;
+    if (by < KVC_COLL_MAX_SIZE && note_read(&g->member[by], gen, &n))
+        return fail_round(g->id, gen, rank, &n, TAIL_BROKEN, why);
+    if (why) {
+        why->group = g->id;
+        why->generation = gen;
+        why->dead = 1;
+    }
+    return kvc__fail(KVC_E_PEER,
+                     "a rank of group 0x%llx died, left or got stuck (generation %llu)%s",
+                     (unsigned long long)g->id, (unsigned long long)gen, TAIL_BROKEN);
 }
 
 static void wake(kvc_coll_group *g)
 {
-    if (atomic_load(&g->waiters))
+    if (atomic_load(&g->sleepers))
         kvc__futex_wake_all(round_futex(g));
 }
 
@@ -368,15 +433,6 @@ static uint64_t try_abort(kvc_coll_group *g, uint32_t rank, uint64_t gen, uint64
 
 /* ---- joining ------------------------------------------------------------ */
 
-/* The seq a member taken over starts from: the round in progress, or the
- * next one when the current is decided. */
-static uint64_t start_seq(kvc_coll_group *g)
-{
-    uint64_t w = atomic_load(&g->round);
-    uint64_t gen = w_decided(w, g->size) ? gen_add(w_gen(w), 1) : w_gen(w);
-    return 2 * gen;
-}
-
 /* Whether owner (alive) is an entry of this process (another handle). */
 static bool same_process(kvc_segment *seg, uint64_t owner)
 {
@@ -384,16 +440,75 @@ static bool same_process(kvc_segment *seg, uint64_t owner)
     return atomic_load(&p->pid) == seg->pid && p->start == seg->start && p->pid_ns == seg->pid_ns;
 }
 
-/* Find or create group id and claim member rank for this process (procs
- * lock taken). */
+/* The members of g claimed by a live process (bit r), and those claimed
+ * by one that died or left, with the lowest of them described in what
+ * (procs lock held: one liveness test per claimed member). */
+static uint64_t live_members(kvc_segment *seg, kvc_coll_group *g, uint64_t *gone, char *what,
+                             size_t cap, int32_t *gone_pid)
+{
+    uint64_t live = 0;
+    *gone = 0;
+    for (uint32_t r = 0; r < g->size && r < KVC_COLL_MAX_SIZE; r++) {
+        uint64_t o = atomic_load(&g->member[r].owner);
+        if (!o)
+            continue;
+        char how[160];
+        int32_t pid = atomic_load(&g->member[r].pid);
+        if (owner_alive(seg, o, pid, true, how, sizeof how)) {
+            live |= 1ull << r;
+        } else {
+            if (!*gone) {
+                snprintf(what, cap, "%s", how);
+                *gone_pid = pid;
+            }
+            *gone |= 1ull << r;
+        }
+    }
+    return live;
+}
+
+/* The KVC_E_PEER of a process that would join an epoch some of whose
+ * members are gone while others live. */
+static kvc_err fail_mixed(kvc_coll_group *g, uint32_t rank, uint64_t live, uint64_t gone,
+                          const char *what, int32_t gone_pid, kvc_coll_failure *why)
+{
+    if (why) {
+        why->group = g->id;
+        why->ranks = gone;
+        why->dead = 1;
+        why->pid = gone_pid;
+        why->generation = atomic_load(&g->member[__builtin_ctzll(gone | 1ull << 63)].seq) / 2;
+    }
+    char glist[64], llist[64];
+    rank_list(gone, glist, sizeof glist);
+    rank_list(live, llist, sizeof llist);
+    int lo = __builtin_ctzll(live | 1ull << 63); /* both are non-empty here */
+    return kvc__fail(KVC_E_PEER,
+                     "kvc_allreduce_min: rank %u of group 0x%llx cannot be joined: rank%s %s of "
+                     "its epoch %llu died or left (rank %d %s) while rank%s %s still live (rank "
+                     "%d: pid %d); a group is re-formed by new processes only once all of its "
+                     "ranks died or left",
+                     rank, (unsigned long long)g->id, gone & (gone - 1) ? "s" : "", glist,
+                     (unsigned long long)g->epoch, lowest(gone), what, live & (live - 1) ? "s" : "",
+                     llist, lo, (int)atomic_load(&g->member[lo].pid));
+}
+
+/* Find, create or re-form group id and claim member rank for this process
+ * (procs lock taken): the rules at the top. */
 static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank, uint64_t me,
-                    kvc_coll_group **out)
+                    kvc_coll_group **out, kvc_coll_failure *why)
 {
     kvc_err e = kvc__lock(seg, KVC_LOCK_PROCS);
     if (e)
         return e;
     kvc_coll_group *g = find_group(seg, id);
-    if (!g && !(g = new_group(seg, id, size))) {
+    char what[160] = "";
+    int32_t gone_pid = 0;
+    uint64_t gone = 0, live = g ? live_members(seg, g, &gone, what, sizeof what, &gone_pid) : 0;
+    if (g && !live) {
+        init_group(g, id, size); /* nobody of its epoch lives: a new one */
+        gone = 0;
+    } else if (!g && !(g = new_group(seg, id, size))) {
         kvc__unlock(seg, KVC_LOCK_PROCS);
         return kvc__fail(KVC_E_FULL,
                          "kvc_allreduce_min: segment %s already has %d collective groups with a "
@@ -405,54 +520,38 @@ static kvc_err join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank,
         kvc__unlock(seg, KVC_LOCK_PROCS);
         return kvc__fail(KVC_E_INVAL,
                          "kvc_allreduce_min: size %u differs from group 0x%llx's size %u (set "
-                         "by its first call)",
+                         "by the first call of its epoch, whose ranks still live)",
                          size, (unsigned long long)id, g->size);
     }
     kvc_coll_member *m = &g->member[rank];
     uint64_t cur = atomic_load(&m->owner);
     if (cur != me) {
-        char what[160];
-        int32_t pid = atomic_load(&m->pid);
-        if (cur && owner_alive(seg, cur, pid, true, what, sizeof what)) {
-            if (same_process(seg, cur)) {
-                /* Another handle of this process: the rank is this
-                 * process's, its count goes on. */
-                atomic_store(&m->owner, me);
+        if (live >> rank & 1) {
+            if (!same_process(seg, cur)) {
+                int32_t pid = atomic_load(&m->pid);
                 kvc__unlock(seg, KVC_LOCK_PROCS);
-                *out = g;
-                return KVC_OK;
+                return kvc__fail(KVC_E_INVAL,
+                                 "kvc_allreduce_min: rank %u of group 0x%llx is held by another "
+                                 "live process (pid %d)",
+                                 rank, (unsigned long long)id, (int)pid);
             }
+            /* Another handle of this process: the rank is this process's,
+             * its count goes on. */
+            atomic_store(&m->owner, me);
+        } else if (gone) {
+            e = fail_mixed(g, rank, live, gone, what, gone_pid, why);
             kvc__unlock(seg, KVC_LOCK_PROCS);
-            return kvc__fail(KVC_E_INVAL,
-                             "kvc_allreduce_min: rank %u of group 0x%llx is held by another "
-                             "live process (pid %d)",
-                             rank, (unsigned long long)id, (int)pid);
+            return e;
+        } else {
+            /* Unclaimed in this epoch: it starts at generation 0, as
+             * every member of the epoch did. */
+            atomic_store(&m->seq, 0);
+            atomic_store(&m->drain, 0);
+            atomic_store(&m->pid, seg->pid);
+            atomic_fetch_and(&g->sleepers, ~(1ull << rank));
+            KVC_INJECT("coll.claim");
+            atomic_store(&m->owner, me);
         }
-        if (cur) {
-            /* Take over a dead (or departed) member.  Its process had not
-             * published its part for the round in progress: the new one
-             * takes its place in that round (a whole group restarted
-             * meets again at once).  It had: the round cannot complete as
-             * it was meant to; fail it, naming it, and start from the
-             * next.  A member never claimed keeps seq 0: its first call is
-             * the group's first, which fails at once if its peers gave it
-             * up. */
-            uint64_t w = atomic_load(&g->round);
-            if (!w_decided(w, size) && atomic_load(&m->seq) != 2 * w_gen(w) + 1) {
-                atomic_store(&m->seq, 2 * w_gen(w));
-            } else {
-                while (!w_decided(w, size)) {
-                    note n = {.ranks = 1ull << rank, .dead = 1, .pid = pid};
-                    snprintf(n.what, sizeof n.what, "%s", what);
-                    w = try_abort(g, rank, w_gen(w), w, &n);
-                }
-                atomic_store(&m->seq, start_seq(g));
-            }
-        }
-        atomic_store(&m->drain, 1);
-        atomic_store(&m->pid, seg->pid);
-        KVC_INJECT("coll.claim");
-        atomic_store(&m->owner, me);
     }
     kvc__unlock(seg, KVC_LOCK_PROCS);
     *out = g;
@@ -493,8 +592,12 @@ static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool test)
     }
     if (!n.ranks)
         return w;
-    n.dead = 1;
-    return try_abort(c->g, c->rank, gen, w, &n);
+    n.kind = NOTE_DEAD;
+    /* None of them sleeps any more (a sleeper killed asleep left its bit). */
+    atomic_fetch_and(&c->g->sleepers, ~n.ranks);
+    uint64_t nw = try_abort(c->g, c->rank, gen, w, &n);
+    mark_broken(c->g, c->rank, gen);
+    return nw;
 }
 
 /* Ranks that have not published their part for gen. */
@@ -532,7 +635,8 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
     }
     if (spin)
         score = score > SPIN_SCORE_LOSS ? score - SPIN_SCORE_LOSS : 0;
-    atomic_fetch_add(&g->waiters, 1);
+    uint64_t bit = 1ull << c->rank;
+    atomic_fetch_or(&g->sleepers, bit);
     uint64_t now = kvc__mono_ns();
     uint64_t next_check = now + LIVENESS_FIRST_MS * 1000000ull;
     for (;;) {
@@ -559,11 +663,14 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
         uint32_t ms = (uint32_t)((until - now + 999999) / 1000000);
         kvc__futex_wait(round_futex(g), (uint32_t)w, ms ? ms : 1);
     }
-    atomic_fetch_sub(&g->waiters, 1);
+    atomic_fetch_and(&g->sleepers, ~bit);
     return w;
 }
 
-/* Step 1: wait until no member is inside generation gen - 2. */
+/* Step 1: wait until no member is inside generation gen - 2.  A member
+ * that died there, or stays there past the timeout, breaks the epoch (no
+ * round from gen on could complete as its count says): the note is
+ * written and the epoch recorded broken. */
 static kvc_err drain(call *c, uint64_t gen)
 {
     uint64_t busy = 2 * gen_add(gen, GEN_MASK - 1) + 1; /* 2 (gen - 2) + 1 */
@@ -572,28 +679,32 @@ static kvc_err drain(call *c, uint64_t gen)
         while (r != c->rank && atomic_load(&m->seq) == busy) {
             char what[160];
             int32_t pid = atomic_load(&m->pid);
+            note n = {.ranks = 1ull << r, .pid = pid};
             if (!owner_alive(c->seg, atomic_load(&m->owner), pid, true, what, sizeof what)) {
-                note n = {.ranks = 1ull << r, .dead = 1, .pid = pid};
+                n.kind = NOTE_DEAD;
                 snprintf(n.what, sizeof n.what, "%s", what);
-                return fail_round(c->g->id, gen, c->rank, &n, false, c->why);
+                atomic_fetch_and(&c->g->sleepers, ~n.ranks);
+            } else if (kvc__mono_ns() >= c->deadline) {
+                n.kind = NOTE_STUCK;
+                n.timeout_ms = c->timeout_ms;
+            } else {
+                usleep(DRAIN_POLL_MS * 1000);
+                continue;
             }
-            if (kvc__mono_ns() >= c->deadline) {
-                note n = {.ranks = 1ull << r, .pid = pid, .timeout_ms = c->timeout_ms};
-                return fail_round(c->g->id, gen, c->rank, &n, false, c->why);
-            }
-            usleep(DRAIN_POLL_MS * 1000);
+            note_write(&c->g->member[c->rank], gen, &n);
+            mark_broken(c->g, c->rank, gen);
+            return fail_round(c->g->id, gen, c->rank, &n, TAIL_BROKEN, c->why);
         }
     }
     return KVC_OK;
 }
 
-/* After a failure at gen (word w): the member goes on with the round in
- * progress, or the next one when the current is decided. */
-static void resync(call *c, kvc_coll_member *m, uint64_t w)
+/* After a round of gen that did not complete for this member: its next
+ * round is gen + 1 (its own count), checking its peers first. */
+static void next_after_failure(kvc_coll_member *m, uint64_t gen)
 {
-    uint64_t gen = w_decided(w, c->size) ? gen_add(w_gen(w), 1) : w_gen(w);
     atomic_store(&m->drain, 1);
-    atomic_store(&m->seq, 2 * gen);
+    atomic_store(&m->seq, 2 * gen_add(gen, 1));
 }
 
 /* The MIN of every member's part of round gen into v[0..n). */
@@ -622,8 +733,16 @@ static kvc_err do_round(call *c, uint8_t *v, size_t n)
 {
     kvc_coll_group *g = c->g;
     kvc_coll_member *m = &g->member[c->rank];
+    uint64_t b = atomic_load_explicit(&g->broken, memory_order_acquire);
+    if (b)
+        return fail_broken(g, b, c->rank, c->why);
     uint64_t seq = atomic_load(&m->seq);
-    uint64_t gen = (seq / 2 + (seq & 1)) & GEN_MASK; /* odd: an interrupted call; go on */
+    if (seq & 1)
+        return kvc__fail(KVC_E_INVAL,
+                         "kvc_allreduce_min: rank %u of group 0x%llx is inside generation %llu "
+                         "already (is the rank called from two threads at once?)",
+                         c->rank, (unsigned long long)g->id, (unsigned long long)(seq / 2));
+    uint64_t gen = (seq / 2) & GEN_MASK;
     if (atomic_load(&m->drain)) {
         kvc_err e = drain(c, gen);
         if (e)
@@ -658,10 +777,13 @@ static kvc_err do_round(call *c, uint8_t *v, size_t n)
                              c->rank, (unsigned long long)g->id, (unsigned long long)gen,
                              (unsigned long long)w_gen(w));
         } else {
-            /* gen was aborted, or passed without this rank. */
+            /* gen was aborted, or passed without this rank (it cannot
+             * complete without it): this round fails, the next is gen + 1
+             * whatever the group's is, so that the k-th round of every
+             * rank stays the same generation. */
             uint32_t out = d == 0 || d == 1 ? outcome(w, gen) : 1 + 64;
-            kvc_err e = fail_from(g, gen, c->rank, out ? out : 1 + 64, true, c->why);
-            resync(c, m, w);
+            kvc_err e = fail_from(g, gen, c->rank, out ? out : 1 + 64, TAIL_LATE, c->why);
+            next_after_failure(m, gen);
             return e;
         }
         if (atomic_compare_exchange_strong(&g->round, &w, nw)) {
@@ -675,7 +797,7 @@ static kvc_err do_round(call *c, uint8_t *v, size_t n)
     else
         w = wait_round(c, gen, w);
     uint32_t out = outcome(w, gen);
-    kvc_err e = out ? fail_from(g, gen, c->rank, out, false, c->why) : reduce(c, gen, v, n);
+    kvc_err e = out ? fail_from(g, gen, c->rank, out, "", c->why) : reduce(c, gen, v, n);
     if (out)
         atomic_store(&m->drain, 1);
     KVC_INJECT("coll.reduced");
@@ -712,7 +834,7 @@ KVC_API kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t 
     uint64_t me = my_owner(seg);
     kvc_coll_group *g = find_group(seg, group);
     if (!g || g->size != size || atomic_load(&g->member[rank].owner) != me) {
-        kvc_err e = join(seg, group, size, rank, me, &g);
+        kvc_err e = join(seg, group, size, rank, me, &g, why);
         if (e)
             return e;
     }

@@ -239,12 +239,14 @@ typedef struct kvc_coll_part {
 } kvc_coll_part;
 
 /* A member: rank r of the group.  owner = (process table gen << 32) |
- * (process table slot + 1), 0 = never claimed; claimed under the procs lock.
- * seq, written only by the owner: 2g + 1 from the moment it published its
- * part for generation g until it is done with it, then 2g + 2.  The note is
- * the reason the member gives when it aborts a round: written (note_gen
- * UINT64_MAX while writing, then the round's generation) before its abort
- * CAS, read under that check. */
+ * (process table slot + 1), 0 = not claimed in this epoch; claimed under
+ * the procs lock.  seq, written only by the owner: 2g + 1 from the moment
+ * it published its part for generation g until it is done with it, then
+ * 2g + 2; g is the member's own count of rounds in the epoch (every round
+ * it started, completed or failed, counts).  The note is the reason the
+ * member gives when it aborts a round or records the epoch broken:
+ * written (note_gen UINT64_MAX while writing, then the round's generation)
+ * before its abort CAS, read under that check. */
 typedef struct kvc_coll_member {
     _Atomic uint64_t owner;
     _Atomic uint64_t seq;
@@ -252,7 +254,7 @@ typedef struct kvc_coll_member {
     _Atomic uint32_t drain; /* 1: its last round did not complete; check peers first */
     _Atomic uint64_t note_gen;
     uint64_t note_ranks;   /* bit r: rank r died/left (dead) or did not arrive */
-    uint32_t note_dead;    /* 1: died or left; 0: did not arrive in time */
+    uint32_t note_dead;    /* 0: did not arrive in time; 1: died or left; 2: stuck */
     int32_t note_pid;      /* pid of the lowest rank named, 0 if unknown */
     uint32_t note_timeout; /* ms, when not dead */
     uint32_t pad;
@@ -262,19 +264,31 @@ typedef struct kvc_coll_member {
 
 enum { KVC_COLL_FREE = 0, KVC_COLL_CLAIMING = 1, KVC_COLL_READY = 2 };
 
+/* broken: 0 while the epoch is whole; else (generation << 7) | (1 + rank):
+ * that rank's note for that generation names the member that died, left or
+ * got stuck, after which no call of the epoch can complete. */
+#define KVC_COLL_BROKEN_RANK_BITS 7
+
 /* A group slot.  state = (incarnation << 2) | KVC_COLL_*: set to CLAIMING,
  * filled and made READY under the procs lock (a CLAIMING slot seen under it
- * is a dead claimer's: free); looked up without a lock.  round is the futex
- * word (its low half changes at every transition); waiters counts sleepers. */
+ * is a dead claimer's: free); looked up without a lock.  epoch counts the
+ * times the slot was formed (a new group, or the same id re-formed once
+ * none of its members lived): every member of an epoch starts at
+ * generation 0.  round is the futex word (its low half changes at every
+ * transition); sleepers has bit r set while rank r may sleep on it (a bit,
+ * not a count, so that a sleeper killed asleep leaves nothing a peer cannot
+ * clear: whoever sees rank r dead clears bit r). */
 typedef struct kvc_coll_group {
     _Atomic uint64_t state;
     uint64_t id;
     uint32_t size;
     uint32_t pad;
     uint64_t created_ns;
+    uint64_t epoch;
+    _Atomic uint64_t broken;
     _Atomic uint64_t round __attribute__((aligned(64)));
-    _Atomic uint32_t waiters;
-    uint32_t pad2[13];
+    _Atomic uint64_t sleepers;
+    uint64_t pad2[6];
     kvc_coll_member member[KVC_COLL_MAX_SIZE];
 } __attribute__((aligned(64))) kvc_coll_group;
 

@@ -365,33 +365,30 @@ static void die_at(const char *point)
         raise(SIGKILL);
 }
 
-/* After the first failure, keep calling with a constant input until a call
- * succeeds (every failure in between a KVC_E_PEER naming the killed rank),
- * then run verified steps in lockstep.  Returns a bit mask of problems. */
-static int recover(kvc_segment *s, uint64_t group, uint32_t rank, int *saw_peer)
+/* Calls of an epoch broken by rank 3's death: each fails at once, naming
+ * it.  Returns a bit mask of problems. */
+static int broken_calls(kvc_segment *s, uint64_t group, uint32_t rank, int calls)
 {
     uint8_t v[64];
-    for (int tries = 0; tries < 60000; tries++) {
+    for (int i = 0; i < calls; i++) {
         memset(v, (int)(100 + rank), sizeof v);
         kvc_coll_failure why;
         kvc_err e =
             kvc_allreduce_min_ex(s, group, KILL_SIZE, rank, v, sizeof v, LONG_WAIT_MS, &why);
-        if (e == KVC_OK)
-            return v[0] == 100 && v[63] == 100 ? 0 : 1;
-        if (e == KVC_E_PEER)
-            usleep(1000); /* a call that fails before waiting fails at once */
         if (e != KVC_E_PEER || why.ranks != 1u << KILL_RANK || !why.dead ||
-            !strstr(kvc_last_error(), "rank 3 of group")) {
+            !strstr(kvc_last_error(), "rank 3 of group") ||
+            !strstr(kvc_last_error(), "re-formed once all its ranks died or left") ||
+            v[0] != 100 + rank) {
             fprintf(stderr, "rank %u: unexpected %s: %s\n", rank, kvc_strerror(e),
                     kvc_last_error());
-            return 2;
+            return 1;
         }
-        *saw_peer = 1;
     }
-    return 4;
+    return 0;
 }
 
-static int kill_child(const char *name, uint64_t group, uint32_t rank, int external, int ready_fd)
+static int kill_child(const char *name, uint64_t group, uint32_t rank, int external, int ready_fd,
+                      int go_fd)
 {
     kvc_segment *s = open_client(name);
     if (!s)
@@ -432,27 +429,55 @@ static int kill_child(const char *name, uint64_t group, uint32_t rank, int exter
         saw_peer = 1;
         break;
     }
-    (void)!write(ready_fd, "f", 1); /* failed: the parent starts a new rank 3 */
-    bad |= recover(s, group, rank, &saw_peer) << 8;
     if (!saw_peer)
         bad |= 128;
-    if (run_steps(s, group, KILL_SIZE, rank, 8, 0, 200) != 0)
-        bad |= 1 << 12;
+    /* The epoch is broken: every later call fails at once, naming rank 3
+     * (none pairs with a call of another count). */
+    bad |= broken_calls(s, group, rank, 20) << 8;
+    (void)!write(ready_fd, "f", 1); /* the parent tries a new rank 3 */
+    char x;
+    (void)!read(go_fd, &x, 1); /* EOF: it did; still broken, then leave */
+    bad |= broken_calls(s, group, rank, 3) << 9;
     kvc_close(s);
     return bad;
 }
 
-/* The replacement rank 3: takes the dead one's place and catches up. */
+/* A new process for rank 3 while ranks 0-2 of the old epoch live: a clear
+ * error naming rank 3 and the live ones, not a place among them; a new
+ * process for a rank still held is refused too. */
 static int replacement_child(const char *name, uint64_t group)
 {
     kvc_segment *s = open_client(name);
     if (!s)
         return 10;
-    int saw = 0, bad = recover(s, group, KILL_RANK, &saw);
-    if (run_steps(s, group, KILL_SIZE, KILL_RANK, 8, 0, 200) != 0)
-        bad |= 1 << 12;
+    uint8_t v[64];
+    memset(v, 7, sizeof v);
+    kvc_coll_failure why;
+    int bad = 0;
+    kvc_err e = kvc_allreduce_min_ex(s, group, KILL_SIZE, KILL_RANK, v, sizeof v, 100, &why);
+    fprintf(stderr, "replacement: %s\n", kvc_last_error());
+    if (e != KVC_E_PEER || !strstr(kvc_last_error(), "rank 3 of group") ||
+        !strstr(kvc_last_error(), "cannot be joined") ||
+        !strstr(kvc_last_error(), "ranks 0, 1, 2 still live") || why.ranks != 1u << KILL_RANK ||
+        !why.dead || v[0] != 7)
+        bad |= 1;
+    e = kvc_allreduce_min(s, group, KILL_SIZE, 0, v, sizeof v, 100);
+    if (e != KVC_E_INVAL || !strstr(kvc_last_error(), "held by another live process"))
+        bad |= 2;
     kvc_close(s);
     return bad;
+}
+
+/* A whole new set of processes once the old ones left: a new epoch. */
+static int new_epoch_child(const char *name, uint64_t group, uint32_t size, uint32_t rank,
+                           uint64_t seed, uint64_t steps)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    long r = run_steps(s, group, size, rank, seed, 0, steps);
+    kvc_close(s);
+    return r < 0 ? 11 : r > 0 ? 12 : 0;
 }
 
 /* Another group of two processes running all along: never disturbed. */
@@ -485,13 +510,15 @@ static void kill_at(const char *point, int external)
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
     uint64_t group = 0xdead0000u + (uint64_t)(point ? strlen(point) : 99);
-    int rep[2], stop[2];
+    int rep[2], stop[2], go[2];
     assert_int_equal(pipe(rep), 0);
     assert_int_equal(pipe(stop), 0);
+    assert_int_equal(pipe(go), 0);
     pid_t by[2];
     for (uint32_t r = 0; r < 2; r++)
         if ((by[r] = fork()) == 0) {
             close(stop[1]);
+            close(go[1]); /* the old ranks wait for its EOF */
             fcntl(stop[0], F_SETFL, O_NONBLOCK);
             _exit(bystander_child(name, r, stop[0]));
         }
@@ -499,9 +526,12 @@ static void kill_at(const char *point, int external)
     kill_point = point;
     pid_t pids[KILL_SIZE];
     for (uint32_t r = 0; r < KILL_SIZE; r++)
-        if ((pids[r] = fork()) == 0)
-            _exit(kill_child(name, group, r, external, rep[1]));
+        if ((pids[r] = fork()) == 0) {
+            close(go[1]);
+            _exit(kill_child(name, group, r, external, rep[1], go[0]));
+        }
     close(rep[1]); /* a child that dies before reporting ends the read */
+    close(go[0]);
     char x;
     if (external) {
         assert_int_equal(read(rep[0], &x, 1), 1);
@@ -510,13 +540,22 @@ static void kill_at(const char *point, int external)
     assert_int_equal(wait_exit(pids[KILL_RANK]), 128 + SIGKILL);
     for (int i = 0; i < KILL_SIZE - 1; i++)
         assert_int_equal(read(rep[0], &x, 1), 1);
+    close(rep[0]);
     pid_t rp = fork();
     if (rp == 0)
         _exit(replacement_child(name, group));
+    assert_int_equal(wait_exit(rp), 0);
+    close(go[1]); /* the old ranks leave */
     for (uint32_t r = 0; r < KILL_SIZE - 1; r++)
         assert_int_equal(wait_exit(pids[r]), 0);
-    assert_int_equal(wait_exit(rp), 0);
-    close(rep[0]);
+    /* Now none of the old epoch lives: new processes re-form the group (of
+     * another size, even) and agree from their first call on. */
+    pid_t fresh[KILL_SIZE - 1];
+    for (uint32_t r = 0; r < KILL_SIZE - 1; r++)
+        if ((fresh[r] = fork()) == 0)
+            _exit(new_epoch_child(name, group, KILL_SIZE - 1, r, 9, 500));
+    for (uint32_t r = 0; r < KILL_SIZE - 1; r++)
+        assert_int_equal(wait_exit(fresh[r]), 0);
     close(stop[1]);
     for (uint32_t r = 0; r < 2; r++)
         assert_int_equal(wait_exit(by[r]), 0);
@@ -590,6 +629,226 @@ static void test_whole_group_restarted(void **st)
             _exit(restart_child(name, r, 100, -1));
     for (uint32_t r = 0; r < 3; r++)
         assert_int_equal(wait_exit(fresh[r]), 0);
+    close_unlink(s, name);
+}
+
+/* ---- a group id reused by new processes (epochs) ------------------------- */
+
+/* Steps of group 0x4e58 until killed: a byte on ready_fd after the first
+ * 50 verified steps; a wrong MIN exits 12 at once (the parent sees it
+ * instead of SIGKILL).  A peer failure is expected (the parent kills the
+ * members one by one): then it waits to be killed. */
+static int doomed_child(const char *name, uint32_t size, uint32_t rank, uint64_t seed, int ready_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    for (uint64_t k = 0;; k++) {
+        long r = run_steps(s, 0x4e58, size, rank, seed, k, k + 1);
+        if (r > 0)
+            return 12;
+        if (r < 0)
+            break;
+        if (k == 50)
+            (void)!write(ready_fd, "r", 1);
+    }
+    for (;;)
+        pause();
+}
+
+/* The whole group is SIGKILLed at a random moment of its calls (members
+ * asleep in the futex, inside a round, between calls), several times;
+ * each new set of processes (another size each time) re-forms the group
+ * and gets the right MIN from its first call, and the last one for
+ * thousands of random steps. */
+static void test_whole_group_killed_reused(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    static const uint32_t sizes[] = {3, 2, 4, 2, 3};
+    for (uint32_t t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+        uint32_t size = sizes[t];
+        int rep[2];
+        assert_int_equal(pipe(rep), 0);
+        pid_t pids[4];
+        for (uint32_t r = 0; r < size; r++)
+            if ((pids[r] = fork()) == 0) {
+                close(rep[0]);
+                _exit(doomed_child(name, size, r, 100 + t, rep[1]));
+            }
+        close(rep[1]);
+        char x;
+        for (uint32_t r = 0; r < size; r++)
+            assert_int_equal(read(rep[0], &x, 1), 1);
+        close(rep[0]);
+        usleep((useconds_t)(mix(t) % 3000));
+        for (uint32_t r = 0; r < size; r++)
+            kill(pids[r], SIGKILL);
+        for (uint32_t r = 0; r < size; r++)
+            assert_int_equal(wait_exit(pids[r]), 128 + SIGKILL);
+    }
+    /* The last set starts one after the other: the first waits in the new
+     * epoch's generation 0 for the others. */
+    pid_t fresh[3];
+    for (uint32_t r = 0; r < 3; r++) {
+        if ((fresh[r] = fork()) == 0)
+            _exit(new_epoch_child(name, 0x4e58, 3, r, 77, 3000));
+        usleep(20000);
+    }
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(wait_exit(fresh[r]), 0);
+    close_unlink(s, name);
+}
+
+/* Rank 1 of an old group of 2 closes its segment after 100 steps while
+ * rank 0 goes on: rank 0's calls fail naming it ("left"), a new rank 1 is
+ * refused while rank 0 lives; once rank 0 closed too, a new set of 3
+ * processes re-forms the group and agrees for 2,000 random steps. */
+static int leaver_child(const char *name, uint32_t rank, int ready_fd, int go_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    if (run_steps(s, 0x4e59, 2, rank, 5, 0, 100) != 0)
+        return 11;
+    if (rank == 1) {
+        kvc_close(s);
+        return 0;
+    }
+    int bad = 0;
+    for (int i = 0; i < 5; i++) {
+        uint8_t v[8] = {1};
+        kvc_coll_failure why;
+        kvc_err e = kvc_allreduce_min_ex(s, 0x4e59, 2, 0, v, sizeof v, LONG_WAIT_MS, &why);
+        if (e != KVC_E_PEER || why.ranks != 2 || !why.dead ||
+            !strstr(kvc_last_error(), "rank 1 of group 0x4e59 left")) {
+            fprintf(stderr, "rank 0: unexpected %s: %s\n", kvc_strerror(e), kvc_last_error());
+            bad |= 1;
+        }
+    }
+    (void)!write(ready_fd, "f", 1);
+    char x;
+    (void)!read(go_fd, &x, 1);
+    kvc_close(s);
+    return bad;
+}
+
+static void test_reuse_after_clean_exit(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int rep[2], go[2];
+    assert_int_equal(pipe(rep), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t old[2];
+    for (uint32_t r = 0; r < 2; r++)
+        if ((old[r] = fork()) == 0) {
+            close(go[1]);
+            close(rep[0]);
+            _exit(leaver_child(name, r, rep[1], go[0]));
+        }
+    close(rep[1]);
+    close(go[0]);
+    assert_int_equal(wait_exit(old[1]), 0);
+    char x;
+    assert_int_equal(read(rep[0], &x, 1), 1);
+    close(rep[0]);
+    /* Mixed: a new rank 1 while the old rank 0 lives. */
+    uint8_t v[8] = {3};
+    kvc_coll_failure why;
+    assert_int_equal(kvc_allreduce_min_ex(s, 0x4e59, 2, 1, v, sizeof v, 100, &why), KVC_E_PEER);
+    assert_non_null(strstr(kvc_last_error(), "rank 1 of group 0x4e59 cannot be joined: rank 1"));
+    assert_non_null(strstr(kvc_last_error(), "left"));
+    assert_non_null(strstr(kvc_last_error(), "rank 0 still live"));
+    assert_int_equal(why.ranks, 2);
+    assert_int_equal(v[0], 3);
+    close(go[1]);
+    assert_int_equal(wait_exit(old[0]), 0);
+    pid_t fresh[3];
+    for (uint32_t r = 0; r < 3; r++) {
+        if ((fresh[r] = fork()) == 0)
+            _exit(new_epoch_child(name, 0x4e59, 3, r, 55, 2000));
+        usleep(10000);
+    }
+    for (uint32_t r = 0; r < 3; r++)
+        assert_int_equal(wait_exit(fresh[r]), 0);
+    close_unlink(s, name);
+}
+
+/* ---- a sleeper killed asleep ----------------------------------------------- */
+
+static kvc_coll_group *group_of(kvc_segment *s, uint64_t id)
+{
+    for (uint32_t i = 0; i < KVC_COLL_GROUPS; i++)
+        if ((atomic_load(&s->coll[i].state) & 3) == KVC_COLL_READY && s->coll[i].id == id)
+            return &s->coll[i];
+    return NULL;
+}
+
+/* Ranks 0 and 1 run 20 steps; rank 1 then calls alone and goes to sleep on
+ * the futex, and is SIGKILLed there; rank 0's next call completes the
+ * round rank 1 had arrived at, the one after fails naming rank 1 - and
+ * rank 1's sleeper bit is gone with it (before, the count stayed one too
+ * high for good: a FUTEX_WAKE system call per round). */
+static int sleeper_child(const char *name, uint32_t rank, int ready_fd, int go_fd)
+{
+    kvc_segment *s = open_client(name);
+    if (!s)
+        return 10;
+    if (run_steps(s, 0x51ee, 2, rank, 13, 0, 20) != 0)
+        return 11;
+    if (rank == 1) {
+        run_steps(s, 0x51ee, 2, rank, 13, 20, 21);
+        return 12; /* not reached: killed asleep */
+    }
+    (void)!write(ready_fd, "2", 1);
+    char x;
+    (void)!read(go_fd, &x, 1);
+    if (run_steps(s, 0x51ee, 2, rank, 13, 20, 21) != 0)
+        return 13;
+    uint8_t v[4] = {1};
+    kvc_coll_failure why;
+    kvc_err e = kvc_allreduce_min_ex(s, 0x51ee, 2, 0, v, sizeof v, LONG_WAIT_MS, &why);
+    int bad = e == KVC_E_PEER && why.ranks == 2 && why.dead ? 0 : 14;
+    kvc_close(s);
+    return bad;
+}
+
+static void test_sleeper_killed_asleep(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int rep[2], go[2];
+    assert_int_equal(pipe(rep), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pids[2];
+    for (uint32_t r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0) {
+            close(go[1]);
+            _exit(sleeper_child(name, r, rep[1], go[0]));
+        }
+    close(rep[1]);
+    close(go[0]);
+    char x;
+    assert_int_equal(read(rep[0], &x, 1), 1);
+    close(rep[0]);
+    kvc_coll_group *g = group_of(s, 0x51ee);
+    assert_non_null(g);
+    /* Rank 1 arrived at generation 20 and sleeps: its bit is set. */
+    for (int i = 0; i < 600000 && !(atomic_load(&g->sleepers) & 2); i++)
+        usleep(100);
+    assert_int_equal(atomic_load(&g->sleepers), 2);
+    usleep(2000);
+    kill(pids[1], SIGKILL);
+    assert_int_equal(wait_exit(pids[1]), 128 + SIGKILL);
+    assert_int_equal(atomic_load(&g->sleepers), 2); /* left by the dead sleeper */
+    close(go[1]);
+    assert_int_equal(wait_exit(pids[0]), 0);
+    assert_int_equal(atomic_load(&g->sleepers), 0); /* repaired when its death was seen */
+    assert_int_not_equal(atomic_load(&g->broken), 0);
     close_unlink(s, name);
 }
 
@@ -673,6 +932,9 @@ int main(void)
         cmocka_unit_test(test_kill_outside),
         cmocka_unit_test(test_kill_claiming),
         cmocka_unit_test(test_whole_group_restarted),
+        cmocka_unit_test(test_whole_group_killed_reused),
+        cmocka_unit_test(test_reuse_after_clean_exit),
+        cmocka_unit_test(test_sleeper_killed_asleep),
         cmocka_unit_test(test_groups_full_and_reclaimed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -141,6 +141,50 @@ class PeerFailures(SegmentCase):
             self.assertFalse(r["dead"])
 
 
+def epoch_child(rank, name, size, seed, steps, stay):
+    """steps verified steps of group 0xe90 as rank; with stay (a pipe), rank
+    0 then waits for its EOF before leaving and rank 1 SIGKILLs itself."""
+    if stay is not None:
+        os.close(stay[1])
+    with kvcoord.Segment(name, role="worker", rank=rank) as seg:
+        wrong = 0
+        for step in range(steps):
+            got = list(seg.allreduce_min(0xe90, size, rank, polls(seed, step, rank, ROOMS),
+                                         timeout=LONG))
+            wrong += got != min_of(seed, step, size, ROOMS)
+        if stay is not None:
+            if rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            os.read(stay[0], 1)
+        return wrong
+
+
+class Epochs(SegmentCase):
+    def test_new_processes_reform_a_group(self):
+        # Old ranks 0 and 1; rank 1 is SIGKILLed while rank 0 lives: a new
+        # process (this one) cannot take rank 1, CollectiveError names it.
+        stay_r, stay_w = os.pipe()
+        kids = fork_children(2, epoch_child, self.name, 2, 5, 40, (stay_r, stay_w))
+        os.close(stay_r)
+        _, status = os.waitpid(kids[1][0], 0)
+        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
+        with kvcoord.Segment(self.name, role="worker", rank=9) as seg:
+            with self.assertRaises(kvcoord.CollectiveError) as cm:
+                seg.allreduce_min(0xe90, 2, 1, b"\x01" * 8, timeout=LONG)
+        self.assertIn("rank 1 of group 0xe90 cannot be joined", str(cm.exception))
+        self.assertIn("rank 0 still live", str(cm.exception))
+        self.assertEqual(cm.exception.ranks, [1])
+        self.assertTrue(cm.exception.dead)
+        os.close(stay_w)  # the old rank 0 leaves
+        res = collect(kids, skip=(kids[1][0],))
+        self.assertEqual(res[0], {"result": 0})
+        # None of the old epoch lives: 3 new processes re-form the group
+        # (another size) and get the MIN from their first call on.
+        res = collect(fork_children(3, epoch_child, self.name, 3, 6, STEPS, None))
+        for i in range(3):
+            self.assertEqual(res[i], {"result": 0}, "rank %d: wrong MINs" % i)
+
+
 def mismatch_child(rank, name):
     with kvcoord.Segment(name, role="client") as seg:
         try:
