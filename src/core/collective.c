@@ -293,7 +293,7 @@ static void rank_list(uint64_t ranks, char *buf, size_t cap)
 {
     size_t n = 0;
     int shown = 0;
-    buf[0] = '\0';
+    snprintf(buf, cap, "%s", ranks ? "" : "?");
     for (uint32_t r = 0; r < 64 && n < cap; r++) {
         if (!(ranks >> r & 1))
             continue;
@@ -394,13 +394,26 @@ static void mark_broken(kvc_coll_group *g, uint32_t rank, uint64_t gen)
                                    gen << KVC_COLL_BROKEN_RANK_BITS | (uint64_t)(rank + 1));
 }
 
-/* The error of a call of a broken epoch (broken word b). */
-static kvc_err fail_broken(kvc_coll_group *g, uint64_t b, uint32_t rank, kvc_coll_failure *why)
+/* The reason the epoch is broken (broken word b): the marker's note, or
+ * (overwritten: cannot happen, the marker makes no round after) a bare
+ * one.  Returns the generation the note is of. */
+static uint64_t broken_note(kvc_coll_group *g, uint64_t b, note *n)
 {
     uint32_t by = (uint32_t)(b & ((1u << KVC_COLL_BROKEN_RANK_BITS) - 1)) - 1;
     uint64_t gen = b >> KVC_COLL_BROKEN_RANK_BITS;
+    if (by >= KVC_COLL_MAX_SIZE || !note_read(&g->member[by], gen, n)) {
+        *n = (note){.kind = NOTE_DEAD};
+        snprintf(n->what, sizeof n->what, "died, left or got stuck");
+    }
+    return gen;
+}
+
+/* The error of a call of a broken epoch (broken word b). */
+static kvc_err fail_broken(kvc_coll_group *g, uint64_t b, uint32_t rank, kvc_coll_failure *why)
+{
     note n;
-    if (by < KVC_COLL_MAX_SIZE && note_read(&g->member[by], gen, &n))
+    uint64_t gen = broken_note(g, b, &n);
+    if (n.ranks)
         return fail_round(g->id, gen, rank, &n, TAIL_BROKEN, why);
     if (why) {
         why->group = g->id;
@@ -575,6 +588,11 @@ typedef struct call {
 static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool test)
 {
     note n = {0};
+    uint64_t b = atomic_load_explicit(&c->g->broken, memory_order_acquire);
+    if (b) { /* broken meanwhile: this round cannot complete either */
+        broken_note(c->g, b, &n);
+        return try_abort(c->g, c->rank, gen, w, &n);
+    }
     for (uint32_t r = 0; r < c->size; r++) {
         kvc_coll_member *m = &c->g->member[r];
         uint64_t o = atomic_load(&m->owner);
@@ -595,9 +613,11 @@ static uint64_t check_peers(call *c, uint64_t gen, uint64_t w, bool test)
     n.kind = NOTE_DEAD;
     /* None of them sleeps any more (a sleeper killed asleep left its bit). */
     atomic_fetch_and(&c->g->sleepers, ~n.ranks);
-    uint64_t nw = try_abort(c->g, c->rank, gen, w, &n);
+    /* Broken first, then the abort: whoever the abort wakes finds the
+     * epoch broken at its next call. */
+    note_write(&c->g->member[c->rank], gen, &n);
     mark_broken(c->g, c->rank, gen);
-    return nw;
+    return try_abort(c->g, c->rank, gen, w, &n);
 }
 
 /* Ranks that have not published their part for gen. */
