@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
-#include "etcd_client.h"
+#include "diag_etcd.h"
 
 static const char cluster_help[] =
     "DESCRIPTION\n"
@@ -47,27 +46,6 @@ static const char cluster_help[] =
     "EXIT STATUS\n"
     "  0 everything answers and nothing conflicts; 1 a member is unreachable or\n"
     "  a rank conflicts; 2 the segment cannot be read or no member answers.\n";
-
-struct cluster_opts {
-    const char *etcd, *cluster, *user, *pwfile, *cacert, *cert, *key;
-};
-
-enum { O_ETCD = 1000, O_CLUSTER, O_USER, O_PW, O_CA, O_CERT, O_KEY };
-
-static int cluster_opt(void *ctx, int opt, const char *arg)
-{
-    struct cluster_opts *o = ctx;
-    switch (opt) {
-    case O_ETCD: o->etcd = arg; return 0;
-    case O_CLUSTER: o->cluster = arg; return 0;
-    case O_USER: o->user = arg; return 0;
-    case O_PW: o->pwfile = arg; return 0;
-    case O_CA: o->cacert = arg; return 0;
-    case O_CERT: o->cert = arg; return 0;
-    case O_KEY: o->key = arg; return 0;
-    default: return -1;
-    }
-}
 
 static const char *const kind_name[2] = {"transfer_engine_info", "parallelism_config"};
 
@@ -250,21 +228,11 @@ static void hint_clusters(etcd *c, const char *cluster)
 }
 
 /* etcd's part.  Returns the worst exit status found. */
-static int etcd_part(diag *d, const struct cluster_opts *o, json_t *doc)
+static int etcd_part(diag *d, const struct diag_etcd_opts *o, json_t *doc)
 {
-    struct etcd_conf conf = {.endpoints = o->etcd,
-                             .user = o->user,
-                             .password_file = o->pwfile,
-                             .cacert = o->cacert,
-                             .cert = o->cert,
-                             .key = o->key,
-                             .timeout_ms = 2000};
-    char err[512];
-    etcd *c;
-    if (etcd_open(&conf, &c, err, sizeof err)) {
-        fprintf(stderr, "%s cluster: %s\n", d->prog, err);
+    etcd *c = diag_etcd_open(d, "cluster", o);
+    if (!c)
         return DIAG_EXIT_BROKEN;
-    }
     int rc = DIAG_EXIT_OK;
     size_t up = 0;
     json_t *members = json_array();
@@ -422,19 +390,9 @@ static int etcd_part(diag *d, const struct cluster_opts *o, json_t *doc)
 
 static int run_cluster(diag *d, int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"etcd", required_argument, NULL, O_ETCD},
-        {"cluster", required_argument, NULL, O_CLUSTER},
-        {"etcd-user", required_argument, NULL, O_USER},
-        {"etcd-password-file", required_argument, NULL, O_PW},
-        {"etcd-cacert", required_argument, NULL, O_CA},
-        {"etcd-cert", required_argument, NULL, O_CERT},
-        {"etcd-key", required_argument, NULL, O_KEY},
-        {0},
-    };
-    struct cluster_opts o = {.cluster = "kvcoord"};
+    struct diag_etcd_opts o = DIAG_ETCD_OPTS_INIT;
     int rc = diag_parse_exit(
-        diag_parse(d, &diag_cmd_cluster, argc, argv, "", longopts, cluster_opt, &o));
+        diag_parse(d, &diag_cmd_cluster, argc, argv, "", diag_etcd_longopts, diag_etcd_opt, &o));
     if (rc >= 0)
         return rc;
     if (optind < argc) {

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
-#include "etcd_client.h"
+#include "diag_etcd.h"
 #include "kvcoord/pd.h"
 #include "pd_record.h"
 
@@ -139,27 +138,6 @@ static void pd_text(const char *what, const kvc_pd_status *st, const kvc_pd_rank
     diag_table_print(t, stdout, 0);
 }
 
-struct pd_opts {
-    const char *etcd, *cluster, *user, *pwfile, *cacert, *cert, *key;
-};
-
-enum { O_ETCD = 1000, O_CLUSTER, O_USER, O_PW, O_CA, O_CERT, O_KEY };
-
-static int pd_opt(void *ctx, int opt, const char *arg)
-{
-    struct pd_opts *o = ctx;
-    switch (opt) {
-    case O_ETCD: o->etcd = arg; return 0;
-    case O_CLUSTER: o->cluster = arg; return 0;
-    case O_USER: o->user = arg; return 0;
-    case O_PW: o->pwfile = arg; return 0;
-    case O_CA: o->cacert = arg; return 0;
-    case O_CERT: o->cert = arg; return 0;
-    case O_KEY: o->key = arg; return 0;
-    default: return -1;
-    }
-}
-
 static json_t *table_json(const kvc_pd_status *st, const kvc_pd_rank *p, size_t n)
 {
     json_t *o = json_object(), *arr = json_array();
@@ -176,21 +154,12 @@ static json_t *table_json(const kvc_pd_status *st, const kvc_pd_rank *p, size_t 
 
 /* Every node's table in etcd: into doc's "cluster" (--json) or printed.
  * Returns an exit status. */
-static int etcd_tables(diag *d, const struct pd_opts *o, json_t *doc)
+static int etcd_tables(diag *d, const struct diag_etcd_opts *o, json_t *doc)
 {
-    struct etcd_conf conf = {.endpoints = o->etcd,
-                             .user = o->user,
-                             .password_file = o->pwfile,
-                             .cacert = o->cacert,
-                             .cert = o->cert,
-                             .key = o->key,
-                             .timeout_ms = 2000};
-    char err[512], prefix[200];
-    etcd *c;
-    if (etcd_open(&conf, &c, err, sizeof err)) {
-        fprintf(stderr, "%s pd: %s\n", d->prog, err);
+    char prefix[200];
+    etcd *c = diag_etcd_open(d, "pd", o);
+    if (!c)
         return DIAG_EXIT_BROKEN;
-    }
     snprintf(prefix, sizeof prefix, "/kvcoord/%s/pd/", o->cluster);
     etcd_kv *kvs = NULL;
     size_t n = 0;
@@ -231,18 +200,9 @@ static int etcd_tables(diag *d, const struct pd_opts *o, json_t *doc)
 
 static int run_pd(diag *d, int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"etcd", required_argument, NULL, O_ETCD},
-        {"cluster", required_argument, NULL, O_CLUSTER},
-        {"etcd-user", required_argument, NULL, O_USER},
-        {"etcd-password-file", required_argument, NULL, O_PW},
-        {"etcd-cacert", required_argument, NULL, O_CA},
-        {"etcd-cert", required_argument, NULL, O_CERT},
-        {"etcd-key", required_argument, NULL, O_KEY},
-        {0},
-    };
-    struct pd_opts o = {.cluster = "kvcoord"};
-    int rc = diag_parse_exit(diag_parse(d, &diag_cmd_pd, argc, argv, "", longopts, pd_opt, &o));
+    struct diag_etcd_opts o = DIAG_ETCD_OPTS_INIT;
+    int rc = diag_parse_exit(
+        diag_parse(d, &diag_cmd_pd, argc, argv, "", diag_etcd_longopts, diag_etcd_opt, &o));
     if (rc >= 0)
         return rc;
     if (optind < argc) {
