@@ -6,17 +6,18 @@
  *   rooms.c           the public writers (open, state, sync, fail, release,
  *                     epoch) as operations run under a stripe lock
  *   rooms_table.c     the stripe table: probing, tombstones, room creation,
- *                     the reservations counted against max rooms, and
- *                     kvc__with_stripe() (run an operation under the lock)
+ *                     the reservations counted against max rooms
  *   rooms_update.c    one update: the stripe's undo record, the room's
  *                     seqlock window, and the stripe's recovery
  *   rooms_ring.c      failure records: the room's own and the node's
  *                     failure ring (claim, write, read, text)
- *   rooms_liveness.c  what must change in a room a reader read (a dead
+ *   rooms_liveness.c  failing a room for what a reader found (a dead
  *                     participant, a TTL passed), the TTL sweep, and
  *                     failing a dead process's rooms
  *   rooms_read.c      lock-free reading (kvc_room_get, kvc_room_wait,
- *                     kvc_room_list)
+ *                     kvc_room_list) and judging what was read
+ * and this header's kvc__with_stripe() runs an operation under a room's
+ * stripe lock.
  *
  * The room table is split into KVC_ROOM_STRIPES stripes by the top bits of
  * the room id's hash; each stripe is an open-addressing table of its own
@@ -129,8 +130,26 @@ kvc_err kvc__no_room(uint64_t room);
 typedef kvc_err (*kvc__locked_op)(kvc_segment *seg, uint32_t s, uint64_t h, void *arg);
 /* Take room's stripe lock, run op, release it (waking the stripe's waiters
  * when it changed); a full table is swept (kvc_room_sweep, every stripe,
- * one lock at a time) and op tried once more.  Called without a lock. */
-kvc_err kvc__with_stripe(kvc_segment *seg, uint64_t room, kvc__locked_op op, void *arg);
+ * one lock at a time) and op tried once more.  Called without a lock.
+ * Inline: each public call's op is then a direct call, as when the rooms
+ * were one file. */
+static inline kvc_err kvc__with_stripe(kvc_segment *seg, uint64_t room, kvc__locked_op op,
+                                       void *arg)
+{
+    uint64_t h = kvc__room_hash(room);
+    uint32_t s = kvc__room_stripe(h);
+    for (int attempt = 0;; attempt++) {
+        kvc_err e = kvc__stripe_lock(seg, s);
+        if (e)
+            return e;
+        uint32_t ep = atomic_load(&seg->stripes[s].epoch);
+        e = op(seg, s, h, arg);
+        kvc__stripe_unlock(seg, s, ep);
+        size_t reclaimed = 0;
+        if (e != KVC_E_FULL || attempt > 0 || kvc_room_sweep(seg, &reclaimed) || !reclaimed)
+            return e;
+    }
+}
 
 /* ---- rooms_update.c: one update (lock held) ------------------------------ */
 
@@ -177,7 +196,7 @@ void kvc__put_failure(kvc__upd *u, uint32_t origin, int32_t code, const char *re
 int kvc__record_failure(kvc_segment *seg, uint32_t s, kvc_room *r, uint32_t origin, int32_t code,
                         const char *reason, int32_t pid);
 
-/* ---- rooms_liveness.c: what must change in a room ------------------------ */
+/* ---- rooms_liveness.c: failing a room for what a reader found ------------ */
 
 /* What a reader found wrong with a room it read without the lock. */
 typedef struct kvc__verdict {
@@ -189,9 +208,6 @@ typedef struct kvc__verdict {
     char how[KVC_HOW_MAX + 1];
 } kvc__verdict;
 
-/* Judge room copy r (its slot in the segment: where) without a lock:
- * v->what 0 when nothing must change before it is answered. */
-void kvc__room_judge(kvc_segment *seg, kvc_room *where, const kvc_room *r, kvc__verdict *v);
 /* Fail r (stripe s, lock held) for what v says, if it still holds. */
 void kvc__room_apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const kvc__verdict *v);
 

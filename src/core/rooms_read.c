@@ -1,14 +1,21 @@
 /*
  * rooms_read.c - reading rooms without a lock: kvc_room_get,
- * kvc_room_wait and kvc_room_list.
+ * kvc_room_wait and kvc_room_list, and judging what was read.
  *
  * Readers take no lock and make no system call: they probe the stripe's
  * table copying each slot under its seq (seqlock.h), re-check, retry.  A
  * reader that keeps seeing an odd seq (a writer stopped or dead inside)
  * takes the stripe lock, which recovers a dead writer, and reads under it.
- * The copy is then judged (rooms_liveness.c): only a room that must change
- * (a dead participant, a TTL passed) sends the reader to the stripe lock.
- * kvc_room_wait sleeps on the stripe's epoch futex between reads.
+ * The copy is then judged (judge): the liveness of participants comes from
+ * the process table (slot generation and the dead mark kvc_proc_reap()
+ * sets) while a watcher beats, else from the participant's liveness lock
+ * (liveness.c) or /proc, at most every KVC__LIVENESS_RECHECK_MS per
+ * participant; either way outside the lock.  Only a room that must change
+ * (a dead participant, a TTL passed) sends the reader to the stripe lock,
+ * where rooms_liveness.c applies the verdict.  kvc_room_wait sleeps on the
+ * stripe's epoch futex between reads.  (judge is here, not in
+ * rooms_liveness.c, so that kvc_room_get's fast path stays one function, as
+ * it was when the rooms were one file.)
  *
  * Lock rule: no lock on the fast path; the stripe lock only through
  * kvc__with_stripe (get_op) or, for a slot that stays odd, read_slot, one
@@ -16,6 +23,7 @@
  * is also called by kvc_room_sync (rooms.c).
  */
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rooms_internal.h"
@@ -119,6 +127,91 @@ static kvc_err read_unlocked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t 
     return KVC_E_NOENT;
 }
 
+/* Liveness of participant i of room copy r (slot in the segment: where)
+ * judged outside any lock: 1 alive, 0 dead (v filled).  A participant with
+ * a process entry: the watcher's dead mark, else (no watcher beating) its
+ * liveness lock (liveness.c), namespace-proof; one without (a handle of
+ * role none): /proc.  Either system call at most every
+ * KVC__LIVENESS_RECHECK_MS per participant. */
+static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *r, uint32_t i,
+                             bool watched, uint64_t now_mono, kvc__verdict *v)
+{
+    const kvc_room_part *p = &r->part[i];
+    bool entry = p->proc_slot >= 0 && (uint32_t)p->proc_slot < seg->max_procs;
+    if (entry) {
+        kvc_proc *ps = &seg->procs[p->proc_slot];
+        if (atomic_load_explicit(&ps->gen, memory_order_acquire) == p->proc_gen &&
+            atomic_load_explicit(&ps->pid, memory_order_acquire) == p->pid) {
+            if (atomic_load_explicit(&ps->dead, memory_order_acquire)) {
+                snprintf(v->how, sizeof v->how, "%s", ps->how);
+                if (atomic_load(&ps->gen) != p->proc_gen)
+                    kvc_exit_unknown_text(p->start, v->how, sizeof v->how);
+                return 0;
+            }
+            if (watched)
+                return 1;
+        }
+    }
+    _Atomic uint32_t *c = &where->checked_ms[i];
+    uint32_t now_ms = (uint32_t)(now_mono / 1000000), last = atomic_load(c);
+    if ((uint32_t)(now_ms - last) < KVC__LIVENESS_RECHECK_MS ||
+        !atomic_compare_exchange_strong(c, &last, now_ms))
+        return 1;
+    if (entry) {
+        switch (kvc__proc_slot_state(seg, p->proc_slot, p->proc_gen)) {
+        case KVC__SLOT_ALIVE: return 1;
+        case KVC__SLOT_DEAD:
+            /* Its pid means something here only in the same PID namespace
+             * (then its zombie, if still there, says how it ended). */
+            if (seg->procs[p->proc_slot].pid_ns == seg->pid_ns && seg->pid_ns)
+                kvc__proc_how(p->pid, p->start, v->how, sizeof v->how);
+            else
+                kvc_exit_unknown_text(p->start, v->how, sizeof v->how);
+            return 0;
+        case KVC__SLOT_GONE:
+            /* Its session ended (last handle closed, or reaped) without
+             * releasing the room. */
+            snprintf(v->how, sizeof v->how,
+                     "left the process table (closed its last segment handle, or was reaped)");
+            return 0;
+        }
+    }
+    if (kvc__proc_alive(p->pid, p->start))
+        return 1;
+    kvc__proc_how(p->pid, p->start, v->how, sizeof v->how);
+    return 0;
+}
+
+/* What must change in room copy r before it is answered (v->what 0: none). */
+static void judge(kvc_segment *seg, kvc_room *where, const kvc_room *r, kvc__verdict *v)
+{
+    v->what = 0;
+    if (r->terminal >= 0)
+        return;
+    const kvc_header *h = seg->hdr;
+    uint64_t now = kvc__seg_mono_coarse_ns();
+    if (now > r->updated_mono + (uint64_t)h->room_ttl_ms * 1000000ull) {
+        v->what = 2;
+        return;
+    }
+    uint64_t beat = atomic_load_explicit(&h->watch_beat_mono, memory_order_acquire);
+    bool watched = beat && atomic_load_explicit(&h->watch_pid, memory_order_relaxed) &&
+                   now < beat + (uint64_t)KVC__WATCH_STALE_MS * 1000000ull;
+    for (uint32_t i = 0; i < r->participants && i < KVC_ROOM_MAX_PARTICIPANTS; i++) {
+        const kvc_room_part *p = &r->part[i];
+        if (!p->pid || p->released)
+            continue;
+        if (!participant_alive(seg, where, r, i, watched, now, v)) {
+            v->what = 1;
+            v->rank = i;
+            v->pid = p->pid;
+            v->start = p->start;
+            v->shown_pid = kvc__shown_pid(seg, p->pid, p->start);
+            return;
+        }
+    }
+}
+
 struct get_arg {
     uint64_t room;
     int32_t asking;
@@ -160,7 +253,7 @@ KVC_API kvc_err kvc_room_get(kvc_segment *seg, uint64_t room, int32_t asking_ran
     if (e) /* a writer stayed inside: the lock waits for it, or recovers it */
         return kvc__with_stripe(seg, room, get_op, &a);
     kvc__verdict v;
-    kvc__room_judge(seg, where, &copy, &v);
+    judge(seg, where, &copy, &v);
     if (v.what) {
         a.v = &v;
         return kvc__with_stripe(seg, room, get_op, &a);

@@ -2,8 +2,7 @@
  * rooms_table.c - the room table: KVC_ROOM_STRIPES stripes, each an
  * open-addressing table of its own (linear probing that wraps inside the
  * stripe, kvc__stripe_find in rooms_internal.h), room creation and the
- * reservations that hold the table to max rooms, and kvc__with_stripe,
- * which runs an operation under a room's stripe lock.
+ * reservations that hold the table to max rooms.
  *
  * Deletion leaves a tombstone, and every tombstone followed by a free slot
  * is turned back into a free slot (a probe reaching it would stop at the
@@ -12,8 +11,8 @@
  * from the header's rooms_reserved in batches (layout.h), the exact count
  * deciding at max rooms.
  *
- * Lock rule: a function given a stripe s runs with that stripe's lock held;
- * kvc__with_stripe takes and releases it; kvc__room_find and
+ * Lock rule: a function given a stripe s runs with that stripe's lock held
+ * (kvc__with_stripe, rooms_internal.h, takes and releases it); kvc__room_find and
  * kvc__room_state take none (the caller holds the lock, or reads a copy);
  * the reservations are atomics of the header and of the handle.  Called by
  * rooms.c, rooms_read.c and rooms_liveness.c; kvc__room_state and
@@ -214,23 +213,4 @@ kvc_err kvc__room_find_or_create(kvc_segment *seg, uint32_t s, uint64_t h, uint6
     if (*out || !participants)
         return *out ? KVC_OK : kvc__no_room(room);
     return kvc__room_create(seg, s, h, room, participants, out);
-}
-
-/* Run op under room's stripe lock; a full table is swept (every stripe,
- * one lock at a time) and op tried once more. */
-kvc_err kvc__with_stripe(kvc_segment *seg, uint64_t room, kvc__locked_op op, void *arg)
-{
-    uint64_t h = kvc__room_hash(room);
-    uint32_t s = kvc__room_stripe(h);
-    for (int attempt = 0;; attempt++) {
-        kvc_err e = kvc__stripe_lock(seg, s);
-        if (e)
-            return e;
-        uint32_t ep = atomic_load(&seg->stripes[s].epoch);
-        e = op(seg, s, h, arg);
-        kvc__stripe_unlock(seg, s, ep);
-        size_t reclaimed = 0;
-        if (e != KVC_E_FULL || attempt > 0 || kvc_room_sweep(seg, &reclaimed) || !reclaimed)
-            return e;
-    }
 }
