@@ -583,8 +583,9 @@ static void test_kill_outside(void **st)
     kill_at(NULL, 1);
 }
 
-/* A whole group is SIGKILLed between calls; a new process for every rank
- * takes the old ones' places, and their very first call succeeds. */
+/* A whole group is SIGKILLed between calls; new processes for every rank
+ * re-form it (none of the old epoch lives), and their very first call
+ * succeeds. */
 static int restart_child(const char *name, uint32_t rank, uint64_t from, int ready_fd)
 {
     kvc_segment *s = open_client(name);
@@ -621,8 +622,8 @@ static void test_whole_group_restarted(void **st)
         kill(old[r], SIGKILL);
         assert_int_equal(wait_exit(old[r]), 128 + SIGKILL);
     }
-    /* The new ones start one after the other: each takes its place in the
-     * round the earlier ones opened. */
+    /* The first new one to call re-forms the group; the others join its
+     * epoch at generation 0 and meet it there. */
     pid_t fresh[3];
     for (uint32_t r = 0; r < 3; r++)
         if ((fresh[r] = fork()) == 0)
