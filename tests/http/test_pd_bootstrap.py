@@ -244,13 +244,18 @@ class BeyondSglang(unittest.TestCase):
         # Reaped by this test before kvcoordd looked: how it ended is not
         # known, and the note says what is (or the daemon's pidfd saw it).
         self.assertRegex(gone[0]["note"], r"its process %d (killed by signal 9|is gone "
-                         r"\(started [0-9T:Z-]+\); not our child, so its exit status is not "
+                         r"\(started [0-9T:.Z-]+\); not our child, so its exit status is not "
                          r"known)" % child.pid)
         text = subprocess.run([ARGS.diag, "--segment", self.d.segment, "pd"], check=True,
                               capture_output=True, text=True).stdout
         self.assertIn("NOT READY, 3 of 4 ranks registered", text)
         self.assertRegex(text, r"1 +0 +1 +0 +10\.9\.9\.9:17011 +%d +withdrawn: its process" %
                          child.pid)
+        # The one time an entry keeps is its last change: said as such.
+        self.assertRegex(text, r"STATE +CHANGED\n")
+        self.assertRegex(text, r"withdrawn: its process %d .* withdrawn 20[0-9-]+ [0-9:.]+\n" %
+                         child.pid)
+        self.assertRegex(text, r" live +registered 20[0-9-]+ [0-9:.]+\n")
         # Registered again (a restarted prefill rank): served at once.
         self.c.request("PUT", "/route", registration(1, 1, rank_ip="10.8.8.8"))
         status, _, body = self.c.request("GET", lookup(1, 1))

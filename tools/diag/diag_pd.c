@@ -19,7 +19,8 @@ static const char pd_help[] =
     "  ranks registered against those expected), the number of bootstrap rooms in\n"
     "  the room -> DP rank map, and every prefill rank entry (dp group, cp, tp, pp\n"
     "  rank, rank_ip:rank_port, its registering process, live or withdrawn and\n"
-    "  why, and when it last changed: registered or withdrawn).  A decode worker's GET /route "
+    "  why, and when it last changed, CHANGED: \"registered TIME\" or \"withdrawn\n"
+    "  TIME\"; the entry keeps only the time of its last change).  A decode worker's GET /route "
     "answers from these tables.  pd takes the\n"
     "  segment's PD lock (bounded by --lock-timeout).\n"
     "\n"
@@ -126,14 +127,17 @@ static void pd_text(const char *what, const kvc_pd_status *st, const kvc_pd_rank
     if (!n)
         return;
     static const char *const head[] = {"DP",      "CP",  "TP",    "PP",
-                                       "ADDRESS", "PID", "STATE", "REGISTERED"};
+                                       "ADDRESS", "PID", "STATE", "CHANGED"};
     diag_table *t = diag_table_new(8, head, "rrrrlrll");
     char when[40];
+    /* The entry keeps one time, that of its last change (kvc_pd_rank's
+     * registered_ns): its registration, or its withdrawal once withdrawn. */
     for (size_t i = 0; i < n; i++)
-        diag_table_addf(t, "%d\t%d\t%d\t%d\t%s:%d\t%d\t%s%s%s\t%s", (int)p[i].dp_group,
+        diag_table_addf(t, "%d\t%d\t%d\t%d\t%s:%d\t%d\t%s%s%s\t%s %s", (int)p[i].dp_group,
                         (int)p[i].cp_rank, (int)p[i].tp_rank, (int)p[i].pp_rank, p[i].rank_ip,
                         (int)p[i].rank_port, (int)p[i].pid, p[i].withdrawn ? "withdrawn" : "live",
                         p[i].withdrawn ? ": " : "", p[i].withdrawn ? p[i].note : "",
+                        p[i].withdrawn ? "withdrawn" : "registered",
                         diag_time(p[i].registered_ns, when, sizeof when));
     diag_table_print(t, stdout, 0);
 }
