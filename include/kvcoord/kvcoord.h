@@ -961,13 +961,25 @@ kvc_err kvc_proc_watch_beat(kvc_segment *seg, int watching);
  * cap > 0); returns buf.  buf NULL or cap 0: nothing is written. */
 char *kvc_wait_status_text(int status, char *buf, size_t cap);
 
+/* The wall-clock time (CLOCK_REALTIME, ns since the epoch) at which a
+ * process started, from start, its start time in clock ticks since boot
+ * (kvc_proc_stat.start, kvc_proc_info.start: the host's clock).  Exact to
+ * the tick (1/sysconf(_SC_CLK_TCK) s, 10 ms on Linux): never later than
+ * the process's first instruction, as /proc rounds the tick down.  Follows
+ * a wall-clock step made since (it is now minus the time since the start).
+ * 0 when start is 0 or the clocks cannot be read.  Thread-safe; two
+ * clock_gettime(2) calls.  The one conversion of start times to wall time
+ * (kvc_exit_unknown_text(), kvcoord-diag). */
+uint64_t kvc_proc_start_realtime_ns(uint64_t start);
+
 /* Describe the end of a process whose exit status cannot be known: it is
  * not the caller's child (only its parent can wait(2) for it) and no zombie
  * holds the status any more (its parent reaped it, or it ran in another PID
- * namespace): "is gone (started 2026-12-02T01:02:03Z); not our child, so
- * its exit status is not known", the time in UTC from start, the process's
- * start time in clock ticks since boot (kvc_proc_info.start; 0 leaves the
- * time out).  At most 86 bytes.  The one wording of that case for the
+ * namespace): "is gone (started 2026-12-02T01:02:03.456Z); not our child,
+ * so its exit status is not known", the time in UTC to the millisecond from
+ * start, the process's start time in clock ticks since boot
+ * (kvc_proc_info.start; kvc_proc_start_realtime_ns(); 0 leaves the time
+ * out).  At most 90 bytes.  The one wording of that case for the
  * library's room, collective and PD reasons, kvcoordd's logs and
  * kvc_proc_reap(how NULL).  Writes at most cap bytes into buf (always
  * NUL-terminated when cap > 0); returns buf.  buf NULL or cap 0: nothing is

@@ -110,20 +110,39 @@ void kvc__proc_how(int32_t pid, uint64_t start, char *buf, size_t cap)
         kvc_exit_unknown_text(start, buf, cap);
 }
 
+KVC_API uint64_t kvc_proc_start_realtime_ns(uint64_t start)
+{
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec rt, bt;
+    if (!start || hz <= 0 || clock_gettime(CLOCK_REALTIME, &rt) ||
+        clock_gettime(CLOCK_BOOTTIME, &bt))
+        return 0;
+    /* proc(5) field 22 counts from boot (CLOCK_BOOTTIME), in whole ticks
+     * rounded down; start is on the host's clock (proc_stat removed this
+     * process's time namespace offset), so is boot here. */
+    const uint64_t ns = 1000000000ull, h = (uint64_t)hz;
+    int64_t boot = (int64_t)bt.tv_sec * (int64_t)ns + bt.tv_nsec -
+                   kvc__boot_offset_ticks() * (int64_t)(ns / h);
+    uint64_t now = (uint64_t)rt.tv_sec * ns + (uint64_t)rt.tv_nsec;
+    uint64_t since = start / h * ns + start % h * ns / h;
+    if (boot <= 0 || since > (uint64_t)boot || (uint64_t)boot - since > now)
+        return 0;
+    return now - ((uint64_t)boot - since);
+}
+
 KVC_API char *kvc_exit_unknown_text(uint64_t start, char *buf, size_t cap)
 {
     if (!buf || !cap)
         return buf;
     char when[48] = "";
-    long hz = sysconf(_SC_CLK_TCK);
-    struct timespec rt, bt;
-    if (start && hz > 0 && !clock_gettime(CLOCK_REALTIME, &rt) &&
-        !clock_gettime(CLOCK_BOOTTIME, &bt)) {
-        /* proc(5) field 22 counts from boot (CLOCK_BOOTTIME) */
-        time_t t = (time_t)(rt.tv_sec - bt.tv_sec + (time_t)(start / (uint64_t)hz));
-        struct tm tm;
-        if (gmtime_r(&t, &tm))
-            strftime(when, sizeof when, " (started %Y-%m-%dT%H:%M:%SZ)", &tm);
+    uint64_t at = kvc_proc_start_realtime_ns(start);
+    time_t t = (time_t)(at / 1000000000ull);
+    struct tm tm;
+    if (at && gmtime_r(&t, &tm)) {
+        char sec[24];
+        strftime(sec, sizeof sec, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(when, sizeof when, " (started %s.%03uZ)", sec,
+                 (unsigned)(at / 1000000ull % 1000ull));
     }
     snprintf(buf, cap, "is gone%s; not our child, so its exit status is not known", when);
     return buf;

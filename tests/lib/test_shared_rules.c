@@ -124,16 +124,29 @@ static void test_hostport_limits(void **st)
 /* ---- /proc/PID/stat: the core's liveness and kvcoordd's process watch -- */
 
 /* A child whose command name is "a) b (c)" (spaces and parentheses, as a
- * real comm may hold), stopped in pause() until killed. */
-static pid_t odd_child(void)
+ * real comm may hold), stopped in pause() until killed.  *ran_ns: a
+ * CLOCK_REALTIME time the child read once it ran. */
+static pid_t odd_child(uint64_t *ran_ns)
 {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        close(fds[0]);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        if (write(fds[1], &t, sizeof t) != (ssize_t)sizeof t)
+            _exit(1);
+        close(fds[1]);
         prctl(PR_SET_NAME, "a) b (c)", 0, 0, 0);
         for (;;)
             pause();
     }
+    close(fds[1]);
+    assert_int_equal(read(fds[0], ran_ns, sizeof *ran_ns), (ssize_t)sizeof *ran_ns);
+    close(fds[0]);
     char comm[64] = "";
     for (int i = 0; i < 2000 && !strstr(comm, "a) b"); i++) {
         char path[64];
@@ -163,7 +176,8 @@ static void test_proc_stat_same_answer(void **st)
     assert_false(kvc__proc_alive(getpid(), ps.start + 1));
     /* a live child with an awkward command name */
     time_t t0 = time(NULL);
-    pid_t pid = odd_child();
+    uint64_t ran_ns = 0;
+    pid_t pid = odd_child(&ran_ns);
     assert_int_equal(kvc_proc_stat_read(pid, &ps), KVC_OK);
     assert_true(ps.state == 'S' || ps.state == 'R');
     assert_int_equal(ps.start, kvc__proc_start(pid));
@@ -194,12 +208,23 @@ static void test_proc_stat_same_answer(void **st)
     kvc__proc_how(pid, start, how, sizeof how);
     assert_string_equal(how, kvc_exit_unknown_text(start, text, sizeof text));
     struct tm tm = {0};
-    const char *end = strptime(how, "is gone (started %Y-%m-%dT%H:%M:%SZ)", &tm);
+    const char *end = strptime(how, "is gone (started %Y-%m-%dT%H:%M:%S", &tm);
     assert_non_null(end);
-    assert_string_equal(end, "; not our child, so its exit status is not known");
+    unsigned ms = 1000;
+    int used = 0;
+    assert_int_equal(sscanf(end, ".%3uZ)%n", &ms, &used), 1);
+    assert_true(used == 6 && ms < 1000);
+    assert_string_equal(end + used, "; not our child, so its exit status is not known");
     time_t started = timegm(&tm), now = time(NULL);
-    assert_true(started <= now + 1 && started >= t0 - 1); /* it started in this test */
-    assert_true(strlen(how) <= 86);
+    assert_true(started <= now && started >= t0 - 1); /* it started in this test */
+    /* never later than something the child did: to the millisecond */
+    uint64_t started_ms = (uint64_t)started * 1000u + ms;
+    assert_true(started_ms <= ran_ns / 1000000u);
+    assert_true(kvc_proc_start_realtime_ns(start) <= ran_ns);
+    uint64_t again_ms = kvc_proc_start_realtime_ns(start) / 1000000u; /* read again: jitter */
+    assert_true(again_ms + 1 >= started_ms && again_ms <= started_ms + 1);
+    assert_int_equal(kvc_proc_start_realtime_ns(0), 0);
+    assert_true(strlen(how) <= 90);
     assert_string_equal(kvc_exit_unknown_text(0, text, sizeof text),
                         "is gone; not our child, so its exit status is not known");
 }

@@ -229,7 +229,7 @@ def main():
             detail = json.loads(d.request("GET", path)[2])["detail"]
             if "process %d killed by signal 9" % pid in detail:
                 known += 1
-            elif not re.search(r"process %d is gone \(started [0-9T:Z-]+\); not our child, "
+            elif not re.search(r"process %d is gone \(started [0-9T:.Z-]+\); not our child, "
                                r"so its exit status is not known" % pid, detail):
                 fail("rank %d: detail %r" % (rank, detail))
         if known == 0:

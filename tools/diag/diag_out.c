@@ -264,19 +264,8 @@ char *diag_age(uint64_t ns, char *buf, size_t cap)
     return buf;
 }
 
-/* Start times are clock ticks since boot: now - (time since boot - start). */
-uint64_t diag_ticks_to_ns(uint64_t ticks)
-{
-    long hz = sysconf(_SC_CLK_TCK);
-    struct timespec boot;
-    if (!ticks || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
-        return 0;
-    uint64_t since_boot = (uint64_t)boot.tv_sec * 1000000000ull + (uint64_t)boot.tv_nsec;
-    uint64_t start =
-        ticks / (uint64_t)hz * 1000000000ull + ticks % (uint64_t)hz * 1000000000ull / (uint64_t)hz;
-    uint64_t now = diag_now_ns();
-    return start > since_boot || since_boot - start > now ? 0 : now - (since_boot - start);
-}
+/* Start times are clock ticks since boot: the library's one conversion. */
+uint64_t diag_ticks_to_ns(uint64_t ticks) { return kvc_proc_start_realtime_ns(ticks); }
 
 /* ---- JSON --------------------------------------------------------------- */
 
