@@ -49,6 +49,7 @@ class ExitStatus(unittest.TestCase):
                               [b("kvcoord-diag"), "help", "bogus"]]),
             "kvcoord-bench": ([b("kvcoord-bench"), "--help"],
                               [[b("kvcoord-bench")], [b("kvcoord-bench"), "--bogus"],
+                               [b("kvcoord-bench"), "--bogus-opt"],
                                [b("kvcoord-bench"), "bogus"],
                                [b("kvcoord-bench"), "lookup"],
                                [b("kvcoord-bench"), "lookup", "--bogus"],
@@ -108,6 +109,11 @@ class ExitStatus(unittest.TestCase):
                     self.assertEqual(rc, 2, (name, argv[1:], out, err))
                     self.assertEqual(out, "", (name, argv[1:]))
                     self.assertTrue(err.strip(), (name, argv[1:], "no message on stderr"))
+                    # an unknown option of a compiled program is named as such
+                    bogus = [a for a in argv if a.startswith("--bogus")]
+                    if bogus and not name.endswith((".sh", ".py")):
+                        self.assertRegex(err, r"^\S*%s(?: [a-z]+)?: (unrecognized|unknown) option '%s'"
+                                         % (re.escape(name), bogus[0]), (name, argv[1:]))
 
     def test_help_exits_0_and_documents_the_exit_status(self):
         for name, (helpv, _) in self.bins().items():

@@ -881,8 +881,13 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc < 2 || argv[1][0] == '-') {
+    if (argc < 2) {
         usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (argv[1][0] == '-') { /* an option before any command */
+        fprintf(stderr, "%s: unrecognized option '%s'\nTry '%s --help' for more information.\n",
+                prog, argv[1], prog);
         return EXIT_USAGE;
     }
     if (strcmp(argv[1], "transfer") == 0 || strcmp(argv[1], "kv") == 0)
