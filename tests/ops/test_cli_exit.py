@@ -128,6 +128,17 @@ class ExitStatus(unittest.TestCase):
                 self.assertRegex(part, r"(?s)\b2\b[^0-9]{0,400}usage", name)
                 self.assertNotRegex(part, r"\b64\b", name)
 
+    def test_daemon_help_names_its_routes(self):
+        # every route family of docs/http-api.md, the PD bootstrap's included
+        rc, out, _ = run([os.path.join(ARGS.bin, "kvcoordd"), "--help"])
+        self.assertEqual(rc, 0)
+        for route in ("PUT /register_transfer_engine_info", "GET /get_transfer_engine_info",
+                      "PUT /register_parallelism_config", "GET /health", "GET /ranks",
+                      "GET /rooms/ROOM", "PUT /rooms/ROOM/failure", "GET /failures",
+                      "GET /metrics", "PUT /route", "GET /route?", "POST /register_dp_rank",
+                      "POST /query_dp_ranks"):
+            self.assertIn(route, out)
+
 
 def main():
     global ARGS
