@@ -24,15 +24,16 @@ target_compile_definitions(test_liveness PRIVATE KVC_TEST_SHARED_LIB="$<TARGET_F
 target_link_libraries(test_liveness PRIVATE ${CMAKE_DL_LIBS})
 add_dependencies(test_liveness kvcoord)
 
+# The shared-memory all-reduce: 2/4/8 processes against the MIN computed
+# independently, a rank SIGKILLed at each point of a call, late ranks.
+kvc_c_test(test_collective LABEL "multiproc;crash;coll" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_collective.c)
+
 # Up to here: the library's own tests (KVCOORD_CORE_ONLY builds these alone,
 # as the arm64 cross build does); below, tests that need other units too.
 if(KVCOORD_CORE_ONLY)
   return()
 endif()
 
-# The shared-memory all-reduce: 2/4/8 processes against the MIN computed
-# independently, a rank SIGKILLed at each point of a call, late ranks.
-kvc_c_test(test_collective LABEL "multiproc;crash;coll" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_collective.c)
 # Every public function called with NULL and out-of-range values; every
 # failure reported; a full process table reaps before reuse.
 kvc_c_test(test_bad_calls LABEL "unit;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bad_calls.c)
