@@ -388,8 +388,8 @@ build_matrix() {
 
 # libkvcoord and its own tests (tests/lib/tests.cmake, first part) cross-built
 # for arm64 (-march=armv8-a, no LSE: atomics are LL/SC loops), warnings as
-# errors, and every one of those tests (test_collective not yet: README,
-# arm64) run under qemu-aarch64-static, each with a 120 s ctest timeout, so
+# errors, and every one of those tests (test_collective included) run under
+# qemu-aarch64-static, each with a 120 s ctest timeout, so
 # a hang fails the step instead of stalling it (the whole step: 13 s from
 # scratch on 2 idle cores, under a minute loaded).  qemu-user keeps no
 # robust futex lists: the crash tests mark a killed process's locks

@@ -432,10 +432,15 @@ static void wake(kvc_coll_group *g)
 }
 
 /* Abort round gen (word w undecided) as rank, with reason n: note first,
- * then the CAS.  Returns the word after (decided by someone on success). */
+ * then the CAS.  Returns the word after (decided by someone on success).
+ * A note the epoch's broken record points at (this rank marked it broken
+ * at gen) is already written and stays: rewriting it would make it
+ * unreadable to its readers for a moment (note_gen is UINT64_MAX while a
+ * note is written), and they would report an unknown reason. */
 static uint64_t try_abort(kvc_coll_group *g, uint32_t rank, uint64_t gen, uint64_t w, const note *n)
 {
-    note_write(&g->member[rank], gen, n);
+    if (atomic_load(&g->broken) != (gen << KVC_COLL_BROKEN_RANK_BITS | (uint64_t)(rank + 1)))
+        note_write(&g->member[rank], gen, n);
     uint64_t nw = w | KVC_COLL_ABORTED | (uint64_t)rank << KVC_COLL_ABORTER_SHIFT;
     if (atomic_compare_exchange_strong(&g->round, &w, nw)) {
         wake(g);
