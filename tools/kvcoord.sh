@@ -390,8 +390,8 @@ build_matrix() {
 # for arm64 (-march=armv8-a, no LSE: atomics are LL/SC loops), warnings as
 # errors, and every one of those tests (test_collective included) run under
 # qemu-aarch64-static, each with a 120 s ctest timeout, so
-# a hang fails the step instead of stalling it (the whole step: 13 s from
-# scratch on 2 idle cores, under a minute loaded).  qemu-user keeps no
+# a hang fails the step instead of stalling it (the whole step: 21 s from
+# scratch on 2 cores at load 5, under a minute loaded).  qemu-user keeps no
 # robust futex lists: the crash tests mark a killed process's locks
 # FUTEX_OWNER_DIED themselves there, as the kernel would (tests/lib/tu_robust.h).
 # The checks that need a forked process's own /proc/self/stat start time
