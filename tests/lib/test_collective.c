@@ -104,6 +104,32 @@ static void close_unlink(kvc_segment *s, const char *name)
     kvc_unlink(name);
 }
 
+/* A child that writes a byte to ready_fd once it is where the test wants it
+ * and then waits for go_fd to reach EOF (the parent closing its end). */
+typedef int (*gated_child)(const char *name, uint32_t rank, int ready_fd, int go_fd);
+
+/* Fork ranks 0..n-1 as child(name, rank, ready, go) into pids[].  The
+ * parent keeps *ready, the ready pipe's read end (EOF once every child has
+ * exited: a child that dies before reporting ends the read), and *go, the
+ * go pipe's write end (closing it lets the children go on). */
+static void fork_gated(const char *name, uint32_t n, gated_child child, pid_t *pids, int *ready,
+                       int *go)
+{
+    int rep[2], g[2];
+    assert_int_equal(pipe(rep), 0);
+    assert_int_equal(pipe(g), 0);
+    for (uint32_t r = 0; r < n; r++)
+        if ((pids[r] = fork()) == 0) {
+            close(g[1]);
+            close(rep[0]);
+            _exit(child(name, r, rep[1], g[0]));
+        }
+    close(rep[1]);
+    close(g[0]);
+    *ready = rep[0];
+    *go = g[1];
+}
+
 /* ---- equality with the independently computed MIN ----------------------- */
 
 static int random_child(const char *name, uint32_t size, uint32_t rank, uint64_t steps)
@@ -332,22 +358,14 @@ static void test_never_arrives(void **st)
     (void)st;
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
-    int rep[2], go[2];
-    assert_int_equal(pipe(rep), 0);
-    assert_int_equal(pipe(go), 0);
+    int ready, go;
     pid_t pids[3];
-    for (uint32_t r = 0; r < 3; r++)
-        if ((pids[r] = fork()) == 0) {
-            close(go[1]);
-            _exit(late_child(name, r, rep[1], go[0]));
-        }
-    close(go[0]);
-    close(rep[1]); /* a child that dies before reporting ends the read */
+    fork_gated(name, 3, late_child, pids, &ready, &go);
     char x;
-    assert_int_equal(read(rep[0], &x, 1), 1);
-    assert_int_equal(read(rep[0], &x, 1), 1);
-    close(go[1]);
-    close(rep[0]);
+    assert_int_equal(read(ready, &x, 1), 1);
+    assert_int_equal(read(ready, &x, 1), 1);
+    close(go);
+    close(ready);
     for (uint32_t r = 0; r < 3; r++)
         assert_int_equal(wait_exit(pids[r]), 0);
     close_unlink(s, name);
@@ -741,22 +759,13 @@ static void test_reuse_after_clean_exit(void **st)
     (void)st;
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
-    int rep[2], go[2];
-    assert_int_equal(pipe(rep), 0);
-    assert_int_equal(pipe(go), 0);
+    int ready, go;
     pid_t old[2];
-    for (uint32_t r = 0; r < 2; r++)
-        if ((old[r] = fork()) == 0) {
-            close(go[1]);
-            close(rep[0]);
-            _exit(leaver_child(name, r, rep[1], go[0]));
-        }
-    close(rep[1]);
-    close(go[0]);
+    fork_gated(name, 2, leaver_child, old, &ready, &go);
     assert_int_equal(wait_exit(old[1]), 0);
     char x;
-    assert_int_equal(read(rep[0], &x, 1), 1);
-    close(rep[0]);
+    assert_int_equal(read(ready, &x, 1), 1);
+    close(ready);
     /* Mixed: a new rank 1 while the old rank 0 lives. */
     uint8_t v[8] = {3};
     kvc_coll_failure why;
@@ -766,7 +775,7 @@ static void test_reuse_after_clean_exit(void **st)
     assert_non_null(strstr(kvc_last_error(), "rank 0 still live"));
     assert_int_equal(why.ranks, 2);
     assert_int_equal(v[0], 3);
-    close(go[1]);
+    close(go);
     assert_int_equal(wait_exit(old[0]), 0);
     pid_t fresh[3];
     for (uint32_t r = 0; r < 3; r++) {
@@ -823,20 +832,12 @@ static void test_sleeper_killed_asleep(void **st)
     (void)st;
     const char *name = tu_name();
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
-    int rep[2], go[2];
-    assert_int_equal(pipe(rep), 0);
-    assert_int_equal(pipe(go), 0);
+    int ready, go;
     pid_t pids[2];
-    for (uint32_t r = 0; r < 2; r++)
-        if ((pids[r] = fork()) == 0) {
-            close(go[1]);
-            _exit(sleeper_child(name, r, rep[1], go[0]));
-        }
-    close(rep[1]);
-    close(go[0]);
+    fork_gated(name, 2, sleeper_child, pids, &ready, &go);
     char x;
-    assert_int_equal(read(rep[0], &x, 1), 1);
-    close(rep[0]);
+    assert_int_equal(read(ready, &x, 1), 1);
+    close(ready);
     kvc_coll_group *g = group_of(s, 0x51ee);
     assert_non_null(g);
     /* Rank 1 arrived at generation 20 and sleeps: its bit is set. */
@@ -847,7 +848,7 @@ static void test_sleeper_killed_asleep(void **st)
     kill(pids[1], SIGKILL);
     assert_int_equal(wait_exit(pids[1]), 128 + SIGKILL);
     assert_int_equal(atomic_load(&g->sleepers), 2); /* left by the dead sleeper */
-    close(go[1]);
+    close(go);
     assert_int_equal(wait_exit(pids[0]), 0);
     assert_int_equal(atomic_load(&g->sleepers), 0); /* repaired when its death was seen */
     assert_int_not_equal(atomic_load(&g->broken), 0);
