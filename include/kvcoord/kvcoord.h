@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 10u
+#define KVC_LAYOUT_VERSION 11u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789
@@ -591,6 +591,9 @@ typedef enum kvc_room_role {
  * are truncated on a UTF-8 character boundary. */
 #define KVC_REASON_MAX 255
 
+/* Longest node name (a cluster's --node), bytes, excluding the NUL. */
+#define KVC_NODE_NAME_MAX 63
+
 /* origin_rank of a failure no rank recorded: a room that timed out (no
  * update for the room TTL).  It is another rank's failure for every rank. */
 #define KVC_ORIGIN_RANK_NONE UINT32_MAX
@@ -605,6 +608,11 @@ typedef struct kvc_failure_info {
     uint64_t time_ns;         /* when it was recorded */
     int is_from_another_rank; /* 1 when the asking rank is not the origin */
     char reason[KVC_REASON_MAX + 1];
+    /* The node where it was recorded ("" outside a cluster: kvcoordd
+     * without --etcd), and 1 when that is another node than this segment's
+     * (the record was mirrored from it by kvcoordd's cluster view). */
+    char origin_node[KVC_NODE_NAME_MAX + 1];
+    int from_another_node;
 } kvc_failure_info;
 
 /* A room as read by kvc_room_get(). */
@@ -715,6 +723,29 @@ kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const uint64_t 
  * KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                             const char *reason, uint64_t time_ns, int *changed);
+
+/* Record, for f->room, a failure record mirrored from another node
+ * (kvcoordd's cluster view), keeping its provenance: f->origin_rank,
+ * origin_pid, code, reason, time_ns (0: now) and origin_node (the node it
+ * was recorded on; required) as given, marked as from another node
+ * (kvc_failure_info.from_another_node).  Like kvc_room_fail_adopt(), a
+ * different record kept here is replaced, the room is created if it does
+ * not exist, and *changed (may be NULL) is 1 when the room's record
+ * changed.  Wakes waiters.  Process- and thread-safe.
+ * Errors: KVC_E_INVAL (NULL, room > KVC_ROOM_ID_MAX, origin_rank >= max
+ * ranks and not KVC_ORIGIN_RANK_NONE, origin_node empty or not 1..63 bytes
+ * of [A-Za-z0-9._-]), KVC_E_FULL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+kvc_err kvc_room_fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int *changed);
+
+/* Name this segment's node in a cluster (kvcoordd --etcd --node NAME):
+ * every failure recorded on the segment from then on carries it
+ * (kvc_failure_info.origin_node), and the reasons kvcoord writes itself
+ * name it ("rank 1 (pid 42 on node A) killed by signal 9 (Killed)").
+ * node "" or NULL: none (the default; reasons without a node).  Process-
+ * and thread-safe; a reader racing the change sees the old name or the new.
+ * Errors: KVC_E_INVAL (NULL seg, node longer than KVC_NODE_NAME_MAX bytes
+ * or not of [A-Za-z0-9._-]). */
+kvc_err kvc_segment_set_node(kvc_segment *seg, const char *node);
 
 /* Current value of the rooms' failure epoch (bumped whenever a room gains
  * or changes its failure record, and when a room lock is recovered;

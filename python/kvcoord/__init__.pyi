@@ -83,6 +83,8 @@ class FailureInfo(NamedTuple):
     time_ns: int
     is_from_another_rank: bool
     text: str
+    origin_node: str
+    from_another_node: bool
 
 class RoomInfo(NamedTuple):
     room: int

@@ -34,9 +34,11 @@ static PyStructSequence_Field failure_fields[] = {
     {"time_ns", "when it was recorded, ns since the Unix epoch"},
     {"is_from_another_rank", "True unless the asking rank is the origin"},
     {"text", "the library's error text naming the room, origin rank and reason"},
+    {"origin_node", "the node it was recorded on (str; '' outside a cluster)"},
+    {"from_another_node", "True when mirrored from another node by kvcoordd's cluster view"},
     {NULL, NULL}};
 static PyStructSequence_Desc failure_desc = {
-    "kvcoord.FailureInfo", "A room's failure record as one rank sees it.", failure_fields, 8};
+    "kvcoord.FailureInfo", "A room's failure record as one rank sees it.", failure_fields, 10};
 
 static PyStructSequence_Field proc_fields[] = {
     {"pid", "process id"},
@@ -69,7 +71,7 @@ static PyObject *failure_build(const kvc_failure_info *f)
         return NULL;
     char text[KVC_REASON_MAX + 160];
     kvc_failure_text(f, text, sizeof text);
-    PyObject *v[8] = {
+    PyObject *v[10] = {
         PyLong_FromUnsignedLongLong(f->room),
         PyLong_FromUnsignedLong(f->origin_rank),
         PyLong_FromLong(f->origin_pid),
@@ -78,9 +80,11 @@ static PyObject *failure_build(const kvc_failure_info *f)
         PyLong_FromUnsignedLongLong(f->time_ns),
         PyBool_FromLong(f->is_from_another_rank),
         PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace"),
+        PyUnicode_DecodeUTF8(f->origin_node, (Py_ssize_t)strlen(f->origin_node), "replace"),
+        PyBool_FromLong(f->from_another_node),
     };
     int bad = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 10; i++) {
         bad |= v[i] == NULL;
         PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : (Py_INCREF(Py_None), Py_None));
     }

@@ -232,7 +232,8 @@ class Bridge:
         is_from_another_rank=True.  Pop-style: once per follow of the room."""
         if had_local or f is None or getattr(exc, "failure_reason", None) != UNKNOWN_REASON:
             return None
-        if f.origin_pid == self.pid and f.origin_rank == self.rank:
+        if (f.origin_pid == self.pid and f.origin_rank == self.rank
+                and not getattr(f, "from_another_node", False)):
             return None  # this rank's own record, popped by sglang already
         key = (id(manager), room)
         with self.lock:

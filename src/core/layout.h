@@ -146,9 +146,14 @@ typedef struct kvc_failure_rec {
     int32_t origin_rank;
     int32_t origin_pid;
     int32_t code;
-    uint32_t pad;
+    uint32_t flags; /* KVC__FAIL_* */
     char reason[KVC_REASON_MAX + 1];
+    char node[KVC_NODE_NAME_MAX + 1]; /* origin node; "" outside a cluster */
 } kvc_failure_rec;
+
+/* kvc_failure_rec.flags: the record came from another node (mirrored by
+ * kvcoordd's cluster view, kvc_room_fail_mirror). */
+#define KVC__FAIL_OTHER_NODE 1u
 
 /* A slot of a stripe's open-addressing table (linear probing inside the
  * stripe, tombstones turned back into free slots whenever the next slot is
@@ -371,6 +376,12 @@ typedef struct kvc_header {
     uint64_t pd_off;
     uint32_t pd_size; /* sizeof(kvc_pd_region) */
     uint32_t pad_pd;
+    /* This node's name in a cluster (kvc_segment_set_node: kvcoordd --etcd),
+     * "" outside one: the failures recorded here carry it.  Written under
+     * node_seq (odd while written), read by copying under it. */
+    _Atomic uint32_t node_seq;
+    uint32_t pad_node;
+    char node_name[KVC_NODE_NAME_MAX + 1];
 } kvc_header;
 
 #include "layout_pd.h"

@@ -149,7 +149,9 @@ static kvc_err state_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     if (fails) {
         char reason[64];
         snprintf(reason, sizeof reason, "rank %u reported Failed", a->rank);
-        kvc__put_failure(&u, a->rank, 0, reason, seg->pid, kvc__now_ns());
+        char node[KVC_NODE_NAME_MAX + 1];
+        kvc__node_name(seg, node);
+        kvc__put_failure(&u, a->rank, 0, reason, seg->pid, kvc__now_ns(), node, 0);
     }
     kvc__upd_commit(&u, now);
     return KVC_OK;
@@ -210,7 +212,10 @@ struct fail_arg {
     const char *reason;
     uint64_t time_ns; /* adopt: the record's time (0: now) */
     int adopt;
-    int result; /* kept / changed */
+    int result;       /* kept / changed */
+    int32_t pid;      /* adopt: the origin's pid (0: none) */
+    const char *node; /* adopt: the origin node (NULL: none) */
+    uint32_t flags;   /* adopt: KVC__FAIL_* */
 };
 
 static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
@@ -236,13 +241,17 @@ static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     }
     char want[KVC_REASON_MAX + 1];
     kvc__copy_reason(want, a->reason && *a->reason ? a->reason : "no reason given");
+    const char *node = a->node ? a->node : "";
     if (r->has_failure && r->failure.origin_rank == (int32_t)a->origin &&
-        r->failure.code == a->code && !strcmp(r->failure.reason, want))
+        r->failure.code == a->code && !strcmp(r->failure.reason, want) &&
+        r->failure.origin_pid == a->pid && !strncmp(r->failure.node, node, KVC_NODE_NAME_MAX) &&
+        r->failure.flags == a->flags)
         return KVC_OK;
     kvc__upd u;
     uint64_t now = kvc__now_coarse_ns();
     (void)kvc__upd_begin(&u, seg, s, r, kvc__room_len_failure(), 1);
-    kvc__put_failure(&u, a->origin, a->code, want, 0, a->time_ns ? a->time_ns : kvc__now_ns());
+    kvc__put_failure(&u, a->origin, a->code, want, a->pid, a->time_ns ? a->time_ns : kvc__now_ns(),
+                     node, a->flags);
     kvc__upd_commit(&u, now);
     a->result = 1;
     return KVC_OK;
@@ -258,7 +267,7 @@ KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_r
     if (origin_rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
-    struct fail_arg a = {room, origin_rank, code, reason, 0, 0, 0};
+    struct fail_arg a = {room, origin_rank, code, reason, 0, 0, 0, 0, NULL, 0};
     kvc_err e = kvc__with_stripe(seg, room, fail_op, &a);
     if (!e && kept)
         *kept = a.result;
@@ -276,11 +285,98 @@ KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t or
     if (origin_rank >= seg->hdr->max_ranks && origin_rank != KVC_ORIGIN_RANK_NONE)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
-    struct fail_arg a = {room, origin_rank, code, reason, time_ns, 1, 0};
+    struct fail_arg a = {room, origin_rank, code, reason, time_ns, 1, 0, 0, NULL, 0};
     kvc_err e = kvc__with_stripe(seg, room, fail_op, &a);
     if (!e && changed)
         *changed = a.result;
     return e;
+}
+
+/* 1..KVC_NODE_NAME_MAX bytes of [A-Za-z0-9._-] (empty_ok: or none). */
+static int node_name_ok(const char *s, int empty_ok)
+{
+    size_t n = strlen(s);
+    if (n > KVC_NODE_NAME_MAX || (!n && !empty_ok))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+KVC_API kvc_err kvc_room_fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int *changed)
+{
+    if (changed)
+        *changed = 0;
+    KVC_ARG(seg);
+    KVC_ARG(f);
+    KVC_ROOM_ARG(f->room);
+    if (f->origin_rank >= seg->hdr->max_ranks && f->origin_rank != KVC_ORIGIN_RANK_NONE)
+        return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
+                         f->origin_rank, seg->hdr->max_ranks);
+    if (!memchr(f->origin_node, 0, sizeof f->origin_node) || !node_name_ok(f->origin_node, 0))
+        return kvc__fail(KVC_E_INVAL,
+                         "kvc_room_fail_mirror: origin node must be 1..%d bytes of "
+                         "[A-Za-z0-9._-]",
+                         KVC_NODE_NAME_MAX);
+    char reason[KVC_REASON_MAX + 1];
+    memcpy(reason, f->reason, sizeof reason);
+    reason[KVC_REASON_MAX] = '\0';
+    struct fail_arg a = {
+        f->room,        f->origin_rank,      f->code, reason, f->time_ns, 1, 0, f->origin_pid,
+        f->origin_node, KVC__FAIL_OTHER_NODE};
+    kvc_err e = kvc__with_stripe(seg, f->room, fail_op, &a);
+    if (!e && changed)
+        *changed = a.result;
+    return e;
+}
+
+KVC_API kvc_err kvc_segment_set_node(kvc_segment *seg, const char *node)
+{
+    KVC_ARG(seg);
+    if (!node)
+        node = "";
+    if (!node_name_ok(node, 1))
+        return kvc__fail(KVC_E_INVAL, "node name '%.80s' is not 0..%d bytes of [A-Za-z0-9._-]",
+                         node, KVC_NODE_NAME_MAX);
+    kvc_header *h = seg->hdr;
+    char name[KVC_NODE_NAME_MAX + 1] = {0};
+    snprintf(name, sizeof name, "%s", node);
+    /* One writer at a time (kvcoordd); the seq lets readers take a whole
+     * name. */
+    kvc_seq_write_begin(&h->node_seq);
+    kvc_seq_store(h->node_name, name, sizeof name);
+    kvc_seq_write_end(&h->node_seq);
+    return KVC_OK;
+}
+
+void kvc__node_name(kvc_segment *seg, char out[KVC_NODE_NAME_MAX + 1])
+{
+    const kvc_header *h = seg->hdr;
+    for (int spins = 0; spins < 1000; spins++) {
+        uint32_t q = kvc_seq_read_begin(&h->node_seq);
+        if (q & 1)
+            continue;
+        kvc_seq_load(out, h->node_name, KVC_NODE_NAME_MAX + 1);
+        if (!kvc_seq_read_retry(&h->node_seq, q)) {
+            out[KVC_NODE_NAME_MAX] = '\0';
+            return;
+        }
+    }
+    out[0] = '\0';
+}
+
+void kvc__pid_text(kvc_segment *seg, int32_t pid, char *buf, size_t cap)
+{
+    char node[KVC_NODE_NAME_MAX + 1];
+    kvc__node_name(seg, node);
+    if (node[0])
+        snprintf(buf, cap, "pid %d on node %s", (int)pid, node);
+    else
+        snprintf(buf, cap, "pid %d", (int)pid);
 }
 
 KVC_API uint32_t kvc_room_epoch(kvc_segment *seg)

@@ -190,7 +190,13 @@ void kvc__copy_reason(char *dst, const char *src);
  * (replacing any it had), make it Failed, and copy the record into the
  * ring entry when one was claimed. */
 void kvc__put_failure(kvc__upd *u, uint32_t origin, int32_t code, const char *reason, int32_t pid,
-                      uint64_t time_ns);
+                      uint64_t time_ns, const char *node, uint32_t flags);
+/* This segment's node name (kvc_segment_set_node) into out ("" outside a
+ * cluster); no lock. */
+void kvc__node_name(kvc_segment *seg, char out[KVC_NODE_NAME_MAX + 1]);
+/* What a reason kvcoord writes says of a participant's process: "pid 42"
+ * or "pid 42 on node A" (no lock). */
+void kvc__pid_text(kvc_segment *seg, int32_t pid, char *buf, size_t cap);
 /* Record the first failure of room r in stripe s in an update of its own;
  * 1 if kept, 0 when r already failed or succeeded. */
 int kvc__record_failure(kvc_segment *seg, uint32_t s, kvc_room *r, uint32_t origin, int32_t code,

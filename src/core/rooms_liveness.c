@@ -34,7 +34,9 @@ void kvc__room_apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const kv
         const kvc_room_part *p = &r->part[v->rank];
         if (v->rank >= r->participants || p->pid != v->pid || p->start != v->start || p->released)
             return;
-        snprintf(reason, sizeof reason, "rank %u (pid %d) %s", v->rank, (int)v->shown_pid, v->how);
+        char who[KVC_NODE_NAME_MAX + 40];
+        kvc__pid_text(seg, v->shown_pid, who, sizeof who);
+        snprintf(reason, sizeof reason, "rank %u (%s) %s", v->rank, who, v->how);
         kvc__record_failure(seg, s, r, v->rank, ESRCH, reason, 0);
     } else if (v->what == 2) {
         uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
@@ -104,8 +106,9 @@ kvc_err kvc__rooms_fail_proc(kvc_segment *seg, int32_t pid, uint64_t start, cons
                 if (r->part[p].pid != pid || (start && r->part[p].start != start) ||
                     r->part[p].released)
                     continue;
-                char reason[KVC_REASON_MAX + 1];
-                snprintf(reason, sizeof reason, "rank %u (pid %d) %s", p, (int)shown, how);
+                char reason[KVC_REASON_MAX + 1], who[KVC_NODE_NAME_MAX + 40];
+                kvc__pid_text(seg, shown, who, sizeof who);
+                snprintf(reason, sizeof reason, "rank %u (%s) %s", p, who, how);
                 if (kvc__record_failure(seg, s, r, p, ESRCH, reason, 0) && failed)
                     (*failed)++;
                 break;

@@ -57,9 +57,13 @@ static void fill_info(const kvc_room *r, int32_t asking, kvc_room_info *out)
         out->failure.origin_pid = f->origin_pid;
         out->failure.code = f->code;
         out->failure.time_ns = f->time_ns;
-        out->failure.is_from_another_rank = f->origin_rank < 0 || asking != f->origin_rank;
+        out->failure.is_from_another_rank =
+            f->origin_rank < 0 || asking != f->origin_rank || (f->flags & KVC__FAIL_OTHER_NODE);
         memcpy(out->failure.reason, f->reason, sizeof out->failure.reason);
         out->failure.reason[KVC_REASON_MAX] = '\0';
+        memcpy(out->failure.origin_node, f->node, sizeof out->failure.origin_node);
+        out->failure.origin_node[KVC_NODE_NAME_MAX] = '\0';
+        out->failure.from_another_node = (f->flags & KVC__FAIL_OTHER_NODE) != 0;
     }
 }
 

@@ -86,7 +86,7 @@ void kvc__copy_reason(char *dst, const char *src)
 /* Inside an update with a ring entry: write the room's failure record
  * (replacing any it had) and its copy in the ring. */
 void kvc__put_failure(kvc__upd *u, uint32_t origin, int32_t code, const char *reason, int32_t pid,
-                      uint64_t time_ns)
+                      uint64_t time_ns, const char *node, uint32_t flags)
 {
     kvc_room *r = &u->w;
     kvc_failure_rec *f = &r->failure;
@@ -95,7 +95,11 @@ void kvc__put_failure(kvc__upd *u, uint32_t origin, int32_t code, const char *re
     f->origin_rank = (int32_t)origin;
     f->origin_pid = pid;
     f->code = code;
+    f->flags = flags;
     kvc__copy_reason(f->reason, reason && *reason ? reason : "no reason given");
+    memset(f->node, 0, sizeof f->node);
+    if (node)
+        snprintf(f->node, sizeof f->node, "%s", node);
     KVC_INJECT("room.failure_half");
     r->has_failure = 1;
     r->terminal = KVC_POLL_FAILED;
@@ -115,8 +119,10 @@ int kvc__record_failure(kvc_segment *seg, uint32_t s, kvc_room *r, uint32_t orig
         return 0;
     kvc__upd u;
     uint64_t now = kvc__now_ns(); /* a failure's time is shown: the precise clock */
+    char node[KVC_NODE_NAME_MAX + 1];
+    kvc__node_name(seg, node);
     (void)kvc__upd_begin(&u, seg, s, r, kvc__room_len_failure(), 1);
-    kvc__put_failure(&u, origin, code, reason, pid, now);
+    kvc__put_failure(&u, origin, code, reason, pid, now, node, 0);
     kvc__upd_commit(&u, now);
     return 1;
 }
@@ -130,6 +136,18 @@ KVC_API int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap)
     char code[48] = "";
     if (f->code)
         snprintf(code, sizeof code, "; code %d", (int)f->code);
+    if (f->from_another_node && f->origin_node[0]) {
+        if (f->origin_rank == KVC_ORIGIN_RANK_NONE)
+            return snprintf(buf, cap,
+                            "KV transfer of room %llu failed on node %s (another node, no rank "
+                            "recorded it%s): %s",
+                            (unsigned long long)f->room, f->origin_node, code, f->reason);
+        return snprintf(buf, cap,
+                        "KV transfer of room %llu failed on rank %u of node %s (another node%s): "
+                        "%s",
+                        (unsigned long long)f->room, f->origin_rank, f->origin_node, code,
+                        f->reason);
+    }
     if (f->origin_rank == KVC_ORIGIN_RANK_NONE)
         return snprintf(buf, cap,
                         "KV transfer of room %llu failed (timed out, no rank recorded it%s): %s",
@@ -184,6 +202,9 @@ KVC_API kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, siz
         o->time_ns = f.time_ns;
         o->is_from_another_rank = 1;
         memcpy(o->reason, f.reason, sizeof o->reason);
+        memcpy(o->origin_node, f.node, sizeof o->origin_node);
+        o->origin_node[KVC_NODE_NAME_MAX] = '\0';
+        o->from_another_node = (f.flags & KVC__FAIL_OTHER_NODE) != 0;
     }
     *count = n;
     return KVC_OK;

@@ -77,6 +77,9 @@ void kvc__upd_commit(kvc__upd *u, uint64_t now_real)
         kvc__ring_release(u->ring);
         u->st->undo.ring_off = 0;
         atomic_fetch_add(&u->seg->hdr->room_epoch, 1);
+        /* A failure record wakes kvc_room_wait_change()ers (kvcoordd's
+         * cluster view publishes it at once): one system call per failure. */
+        kvc__futex_wake_all(&u->seg->hdr->room_epoch);
     }
     atomic_fetch_add(&u->st->epoch, 1);
     /* The header's "updated" is for people: at most one store per ms, so

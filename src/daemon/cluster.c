@@ -241,6 +241,7 @@ static void free_cluster(struct cluster *c)
     free(c->peers.nodes);
     free(c->fig.nodes_copy);
     free(c->rooms.pending);
+    free(c->rooms.pub);
     pd_mirror_free(c->pd.mirror);
     free(c->pd.published);
     while (c->in.q_head) {
@@ -349,6 +350,12 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     c->pd.mirror = pd_mirror_new();
     if (!c->tab.list || !c->rooms.pending || !c->fx.multi || !c->pd.mirror) {
         snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->cfg.max_ranks);
+        free_cluster(c);
+        return -1;
+    }
+    /* The failures recorded here from now on name this node. */
+    if (kvc_segment_set_node(c->cfg.seg, c->cfg.node) != KVC_OK) {
+        snprintf(err, cap, "segment: %s", kvc_last_error());
         free_cluster(c);
         return -1;
     }

@@ -144,8 +144,16 @@ struct pending_room {
     uint64_t room;
     uint32_t origin_rank;
     int32_t code;
+    int32_t pid;
     uint64_t time_ns;
     char reason[KVC_REASON_MAX + 1];
+};
+
+/* A rooms/<id> key this node created, deleted once the room TTL has passed
+ * (it lives under the node's lease meanwhile). */
+struct published_room {
+    uint64_t room;
+    uint64_t mono; /* when it was created, monotonic ns */
 };
 
 struct conflict {
@@ -267,8 +275,8 @@ struct cluster_rooms {
     size_t nadopted;
     struct pending_room *pending;
     size_t npending;
-    int64_t room_lease;
-    uint64_t room_lease_mono;
+    struct published_room *pub; /* oldest first, from pub_head */
+    size_t npub, pub_head, cap_pub;
 };
 
 /* The figures readers see (/metrics, GET /cluster): every field under

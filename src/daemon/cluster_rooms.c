@@ -1,8 +1,9 @@
 /*
  * cluster_rooms.c - room failures across the cluster: this node's new
- * failure records queued and published create-only under short leases (the
- * first record of a room wins cluster-wide), and the records of other nodes
- * (or of the winner of a race) taken into this node's segment.
+ * failure records queued and published create-only under the node's lease
+ * (the first record of a room wins cluster-wide; the key is deleted once
+ * the room TTL has passed), and the records of other nodes (or of the
+ * winner of a race) taken into this node's segment with their provenance.
  */
 
 #include <inttypes.h>
@@ -28,9 +29,9 @@ static void adopted_add(struct cluster *c, uint64_t room)
     c->rooms.adopted[c->rooms.nadopted++ % ADOPTED_RING] = room;
 }
 
-/* Take a room record of another node (or the winner of a race).  Returns
- * 1 when the record is this node's own (published earlier: nothing to
- * take), else 0. */
+/* Take a room record of another node (or the winner of a race), keeping
+ * its provenance (origin node, rank, pid, code).  Returns 1 when the
+ * record is this node's own (published earlier: nothing to take), else 0. */
 int cluster__adopt_room(struct cluster *c, const char *value, size_t len)
 {
     json_error_t je;
@@ -39,7 +40,7 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len)
     const char *reason = json_string_value(json_object_get(o, "reason"));
     const char *node = json_string_value(json_object_get(o, "node"));
     if (!json_is_integer(room) || !json_is_integer(rank) || !reason || !node ||
-        !strcmp(node, c->cfg.node)) {
+        !strcmp(node, c->cfg.node) || !cluster_name_ok(node) || json_integer_value(room) < 0) {
         int own = node && !strcmp(node, c->cfg.node);
         json_decref(o);
         return own;
@@ -47,18 +48,25 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len)
     int changed = 0;
     uint64_t id = (uint64_t)json_integer_value(room);
     adopted_add(c, id);
-    kvc_err e =
-        kvc_room_fail_adopt(c->cfg.seg, id, (uint32_t)json_integer_value(rank),
-                            (int32_t)json_integer_value(json_object_get(o, "code")), reason,
-                            (uint64_t)json_integer_value(json_object_get(o, "time_ns")), &changed);
+    kvc_failure_info f;
+    memset(&f, 0, sizeof f);
+    f.room = id;
+    f.origin_rank = (uint32_t)json_integer_value(rank);
+    f.origin_pid = (int32_t)json_integer_value(json_object_get(o, "pid")); /* 0 if absent */
+    f.code = (int32_t)json_integer_value(json_object_get(o, "code"));
+    f.time_ns = (uint64_t)json_integer_value(json_object_get(o, "time_ns"));
+    snprintf(f.reason, sizeof f.reason, "%s", reason);
+    snprintf(f.origin_node, sizeof f.origin_node, "%s", node);
+    kvc_err e = kvc_room_fail_mirror(c->cfg.seg, &f, &changed);
     if (e != KVC_OK)
         log_event(LOG_WARN, "room_adopt_failed", "room=%" PRIu64 " origin=%s err=\"%s\"", id, node,
                   kvc_last_error());
     else if (changed) {
         STAT_ADD(c, rooms_adopted, 1);
         log_event(LOG_INFO, "room_failure_mirrored",
-                  "room=%" PRIu64 " origin=%s origin_rank=%" JSON_INTEGER_FORMAT " reason=\"%s\"",
-                  id, node, json_integer_value(rank), reason);
+                  "room=%" PRIu64 " origin=%s origin_rank=%" JSON_INTEGER_FORMAT
+                  " origin_pid=%d reason=\"%s\"",
+                  id, node, json_integer_value(rank), (int)f.origin_pid, reason);
     }
     json_decref(o);
     return 0;
@@ -83,7 +91,7 @@ void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
     }
     c->rooms.failures_seen = si.failures_total;
     for (size_t i = n; i-- > 0;) { /* oldest first */
-        if (f[i].time_ns < not_before_ns || adopted_has(c, f[i].room))
+        if (f[i].time_ns < not_before_ns || f[i].from_another_node || adopted_has(c, f[i].room))
             continue;
         if (c->rooms.npending >= PENDING_ROOMS_MAX) {
             log_event(LOG_WARN, "room_failure_not_published",
@@ -95,36 +103,74 @@ void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
         p->room = f[i].room;
         p->origin_rank = f[i].origin_rank;
         p->code = f[i].code;
+        p->pid = f[i].origin_pid;
         p->time_ns = f[i].time_ns;
         snprintf(p->reason, sizeof p->reason, "%s", f[i].reason);
     }
     free(f);
 }
 
-/* Publish the pending failures, create-only: the first record of a room
- * wins cluster-wide; a node that loses takes the winner's record. */
+/* Remember a rooms/<id> key this node created, to delete it once the room
+ * TTL has passed. */
+static void published_add(struct cluster *c, uint64_t room)
+{
+    struct cluster_rooms *R = &c->rooms;
+    if (R->pub_head && R->pub_head * 2 >= R->npub + R->pub_head) { /* compact */
+        memmove(R->pub, R->pub + R->pub_head, R->npub * sizeof *R->pub);
+        R->pub_head = 0;
+    }
+    if (R->pub_head + R->npub == R->cap_pub) {
+        size_t cap = R->cap_pub ? R->cap_pub * 2 : 256;
+        struct published_room *p = realloc(R->pub, cap * sizeof *p);
+        if (!p)
+            return; /* the key then lives until the node's lease ends */
+        R->pub = p, R->cap_pub = cap;
+    }
+    R->pub[R->pub_head + R->npub++] = (struct published_room){room, kvc__mono_ns()};
+}
+
+/* Delete the rooms/<id> keys older than the room TTL (their rooms are
+ * gone everywhere), many per transaction.  0, or -1 when etcd failed. */
+static int expire_published(struct cluster *c)
+{
+    struct cluster_rooms *R = &c->rooms;
+    uint64_t now = kvc__mono_ns(), ttl = (uint64_t)c->cfg.room_ttl_s * 1000000000ull;
+    while (R->npub && R->pub[R->pub_head].mono + ttl < now) {
+        struct etcd_op ops[64];
+        char keys[64][KEY_MAX];
+        size_t n = 0;
+        while (n < 64 && n < R->npub && R->pub[R->pub_head + n].mono + ttl < now) {
+            snprintf(keys[n], sizeof keys[n], "%srooms/%" PRIu64, c->cfg.prefix,
+                     R->pub[R->pub_head + n].room);
+            ops[n] = (struct etcd_op){keys[n], NULL, 0, 1};
+            n++;
+        }
+        if (etcd_txn_batch(c->ses.ec, ops, n, 0, NULL)) {
+            cluster__etcd_failed(c, "room key delete");
+            return -1;
+        }
+        cluster__etcd_answered(c);
+        R->pub_head += n;
+        R->npub -= n;
+    }
+    if (!R->npub)
+        R->pub_head = 0;
+    return 0;
+}
+
+/* Publish the pending failures, create-only, under the node's lease: the
+ * first record of a room wins cluster-wide; a node that loses takes the
+ * winner's record. */
 int cluster__publish_rooms(struct cluster *c)
 {
     size_t done = 0;
     int rc = 0;
     for (; done < c->rooms.npending; done++) {
         struct pending_room *p = &c->rooms.pending[done];
-        uint64_t now = kvc__mono_ns();
-        if (!c->rooms.room_lease || now - c->rooms.room_lease_mono > 1000000000ull) {
-            /* One lease per second of failures: the key outlives the room
-             * TTL by at most a second. */
-            if (etcd_lease_grant(c->ses.ec, c->cfg.room_ttl_s + 1, &c->rooms.room_lease)) {
-                c->rooms.room_lease = 0;
-                cluster__etcd_failed(c, "room lease grant");
-                rc = -1;
-                break;
-            }
-            c->rooms.room_lease_mono = now;
-        }
-        json_t *o =
-            json_pack("{s:I, s:I, s:i, s:s, s:I, s:s}", "room", (json_int_t)p->room, "origin_rank",
-                      (json_int_t)p->origin_rank, "code", (int)p->code, "reason", p->reason,
-                      "time_ns", (json_int_t)p->time_ns, "node", c->cfg.node);
+        json_t *o = json_pack("{s:I, s:I, s:i, s:s, s:I, s:s, s:i}", "room", (json_int_t)p->room,
+                              "origin_rank", (json_int_t)p->origin_rank, "code", (int)p->code,
+                              "reason", p->reason, "time_ns", (json_int_t)p->time_ns, "node",
+                              c->cfg.node, "pid", (int)p->pid);
         char *val = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
         if (!val)
@@ -133,22 +179,21 @@ int cluster__publish_rooms(struct cluster *c)
         snprintf(key, sizeof key, "%srooms/%" PRIu64, c->cfg.prefix, p->room);
         int created = 0;
         etcd_kv cur = {0};
-        int r = etcd_put_create(c->ses.ec, key, val, strlen(val), c->rooms.room_lease, &created,
-                                &cur, NULL);
+        int r =
+            etcd_put_create(c->ses.ec, key, val, strlen(val), c->ses.lease, &created, &cur, NULL);
         free(val);
         if (r) {
-            if (strstr(etcd_error(c->ses.ec), "lease not found")) {
-                c->rooms.room_lease = 0;
-                done--; /* again, with a new lease */
-                continue;
-            }
-            cluster__etcd_failed(c, "room txn");
+            if (strstr(etcd_error(c->ses.ec), "lease not found"))
+                cluster__lease_gone(c, "a room failure's put found the lease gone");
+            else
+                cluster__etcd_failed(c, "room txn");
             rc = -1;
             break;
         }
         cluster__etcd_answered(c);
         if (created) {
             STAT_ADD(c, rooms_published, 1);
+            published_add(c, p->room);
         } else if (!cur.value || !cluster__adopt_room(c, cur.value, cur.value_len)) {
             STAT_ADD(c, rooms_lost_race, 1);
         } /* else: this node's own record, published before a restart */
@@ -157,5 +202,7 @@ int cluster__publish_rooms(struct cluster *c)
     memmove(c->rooms.pending, c->rooms.pending + done,
             (c->rooms.npending - done) * sizeof *c->rooms.pending);
     c->rooms.npending -= done;
+    if (!rc && c->ses.lease)
+        rc = expire_published(c);
     return rc;
 }

@@ -67,7 +67,8 @@ static void append_failure(struct buf *b, const kvc_failure_info *f, int32_t ask
 {
     char text[KVC_REASON_MAX + 256];
     kvc_failure_info seen = *f;
-    seen.is_from_another_rank = asking < 0 || (uint32_t)asking != f->origin_rank;
+    seen.is_from_another_rank =
+        asking < 0 || (uint32_t)asking != f->origin_rank || f->from_another_node;
     kvc_failure_text(&seen, text, sizeof text);
     buf_puts(b, "{\"room\":");
     buf_putu64(b, f->room);
@@ -83,6 +84,10 @@ static void append_failure(struct buf *b, const kvc_failure_info *f, int32_t ask
     buf_putu64(b, f->time_ns);
     buf_puts(b, ",\"is_from_another_rank\":");
     put_bool(b, seen.is_from_another_rank);
+    buf_puts(b, ",\"origin_node\":\"");
+    json_escape_append(b, f->origin_node, strlen(f->origin_node));
+    buf_puts(b, "\",\"from_another_node\":");
+    put_bool(b, f->from_another_node);
     buf_puts(b, ",\"text\":\"");
     json_escape_append(b, text, strlen(text));
     buf_puts(b, "\"}");

@@ -35,7 +35,8 @@ static const char rooms_help[] =
     "  null), \"limit\", \"count\" (rooms matching), \"shown\", \"rooms\": [{\"room\",\n"
     "  \"state\", \"state_code\", \"participants\", \"joined\", \"released\", \"local\": [state\n"
     "  or -1 per rank], \"opened_ns\", \"opened_utc\", \"updated_ns\", \"updated_utc\",\n"
-    "  \"failure\": null or {\"origin_rank\", \"origin_pid\", \"code\", \"time_ns\",\n"
+    "  \"failure\": null or {\"origin_rank\", \"origin_pid\", \"origin_node\",\n"
+    "  \"from_another_node\", \"code\", \"time_ns\",\n"
     "  \"time_utc\", \"reason\"}}], \"recovered_lock\"}.\n";
 
 struct rooms_opts {
@@ -130,6 +131,8 @@ static json_t *room_json(const kvc_room_info *r)
     json_object_set_new(f, "code", diag_jint(r->failure.code));
     diag_jtime(f, "time", r->failure.time_ns);
     json_object_set_new(f, "reason", diag_jstr(r->failure.reason));
+    json_object_set_new(f, "origin_node", diag_jstr(r->failure.origin_node));
+    json_object_set_new(f, "from_another_node", json_boolean(r->failure.from_another_node));
     json_object_set_new(o, "failure", f);
     return o;
 }
@@ -139,15 +142,19 @@ static void rooms_print(const kvc_room_info *rooms, size_t n, size_t limit, FILE
     static const char *const head[] = {"ROOM",  "STATE",  "PARTS",   "JOINED", "RELEASED",
                                        "LOCAL", "OPENED", "UPDATED", "FAILURE"};
     diag_table *t = diag_table_new(9, head, "rlrrrlll");
-    char local[80], opened[40], updated[40], fail[KVC_REASON_MAX + 64];
+    char local[80], opened[40], updated[40], fail[KVC_REASON_MAX + 160],
+        node[KVC_NODE_NAME_MAX + 16];
     for (size_t i = 0; i < n && (!limit || i < limit); i++) {
         const kvc_room_info *r = &rooms[i];
         local_text(r, local, sizeof local);
+        node[0] = '\0';
+        if (r->has_failure && r->failure.origin_node[0]) /* the node it was recorded on */
+            snprintf(node, sizeof node, " on node %s", r->failure.origin_node);
         if (r->has_failure && r->failure.origin_rank == KVC_ORIGIN_RANK_NONE)
-            snprintf(fail, sizeof fail, "no rank, code %d: %s", (int)r->failure.code,
-                     r->failure.reason); /* timed out */
+            snprintf(fail, sizeof fail, "no rank%s, code %d: %s", node, (int)r->failure.code,
+                     r->failure.reason); /* timed out, or its node left */
         else if (r->has_failure)
-            snprintf(fail, sizeof fail, "rank %u, code %d: %s", r->failure.origin_rank,
+            snprintf(fail, sizeof fail, "rank %u%s, code %d: %s", r->failure.origin_rank, node,
                      (int)r->failure.code, r->failure.reason);
         else
             snprintf(fail, sizeof fail, "-");
