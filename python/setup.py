@@ -28,7 +28,8 @@ def version():
 def sources():
     binding = sorted(glob.glob(os.path.join(HERE, "kvcoord", "_*.c")))
     core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c")))
-    return binding + core + [os.path.join(ROOT, "src", "common", "json_scan.c")]
+    hier = sorted(glob.glob(os.path.join(ROOT, "src", "hier", "*.c")))
+    return binding + core + hier + [os.path.join(ROOT, "src", "common", "json_scan.c")]
 
 
 setup(

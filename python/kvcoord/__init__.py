@@ -60,6 +60,7 @@ from ._kvcoord import (
     FailureInfo,
     ForkedSegmentError,
     FullError,
+    HierGroup,
     InvalidArgumentError,
     NotFoundError,
     ProcInfo,
@@ -83,7 +84,7 @@ __all__ = [
     "ProcInfo", "transfer_error",
     "Error", "NotFoundError", "WithdrawnError", "InvalidArgumentError", "WaitTimeoutError",
     "SegmentNotFoundError", "SegmentClosedError", "ForkedSegmentError", "FullError",
-    "CollectiveError", "COLL_GROUPS", "COLL_MAX_SIZE", "name_for_port", "name_check", "unlink",
+    "CollectiveError", "HierGroup", "COLL_GROUPS", "COLL_MAX_SIZE", "name_for_port", "name_check", "unlink",
     "strerror", "wait_status_text", "UNKNOWN_REASON", "VERSION", "LAYOUT_VERSION",
     "DEFAULT_PORT", "DEFAULT_ROLE", "RANK_ROLES",
 ]

@@ -43,6 +43,23 @@ class CollectiveError(Error):
     group: int
     generation: int
     pid: int
+    # HierGroup's only:
+    mismatch: bool
+    node: int
+    step: int
+
+class HierGroup:
+    node: int
+    leader: bool
+    group: int
+    size: int
+    rank: int
+    nodes: int
+    def __init__(self, segment: Segment, group: int, size: int, rank: int,
+                 node_of: Sequence[int], node_names: Optional[Sequence[str]] = ...,
+                 fds: Optional[Sequence[int]] = ...) -> None: ...
+    def allreduce_min(self, data: bytes, tag: int = ..., timeout: Optional[float] = ...) -> bytes: ...
+    def close(self) -> None: ...
 
 COLL_GROUPS: int
 COLL_MAX_SIZE: int

@@ -193,4 +193,8 @@ PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw);
 extern const char kvcpy_doc_allreduce_min[];
 int kvcpy_collective_init(PyObject *m);
 
+/* _hier.c: kvcoord.HierGroup (kvcoord/hier.h) and host_addresses(), added to
+ * module m (-1 with an exception set on error). */
+int kvcpy_hier_init(PyObject *m);
+
 #endif

@@ -1,0 +1,246 @@
+"""The hierarchical collective (kvcoord.HierGroup, include/kvcoord/hier.h)
+across "hosts": network namespaces on one machine joined by a bridge
+(hiernet.py), each host with its own segment, every rank a real process
+(`ip netns exec`, hier_rank.py) in a gloo world across the hosts; the group
+made by kvcoord._hier.handshake through that world.
+
+ - 2x2, 2x4, 2x8 and 3x2 ranks: 1,000 random steps (lengths 0..200, KVPoll
+   values), the HierGroup's answer equal to gloo's all_reduce(MIN) of the
+   same step on every rank and step (and, every 10th step, to the MIN
+   computed from every rank's inputs).
+ - a rank SIGKILLed (a non-leader; a node's leader): every other rank, on
+   both hosts, fails with CollectiveError naming that rank and its host,
+   dead, by death detection (before the 30 s timeout); every later call
+   fails at once the same way.
+ - a host's ranks all SIGSTOPped: the other host's ranks fail the step with
+   the timeout naming the stopped host's ranks; after SIGCONT the group
+   completes steps again on every rank, with the right MIN.
+ - a host's kvcoordd SIGKILLed mid-run: the collective does not depend on
+   it; every step goes on completing.
+ - mismatched calls: a rank on the other host with another tag, a rank with
+   a longer vector: that step fails on every rank naming it, before any
+   timeout; the next step works.
+ - the whole group restarted on the same segments: a new handshake, a new
+   group that works.
+Deadlines only guard against hangs; measured times are printed, not judged
+(beyond "before the 30 s timeout" where a death or a mismatch must be seen
+without waiting for it).  Needs root and ip(8); skipped otherwise.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hiernet  # noqa: E402
+import hiertest  # noqa: E402
+from hiertest import Ranks  # noqa: E402
+
+
+def layout(hosts, per):
+    return [h for h in range(hosts) for _ in range(per)]
+
+
+class HierBase(unittest.TestCase):
+    hosts = 2
+
+    @classmethod
+    def setUpClass(cls):
+        hiernet.require_root()
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise unittest.SkipTest("no torch (Debian's python3-torch) for the gloo world")
+        cls.net = hiernet.Net(cls.hosts, cls.__name__[:3].lower())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.net.close()
+
+    def setUp(self):
+        self.segs = ["kvctest-hier-%d-%s-%d" % (os.getpid(), self.id().rsplit(".", 1)[-1][:20], h)
+                     for h in range(self.hosts)]
+        for s in self.segs:
+            hiertest.make_segment(s)
+        self.ranks = None
+        self.daemons = []
+
+    def tearDown(self):
+        if self.ranks:
+            self.ranks.close()
+            self.assertEqual(self.ranks.wrong, [], "a step answered a wrong MIN")
+        for d in self.daemons:
+            if d.poll() is None:
+                d.kill()
+            d.wait()
+        for s in self.segs:
+            hiertest.discard(s)
+
+    def start(self, lay, mode, **kw):
+        self.ranks = Ranks(self.net, lay, self.segs, mode, **kw)
+        ready = [self.ranks.expect(r, "ready") for r in range(len(lay))]
+        for r, info in enumerate(ready):
+            self.assertEqual(info.get("node"), lay[r], info)
+        return ready
+
+
+class Agreement(HierBase):
+    def agree(self, per, steps=1000):
+        lay = layout(self.hosts, per)
+        t0 = time.monotonic()
+        self.start(lay, "gloo", steps=steps)
+        for r in range(len(lay)):
+            done = self.ranks.expect(r, "done", deadline=600)
+            self.assertEqual(done["steps"], steps)
+            self.assertEqual(done["differ"], 0, "rank %d: %s" % (r, done))
+            self.assertEqual(done["wrong"], 0, "rank %d: %s" % (r, done))
+        print("\n%dx%d: %d steps equal to gloo's MIN on every rank (%.1f s)"
+              % (self.hosts, per, steps, time.monotonic() - t0), flush=True)
+
+    def test_2x2(self):
+        self.agree(2)
+
+    def test_2x4(self):
+        self.agree(4)
+
+    def test_2x8(self):
+        self.agree(8)
+
+
+class ThreeHosts(HierBase):
+    hosts = 3
+
+    def test_3x2(self):
+        Agreement.agree(self, 2)
+
+
+class Failures(HierBase):
+    TIMEOUT = 30.0
+
+    def loop(self, per=4, **kw):
+        lay = layout(self.hosts, per)
+        kw.setdefault("timeout", self.TIMEOUT)
+        kw.setdefault("pace", 0.002)
+        self.start(lay, "loop", **kw)
+        return lay
+
+    def killed(self, victim):
+        lay = self.loop(exit_on_fail=True)
+        self.ranks.expect(0, "ok 100")
+        self.ranks.signal(victim, signal.SIGKILL)
+        t0 = time.monotonic()
+        for r in range(len(lay)):
+            if r == victim:
+                continue
+            f = self.ranks.expect(r, "fail")
+            self.assertIn(victim, f["ranks"], f)
+            self.assertEqual(f["node"], lay[victim], f)
+            self.assertTrue(f["dead"], f)
+            self.assertLess(f["after_s"], self.TIMEOUT, f)  # seen dead, not timed out
+            self.assertIn("rank %d" % victim, f["text"])
+            self.assertIn(self.net.addrs[lay[victim]], f["text"])  # its host, by address
+            print("\nrank %d (host %d) killed: rank %d failed after %.3f s in its call: %s"
+                  % (victim, lay[victim], r, f["after_s"], f["text"]), flush=True)
+        print("every survivor told within %.3f s of the kill" % (time.monotonic() - t0))
+
+    def test_rank_killed(self):
+        self.killed(5)  # host 1, not its leader
+
+    def test_leader_killed(self):
+        self.killed(4)  # host 1's leader: host 0 sees its connection close
+
+    def test_host_stopped(self):
+        lay = self.loop(timeout=1.0)
+        self.ranks.expect(0, "ok 100")
+        stopped = [r for r in range(len(lay)) if lay[r] == 1]
+        for r in stopped:
+            self.ranks.signal(r, signal.SIGSTOP)
+        t0 = time.monotonic()
+        for r in range(len(lay)):
+            if r in stopped:
+                continue
+            f = self.ranks.expect(r, "fail")
+            self.assertFalse(f["dead"], f)
+            self.assertEqual(f["node"], 1, f)
+            self.assertTrue(set(f["ranks"]) <= set(stopped), f)
+            print("\nhost 1 stopped: rank %d failed after %.3f s in its call: %s"
+                  % (r, f["after_s"], f["text"]), flush=True)
+        print("every rank of host 0 told within %.3f s of the stop" % (time.monotonic() - t0))
+        for r in stopped:
+            self.ranks.signal(r, signal.SIGCONT)
+        # Every rank, stopped or not, completes steps again (the late ones
+        # fail the steps their peers gave up first, then catch up).
+        for r in range(len(lay)):
+            self.ranks.expect(r, "ok")  # the next 50 steps, right (else "wrong")
+        for r in range(len(lay)):
+            line = self.ranks.expect(r, "ok")
+            self.assertTrue(line)
+
+    def test_kvcoordd_killed(self):
+        daemon = os.environ.get("KVCOORD_DAEMON")
+        if not daemon:
+            raise unittest.SkipTest("KVCOORD_DAEMON not set (run through ctest)")
+        for h, s in enumerate(self.segs):
+            d = self.net.run(h, [daemon, "--listen", self.net.addrs[h] + ":0", "--segment", s,
+                                 "--fresh"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+            self.daemons.append(d)
+        time.sleep(0.5)  # let them create their segments
+        for s in self.segs:
+            end = time.monotonic() + hiertest.DEADLINE
+            while True:
+                try:
+                    with hiertest.kvcoord.Segment(s, role="none"):
+                        break
+                except hiertest.kvcoord.Error:
+                    self.assertLess(time.monotonic(), end, "kvcoordd made no segment " + s)
+                    time.sleep(0.05)
+        lay = self.loop(until=600)
+        self.ranks.expect(0, "ok 100")
+        self.daemons[1].kill()
+        self.daemons[1].wait()
+        for r in range(len(lay)):
+            st = self.ranks.expect(r, "stopped", deadline=300)
+            self.assertEqual(st["ok"], 600, st)  # every step, before and after the kill
+        print("\nhost 1's kvcoordd killed after step ~100: 600/600 steps on every rank")
+
+    def test_mismatch(self):
+        lay = self.loop(until=100, per_rank={5: {"odd": {"step": 30, "tag": 1}},
+                                             2: {"odd": {"step": 60, "extra": 3}}})
+        for r in range(len(lay)):
+            f1 = self.ranks.expect(r, "fail")
+            f2 = self.ranks.expect(r, "fail")
+            st = self.ranks.expect(r, "stopped")
+            self.assertEqual((f1["step"], f1["ranks"], f1["node"], f1["mismatch"]),
+                             (30, [5], 1, True), f1)
+            self.assertIn("rank 5 on node %s called with tag 1" % self.net.addrs[1], f1["text"])
+            self.assertEqual((f2["step"], f2["ranks"], f2["node"], f2["mismatch"]),
+                             (60, [2], 0, True), f2)
+            self.assertRegex(f2["text"], r"rank 2 on node \S+ called with tag 0 and \d+ bytes")
+            for f in (f1, f2):
+                self.assertLess(f["after_s"], self.TIMEOUT, f)  # at once, not by timeout
+            self.assertEqual(st["ok"], 98, st)
+            if r in (0, 2, 5):
+                print("\nrank %d: %s (%.3f s)\n        %s (%.3f s)" % (
+                    r, f1["text"], f1["after_s"], f2["text"], f2["after_s"]), flush=True)
+
+    def test_group_restarted(self):
+        lay = self.loop(per=2)
+        self.ranks.expect(0, "ok 50")
+        for r in range(len(lay)):
+            self.ranks.signal(r, signal.SIGKILL)
+        self.ranks.close()
+        self.ranks = None
+        # New processes on the same segments: a new handshake and a new group.
+        self.loop(per=2, until=200)
+        for r in range(len(lay)):
+            st = self.ranks.expect(r, "stopped")
+            self.assertEqual(st["ok"], 200, st)
+
+
+if __name__ == "__main__":
+    unittest.main()
