@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""The README's examples work as printed.
+"""The README's examples work as printed, in the order a reader runs them.
 
-- The C program under "## Library API" is extracted from README.md, compiled
+- The C program of docs/library.md (the README's "C" pointer) is extracted, compiled
   exactly as printed (-std=c11 -Wall -Wextra -Werror) against this build's
   libkvcoord, and run against a real kvcoordd: it registers rank 9, reads it
   back, fails a room and prints the failure text; its kvc_close withdraws the
   rank (a worker's session ends with it).
+- Then, on the same kvcoordd and segment (as a reader following the README
+  would), the README's first Python example ("## Using it directly") runs
+  as printed, with the Quick start's rank 0 registered first: what the C
+  program left behind (its failed room) must not trip it.
 - The curl block of "## HTTP API" runs against that kvcoordd with PORT set to
   its port: the registration answers OK and the lookup returns what it sent.
 
-Usage: test_readme_snippet.py --readme README.md --include DIR --libdir DIR
-       --daemon kvcoordd --cc CC [--sanitize]
+Usage: test_readme_snippet.py --readme README.md --library docs/library.md
+       --include DIR --libdir DIR --daemon kvcoordd --cc CC [--pythonpath DIR]
+       [--sanitize]
 """
 import argparse
 import json
@@ -63,15 +68,48 @@ def start_daemon(daemon, segment, log):
     return None, 0
 
 
+def run_python_example(code, segment, pythonpath):
+    """The README's Python example as printed (port 6789's segment named
+    instead), after the C program, with rank 0 registered as the Quick
+    start's workers do."""
+    ours = code.replace("port=6789", repr(segment), 1)
+    if ours == code:
+        fail("the README's Python example does not use port=6789")
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    setup = ("import kvcoord, time\n"
+             "seg = kvcoord.Segment(%r, role='worker', rank=0)\n"
+             "seg.register(0, '127.0.0.1:16000', {'w': [1, 2, 2]})\n"
+             "print('ready', flush=True)\n"
+             "import sys; sys.stdin.read()\n" % segment)
+    holder = subprocess.Popen([sys.executable, "-c", setup], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        if holder.stdout.readline().strip() != "ready":
+            fail("could not register the stand-in rank 0")
+        r = subprocess.run([sys.executable, "-c", ours], env=env, capture_output=True,
+                           text=True, timeout=120, check=False)
+        print(r.stdout + r.stderr)
+        if r.returncode != 0:
+            fail("the README's Python example failed after the C program (exit %d)"
+                 % r.returncode)
+        if r.stdout != "127.0.0.1:16000 1 1\n":
+            fail("the README's Python example printed %r" % r.stdout)
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("--readme", "--include", "--libdir", "--daemon", "--cc"):
+    for a in ("--readme", "--library", "--include", "--libdir", "--daemon", "--cc"):
         ap.add_argument(a, required=True)
+    ap.add_argument("--pythonpath", help="the build's python/ (runs the Python example too)")
     ap.add_argument("--sanitize", action="store_true")
     args = ap.parse_args()
     text = open(args.readme, encoding="utf-8").read()
-    program = block_after(text, "## Library API", "c")
-    curl = block_after(text, "## HTTP API", "sh", "With the Quick start running")
+    program = block_after(open(args.library, encoding="utf-8").read(), "# The C library", "c")
+    curl = block_after(text, "## Using it directly", "sh", "With the Quick start running")
+    python = block_after(text, "## Using it directly", "python")
 
     work = tempfile.mkdtemp(prefix="kvc-readme-")
     src, exe = os.path.join(work, "app.c"), os.path.join(work, "app")
@@ -112,6 +150,9 @@ def main():
             if e.code != 404 or "withdrawn" not in body["detail"]:
                 fail("rank 9 after kvc_close: %d %s" % (e.code, body))
 
+        if args.pythonpath:
+            run_python_example(python, segment, args.pythonpath)
+
         script = curl.replace("PORT=6789", "PORT=%d" % port, 1)
         if script == curl:
             fail("the curl block does not set PORT=6789 first")
@@ -137,7 +178,7 @@ def main():
         log.close()
         os.unlink(log.name)
         shutil.rmtree(work, ignore_errors=True)
-    print("PASS: README's C program compiled as printed and ran; curl examples ran")
+    print("PASS: the C program compiled as printed and ran; the Python and curl examples ran")
 
 
 if __name__ == "__main__":

@@ -67,14 +67,20 @@ add_test(NAME ops_symbols
   COMMAND sh ${KVC_OPS_DIR}/test_symbols.sh $<TARGET_FILE:kvcoord> $<TARGET_FILE:kvcoord-transfer>)
 set_tests_properties(ops_symbols PROPERTIES LABELS "ops;unit" TIMEOUT 60)
 
-# The README's C program, extracted and compiled exactly as printed, and its
-# curl examples, run against a real kvcoordd.
+# The C program of docs/library.md, extracted and compiled exactly as printed,
+# then the README's Python and curl examples, in that order, against one real
+# kvcoordd.
 set(KVC_README_SANITIZE "")
 if(KVCOORD_SANITIZE)
   set(KVC_README_SANITIZE "--sanitize")
+elseif(TARGET kvcoord_python)
+  # the Python example too (an instrumented extension would need the
+  # sanitizer runtimes preloaded into the interpreter: plain builds only)
+  set(KVC_README_SANITIZE --pythonpath ${CMAKE_BINARY_DIR}/python)
 endif()
 add_test(NAME ops_readme_examples
   COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_readme_snippet.py --readme ${CMAKE_SOURCE_DIR}/README.md
+          --library ${CMAKE_SOURCE_DIR}/docs/library.md
           --include ${CMAKE_SOURCE_DIR}/include --libdir $<TARGET_FILE_DIR:kvcoord>
           --daemon $<TARGET_FILE:kvcoordd> --cc ${CMAKE_C_COMPILER} ${KVC_README_SANITIZE})
 set_tests_properties(ops_readme_examples PROPERTIES LABELS "ops" TIMEOUT 300)

@@ -1,4 +1,4 @@
-"""The README's install() snippet (## Python, **sglang**) runs as printed,
+"""The README's install() snippet (## Adopting it in sglang) runs as printed,
 against the sglang-shaped fixture, on a fresh segment in place of the
 Quick start's kvcoord-6789 (the one change: the segment's name)."""
 
@@ -17,8 +17,7 @@ SRC = os.environ.get("KVCOORD_SOURCE_DIR", os.path.join(os.path.dirname(__file__
 
 def snippet():
     text = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
-    at = text.index("## Python")
-    at = text.index("**sglang** (`kvcoord.sglang`)", at)
+    at = text.index("## Adopting it in sglang")
     return re.compile(r"^```python\n(.*?)^```$", re.S | re.M).search(text, at).group(1)
 
 
@@ -46,11 +45,11 @@ class ReadmeSnippet(unittest.TestCase):
 
 def basic_snippet():
     text = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
-    at = text.index("## Python")
+    at = text.index("## Using it directly")
     for m in re.compile(r"^```python\n(.*?)^```$", re.S | re.M).finditer(text, at):
         if "kvcoord.Segment(port=6789" in m.group(1):
             return m.group(1)
-    raise AssertionError("no Segment(port=6789 ...) snippet in the README's Python section")
+    raise AssertionError("no Segment(port=6789 ...) snippet under the README's Using it directly")
 
 
 class ReadmeBasicSnippet(unittest.TestCase):
