@@ -551,7 +551,8 @@ void routes_destroy(struct routes *r)
     kvc_rank_info_free(&r->scratch);
     buf_free(&r->body);
     for (int i = 0; r->cache && i < ANSWER_CACHE_SLOTS; i++)
-        buf_free(&r->cache[i].body);
+        shared_body_unref(r->cache[i].body);
+    shared_body_unref(r->ranks);
     free(r->cache);
     free(r);
 }

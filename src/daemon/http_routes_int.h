@@ -41,26 +41,32 @@ struct routes {
     const struct metrics *metrics;
     struct cluster *cluster;     /* NULL: no --etcd */
     struct cached_answer *cache; /* ANSWER_CACHE_SLOTS, for lookups of the default role */
-    int on_worker;               /* a helper thread's clone: runs what the loop defers */
-    struct route_match match;    /* the "{}" segment of the route being run */
+    size_t cache_bytes;          /* bytes of the bodies cached */
+    struct shared_body *ranks;   /* the GET /ranks body of ranks_epoch (NULL: none) */
+    uint32_t ranks_epoch;
+    uint64_t ranks_world;
+    int on_worker;            /* a helper thread's clone: runs what the loop defers */
+    struct route_match match; /* the "{}" segment of the route being run */
 };
 
-/* The last answer to GET /get_transfer_engine_info of a rank (its headers'
- * extension lines and body), valid while the rank table's change epoch is
- * the one read before the lookup it came from: any registration,
- * withdrawal, mirror or recovery bumps the epoch, so a hit is an answer
- * the lookup would give now, without copying the info out of the segment
- * again.  Direct-mapped by rank (a rank evicts another with the same slot);
- * bodies up to ANSWER_CACHE_MAX only, so the cache stays under 4 MiB.
+/* The answer to GET /get_transfer_engine_info of a rank (its headers'
+ * extension lines and its body), valid while the rank table's change epoch
+ * is the one read before the lookup it came from: any registration,
+ * withdrawal, mirror or recovery bumps the epoch, so a hit is the answer
+ * the lookup would give now.  The body is rendered once per epoch into a
+ * shared body (buf.h) that every connection answering it queues by
+ * reference: 300 clients of a 4 MB rank cost one rendering and 4 MB, not
+ * 300 copies.  Direct-mapped by rank (a rank evicts another with the same
+ * slot); the cached bodies together stay under ANSWER_CACHE_BYTES (a body
+ * past it is rendered for the request and shared by its own queue only).
  * Touched by the loop thread only (lookups are never deferred). */
 #define ANSWER_CACHE_SLOTS 64
-#define ANSWER_CACHE_MAX (64 * 1024)
+#define ANSWER_CACHE_BYTES (64u << 20)
 
 struct cached_answer {
-    int valid;
     uint32_t rank, epoch;
     char extra[64 + 2 * KVC_ORIGIN_MAX];
-    struct buf body;
+    struct shared_body *body; /* NULL: empty slot */
 };
 
 #define ROUTES_FAILURES_DEFAULT 100

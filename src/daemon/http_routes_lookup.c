@@ -22,57 +22,87 @@ static size_t info_len(const kvc_rank_info *ri)
            ri->info_len + sizeof info_p4 - 1;
 }
 
-static void write_info(struct buf *out, const struct http_req *req, const kvc_rank_info *ri,
-                       struct cached_answer *cache, uint32_t epoch)
+/* The extension header lines of ri's answer, into extra (cap bytes). */
+static void info_extra(char *extra, size_t cap, const kvc_rank_info *ri)
 {
-    const char *p1 = info_p1, *p2 = info_p2, *p3 = info_p3, *p4 = info_p4;
-    char num[20], extra[64 + 2 * KVC_ORIGIN_MAX];
-    size_t nlen = u64_to_dec(num, ri->rank);
-    size_t sid_len = strlen(ri->session_id);
-    size_t clen = info_len(ri);
     if (ri->origin[0])
-        snprintf(extra, sizeof extra,
+        snprintf(extra, cap,
                  "X-Kvcoord-Generation: %" PRIu64 "\r\nX-Kvcoord-Origin: %s\r\n"
                  "X-Kvcoord-Origin-Generation: %" PRIu64 "\r\n",
                  ri->generation, ri->origin, ri->origin_generation);
     else
-        snprintf(extra, sizeof extra, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
-    resp_head(out, req, 200, CT_JSON, clen, extra);
-    char *start = resp_has_body(req) ? buf_space(out, clen) : NULL;
-    if (cache && clen <= ANSWER_CACHE_MAX && (start || !resp_has_body(req))) {
-        memcpy(cache->extra, extra, sizeof extra);
-        cache->rank = ri->rank;
-        cache->valid = 0; /* until the body is in */
-    }
-    if (!start)
-        return;
-    char *p = start;
-    memcpy(p, p1, sizeof info_p1 - 1), p += sizeof info_p1 - 1;
-    memcpy(p, num, nlen), p += nlen;
-    memcpy(p, p2, sizeof info_p2 - 1), p += sizeof info_p2 - 1;
-    p = json_escape(p, ri->session_id, sid_len);
-    memcpy(p, p3, sizeof info_p3 - 1), p += sizeof info_p3 - 1;
-    memcpy(p, ri->info, ri->info_len), p += ri->info_len;
-    memcpy(p, p4, sizeof info_p4 - 1), p += sizeof info_p4 - 1;
-    buf_commit(out, (size_t)(p - start));
-    if (cache && clen <= ANSWER_CACHE_MAX) {
-        buf_reset(&cache->body);
-        buf_append(&cache->body, start, clen);
-        cache->epoch = epoch;
-        cache->valid = !cache->body.oom;
-    }
+        snprintf(extra, cap, "X-Kvcoord-Generation: %" PRIu64 "\r\n", ri->generation);
 }
 
-/* Answer from the cache when it holds rank's current answer; 1 if so. */
-static int cached_info(struct routes *r, const struct http_req *req, struct buf *out, uint32_t rank,
-                       uint32_t epoch)
+/* ri's answer body, rendered once into a shared body (NULL: out of
+ * memory). */
+static struct shared_body *render_info(const kvc_rank_info *ri)
+{
+    struct shared_body *b = shared_body_new(info_len(ri));
+    if (!b)
+        return NULL;
+    char num[20], *p = b->data;
+    size_t nlen = u64_to_dec(num, ri->rank);
+    memcpy(p, info_p1, sizeof info_p1 - 1), p += sizeof info_p1 - 1;
+    memcpy(p, num, nlen), p += nlen;
+    memcpy(p, info_p2, sizeof info_p2 - 1), p += sizeof info_p2 - 1;
+    p = json_escape(p, ri->session_id, strlen(ri->session_id));
+    memcpy(p, info_p3, sizeof info_p3 - 1), p += sizeof info_p3 - 1;
+    memcpy(p, ri->info, ri->info_len), p += ri->info_len;
+    memcpy(p, info_p4, sizeof info_p4 - 1);
+    return b;
+}
+
+/* The answer: headers into out, the body queued by reference. */
+static void send_info(struct buf *out, const struct http_req *req, const char *extra,
+                      struct shared_body *body)
+{
+    resp_head(out, req, 200, CT_JSON, body->len, extra);
+    if (resp_has_body(req))
+        buf_attach(out, body);
+}
+
+/* Render ri's answer, keep it in cache slot a (NULL: none) for epoch, and
+ * answer it. */
+static void write_info(struct routes *r, struct buf *out, const struct http_req *req,
+                       const kvc_rank_info *ri, struct cached_answer *a, uint32_t epoch)
+{
+    char extra[sizeof a->extra];
+    info_extra(extra, sizeof extra, ri);
+    struct shared_body *body = render_info(ri);
+    if (!body) {
+        resp_detail(out, req, 500, "Out of memory rendering the answer", NULL);
+        return;
+    }
+    send_info(out, req, extra, body);
+    if (a) {
+        if (a->body)
+            r->cache_bytes -= a->body->len;
+        shared_body_unref(a->body);
+        a->body = NULL;
+        if (r->cache_bytes + body->len <= ANSWER_CACHE_BYTES) {
+            memcpy(a->extra, extra, sizeof extra);
+            a->rank = ri->rank;
+            a->epoch = epoch;
+            a->body = body;
+            r->cache_bytes += body->len;
+            return; /* the cache's reference */
+        }
+    }
+    shared_body_unref(body); /* out's reference keeps it until it is sent */
+}
+
+/* Answer from the cache when it holds rank's current answer; 1 if so
+ * (answered, or 503 when it does not fit the answer budget). */
+static int cached_info(struct routes *r, struct route_slot *s, const struct http_req *req,
+                       struct buf *out, uint32_t rank, uint32_t epoch)
 {
     struct cached_answer *a = r->cache ? &r->cache[rank % ANSWER_CACHE_SLOTS] : NULL;
-    if (!a || !a->valid || a->rank != rank || a->epoch != epoch)
+    if (!a || !a->body || a->rank != rank || a->epoch != epoch)
         return 0;
-    resp_head(out, req, 200, CT_JSON, a->body.len, a->extra);
-    if (resp_has_body(req))
-        buf_append(out, a->body.p, a->body.len);
+    /* Queued elsewhere already, it costs no more bytes. */
+    if (a->body->queued || route_answer_fits(s, req, out, a->body->len))
+        send_info(out, req, a->extra, a->body);
     return 1;
 }
 
@@ -102,13 +132,13 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
      * while it is unchanged. */
     uint32_t epoch = kvc_rank_epoch(r->seg);
     int plain = !s->park_role[0] || !strcmp(s->park_role, KVC_DEFAULT_ROLE);
-    if (plain && cached_info(r, req, out, s->park_rank, epoch))
+    if (plain && cached_info(r, s, req, out, s->park_rank, epoch))
         return ROUTE_DONE;
     kvc_err e = kvc_role_lookup(r->seg, s->park_role, s->park_rank, &s->ri);
     if (e == KVC_OK && !route_answer_fits(s, req, out, info_len(&s->ri)))
         return ROUTE_DONE;
     if (e == KVC_OK) {
-        write_info(out, req, &s->ri,
+        write_info(r, out, req, &s->ri,
                    plain && r->cache ? &r->cache[s->park_rank % ANSWER_CACHE_SLOTS] : NULL, epoch);
         return ROUTE_DONE;
     }
@@ -159,12 +189,17 @@ static void append_rank(struct buf *b, const kvc_rank_info *ri, int first)
     buf_puts(b, "}");
 }
 
+/* The /ranks body is rendered once per rank table epoch (and world size)
+ * into a shared body every connection answering it queues. */
 enum route_rc route_get_ranks(struct routes *r, struct route_slot *s, const struct http_req *req,
                               struct buf *out)
 {
     kvc_segment_info si;
     size_t count = 0;
+    uint32_t epoch = kvc_rank_epoch(r->seg);
     kvc_err e = kvc_segment_stat(r->seg, &si);
+    if (!e && r->ranks && r->ranks_epoch == epoch && r->ranks_world == si.world_size)
+        goto answer;
     if (!e)
         e = kvc_rank_list(r->seg, r->list, r->max_ranks, &count, 0);
     if (e) {
@@ -187,10 +222,21 @@ enum route_rc route_get_ranks(struct routes *r, struct route_slot *s, const stru
     buf_putu64(b, si.world_size);
     buf_puts(b, "}");
     kvc_rank_info_free(&r->scratch);
-    if (b->oom)
-        resp_detail(out, req, 500, "Out of memory listing ranks", NULL);
-    else if (route_answer_fits(s, req, out, b->len))
-        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
+    struct shared_body *body = b->oom ? NULL : shared_body_take(b);
     buf_trim(b, RI_KEEP);
+    if (!body) {
+        resp_detail(out, req, 500, "Out of memory listing ranks", NULL);
+        return ROUTE_DONE;
+    }
+    shared_body_unref(r->ranks);
+    r->ranks = body;
+    r->ranks_epoch = epoch;
+    r->ranks_world = si.world_size;
+answer:
+    if (r->ranks->queued || route_answer_fits(s, req, out, r->ranks->len)) {
+        resp_head(out, req, 200, CT_JSON, r->ranks->len, NULL);
+        if (resp_has_body(req))
+            buf_attach(out, r->ranks);
+    }
     return ROUTE_DONE;
 }

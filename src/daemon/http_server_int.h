@@ -13,6 +13,8 @@
 
 #include <liburing.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/signalfd.h>
 
 #include "buf.h"
@@ -55,6 +57,8 @@ static inline struct __kernel_timespec ms_ts(uint64_t ms)
 
 /* ---- state --------------------------------------------------------------- */
 
+#define SEND_IOV 16 /* pieces of output one send takes at most */
+
 struct conn {
     int fd; /* -1: slot free */
     uint32_t slot;
@@ -80,9 +84,14 @@ struct conn {
     char *rbuf;             /* RBUF_SIZE bytes, allocated at the first bytes received
                                and kept with the slot; [roff, rlen) not parsed yet */
     uint32_t roff, rlen;
-    struct buf out[2]; /* out[cur]: being filled; out[cur ^ 1]: being sent */
+    struct buf out[2]; /* out[cur]: being filled; out[cur ^ 1]: being sent (its
+                          bytes and the shared bodies queued in it: buf_total) */
     unsigned cur;
-    size_t sent; /* bytes of out[cur ^ 1] sent */
+    size_t sent;                /* bytes of out[cur ^ 1] sent */
+    int resp_status;            /* status of the answer at resp_off when not in out's bytes
+                         (a helper thread's answer, queued whole): 0 = read it there */
+    struct msghdr msg;          /* the send in flight: ... */
+    struct iovec iov[SEND_IOV]; /* ... its pieces (out's bytes, shared bodies) */
     struct http_conn http;
     struct route_slot route;
     struct worker_job job; /* a deferred request; counted in inflight */

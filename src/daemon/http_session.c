@@ -36,6 +36,10 @@
 #define LINGER_MS 5000        /* reading (and discarding) after a final answer */
 #define ZERO_SENDS_MAX 8      /* zero-byte send results in a row before giving up */
 #define RECV_POLL 1           /* OP_RECV sequence of the poll before the first recv */
+/* A helper thread's answer up to this size is copied into the connection's
+ * buffer (cheaper than a piece of its own); a larger one is queued as it
+ * is, a shared body. */
+#define JOB_COPY_MAX 4096
 
 static void conn_process(struct server *s, struct conn *c);
 
@@ -72,6 +76,8 @@ static void arm_recv(struct server *s, struct conn *c)
     c->recv_armed = 1;
 }
 
+/* Send what is left of out[cur ^ 1]: its bytes and the shared bodies
+ * queued between them, in one sendmsg (no copy of a shared body). */
 static void arm_send(struct server *s, struct conn *c)
 {
     const struct buf *b = &c->out[c->cur ^ 1];
@@ -80,7 +86,9 @@ static void arm_send(struct server *s, struct conn *c)
         conn_close(s, c, "no_sqe");
         return;
     }
-    io_uring_prep_send(sqe, c->fd, b->p + c->sent, b->len - c->sent, MSG_NOSIGNAL);
+    unsigned n = buf_iov(b, c->sent, c->iov, SEND_IOV);
+    c->msg = (struct msghdr){.msg_iov = c->iov, .msg_iovlen = n};
+    io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
     c->send_armed = 1;
 }
 
@@ -107,12 +115,21 @@ static void cancel_park_timer(struct server *s, struct conn *c)
 
 static size_t out_pending(const struct conn *c)
 {
-    return c->out[c->cur].len + (c->out[c->cur ^ 1].len - c->sent);
+    return buf_total(&c->out[c->cur]) + (buf_total(&c->out[c->cur ^ 1]) - c->sent);
 }
 
-/* Answer bytes c holds: both buffers, the one being sent counted whole
- * until all of it has left (it is freed only then). */
+/* Answer bytes c holds of its own: both buffers' bytes, the one being sent
+ * counted whole until all of it has left (it is freed only then).  The
+ * shared bodies it queues are counted once for all connections
+ * (shared_body_queued_bytes). */
 static size_t out_held(const struct conn *c) { return c->out[0].len + c->out[1].len; }
+
+/* Answer bytes held daemon-wide: the connections' own, and each shared
+ * body queued anywhere once. */
+static size_t answers_held(const struct server *s)
+{
+    return s->answer_bytes + shared_body_queued_bytes();
+}
 
 /* Bring the daemon-wide count of held answer bytes up to date with c. */
 static void out_account(struct server *s, struct conn *c)
@@ -121,7 +138,7 @@ static void out_account(struct server *s, struct conn *c)
     s->answer_bytes = s->answer_bytes - c->out_counted + now;
     c->out_counted = now;
     if (s->metrics)
-        metrics_answers(s->metrics, s->answer_bytes, s->cfg->max_answer_bytes);
+        metrics_answers(s->metrics, answers_held(s), s->cfg->max_answer_bytes);
 }
 
 /* Unsent bytes up to which c's next request is read and answered: the
@@ -131,13 +148,13 @@ static void out_account(struct server *s, struct conn *c)
 static size_t out_limit(const struct server *s)
 {
     size_t max = s->cfg->max_answer_bytes;
-    return max && s->answer_bytes >= max ? 1 : OUT_HIGH;
+    return max && answers_held(s) >= max ? 1 : OUT_HIGH;
 }
 
 /* Tell the routes where the budget stands before they answer c. */
 static void answer_room(const struct server *s, struct conn *c)
 {
-    c->route.answer_used = s->answer_bytes - c->out_counted + out_held(c);
+    c->route.answer_used = answers_held(s) - c->out_counted + out_held(c);
     c->route.answer_max = s->cfg->max_answer_bytes;
 }
 
@@ -298,7 +315,8 @@ static void request_done(struct server *s, struct conn *c)
     wait_touch(s, c);
     if (s->metrics)
         metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
-                        answer_status(&c->out[c->cur], c->resp_off),
+                        c->resp_status ? c->resp_status
+                                       : answer_status(&c->out[c->cur], c->resp_off),
                         kvc__mono_ns() - c->req_start_ns);
     /* A registration may come with a newly attached process: look at the
      * process table now rather than at the next sweep (an epoch compare
@@ -311,6 +329,7 @@ static void request_done(struct server *s, struct conn *c)
         log_event(LOG_DEBUG, "request", "slot=%u method=%s path=\"%.*s\" keep_alive=%d", c->slot,
                   http_method_str((enum http_method)req->method),
                   (int)(req->path_len > 200 ? 200 : req->path_len), req->path, req->keep_alive);
+    c->resp_status = 0;
     hconn_done(&c->http);
     route_slot_done(&c->route);
 }
@@ -456,7 +475,7 @@ static void flush(struct server *s, struct conn *c)
     if (c->send_armed || c->closing)
         return;
     struct buf *sending = &c->out[c->cur ^ 1];
-    if (c->sent < sending->len) {
+    if (c->sent < buf_total(sending)) {
         arm_send(s, c); /* the rest of a short send */
         return;
     }
@@ -465,7 +484,7 @@ static void flush(struct server *s, struct conn *c)
     struct buf *filled = &c->out[c->cur];
     if (filled->oom) {
         conn_close(s, c, "out_of_memory");
-    } else if (filled->len) {
+    } else if (buf_total(filled)) {
         c->cur ^= 1; /* what was filled is sent; the other buffer takes new answers */
         arm_send(s, c);
     } else if (c->close_after_send && !c->parked && !c->deferred) {
@@ -573,9 +592,9 @@ static void handle_send(struct server *s, struct conn *c, int res)
     if (res > 0)
         c->zero_sends = 0;
     c->sent += (size_t)res; /* a short send: flush() submits the remainder */
-    if (c->sent < c->out[c->cur ^ 1].len && log_enabled(LOG_DEBUG))
+    if (c->sent < buf_total(&c->out[c->cur ^ 1]) && log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "send_partial", "slot=%u sent=%zu of=%zu", c->slot, c->sent,
-                  c->out[c->cur ^ 1].len);
+                  buf_total(&c->out[c->cur ^ 1]));
     conn_process(s, c);
 }
 
@@ -683,9 +702,20 @@ void conns_jobs_done(struct server *s)
             continue;
         }
         c->resp_off = c->out[c->cur].len;
-        buf_append(&c->out[c->cur], job->out.p, job->out.len);
-        if (job->out.oom)
+        c->resp_status = answer_status(&job->out, 0);
+        if (job->out.oom) {
             c->out[c->cur].oom = 1;
+        } else if (job->out.len <= JOB_COPY_MAX) {
+            buf_append(&c->out[c->cur], job->out.p, job->out.len);
+        } else {
+            /* Queued as it is: the helper's buffer becomes a shared body
+             * (its bytes are never copied again). */
+            struct shared_body *b = shared_body_take(&job->out);
+            if (!b)
+                c->out[c->cur].oom = 1;
+            buf_attach(&c->out[c->cur], b);
+            shared_body_unref(b);
+        }
         buf_trim(&job->out, 4096);
         request_done(s, c);
         conn_process(s, c);

@@ -607,6 +607,13 @@ static void render_http(struct buf *out, const struct metrics *m)
            "The daemon-wide budget of answer bytes held for clients (--max-answer-bytes; 0: "
            "none).");
     sample(out, "kvcoord_http_answer_bytes_max", ld(&m->answers_max));
+    family(out, "kvcoord_http_answer_renders_total", "counter",
+           "Answer bodies rendered into a shared buffer (a rank's answer once per change of "
+           "the rank table; a helper thread's large answer once).");
+    sample(out, "kvcoord_http_answer_renders_total", shared_body_renders());
+    family(out, "kvcoord_http_answer_shared_sends_total", "counter",
+           "Answers queued from a shared buffer, by reference (no copy of the body).");
+    sample(out, "kvcoord_http_answer_shared_sends_total", shared_body_sends());
 }
 
 static void render_daemon(struct buf *out, const struct metrics *m)

@@ -22,6 +22,7 @@ import argparse
 import os
 import resource
 import selectors
+import signal
 import socket
 import statistics
 import sys
@@ -68,6 +69,50 @@ def fresh_request(port, target):
     return status, time.monotonic() - t0
 
 
+def _raise_exit(*_):
+    raise SystemExit
+
+
+class HealthProbe:
+    """GET /health on a fresh connection every 10 ms, from a process of
+    its own (a thread would measure this process's GIL too); .ms: the
+    latencies in ms once stopped."""
+
+    def __init__(self, port):
+        self.port, self.ms = port, []
+        self.r, w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.r)
+            out = []
+            signal.signal(signal.SIGTERM, _raise_exit)
+            try:
+                while True:
+                    try:
+                        st, t = fresh_request(port, "/health")
+                    except OSError:
+                        continue
+                    if st == 200:
+                        out.append("%.3f" % (t * 1000))
+                    time.sleep(0.01)  # until SIGTERM (SystemExit)
+            finally:
+                os.write(w, " ".join(out).encode())
+                os._exit(0)
+        os.close(w)
+
+    def finish(self):
+        os.kill(self.pid, signal.SIGTERM)
+        data = b""
+        while True:
+            chunk = os.read(self.r, 65536)
+            if not chunk:
+                break
+            data += chunk
+        os.close(self.r)
+        os.waitpid(self.pid, 0)
+        self.ms = [float(v) for v in data.split()]
+
+
 class AnswerBudgetTest(unittest.TestCase):
     CONNS = 300
 
@@ -101,6 +146,8 @@ class AnswerBudgetTest(unittest.TestCase):
             self.assertGreater(answer, 3500 * 1000)
             c.close()
             rss0 = d.rss_kib()
+            probe = HealthProbe(d.port)
+            time.sleep(0.2)
             req = build("GET", "/get_transfer_engine_info?rank=1") * 2
             for _ in range(self.CONNS):
                 s = socket.socket()
@@ -118,6 +165,16 @@ class AnswerBudgetTest(unittest.TestCase):
                     break
                 prev = rss
             grown = (d.rss_kib() - rss0) / 1024.0
+            probe.finish()
+            p_ms = sorted(probe.ms)
+            # The issue's bound is 200 ms (before: 0.9-1.4 s, every request
+            # rendering its own 4 MB copy on the loop); printed, not asserted
+            # (a loaded machine's scheduling is in it).
+            print("\n/health while the %d connections sent their GETs: %d probes, median "
+                  "%.2f ms, max %.2f ms (bound 200 ms); load %s" %
+                  (self.CONNS, len(p_ms), statistics.median(p_ms) if p_ms else 0,
+                   p_ms[-1] if p_ms else 0, os.getloadavg()[0]))
+            self.assertTrue(p_ms)
             health = [fresh_request(d.port, "/health") for _ in range(20)]
             small = [fresh_request(d.port, "/get_transfer_engine_info?rank=2")
                      for _ in range(20)]
@@ -134,23 +191,40 @@ class AnswerBudgetTest(unittest.TestCase):
                    large[0]))
             self.assertEqual([st for st, _ in health], [200] * 20)
             self.assertEqual([st for st, _ in small], [200] * 20)
-            self.assertEqual(large[0], 503)
+            # One rendering of the rank's answer, shared by every connection:
+            # it costs its bytes once, so the budget is not reached and the
+            # large lookup is answered too (before: a copy per request, the
+            # budget ran out and it was 503).
+            self.assertEqual(large[0], 200)
             # Generous: the budget, plus one answer and allocator slack.
             self.assertLess(grown, (budget + 64 * MIB) / MIB)
             self.assertLess(statistics.median(h_ms), 1000)  # a hang guard; printed above
-            # Every first answer is either the rank or a 503 naming the budget.
+            m = scrape(d.port)
+            renders = m.get("kvcoord_http_answer_renders_total", -1)
+            shared = m.get("kvcoord_http_answer_shared_sends_total", -1)
+            print("large answers rendered %d times, queued from the shared buffer %d times; "
+                  "answer bytes held %.1f MiB" %
+                  (renders, shared, m["kvcoord_http_answer_bytes"] / MIB))
+            self.assertGreaterEqual(shared, self.CONNS)
+            self.assertLessEqual(renders, 3)  # once per generation (+ a race at most)
+            self.assertLess(grown, 64)  # one copy of the answer, not one per request
+            # Every first answer is the rank (or a 503 naming the budget).
+            # (the status of each; the whole body of a few: 1.3 GB through
+            # 4 KiB receive buffers would take minutes)
             statuses = {}
-            for s in conns:
+            for i, s in enumerate(conns):
                 c = Conn.__new__(Conn)
                 c.sock, c.buf = s, b""
-                st, _, body = c.response()
+                st, hdr, body = c.response(head_only=i >= 10)
                 statuses[st] = statuses.get(st, 0) + 1
+                if i >= 10:
+                    continue
                 if st == 200:
                     self.assertEqual(len(body), answer)
                 else:
                     self.assertIn(b"answer budget", body)
             print("first answers: %s" % statuses)
-            self.assertEqual(set(statuses), {200, 503})
+            self.assertEqual(set(statuses), {200})
             metrics = scrape(d.port)
             self.assertEqual(metrics["kvcoord_http_answer_bytes_max"], budget)
             self.assertLessEqual(metrics["kvcoord_http_answer_bytes"], budget + answer + MIB)
