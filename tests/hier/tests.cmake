@@ -13,3 +13,8 @@ if(TARGET kvcoord_python)
                          TIMEOUT 900 RUN_SERIAL ON)
   endforeach()
 endif()
+
+# kvc_hier_* from C in one namespace: two segments, the leaders joined by a
+# socketpair, forked ranks (test_hier_unit.c's top).
+kvc_c_test(test_hier_unit LABEL "hier;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hier_unit.c)
+target_link_libraries(test_hier_unit PRIVATE kvcoord_hier)
