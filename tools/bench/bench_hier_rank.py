@@ -111,4 +111,6 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # no torch teardown: its threads' exit is noise on stderr
