@@ -28,6 +28,7 @@ MANAGER_METHODS = ("record_failure", "update_status")
 
 _lock = threading.Lock()
 _active = None  # (Bridge, [(owner, name, original)]) while installed
+_reason = [None]  # transfer_engine=True: adds the engine's reason to a room's failure
 
 
 def _locked(lock):
@@ -51,6 +52,8 @@ def _wrap_update_status(bridge, orig):
 def _wrap_record_failure(bridge, orig):
     @functools.wraps(orig)
     def record_failure(self, bootstrap_room, failure_reason, *args, **kwargs):
+        if _reason[0] is not None:
+            failure_reason = _reason[0](failure_reason)
         result = orig(self, bootstrap_room, failure_reason, *args, **kwargs)
         bridge.publish(self, bootstrap_room, failure_reason)
         return result
@@ -124,7 +127,8 @@ def _open(segment):
                     % type(segment).__name__)
 
 
-def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
+def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
+            transfer_engine=False):
     """See kvcoord.sglang.install."""
     global _active
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
@@ -171,6 +175,10 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
             done.append((owner, name, vars(owner)[name]))
             new.__kvcoord_original__ = vars(owner)[name]
             setattr(owner, name, new)
+        if transfer_engine:
+            from . import mooncake
+            mooncake.install_mooncake_module()
+            _reason[0] = mooncake.engine.annotate
         _active = (bridge, done, wrappers)
         log.info("kvcoord.sglang: installed (rank %d of %s, segment %s): %d functions and "
                  "methods patched", rank, size, seg.name if seg is not None else None,
@@ -192,6 +200,10 @@ def uninstall():
             return False
         bridge, done, wrappers = _active
         _active = None
+        if _reason[0] is not None:
+            from . import mooncake
+            mooncake.uninstall_mooncake_module()
+            _reason[0] = None
         for owner, name, orig in reversed(done):
             setattr(owner, name, orig)
         # modules imported after install() took the wrappers by name: the originals too

@@ -58,7 +58,8 @@ __all__ = ["install", "uninstall", "EngineInfoBootstrapServer", "KVStatusBook",
            "poll_and_all_reduce", "KVPoll", "KVTransferError"]
 
 
-def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
+def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
+            transfer_engine=False):
     """Patch the importable `sglang` package so that its disaggregation code
     shares failure reasons through the node's kvcoord segment and agrees on
     polls with a shared-memory all-reduce (see the module docstring).
@@ -81,6 +82,11 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
     workers register there and its decode workers look them up unchanged,
     and the table gains kvcoord's liveness and restart survival.  Only the
     process that constructs the server (sglang's tokenizer manager) needs it.
+    transfer_engine: True makes `from mooncake.engine import TransferEngine`
+    give kvcoord.mooncake.TransferEngine in this process (sglang's Mooncake
+    wrappers and its remote-instance weight transporter then construct
+    kvcoord's engine), and a room failure sglang records after a failed
+    transfer carries the engine's reason (docs/mooncake.md).
 
     Call it once per process, in every rank of the group (the first poll
     all-reduce of a process group is a handshake every rank takes part in),
@@ -93,7 +99,7 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None):
     installed).  Not thread-safe against sglang running meanwhile: call it
     before."""
     return _sgl_install.install(segment, rank, size=size, timeout=timeout,
-                                pd_bootstrap=pd_bootstrap)
+                                pd_bootstrap=pd_bootstrap, transfer_engine=transfer_engine)
 
 
 def uninstall():

@@ -5,7 +5,8 @@ from . import KVPoll as KVPoll, KVTransferError as KVTransferError, FailureInfo,
 
 def install(segment: Union[str, Segment, None], rank: int, *, size: Optional[int] = ...,
             timeout: float = ...,
-            pd_bootstrap: Union[None, bool, Dict[str, Any]] = ...) -> List[Tuple[str, str]]: ...
+            pd_bootstrap: Union[None, bool, Dict[str, Any]] = ...,
+            transfer_engine: bool = ...) -> List[Tuple[str, str]]: ...
 def uninstall() -> bool: ...
 
 class KVStatusBook:

@@ -32,6 +32,17 @@ with kvcoord.Segment(name, mode="fresh", role="client", max_rooms=64, arena_byte
             room.check()
         except kvcoord.KVTransferError as e:
             print(kvcoord.VERSION, e, e.is_from_another_rank, e.origin_rank)
+import ctypes, kvcoord.mooncake
+assert kvcoord.mooncake.__file__.startswith(sys.prefix), kvcoord.mooncake.__file__
+a, b = kvcoord.mooncake.TransferEngine(), kvcoord.mooncake.TransferEngine()
+assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, a.last_error()
+assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, b.last_error()
+src, dst = ctypes.create_string_buffer(b"weights!" * 512), ctypes.create_string_buffer(4096)
+assert a.register_memory(ctypes.addressof(src), 4096) == 0, a.last_error()
+assert b.register_memory(ctypes.addressof(dst), 4096) == 0, b.last_error()
+a.peer_add(b.descriptor())
+print("mooncake", a.transfer_sync_write(b.get_session_id(), ctypes.addressof(src),
+                                        ctypes.addressof(dst), 4096), dst.raw[:8])
 """
 
 
@@ -64,8 +75,10 @@ class Pip(unittest.TestCase):
         finally:
             discard(name)
         self.assertIn("KVTransferError(bootstrap_room=7): RDMA WRITE failed True 1", out)
+        self.assertIn("mooncake 0 b'weights!'", out)
         files = self.run_ok(py, "-m", "pip", "show", "-f", "kvcoord")
-        for f in ("kvcoord/_kvcoord.cpython", "kvcoord/sglang.py", "kvcoord/_sgl_install.py",
+        for f in ("kvcoord/_kvcoord.cpython", "kvcoord/_engine.cpython",
+                  "kvcoord/mooncake/__init__.py", "kvcoord/sglang.py", "kvcoord/_sgl_install.py",
                   "kvcoord/__init__.pyi", "kvcoord/py.typed"):
             self.assertIn(f, files)
 

@@ -49,3 +49,14 @@ class MooncakeKVReceiver(MooncakeFailureExceptionMixin, CommonKVReceiver):
         if status in (KVPoll.Success, KVPoll.Failed):
             self.conclude_state = status
         return status
+
+
+def send_kvcache_chunk(kv_mgr, engine, room, session_id, srcs, dsts, lengths, endpoint):
+    """A transfer thread's step of sglang's MooncakeKVManager.transfer_worker:
+    batch_transfer_sync of the chunk's pages; on failure the room's failure
+    record with sglang's own text, and the room Failed."""
+    ret = engine.batch_transfer_sync(session_id, srcs, dsts, lengths)
+    if ret != 0:
+        kv_mgr.record_failure(room, f"Failed to send kv chunk of {room} to {endpoint}")
+        kv_mgr.update_status(room, KVPoll.Failed)
+    return ret
