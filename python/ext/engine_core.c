@@ -438,7 +438,7 @@ static int fetch_import(mce *m, const char *sid, uint64_t deadline)
     int rc = mce_fetch_descriptor(sid, m->token, ms, &json, why, sizeof why);
     pthread_mutex_lock(&m->mu);
     if (rc) {
-        mce_peer_fetched(&m->peers, sid, NULL);
+        mce_peer_fetched(&m->peers, sid, NULL, why);
         pthread_mutex_unlock(&m->mu);
         fail(m, -1, "handshake with %s (fetching its descriptor): %s", sid, why);
         pthread_mutex_lock(&m->mu);
@@ -454,7 +454,7 @@ static int fetch_import(mce *m, const char *sid, uint64_t deadline)
         pthread_mutex_lock(&m->mu);
         return -1;
     }
-    mce_peer_fetched(&m->peers, sid, p);
+    mce_peer_fetched(&m->peers, sid, p, "");
     return 0;
 }
 
@@ -466,7 +466,7 @@ int mce_peer_add(mce *m, const char *json, size_t len)
     if (!err) {
         kvt_peer_info pi;
         kvt_peer_stat(m->e, p, &pi);
-        mce_peer_fetched(&m->peers, pi.session_id, p);
+        mce_peer_fetched(&m->peers, pi.session_id, p, "");
     }
     char why[MCE_REASON];
     snprintf(why, sizeof why, "%s", err ? kvc_last_error() : "");
@@ -535,6 +535,16 @@ static mce_waiter *submit(mce *m, const char *sid, int op, kvt_run *runs, size_t
             return NULL;
         }
         mce_peer *pe = mce_peer_lookup(&m->peers, sid);
+        uint64_t now = now_ns();
+        if (pe && !pe->p && pe->why[0] && now - pe->fetched_ns < 1000000000ull) {
+            /* its handshake failed under a second ago: fail fast, same reason */
+            char why[MCE_REASON];
+            snprintf(why, sizeof why, "handshake with %s failed %llu ms ago: %s", sid,
+                     (unsigned long long)((now - pe->fetched_ns) / 1000000ull), pe->why);
+            pthread_mutex_unlock(&m->mu);
+            fail(m, -1, "%s %s %s: %s", op_name(op), op == MCE_READ ? "from" : "to", sid, why);
+            return NULL;
+        }
         if (!pe || !pe->p) {
             pthread_mutex_unlock(&m->mu);
             if (fetch_import(m, sid, deadline)) {

@@ -29,7 +29,7 @@ mce_peer *mce_peer_lookup(mce_peers *t, const char *sid)
     return NULL;
 }
 
-void mce_peer_fetched(mce_peers *t, const char *sid, kvt_peer *p)
+void mce_peer_fetched(mce_peers *t, const char *sid, kvt_peer *p, const char *why)
 {
     mce_peer *pe = mce_peer_lookup(t, sid);
     if (!pe) {
@@ -46,6 +46,7 @@ void mce_peer_fetched(mce_peers *t, const char *sid, kvt_peer *p)
         snprintf(pe->sid, sizeof pe->sid, "%s", sid);
     }
     pe->p = p;
+    snprintf(pe->why, sizeof pe->why, "%s", p ? "" : why);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     pe->fetched_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

@@ -19,6 +19,7 @@ typedef struct mce_peer {
     char sid[KVC_SESSION_ID_MAX + 1];
     kvt_peer *p;         /* NULL: fetch the descriptor before the next call */
     uint64_t fetched_ns; /* CLOCK_MONOTONIC of the last handshake attempt */
+    char why[256];       /* why its handshake failed ("" when it did not) */
 } mce_peer;
 
 typedef struct mce_peers {
@@ -29,8 +30,8 @@ typedef struct mce_peers {
 void mce_peers_init(mce_peers *t);
 void mce_peers_free(mce_peers *t);
 mce_peer *mce_peer_lookup(mce_peers *t, const char *sid);
-/* Record a handshake's outcome for sid (p NULL: it failed). */
-void mce_peer_fetched(mce_peers *t, const char *sid, kvt_peer *p);
+/* Record a handshake's outcome for sid (p NULL: it failed, why says why). */
+void mce_peer_fetched(mce_peers *t, const char *sid, kvt_peer *p, const char *why);
 /* The next call to sid fetches its descriptor again. */
 void mce_peer_forget(mce_peers *t, const char *sid);
 /* A refetch after a refusal is allowed at most once a second per peer. */
