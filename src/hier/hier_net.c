@@ -199,8 +199,10 @@ static bool parse(kvc_hier *h, uint32_t j, xstate *x, hier_rec *r)
             }
         }
     }
-    memmove(p->rx, p->rx + off, p->have - off);
-    p->have -= off;
+    if (off) {
+        memmove(p->rx, p->rx + off, p->have - off);
+        p->have -= off;
+    }
     if (!ok && !x->failed) {
         hier__rec_node(h, r, j, true, 0, bad);
         snprintf(r->text, sizeof r->text,
