@@ -13,21 +13,41 @@
  * by the next locker), so they survive kvcoordd restarts like the rank
  * table.
  *
- * Rules followed (sglang's python/sglang/srt/disaggregation/common/conn.py):
+ * Rules followed (sglang's python/sglang/srt/disaggregation/common/conn.py,
+ * CommonKVBootstrapServer, at commit 0094505da741):
  *  - a prefill rank is keyed by (dp group, cp rank, tp rank, pp rank); its
  *    dp group is attn_dp_rank when system_dp_size is 1, else
  *    system_dp_rank;
  *  - the topology (attn_tp_size, attn_cp_size, dp size, pp size) is the one
  *    of the first registration; dp size is attn_dp_size when system_dp_size
  *    is 1, else system_dp_size; page size, KV cache dtype and the prefill's
- *    HTTP port are each taken from the first registration that has one;
- *  - the table is ready when attn_tp_size x attn_cp_size x dp size x pp
- *    size ranks are registered.
- * Beyond sglang: readiness counts distinct live ranks (a rank registered
- * again replaces its entry and is counted once); an entry whose
- * registering process ends is withdrawn (kvc_pd_reap); when no live entry
- * is left the topology is forgotten, so a prefill restarted with another
- * layout is taken as sglang's fresh server would.
+ *    HTTP port are each taken from the first registration that has one.
+ * Where sglang's server would count wrongly, these tables do not:
+ *  - readiness counts distinct live ranks: a rank registered again replaces
+ *    its entry and is counted once; ready means every rank of the topology
+ *    is registered (registered == expected, never more);
+ *  - one prefill per table.  sglang's server keeps its first topology for
+ *    its life and still stores and counts a registration of another one
+ *    (so it can say "ready" with ranks missing).  Here a registration whose
+ *    topology differs from the live one is refused (KVC_E_EXISTS, the
+ *    message naming both) while any live entry's registrant is known to
+ *    run; when none is (every live entry's registrant ended, or is unknown:
+ *    KVC_PD_OWNER_NONE, e.g. registered from another host), the live
+ *    entries are withdrawn ("replaced by a prefill of topology ...") and the
+ *    new topology taken, as sglang's server restarted with the new prefill
+ *    would;
+ *  - an entry whose registering process ends is withdrawn (kvc_pd_reap);
+ *    when no live entry is left the topology is forgotten;
+ *  - limits are refused up front, with their numbers: a topology of more
+ *    than KVC_PD_MAX_RANKS ranks, a size above KVC_PD_DIM_MAX
+ *    (kvc_pd_registration_check), a room map of KVC_PD_MAX_ROOMS - 1
+ *    entries (KVC_E_FULL).
+ *
+ * Locking: writers take the PD lock; readers (kvc_pd_lookup,
+ * kvc_pd_status_get, kvc_pd_list, kvc_pd_room_get, kvc_pd_gauges_get)
+ * never do: they copy under the region's sequence counters, so a process
+ * stopped (SIGSTOP, a debugger) or killed while holding the lock stalls no
+ * reader.
  */
 #ifndef KVCOORD_PD_H
 #define KVCOORD_PD_H
@@ -47,7 +67,8 @@ extern "C" {
 /* Longest kv_cache_dtype kept ("auto", "fp8_e5m2", ...), bytes excluding
  * the NUL. */
 #define KVC_PD_DTYPE_MAX 31
-/* Prefill ranks a node's table holds (dp x cp x tp x pp of its prefills). */
+/* Prefill ranks a node's table holds: a topology of more ranks (dp x cp x
+ * tp x pp) is refused at registration. */
 #define KVC_PD_MAX_RANKS 1024
 /* Bootstrap rooms the room -> DP rank map holds at once. */
 #define KVC_PD_MAX_ROOMS 65536
@@ -118,16 +139,41 @@ typedef struct kvc_pd_status {
     uint32_t expected;   /* attn_tp_size * attn_cp_size * dp_size * pp_size */
     uint32_t registered; /* distinct live entries */
     uint32_t withdrawn;  /* entries kept withdrawn (to say why) */
-    int ready;           /* has_topology && registered >= expected */
+    int ready;           /* has_topology && registered == expected */
     uint32_t rooms;      /* entries of the room -> DP rank map */
 } kvc_pd_status;
+
+/* Check registration r without storing anything: every field in the
+ * ranges of kvc_pd_registration, and its topology (attn_tp_size x
+ * attn_cp_size x dp size x pp_size) at most KVC_PD_MAX_RANKS ranks.  The
+ * one check of a registration: kvc_pd_register, kvcoordd's PUT /route and
+ * the Python binding all apply it.  Pure: no segment, any thread.
+ * Errors: KVC_E_INVAL (NULL, or the first field out of range: the message
+ * names it and the range). */
+kvc_err kvc_pd_registration_check(const kvc_pd_registration *r);
+
+/* Check a PD table as read from elsewhere (another node's published
+ * record, a snapshot): st's topology fields (has_topology, the four sizes
+ * 1..KVC_PD_DIM_MAX of at most KVC_PD_MAX_RANKS ranks, page size, dtype,
+ * HTTP port) and the n entries of ranks[] (keys 0..KVC_PD_DIM_MAX-1, no
+ * key twice, rank_ip and note NUL-terminated text, ports 1..65535, every
+ * live entry inside the topology, a topology only with a live entry, at
+ * most KVC_PD_MAX_RANKS entries).  Fills st->expected, registered,
+ * withdrawn and ready by this header's rules (other fields untouched).
+ * The one validator of a PD table: kvcoordd's record decoder and
+ * kvcoord-diag use it.  Pure, any thread.
+ * Errors: KVC_E_INVAL (the first problem, named; st's counts are then
+ * meaningless). */
+kvc_err kvc_pd_table_check(kvc_pd_status *st, const kvc_pd_rank *ranks, size_t n);
 
 /* Register (or register again: the entry is replaced, counted once) the
  * prefill rank `r` describes, owned as `owner` says (pid and pid_start are
  * read for KVC_PD_OWNER_PID only).  Takes the PD lock.
- * Errors: KVC_E_INVAL (NULL, a field out of the ranges above: the message
- * names it), KVC_E_FULL (KVC_PD_MAX_RANKS entries, none withdrawn to
- * reuse), KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
+ * Errors: KVC_E_INVAL (NULL, kvc_pd_registration_check's errors: the
+ * message names the field), KVC_E_EXISTS (another topology is live and
+ * one of its registrants runs: see the rule above), KVC_E_FULL (never
+ * for a valid topology: withdrawn entries are reused), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, kvc_pd_owner owner,
                         int32_t pid, uint64_t pid_start);
 

@@ -7,13 +7,64 @@
 #include <string.h>
 
 #include "_kvcoord.h"
+#include "pyint.h"
+
+/* o as int(o) takes it (pyint.h, the rule sglang's bootstrap server and
+ * kvcoordd's PD routes apply): an int (or an object with __index__, bool
+ * included), a float truncated toward zero, or a str of int()'s text;
+ * then within lo..hi.  1 ok, 0 with TypeError (another type) or
+ * ValueError (int() refuses it, or out of lo..hi: the range is named). */
+static int pd_int(PyObject *o, const char *what, long long lo, long long hi, long long *out)
+{
+    int64_t x = 0;
+    int rc;
+    if (PyFloat_Check(o)) {
+        rc = kvc_pyint_real(PyFloat_AS_DOUBLE(o), &x);
+    } else if (PyUnicode_Check(o)) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(o, &n);
+        if (!u) {
+            PyErr_Clear(); /* lone surrogates: int() refuses them too */
+            rc = KVC_PYINT_INVALID;
+        } else {
+            rc = kvc_pyint_text(u, (size_t)n, &x);
+        }
+    } else {
+        PyObject *i = PyNumber_Index(o);
+        if (!i) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "%s must be an int, a float or a str, not %.100s",
+                             what, Py_TYPE(o)->tp_name);
+            }
+            return 0;
+        }
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+        Py_DECREF(i);
+        if (v == -1 && PyErr_Occurred())
+            return 0;
+        x = v;
+        rc = overflow ? KVC_PYINT_RANGE : KVC_PYINT_OK;
+    }
+    if (rc == KVC_PYINT_INVALID) {
+        PyErr_Format(PyExc_ValueError, "%s: %R is not an integer (int()'s rule)", what, o);
+        return 0;
+    }
+    if (rc == KVC_PYINT_RANGE || x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in %lld..%lld, not %R", what, lo, hi, o);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
 
 /* ---- pd_register ------------------------------------------------------- */
 
 /* registration[key] as an int in lo..hi into *out; 1 ok, 0 with an
  * exception (KeyError naming a missing key, as sglang's data[key]). */
-static int dict_int(PyObject *d, const char *key, int required, long long lo, long long hi,
-                    int32_t *out, int *given)
+static int dict_int(PyObject *d, const char *key, int required, int strict, long long lo,
+                    long long hi, int32_t *out, int *given)
 {
     PyObject *v = PyMapping_GetItemString(d, key);
     if (!v) {
@@ -33,7 +84,9 @@ static int dict_int(PyObject *d, const char *key, int required, long long lo, lo
         return 1;
     }
     long long x;
-    int ok = kvcpy_conv_range(v, lo, hi, key, "", &x);
+    /* sglang takes the sizes and ranks as sent (a JSON integer) and the
+     * rest through int(): the same here and over HTTP. */
+    int ok = strict ? kvcpy_conv_range(v, lo, hi, key, "", &x) : pd_int(v, key, lo, hi, &x);
     Py_DECREF(v);
     if (!ok)
         return 0;
@@ -91,12 +144,12 @@ static PyObject *pd_register(SegmentObject *s, PyObject *d)
     const char *lbm_s = NULL;
     PyObject *ret = NULL;
     for (size_t i = 0; i < sizeof dim_keys / sizeof *dim_keys; i++) /* size, rank, ... */
-        if (!dict_int(d, dim_keys[i], 1, i % 2 ? 0 : 1, i % 2 ? KVC_PD_DIM_MAX - 1 : KVC_PD_DIM_MAX,
-                      dims[i], NULL))
+        if (!dict_int(d, dim_keys[i], 1, 1, i % 2 ? 0 : 1,
+                      i % 2 ? KVC_PD_DIM_MAX - 1 : KVC_PD_DIM_MAX, dims[i], NULL))
             return NULL;
-    if (!dict_int(d, "rank_port", 1, 1, 65535, &r.rank_port, NULL) ||
-        !dict_int(d, "page_size", 1, 1, INT32_MAX, &r.page_size, NULL) ||
-        !dict_int(d, "prefill_http_port", 0, 1, 65535, &r.prefill_http_port,
+    if (!dict_int(d, "rank_port", 1, 0, 1, 65535, &r.rank_port, NULL) ||
+        !dict_int(d, "page_size", 1, 0, 1, INT32_MAX, &r.page_size, NULL) ||
+        !dict_int(d, "prefill_http_port", 0, 0, 1, 65535, &r.prefill_http_port,
                   &r.has_prefill_http_port) ||
         !dict_str(d, "rank_ip", 1, &r.rank_ip, &ip) ||
         !dict_str(d, "kv_cache_dtype", 0, &r.kv_cache_dtype, &dtype) ||
@@ -223,9 +276,11 @@ static PyObject *pd_ranks(SegmentObject *s, PyObject *noargs)
 static PyObject *pd_room_set(SegmentObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"room", "dp_rank", NULL};
-    long long room;
-    int dp;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Li", kwlist, &room, &dp))
+    PyObject *ro, *dpo;
+    long long room, dp;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO", kwlist, &ro, &dpo) ||
+        !pd_int(ro, "room", INT64_MIN, INT64_MAX, &room) ||
+        !pd_int(dpo, "dp_rank", 0, KVC_PD_DIM_MAX - 1, &dp))
         return NULL;
     int e;
     KVCPY_RUN(s, e, kvc_pd_room_set(g, (int64_t)room, (int32_t)dp));
@@ -236,8 +291,22 @@ static PyObject *pd_room_set(SegmentObject *s, PyObject *args, PyObject *kw)
 
 static PyObject *pd_room_get(SegmentObject *s, PyObject *arg)
 {
-    long long room = PyLong_AsLongLong(arg);
-    if (room == -1 && PyErr_Occurred())
+    long long room;
+    int64_t probe;
+    /* int()'s rule; a room beyond int64 was never stored: None */
+    if (PyUnicode_Check(arg) || PyFloat_Check(arg) || PyLong_Check(arg)) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, &n) : NULL;
+        int overflow = 0;
+        if (u && kvc_pyint_text(u, (size_t)n, &probe) == KVC_PYINT_RANGE)
+            Py_RETURN_NONE;
+        if (PyFloat_Check(arg) && kvc_pyint_real(PyFloat_AS_DOUBLE(arg), &probe) == KVC_PYINT_RANGE)
+            Py_RETURN_NONE;
+        if (PyLong_Check(arg) && (PyLong_AsLongLongAndOverflow(arg, &overflow), overflow))
+            Py_RETURN_NONE;
+        PyErr_Clear();
+    }
+    if (!pd_int(arg, "room", INT64_MIN, INT64_MAX, &room))
         return NULL;
     int32_t dp = -1;
     int e;

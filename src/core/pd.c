@@ -123,14 +123,36 @@ static kvc_err check_text(const char *what, const char *s, size_t max)
     return KVC_OK;
 }
 
-static kvc_err check_registration(const kvc_pd_registration *r)
+/* The ranks of a topology (capped at UINT32_MAX). */
+static uint32_t topo_ranks(int32_t tp, int32_t cp, int32_t dp, int32_t pp)
 {
+    uint64_t x = (uint64_t)tp * (uint64_t)cp * (uint64_t)dp * (uint64_t)pp;
+    return x > UINT32_MAX ? UINT32_MAX : (uint32_t)x;
+}
+
+static kvc_err check_size(int32_t tp, int32_t cp, int32_t dp, int32_t pp)
+{
+    uint32_t n = topo_ranks(tp, cp, dp, pp);
+    if (n > KVC_PD_MAX_RANKS)
+        return kvc__fail(KVC_E_INVAL,
+                         "a topology of %u prefill ranks (attn_tp_size %d x attn_cp_size %d x dp "
+                         "size %d x pp_size %d) exceeds the PD table's %d ranks",
+                         n, (int)tp, (int)cp, (int)dp, (int)pp, KVC_PD_MAX_RANKS);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_registration_check(const kvc_pd_registration *r)
+{
+    KVC_ARG(r);
     kvc_err e;
     if ((e = check_dim("attn_tp_size", r->attn_tp_size, "attn_tp_rank", r->attn_tp_rank)) ||
         (e = check_dim("attn_cp_size", r->attn_cp_size, "attn_cp_rank", r->attn_cp_rank)) ||
         (e = check_dim("attn_dp_size", r->attn_dp_size, "attn_dp_rank", r->attn_dp_rank)) ||
         (e = check_dim("pp_size", r->pp_size, "pp_rank", r->pp_rank)) ||
         (e = check_dim("system_dp_size", r->system_dp_size, "system_dp_rank", r->system_dp_rank)))
+        return e;
+    if ((e = check_size(r->attn_tp_size, r->attn_cp_size,
+                        r->system_dp_size == 1 ? r->attn_dp_size : r->system_dp_size, r->pp_size)))
         return e;
     if (!r->rank_ip)
         return kvc__fail(KVC_E_INVAL, "rank_ip is NULL");
@@ -146,6 +168,100 @@ static kvc_err check_registration(const kvc_pd_registration *r)
     if (r->has_prefill_http_port && (r->prefill_http_port < 1 || r->prefill_http_port > 65535))
         return kvc__fail(KVC_E_INVAL, "prefill_http_port %d out of range 1..65535",
                          (int)r->prefill_http_port);
+    return KVC_OK;
+}
+
+/* A note: at most KVC_NOTE_MAX bytes, no control byte. */
+static kvc_err check_note(const char *s, size_t cap)
+{
+    size_t n = strnlen(s, cap);
+    if (n == cap)
+        return kvc__fail(KVC_E_INVAL, "a note is not NUL-terminated within %zu bytes", cap);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] == 0x7f)
+            return kvc__fail(KVC_E_INVAL, "a note has control byte 0x%02x at offset %zu",
+                             (unsigned char)s[i], i);
+    return KVC_OK;
+}
+
+KVC_API kvc_err kvc_pd_table_check(kvc_pd_status *st, const kvc_pd_rank *ranks, size_t n)
+{
+    KVC_ARG(st);
+    if (n && !ranks)
+        return kvc__fail(KVC_E_INVAL, "kvc_pd_table_check: ranks is NULL with n %zu", n);
+    st->registered = st->withdrawn = 0;
+    st->expected = 0;
+    st->ready = 0;
+    if (n > KVC_PD_MAX_RANKS)
+        return kvc__fail(KVC_E_INVAL, "%zu entries, more than the PD table's %d", n,
+                         KVC_PD_MAX_RANKS);
+    kvc_err e;
+    if (st->has_topology) {
+        const int32_t sz[4] = {st->attn_tp_size, st->attn_cp_size, st->dp_size, st->pp_size};
+        static const char *const names[4] = {"attn_tp_size", "attn_cp_size", "dp_size", "pp_size"};
+        for (int i = 0; i < 4; i++)
+            if (sz[i] < 1 || sz[i] > KVC_PD_DIM_MAX)
+                return kvc__fail(KVC_E_INVAL, "topology %s %d out of range 1..%d", names[i],
+                                 (int)sz[i], KVC_PD_DIM_MAX);
+        if ((e = check_size(sz[0], sz[1], sz[2], sz[3])))
+            return e;
+        if (st->has_page_size && st->page_size < 1)
+            return kvc__fail(KVC_E_INVAL, "topology page_size %d out of range 1..2^31-1",
+                             (int)st->page_size);
+        if (st->has_kv_cache_dtype &&
+            (e = check_text("topology kv_cache_dtype", st->kv_cache_dtype, KVC_PD_DTYPE_MAX)))
+            return e;
+        if (st->has_prefill_http_port &&
+            (st->prefill_http_port < 1 || st->prefill_http_port > 65535))
+            return kvc__fail(KVC_E_INVAL, "topology prefill_http_port %d out of range 1..65535",
+                             (int)st->prefill_http_port);
+        st->expected = topo_ranks(sz[0], sz[1], sz[2], sz[3]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const kvc_pd_rank *p = &ranks[i];
+        const int32_t k[4] = {p->dp_group, p->cp_rank, p->tp_rank, p->pp_rank};
+        for (int j = 0; j < 4; j++)
+            if (k[j] < 0 || k[j] >= KVC_PD_DIM_MAX)
+                return kvc__fail(KVC_E_INVAL,
+                                 "entry %zu: a rank of (dp %d, cp %d, tp %d, pp %d) "
+                                 "out of range 0..%d",
+                                 i, (int)k[0], (int)k[1], (int)k[2], (int)k[3], KVC_PD_DIM_MAX - 1);
+        if (strnlen(p->rank_ip, sizeof p->rank_ip) == sizeof p->rank_ip)
+            return kvc__fail(KVC_E_INVAL, "entry %zu: rank_ip is not NUL-terminated", i);
+        if ((e = check_text("rank_ip", p->rank_ip, KVC_PD_IP_MAX)) ||
+            (e = check_note(p->note, sizeof p->note)))
+            return e;
+        if (p->rank_port < 1 || p->rank_port > 65535)
+            return kvc__fail(KVC_E_INVAL, "entry %zu: rank_port %d out of range 1..65535", i,
+                             (int)p->rank_port);
+        if (p->pid < 0)
+            return kvc__fail(KVC_E_INVAL, "entry %zu: pid %d is negative", i, (int)p->pid);
+        for (size_t j = 0; j < i; j++)
+            if (ranks[j].dp_group == k[0] && ranks[j].cp_rank == k[1] && ranks[j].tp_rank == k[2] &&
+                ranks[j].pp_rank == k[3])
+                return kvc__fail(KVC_E_INVAL,
+                                 "entries %zu and %zu have the same key (dp %d, cp %d, tp %d, "
+                                 "pp %d)",
+                                 j, i, (int)k[0], (int)k[1], (int)k[2], (int)k[3]);
+        if (p->withdrawn) {
+            st->withdrawn++;
+            continue;
+        }
+        if (!st->has_topology)
+            return kvc__fail(KVC_E_INVAL, "entry %zu is live but the table has no topology", i);
+        if (k[0] >= st->dp_size || k[1] >= st->attn_cp_size || k[2] >= st->attn_tp_size ||
+            k[3] >= st->pp_size)
+            return kvc__fail(KVC_E_INVAL,
+                             "live entry %zu (dp %d, cp %d, tp %d, pp %d) is outside the "
+                             "topology (dp size %d, attn_cp_size %d, attn_tp_size %d, pp_size "
+                             "%d)",
+                             i, (int)k[0], (int)k[1], (int)k[2], (int)k[3], (int)st->dp_size,
+                             (int)st->attn_cp_size, (int)st->attn_tp_size, (int)st->pp_size);
+        st->registered++;
+    }
+    if (st->has_topology && !st->registered)
+        return kvc__fail(KVC_E_INVAL, "a topology without a live entry");
+    st->ready = st->has_topology && st->registered == st->expected;
     return KVC_OK;
 }
 
@@ -242,12 +358,55 @@ static void take_topology(kvc_pd_topo *t, const kvc_pd_registration *r)
     }
 }
 
+static void withdraw_slot(kvc_pd_region *pd, uint32_t i, const char *note);
+
+/* Does registration r's topology differ from the live one's (lock held)?
+ * The rule (pd.h): while any live entry's registrant is known to run, the
+ * live topology stands and r is refused (KVC_E_EXISTS, naming both);
+ * otherwise (every live entry's registrant unknown - registered from
+ * another host - or ended) the live entries are withdrawn, each noting
+ * the topology that replaced it, and r's topology is taken. */
+static kvc_err topology_conflict(kvc_segment *seg, const kvc_pd_registration *r)
+{
+    kvc_pd_region *pd = seg->pd;
+    const kvc_pd_topo *t = &pd->topo;
+    int32_t dp_size = r->system_dp_size == 1 ? r->attn_dp_size : r->system_dp_size;
+    if (!t->set || !live_count(pd) ||
+        (t->attn_tp_size == r->attn_tp_size && t->attn_cp_size == r->attn_cp_size &&
+         t->dp_size == dp_size && t->pp_size == r->pp_size))
+        return KVC_OK;
+    char how[KVC_HOW_MAX + 1];
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+        const kvc_pd_slot *s = &pd->slots[i];
+        if (s->state == KVC_PD_LIVE && (s->proc_slot >= 0 || s->pid > 0) &&
+            !owner_ended(seg, s, how, sizeof how))
+            return kvc__fail(KVC_E_EXISTS,
+                             "topology attn_tp_size %d x attn_cp_size %d x dp size %d x pp_size "
+                             "%d differs from the registered prefill's (%d x %d x %d x %d), whose "
+                             "rank dp=%d cp=%d tp=%d pp=%d (pid %d) still runs: one prefill per "
+                             "table; its entries go when their processes end",
+                             (int)r->attn_tp_size, (int)r->attn_cp_size, (int)dp_size,
+                             (int)r->pp_size, (int)t->attn_tp_size, (int)t->attn_cp_size,
+                             (int)t->dp_size, (int)t->pp_size, (int)s->dp_group, (int)s->cp_rank,
+                             (int)s->tp_rank, (int)s->pp_rank, (int)s->pid);
+    }
+    char note[KVC_NOTE_MAX + 1];
+    snprintf(note, sizeof note,
+             "replaced by a prefill of topology %d x %d x %d x %d (tp x cp x "
+             "dp x pp)",
+             (int)r->attn_tp_size, (int)r->attn_cp_size, (int)dp_size, (int)r->pp_size);
+    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++)
+        if (pd->slots[i].state == KVC_PD_LIVE)
+            withdraw_slot(pd, i, note);
+    return KVC_OK;
+}
+
 KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, kvc_pd_owner owner,
                                 int32_t pid, uint64_t pid_start)
 {
     KVC_ARG(seg);
     KVC_ARG(r);
-    kvc_err e = check_registration(r);
+    kvc_err e = kvc_pd_registration_check(r);
     if (e)
         return e;
     if (owner != KVC_PD_OWNER_NONE && owner != KVC_PD_OWNER_SELF && owner != KVC_PD_OWNER_PID)
@@ -258,6 +417,10 @@ KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, 
     if ((e = kvc__lock(seg, KVC_LOCK_PD)))
         return e;
     kvc_pd_region *pd = seg->pd;
+    if ((e = topology_conflict(seg, r))) {
+        kvc__unlock(seg, KVC_LOCK_PD);
+        return e;
+    }
     int32_t i = find_key(pd, dp, r->attn_cp_rank, r->attn_tp_rank, r->pp_rank);
     if (i < 0 && (i = find_free(pd)) < 0) {
         kvc__unlock(seg, KVC_LOCK_PD);
@@ -376,7 +539,8 @@ KVC_API kvc_err kvc_pd_status_get(kvc_segment *seg, kvc_pd_status *out)
         uint64_t x = (uint64_t)t->attn_tp_size * (uint64_t)t->attn_cp_size * (uint64_t)t->dp_size *
                      (uint64_t)t->pp_size;
         out->expected = x > UINT32_MAX ? UINT32_MAX : (uint32_t)x;
-        out->ready = out->registered >= out->expected;
+        /* every live entry lies in the topology (kvc_pd_register's rule) */
+        out->ready = out->registered == out->expected;
     }
     kvc__unlock(seg, KVC_LOCK_PD);
     return KVC_OK;

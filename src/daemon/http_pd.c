@@ -42,10 +42,14 @@
 #include "log.h"
 #include "pd_mirror.h"
 #include "peer_proc.h"
+#include "pyint.h"
 #include "query.h"
 
 #define CT_TEXT_AIO "text/plain; charset=utf-8"
 #define CT_JSON_AIO "application/json; charset=utf-8"
+
+/* Longest query parameter value of GET /route, decoded (docs/http-api.md). */
+#define PD_QUERY_VALUE_MAX 255
 
 static void text(struct buf *out, const struct http_req *req, int status, const char *ctype,
                  const char *extra, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -83,6 +87,7 @@ static int lib_status(kvc_err e)
     switch (e) {
     case KVC_E_INVAL: return 400;
     case KVC_E_FULL: return 507;
+    case KVC_E_EXISTS: return 409; /* another prefill's topology is live */
     case KVC_E_BUSY: return 503;
     default: return 500;
     }
@@ -117,48 +122,50 @@ static json_t *body_object(const struct http_req *req, struct buf *out)
     return root;
 }
 
-/* Python's int() of text s (what sglang's handlers apply): optional
- * whitespace from ws around an optional sign and 1..max_digits decimal
- * digits, nothing else.  Returns 0 with *out set, or -1. */
-static int int_text(const char *s, const char *ws, size_t max_digits, int64_t *out)
+/* A JSON value as sglang's int(data[...]) takes it (pyint.h, the one
+ * rule): an integer; a real, truncated; true/false; a string of int()'s
+ * text.  Returns KVC_PYINT_OK with *out set, KVC_PYINT_RANGE (beyond
+ * int64) or KVC_PYINT_INVALID (null, an array, an object, a string int()
+ * refuses, NaN). */
+static int json_pyint(json_t *v, int64_t *out)
 {
-    s += strspn(s, ws);
-    const char *p = s + (*s == '+' || *s == '-');
-    size_t d = strspn(p, "0123456789");
-    if (!d || d > max_digits || p[d + strspn(p + d, ws)])
-        return -1;
-    *out = strtoll(s, NULL, 10);
-    return 0;
+    switch (json_typeof(v)) {
+    case JSON_INTEGER: *out = json_integer_value(v); return KVC_PYINT_OK;
+    case JSON_REAL: return kvc_pyint_real(json_real_value(v), out);
+    case JSON_TRUE: *out = 1; return KVC_PYINT_OK;
+    case JSON_FALSE: *out = 0; return KVC_PYINT_OK;
+    case JSON_STRING: return kvc_pyint_text(json_string_value(v), json_string_length(v), out);
+    default: return KVC_PYINT_INVALID;
+    }
 }
 
-/* An integer as Python's int() takes it from JSON: an integer, or a string
- * of an optional sign and decimal digits.  Returns 0, or -1 after answering
- * 400 naming the field (missing, of another type, or out of int32/int64). */
+/* An integer field: json_pyint() within lo..hi.  Returns 0, or -1 after
+ * answering 400 naming the field (missing, not an integer by int()'s
+ * rule, or out of lo..hi, the range said with the value). */
 static int int_of(json_t *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
                   const struct http_req *req, struct buf *o)
 {
-    long long x;
+    int64_t x = 0;
     if (!v) {
         detail(o, req, 400, "Missing field '%s'", field);
         return -1;
     }
-    if (json_is_integer(v)) {
-        x = json_integer_value(v);
-    } else if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        int64_t t;
-        if (json_string_length(v) != strlen(s) || int_text(s, " \t\n\r", 18, &t)) {
-            detail(o, req, 400, "Invalid field '%s': \"%.64s\" is not an integer", field, s);
-            return -1;
-        }
-        x = t;
-    } else {
-        detail(o, req, 400, "Invalid field '%s': must be an integer", field);
+    int rc = json_pyint(v, &x);
+    if (rc == KVC_PYINT_INVALID) {
+        if (json_is_string(v))
+            detail(o, req, 400, "Invalid field '%s': \"%.64s\" is not an integer", field,
+                   json_string_value(v));
+        else
+            detail(o, req, 400, "Invalid field '%s': must be an integer", field);
         return -1;
     }
-    if (x < lo || x > hi) {
-        detail(o, req, 400, "Invalid field '%s': %lld out of range %lld..%lld", field, x,
-               (long long)lo, (long long)hi);
+    if (rc == KVC_PYINT_RANGE || x < lo || x > hi) {
+        if (rc == KVC_PYINT_RANGE)
+            detail(o, req, 400, "Invalid field '%s': out of range %lld..%lld", field, (long long)lo,
+                   (long long)hi);
+        else
+            detail(o, req, 400, "Invalid field '%s': %lld out of range %lld..%lld", field,
+                   (long long)x, (long long)lo, (long long)hi);
         return -1;
     }
     *out = x;
@@ -385,13 +392,15 @@ static int pick_source(struct cluster *cluster, const char *node, struct pd_sour
 static void get_route(kvc_segment *seg, struct cluster *cluster, const struct http_req *req,
                       struct buf *out)
 {
-    char v[5][64];
+    /* aiohttp's request.query.get(): the first occurrence of a repeated
+     * parameter; values up to PD_QUERY_VALUE_MAX bytes once decoded. */
+    char v[5][PD_QUERY_VALUE_MAX + 1];
     struct query_param want[5] = {{"prefill_dp_rank", v[0], sizeof v[0], 0, 0},
                                   {"prefill_cp_rank", v[1], sizeof v[1], 0, 0},
                                   {"target_tp_rank", v[2], sizeof v[2], 0, 0},
                                   {"target_pp_rank", v[3], sizeof v[3], 0, 0},
                                   {"node", v[4], sizeof v[4], 0, 0}};
-    int rc = query_parse(req->query ? req->query : "", req->query_len, want, 5);
+    int rc = query_parse_first(req->query ? req->query : "", req->query_len, want, 5);
     if (rc) {
         detail(out, req, 400, "%s", query_error_text(rc));
         return;
@@ -401,13 +410,23 @@ static void get_route(kvc_segment *seg, struct cluster *cluster, const struct ht
             text(out, req, 400, CT_TEXT_AIO, NULL, "Missing inputs for bootstrap server.");
             return;
         }
+    /* int(value) as sglang applies it (pyint.h); beyond int64 no rank
+     * matches (404 once ready), as no key of sglang's table would. */
     int64_t k[4];
-    for (int i = 0; i < 4; i++)
-        if (want[i].too_long || int_text(v[i], " \t", 9, &k[i])) {
-            detail(out, req, 400, "Invalid parameter '%s': \"%.32s\" is not an integer",
-                   want[i].name, v[i]);
+    int beyond = 0;
+    for (int i = 0; i < 4; i++) {
+        int prc = want[i].too_long ? KVC_PYINT_INVALID : kvc_pyint_text(v[i], strlen(v[i]), &k[i]);
+        if (prc == KVC_PYINT_INVALID) {
+            if (want[i].too_long)
+                detail(out, req, 400, "Invalid parameter '%s': longer than %d bytes", want[i].name,
+                       PD_QUERY_VALUE_MAX);
+            else
+                detail(out, req, 400, "Invalid parameter '%s': \"%.32s\" is not an integer",
+                       want[i].name, v[i]);
             return;
         }
+        beyond |= prc == KVC_PYINT_RANGE;
+    }
     if (want[4].found && (want[4].too_long || !cluster_name_ok(v[4]))) {
         detail(out, req, 400,
                "Invalid parameter 'node': \"%.63s\" is not a node name (1..%d bytes of "
@@ -419,7 +438,7 @@ static void get_route(kvc_segment *seg, struct cluster *cluster, const struct ht
     if (pick_source(cluster, want[4].found ? v[4] : NULL, &src, req, out))
         return;
     const char *extra = src.remote ? src.extra : NULL;
-    if (k[0] == -1 && k[1] == -1 && k[2] == -1 && k[3] == -1) {
+    if (!beyond && k[0] == -1 && k[1] == -1 && k[2] == -1 && k[3] == -1) {
         if (!src.st.ready)
             not_ready(out, req, &src);
         else
@@ -432,7 +451,7 @@ static void get_route(kvc_segment *seg, struct cluster *cluster, const struct ht
     }
     kvc_pd_rank pr;
     kvc_err e;
-    if (k[0] < INT32_MIN || k[0] > INT32_MAX || k[1] < INT32_MIN || k[1] > INT32_MAX ||
+    if (beyond || k[0] < INT32_MIN || k[0] > INT32_MAX || k[1] < INT32_MIN || k[1] > INT32_MAX ||
         k[2] < INT32_MIN || k[2] > INT32_MAX || k[3] < INT32_MIN || k[3] > INT32_MAX)
         e = KVC_E_NOENT;
     else if (!src.remote)
@@ -471,7 +490,7 @@ static void register_dp_rank(kvc_segment *seg, const struct http_req *req, struc
     if (!root)
         return;
     int64_t room, dp;
-    if (!int_of(json_object_get(root, "bootstrap_room"), "bootstrap_room", INT64_MIN + 1, INT64_MAX,
+    if (!int_of(json_object_get(root, "bootstrap_room"), "bootstrap_room", INT64_MIN, INT64_MAX,
                 &room, req, out) &&
         !int_of(json_object_get(root, "dp_rank"), "dp_rank", 0, KVC_PD_DIM_MAX - 1, &dp, req,
                 out)) {
@@ -504,7 +523,13 @@ static void query_dp_ranks(kvc_segment *seg, const struct http_req *req, struct 
             int64_t room;
             char field[48], key[24];
             snprintf(field, sizeof field, "bootstrap_rooms[%zu]", i);
-            if (int_of(v, field, INT64_MIN + 1, INT64_MAX, &room, req, out)) {
+            /* int(room) as sglang takes it; one beyond int64 was never
+             * stored (register_dp_rank refuses it): not found. */
+            int prc = json_pyint(v, &room);
+            if (prc == KVC_PYINT_RANGE)
+                continue;
+            if (prc == KVC_PYINT_INVALID) {
+                int_of(v, field, INT64_MIN, INT64_MAX, &room, req, out); /* answers 400 */
                 json_decref(res);
                 res = NULL;
                 break;

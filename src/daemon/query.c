@@ -56,8 +56,9 @@ static int take_value(struct query_param *p, const char *v, size_t vlen)
     return 0;
 }
 
-/* One "key=value" pair (value may be absent: "key"). */
-static int parse_pair(const char *s, size_t n, struct query_param *want, size_t nwant)
+/* One "key=value" pair (value may be absent: "key"); first: a name
+ * already found keeps its value. */
+static int parse_pair(const char *s, size_t n, struct query_param *want, size_t nwant, int first)
 {
     const char *eq = memchr(s, '=', n);
     size_t klen = eq ? (size_t)(eq - s) : n;
@@ -68,21 +69,24 @@ static int parse_pair(const char *s, size_t n, struct query_param *want, size_t 
     if (dk < 0)
         return (int)dk;
     for (size_t i = 0; klen < sizeof key && i < nwant; i++) {
-        if (strlen(want[i].name) == (size_t)dk && !memcmp(want[i].name, key, (size_t)dk))
+        if (strlen(want[i].name) == (size_t)dk && !memcmp(want[i].name, key, (size_t)dk)) {
+            if (first && want[i].found)
+                break; /* kept; the value is still checked below */
             return take_value(&want[i], v, vlen);
+        }
     }
     long dv = pct_decode(NULL, v, vlen, 1);
     return dv < 0 ? (int)dv : 0;
 }
 
-int query_parse(const char *q, size_t qlen, struct query_param *want, size_t nwant)
+static int parse_all(const char *q, size_t qlen, struct query_param *want, size_t nwant, int first)
 {
     for (size_t i = 0; i < nwant; i++)
         want[i].found = want[i].too_long = 0;
     while (qlen > 0) {
         const char *amp = memchr(q, '&', qlen);
         size_t n = amp ? (size_t)(amp - q) : qlen;
-        int rc = n ? parse_pair(q, n, want, nwant) : 0;
+        int rc = n ? parse_pair(q, n, want, nwant, first) : 0;
         if (rc < 0)
             return rc;
         if (!amp)
@@ -91,6 +95,16 @@ int query_parse(const char *q, size_t qlen, struct query_param *want, size_t nwa
         q = amp + 1;
     }
     return 0;
+}
+
+int query_parse(const char *q, size_t qlen, struct query_param *want, size_t nwant)
+{
+    return parse_all(q, qlen, want, nwant, 0);
+}
+
+int query_parse_first(const char *q, size_t qlen, struct query_param *want, size_t nwant)
+{
+    return parse_all(q, qlen, want, nwant, 1);
 }
 
 const char *query_error_text(int rc)

@@ -43,6 +43,11 @@ struct query_param {
  * escape / a %00. */
 int query_parse(const char *q, size_t qlen, struct query_param *want, size_t nwant);
 
+/* query_parse(), except that the first occurrence of a repeated name wins
+ * (aiohttp's request.query.get(), for sglang's PD routes); later ones are
+ * still checked for bad escapes. */
+int query_parse_first(const char *q, size_t qlen, struct query_param *want, size_t nwant);
+
 /* The 400 detail for a query_parse() error. */
 const char *query_error_text(int rc);
 

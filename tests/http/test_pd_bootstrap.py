@@ -315,11 +315,15 @@ class BeyondSglang(unittest.TestCase):
         status, _, text = self.c.request("GET", TOPOLOGY)
         self.assertEqual(text, "Prefill server not fully registered yet (0 workers registered).")
         for path in ("/route?prefill_dp_rank=x&prefill_cp_rank=0&target_tp_rank=0"
-                     "&target_pp_rank=0", "/route?prefill_dp_rank=99999999999&prefill_cp_rank=0"
+                     "&target_pp_rank=0", "/route?prefill_dp_rank=1__0&prefill_cp_rank=0"
                      "&target_tp_rank=0&target_pp_rank=0"):
             status, _, text = self.c.request("GET", path)
             self.assertEqual(status, 400)
             self.assertIn("Invalid parameter 'prefill_dp_rank'", json.loads(text)["detail"])
+        # An integer to int(), however large: no such rank (503 until ready).
+        self.assertEqual(self.c.request("GET", "/route?prefill_dp_rank=99999999999999999999"
+                                        "&prefill_cp_rank=0&target_tp_rank=0"
+                                        "&target_pp_rank=0")[0], 503)
         for body, detail in (({"dp_rank": 1}, "Missing field 'bootstrap_room'"),
                              ({"bootstrap_room": 1, "dp_rank": -1}, "Invalid field 'dp_rank'"),
                              ({"bootstrap_room": 2 ** 70, "dp_rank": 1},
@@ -336,6 +340,76 @@ class BeyondSglang(unittest.TestCase):
             self.assertTrue(json.loads(text)["detail"].startswith(detail), text)
         self.assertEqual(self.c.request("POST", "/query_dp_ranks",
                                         {"bootstrap_rooms": [1, 2]})[2], "{}")
+
+
+class Readiness(unittest.TestCase):
+    """Ready only when every rank of the one topology is registered."""
+
+    def setUp(self):
+        self.d = Daemon(segment_name(self._testMethodName))
+        self.c = Client(self.d.port)
+
+    def tearDown(self):
+        self.c.conn.close()
+        self.d.stop()
+
+    def put(self, tp, **kw):
+        kw.setdefault("attn_dp_size", 1)
+        status, _, text = self.c.request("PUT", "/route", registration(tp, 0, **kw))
+        return status, text
+
+    def test_conflicting_topology_is_refused(self):
+        self.assertEqual(self.put(0, attn_tp_size=2)[0], 200)
+        # The issue's sequence: tp 3 of attn_tp_size 4 after tp 0 of 2.
+        status, text = self.put(3, attn_tp_size=4)
+        self.assertEqual(status, 409, text)
+        self.assertIn("differs from the registered prefill's (2 x 1 x 1 x 1)",
+                      json.loads(text)["detail"])
+        status, _, body = self.c.request("GET", TOPOLOGY)
+        self.assertEqual((status, body), (503, "Prefill server not fully registered yet "
+                                               "(1 workers registered)."))
+        for tp in range(4):  # never 200 then 404
+            self.assertEqual(self.c.request("GET", lookup(0, tp))[0], 503)
+        self.assertEqual(self.put(1, attn_tp_size=2)[0], 200)
+        status, _, body = self.c.request("GET", TOPOLOGY)
+        self.assertEqual((status, json.loads(body)["attn_tp_size"]), (200, 2))
+        self.assertEqual(self.c.request("GET", lookup(0, 1))[0], 200)
+        self.assertEqual(self.c.request("GET", lookup(0, 3))[0], 404)
+        doc = json.loads(subprocess.run([ARGS.diag, "--segment", self.d.segment, "--json", "pd"],
+                                        check=True, capture_output=True, text=True).stdout)
+        self.assertEqual((doc["registered"], doc["expected"], doc["ready"]), (2, 2, True))
+
+    def test_topology_of_an_ended_prefill_is_replaced(self):
+        # A prefill rank registers from its own process, which then ends.
+        out = subprocess.run([sys.executable, "-c", (
+            "import http.client, json\n"
+            "c = http.client.HTTPConnection('127.0.0.1', %d)\n"
+            "c.request('PUT', '/route', body=json.dumps(%r))\n"
+            "print(c.getresponse().status)\n") % (
+                self.d.port, registration(0, 0, attn_tp_size=2, attn_dp_size=1))],
+            check=True, capture_output=True, text=True).stdout
+        self.assertEqual(out.strip(), "200")
+        # Its successor, another layout: taken at once (the old entry withdrawn).
+        self.assertEqual(self.put(3, attn_tp_size=4)[0], 200)
+        status, _, body = self.c.request("GET", TOPOLOGY)
+        self.assertEqual((status, body), (503, "Prefill server not fully registered yet "
+                                               "(1 workers registered)."))
+        for tp in range(3):
+            self.assertEqual(self.put(tp, attn_tp_size=4)[0], 200)
+        status, _, body = self.c.request("GET", TOPOLOGY)
+        self.assertEqual((status, json.loads(body)["attn_tp_size"]), (200, 4))
+
+    def test_a_topology_beyond_the_table_is_refused(self):
+        for kw in ({"attn_tp_size": 2048}, {"attn_tp_size": 32, "attn_cp_size": 32,
+                                             "attn_dp_size": 2}):
+            status, text = self.put(0, **kw)
+            self.assertEqual(status, 400, text)
+            self.assertIn("a topology of 2048 prefill ranks", text)
+            self.assertIn("exceeds the PD table's 1024 ranks", text)
+        self.assertEqual(self.put(0, attn_tp_size=1024)[0], 200)
+        status, _, body = self.c.request("GET", TOPOLOGY)
+        self.assertEqual((status, body), (503, "Prefill server not fully registered yet "
+                                               "(1 workers registered)."))
 
 
 class Restart(unittest.TestCase):

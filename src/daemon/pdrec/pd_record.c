@@ -111,15 +111,12 @@ static const char *decode_topology(json_t *t, kvc_pd_status *st)
         return "its \"topology\" is not an object";
     static const char *const dims[] = {"attn_tp_size", "attn_cp_size", "dp_size", "pp_size"};
     int32_t *to[] = {&st->attn_tp_size, &st->attn_cp_size, &st->dp_size, &st->pp_size};
-    uint64_t expected = 1;
     for (int i = 0; i < 4; i++) {
         int64_t x;
         if (int_field(t, dims[i], 1, KVC_PD_DIM_MAX, &x))
             return "a size of its \"topology\" is not an integer in 1..4096";
         *to[i] = (int32_t)x;
-        expected *= (uint64_t)x;
     }
-    st->expected = expected > UINT32_MAX ? UINT32_MAX : (uint32_t)expected;
     json_t *v = json_object_get(t, "page_size");
     int64_t x;
     if (v && !json_is_null(v)) {
@@ -217,23 +214,20 @@ const char *pd_record_decode(const char *node, const char *val, size_t len, stru
             kvc_pd_rank *p = &out->ranks[i];
             if ((why = decode_rank(json_array_get(ranks, i), p)))
                 break;
-            if (pd_table_find(out, p->dp_group, p->cp_rank, p->tp_rank, p->pp_rank))
-                why = "a rank appears twice";
             out->n = i + 1;
-            out->st.registered += !p->withdrawn;
-            out->st.withdrawn += p->withdrawn;
         }
     }
-    if (!why && !out->st.registered)
-        why = "a topology without a live rank";
+    /* The library's one check of a PD table (kvc_pd_table_check): ranges,
+     * no key twice, every live entry inside the topology, the counts. */
+    out->st.has_topology = 1;
+    if (!why && kvc_pd_table_check(&out->st, out->ranks, out->n) != KVC_OK)
+        why = kvc_last_error();
     json_decref(o);
     if (why) {
         pd_table_free(out);
         memset(out, 0, sizeof *out);
         return why;
     }
-    out->st.has_topology = 1;
-    out->st.ready = out->st.registered >= out->st.expected;
     return NULL;
 }
 

@@ -44,8 +44,11 @@ int pd_record_encode(kvc_segment *seg, const char *node, const char *url, char *
                      size_t cap);
 
 /* Check the record val[0..len) of key node pd/<node> into *out (its ranks
- * malloc'd: pd_table_free).  Returns NULL, or why the record is not usable
- * (out then holds nothing to free). */
+ * malloc'd: pd_table_free): its JSON shape here, its content by the
+ * library's kvc_pd_table_check().  Returns NULL, or why the record is not
+ * usable (out then holds nothing to free): a static string, or
+ * kvc_last_error()'s text, valid until this thread's next failing kvcoord
+ * call. */
 const char *pd_record_decode(const char *node, const char *val, size_t len, struct pd_table *out);
 
 /* The entry of (dp, cp, tp, pp) in t, or NULL. */
