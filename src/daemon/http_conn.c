@@ -46,7 +46,16 @@ static void unreserve(struct http_conn *c)
 {
     if (c->reserved && c->lim->buffered)
         *c->lim->buffered -= c->reserved;
+    if (c->reserved && c->untrusted && c->lim->untrusted)
+        *c->lim->untrusted -= c->reserved;
     c->reserved = 0;
+    c->untrusted = 0;
+}
+
+/* Does n more bytes fit in max, with *used held already? */
+static int fits(size_t used, size_t max, uint64_t n)
+{
+    return n <= max - (used < max ? used : max);
 }
 
 /* Reserve n more body bytes of the daemon-wide budget; 503 when they do
@@ -55,14 +64,18 @@ static int reserve(struct http_conn *c, uint64_t n)
 {
     if (!c->lim->max_buffered || !c->lim->buffered || n == 0)
         return 0;
-    size_t used = *c->lim->buffered;
-    if (n > c->lim->max_buffered - (used < c->lim->max_buffered ? used : c->lim->max_buffered)) {
-        snprintf(c->err_buf, sizeof c->err_buf,
-                 "Server busy: request bodies being received exceed its buffer budget");
-        fail(c, 503, c->err_buf);
+    int share = c->untrusted && c->lim->untrusted && c->lim->max_untrusted;
+    if (!fits(*c->lim->buffered, c->lim->max_buffered, n) ||
+        (share && !fits(*c->lim->untrusted, c->lim->max_untrusted, n))) {
+        fail(c, 503,
+             share ? "Server busy: request bodies of clients without the token being received "
+                     "exceed their share of the buffer budget"
+                   : "Server busy: request bodies being received exceed its buffer budget");
         return -1;
     }
     *c->lim->buffered += (size_t)n;
+    if (share)
+        *c->lim->untrusted += (size_t)n;
     c->reserved += (size_t)n;
     return 0;
 }
@@ -309,8 +322,9 @@ static int on_headers_complete(http_parser *p)
     if (body_expected(p)) {
         /* Refused from the headers alone: the body is never buffered. */
         int st = c->lim->head_check ? c->lim->head_check(c->lim->head_arg, &c->req) : 0;
-        if (st)
+        if (st >= 100)
             return fail(c, st, st == 401 ? "Unauthorized" : "Request refused");
+        c->untrusted = st == HEAD_UNTRUSTED;
         if (!(p->flags & F_CHUNKED) && reserve(c, p->content_length))
             return 0;
     }

@@ -49,12 +49,24 @@ struct http_limits {
      * kept.  One thread only (the loop). */
     size_t max_buffered;
     size_t *buffered;
+    /* Of max_buffered, what requests of unauthenticated peers may hold
+     * together (0: no such share): a token is configured and the request
+     * does not carry it (head_check said HEAD_UNTRUSTED).  The rest is
+     * kept for authenticated ones, so bodies trickled by peers without the
+     * token cannot take the budget a registration needs.  *untrusted
+     * counts what they hold. */
+    size_t max_untrusted;
+    size_t *untrusted;
     /* Called at the end of a head announcing a body, with req's method,
-     * path, query and Authorization set: a non-zero return (an HTTP status,
-     * 401) refuses the request before its body is read (NULL: none). */
+     * path, query and Authorization set: a return of 100 or more (an HTTP
+     * status, 401) refuses the request before its body is read;
+     * HEAD_UNTRUSTED lets it in as an unauthenticated peer's; 0 lets it in
+     * (NULL: none). */
     int (*head_check)(void *arg, const struct http_req *req);
     void *head_arg;
 };
+
+#define HEAD_UNTRUSTED 1
 
 enum hconn_event {
     HCONN_MORE = 0, /* every byte consumed; no complete request yet */
@@ -80,9 +92,13 @@ struct http_conn {
     size_t head_bytes;
     int err_status;
     const char *err_detail;
-    const char *err_extra; /* extra header lines of the error answer, or NULL */
-    size_t reserved;       /* body bytes reserved in *lim->buffered */
-    unsigned char split;   /* req.path/query set from the URL (decoded once) */
+    const char *err_extra;   /* extra header lines of the error answer, or NULL */
+    size_t reserved;         /* body bytes reserved in *lim->buffered */
+    unsigned char untrusted; /* the request being read is an unauthenticated
+                                peer's (HEAD_UNTRUSTED): its body reserves from
+                                *lim->untrusted too, and its connection may be
+                                closed at the cap while the body trickles */
+    unsigned char split;     /* req.path/query set from the URL (decoded once) */
     char err_buf[96];
     /* header being read: name (lower-cased, truncated) and which value we keep */
     char field[24];

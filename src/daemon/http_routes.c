@@ -65,6 +65,7 @@
  * KVC_E_TOOBIG 413, KVC_E_FULL 507, KVC_E_BUSY 503, others 500, the detail
  * ending with kvc_last_error().
  */
+#include "http_conn.h"
 #include "http_pd.h"
 #include "http_routes_int.h"
 
@@ -501,9 +502,9 @@ static int needs_token(const struct http_req *req)
 int routes_head_check(void *arg, const struct http_req *req)
 {
     struct routes *r = arg;
-    if (!needs_token(req))
-        return 0;
     enum auth_result rc = token_check(r, req);
+    if (!needs_token(req)) /* a read: allowed; trusted only with the token */
+        return rc == AUTH_ALLOW ? 0 : HEAD_UNTRUSTED;
     if (rc == AUTH_ALLOW)
         return 0;
     if (log_enabled(LOG_DEBUG)) /* never the header itself */

@@ -86,8 +86,10 @@ int routes_clone(const struct routes *r, struct routes **out);
 
 /* http_limits.head_check (http_conn.h) of the loop's routes (arg): 401
  * for a mutating request whose token is missing or wrong, decided from its
- * headers, so its body is never buffered; 0 otherwise.  Loop thread only
- * (the token is re-read there on SIGHUP). */
+ * headers, so its body is never buffered; HEAD_UNTRUSTED for a read
+ * without a valid token while one is configured (its body is let in, on
+ * the terms of an unauthenticated peer: http_conn.h); 0 otherwise.  Loop
+ * thread only (the token is re-read there on SIGHUP). */
 int routes_head_check(void *arg, const struct http_req *req);
 
 /* Run a request r's original deferred (ROUTE_DEFER), on the clone r of a

@@ -423,6 +423,11 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->limits.max_body = cfg->max_body_bytes;
     s->limits.max_buffered = cfg->max_buffered_bytes;
     s->limits.buffered = &s->buffered;
+    /* With a token configured, peers without it may hold half the body
+     * budget at most: the other half is kept for authenticated requests. */
+    s->limits.max_untrusted =
+        cfg->auth && auth_enabled(cfg->auth) ? cfg->max_buffered_bytes / 2 : 0;
+    s->limits.untrusted = &s->untrusted;
     s->wake_fd = s->jobs_fd = -1;
     s->metrics = cfg->metrics;
     if (s->metrics) /* the budgets show from the start */

@@ -110,7 +110,8 @@ struct server {
     struct io_uring ring;
     const struct server_config *cfg;
     struct http_limits limits;
-    size_t buffered; /* body bytes reserved by all connections (limits.buffered) */
+    size_t buffered;  /* body bytes reserved by all connections (limits.buffered) */
+    size_t untrusted; /* ... of which by unauthenticated peers' (limits.untrusted) */
     size_t
         answer_bytes;  /* answer bytes all connections hold, not all sent (cfg->max_answer_bytes) */
     unsigned nclosing; /* connections closing, their slots not back yet */

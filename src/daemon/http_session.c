@@ -651,12 +651,14 @@ void conns_sweep(struct server *s)
 /* Evictable at the cap: a connection that is not working on anything
  * (no complete request being answered, parked or deferred, nothing left
  * to send) and has waited CONN_EVICT_AFTER_MS or more for its next request -
- * an idle keep-alive, or one whose request is still incomplete. */
+ * an idle keep-alive, or one whose request is still incomplete: its head,
+ * or the body of an unauthenticated peer's request (with a token
+ * configured, http_conn.h).  An authenticated body is never cut. */
 static int evictable(const struct server *s, const struct conn *c)
 {
     return c->fd >= 0 && !c->closing && !c->parked && !c->deferred && !c->lingering &&
-           !c->close_after_send && c->http.phase != HCONN_BODY && !out_pending(c) &&
-           s->now_ms - c->wait_since_ms >= CONN_EVICT_AFTER_MS;
+           !c->close_after_send && (c->http.phase != HCONN_BODY || c->http.untrusted) &&
+           !out_pending(c) && s->now_ms - c->wait_since_ms >= CONN_EVICT_AFTER_MS;
 }
 
 unsigned conns_evict(struct server *s, unsigned want)
@@ -668,7 +670,10 @@ unsigned conns_evict(struct server *s, unsigned want)
         if (s->now_ms - c->wait_since_ms < CONN_EVICT_AFTER_MS)
             break; /* the rest waited less */
         if (evictable(s, c)) {
-            conn_close(s, c, c->http.phase == HCONN_HEAD ? "evicted_incomplete" : "evicted_idle");
+            conn_close(s, c,
+                       c->http.phase == HCONN_HEAD   ? "evicted_incomplete"
+                       : c->http.phase == HCONN_BODY ? "evicted_untrusted_body"
+                                                     : "evicted_idle");
             n++;
         }
     }

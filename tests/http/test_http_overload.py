@@ -347,6 +347,166 @@ class ConnectionCapTest(unittest.TestCase):
             self.assertEqual(d.stop(), 0, d.output()[-3000:])
 
 
+class Trickle(threading.Thread):
+    """n connections without the token that each send a POST head
+    announcing a body, then 1 byte of it every 4 s; reconnecting when
+    closed.  The first `big` announce `clen_big` bytes (to hold the
+    daemon's body budget), the others 1000."""
+
+    def __init__(self, port, n, big=8, clen_big=64 * MIB):
+        super().__init__(daemon=True)
+        self.port, self.n, self.big, self.clen_big = port, n, big, clen_big
+        self.stop = threading.Event()
+        self.opened = self.closed = self.errors = 0
+        self.sel = selectors.DefaultSelector()
+        self.socks = {}
+
+    def _open(self, i):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", self.port))
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            self.errors += 1
+            return
+        self.sel.register(s, selectors.EVENT_WRITE, i)
+
+    def _head(self, i):
+        clen = self.clen_big if i < self.big else 1000
+        return ("POST /query_dp_ranks HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                "application/json\r\nContent-Length: %d\r\n\r\n" % clen).encode()
+
+    def _drop(self, s, i):
+        self.sel.unregister(s)
+        self.socks.pop(i, None)
+        s.close()
+        self.closed += 1
+        if not self.stop.is_set():
+            self._open(i)
+
+    def run(self):
+        for i in range(self.n):
+            self._open(i)
+        next_drip = time.monotonic() + 4
+        while not self.stop.is_set():
+            for key, _ in self.sel.select(0.1):
+                s, i = key.fileobj, key.data
+                if s.fileno() < 0:
+                    continue
+                if i not in self.socks:  # connected (or failed)
+                    try:
+                        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                            raise OSError
+                        s.send(self._head(i))
+                    except OSError:
+                        self._drop(s, i)
+                        continue
+                    self.socks[i] = s
+                    self.opened += 1
+                    self.sel.modify(s, selectors.EVENT_READ, i)
+                    continue
+                try:
+                    data = s.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._drop(s, i)
+            if time.monotonic() >= next_drip:
+                next_drip += 4
+                for i, s in list(self.socks.items()):
+                    try:
+                        s.send(b"[")
+                    except OSError:
+                        pass
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+
+
+class UnauthenticatedSlotsTest(unittest.TestCase):
+    """With --auth-token-file, peers without the token cannot take what
+    authenticated ones need: 4,100 connections trickling a POST body at 1
+    byte / 4 s (8 of them announcing 64 MiB bodies, the whole body budget
+    between them) do not lock an authenticated PUT /route or /health out.
+    Before: every slot held by a body nobody could evict, the budget
+    reserved by the 8, so 503 for up to 60 s (the body timeout)."""
+
+    FLOOD = 4100
+
+    def test_trickled_bodies_do_not_lock_out_authenticated_clients(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = self.FLOOD + 512
+        if hard != resource.RLIM_INFINITY and hard < want:
+            self.skipTest("RLIMIT_NOFILE hard limit %d is below %d" % (hard, want))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+        import json
+        import tempfile
+        token = "s3cret-token-for-the-trickle-test"
+        tf = tempfile.NamedTemporaryFile("w", prefix="kvc-token-", delete=False)
+        tf.write(token)
+        tf.close()
+        os.chmod(tf.name, 0o600)
+        d = Daemon("--auth-token-file", tf.name)
+        flood = Trickle(d.port, self.FLOOD)
+        auth = ["Authorization: Bearer " + token]
+        try:
+            flood.start()
+            deadline = time.monotonic() + 60
+            while flood.opened < self.FLOOD and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1)  # every slot taken, the budget reserved
+            health, puts = [], []
+            for i in range(20):
+                try:
+                    health.append(fresh_request(d.port, "/health"))
+                except (OSError, EOFError) as e:
+                    health.append((repr(e), 0.0))
+                body = json.dumps({
+                    "attn_tp_size": 1, "attn_tp_rank": 0, "attn_cp_size": 1,
+                    "attn_cp_rank": 0, "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1,
+                    "pp_rank": 0, "system_dp_size": 1, "system_dp_rank": 0,
+                    "rank_ip": "10.0.0.1", "rank_port": 17000 + i, "page_size": 64,
+                    "kv_cache_dtype": "auto"}).encode()
+                t0 = time.monotonic()
+                try:
+                    c = Conn(d.port)
+                    st = c.request("PUT", "/route", body, headers=auth)[0]
+                    c.close()
+                except (OSError, EOFError) as e:
+                    st = repr(e)
+                puts.append((st, time.monotonic() - t0))
+            flood.stop.set()
+            flood.join(30)
+            h_ok = [t * 1000 for st, t in health if st == 200]
+            p_ok = [t * 1000 for st, t in puts if st == 200]
+            print("\n%d trickling unauthenticated bodies: /health %d of %d answered 200 "
+                  "(max %.1f ms), authenticated PUT /route %d of %d (max %.1f ms); "
+                  "trickle connections closed by the server %d; load %.1f" %
+                  (self.FLOOD, len(h_ok), len(health), max(h_ok) if h_ok else 0, len(p_ok),
+                   len(puts), max(p_ok) if p_ok else 0, flood.closed, os.getloadavg()[0]))
+            self.assertEqual([st for st, _ in health], [200] * len(health))
+            self.assertEqual([st for st, _ in puts], [200] * len(puts))
+            # One client without the token cannot fill the PD room map: its
+            # writes are refused from their headers, nothing is stored.
+            sts = set()
+            for r in range(200):  # (a 401 closes its connection)
+                c = Conn(d.port)
+                sts.add(c.request("POST", "/register_dp_rank",
+                                  {"bootstrap_room": r, "dp_rank": 0})[0])
+                c.close()
+            c = Conn(d.port)
+            st, _, body = c.request("POST", "/query_dp_ranks", {"bootstrap_rooms": [0, 199]})
+            c.close()
+            self.assertEqual(sts, {401})
+            self.assertEqual((st, json.loads(body)), (200, {}))
+        finally:
+            flood.stop.set()
+            self.assertEqual(d.stop(), 0, d.output()[-3000:])
+            os.unlink(tf.name)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
