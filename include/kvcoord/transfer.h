@@ -13,10 +13,15 @@
  *    a message naming the cause in the calling thread until its next failing
  *    call.  The library never prints: log lines go to the caller's
  *    kvt_log_fn, if one is given, from the thread calling into the engine.
- *  - An engine is NOT thread-safe: one thread at a time may call functions
- *    on a given engine (serialise externally if needed).  Different engines
- *    are independent, also inside one process.  An engine must not be used
- *    across fork(); create it in the process that uses it.
+ *  - Threads: ONE THREAD AT A TIME PER ENGINE.  No function taking a
+ *    kvt_engine (or a kvt_peer of it) may run concurrently with another on
+ *    the same engine: callers with many threads serialise them (a mutex
+ *    around every call, kvt_progress() included); the Python layer
+ *    (kvcoord.mooncake) is such a front end.  Different engines are
+ *    independent, also inside one process.  Functions that take no engine
+ *    (kvt_descriptor_fetch, kvt_backend_name/parse, kvt_options_init) are
+ *    safe from any thread.  An engine must not be used across fork();
+ *    create it in the process that uses it.
  *  - Pointer arguments must not be NULL unless noted: a NULL one is refused
  *    with KVC_E_INVAL and kvc_last_error() names the function and the
  *    argument; enum fields outside their values are refused the same way.
@@ -180,7 +185,8 @@ int kvt_fd(const kvt_engine *e);
 /* ---- Memory regions ------------------------------------------------ */
 
 /* Register [addr, addr+len) for transfers: as a source of this engine's
- * writes and as a destination peers may write into.  Page-aligned or not.
+ * writes and a destination of its reads, and as a destination peers may
+ * write into and a source peers may read from (kvt_submit_read).  Page-aligned or not.
  * The memory stays owned by the caller and must stay mapped until
  * kvt_mr_deregister().  *rkey_out (may be NULL) receives the region's remote
  * key (verbs rkey; TCP: the region's id), published in the descriptor.
@@ -192,9 +198,12 @@ int kvt_fd(const kvt_engine *e);
 kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t *rkey_out);
 
 /* Deregister the region that starts at addr.  Peers learn of it only through
- * a new descriptor; a write from a peer that still targets it is refused.
+ * a new descriptor; a write or read from a peer that still targets it is
+ * refused.
  * Errors: KVC_E_NOENT (no region starts at addr), KVC_E_BUSY (a receive into
- * it is in progress: call kvt_progress() and retry). */
+ * it is in progress, a read of this engine into it has not ended, or a
+ * peer's read from it is still being sent: call kvt_progress() and
+ * retry). */
 kvc_err kvt_mr_deregister(kvt_engine *e, void *addr);
 
 /* ---- Descriptors (transfer-engine info) ------------------------------ */
@@ -209,6 +218,31 @@ kvc_err kvt_mr_deregister(kvt_engine *e, void *addr);
  * caller frees it.  Errors: KVC_E_SYS (out of memory). */
 kvc_err kvt_descriptor_export(kvt_engine *e, char **json_out);
 
+/* Fetch a peer's descriptor straight from the peer, without a metadata
+ * server (P2P handshake): connect to session_id ("host:port", as
+ * kvt_session_id() gives it), send a descriptor request (frame DESC_REQ,
+ * with token when non-NULL), and return the peer's answer, the JSON text
+ * kvt_descriptor_export() gives there, in *json_out (malloc()ed,
+ * NUL-terminated; the caller frees it and passes it to kvt_peer_import()).
+ * The peer answers from its kvt_progress(): it must be driven.  Its answer
+ * is at most KVT_DESC_MAX bytes.  The whole exchange (connect, request,
+ * answer) must end within timeout_ms (> 0).
+ * Needs no engine; safe from any thread; blocking (poll(2)); no signal is
+ * raised (MSG_NOSIGNAL).
+ * Errors: KVC_E_INVAL (NULL, bad session_id, token empty or longer than
+ * 255 bytes, timeout_ms <= 0; the peer answered with something that is not
+ * a descriptor: bad frame, unexpected frame type, not a JSON object),
+ * KVC_E_SYS (socket, connect, send or recv failed, e.g. "connect to H:P:
+ * Connection refused"; the peer closed the connection before its answer;
+ * out of memory), KVC_E_TIMEDOUT ("descriptor fetch from H:P: no answer
+ * within N ms"), KVC_E_PEER (the peer refused the request: the message
+ * carries its reason, e.g. "unauthorized: ... wrong handshake token"),
+ * KVC_E_TOOBIG (the answer announces more than KVT_DESC_MAX bytes),
+ * KVC_E_VERSION (the peer speaks another protocol version). */
+#define KVT_DESC_MAX (1u << 20)
+kvc_err kvt_descriptor_fetch(const char *session_id, const char *token, int timeout_ms,
+                             char **json_out);
+
 /* Opaque handle on a peer engine, owned by this engine (freed by destroy). */
 typedef struct kvt_peer kvt_peer;
 
@@ -217,6 +251,14 @@ typedef struct kvt_peer kvt_peer;
  * that peer: its regions are replaced, and when its generation differs (the
  * peer restarted or registered again) the peer's unhealthy mark is cleared
  * and its old connections are closed.  *out receives the peer.
+ * Staleness: every connection's handshake carries the peer's generation.
+ * When it differs from the generation of the imported descriptor (the
+ * peer restarted at the same session_id since, its regions are not the
+ * ones imported), nothing is sent on it: every queued write and read to
+ * the peer fails with code ESTALE and the reason "peer H:P restarted
+ * (generation X, descriptor has Y): fetch its descriptor again", and the
+ * peer is marked unhealthy.  Fetching and importing its new descriptor
+ * (kvt_descriptor_fetch, kvt_peer_import) clears the mark.
  * Errors: KVC_E_INVAL (not JSON, a field missing or of the wrong type:
  * message names it), KVC_E_VERSION (protocol_version differs: "incompatible
  * protocol versions X vs Y"), KVC_E_FULL (more than 1024 peers). */
@@ -270,19 +312,66 @@ typedef struct kvt_run {
 #define KVT_SUBMIT_MORE \
     1u /* more batches of this room follow; the room ends
                               only after a submit without this flag */
+/* No room bookkeeping: `room` is only a tag echoed in the operation's
+ * event.  Nothing is recorded in the segment (this side; a receiving peer
+ * with a segment still records the room there), and the operation's state
+ * is freed when its event is queued, so a caller may use a new tag per call
+ * (millions of them) with bounded memory.  Tags of operations in flight at
+ * the same time, to the same peer and of the same kind (write or read),
+ * should differ: a second submit with the tag of an unfinished operation
+ * without KVT_SUBMIT_MORE is refused like a room that already ended. */
+#define KVT_SUBMIT_NOROOM 2u
+/* Memory: the engine keeps per room only what is unfinished.  A sender or
+ * reader room is freed once its event is queued, a receiver room once its
+ * DONE arrived; events wait in a queue until kvt_progress() returns them
+ * (drive it).  Only a segment (kvt_options.seg) keeps finished rooms, with
+ * its own limits (kvcoord.h). */
 kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
                    unsigned flags);
 
+/* ---- Reads ----------------------------------------------------------- */
+
+/* Submit a batch of reads for room `room` from peer p: each run's len
+ * bytes are pulled from the peer's raddr (inside a region of the peer's
+ * descriptor, which the peer serves reads from) into local laddr (inside a
+ * region registered here).  The checks, the coalescing and slicing, the
+ * flags (KVT_SUBMIT_MORE, KVT_SUBMIT_NOROOM), the caps, deadlines and
+ * unhealthy marks are kvt_submit()'s.  The peer reads only from regions it
+ * registered: a run outside them is refused there (counted in its
+ * frames_refused), nothing of that request is sent, and the room fails with
+ * a reason naming the peer and the range.  Local memory of the runs must
+ * not be read, reused, freed or deregistered until the room's event: while
+ * the room runs the engine writes into it (deregistering it is refused with
+ * KVC_E_BUSY).
+ * TCP: the runs travel in READ frames (up to 256 runs each) on the peer's
+ * connections, the data comes back on the same connection and is received
+ * straight into place.  Verbs (both engines on verbs): RDMA READ.
+ * In the segment (when the engine has one, without KVT_SUBMIT_NOROOM) the
+ * room is opened for this rank as decode and set Transferring; Success or a
+ * failure record follow.
+ * The room's event has side KVT_SIDE_READER: Success means every byte of
+ * every run is in local memory; Failed carries the code (errno or WC
+ * status) and a reason naming the operation ("read"), the peer and the
+ * error; after either no byte of the room is written here any more.
+ * Errors: as kvt_submit(). */
+kvc_err kvt_submit_read(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
+                        unsigned flags);
+
 /* How a room's transfer ended on this engine. */
-typedef enum kvt_side { KVT_SIDE_SENDER = 1, KVT_SIDE_RECEIVER = 2 } kvt_side;
+typedef enum kvt_side {
+    KVT_SIDE_SENDER = 1,   /* kvt_submit() of this engine */
+    KVT_SIDE_RECEIVER = 2, /* a peer's writes into this engine */
+    KVT_SIDE_READER = 3    /* kvt_submit_read() of this engine */
+} kvt_side;
 
 /* A room's final event, returned once per room and side by kvt_progress(). */
 typedef struct kvt_event {
     uint64_t room;
     kvt_side side;
-    kvc_poll state; /* KVC_POLL_SUCCESS or KVC_POLL_FAILED */
-    int32_t code;   /* 0, errno, or an RDMA WC status (ibv_wc_status) */
-    uint64_t bytes; /* payload bytes of the room written (sender: acknowledged) */
+    kvc_poll state;                    /* KVC_POLL_SUCCESS or KVC_POLL_FAILED */
+    int32_t code;                      /* 0, errno, or an RDMA WC status (ibv_wc_status) */
+    uint64_t bytes;                    /* payload bytes of the room written (sender: acknowledged;
+                       reader: received in place) */
     char peer[KVC_SESSION_ID_MAX + 1]; /* the other side's session_id */
     char reason[KVC_REASON_MAX + 1];   /* "" on success; else names the peer, the
                                            operation and the error */
@@ -293,7 +382,8 @@ typedef struct kvt_event {
  * in the segment, and return finished rooms' events in ev[0..cap-1];
  * *n receives how many (may be 0).  Blocks up to timeout_ms when there is
  * nothing to return (0: never blocks; -1: until an event).  A receiving
- * engine must be driven too: peers' writes are applied only here.
+ * engine must be driven too: peers' writes are applied, their reads and
+ * descriptor requests answered only here.
  * Sender: an event with state Success means the peer acknowledged every
  * write and the end of the room; Failed means the room failed (recorded in
  * the segment with this rank as origin if it was the first failure) and
@@ -321,8 +411,11 @@ typedef struct kvt_stats {
     uint64_t conns_failed;
     uint32_t peers, peers_unhealthy, conns_up;
     uint64_t rooms_ok, rooms_failed;
-    uint64_t bytes_spliced; /* payload bytes handed to sockets by splice
+    uint64_t bytes_spliced;              /* payload bytes handed to sockets by splice
                                (tcp_splice_min), whether acknowledged or not */
+    uint64_t reads_done, bytes_read;     /* this engine's reads, in place */
+    uint64_t reads_served, bytes_served; /* peers' reads answered from here
+                                            (queued to send) */
 } kvt_stats;
 
 /* Fill *out.  Errors: KVC_E_INVAL. */

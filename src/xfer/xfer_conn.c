@@ -89,6 +89,7 @@ void kvt__conn_close(kvt_engine *e, kvt_conn *c)
         kvt__wr_release(e, w); /* one still in the batch waits for its CQE */
     }
     c->f_tail = NULL;
+    kvt__read_conn_closed(e, c);
 }
 
 void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what)
@@ -149,6 +150,8 @@ void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok)
         kvt_wr *w = c->batch[i];
         kvt_sroom *r = w->room;
         w->in_batch = 0;
+        if (w->nsiov) /* a READ answer left the queue */
+            c->read_out -= w->plen;
         if (r)
             r->in_kernel--;
         kvt__wr_release(e, w); /* freed here unless still awaiting its ACK */
@@ -235,7 +238,7 @@ static bool conn_busy(const kvt_conn *c)
         return true;
     if (c->state != CS_UP)
         return false;
-    if (c->sending || c->q_head || c->f_head || c->done_waits || c->qp_wait)
+    if (c->sending || c->q_head || c->f_head || c->rf_head || c->done_waits || c->qp_wait)
         return true;
     return !c->client && (c->rstate != RS_HDR || c->rlen > c->rpos);
 }
@@ -286,10 +289,18 @@ void kvt__conn_deadlines(kvt_engine *e, uint64_t now)
                            what);
         } else if (now - c->progress_ns > (uint64_t)e->o.io_timeout_ms * 1000000ull &&
                    !lowat_progress(c, now)) {
+            bool rd = c->client && c->rf_head && !c->f_head;
             kvt__str(what, sizeof what, "no progress for %u ms (%s)", e->o.io_timeout_ms,
-                     c->client ? (c->sending ? "send pending" : "waiting for acknowledgement")
-                               : "frame incomplete");
-            kvt__conn_fail(e, c, ETIMEDOUT, c->client ? "write" : "receive", what);
+                     c->client    ? (c->sending ? "send pending"
+                                     : rd       ? "waiting for read data"
+                                                : "waiting for acknowledgement")
+                     : c->sending ? "send pending"
+                                  : "frame incomplete");
+            kvt__conn_fail(e, c, ETIMEDOUT,
+                           c->client    ? (rd ? "read" : "write")
+                           : c->sending ? "send"
+                                        : "receive",
+                           what);
         }
         if (e->conns[i] == c)
             kvt__conn_maybe_free(e, c);

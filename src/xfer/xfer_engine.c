@@ -330,14 +330,21 @@ KVT_API kvc_err kvt_mr_deregister(kvt_engine *e, void *addr)
         if (r->addr != (uint64_t)(uintptr_t)addr)
             continue;
         if (r->busy)
-            return kvt__fail(KVC_E_BUSY, "region 0x%llx: %u receive(s) into it in progress",
+            return kvt__fail(KVC_E_BUSY,
+                             "region 0x%llx: %u receive(s) or read(s) into or from it in progress",
                              (unsigned long long)r->addr, r->busy);
         /* A sender's queued writes may point into it: the caller's contract
          * (transfer.h) is to wait for the room's event first. */
         e->rdma->dereg(e, r);
-        /* Receives in flight hold kvt_region pointers: they are counted in
-         * busy, which is 0 here, so moving entries is safe. */
-        e->regions[i] = e->regions[--e->nregions];
+        /* The last entry moves into slot i: a receive in flight into it
+         * holds its pointer (c->dreg), which follows it. */
+        kvt_region *last = &e->regions[--e->nregions];
+        if (last != r) {
+            *r = *last;
+            for (uint32_t k = 0; k < e->nconns_cap; k++)
+                if (e->conns[k] && e->conns[k]->dreg == last)
+                    e->conns[k]->dreg = r;
+        }
         return KVC_OK;
     }
     return kvt__fail(KVC_E_NOENT, "no region starts at %p", addr);

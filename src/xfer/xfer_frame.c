@@ -20,6 +20,11 @@ const char *kvt_ftype_name(uint8_t type)
     case KVT_F_ABORT: return "ABORT";
     case KVT_F_ERROR: return "ERROR";
     case KVT_F_QP_INFO: return "QP_INFO";
+    case KVT_F_READ: return "READ";
+    case KVT_F_READ_DATA: return "READ_DATA";
+    case KVT_F_READ_NACK: return "READ_NACK";
+    case KVT_F_DESC_REQ: return "DESC_REQ";
+    case KVT_F_DESC: return "DESC";
     }
     return "unknown";
 }
@@ -62,7 +67,9 @@ int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_fram
         snprintf(err, cap, "unknown frame type %u", f->type);
         return -1;
     }
-    uint32_t lim = f->type == KVT_F_WRITE ? max_write : KVT_CTL_MAX;
+    uint32_t lim = f->type == KVT_F_WRITE || f->type == KVT_F_READ_DATA ? max_write
+                   : f->type == KVT_F_DESC                              ? KVT_DESC_FRAME_MAX
+                                                                        : KVT_CTL_MAX;
     if (f->len > lim) {
         snprintf(err, cap, "frame %s payload of %u bytes exceeds the limit of %u bytes",
                  kvt_ftype_name(f->type), f->len, lim);
@@ -139,4 +146,33 @@ int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_H
     for (size_t i = 0; i < KVT_HELLO_STR_MAX + 1; i++)
         d |= (unsigned char)(want[i] ^ got[i]);
     return d == 0;
+}
+
+int kvt_read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t max_total,
+                    kvt_read_ent *ent, uint64_t *total, char *err, size_t cap)
+{
+    *total = 0;
+    if (!len || len % KVT_READ_ENT_LEN || len / KVT_READ_ENT_LEN > KVT_READ_ENTS_MAX) {
+        snprintf(err, cap, "READ payload of %zu bytes is not 1..%u entries of %u bytes", len,
+                 KVT_READ_ENTS_MAX, KVT_READ_ENT_LEN);
+        return -1;
+    }
+    int n = (int)(len / KVT_READ_ENT_LEN);
+    for (int i = 0; i < n; i++) {
+        ent[i].addr = kvt_get64(buf + (size_t)i * KVT_READ_ENT_LEN);
+        ent[i].len = kvt_get64(buf + (size_t)i * KVT_READ_ENT_LEN + 8);
+        if (!ent[i].len || ent[i].len > max_len || ent[i].addr + ent[i].len < ent[i].addr) {
+            snprintf(err, cap, "READ entry %d: length %llu at 0x%llx out of 1..%llu or wrapping", i,
+                     (unsigned long long)ent[i].len, (unsigned long long)ent[i].addr,
+                     (unsigned long long)max_len);
+            return -1;
+        }
+        *total += ent[i].len;
+        if (*total > max_total) {
+            snprintf(err, cap, "READ of more than %llu bytes in one request",
+                     (unsigned long long)max_total);
+            return -1;
+        }
+    }
+    return n;
 }

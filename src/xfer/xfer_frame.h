@@ -36,20 +36,49 @@
 #define KVT_HELLO_STR_MAX 255u
 
 enum kvt_ftype {
-    KVT_F_HELLO = 1,    /* client -> server: version, generation, session_id, token */
-    KVT_F_HELLO_OK = 2, /* server -> client: same payload, the server's values */
-    KVT_F_WRITE = 3,    /* client -> server: len bytes for addr, room, seq */
-    KVT_F_ACK = 4,      /* server -> client: writes up to seq applied (addr = count) */
-    KVT_F_NACK = 5,     /* server -> client: write seq refused; payload: reason */
-    KVT_F_DONE = 6,     /* client -> server: room ends: seq writes, addr bytes */
-    KVT_F_DONE_ACK = 7, /* server -> client: room tally checked (status 0 = ok) */
-    KVT_F_ABORT = 8,    /* client -> server: room aborted; payload: reason */
-    KVT_F_ERROR = 9,    /* either way: fatal for the connection; payload: reason */
-    KVT_F_QP_INFO = 10  /* verbs: either way, once: this side's RC QP record
+    KVT_F_HELLO = 1,      /* client -> server: version, generation, session_id, token */
+    KVT_F_HELLO_OK = 2,   /* server -> client: same payload, the server's values */
+    KVT_F_WRITE = 3,      /* client -> server: len bytes for addr, room, seq */
+    KVT_F_ACK = 4,        /* server -> client: writes up to seq applied (addr = count) */
+    KVT_F_NACK = 5,       /* server -> client: write seq refused; payload: reason */
+    KVT_F_DONE = 6,       /* client -> server: room ends: seq writes, addr bytes */
+    KVT_F_DONE_ACK = 7,   /* server -> client: room tally checked (status 0 = ok) */
+    KVT_F_ABORT = 8,      /* client -> server: room aborted; payload: reason */
+    KVT_F_ERROR = 9,      /* either way: fatal for the connection; payload: reason */
+    KVT_F_QP_INFO = 10,   /* verbs: either way, once: this side's RC QP record
                            (xfer_verbs_rules.h); the server answers with its own */
+    KVT_F_READ = 11,      /* client -> server: read request; payload: 1..256
+                             entries (kvt_read_ent), seq = the request's number,
+                             addr = the bytes asked for in all */
+    KVT_F_READ_DATA = 12, /* server -> client: the answer to READ seq: len bytes,
+                             the entries' data back to back (addr = entries) */
+    KVT_F_READ_NACK = 13, /* server -> client: READ seq refused, nothing of it
+                             sent; status errno, payload: reason */
+    KVT_F_DESC_REQ = 14,  /* client -> server instead of HELLO: send me your
+                             descriptor; payload: a HELLO payload (version, token) */
+    KVT_F_DESC = 15       /* server -> client: the descriptor's JSON text
+                             (payload up to KVT_DESC_MAX), then the server closes */
 };
 /* The highest frame type a decoder accepts. */
-#define KVT_F_MAX KVT_F_QP_INFO
+#define KVT_F_MAX KVT_F_DESC
+
+/* Largest payload of a DESC frame (= transfer.h's KVT_DESC_MAX). */
+#define KVT_DESC_FRAME_MAX (1u << 20)
+
+/* One entry of a READ request (16 bytes, little-endian): u64 address in
+ * the server's registered memory, u64 length (1..KVT_FRAME_MAX). */
+#define KVT_READ_ENT_LEN 16u
+#define KVT_READ_ENTS_MAX (KVT_CTL_MAX / KVT_READ_ENT_LEN) /* 256 */
+typedef struct kvt_read_ent {
+    uint64_t addr, len;
+} kvt_read_ent;
+
+/* Decode a READ payload of len bytes into ent (KVT_READ_ENTS_MAX slots).
+ * Returns the entry count, or -1 with a reason in err: empty, not a
+ * multiple of 16 bytes, an entry of length 0 or above max_len, an entry
+ * that wraps around, or a total above max_total (*total: the sum). */
+int kvt_read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t max_total,
+                    kvt_read_ent *ent, uint64_t *total, char *err, size_t cap);
 
 typedef struct kvt_frame {
     uint8_t type;
@@ -69,7 +98,8 @@ void kvt_frame_encode(const kvt_frame *f, uint8_t out[KVT_HDR_LEN]);
 
 /* Decode a 40-byte header.  Returns 0, or -1 with a reason in err (cap
  * bytes): bad magic, reserved bits set, unknown type, payload longer than
- * KVT_CTL_MAX for a control frame or than max_write for a WRITE. */
+ * KVT_CTL_MAX for a control frame, than max_write for a WRITE or a
+ * READ_DATA, than KVT_DESC_FRAME_MAX for a DESC. */
 int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_frame *f, char *err,
                      size_t cap);
 

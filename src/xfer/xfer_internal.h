@@ -50,7 +50,16 @@
 
 #define KVT_MAX_REGIONS 4096
 #define KVT_MAX_PEERS 1024
-#define KVT_BATCH_WRS 64           /* frames per sendmsg */
+#define KVT_BATCH_WRS 64 /* frames per sendmsg */
+/* iovecs of one sendmsg batch: a header and a payload per frame, plus the
+ * entries of one READ answer (its data is sent from the registered
+ * regions, one iovec per entry). */
+#define KVT_IOV_MAX (2 * KVT_BATCH_WRS + KVT_READ_ENTS_MAX + 2)
+/* A READ request asks for at most this many bytes (and at most
+ * window_bytes); a server refuses (closes) a connection with more than
+ * KVT_READ_OUT_MAX bytes of answers queued and not yet sent. */
+#define KVT_READ_REQ_MAX (16u << 20)
+#define KVT_READ_OUT_MAX (256u << 20)
 #define KVT_RBUF (256u << 10)      /* staging buffer for received bytes */
 #define KVT_DIRECT_MIN (32u << 10) /* payload left >= this: recv straight into place */
 #define KVT_RX_LOWAT (256u << 10)  /* SO_RCVLOWAT while a large payload is received (kvt__rx_arm) */
@@ -96,15 +105,33 @@ typedef struct kvt_rregion { /* a peer's region, from its descriptor */
 
 struct kvt_sroom;
 
+/* One run of a read request, local side. */
+typedef struct kvt_rent {
+    uint64_t laddr, raddr, len;
+} kvt_rent;
+
 typedef struct kvt_wr {
     struct kvt_wr *next;    /* backlog / send queue / ack FIFO link */
-    struct kvt_sroom *room; /* NULL for a control frame */
+    struct kvt_sroom *room; /* NULL for a control frame or a READ answer */
+    /* A READ request (client): its runs (ent, nent) and the bytes they
+     * ask for (rbytes, > 0 only for a READ request); it holds a busy count
+     * on each run's local region until freed, and waits in the
+     * connection's read FIFO (in_fifo) for its READ_DATA. */
+    kvt_rent *ent;
+    uint32_t nent;
+    uint64_t rbytes;
+    /* A READ answer (server): the data as iovecs into registered regions
+     * (busy counts held until freed); plen is their total. */
+    struct iovec *siov;
+    uint32_t nsiov;
+    uint32_t vleft; /* verbs: RDMA READs of the request not yet completed */
     uint8_t hdr[KVT_HDR_LEN];
     const void *payload;
     uint32_t plen;
     uint64_t seq;
     uint8_t in_q, in_batch, in_fifo, acked;
-    uint8_t owned[]; /* control payload copy (payload points here) */
+    _Alignas(16) uint8_t owned[]; /* control payload copy (payload points here),
+                                     a READ request's runs, a READ answer's iovecs */
 } kvt_wr;
 
 /* A room being sent to one peer. */
@@ -118,6 +145,9 @@ typedef struct kvt_sroom {
     uint32_t in_kernel; /* data wrs in a send batch (pages in use) */
     bool closed;        /* last batch submitted */
     bool done_sent, failed, finished;
+    bool read;       /* a reader room (kvt_submit_read): its "writes" are READ
+                    requests, acked_* what arrived in place */
+    bool noroom;     /* KVT_SUBMIT_NOROOM: nothing recorded in the segment */
     kvt_wc_tally wc; /* verbs: the room's work completions */
     int32_t code;
     char reason[KVC_REASON_MAX + 1];
@@ -172,7 +202,8 @@ typedef struct kvt_expect {
 } kvt_expect;
 
 enum kvt_cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
-enum kvt_rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP };
+enum kvt_rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA };
+#define KVT_RIOV KVT_READ_ENTS_MAX /* iovecs of one recvmsg of READ data */
 
 struct kvt_conn {
     uint32_t id;
@@ -186,18 +217,20 @@ struct kvt_conn {
     uint64_t started_ns, progress_ns;
     /* send side */
     kvt_wr *q_head, *q_tail;
-    kvt_wr *f_head, *f_tail; /* data wrs sent or being sent, awaiting ACK */
+    kvt_wr *f_head, *f_tail;   /* data wrs sent or being sent, awaiting ACK */
+    kvt_wr *rf_head, *rf_tail; /* READ requests sent or being sent, awaiting data */
+    uint64_t read_out;         /* server: READ answer bytes queued, not yet sent */
     uint64_t unacked_bytes;
     uint32_t done_waits; /* DONE frames awaiting DONE_ACK */
     bool sending;
     kvt_wr *batch[KVT_BATCH_WRS];
     int nbatch;
-    struct iovec iov[2 * KVT_BATCH_WRS];
+    struct iovec iov[KVT_IOV_MAX];
     int niov, iov_at;
     struct msghdr msg;
     /* Large payloads by vmsplice + splice (xfer_tcp.c, "sending large
      * payloads"): iov[i] with iov_splice[i] set goes through the pipe. */
-    uint8_t iov_splice[2 * KVT_BATCH_WRS];
+    uint8_t iov_splice[KVT_IOV_MAX];
     int pipe_r, pipe_w; /* the connection's pipe, -1: none (yet, or closed) */
     bool pipe_failed;   /* none to be had: sendmsg only on this connection */
     bool spliced;       /* the socket may hold references to source pages */
@@ -220,6 +253,15 @@ struct kvt_conn {
     uint64_t ack_seq, ack_count; /* writes applied, not yet acknowledged */
     uint64_t ack_bytes;          /* their payload bytes */
     char ctl[KVT_CTL_MAX + 1];   /* control payload being assembled, NUL-terminated */
+    /* client: READ_DATA being received (RS_RDATA) into the runs of rd,
+     * at run rd_ent, offset rd_off; left is the bytes still to come */
+    kvt_wr *rd;
+    uint32_t rd_ent;
+    uint64_t rd_off;
+    struct kvt_sroom *rd_room; /* room of a recv in flight into its memory
+                                  (holds in_kernel and pending) */
+    struct iovec riov[KVT_RIOV];
+    struct msghdr rmsg;
     uint32_t ctl_len;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -357,6 +399,9 @@ void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reas
 void kvt__sroom_check(kvt_engine *e, kvt_sroom *r);
 void kvt__peer_pump(kvt_engine *e, struct kvt_peer *p);
 void kvt__wr_release(kvt_engine *e, kvt_wr *w);
+/* The window bytes w takes on a connection: a READ request's answer, a
+ * write's payload. */
+static inline uint64_t kvt__wr_cost(const kvt_wr *w) { return w->rbytes ? w->rbytes : w->plen; }
 void kvt__seg_open(kvt_engine *e, uint64_t room, kvc_room_role role);
 void kvt__seg_success(kvt_engine *e, uint64_t room);
 void kvt__seg_fail(kvt_engine *e, uint64_t room, int32_t code, const char *reason);
@@ -370,6 +415,27 @@ void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation);
 void kvt__peers_free(kvt_engine *e);
 void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t status,
                          const char *msg);
+
+/* xfer_read.c: reads.  Client: queue a room's runs as READ requests on
+ * the peer's backlog; READ_DATA's header (the data follows, RS_RDATA),
+ * its bytes from rbuf (n at p) or by a recvmsg straight into place (arm:
+ * fills c->rmsg, returns the bytes asked for; advance: res arrived), its
+ * end; READ_NACK; a closing connection's requests.  Server: a READ
+ * request (answered or refused); a DESC_REQ (the descriptor, then close). */
+kvc_err kvt__read_queue(kvt_engine *e, struct kvt_peer *p, kvt_sroom *r, const kvt_run *v,
+                        size_t n);
+void kvt__read_data_header(kvt_engine *e, kvt_conn *c);
+void kvt__read_copy(kvt_engine *e, kvt_conn *c, const uint8_t *p, size_t n);
+size_t kvt__read_arm(kvt_conn *c);
+void kvt__read_advance(kvt_engine *e, kvt_conn *c, size_t n);
+void kvt__read_nack(kvt_engine *e, kvt_conn *c);
+void kvt__read_conn_closed(kvt_engine *e, kvt_conn *c);
+void kvt__read_serve(kvt_engine *e, kvt_conn *c);
+void kvt__desc_serve(kvt_engine *e, kvt_conn *c);
+/* Free w and drop the busy counts its runs or answer hold on regions. */
+void kvt__wr_free(kvt_engine *e, kvt_wr *w);
+/* xfer_rx.c: a protocol error on input (ERROR frame to the peer, close). */
+void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg);
 
 /* xfer_rx.c: the receiving side of a connection: (re)arm its recv, handle
  * its completions. */

@@ -62,6 +62,18 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
         rx_lowat(c, n > KVT_RX_LOWAT ? (int)KVT_RX_LOWAT : (int)n);
         io_uring_prep_recv(s, c->fd, c->dst, n, 0);
         c->direct = true;
+    } else if (c->rstate == RS_RDATA && c->rpos == c->rlen && c->left &&
+               (c->big || c->left >= KVT_DIRECT_MIN)) {
+        /* READ data: one recvmsg scattering into every run still to fill
+         * (xfer_read.c).  The room is held (in_kernel, pending) until the
+         * CQE: the kernel writes into its memory meanwhile. */
+        size_t n = kvt__read_arm(c);
+        rx_lowat(c, n > KVT_RX_LOWAT ? (int)KVT_RX_LOWAT : (int)n);
+        io_uring_prep_recvmsg(s, c->fd, &c->rmsg, 0);
+        c->rd_room = c->rd->room;
+        c->rd_room->in_kernel++;
+        c->rd_room->pending++;
+        c->direct = true;
     } else {
         if (c->rpos == c->rlen)
             c->rpos = c->rlen = 0;
@@ -85,6 +97,11 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
 /* Protocol error on input: tell the peer why (ERROR frame), stop reading
  * and close once the ERROR is sent.  Other connections are unaffected. */
 static void proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg)
+{
+    kvt__rx_proto_error(e, c, code, msg);
+}
+
+void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg)
 {
     e->st.frames_refused++;
     kvt__log(e, KVT_LOG_WARN, "connection from %s refused: %s",
@@ -386,6 +403,18 @@ static void on_hello_ok(kvt_engine *e, kvt_conn *c)
         kvt__conn_fail(e, c, EPROTO, "handshake", err);
         return;
     }
+    kvt_peer *p = c->peer;
+    if (p->generation && h.generation != p->generation) {
+        /* The peer restarted at this session_id since its descriptor was
+         * imported: its regions are not the ones we know.  Nothing is sent
+         * on this connection; the caller fetches the new descriptor. */
+        e->st.conns_failed++;
+        kvt__peer_fail(e, p, ESTALE,
+                       "peer %s restarted (generation %llu, descriptor has %llu): fetch its "
+                       "descriptor again",
+                       p->sid, (unsigned long long)h.generation, (unsigned long long)p->generation);
+        return;
+    }
     c->state = CS_UP;
     c->progress_ns = kvc__mono_ns();
     e->rdma->hello_ok(e, c); /* verbs peer: set up the QP first */
@@ -501,12 +530,14 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
         on_error(e, c);
         return;
     }
-    bool ok = c->client ? (c->state == CS_HELLO ? t == KVT_F_HELLO_OK
-                                                : t == KVT_F_ACK || t == KVT_F_NACK ||
-                                                      t == KVT_F_DONE_ACK || t == KVT_F_QP_INFO)
-                        : (c->state == CS_HELLO ? t == KVT_F_HELLO
-                                                : t == KVT_F_WRITE || t == KVT_F_DONE ||
-                                                      t == KVT_F_ABORT || t == KVT_F_QP_INFO);
+    bool ok =
+        c->client
+            ? (c->state == CS_HELLO ? t == KVT_F_HELLO_OK
+                                    : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
+                                          t == KVT_F_QP_INFO || t == KVT_F_READ_NACK)
+            : (c->state == CS_HELLO ? t == KVT_F_HELLO || t == KVT_F_DESC_REQ
+                                    : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
+                                          t == KVT_F_QP_INFO || t == KVT_F_READ);
     if (!ok) {
         kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt_ftype_name(t),
                  c->state == CS_HELLO ? "before the handshake" : "here");
@@ -522,6 +553,9 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
     case KVT_F_ACK: on_ack(e, c); break;
     case KVT_F_NACK: on_nack(e, c); break;
     case KVT_F_QP_INFO: on_qp_info(e, c); break;
+    case KVT_F_READ: kvt__read_serve(e, c); break;
+    case KVT_F_READ_NACK: kvt__read_nack(e, c); break;
+    case KVT_F_DESC_REQ: kvt__desc_serve(e, c); break;
     case KVT_F_DONE_ACK:
         kvt__sroom_done_ack(e, c, c->cur.room, c->cur.status, c->ctl_len ? c->ctl : "");
         break;
@@ -552,6 +586,18 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
                     on_write_header(e, c);
                 else
                     on_frame(e, c); /* refused there */
+            } else if (c->cur.type == KVT_F_READ_DATA) {
+                if (c->state == CS_UP && c->client)
+                    kvt__read_data_header(e, c);
+                else
+                    on_frame(e, c);                /* refused there */
+            } else if (c->cur.len > KVT_CTL_MAX) { /* a DESC: only kvt_descriptor_fetch
+                                                      takes one */
+                char msg[96];
+                kvt__str(msg, sizeof msg, "unexpected frame %s of %u bytes",
+                         kvt_ftype_name(c->cur.type), c->cur.len);
+                proto_error(e, c, EPROTO, msg);
+                return;
             } else if (c->cur.len) {
                 c->rstate = RS_CTL;
             } else {
@@ -573,6 +619,10 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
                 c->rstate = RS_HDR;
                 on_frame(e, c);
             }
+        } else if (c->rstate == RS_RDATA) {
+            size_t n = c->left < avail ? (size_t)c->left : avail;
+            c->rpos += n;
+            kvt__read_copy(e, c, p, n); /* may end the request (RS_HDR) */
         } else {
             size_t n = c->left < avail ? (size_t)c->left : avail;
             if (c->rstate == RS_PAYLOAD) {
@@ -591,10 +641,21 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
     }
 }
 
+/* A client connection with nothing in flight or queued on it. */
+static bool client_idle(const kvt_conn *c)
+{
+    return c->state == CS_UP && !c->sending && !c->q_head && !c->f_head && !c->rf_head &&
+           !c->done_waits && !c->qp_wait && c->rstate == RS_HDR && c->rlen == c->rpos;
+}
+
 void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
 {
     c->ops--;
     c->recving = false;
+    kvt_sroom *held = c->rd_room; /* a READ recv's room (kvt__rx_arm) */
+    c->rd_room = NULL;
+    if (held) /* its pending hold is dropped at the end, after this CQE */
+        held->in_kernel--;
     if (c->state == CS_CLOSING)
         goto out;
     if (res <= 0) {
@@ -604,12 +665,20 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
             kvt__conn_close(e, c); /* clean end between frames, nothing pending */
         else if (c->client && res == 0 && c->close_after_send)
             kvt__conn_close(e, c);
-        else
+        else if (c->client && (res == 0 || res == -ECONNRESET) && client_idle(c)) {
+            /* An idle connection the peer closed (it restarted, or went
+             * away): nothing is lost; the next operation connects again
+             * and its handshake tells a restarted peer (ESTALE). */
+            kvt__log(e, KVT_LOG_INFO, "peer %s closed an idle connection (%s)", c->peer->sid, what);
+            kvt__conn_close(e, c);
+        } else
             kvt__conn_fail(e, c, res == 0 ? ECONNRESET : -res, "receive", what);
         goto out;
     }
     c->progress_ns = kvc__mono_ns();
-    if (c->direct) {
+    if (c->direct && c->rstate == RS_RDATA) {
+        kvt__read_advance(e, c, (size_t)res);
+    } else if (c->direct) {
         c->dst += res;
         c->left -= (uint64_t)res;
         if (!c->left)
@@ -632,6 +701,10 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
             kvt__rx_arm(e, c);
     }
 out:
+    if (held) { /* no byte of its goes into its memory any more */
+        held->pending--;
+        kvt__sroom_check(e, held);
+    }
     if (c->state == CS_CLOSING && c->ops == 0)
         c->want_close = true;
 }

@@ -75,7 +75,7 @@ void kvt__peers_free(kvt_engine *e)
         while (p->bl_head) {
             kvt_wr *w = p->bl_head;
             p->bl_head = w->next;
-            free(w);
+            kvt__wr_free(e, w);
         }
         while (p->rooms) {
             kvt_sroom *r = p->rooms;
@@ -103,6 +103,14 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
     kvt__str(p->last_error, sizeof p->last_error, "%s", msg);
     kvt__log(e, KVT_LOG_WARN, "peer %s marked unhealthy for %u ms: %s", p->sid,
              e->o.unhealthy_ttl_ms, msg);
+    /* The rooms fail first, with this reason (closing a connection fails
+     * the reads waiting on it with a vaguer one); their events wait until
+     * nothing of theirs is in the kernel. */
+    for (kvt_sroom *r = p->rooms, *next; r; r = next) {
+        next = r->next; /* r may be freed by sroom_fail */
+        if (!r->failed && !r->finished)
+            kvt__sroom_fail(e, r, code, msg);
+    }
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
         if (p->conns[i])
             kvt__conn_close(e, p->conns[i]);
@@ -155,7 +163,7 @@ static void sroom_event(kvt_engine *e, kvt_sroom *r, kvc_poll state)
     kvt_event ev;
     memset(&ev, 0, sizeof ev);
     ev.room = r->room;
-    ev.side = KVT_SIDE_SENDER;
+    ev.side = r->read ? KVT_SIDE_READER : KVT_SIDE_SENDER;
     ev.state = state;
     ev.code = r->code;
     ev.bytes = r->acked_bytes;
@@ -193,7 +201,7 @@ static void sroom_drop_queued(kvt_engine *e, kvt_sroom *r)
             if (w->room == r) {
                 *pp = w->next;
                 w->in_q = 0;
-                c->unacked_bytes -= w->plen;
+                c->unacked_bytes -= kvt__wr_cost(w);
                 kvt__wr_release(e, w);
             } else {
                 last = w;
@@ -212,9 +220,14 @@ void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reas
         return;
     r->failed = true;
     r->code = code;
-    kvt__str(r->reason, sizeof r->reason, "%s", reason);
-    kvt__seg_fail(e, r->room, code, r->reason);
+    /* A reader's reason names the operation first. */
+    kvt__str(r->reason, sizeof r->reason, "%s%s",
+             r->read && strncmp(reason, "read", 4) ? "read: " : "", reason);
+    if (!r->noroom)
+        kvt__seg_fail(e, r->room, code, r->reason);
+    r->pending++; /* r must outlive the releases of its queued writes */
     sroom_drop_queued(e, r);
+    r->pending--;
     kvt__sroom_check(e, r);
 }
 
@@ -225,6 +238,14 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
     if (!r->finished && r->failed && r->in_kernel == 0) {
         r->finished = true;
         sroom_event(e, r, KVC_POLL_FAILED);
+    } else if (r->read) {
+        /* A reader room ends when every request's data is in place. */
+        if (!r->finished && !r->failed && r->closed && r->pending == 0 && r->in_kernel == 0) {
+            r->finished = true;
+            if (!r->noroom)
+                kvt__seg_success(e, r->room);
+            sroom_event(e, r, KVC_POLL_SUCCESS);
+        }
     } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent &&
                r->peer->verbs) {
         /* Every RDMA WRITE completed: the end-of-room SEND.  Hold r: a
@@ -263,7 +284,8 @@ void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t stat
             continue;
         if (status == 0) {
             r->finished = true;
-            kvt__seg_success(e, room);
+            if (!r->noroom)
+                kvt__seg_success(e, room);
             sroom_event(e, r, KVC_POLL_SUCCESS);
             kvt__sroom_check(e, r);
         } else {
@@ -285,7 +307,7 @@ void kvt__wr_release(kvt_engine *e, kvt_wr *w)
     if (w->in_q || w->in_batch || w->in_fifo)
         return;
     kvt_sroom *r = w->room;
-    free(w);
+    kvt__wr_free(e, w);
     if (r) {
         r->pending--;
         kvt__sroom_check(e, r);
@@ -366,17 +388,18 @@ static kvt_wr *data_wr(kvt_peer *p, kvt_sroom *r, uint64_t laddr, uint64_t raddr
     return w;
 }
 
-static kvt_sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool *created)
+static kvt_sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool read, bool *created)
 {
     *created = false;
     for (kvt_sroom *r = p->rooms; r; r = r->next)
-        if (r->room == room && !r->finished)
+        if (r->room == room && !r->finished && r->read == read)
             return r;
     kvt_sroom *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->peer = p;
     r->room = room;
+    r->read = read;
     r->next = p->rooms;
     p->rooms = r;
     *created = true;
@@ -410,33 +433,40 @@ static kvc_err queue_runs(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_ru
     return KVC_OK;
 }
 
-static kvc_err refuse_unhealthy(kvt_engine *e, kvt_peer *p, uint64_t room)
+static kvc_err refuse_unhealthy(kvt_engine *e, kvt_peer *p, uint64_t room, unsigned flags,
+                                kvc_room_role role)
 {
     uint64_t left = (p->unhealthy_until_ns - kvc__mono_ns()) / 1000000ull;
     char why[KVC_REASON_MAX + 1];
     kvt__str(why, sizeof why, "peer %s is unhealthy for another %llu ms (%s)", p->sid,
              (unsigned long long)left, p->last_error);
-    kvt__seg_open(e, room, KVC_ROOM_ROLE_PREFILL);
-    kvt__seg_fail(e, room, p->last_code ? p->last_code : EHOSTDOWN, why);
+    if (!(flags & KVT_SUBMIT_NOROOM)) {
+        kvt__seg_open(e, room, role);
+        kvt__seg_fail(e, room, p->last_code ? p->last_code : EHOSTDOWN, why);
+    }
     return kvt__fail(KVC_E_BUSY, "room %llu: %s", (unsigned long long)room, why);
 }
 
-KVT_API kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
-                           unsigned flags)
+/* kvt_submit and kvt_submit_read: the same checks, room and queueing. */
+static kvc_err submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
+                      unsigned flags, bool read, const char *fn)
 {
     KVT_ARG(e);
     KVT_ARG(p);
     if (n)
         KVT_ARG(runs);
     if (room > KVC_ROOM_ID_MAX)
-        return kvt__fail(KVC_E_INVAL, "kvt_submit: room id %llu out of range 0..%llu (2^63 - 1)",
+        return kvt__fail(KVC_E_INVAL, "%s: room id %llu out of range 0..%llu (2^63 - 1)", fn,
                          (unsigned long long)room, (unsigned long long)KVC_ROOM_ID_MAX);
+    if (flags & ~(KVT_SUBMIT_MORE | KVT_SUBMIT_NOROOM))
+        return kvt__fail(KVC_E_INVAL, "%s: unknown flags 0x%x", fn, flags);
     kvc_err rerr = kvt__ring_check(e);
     if (rerr)
         return rerr;
+    kvc_room_role role = read ? KVC_ROOM_ROLE_DECODE : KVC_ROOM_ROLE_PREFILL;
     uint64_t now = kvc__mono_ns();
     if (p->unhealthy_until_ns > now)
-        return refuse_unhealthy(e, p, room);
+        return refuse_unhealthy(e, p, room, flags, role);
     kvc_err err = check_runs(e, p, runs, n);
     if (err)
         return err;
@@ -447,29 +477,53 @@ KVT_API kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_
         memcpy(v, runs, n * sizeof *v);
     n = coalesce(e, p, v, n);
     bool created;
-    kvt_sroom *r = sroom_get(e, p, room, &created);
+    kvt_sroom *r = sroom_get(e, p, room, read, &created);
     if (!r) {
         free(v);
         return kvt__fail(KVC_E_SYS, "out of memory for a room");
     }
     if (r->closed) {
         free(v);
-        return kvt__fail(KVC_E_INVAL, "room %llu to %s already ended", (unsigned long long)room,
-                         p->sid);
+        return kvt__fail(KVC_E_INVAL, "room %llu %s %s already ended", (unsigned long long)room,
+                         read ? "from" : "to", p->sid);
     }
-    if (created)
-        kvt__seg_open(e, room, KVC_ROOM_ROLE_PREFILL);
-    err = queue_runs(e, p, r, v, n);
+    if (created) {
+        r->noroom = (flags & KVT_SUBMIT_NOROOM) != 0;
+        if (!r->noroom)
+            kvt__seg_open(e, room, role);
+    }
+    err = read ? kvt__read_queue(e, p, r, v, n) : queue_runs(e, p, r, v, n);
     free(v);
     if (!(flags & KVT_SUBMIT_MORE))
         r->closed = true;
     if (err) {
-        kvt__sroom_fail(e, r, ENOMEM, "out of memory queueing writes");
+        kvt__sroom_fail(e, r, ENOMEM,
+                        read ? "out of memory queueing reads" : "out of memory queueing writes");
         return err;
     }
     kvt__peer_pump(e, p);
     kvt__sroom_check(e, r);
     return KVC_OK;
+}
+
+KVT_API kvc_err kvt_submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs, size_t n,
+                           unsigned flags)
+{
+    KVT_ARG(e);
+    KVT_ARG(p);
+    if (n)
+        KVT_ARG(runs);
+    return submit(e, p, room, runs, n, flags, false, __func__);
+}
+
+KVT_API kvc_err kvt_submit_read(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *runs,
+                                size_t n, unsigned flags)
+{
+    KVT_ARG(e);
+    KVT_ARG(p);
+    if (n)
+        KVT_ARG(runs);
+    return submit(e, p, room, runs, n, flags, true, __func__);
 }
 
 /* The UP connection of p with the fewest unacknowledged bytes, below the
@@ -507,7 +561,7 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
     if (p->verbs)
         e->rdma->pump(e, p);
     while (!p->verbs && p->bl_head) {
-        kvt_conn *c = pick_conn(e, p, p->bl_head->plen);
+        kvt_conn *c = pick_conn(e, p, kvt__wr_cost(p->bl_head));
         if (!c)
             break;
         kvt_wr *w = p->bl_head;
@@ -515,7 +569,7 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
         if (!p->bl_head)
             p->bl_tail = NULL;
         w->next = NULL;
-        c->unacked_bytes += w->plen;
+        c->unacked_bytes += kvt__wr_cost(w);
         kvt__conn_enqueue(c, w);
     }
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)

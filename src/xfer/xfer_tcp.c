@@ -370,6 +370,9 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
     c->nbatch = c->niov = c->iov_at = 0;
     while (c->q_head && c->nbatch < KVT_BATCH_WRS) {
         kvt_wr *w = c->q_head;
+        int need = 1 + (w->nsiov ? (int)w->nsiov : w->plen ? 1 : 0);
+        if (c->niov + need > (int)KVT_IOV_MAX)
+            break; /* the next batch takes it */
         c->q_head = w->next;
         if (!c->q_head)
             c->q_tail = NULL;
@@ -379,7 +382,12 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
         c->batch[c->nbatch++] = w;
         c->iov_splice[c->niov] = 0;
         c->iov[c->niov++] = (struct iovec){w->hdr, KVT_HDR_LEN};
-        if (w->plen) {
+        if (w->nsiov) { /* a READ answer: straight from the registered regions */
+            for (uint32_t i = 0; i < w->nsiov; i++) {
+                c->iov_splice[c->niov] = 0;
+                c->iov[c->niov++] = w->siov[i];
+            }
+        } else if (w->plen) {
             c->iov_splice[c->niov] =
                 w->room && e->o.tcp_splice_min && w->plen >= e->o.tcp_splice_min && pipe_get(e, c);
             c->iov[c->niov++] = (struct iovec){(void *)w->payload, w->plen};
@@ -390,14 +398,16 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
              * arrive before this send's CQE, so it is queued now. */
             w->room->in_kernel++;
             w->in_fifo = 1;
-            if (c->f_tail)
-                c->f_tail->next = w;
+            kvt_wr **head = w->rbytes ? &c->rf_head : &c->f_head; /* a READ: its data */
+            kvt_wr **tail = w->rbytes ? &c->rf_tail : &c->f_tail;
+            if (*tail)
+                (*tail)->next = w;
             else
-                c->f_head = w;
-            c->f_tail = w;
+                *head = w;
+            *tail = w;
         }
     }
-    if (!c->f_head || c->f_head == c->batch[0])
+    if ((!c->f_head || c->f_head->in_batch) && (!c->rf_head || c->rf_head->in_batch))
         c->progress_ns = kvc__mono_ns(); /* idle until now: the clock starts */
     send_next(e, c);
 }

@@ -17,7 +17,8 @@ import re
 import sys
 
 D = sys.argv[1]
-SHARED = ["xfer_engine.c", "xfer_submit.c", "xfer_desc.c", "xfer_conn.c", "xfer_rx.c"]
+SHARED = ["xfer_engine.c", "xfer_submit.c", "xfer_read.c", "xfer_fetch.c", "xfer_desc.c", "xfer_conn.c",
+          "xfer_rx.c"]
 
 
 def code(path):

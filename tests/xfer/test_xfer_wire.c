@@ -446,7 +446,7 @@ static kvt_event run_to_fake(int mode, uint32_t timeout_ms, kvt_engine **eo, kvt
     assert_int_equal(kvt_engine_create(&o, eo), KVC_OK);
     static char buf[65536];
     assert_int_equal(kvt_mr_register(*eo, buf, sizeof buf, NULL), KVC_OK);
-    char *d = fake_desc(port, 1, KVT_PROTOCOL_VERSION);
+    char *d = fake_desc(port, 5, KVT_PROTOCOL_VERSION); /* the fake's generation */
     assert_int_equal(kvt_peer_import(*eo, d, strlen(d), po), KVC_OK);
     free(d);
     uint64_t room = 1000 + (uint64_t)mode;
