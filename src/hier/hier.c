@@ -161,6 +161,7 @@ KVC_API void kvc_hier_close(kvc_hier *h)
 {
     if (!h)
         return;
+    hier__drain(h); /* nothing unread: the peers see the connection end, not a reset */
     for (uint32_t j = 0; j < KVC_HIER_MAX_NODES; j++) {
         if (h->peer[j].fd >= 0)
             close(h->peer[j].fd);
@@ -268,6 +269,10 @@ static kvc_err step(kvc_hier *h, uint32_t tag, uint8_t *vec, size_t len, uint32_
     e = kvc_allreduce_min_ex(h->seg, h->lgid, h->lsize, h->lidx, b, spread_len, timeout_ms, &cw);
     if (e) {
         hier__rec_local(h, &r, e, &cw, kvc_last_error());
+        /* The other nodes may have completed this step: a death here is
+         * theirs to learn at the next one, as this node's message for it. */
+        if (r.dead && h->nodes > 1)
+            hier__tell(h, h->step + 1, &r);
         return step_failed(h, &r, why);
     }
     if (!ok)

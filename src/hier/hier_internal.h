@@ -96,6 +96,15 @@ void hier__rank_list(uint64_t ranks, char *buf, size_t cap);
 bool hier__exchange(kvc_hier *h, const hier_rec *mine, const uint8_t *sigs, bool has_data,
                     size_t len, uint64_t deadline, hier_rec *r);
 
+/* Send every other leader FAIL r as this node's message for step (a step
+ * after the current one: the group broke after this node's message for the
+ * current step went out), without waiting; then read what they sent. */
+void hier__tell(kvc_hier *h, uint64_t step, const hier_rec *r);
+
+/* Read whatever the other leaders sent (kept for its step): a process
+ * leaving with unread bytes in a socket resets the connection. */
+void hier__drain(kvc_hier *h);
+
 uint64_t hier__mono_ns(void);
 
 #endif

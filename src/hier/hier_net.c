@@ -226,6 +226,30 @@ static void send_abort(kvc_hier *h, const hier_rec *r)
             send_all(h->peer[j].fd, msg, sizeof msg, 0, what, sizeof what);
 }
 
+/* Read what the peers sent, to keep it (parsed at its step, if ever): a
+ * process that exits with unread bytes in a socket makes the kernel reset
+ * the connection, and its peer may then report the reset instead of the
+ * failure this node sent just before. */
+void hier__drain(kvc_hier *h)
+{
+    char what[64];
+    for (uint32_t j = 0; j < h->nodes; j++)
+        if (j != h->node && h->peer[j].fd >= 0)
+            read_some(&h->peer[j], what, sizeof what);
+}
+
+void hier__tell(kvc_hier *h, uint64_t step, const hier_rec *r)
+{
+    uint8_t msg[HDR + REC_BYTES];
+    put_hdr(msg, MSG_FAIL, false, 0, REC_BYTES, step);
+    hier__rec_put(r, msg + HDR);
+    char what[64];
+    for (uint32_t j = 0; j < h->nodes; j++)
+        if (j != h->node && h->peer[j].fd >= 0)
+            send_all(h->peer[j].fd, msg, sizeof msg, 0, what, sizeof what);
+    hier__drain(h);
+}
+
 bool hier__exchange(kvc_hier *h, const hier_rec *mine, const uint8_t *sigs, bool has_data,
                     size_t len, uint64_t deadline, hier_rec *r)
 {
@@ -256,8 +280,10 @@ bool hier__exchange(kvc_hier *h, const hier_rec *mine, const uint8_t *sigs, bool
             x.failed = true;
         }
     }
-    if (mine) /* this node failed: the others learn it; nothing to wait for */
+    if (mine) { /* this node failed: the others learn it; nothing to wait for */
+        hier__drain(h);
         return false;
+    }
     uint32_t wait_ms = ms_left(deadline);
     /* 2. every other leader's message for the step */
     while (!x.failed) {
