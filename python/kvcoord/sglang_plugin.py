@@ -14,7 +14,9 @@ kvcoord with no line of sglang or of its launcher changed:
                              constructed, with sglang's own TP rank and size
                              (its parallel state; else the manager's
                              engine_rank and the segment's world size)
-    KVCOORD_PD_BOOTSTRAP     "1": install(..., pd_bootstrap=True)
+    KVCOORD_PD_BOOTSTRAP     "1": sglang's PD bootstrap server is kvcoordd (as
+                             install(..., pd_bootstrap=True), in every process,
+                             also those that construct no KV manager)
 
 Failures of the deferred install are logged (logger "kvcoord.sglang") and
 leave sglang as it is.  docs/mooncake.md, "sglang on it, unchanged".
@@ -60,12 +62,19 @@ def _install_once(manager_args):
     try:
         from . import sglang as ksg
 
-        ksg.install(segment, rank, size=size,
-                    pd_bootstrap=True if _on("KVCOORD_PD_BOOTSTRAP", "0") else None,
+        ksg.install(segment, rank, size=size,  # the PD server: patched by load()
                     transfer_engine=_on("KVCOORD_TRANSFER_ENGINE", "1"))
         log.info("kvcoord sglang plugin: installed (segment %s, rank %d)", segment, rank)
     except Exception as e:  # sglang runs on, without kvcoord's sharing
         log.error("kvcoord sglang plugin: install(%r, %d) failed: %s", segment, rank, e)
+
+
+def _pd_module():
+    try:
+        from .sglang import pd  # kvcoord.sglang as a package
+    except ImportError:
+        from . import _sgl_pd as pd
+    return pd
 
 
 def load():
@@ -78,12 +87,18 @@ def load():
         from . import mooncake
 
         mooncake.install_mooncake_module()
-    if not os.environ.get("KVCOORD_SEGMENT"):
+    pd_on = _on("KVCOORD_PD_BOOTSTRAP", "0")
+    if not os.environ.get("KVCOORD_SEGMENT") and not pd_on:
         return
     try:
         conn = importlib.import_module(MANAGER)
     except Exception as e:
         log.error("kvcoord sglang plugin: %s not importable, not installed: %s", MANAGER, e)
+        return
+    if pd_on:  # the process constructing the PD bootstrap server has no KV manager
+        for owner, name, new in _pd_module().patches({MANAGER: conn}, True):
+            setattr(owner, name, new)
+    if not os.environ.get("KVCOORD_SEGMENT"):
         return
     cls = conn.CommonKVManager
     orig = cls.__init__

@@ -178,6 +178,16 @@ class Plugin(unittest.TestCase):
         finally:
             seg.close()
             discard(name)
+        # the PD bootstrap server alone (the process that starts it has no KV manager)
+        script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                  "from kvcoord import sglang_plugin; sglang_plugin.load()\n"
+                  "from sglang.srt.disaggregation.common import conn\n"
+                  "print(hasattr(conn.CommonKVBootstrapServer.__init__, '__wrapped__'))\n")
+        env = {k: v for k, v in os.environ.items() if k != "KVCOORD_SEGMENT"}
+        env["KVCOORD_PD_BOOTSTRAP"] = "1"
+        r = subprocess.run([sys.executable, "-c", script, FAKE], env=env, capture_output=True,
+                           text=True, timeout=DEADLINE)
+        self.assertEqual((r.returncode, r.stdout), (0, "True\n"), r.stderr)
 
 
 if __name__ == "__main__":
