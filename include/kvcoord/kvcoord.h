@@ -912,6 +912,74 @@ kvc_err kvc_allreduce_min(kvc_segment *seg, uint64_t group, uint32_t size, uint3
 kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
                              uint8_t *vec, size_t len, uint32_t timeout_ms, kvc_coll_failure *why);
 
+/* How a collective call waits and what it is (kvc_allreduce_min_opt,
+ * kvc_poll_allreduce).  Zero-initialise, then set what you need. */
+typedef struct kvc_coll_opts {
+    uint32_t timeout_ms; /* as kvc_allreduce_min's timeout_ms */
+    /* What the caller is doing, 0..65535 (kvc_allreduce_min's calls are
+     * kind 0): every rank of a round must give the same kind, else that
+     * round fails at once on every rank with KVC_E_INVAL naming the first
+     * rank whose kind (or len) differs from rank 0's - two ranks calling
+     * different collectives in the same step are told so, never reduced
+     * together. */
+    uint32_t kind;
+    /* NULL, or called (with stop_arg) while the call waits for its peers,
+     * from the waiting thread, after each wake-up that did not end the
+     * wait: at least every 10 ms, at once after kvc_coll_wake() or a signal
+     * that interrupted the wait.  Nonzero: the call gives up - a round it
+     * arrived at is aborted (its peers fail that round at once with
+     * KVC_E_TIMEDOUT, "rank R ... gave up the call"; the group's next round
+     * works) - and returns KVC_E_TIMEDOUT ("stopped by its caller"), unless
+     * the round completed meanwhile (then KVC_OK).  A call stopped before it
+     * arrived does not count.  It may take locks of its own (the Python
+     * binding takes the GIL to run the signal handlers: Ctrl-C), never call
+     * into this segment. */
+    int (*stop)(void *stop_arg);
+    void *stop_arg;
+} kvc_coll_opts;
+
+/* kvc_allreduce_min_ex() waiting as opts says (NULL: 30 s, kind 0, no
+ * stop).  len must be below 2^48.  Errors: those of kvc_allreduce_min,
+ * and KVC_E_INVAL for a kind above 65535 or a kind differing between the
+ * ranks of one round. */
+kvc_err kvc_allreduce_min_opt(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                              uint8_t *vec, size_t len, const kvc_coll_opts *opts,
+                              kvc_coll_failure *why);
+
+/* A room id meaning "no room" in kvc_poll_allreduce's rooms. */
+#define KVC_ROOM_NONE UINT64_MAX
+
+/* sglang's poll agreement, in one call: polls[0..n) are this rank's KVPoll
+ * values (0..4) for the step; for each i with rooms[i] != KVC_ROOM_NONE
+ * (a room this process follows in the segment) and polls[i] not Failed,
+ * the room is read (kvc_room_get: its participants' liveness, the TTL)
+ * and, when kvcoord itself failed it (Failed with a record no rank process
+ * made: a participant died, the room TTL passed; also found in the ring of
+ * recent failures once the room was reclaimed), polls[i] becomes Failed
+ * (0); then the element-wise MIN of polls over the group's ranks
+ * (kvc_allreduce_min_opt) is written back into polls.  rooms may be NULL
+ * (no room followed).  A room that cannot be read is left as polled.
+ * Allocates nothing (but once per reclaimed room looked up in the ring).
+ * Errors: those of kvc_allreduce_min_opt.  Thread-safe as it is. */
+kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                           uint8_t *polls, const uint64_t *rooms, size_t n,
+                           const kvc_coll_opts *opts, kvc_coll_failure *why);
+
+/* Claim rank of group as the first kvc_allreduce_min call would (create
+ * or re-form the group, or join its epoch), without a round: lets the ranks
+ * of a group learn before their first round whether each can take part,
+ * and agree on another path when one cannot.  Errors: the joining errors
+ * of kvc_allreduce_min (KVC_E_INVAL, KVC_E_PEER, KVC_E_FULL, KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE).  A size differing from a live group's breaks the
+ * group's epoch (as kvc_allreduce_min's does). */
+kvc_err kvc_coll_join(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank);
+
+/* Wake every thread of every process sleeping in a collective call of seg:
+ * each re-checks its round and asks its stop hook (kvc_coll_opts.stop)
+ * at once.  For a closing handle (the Python binding's close()).  NULL
+ * seg: nothing.  Thread-safe; makes one system call per group in use. */
+void kvc_coll_wake(kvc_segment *seg);
+
 /* ---- Attached processes -------------------------------------------- */
 
 /* An entry of the process table. */

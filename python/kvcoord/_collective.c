@@ -1,6 +1,12 @@
 /*
- * _collective.c - Segment.allreduce_min (kvc_allreduce_min_ex) and
- * kvcoord.CollectiveError.
+ * _collective.c - Segment.allreduce_min (kvc_allreduce_min_opt),
+ * Segment.poll_allreduce (kvc_poll_allreduce), Segment.allreduce_join
+ * (kvc_coll_join) and kvcoord.CollectiveError.
+ *
+ * A collective waits with the GIL released; its stop hook (stop_hook)
+ * makes it give up at once when close() starts (kvcpy_coll_closing wakes
+ * it) and, in the main thread, when a signal handler raises (Ctrl-C:
+ * KeyboardInterrupt).
  */
 #include "_kvcoord.h" /* Python.h first */
 
@@ -149,6 +155,63 @@ bad:
     return -1;
 }
 
+/* ---- waiting: close() and signals --------------------------------------- */
+
+typedef struct stop_ctx {
+    SegmentObject *s;
+    int main; /* the main thread: signal handlers run here */
+} stop_ctx;
+
+/* kvc_coll_opts.stop: 1 once close() started, or a signal handler raised
+ * (the exception stays set for the caller). */
+static int stop_hook(void *arg)
+{
+    stop_ctx *c = arg;
+    if (__atomic_load_n(&c->s->closing, __ATOMIC_ACQUIRE))
+        return 1;
+    if (!c->main)
+        return 0;
+    PyGILState_STATE st = PyGILState_Ensure();
+    int r = PyErr_CheckSignals();
+    PyGILState_Release(st);
+    return r < 0;
+}
+
+void kvcpy_coll_closing(kvc_segment *g) { kvc_coll_wake(g); }
+
+static uint32_t timeout_to_ms(double timeout)
+{
+    if (timeout >= 0 && timeout * 1000.0 < (double)UINT32_MAX)
+        return (uint32_t)ceil(timeout * 1000.0);
+    return UINT32_MAX;
+}
+
+/* The Python result of a collective that returned e: NULL with the
+ * exception set unless e is KVC_OK and nothing was raised meanwhile. */
+static int coll_failed(SegmentObject *s, int e, const kvc_coll_failure *why, const char *what)
+{
+    if (PyErr_Occurred()) /* a signal handler raised while it waited (Ctrl-C) */
+        return 1;
+    if (e == KVCPY_E_RAISED)
+        return 1;
+    if (e && __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
+        PyErr_Format(kvcpy_ClosedError,
+                     "Segment.%s: the segment was closed while the call waited (the round was "
+                     "given up: its peers fail it at once; the segment is closed)",
+                     what);
+        return 1;
+    }
+    if (e == KVC_E_PEER || e == KVC_E_TIMEDOUT) {
+        raise_collective((kvc_err)e, why);
+        return 1;
+    }
+    if (e) {
+        kvcpy_fail(e);
+        return 1;
+    }
+    return 0;
+}
+
 const char kvcpy_doc_allreduce_min[] =
     "allreduce_min(group, size, rank, data, timeout=30.0) -> bytes\n\n"
     "Element-wise MIN all-reduce of a vector of bytes over the `size` processes of group "
@@ -159,7 +222,12 @@ const char kvcpy_doc_allreduce_min[] =
     "counting, failed or not: the k-th call of every rank reduces together or fails, never "
     "with another call).  data: bytes, bytearray, memoryview (items of one byte) "
     "or a sequence of ints 0..255, any length.  size: 1..64.  timeout: seconds to wait for "
-    "the others (None: no limit); the call is not interrupted by signals meanwhile.  The "
+    "the others (None: no limit).  kind: 0..65535, what the call is (every rank of a call "
+    "must give the same kind; kvcoord.sglang's polls use their own).  While it waits, "
+    "close() from another thread makes it give up at once (SegmentClosedError), and so "
+    "does a signal handler that raises in the main thread (Ctrl-C: KeyboardInterrupt); a "
+    "round given up so fails at once on the other ranks (CollectiveError, .dead False), "
+    "the next round works.  The "
     "first call of a group creates it; a segment holds 32 groups with a live member at once.  "
     "Epochs: a call as a rank of a group none of whose processes lives any more (all died "
     "or closed their segment: a restarted TP group) re-forms it, with this size, every "
@@ -170,47 +238,215 @@ const char kvcpy_doc_allreduce_min[] =
     "works again; after a death every later call of the epoch raises at once, until all "
     "its processes died or left; a new process that would take a rank while the epoch has "
     "a gone member and live ones raises it too (the gone rank in .ranks).  "
-    "InvalidArgumentError for a size, rank or group size that differ from the group's, "
-    "data of another length than the other ranks' (every rank of that call raises it), or "
-    "a rank held by another live process; TypeError / ValueError for bad argument types and "
+    "InvalidArgumentError for a size, rank or group size that differ from the group's (a "
+    "size mismatch breaks the group's epoch: every rank's call in progress and later raises "
+    "it at once, naming the mismatch), data of another length or a call of another kind "
+    "than rank 0's in the same round (every rank of that call raises it, naming the first "
+    "rank that differs), or a rank held by another live process; TypeError / ValueError for bad "
+    "argument types and "
     "values; FullError when 32 groups are in use.  The Segment must be open with a role "
     "other than 'none' and used by the process that opened it.  Thread-safe (one thread per "
-    "rank at a time); releases the GIL while it waits (close() from another thread waits for "
-    "a call in progress, at most its timeout).";
+    "rank at a time); releases the GIL while it waits.";
 
 PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"group", "size", "rank", "data", "timeout", NULL};
-    PyObject *group_o, *size_o, *rank_o, *data, *timeout_o = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|O", kwlist, &group_o, &size_o, &rank_o, &data,
-                                     &timeout_o))
+    static char *kwlist[] = {"group", "size", "rank", "data", "timeout", "kind", NULL};
+    PyObject *group_o, *size_o, *rank_o, *data, *timeout_o = NULL, *kind_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OO", kwlist, &group_o, &size_o, &rank_o, &data,
+                                     &timeout_o, &kind_o))
         return NULL;
     uint64_t group;
-    unsigned long long size, rank;
+    unsigned long long size, rank, kind = 0;
     double timeout = 30.0;
     if (!conv_group(group_o, &group) || !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
         !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank) ||
+        (kind_o && !kvcpy_conv_uint(kind_o, 0xffff, "kind", "", &kind)) ||
         (timeout_o && !kvcpy_conv_timeout(timeout_o, &timeout)))
         return NULL;
-    uint32_t timeout_ms = UINT32_MAX;
-    if (timeout >= 0 && timeout * 1000.0 < (double)UINT32_MAX)
-        timeout_ms = (uint32_t)ceil(timeout * 1000.0);
     uint8_t *buf = NULL;
     size_t len = 0;
     if (data_bytes(data, &buf, &len) < 0)
         return NULL;
+    stop_ctx sc = {s, _PyOS_IsMainThread()};
+    kvc_coll_opts o = {.timeout_ms = timeout_to_ms(timeout),
+                       .kind = (uint32_t)kind,
+                       .stop = stop_hook,
+                       .stop_arg = &sc};
     kvc_coll_failure why;
     int e;
-    KVCPY_RUN(
-        s, e,
-        kvc_allreduce_min_ex(g, group, (uint32_t)size, (uint32_t)rank, buf, len, timeout_ms, &why));
+    KVCPY_RUN(s, e,
+              kvc_allreduce_min_opt(g, group, (uint32_t)size, (uint32_t)rank, buf, len, &o, &why));
     PyObject *res = NULL;
-    if (e == KVC_E_PEER || e == KVC_E_TIMEDOUT)
-        raise_collective((kvc_err)e, &why);
-    else if (e)
-        kvcpy_fail(e);
-    else
+    if (!coll_failed(s, e, &why, "allreduce_min"))
         res = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
     PyMem_Free(buf);
+    return res;
+}
+
+const char kvcpy_doc_allreduce_join[] =
+    "allreduce_join(group, size, rank) -> None\n\nTake rank `rank` of group `group` (of "
+    "`size` ranks) as the first allreduce_min call would, without a round: the ranks of a "
+    "group learn before their first round whether each can take part, and can agree on "
+    "another path when one cannot (kvcoord.sglang's handshake does).  Errors: those of "
+    "allreduce_min's joining: FullError (32 groups in use), InvalidArgumentError (a size "
+    "mismatch, a rank held by another live process), CollectiveError (the epoch has a gone "
+    "member and live ones).  "
+    "Thread-safe.";
+
+PyObject *kvcpy_allreduce_join(SegmentObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"group", "size", "rank", NULL};
+    PyObject *group_o, *size_o, *rank_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO", kwlist, &group_o, &size_o, &rank_o))
+        return NULL;
+    uint64_t group;
+    unsigned long long size, rank;
+    if (!conv_group(group_o, &group) || !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
+        !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank))
+        return NULL;
+    int e;
+    KVCPY_RUN(s, e, kvc_coll_join(g, group, (uint32_t)size, (uint32_t)rank));
+    if (e == KVC_E_PEER) {
+        kvc_coll_failure why = {.group = group, .dead = 1};
+        return raise_collective(KVC_E_PEER, &why);
+    }
+    if (e)
+        return kvcpy_fail(e);
+    Py_RETURN_NONE;
+}
+
+/* ---- poll_allreduce ------------------------------------------------------ */
+
+#define POLL_STACK 256 /* rooms polled without allocating */
+
+/* rooms[i] for poller i: its bootstrap_room when `follows` (a dict or set)
+ * holds it, else KVC_ROOM_NONE.  -1 with an exception (a bad follows). */
+static int followed_room(PyObject *poller, PyObject *follows, uint64_t *room)
+{
+    static PyObject *attr;
+    *room = KVC_ROOM_NONE;
+    if (!attr && !(attr = PyUnicode_InternFromString("bootstrap_room")))
+        return -1;
+    PyObject *r = PyObject_GetAttr(poller, attr);
+    if (!r) {
+        PyErr_Clear(); /* no room: nothing to fold */
+        return 0;
+    }
+    int in = PyDict_Check(follows) ? PyDict_Contains(follows, r) : PySet_Contains(follows, r);
+    if (in > 0 && PyLong_Check(r)) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(r);
+        if (v == (unsigned long long)-1 && PyErr_Occurred())
+            PyErr_Clear();
+        else
+            *room = (uint64_t)v;
+    }
+    Py_DECREF(r);
+    if (in < 0) {
+        PyErr_Clear(); /* unhashable: not followed */
+        return 0;
+    }
+    return 0;
+}
+
+const char kvcpy_doc_poll_allreduce[] =
+    "poll_allreduce(group, size, rank, polls, pollers=None, follows=None, timeout=30.0, "
+    "kind=0) -> list[int]\n\nsglang's poll agreement in one call (kvc_poll_allreduce): "
+    "polls is this rank's list of KVPoll ints (0..4) for the step; for each i whose poll is "
+    "not Failed and whose pollers[i].bootstrap_room is in `follows` (a dict or set of the "
+    "rooms this process follows in the segment), a room kvcoord itself failed (a "
+    "participant died, the room TTL passed) makes polls[i] Failed; then the element-wise "
+    "MIN over the group's ranks, as allreduce_min (same group, rounds and errors; kind "
+    "names the caller's variant), returned as a new list of ints.  Allocates nothing but "
+    "the result for up to 256 polls.  Errors: those of allreduce_min; TypeError / "
+    "ValueError for bad arguments (polls not ints, pollers of another length).";
+
+PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"group",   "size",    "rank", "polls", "pollers",
+                             "follows", "timeout", "kind", NULL};
+    PyObject *group_o, *size_o, *rank_o, *polls_o, *pollers_o = Py_None, *follows = Py_None,
+                                                   *timeout_o = NULL, *kind_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOOO", kwlist, &group_o, &size_o, &rank_o,
+                                     &polls_o, &pollers_o, &follows, &timeout_o, &kind_o))
+        return NULL;
+    uint64_t group;
+    unsigned long long size, rank, kind = 0;
+    double timeout = 30.0;
+    if (!conv_group(group_o, &group) || !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
+        !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank) ||
+        (kind_o && !kvcpy_conv_uint(kind_o, 0xffff, "kind", "", &kind)) ||
+        (timeout_o && !kvcpy_conv_timeout(timeout_o, &timeout)))
+        return NULL;
+    if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows)) {
+        PyErr_Format(PyExc_TypeError, "follows must be a dict, a set or None, not %.100s",
+                     Py_TYPE(follows)->tp_name);
+        return NULL;
+    }
+    PyObject *pl = PySequence_Fast(polls_o, "polls must be a sequence of ints 0..4");
+    if (!pl)
+        return NULL;
+    PyObject *pv = NULL, *res = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pl);
+    uint8_t pstack[POLL_STACK], *polls = pstack;
+    uint64_t rstack[POLL_STACK], *rooms = NULL;
+    int fold = follows != Py_None && pollers_o != Py_None &&
+               (PyDict_Check(follows) ? PyDict_GET_SIZE(follows) : PySet_GET_SIZE(follows)) > 0;
+    if (n > POLL_STACK && !(polls = PyMem_Malloc((size_t)n))) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (fold) {
+        pv = PySequence_Fast(pollers_o, "pollers must be a sequence");
+        if (!pv)
+            goto out;
+        if (PySequence_Fast_GET_SIZE(pv) != n) {
+            PyErr_Format(PyExc_ValueError, "%zd polls but %zd pollers", n,
+                         PySequence_Fast_GET_SIZE(pv));
+            goto out;
+        }
+        rooms = n > POLL_STACK ? PyMem_Malloc((size_t)n * sizeof *rooms) : rstack;
+        if (!rooms) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(pl, i);
+        long v = PyLong_Check(o) && !PyBool_Check(o) ? PyLong_AsLong(o) : -2;
+        if (v < 0 || v > 4) {
+            if (!PyErr_Occurred())
+                PyErr_Format(kvcpy_InvalidError, "polls[%zd] is %R, not a KVPoll int 0..4", i, o);
+            goto out;
+        }
+        polls[i] = (uint8_t)v;
+        if (rooms) {
+            rooms[i] = KVC_ROOM_NONE;
+            if (v != 0 && followed_room(PySequence_Fast_GET_ITEM(pv, i), follows, &rooms[i]) < 0)
+                goto out;
+        }
+    }
+    stop_ctx sc = {s, _PyOS_IsMainThread()};
+    kvc_coll_opts o = {.timeout_ms = timeout_to_ms(timeout),
+                       .kind = (uint32_t)kind,
+                       .stop = stop_hook,
+                       .stop_arg = &sc};
+    kvc_coll_failure why;
+    int e;
+    KVCPY_RUN(s, e,
+              kvc_poll_allreduce(g, group, (uint32_t)size, (uint32_t)rank, polls, rooms, (size_t)n,
+                                 &o, &why));
+    if (coll_failed(s, e, &why, "poll_allreduce"))
+        goto out;
+    if (!(res = PyList_New(n)))
+        goto out;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyList_SET_ITEM(res, i, PyLong_FromLong(polls[i])); /* small ints: cached */
+out:
+    if (polls != pstack)
+        PyMem_Free(polls);
+    if (rooms && rooms != rstack)
+        PyMem_Free(rooms);
+    Py_XDECREF(pv);
+    Py_DECREF(pl);
     return res;
 }

@@ -191,6 +191,12 @@ int kvcpy_rooms_init_types(void); /* struct sequence types; -1 on error */
  * (-1 with an exception set on error). */
 PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw);
 extern const char kvcpy_doc_allreduce_min[];
+PyObject *kvcpy_allreduce_join(SegmentObject *s, PyObject *args, PyObject *kw);
+extern const char kvcpy_doc_allreduce_join[];
+PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw);
+extern const char kvcpy_doc_poll_allreduce[];
+/* close() starting on g: wake its collective waiters (they give up). */
+void kvcpy_coll_closing(kvc_segment *g);
 int kvcpy_collective_init(PyObject *m);
 
 /* _hier.c: kvcoord.HierGroup (kvcoord/hier.h) and host_addresses(), added to

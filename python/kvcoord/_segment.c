@@ -90,7 +90,7 @@ static int seg_close_handle(SegmentObject *s)
 {
     if (!s->seg)
         return 0;
-    s->closing = 1;
+    __atomic_store_n(&s->closing, 1, __ATOMIC_RELEASE); /* read without the GIL by waits */
     if (s->fork_gen != kvcpy_fork_gen) {
         /* A fork child: the handle is the parent's; kvc_close only unmaps
          * it here (it leaves the parent's entries alone).  Its lock may
@@ -101,6 +101,7 @@ static int seg_close_handle(SegmentObject *s)
         return 0;
     }
     int rc;
+    kvcpy_coll_closing(s->seg); /* a collective waiting gives up at once */
     Py_BEGIN_ALLOW_THREADS
     rc = pthread_rwlock_wrlock(&s->use);
     Py_END_ALLOW_THREADS
@@ -774,6 +775,10 @@ static PyMethodDef seg_methods[] = {
     {"room_sweep", (PyCFunction)kvcpy_room_sweep, METH_NOARGS, kvcpy_doc_room_sweep},
     {"allreduce_min", KW kvcpy_allreduce_min, METH_VARARGS | METH_KEYWORDS,
      kvcpy_doc_allreduce_min},
+    {"allreduce_join", KW kvcpy_allreduce_join, METH_VARARGS | METH_KEYWORDS,
+     kvcpy_doc_allreduce_join},
+    {"poll_allreduce", KW kvcpy_poll_allreduce, METH_VARARGS | METH_KEYWORDS,
+     kvcpy_doc_poll_allreduce},
     {NULL, NULL, 0, NULL}};
 
 static int seg_type_init(void)

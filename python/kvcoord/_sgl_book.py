@@ -7,7 +7,6 @@ import zlib
 
 from . import KVPoll, KVTransferError, UNKNOWN_REASON
 from ._sgl_bridge import Bridge
-from ._sgl_poll import Group, allreduce, fold
 
 
 class KVStatusBook:
@@ -124,14 +123,6 @@ def poll_and_all_reduce(pollers, book):
     died or did not come).  A room kvcoord failed itself polls Failed.
     Returns a list of ints, as sglang's."""
     polls = [int(p.poll()) for p in pollers]
-    fold(book._bridge, [_Followed(book, p) for p in pollers], polls)
-    g = Group(book.group, book.participants, book.rank)
-    return allreduce(book._bridge, g, polls)
-
-
-class _Followed:
-    __slots__ = ("kv_mgr", "bootstrap_room")
-
-    def __init__(self, book, poller):
-        self.kv_mgr = book
-        self.bootstrap_room = getattr(poller, "bootstrap_room", None)
+    b = book._bridge
+    return book.segment.poll_allreduce(book.group, book.participants, book.rank, polls, pollers,
+                                       b.counts, b.timeout)

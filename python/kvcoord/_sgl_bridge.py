@@ -62,6 +62,7 @@ class Bridge:
         self.raised = set()  # (id(manager), room) whose node-wide reason was raised (popped)
         self.groups = {}  # id(process group) -> (group, Group or None)
         self.seen_members = {}  # members tuple -> groups handshaken with those members
+        self.dead = {}  # room rank -> why, for members of a poll group seen dead
         self._warned = set()
         self.node_key = None
         self.ttl_s = None
@@ -109,6 +110,8 @@ class Bridge:
             if opening:
                 self.kv_failures.pop(room, None)
                 seg.room_open(room, self.rank, self.size)
+                if self.dead:  # a member of the group died: it will never join
+                    self._fail_unjoined(room)
             if int(status) != 0:  # Failed is not written: the library would record
                 seg.room_set_state(room, self.rank, int(status))  # "rank N reported Failed"
             # as the room's first record, ahead of the reason sglang records (publish())
@@ -116,6 +119,50 @@ class Bridge:
             pass  # reclaimed by the room TTL meanwhile: sglang's dict still decides
         except (Error, ValueError) as e:
             self._failed_call("following room %d" % room, e)
+
+    # ---- rooms after a rank dies ------------------------------------------
+
+    def members_died(self, group, exc):
+        """The poll collective of `group` (a _sgl_poll.Group) reported ranks
+        dead (CollectiveError exc): every followed room those ranks had not
+        joined fails at once, and so does every room followed from now on
+        (the rooms they had joined are failed by the library's liveness check
+        when read).  The group's handshake told each member's room rank."""
+        new = {}
+        for r in exc.ranks:
+            if r < len(group.room_ranks):
+                rr = group.room_ranks[r]
+                new[rr] = (group.pids[r], str(exc))
+        with self.lock:
+            fresh = {k: v for k, v in new.items() if k not in self.dead}
+            self.dead.update(fresh)
+            rooms = list(self.counts) if fresh else []
+        for room in rooms:
+            self._fail_unjoined(room)
+
+    def _fail_unjoined(self, room):
+        """Fail room for the first dead member that has not joined it."""
+        seg = self.segment
+        try:
+            info = seg.room_get(room, self.rank)
+        except NotFoundError:
+            return
+        except Error as e:
+            self._failed_call("reading room %d" % room, e)
+            return
+        if info.failure is not None:
+            return
+        for rr, (pid, what) in sorted(self.dead.items()):
+            if rr < len(info.local) and info.local[rr] is None and rr != self.rank:
+                why = "kvcoord: rank %d (pid %d) of this room's TP group died before it " \
+                      "joined room %d (%s)" % (rr, pid, room, what)
+                try:
+                    seg.room_fail(room, rr, _clean_reason(why)[:255], 0)
+                except NotFoundError:
+                    pass
+                except (Error, ValueError) as e:
+                    self._failed_call("failing room %d" % room, e)
+                return
 
     def leave(self, manager, room):
         """manager no longer follows room (sglang cleared it): release this

@@ -2,105 +2,138 @@
 poll_and_all_reduce, poll_and_all_reduce_attn_cp_tp_group and
 poll_and_all_reduce_with_staging.
 
-Each does sglang's steps before the reduction (the polls, with sglang's
-failure injection; the staging scatter and its Success -> Transferring
-demotion; the metadata gate, through sglang's own helpers) and then one
-element-wise MIN over the process group's ranks: in the node's segment
-(Segment.allreduce_min, futex-woken, failing fast naming a dead rank) when
-every rank of the group attached this node's segment, else through sglang's
-original function (gloo), said once in the log.  Before the reduction a
-room that kvcoord itself failed (a participant died, the room TTL passed)
-polls Failed on the rank that sees it, so every rank of the step agrees.
+Each does sglang's steps before the reduction through sglang's own helpers
+(the polls, with sglang's failure injection; the staging scatter and its
+Success -> Transferring demotion; the metadata gate) and then one C call,
+Segment.poll_allreduce: a room kvcoord itself failed (a participant died,
+the room TTL passed) polls Failed on the rank that sees it, and the
+element-wise MIN over the process group's ranks runs in the node's segment
+(futex-woken, failing fast naming a dead rank).  The per-step Python work
+is sglang's own plus one dict lookup; nothing is allocated but the list
+returned (up to 256 rooms).
 
 Which path a group takes is decided once per process group by a handshake
-(one gloo all_gather_object of every rank's node and segment identity), so
-every rank of the group decides the same; the group id of the collective
-is derived from the members' pids, the same on every member and different
-for different groups (two groups of the same members get their order of
-first use).
+(gloo all_gather_object: every rank's node and segment identity, pid and
+room rank; then whether each could join the segment's group), so every
+rank of the group decides the same: the segment when every rank is on this
+node's segment and could join, else sglang's original (gloo), said once in
+the log.  The group id is derived from the members' pids (the same on
+every member, different for different groups; two groups of the same
+members get their order of first use).
+
+Errors at run time (kvcoord.sglang's rule, docs: "Errors reaching sglang"):
+- a CollectiveError naming a dead rank is raised into sglang (no path can
+  complete the step without it: gloo would hang), after the rooms that rank
+  was expected in were failed (below);
+- an InvalidArgumentError from the round (ranks calling different variants
+  or lengths in the same step: a bug, told on every rank) is raised;
+- any other kvcoord.Error (the segment closed by uninstall(), full, a round
+  given up or timed out: every rank of that round gets one) is logged once
+  and the step runs sglang's own reduction (gloo) on the same polls; the
+  group stays on gloo from then on.  Every rank of a failed round takes
+  that path in the same step, so the ranks stay in step.
+
+Rooms after a rank dies: the handshake is where the TP group's membership
+is known (each member's pid and the room rank it writes).  When the poll
+collective reports a member dead, every room this process follows that the
+dead rank had not joined is failed at once ("rank R (pid P) ... died before
+it joined room N"), and so is every room followed later; rooms it had
+joined are failed by the library's liveness check.
 """
 
 import inspect
 import os
 import zlib
 
-from . import Error, NotFoundError
+from . import CollectiveError, Error, InvalidArgumentError
 from ._sgl_bridge import log
 
 FAILED = 0  # sglang's KVPoll.Failed
 TRANSFERRING = 3
 SUCCESS = 4
-_GATE_ARGS = {"decode_reqs", "metadata_buffers", "server_args"}
+_GATE_ARGS = ("decode_reqs", "metadata_buffers", "server_args")
+# kind of each collective (every rank of a round must make the same)
+KIND_PLAIN, KIND_GATED, KIND_CP, KIND_STAGING = 1, 2, 3, 4
+KIND_NAMES = {1: "poll_and_all_reduce", 2: "poll_and_all_reduce with the metadata gate",
+              3: "poll_and_all_reduce_attn_cp_tp_group (its CP stage)",
+              4: "poll_and_all_reduce_with_staging"}
 
 
 class Group:
     """A process group whose every rank is on this segment: the collective's
-    (group id, size, this rank)."""
+    (group id, size, this rank), and each member's pid and room rank."""
 
-    __slots__ = ("gid", "size", "rank")
+    __slots__ = ("gid", "size", "rank", "pids", "room_ranks")
 
-    def __init__(self, gid, size, rank):
+    def __init__(self, gid, size, rank, pids, room_ranks):
         self.gid, self.size, self.rank = gid, size, rank
+        self.pids, self.room_ranks = pids, room_ranks
+
+
+def _fallback(bridge, size, why):
+    bridge.warn_once(("fallback", why),
+                     "kvcoord.sglang: the poll all-reduce of a %d-rank process group runs "
+                     "sglang's own (gloo): %s (logged once)", size, why)
+    return None
 
 
 def _handshake(bridge, pg, dist):
     size = dist.get_world_size(pg)
     rank = dist.get_rank(pg)
-    usable = bridge.node_key is not None and hasattr(bridge.segment, "allreduce_min")
-    mine = (bridge.node_key if usable else None, os.getpid())
+    usable = bridge.node_key is not None and hasattr(bridge.segment, "poll_allreduce")
+    mine = (bridge.node_key if usable else None, os.getpid(), bridge.rank)
     got = [None] * size
     dist.all_gather_object(got, mine, group=pg)
-    keys = {k for k, _ in got}
+    keys = {k for k, _, _ in got}
     if mine[0] is None or len(keys) != 1:
         if bridge.segment is None:
             why = "no kvcoord segment is attached (install(segment=None))"
         elif not usable:
-            why = "this kvcoord build has no collective (Segment.allreduce_min)"
+            why = "this kvcoord build has no collective (Segment.poll_allreduce)"
         elif None in keys:
             why = "a rank of the group attached no kvcoord segment"
         else:
             why = "the group spans nodes or segments (not every rank is on segment %s of " \
                   "this node)" % bridge.segment.name
-        bridge.warn_once(("fallback", why),
-                         "kvcoord.sglang: the poll all-reduce of a %d-rank process group runs "
-                         "sglang's own (gloo): %s (logged once)", size, why)
-        return None
-    members = tuple(p for _, p in got)
+        return _fallback(bridge, size, why)
+    members = tuple(p for _, p, _ in got)
     with bridge.lock:
         n = bridge.seen_members.get(members, 0)
         bridge.seen_members[members] = n + 1
     gid = zlib.crc32(repr((members, n)).encode()) & 0x7FFFFFFF
+    try:  # every rank joins, then all agree: one that cannot makes all use gloo
+        bridge.segment.allreduce_join(gid, size, rank)
+        mine = None
+    except Error as e:
+        mine = "%s: %s" % (type(e).__name__, e)
+    oks = [None] * size
+    dist.all_gather_object(oks, mine, group=pg)
+    bad = [(r, o) for r, o in enumerate(oks) if o is not None]
+    if bad:
+        return _fallback(bridge, size, "rank %d could not join the segment's group %d (%s)"
+                         % (bad[0][0], gid, bad[0][1]))
     log.info("kvcoord.sglang: the poll all-reduce of a %d-rank process group runs in segment "
              "%s (group %d)", size, bridge.segment.name, gid)
-    return Group(gid, size, rank)
+    return Group(gid, size, rank, members, tuple(r for _, _, r in got))
 
 
 def resolve(bridge, pg):
     """The Group of torch process group pg, or None (use sglang's original).
     The first call for a group is collective (every rank of pg calls it where
     it calls the all-reduce it replaces)."""
-    key = id(pg)
-    with bridge.lock:
-        hit = bridge.groups.get(key)
+    hit = bridge.groups.get(id(pg))
     if hit is not None:
         return hit[1]
     import torch.distributed as dist
 
     g = _handshake(bridge, pg if pg is not None else dist.group.WORLD, dist)
     with bridge.lock:
-        bridge.groups[key] = (pg, g)  # pg kept: its id is not reused while cached
+        bridge.groups[id(pg)] = (pg, g)  # pg kept: its id is not reused while cached
     return g
 
 
-def allreduce(bridge, g, polls):
-    """The element-wise MIN of polls (ints 0..255) over g's ranks (list of int).
-    Raises kvcoord.CollectiveError naming a rank that died or did not arrive
-    within the install()'s timeout."""
-    out = bridge.segment.allreduce_min(g.gid, g.size, g.rank, bytes(polls), bridge.timeout)
-    return list(out)
-
-
 def _torch_min(polls, pg):
+    """sglang's own reduction of polls: a uint8 MIN all-reduce over gloo."""
     import torch
     import torch.distributed as dist
 
@@ -109,12 +142,39 @@ def _torch_min(polls, pg):
     return t.tolist()
 
 
+def reduce(bridge, g, pg, pollers, polls, kind):
+    """The MIN of polls over g (pg's group in the segment), with the rooms
+    kvcoord failed folded in; the run-time error rule of the module's top."""
+    try:
+        return bridge.segment.poll_allreduce(g.gid, g.size, g.rank, polls, pollers,
+                                             bridge.counts, bridge.timeout, kind)
+    except CollectiveError as e:
+        if e.dead:
+            bridge.members_died(g, e)
+            raise
+        err = e
+    except InvalidArgumentError as e:
+        if " of kind " in str(e):
+            raise InvalidArgumentError("%s [kvcoord.sglang kinds: %s]" % (e, "; ".join(
+                "%d %s" % kv for kv in sorted(KIND_NAMES.items())))) from None
+        raise
+    except Error as e:
+        err = e
+    bridge.warn_once(("poll", type(err).__name__),
+                     "kvcoord.sglang: the poll all-reduce in the segment failed (%s: %s); this "
+                     "group runs sglang's own (gloo) from now on (logged once)",
+                     type(err).__name__, err)
+    with bridge.lock:
+        bridge.groups[id(pg)] = (pg, None)
+    return _torch_min(polls, pg)
+
+
 def raw_polls(utils, pollers):
     """Each poller's poll() as an int, with sglang's failure injection (its
     helper when it has one; the module's FAILURE_PROB in older versions)."""
     inject = getattr(utils, "_poll_with_failure_injection", None)
     if inject is not None:
-        return [int(p) for p in inject(pollers)]
+        return inject(pollers)
     prob = float(getattr(utils, "FAILURE_PROB", 0) or 0)
     if prob > 0:
         import random
@@ -123,34 +183,23 @@ def raw_polls(utils, pollers):
     return [int(p.poll()) for p in pollers]
 
 
-def fold(bridge, pollers, polls):
-    """Failed for each followed room kvcoord itself failed (in place).  One
-    room_sync read of the followed rooms' states (the library judges their
-    participants' liveness and the TTL there); only a room read Failed is
-    looked at again, for who recorded it."""
-    idx, rooms = [], []
-    with bridge.lock:
-        follows = bridge.follows
-        for i, p in enumerate(pollers):
-            room = getattr(p, "bootstrap_room", None)
-            if room is not None and polls[i] != FAILED and \
-                    (id(getattr(p, "kv_mgr", None)), room) in follows:
-                idx.append(i)
-                rooms.append(room)
-    if not rooms:
-        return
-    try:
-        states = bridge.segment.room_sync(bridge.rank, rooms)
-    except NotFoundError:  # one was reclaimed (the TTL): room by room
-        states = [FAILED] * len(rooms)
-    except Error as e:
-        bridge.warn_once(("segment", "room_sync", type(e).__name__),
-                         "kvcoord.sglang: reading the polled rooms failed (%s); the poll "
-                         "all-reduce goes on without kvcoord's own failures (logged once)", e)
-        return
-    for i, room, state in zip(idx, rooms, states):
-        if state == FAILED and bridge.kvcoord_failure(room) is not None:
-            polls[i] = FAILED
+def _binder(fn, skip):
+    """A fast bind of fn's arguments after the first `skip`: (args, kwargs) ->
+    {name: value}, or None when they do not fit plainly (then inspect's)."""
+    sig = inspect.signature(fn)
+    names = list(sig.parameters)[skip:]
+    known = frozenset(names)
+
+    def bind(args, kwargs):
+        if len(args) <= len(names) and not (set(kwargs) - known):
+            out = dict(zip(names, args))
+            if not (out.keys() & kwargs.keys()):
+                out.update(kwargs)
+                return out
+        return {k: v for k, v in sig.bind(*([None] * skip), *args, **kwargs).arguments.items()
+                if k not in list(sig.parameters)[:skip]}
+
+    return bind
 
 
 def make(bridge, utils, originals):
@@ -159,82 +208,79 @@ def make(bridge, utils, originals):
     o_par = originals.get("poll_and_all_reduce")
     o_cp = originals.get("poll_and_all_reduce_attn_cp_tp_group")
     o_stg = originals.get("poll_and_all_reduce_with_staging")
+    groups = bridge.groups
+    inject = getattr(utils, "_poll_with_failure_injection", None)
+    polls_of = inject if inject is not None else (lambda ps: raw_polls(utils, ps))
+    gate_fn = getattr(utils, "_apply_metadata_gate", None)
 
-    def gate_of(args, what):
+    def group_of(pg):
+        hit = groups.get(id(pg))
+        return hit[1] if hit is not None else resolve(bridge, pg)
+
+    def gate_of(bound, what):
         """(decode_reqs, metadata_buffers, server_args) to gate with, or False when
         this call has arguments the wrapper does not know (then sglang's own runs)."""
-        extra = set(args) - _GATE_ARGS
+        extra = set(bound) - set(_GATE_ARGS)
         if extra:
             bridge.warn_once(("args", what, tuple(sorted(extra))),
                              "kvcoord.sglang: %s called with %s, unknown to kvcoord: sglang's "
                              "own runs (logged once)", what, ", ".join(sorted(extra)))
             return False
-        return args.get("decode_reqs"), args.get("metadata_buffers"), args.get("server_args")
-
-    def metadata_gate(polls, reqs, bufs, sargs):
-        """sglang's own gate: a Success whose metadata has not landed is Transferring."""
-        utils._apply_metadata_gate(polls, reqs, bufs, sargs)
+        return tuple(bound.get(k) for k in _GATE_ARGS)
 
     if o_par is not None:
-        sig = inspect.signature(o_par)
+        bind_par = _binder(o_par, 2)
 
         def poll_and_all_reduce(pollers, gloo_group, *args, **kwargs):
-            g = resolve(bridge, gloo_group)
+            g = group_of(gloo_group)
             if g is None:
                 return o_par(pollers, gloo_group, *args, **kwargs)
-            if args or kwargs:
-                bound = sig.bind(pollers, gloo_group, *args, **kwargs).arguments
-                names = list(sig.parameters)
-                gate = gate_of({k: v for k, v in bound.items() if k not in names[:2]},
-                               "poll_and_all_reduce")
-            else:  # sglang's prefill and decode steps: no gate (inspect's bind is slow)
-                gate = (None, None, None)
+            if not (args or kwargs):  # sglang's prefill and decode steps: no gate
+                return reduce(bridge, g, gloo_group, pollers, polls_of(pollers), KIND_PLAIN)
+            gate = gate_of(bind_par(args, kwargs), "poll_and_all_reduce")
             if gate is False:
                 return o_par(pollers, gloo_group, *args, **kwargs)
             reqs, bufs, sargs = gate
-            if reqs is not None and bufs is not None and sargs is not None and \
-                    getattr(utils, "_apply_metadata_gate", None) is None:
+            gated = reqs is not None and bufs is not None and sargs is not None
+            if gated and gate_fn is None:
                 return o_par(pollers, gloo_group, *args, **kwargs)
-            polls = raw_polls(utils, pollers)
-            if reqs is not None and bufs is not None and sargs is not None:
-                metadata_gate(polls, reqs, bufs, sargs)
-            fold(bridge, pollers, polls)
-            return allreduce(bridge, g, polls)
+            polls = polls_of(pollers)
+            if gated:  # sglang's gate: a Success whose metadata has not landed
+                gate_fn(polls, reqs, bufs, sargs)
+            return reduce(bridge, g, gloo_group, pollers, polls,
+                          KIND_GATED if gated else KIND_PLAIN)
 
         out["poll_and_all_reduce"] = poll_and_all_reduce
 
     if o_cp is not None:
 
         def poll_and_all_reduce_attn_cp_tp_group(pollers, attn_cp_cpu_group, attn_tp_cpu_group):
-            gt = resolve(bridge, attn_tp_cpu_group)
-            gc = resolve(bridge, attn_cp_cpu_group)
+            gt = group_of(attn_tp_cpu_group)
+            gc = group_of(attn_cp_cpu_group)
             if (gt is None and gc is None) or o_par is None:
                 return o_cp(pollers, attn_cp_cpu_group, attn_tp_cpu_group)
             polls = out["poll_and_all_reduce"](pollers, attn_tp_cpu_group)
+            gc = group_of(attn_cp_cpu_group)  # may have fallen back meanwhile
             if gc is None:
                 return _torch_min(polls, attn_cp_cpu_group)
-            return allreduce(bridge, gc, polls)
+            return reduce(bridge, gc, attn_cp_cpu_group, None, polls, KIND_CP)
 
         out["poll_and_all_reduce_attn_cp_tp_group"] = poll_and_all_reduce_attn_cp_tp_group
 
     if o_stg is not None:
-        sig_stg = inspect.signature(o_stg)
+        bind_stg = _binder(o_stg, 3)
 
         def poll_and_all_reduce_with_staging(decode_reqs, staging_handler, gloo_group, *args,
                                              **kwargs):
-            g = resolve(bridge, gloo_group)
+            g = group_of(gloo_group)
             if g is None:
                 return o_stg(decode_reqs, staging_handler, gloo_group, *args, **kwargs)
-            bound = sig_stg.bind(decode_reqs, staging_handler, gloo_group, *args,
-                                 **kwargs).arguments
-            names = list(sig_stg.parameters)
-            gate = gate_of({k: v for k, v in bound.items() if k not in names[:3]},
-                           "poll_and_all_reduce_with_staging")
+            gate = gate_of(bind_stg(args, kwargs), "poll_and_all_reduce_with_staging")
             if gate is False:
                 return o_stg(decode_reqs, staging_handler, gloo_group, *args, **kwargs)
             _, bufs, sargs = gate
             gated = bufs is not None and sargs is not None
-            if gated and getattr(utils, "_apply_metadata_gate", None) is None:
+            if gated and gate_fn is None:
                 return o_stg(decode_reqs, staging_handler, gloo_group, *args, **kwargs)
 
             def staging_pending(dr):
@@ -244,14 +290,13 @@ def make(bridge, utils, originals):
                 if staging_pending(dr):
                     staging_handler.advance_scatter(dr)
             receivers = [dr.kv_receiver for dr in decode_reqs]
-            polls = raw_polls(utils, receivers)
+            polls = polls_of(receivers)
             for i, dr in enumerate(decode_reqs):  # received, not scattered yet: not done
                 if polls[i] == SUCCESS and staging_pending(dr):
                     polls[i] = TRANSFERRING
             if gated:
-                metadata_gate(polls, decode_reqs, bufs, sargs)
-            fold(bridge, receivers, polls)
-            return allreduce(bridge, g, polls)
+                gate_fn(polls, decode_reqs, bufs, sargs)
+            return reduce(bridge, g, gloo_group, receivers, polls, KIND_STAGING)
 
         out["poll_and_all_reduce_with_staging"] = poll_and_all_reduce_with_staging
     return out

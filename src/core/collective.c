@@ -86,8 +86,18 @@ typedef struct call {
     uint64_t len;      /* the call's len */
     uint64_t deadline; /* CLOCK_MONOTONIC ns */
     uint32_t timeout_ms;
+    uint32_t kind;
+    int (*stop)(void *);
+    void *stop_arg;
     kvc_coll_failure *why;
 } call;
+
+/* A part's len word: the call's len (below 2^48) and its kind. */
+#define KIND_SHIFT 48
+static inline uint64_t len_word(const call *c) { return c->len | (uint64_t)c->kind << KIND_SHIFT; }
+
+/* Whether the caller's stop hook asks the call to give up. */
+static bool stopped(const call *c) { return c->stop && c->stop(c->stop_arg); }
 
 /* Check every other member's liveness; if one is gone, abort round gen
  * (word w) naming them.  Returns the (maybe new) word. */
@@ -176,6 +186,13 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
         uint64_t w2 = check_peers(c, gen, w, test);
         if (w2 != w)
             continue;
+        if (stopped(c)) { /* this rank gives the round up: its peers fail it at once */
+            note n = {.ranks = 1ull << c->rank,
+                      .kind = NOTE_GAVE_UP,
+                      .pid = atomic_load(&g->member[c->rank].pid)};
+            kvc__coll_try_abort(g, c->rank, gen, w, &n);
+            continue;
+        }
         if (now >= c->deadline) {
             note n = {.ranks = missing(c, gen), .timeout_ms = c->timeout_ms};
             if (!n.ranks) /* all published, one not counted: it died between */
@@ -214,6 +231,11 @@ static kvc_err drain(call *c, uint64_t gen)
             } else if (kvc__mono_ns() >= c->deadline) {
                 n.kind = NOTE_STUCK;
                 n.timeout_ms = c->timeout_ms;
+            } else if (stopped(c)) { /* not arrived: nothing counts */
+                return kvc__fail(KVC_E_TIMEDOUT,
+                                 "kvc_allreduce_min: rank %u of group 0x%llx was stopped by its "
+                                 "caller before it arrived (generation %llu)",
+                                 c->rank, (unsigned long long)c->g->id, (unsigned long long)gen);
             } else {
                 usleep(DRAIN_POLL_MS * 1000);
                 continue;
@@ -239,15 +261,23 @@ static kvc_err reduce(call *c, uint64_t gen, uint8_t *v, size_t n)
 {
     kvc_coll_group *g = c->g;
     uint32_t par = (uint32_t)(gen & 1);
-    uint64_t len0 = g->member[0].part[par].len;
-    for (uint32_t r = 1; r < c->size; r++)
-        if (g->member[r].part[par].len != len0)
+    uint64_t w0 = g->member[0].part[par].len, mask = (1ull << KIND_SHIFT) - 1;
+    for (uint32_t r = 1; r < c->size; r++) {
+        uint64_t wr = g->member[r].part[par].len;
+        if (wr >> KIND_SHIFT != w0 >> KIND_SHIFT)
+            return kvc__fail(KVC_E_INVAL,
+                             "kvc_allreduce_min: rank %u of group 0x%llx made a call of kind %u, "
+                             "rank 0 one of kind %u, in the same round (generation %llu): the "
+                             "ranks called different collectives in the same step",
+                             r, (unsigned long long)g->id, (unsigned)(wr >> KIND_SHIFT),
+                             (unsigned)(w0 >> KIND_SHIFT), (unsigned long long)gen);
+        if (wr != w0)
             return kvc__fail(KVC_E_INVAL,
                              "kvc_allreduce_min: rank %u of group 0x%llx called with len %llu, "
                              "rank 0 with len %llu (generation %llu)",
-                             r, (unsigned long long)g->id,
-                             (unsigned long long)g->member[r].part[par].len,
-                             (unsigned long long)len0, (unsigned long long)gen);
+                             r, (unsigned long long)g->id, (unsigned long long)(wr & mask),
+                             (unsigned long long)(w0 & mask), (unsigned long long)gen);
+    }
     for (uint32_t r = 0; r < c->size; r++) {
         const unsigned char *d = g->member[r].part[par].data;
         for (size_t i = 0; i < n; i++)
@@ -279,7 +309,7 @@ static kvc_err do_round(call *c, uint8_t *v, size_t n)
     kvc_coll_part *p = &m->part[gen & 1];
     if (n)
         memcpy(p->data, v, n);
-    p->len = c->len;
+    p->len = len_word(c);
     atomic_store(&m->seq, 2 * gen + 1);
     KVC_INJECT("coll.published");
     uint64_t w = atomic_load(&g->round);
@@ -334,15 +364,9 @@ static kvc_err do_round(call *c, uint8_t *v, size_t n)
 
 /* ---- API ---------------------------------------------------------------- */
 
-KVC_API kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
-                                     uint8_t *vec, size_t len, uint32_t timeout_ms,
-                                     kvc_coll_failure *why)
+static kvc_err check_call(kvc_segment *seg, uint32_t size, uint32_t rank)
 {
-    if (why)
-        memset(why, 0, sizeof *why);
     KVC_ARG(seg);
-    if (len)
-        KVC_ARG(vec);
     if (size < 1 || size > KVC_COLL_MAX_SIZE)
         return kvc__fail(KVC_E_INVAL, "kvc_allreduce_min: size %u out of range 1..%d", size,
                          KVC_COLL_MAX_SIZE);
@@ -358,25 +382,59 @@ KVC_API kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t 
                          "kvc_allreduce_min: the handle was opened by pid %d, not this process "
                          "(inherited across fork(): open the segment again)",
                          (int)seg->pid);
+    return KVC_OK;
+}
+
+/* The group of this call, joined (the fast path: found and ours). */
+static kvc_err group_of(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                        kvc_coll_group **out, kvc_coll_failure *why)
+{
     uint64_t me = my_owner(seg);
     kvc_coll_group *g = find_group(seg, group);
-    if (!g || g->size != size || atomic_load(&g->member[rank].owner) != me) {
-        kvc_err e = kvc__coll_join(seg, group, size, rank, me, &g, why);
-        if (e)
-            return e;
+    if (g && g->size == size && atomic_load(&g->member[rank].owner) == me) {
+        *out = g;
+        return KVC_OK;
     }
+    return kvc__coll_join(seg, group, size, rank, me, out, why);
+}
+
+KVC_API kvc_err kvc_allreduce_min_opt(kvc_segment *seg, uint64_t group, uint32_t size,
+                                      uint32_t rank, uint8_t *vec, size_t len,
+                                      const kvc_coll_opts *opts, kvc_coll_failure *why)
+{
+    if (why)
+        memset(why, 0, sizeof *why);
+    kvc_err e = check_call(seg, size, rank);
+    if (e)
+        return e;
+    if (len)
+        KVC_ARG(vec);
+    kvc_coll_opts dflt = {.timeout_ms = 30000};
+    if (!opts)
+        opts = &dflt;
+    if (opts->kind > 0xffff || (uint64_t)len >> KIND_SHIFT)
+        return kvc__fail(KVC_E_INVAL,
+                         "kvc_allreduce_min: kind %u above 65535 or len %zu at or "
+                         "above 2^48",
+                         opts->kind, len);
+    kvc_coll_group *g;
+    if ((e = group_of(seg, group, size, rank, &g, why)))
+        return e;
     call c = {.seg = seg,
               .g = g,
               .size = size,
               .rank = rank,
               .len = len,
-              .deadline = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull,
-              .timeout_ms = timeout_ms,
+              .deadline = kvc__mono_ns() + (uint64_t)opts->timeout_ms * 1000000ull,
+              .timeout_ms = opts->timeout_ms,
+              .kind = opts->kind,
+              .stop = opts->stop,
+              .stop_arg = opts->stop_arg,
               .why = why};
     size_t off = 0;
     do {
         size_t n = len - off < KVC_COLL_CHUNK ? len - off : KVC_COLL_CHUNK;
-        kvc_err e = do_round(&c, n ? vec + off : vec, n);
+        e = do_round(&c, n ? vec + off : vec, n);
         if (e) {
             if (why && e != KVC_E_PEER && e != KVC_E_TIMEDOUT)
                 memset(why, 0, sizeof *why);
@@ -387,8 +445,34 @@ KVC_API kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t 
     return KVC_OK;
 }
 
+KVC_API kvc_err kvc_allreduce_min_ex(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
+                                     uint8_t *vec, size_t len, uint32_t timeout_ms,
+                                     kvc_coll_failure *why)
+{
+    kvc_coll_opts o = {.timeout_ms = timeout_ms};
+    return kvc_allreduce_min_opt(seg, group, size, rank, vec, len, &o, why);
+}
+
 KVC_API kvc_err kvc_allreduce_min(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
                                   uint8_t *vec, size_t len, uint32_t timeout_ms)
 {
     return kvc_allreduce_min_ex(seg, group, size, rank, vec, len, timeout_ms, NULL);
+}
+
+KVC_API kvc_err kvc_coll_join(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank)
+{
+    kvc_err e = check_call(seg, size, rank);
+    kvc_coll_group *g;
+    return e ? e : group_of(seg, group, size, rank, &g, NULL);
+}
+
+KVC_API void kvc_coll_wake(kvc_segment *seg)
+{
+    if (!seg || !seg->coll)
+        return;
+    for (uint32_t i = 0; i < KVC_COLL_GROUPS; i++) {
+        kvc_coll_group *g = &seg->coll[i];
+        if ((atomic_load(&g->state) & 3) == KVC_COLL_READY && atomic_load(&g->sleepers))
+            kvc__futex_wake_all(round_futex(g));
+    }
 }

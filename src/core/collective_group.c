@@ -31,6 +31,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "collective_internal.h"
 
@@ -218,6 +219,16 @@ kvc_err kvc__coll_fail_round(uint64_t group, uint64_t gen, uint32_t rank, const 
                          list, (unsigned long long)group, lowest(n->ranks), n->what,
                          (unsigned long long)gen, tail);
     }
+    if (n->kind == NOTE_MISMATCH)
+        return kvc__fail(KVC_E_INVAL, "rank %s of group 0x%llx %s (generation %llu)%s", list,
+                         (unsigned long long)group, n->what, (unsigned long long)gen, tail);
+    if (n->kind == NOTE_GAVE_UP)
+        return kvc__fail(KVC_E_TIMEDOUT,
+                         "rank %s of group 0x%llx gave up the call before it completed: its "
+                         "caller stopped waiting (pid %d: interrupted, or closing its segment "
+                         "handle; generation %llu)%s",
+                         list, (unsigned long long)group, (int)n->pid, (unsigned long long)gen,
+                         tail);
     if (n->kind == NOTE_STUCK)
         return kvc__fail(KVC_E_TIMEDOUT,
                          "rank %s of group 0x%llx stayed inside an earlier round for more than "
@@ -269,7 +280,8 @@ kvc_err kvc__coll_fail_broken(kvc_coll_group *g, uint64_t b, uint32_t rank, kvc_
     note n;
     uint64_t gen = kvc__coll_broken_note(g, b, &n);
     if (n.ranks)
-        return kvc__coll_fail_round(g->id, gen, rank, &n, TAIL_BROKEN, why);
+        return kvc__coll_fail_round(g->id, gen, rank, &n,
+                                    n.kind == NOTE_MISMATCH ? TAIL_MISMATCH : TAIL_BROKEN, why);
     if (why) {
         why->group = g->id;
         why->generation = gen;
@@ -361,6 +373,33 @@ static kvc_err fail_mixed(kvc_coll_group *g, uint32_t rank, uint64_t live, uint6
                      llist, lo, (int)atomic_load(&g->member[lo].pid));
 }
 
+/* A joiner of size differs from live group g's size (procs lock held): a
+ * size mismatch, told at once to every rank - the epoch is recorded broken
+ * with the joiner's note (in its member, unclaimed: only joiners, under
+ * the procs lock, write there) and the round in progress aborted, so its
+ * waiters and every later call fail naming the mismatch; the joiner gets
+ * the same error.  When the joiner's rank is held by a live process the
+ * note cannot be written: the joiner alone is told. */
+static kvc_err size_mismatch(kvc_coll_group *g, uint32_t size, uint32_t rank)
+{
+    note n = {.ranks = 1ull << rank, .kind = NOTE_MISMATCH, .pid = (int32_t)getpid()};
+    snprintf(n.what, sizeof n.what,
+             "called with size %u, the group's ranks with size %u: a size mismatch (every rank "
+             "of a group must give the same size)",
+             size, g->size);
+    uint64_t w = atomic_load(&g->round), gen = w_gen(w);
+    kvc_coll_member *m = &g->member[rank];
+    if (!atomic_load(&m->owner) && !atomic_load(&g->broken)) {
+        kvc__coll_note_write(m, gen, &n);
+        kvc__coll_mark_broken(g, rank, gen);
+        /* A round completed meanwhile is left alone: the next one fails at
+         * its start (broken), or in its wait (check_peers). */
+        while (w_gen(w) == gen && !w_decided(w, g->size))
+            w = kvc__coll_try_abort(g, rank, gen, w, &n);
+    }
+    return kvc__coll_fail_round(g->id, gen, rank, &n, TAIL_MISMATCH, NULL);
+}
+
 /* Find, create or re-form group id and claim member rank for this process
  * (procs lock taken): the rules at the top. */
 kvc_err kvc__coll_join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t rank, uint64_t me,
@@ -385,11 +424,9 @@ kvc_err kvc__coll_join(kvc_segment *seg, uint64_t id, uint32_t size, uint32_t ra
                          seg->name, KVC_COLL_GROUPS);
     }
     if (g->size != size) {
+        e = size_mismatch(g, size, rank);
         kvc__unlock(seg, KVC_LOCK_PROCS);
-        return kvc__fail(KVC_E_INVAL,
-                         "kvc_allreduce_min: size %u differs from group 0x%llx's size %u (set "
-                         "by the first call of its epoch, whose ranks still live)",
-                         size, (unsigned long long)id, g->size);
+        return e;
     }
     kvc_coll_member *m = &g->member[rank];
     uint64_t cur = atomic_load(&m->owner);

@@ -83,7 +83,10 @@ static inline kvc_coll_group *find_group(kvc_segment *seg, uint64_t id)
 
 /* ---- abort notes -------------------------------------------------------- */
 
-enum { NOTE_LATE = 0, NOTE_DEAD = 1, NOTE_STUCK = 2 };
+/* NOTE_GAVE_UP: the rank's caller stopped the wait (kvc_coll_opts.stop);
+ * NOTE_MISMATCH: a joiner's size differs from the group's (what says
+ * how). */
+enum { NOTE_LATE = 0, NOTE_DEAD = 1, NOTE_STUCK = 2, NOTE_GAVE_UP = 3, NOTE_MISMATCH = 4 };
 
 typedef struct note {
     uint64_t ranks;
@@ -96,6 +99,8 @@ typedef struct note {
 static inline int lowest(uint64_t ranks) { return ranks ? __builtin_ctzll(ranks) : -1; }
 
 #define TAIL_LATE "; this rank arrived after its peers gave up the call"
+#define TAIL_MISMATCH \
+    "; the group is re-formed once all its ranks died or left (kvcoord.h, kvc_allreduce_min)"
 #define TAIL_BROKEN                                                                        \
     "; no call of the group can complete without it: the group is re-formed once all its " \
     "ranks died or left (kvcoord.h, kvc_allreduce_min)"
