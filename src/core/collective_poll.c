@@ -18,15 +18,15 @@
  * the room was reclaimed, its record in the ring of recent failures. */
 static bool failed_by_kvcoord(kvc_segment *seg, uint64_t room)
 {
-    kvc_room_info ri;
-    kvc_err e = kvc_room_get(seg, room, -1, &ri);
+    bool ours;
+    kvc_err e = kvc__room_failed_by_kvcoord(seg, room, &ours);
     if (e == KVC_OK)
-        return ri.state == KVC_POLL_FAILED && ri.has_failure && ri.failure.origin_pid == 0;
+        return ours;
     if (e != KVC_E_NOENT)
         return false; /* unreadable now: left as polled */
     kvc_failure_info *ring = malloc(KVC_FAILURE_RING * sizeof *ring);
     size_t n = 0;
-    bool ours = false;
+    ours = false;
     if (ring && kvc_failures_recent(seg, ring, KVC_FAILURE_RING, &n) == KVC_OK) {
         for (size_t i = 0; i < n && i < KVC_FAILURE_RING; i++)
             if (ring[i].room == room) { /* newest first */

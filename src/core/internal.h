@@ -274,6 +274,9 @@ int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint
  * a dead owner's, for inspect). */
 kvc_poll kvc__room_state(const kvc_room *r);
 kvc_room *kvc__room_find(kvc_segment *seg, uint64_t id);
+/* rooms_read.c, for kvc_poll_allreduce: whether kvcoord itself failed room
+ * (judged as kvc_room_get does); kvc_room_get's errors. */
+kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours);
 
 /* arena.c (rank lock held) */
 kvc_err kvc__arena_alloc(kvc_segment *seg, uint64_t bytes, uint64_t *off, uint64_t *blocks);

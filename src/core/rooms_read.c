@@ -360,3 +360,32 @@ KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info 
     *count = n;
     return KVC_OK;
 }
+
+/* kvc_poll_allreduce's read (collective_poll.c): whether kvcoord itself
+ * failed room - Failed with a record no rank process made - judging it as
+ * kvc_room_get() does (a dead participant or a TTL passed is applied under
+ * the lock first), copying only what that needs.  Errors: kvc_room_get's. */
+kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours)
+{
+    *ours = false;
+    KVC_ROOM_ARG(room);
+    uint64_t h = kvc__room_hash(room);
+    uint32_t s = kvc__room_stripe(h);
+    kvc_room copy, *where = NULL;
+    kvc_err e = read_unlocked(seg, s, h, room, &copy, &where);
+    if (e == KVC_E_NOENT)
+        return kvc__no_room(room);
+    kvc__verdict v;
+    if (!e)
+        judge(seg, where, &copy, &v);
+    if (e || v.what) { /* a writer inside, or something to apply: kvc_room_get's way */
+        kvc_room_info ri;
+        if ((e = kvc_room_get(seg, room, -1, &ri)))
+            return e;
+        *ours = ri.state == KVC_POLL_FAILED && ri.has_failure && ri.failure.origin_pid == 0;
+        return KVC_OK;
+    }
+    *ours = kvc__room_state(&copy) == KVC_POLL_FAILED && copy.has_failure &&
+            copy.failure.origin_pid == 0;
+    return KVC_OK;
+}

@@ -144,6 +144,7 @@ def ttl_fold(i, name, store, n):
 
     dist, utils, decode, common, mooncake = start(i, n, name, store)
     group = dist.new_group(backend="gloo")
+    decode.poll_and_all_reduce([], group)  # the handshake first: slow on a loaded machine
     m = mooncake.MooncakeKVManager(i)
     rcv = mooncake.MooncakeKVReceiver(m, ADDR, 2001)
     fresh = mooncake.MooncakeKVReceiver(m, ADDR, 2002)
