@@ -891,7 +891,11 @@ typedef struct kvc_coll_failure {
  *    which breaks the epoch).
  *  - KVC_E_INVAL: NULL seg, or vec NULL with len > 0; size 0 or above
  *    KVC_COLL_MAX_SIZE; rank >= size; size differing from the epoch's
- *    ("size 4 differs from group 0x2a's size 8"); a len or size differing
+ *    ("rank 1 of group 0x2a called with size 4, the group's ranks with size
+ *    8: a size mismatch ..."; when that rank is not held by a live process
+ *    the epoch is broken by it: the round in progress and every later call
+ *    fail at once on every rank with the same message, until its processes
+ *    are gone); a len or size differing
  *    between the ranks of one call (every rank of the call gets it, naming
  *    both: "rank 2 called with len 32, rank 0 with len 64"; the round
  *    counts); the rank held by another live process, or called from two

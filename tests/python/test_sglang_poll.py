@@ -5,12 +5,27 @@ sglang's original (the gloo MIN) of the same inputs, and so do the
 metadata-gate and staging variants in the same steps and the attention
 CP x TP one; a room kvcoord failed itself (the TTL) polls Failed on every
 rank in the same step.  Needs Segment.allreduce_min.
+
+Issue 30's rows, with real processes:
+- errors reaching sglang: with 32 groups in use in the segment, a new
+  group's poll is sglang's own (gloo), logged once, never FullError;
+  uninstall() while a poll waits returns at once, and that poll ends on
+  sglang's own path with the right answer;
+- rooms after a rank dies: rank 1 SIGKILLed after joining 1,500 of rank
+  0's 3,000 rooms: every one of the 3,000 is Failed when rank 0's poll
+  tells it, the 1,500 it never joined naming it.
 """
 
+import logging
+import os
 import random
+import signal
+import threading
+import time
 import unittest
 
-from kvctest import DEADLINE, SMALL
+import kvcoord
+from kvctest import DEADLINE, SMALL, collect, fork_children
 from sgltest import has_collective
 from test_sglang_ranks import ADDR, Segmented, path_of, start
 
@@ -187,6 +202,148 @@ class Variants(Segmented):
             self.assertIn("timed out after 0.3 s", reason)
             self.assertTrue(other)
         self.assertEqual(len({tuple(r[0]) for r in res}), 1)  # the same step's answer
+
+
+class Logged(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def full_segment(i, name, store, n):
+    dist, utils, decode, common, mooncake = start(i, n, name, store)
+    logged = Logged()
+    logging.getLogger("kvcoord.sglang").addHandler(logged)
+    group = dist.new_group(backend="gloo")
+    orig = utils.poll_and_all_reduce.__kvcoord_original__
+    pollers = [Poller(r) for r in range(1, 17)]
+    mine = random.Random(70 + i)
+    differ, errors = 0, []
+    for _ in range(20):
+        for p in pollers:
+            p.state = mine.randrange(5)
+        try:
+            got = decode.poll_and_all_reduce(pollers, group)
+        except Exception as e:  # must not happen: sglang's own path instead
+            errors.append("%s: %s" % (type(e).__name__, e))
+            continue
+        differ += got != orig(pollers, group)
+    return {"differ": differ, "errors": errors, "path": path_of(utils, group),
+            "warnings": [w for w in logged.lines if "FullError" in w]}
+
+
+def uninstalled_mid_poll(i, name, store, n):
+    dist, utils, decode, common, mooncake = start(i, n, name, store, timeout=DEADLINE)
+    import kvcoord.sglang as ksg
+
+    group = dist.new_group(backend="gloo")
+    orig = utils.poll_and_all_reduce.__kvcoord_original__
+    decode.poll_and_all_reduce([], group)  # the handshake: the group runs in the segment
+    pollers = [Poller(r) for r in range(1, 5)]
+    for k, p in enumerate(pollers):
+        p.state = (k + i) % 5
+    if i == 1:  # waits for rank 0 to have uninstalled, then sglang's own poll
+        dist.barrier()
+        return {"got": orig(pollers, group)}
+    out = {}
+
+    def poll():
+        try:
+            out["got"] = decode.poll_and_all_reduce(pollers, group)
+        except Exception as e:
+            out["got"] = "%s: %s" % (type(e).__name__, e)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    time.sleep(0.3)  # inside the poll's wait for rank 1
+    out["uninstalled"] = ksg.uninstall()
+    out["poll_still_waits"] = t.is_alive()  # rank 1 has not polled yet: gloo waits for it
+    dist.barrier()  # now rank 1 runs sglang's own poll
+    t.join(DEADLINE)
+    out["joined"] = not t.is_alive()
+    return out
+
+
+@unittest.skipUnless(has_collective(), "this build has no Segment.allreduce_min")
+class ErrorsReachingSglang(Segmented):
+    def test_33rd_group_falls_back_to_gloo(self):
+        holder = kvcoord.Segment(self.name, role="client")
+        try:
+            for gid in range(32):  # 32 groups with a live member: the segment is full
+                holder.allreduce_min(0x7700 + gid, 1, 0, b"")
+            with self.assertRaises(kvcoord.FullError):
+                holder.allreduce_min(0x7799, 1, 0, b"")
+            res = self.run_ranks(2, full_segment)
+        finally:
+            holder.close()
+        for i, r in enumerate(res):
+            self.assertEqual(r["errors"], [], i)
+            self.assertEqual(r["differ"], 0, i)
+            self.assertEqual(r["path"], "gloo", i)
+            self.assertEqual(len(r["warnings"]), 1, r["warnings"])  # logged once
+
+    def test_uninstall_does_not_wait_out_a_poll(self):
+        res = self.run_ranks(2, uninstalled_mid_poll)
+        want = [min(k % 5, (k + 1) % 5) for k in range(4)]
+        self.assertEqual(res[1]["got"], want)
+        self.assertEqual(res[0]["got"], want)  # ended on sglang's own path
+        self.assertTrue(res[0]["uninstalled"])
+        self.assertTrue(res[0]["poll_still_waits"])
+        self.assertTrue(res[0]["joined"])
+
+
+ROOMS = 3000
+
+
+def rank_dies(i, name, store, n):
+    dist, utils, decode, common, mooncake = start(i, n, name, store, timeout=DEADLINE)
+    group = dist.new_group(backend="gloo")
+    decode.poll_and_all_reduce([], group)  # the handshake
+    m = mooncake.MooncakeKVManager(i)
+    rooms = range(10000, 10000 + ROOMS)
+    if i == 1:  # joins the first half of rank 0's rooms, then is SIGKILLed
+        for room in rooms[:ROOMS // 2]:
+            mooncake.MooncakeKVSender(m, ADDR, room)
+        os.kill(os.getpid(), signal.SIGKILL)
+    senders = [mooncake.MooncakeKVSender(m, ADDR, room) for room in rooms]
+    try:
+        decode.poll_and_all_reduce(senders[:64], group)
+        return {"error": "the poll completed without rank 1"}
+    except kvcoord.CollectiveError as e:
+        told = [str(e), e.ranks, e.dead]
+    from kvcoord import _sgl_install
+
+    seg = _sgl_install.active_bridge().segment
+    states, reasons = {}, {}
+    for room in rooms:  # read at once: nothing waits for the TTL
+        info = seg.room_get(room, 0)
+        states[int(info.state)] = states.get(int(info.state), 0) + 1
+        if room in (rooms[0], rooms[-1]):
+            reasons[room] = info.failure.reason if info.failure else None
+    return {"told": told, "states": states, "joined": reasons[rooms[0]],
+            "never_joined": reasons[rooms[-1]], "pid_check": os.getpid()}
+
+
+@unittest.skipUnless(has_collective(), "this build has no Segment.allreduce_min")
+class RoomsAfterARankDies(Segmented):
+    def capacities(self):
+        return dict(SMALL, max_rooms=8192)
+
+    def test_rooms_it_never_joined_fail_at_once(self):
+        kids = fork_children(2, rank_dies, self.name, self.store, 2)
+        reports = collect(kids)
+        self.assertNotIn("result", reports[1])  # SIGKILLed: no report
+        self.assertNotIn("error", reports[0], reports[0].get("error"))
+        r = reports[0]["result"]
+        self.assertNotIn("error", r, r.get("error"))
+        self.assertEqual(r["told"][1:], [[1], True], r["told"][0])
+        self.assertEqual(r["states"], {"0": ROOMS})  # every room Failed (JSON keys)
+        self.assertIn("rank 1", r["joined"])
+        self.assertIn("rank 1 (pid %d) of this room's TP group died before it joined room %d"
+                      % (kids[1][0], 10000 + ROOMS - 1), r["never_joined"])
 
 
 if __name__ == "__main__":
