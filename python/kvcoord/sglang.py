@@ -17,9 +17,15 @@
       rank"; a room kvcoord failed itself says so (which rank died and how;
       "timed out after N s" for the room TTL);
     * each followed room is a segment room, released when sglang clears it;
-    * the poll all-reduces are one MIN over the group in the segment
-      (Segment.allreduce_min) when every rank of the group is on this
-      node's segment, else sglang's original (gloo), said once in the log.
+    * the poll all-reduces are one C call (Segment.poll_allreduce: the
+      rooms kvcoord failed fold to Failed, then one MIN over the group in
+      the segment) when every rank of the group is on this node's segment
+      and could join its group, else sglang's original (gloo), said once in
+      the log; a dead rank's CollectiveError and a mismatch between the
+      ranks' calls are raised, any other kvcoord error makes that step and
+      the group's later ones sglang's own (logged once);
+    * when the poll reports a TP rank dead, the followed rooms it never
+      joined fail at once (kvcoord._sgl_poll's docstring).
 - KVStatusBook(segment, rank, participants) and poll_and_all_reduce(pollers,
   book): the same bookkeeping for programs without sglang (thin wrappers
   with sglang's semantics).
