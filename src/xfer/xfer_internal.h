@@ -281,6 +281,7 @@ struct kvt_verbs {
     uint16_t lid;
     bool is_roce;
     enum ibv_mtu active_mtu;
+    int max_qp_init_rd_atom, max_qp_rd_atom; /* ibv_query_device: READ depths */
     char dev[64];
     bool cq_armed, async_armed; /* POLL_ADD in flight */
     bool dead;                  /* device-fatal event seen */

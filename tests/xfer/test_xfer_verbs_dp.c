@@ -26,6 +26,7 @@ static kvt_qp_rec roce_rec(void)
     r.mtu = IBV_MTU_1024;
     r.is_roce = 1;
     r.gid_index = 3;
+    r.rd_atom = 16;
     return r;
 }
 
@@ -42,6 +43,7 @@ static void test_qp_rec_roundtrip(void **state)
     assert_int_equal(d.mtu, IBV_MTU_1024);
     assert_int_equal(d.is_roce, 1);
     assert_int_equal(d.gid_index, 3);
+    assert_int_equal(d.rd_atom, 16);
     assert_memory_equal(d.gid, r.gid, 16);
     /* InfiniBand: a LID, no GID needed. */
     kvt_qp_rec ib = {.qpn = 7, .psn = 1, .lid = 0x11, .mtu = IBV_MTU_4096};
@@ -77,7 +79,7 @@ static void test_qp_rec_refusals(void **state)
     assert_int_equal(kvt_qp_rec_decode(b, KVT_QPREC_LEN, &d, err, sizeof err), -1);
     assert_non_null(strstr(err, "version 2"));
     kvt_qp_rec_encode(&r, b);
-    b[3] = 1;
+    b[2] = 2; /* is_roce is 0 or 1 (byte 3 is rd_atom, any value) */
     assert_int_equal(kvt_qp_rec_decode(b, KVT_QPREC_LEN, &d, err, sizeof err), -1);
     assert_non_null(strstr(err, "reserved"));
     kvt_qp_rec x = r;
@@ -149,6 +151,64 @@ static void test_qp_attrs_roce(void **state)
     assert_int_equal(a.rnr_retry, KVT_QP_RNR_RETRY);
     assert_true(mask & IBV_QP_SQ_PSN);
     assert_true(mask & IBV_QP_RETRY_CNT);
+}
+
+/* RDMA READ: remote read granted at INIT, the depths from the device's
+ * attributes (responder resources at RTR, initiator depth at RTS bounded
+ * by the peer's responder resources), a device that cannot initiate READs
+ * refused with a reason. */
+static void test_qp_read_depths(void **state)
+{
+    (void)state;
+    kvt_qp_local l = {
+        .port = 1, .gid_index = 5, .is_roce = true, .active_mtu = IBV_MTU_4096, .psn = 1};
+    kvt_qp_rd_depths(16, 8, &l);
+    assert_int_equal(l.init_depth, 16);
+    assert_int_equal(l.resp_depth, 8);
+    struct ibv_qp_attr a;
+    int mask;
+    char err[200];
+    kvt_qp_init_attr(&l, &a, &mask);
+    assert_true(a.qp_access_flags & IBV_ACCESS_REMOTE_READ);
+    assert_true(a.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
+    kvt_qp_rec p = roce_rec();
+    assert_int_equal(kvt_qp_rtr_attr(&l, &p, &a, &mask, err, sizeof err), 0);
+    assert_int_equal(a.max_dest_rd_atomic, 8);
+    assert_true(mask & IBV_QP_MAX_DEST_RD_ATOMIC);
+    l.peer_resp_depth = 4; /* the peer serves 4 at once: no more in flight */
+    kvt_qp_rts_attr(&l, &a, &mask);
+    assert_int_equal(a.max_rd_atomic, 4);
+    assert_true(mask & IBV_QP_MAX_QP_RD_ATOMIC);
+    l.peer_resp_depth = 64; /* ours is the bound */
+    kvt_qp_rts_attr(&l, &a, &mask);
+    assert_int_equal(a.max_rd_atomic, 16);
+    l.peer_resp_depth = 0; /* an engine older than READ: 1 */
+    kvt_qp_rts_attr(&l, &a, &mask);
+    assert_int_equal(a.max_rd_atomic, 1);
+    assert_int_equal(kvt_qp_read_ok(&l, err, sizeof err), 0);
+    kvt_qp_rd_depths(1000, -3, &l); /* clamped */
+    assert_int_equal(l.init_depth, 255);
+    assert_int_equal(l.resp_depth, 0);
+    assert_int_equal(kvt_qp_rtr_attr(&l, &p, &a, &mask, err, sizeof err), 0);
+    assert_int_equal(a.max_dest_rd_atomic, 1); /* at least one */
+    kvt_qp_rd_depths(0, 16, &l);
+    l.peer_resp_depth = 16;
+    kvt_qp_rts_attr(&l, &a, &mask);
+    assert_int_equal(a.max_rd_atomic, 0);
+    assert_int_equal(kvt_qp_read_ok(&l, err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot initiate RDMA READ"));
+    /* The record carries the responder depth. */
+    uint8_t b[KVT_QPREC_LEN];
+    kvt_qp_rec d;
+    p.rd_atom = 8;
+    kvt_qp_rec_encode(&p, b);
+    assert_int_equal(b[3], 8);
+    assert_int_equal(kvt_qp_rec_decode(b, sizeof b, &d, err, sizeof err), 0);
+    assert_int_equal(d.rd_atom, 8);
+    /* wr_id tags: four kinds in the low bits of an aligned pointer. */
+    static _Alignas(16) char obj[16];
+    assert_int_equal(kvt_wrid_tag(kvt_wrid(obj, KVT_WRID_READ)), KVT_WRID_READ);
+    assert_ptr_equal(kvt_wrid_ptr(kvt_wrid(obj, KVT_WRID_READ)), obj);
 }
 
 static void test_qp_attrs_ib_and_mismatch(void **state)
@@ -431,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_qp_rec_roundtrip),
         cmocka_unit_test(test_qp_rec_refusals),
         cmocka_unit_test(test_qp_attrs_roce),
+        cmocka_unit_test(test_qp_read_depths),
         cmocka_unit_test(test_qp_attrs_ib_and_mismatch),
         cmocka_unit_test(test_wc_first_failure_wins),
         cmocka_unit_test(test_wc_access_error),

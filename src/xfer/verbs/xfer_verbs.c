@@ -72,6 +72,13 @@ static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, 
         kvt__str(why, cap, "RDMA device %s skipped: %s", name, gw);
         return -1;
     }
+    struct ibv_device_attr da;
+    if (ibv_query_device(v->ctx, &da)) {
+        kvt__str(why, cap, "RDMA device %s skipped: ibv_query_device: %s", name, strerror(errno));
+        return -1;
+    }
+    v->max_qp_init_rd_atom = da.max_qp_init_rd_atom;
+    v->max_qp_rd_atom = da.max_qp_rd_atom;
     v->gid_index = idx;
     v->lid = pa.lid;
     v->is_roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
@@ -164,8 +171,9 @@ void kvt__verbs_close(kvt_engine *e)
 
 kvc_err kvt__verbs_reg(kvt_engine *e, kvt_region *r)
 {
-    struct ibv_mr *mr = ibv_reg_mr(e->verbs->pd, (void *)(uintptr_t)r->addr, r->len,
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    struct ibv_mr *mr =
+        ibv_reg_mr(e->verbs->pd, (void *)(uintptr_t)r->addr, r->len,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     if (!mr)
         return kvt__reg_error(errno ? errno : ENOMEM, r->addr, r->len, "ibv_reg_mr");
     r->mr = mr;

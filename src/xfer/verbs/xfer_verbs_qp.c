@@ -12,6 +12,8 @@
  *   3. the sender takes its QP RTR->RTS; the peer's backlog of writes is
  *      posted as RDMA WRITEs (every run was checked against our regions
  *      and the peer's descriptor at submit; lkey and rkey come from them);
+ *      (reads: each run of a READ request is an RDMA READ from the peer's
+ *      region into ours; the room ends when every one completed);
  *   4. once every WRITE of a closed room completed, one SEND carries the
  *      room, its write count and bytes; RC delivers it after the WRITEs,
  *      so its receive completion tells the receiver the data is in place,
@@ -160,6 +162,7 @@ static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
                               .is_roce = v->is_roce,
                               .active_mtu = v->active_mtu,
                               .psn = (uint32_t)(kvc__mono_ns() ^ (uint64_t)random()) & 0xffffffu};
+    kvt_qp_rd_depths(v->max_qp_init_rd_atom, v->max_qp_rd_atom, &q->local);
     q->next = v->qps;
     v->qps = q;
     v->nqps++;
@@ -194,6 +197,7 @@ static int vqp_connect(kvt_vqp *q, const kvt_qp_rec *r, char *err, size_t cap)
         kvt__str(err, cap, "ibv_modify_qp INIT->RTR (peer QPN %u): %s", r->qpn, strerror(errno));
         return -1;
     }
+    q->local.peer_resp_depth = r->rd_atom;
     kvt_qp_rts_attr(&q->local, &a, &mask);
     if (ibv_modify_qp(q->qp, &a, mask)) {
         kvt__str(err, cap, "ibv_modify_qp RTR->RTS: %s", strerror(errno));
@@ -211,7 +215,8 @@ static void send_qp_info(kvt_engine *e, kvt_conn *c, kvt_vqp *q)
                     .lid = v->lid,
                     .mtu = (uint8_t)v->active_mtu,
                     .is_roce = v->is_roce,
-                    .gid_index = (uint16_t)v->gid_index};
+                    .gid_index = (uint16_t)v->gid_index,
+                    .rd_atom = q->local.resp_depth};
     memcpy(r.gid, v->gid.raw, 16);
     uint8_t buf[KVT_QPREC_LEN];
     kvt_qp_rec_encode(&r, buf);
@@ -308,7 +313,90 @@ static kvt_rregion *peer_region(kvt_peer *p, uint64_t addr, uint64_t len)
     return NULL;
 }
 
-/* Post p's backlog as RDMA WRITEs while its QP has room. */
+/* Take w off p's backlog: it was posted, or refused. */
+static void backlog_pop(kvt_peer *p, kvt_wr *w)
+{
+    p->bl_head = w->next;
+    if (!p->bl_head)
+        p->bl_tail = NULL;
+    w->next = NULL;
+    w->in_q = 0;
+}
+
+/* Post READ request w (first on p's backlog) as RDMA READs, one per run,
+ * local buffer and remote range checked again (regions may have changed
+ * since the submit).  0: posted or refused (w is off the backlog); -1: the
+ * peer failed (ibv_post_send), stop. */
+static int post_reads(kvt_engine *e, kvt_peer *p, kvt_vqp *q, kvt_wr *w)
+{
+    kvt_sroom *r = w->room;
+    char why[KVC_REASON_MAX + 1] = "";
+    int32_t code = EFAULT;
+    struct ibv_send_wr wrs[KVT_READ_ENTS_MAX];
+    struct ibv_sge sges[KVT_READ_ENTS_MAX];
+    if (kvt_qp_read_ok(&q->local, why, sizeof why))
+        code = EOPNOTSUPP;
+    for (uint32_t i = 0; !why[0] && i < w->nent; i++) {
+        const kvt_rent *t = &w->ent[i];
+        kvt_region *lr = kvt__region_find(e, t->laddr, t->len);
+        kvt_rregion *rr = peer_region(p, t->raddr, t->len);
+        if (!lr || !lr->mr || !rr) {
+            kvt__str(why, sizeof why,
+                     "RDMA READ of room %llu from peer %s refused before posting: %s range "
+                     "[0x%llx, +%llu) is not inside a registered region",
+                     (unsigned long long)r->room, p->sid, lr && lr->mr ? "remote" : "local",
+                     (unsigned long long)(lr && lr->mr ? t->raddr : t->laddr),
+                     (unsigned long long)t->len);
+            break;
+        }
+        sges[i] = (struct ibv_sge){
+            .addr = t->laddr, .length = (uint32_t)t->len, .lkey = ((struct ibv_mr *)lr->mr)->lkey};
+        wrs[i] = (struct ibv_send_wr){.wr_id = kvt_wrid(w, KVT_WRID_READ),
+                                      .next = i + 1 < w->nent ? &wrs[i + 1] : NULL,
+                                      .sg_list = &sges[i],
+                                      .num_sge = 1,
+                                      .opcode = IBV_WR_RDMA_READ,
+                                      .send_flags = IBV_SEND_SIGNALED};
+        wrs[i].wr.rdma.remote_addr = t->raddr;
+        wrs[i].wr.rdma.rkey = rr->rkey;
+    }
+    if (why[0] || r->failed) {
+        backlog_pop(p, w);
+        r->pending++; /* keep r across the release */
+        kvt__wr_release(e, w);
+        if (why[0])
+            kvt__sroom_fail(e, r, code, why);
+        r->pending--;
+        kvt__sroom_check(e, r);
+        return 0;
+    }
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(q->qp, wrs, &bad);
+    /* The WRs before `bad` were posted and will complete (or flush). */
+    uint32_t posted = rc ? (uint32_t)(bad - wrs) : w->nent;
+    backlog_pop(p, w);
+    if (posted) {
+        w->in_batch = 1; /* the HCA writes our memory until the last WC */
+        w->vleft = posted;
+        r->in_kernel++;
+        r->wc.posted += posted;
+        q->sq_used += posted;
+    }
+    if (rc) {
+        w->acked = 1; /* failed: no success is counted for it */
+        if (!posted) {
+            r->pending++;
+            kvt__wr_release(e, w);
+            r->pending--;
+        }
+        kvt__peer_fail(e, p, rc, "ibv_post_send (RDMA READ) to peer %s: %s", p->sid, strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* Post p's backlog as RDMA WRITEs (READ requests as RDMA READs) while its
+ * QP has room. */
 void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
 {
     kvt_vqp *q = p->vqp;
@@ -316,6 +404,13 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
         return;
     while (p->bl_head && q->sq_used < KVT_VQP_SQ) {
         kvt_wr *w = p->bl_head;
+        if (w->rbytes) { /* a READ request: one RDMA READ per run */
+            if (q->sq_used + w->nent > KVT_VQP_SQ)
+                return; /* when completions make room */
+            if (post_reads(e, p, q, w))
+                return;
+            continue;
+        }
         uint64_t raddr = kvt_get64(w->hdr + 32);
         uint64_t laddr = (uint64_t)(uintptr_t)w->payload;
         /* Checked at submit; checked again because regions may have been
@@ -431,6 +526,33 @@ static void send_wc_failed(kvt_engine *e, kvt_vqp *q, kvt_sroom *r, const struct
     }
 }
 
+/* A WC of one RDMA READ of request w: the request is done when every one
+ * of its READs completed; a failed one fails the room (and the peer). */
+static void on_read_wc(kvt_engine *e, kvt_vqp *q, kvt_wr *w, const struct ibv_wc *wc)
+{
+    kvt_sroom *r = w->room;
+    r->pending++; /* keep r across the failure and the release */
+    if (wc->status == IBV_WC_SUCCESS) {
+        kvt_wc_note(&r->wc, IBV_WC_SUCCESS, 0, wc->byte_len, "RDMA READ", r->peer->sid, NULL, 0);
+    } else {
+        w->acked = 1;
+        send_wc_failed(e, q, r, wc, 0, "RDMA READ");
+    }
+    if (--w->vleft == 0) {
+        w->in_batch = 0;
+        r->in_kernel--;
+        if (!w->acked && !r->failed) {
+            r->acked_writes++;
+            r->acked_bytes += w->rbytes;
+            e->st.reads_done++;
+            e->st.bytes_read += w->rbytes;
+        }
+        kvt__wr_release(e, w);
+    }
+    r->pending--;
+    kvt__sroom_check(e, r);
+}
+
 static void on_send_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
 {
     q->sq_used--;
@@ -457,6 +579,10 @@ static void on_send_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
     }
     kvt_wr *w = kvt_wrid_ptr(wc->wr_id);
     kvt_sroom *r = w->room;
+    if (kvt_wrid_tag(wc->wr_id) == KVT_WRID_READ) {
+        on_read_wc(e, q, w, wc);
+        return;
+    }
     w->in_batch = 0;
     r->in_kernel--;
     if (wc->status == IBV_WC_SUCCESS) {

@@ -15,6 +15,7 @@ void kvt_qp_rec_encode(const kvt_qp_rec *r, uint8_t out[KVT_QPREC_LEN])
     out[0] = KVT_QPREC_VERSION;
     out[1] = r->mtu;
     out[2] = r->is_roce ? 1 : 0;
+    out[3] = r->rd_atom;
     kvt_put32(out + 4, r->qpn);
     kvt_put32(out + 8, r->psn);
     out[12] = (uint8_t)r->lid;
@@ -45,12 +46,13 @@ int kvt_qp_rec_decode(const uint8_t *b, size_t len, kvt_qp_rec *r, char *err, si
     }
     r->mtu = b[1];
     r->is_roce = b[2];
+    r->rd_atom = b[3];
     r->qpn = kvt_get32(b + 4);
     r->psn = kvt_get32(b + 8);
     r->lid = (uint16_t)(b[12] | (b[13] << 8));
     r->gid_index = (uint16_t)(b[14] | (b[15] << 8));
     memcpy(r->gid, b + 16, 16);
-    if (b[2] > 1 || b[3]) {
+    if (b[2] > 1) {
         snprintf(err, cap, "QP record: reserved bits set");
         return -1;
     }
@@ -83,7 +85,7 @@ void kvt_qp_init_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask)
     a->qp_state = IBV_QPS_INIT;
     a->pkey_index = 0;
     a->port_num = l->port;
-    a->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    a->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 }
 
@@ -112,7 +114,7 @@ int kvt_qp_rtr_attr(const kvt_qp_local *l, const kvt_qp_rec *p, struct ibv_qp_at
     a->path_mtu = (enum ibv_mtu)(p->mtu < l->active_mtu ? p->mtu : l->active_mtu);
     a->dest_qp_num = p->qpn;
     a->rq_psn = p->psn;
-    a->max_dest_rd_atomic = 1;
+    a->max_dest_rd_atomic = l->resp_depth ? l->resp_depth : 1;
     a->min_rnr_timer = KVT_QP_MIN_RNR_TIMER;
     a->ah_attr.port_num = l->port;
     a->ah_attr.sl = 0;
@@ -142,9 +144,26 @@ void kvt_qp_rts_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask)
     a->timeout = KVT_QP_TIMEOUT;
     a->retry_cnt = KVT_QP_RETRY;
     a->rnr_retry = KVT_QP_RNR_RETRY;
-    a->max_rd_atomic = 1;
+    uint8_t peer = l->peer_resp_depth ? l->peer_resp_depth : 1;
+    a->max_rd_atomic = l->init_depth < peer ? l->init_depth : peer;
     *mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
             IBV_QP_MAX_QP_RD_ATOMIC;
+}
+
+static uint8_t clamp_depth(int v) { return v <= 0 ? 0 : v > 255 ? 255 : (uint8_t)v; }
+
+void kvt_qp_rd_depths(int max_qp_init_rd_atom, int max_qp_rd_atom, kvt_qp_local *l)
+{
+    l->init_depth = clamp_depth(max_qp_init_rd_atom);
+    l->resp_depth = clamp_depth(max_qp_rd_atom);
+}
+
+int kvt_qp_read_ok(const kvt_qp_local *l, char *err, size_t cap)
+{
+    if (l->init_depth)
+        return 0;
+    snprintf(err, cap, "the RDMA device cannot initiate RDMA READ (max_qp_init_rd_atom 0)");
+    return -1;
 }
 
 int kvt_wc_note(kvt_wc_tally *t, int status, uint32_t vendor_err, uint64_t bytes, const char *what,

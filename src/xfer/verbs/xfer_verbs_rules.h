@@ -37,10 +37,13 @@ typedef struct kvt_qp_rec {
     uint8_t mtu;        /* enum ibv_mtu of the port's active MTU, 1..5 */
     uint8_t is_roce;    /* link layer Ethernet (RoCE) rather than InfiniBand */
     uint16_t gid_index; /* the sender's own GID index (diagnostics only) */
+    uint8_t rd_atom;    /* the sender's responder resources: RDMA READs it
+                           serves at once on this QP (its max_dest_rd_atomic);
+                           0 from an engine older than READ: taken as 1 */
 } kvt_qp_rec;
 
 /* Encode r into out (KVT_QPREC_LEN bytes, little-endian):
- *   off 0 u8 version (KVT_QPREC_VERSION), 1 u8 mtu, 2 u8 is_roce, 3 u8 0,
+ *   off 0 u8 version (KVT_QPREC_VERSION), 1 u8 mtu, 2 u8 is_roce, 3 u8 rd_atom,
  *   4 u32 qpn, 8 u32 psn, 12 u16 lid, 14 u16 gid_index, 16 u8 gid[16]. */
 void kvt_qp_rec_encode(const kvt_qp_rec *r, uint8_t out[KVT_QPREC_LEN]);
 
@@ -59,7 +62,22 @@ typedef struct kvt_qp_local {
     bool is_roce;
     enum ibv_mtu active_mtu;
     uint32_t psn;
+    /* RDMA READ depths (kvt_qp_rd_depths): initiator (max_rd_atomic, from
+     * the device's max_qp_init_rd_atom), responder (max_dest_rd_atomic,
+     * from max_qp_rd_atom, sent to the peer in the QP record), and the
+     * peer's responder depth from its record (0: not known yet / old peer,
+     * taken as 1). */
+    uint8_t init_depth, resp_depth, peer_resp_depth;
 } kvt_qp_local;
+
+/* The READ depths of a QP from the device's attributes (ibv_query_device:
+ * max_qp_init_rd_atom, max_qp_rd_atom), clamped to 0..255; a negative
+ * attribute counts as 0. */
+void kvt_qp_rd_depths(int max_qp_init_rd_atom, int max_qp_rd_atom, kvt_qp_local *l);
+
+/* Whether RDMA READs may be posted on a QP of l: 0, or -1 with the reason
+ * in err (the device cannot initiate RDMA READ: max_qp_init_rd_atom 0). */
+int kvt_qp_read_ok(const kvt_qp_local *l, char *err, size_t cap);
 
 /* Transport timeout 4.096 us << 14 (67 ms) per try, 7 tries: a dead peer
  * fails a room with "transport retry counter exceeded" within about half
@@ -72,19 +90,24 @@ typedef struct kvt_qp_local {
 #define KVT_QP_RNR_RETRY 6
 #define KVT_QP_MIN_RNR_TIMER 31
 
-/* RESET -> INIT: port, pkey index 0, remote write allowed (the peer writes
- * into our registered regions; MRs grant it per region). */
+/* RESET -> INIT: port, pkey index 0, remote write and remote read allowed
+ * (the peer writes into and reads from our registered regions; MRs grant
+ * it per region). */
 void kvt_qp_init_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask);
 
 /* INIT -> RTR toward the peer described by p: path MTU the smaller of
- * both, the peer's QPN and PSN, and an address handle -- RoCE: global
+ * both, the peer's QPN and PSN, responder resources l->resp_depth (at
+ * least 1), and an address handle -- RoCE: global
  * (GRH) with the peer's GID and our GID index, hop limit 64; InfiniBand:
  * the peer's LID.  Returns 0, or -1 with the reason in err (link layers
  * differ, or a record decode would have refused). */
 int kvt_qp_rtr_attr(const kvt_qp_local *l, const kvt_qp_rec *p, struct ibv_qp_attr *a, int *mask,
                     char *err, size_t cap);
 
-/* RTR -> RTS: our PSN, timeout, retry counts, one outstanding RDMA read. */
+/* RTR -> RTS: our PSN, timeout, retry counts, and RDMA READs outstanding
+ * at once: the smaller of our initiator depth and the peer's responder
+ * depth (its record; 0 there counts as 1), at most 0 when our device
+ * cannot initiate reads. */
 void kvt_qp_rts_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask);
 
 /* ---- work completions of a room ---------------------------------------------- */
@@ -126,7 +149,7 @@ int kvt_async_classify(enum ibv_event_type t);
 
 /* A work request's wr_id: a pointer (malloc()ed, so 16-byte aligned)
  * tagged in its low bits with what it is.  Encoded and decoded only here. */
-enum { KVT_WRID_DATA = 0, KVT_WRID_NOTIFY = 1, KVT_WRID_RECV = 2 };
+enum { KVT_WRID_DATA = 0, KVT_WRID_NOTIFY = 1, KVT_WRID_RECV = 2, KVT_WRID_READ = 3 };
 static inline uint64_t kvt_wrid(const void *p, int tag)
 {
     return (uint64_t)(uintptr_t)p | (uint64_t)tag;
