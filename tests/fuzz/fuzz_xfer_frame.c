@@ -1,14 +1,21 @@
 /*
  * fuzz_xfer_frame.c - fuzz target: the transfer engine's wire decoding
- * (src/xfer_frame.c): kvt_frame_decode() and kvt_hello_decode().
+ * (src/xfer_frame.c): kvt_frame_decode(), kvt_hello_decode() and
+ * kvt_read_decode().
  *
  * The input is a byte stream as a TCP peer would send it.  It is cut into
  * frames the way the receiver's parser (xfer_rx.c, rx_parse) does: a
- * 40-byte header, then its payload (a WRITE's payload skipped, a control
- * payload collected up to KVT_CTL_MAX); the first refused header ends the
- * stream, as it ends the connection.  Checked:
+ * 40-byte header, then its payload (a WRITE's or READ_DATA's payload
+ * skipped, a control payload collected up to KVT_CTL_MAX, a DESC's up to
+ * KVT_DESC_FRAME_MAX); the first refused header ends the stream, as it
+ * ends the connection.  Checked:
  *   - a decoded header re-encodes to the same 40 bytes, and its payload
- *     length respects the limits (KVT_CTL_MAX, or max_write for WRITE);
+ *     length respects the limits (KVT_CTL_MAX; max_write for WRITE and
+ *     READ_DATA; KVT_DESC_FRAME_MAX for DESC);
+ *   - a READ payload (also any control payload tried as one): accepted
+ *     entries are 1..KVT_READ_ENTS_MAX, each of length 1..the cap, not
+ *     wrapping, their sum the reported total within its cap, and they are
+ *     the payload's bytes; a refused one leaves a reason;
  *   - a refused header leaves a NUL-terminated reason;
  *   - a decoded HELLO (also any control payload tried as one) re-encodes to
  *     the same bytes (the reserved flags word aside), its strings
@@ -49,6 +56,32 @@ static void check_hello(const uint8_t *p, size_t len)
              "HELLO does not re-encode to the same bytes");
 }
 
+static void check_read(const uint8_t *p, size_t len, uint64_t max_len, uint64_t max_total)
+{
+    kvt_read_ent ent[KVT_READ_ENTS_MAX];
+    uint64_t total = 0, sum = 0;
+    char err[200];
+    err[0] = '\0';
+    int n = kvt_read_decode(p, len, max_len, max_total, ent, &total, err, sizeof err);
+    if (n < 0) {
+        FZ_CHECK(memchr(err, 0, sizeof err) && err[0], "refused READ without a reason");
+        return;
+    }
+    FZ_CHECK(n >= 1 && n <= (int)KVT_READ_ENTS_MAX && (size_t)n * KVT_READ_ENT_LEN == len,
+             "READ of %zu bytes gave %d entries", len, n);
+    for (int i = 0; i < n; i++) {
+        FZ_CHECK(ent[i].len >= 1 && ent[i].len <= max_len, "entry %d length %llu accepted", i,
+                 (unsigned long long)ent[i].len);
+        FZ_CHECK(ent[i].addr + ent[i].len >= ent[i].addr, "entry %d wraps", i);
+        FZ_CHECK(ent[i].addr == kvt_get64(p + (size_t)i * KVT_READ_ENT_LEN) &&
+                     ent[i].len == kvt_get64(p + (size_t)i * KVT_READ_ENT_LEN + 8),
+                 "entry %d is not the payload's bytes", i);
+        sum += ent[i].len;
+    }
+    FZ_CHECK(sum == total && total <= max_total, "READ total %llu (sum %llu, cap %llu)",
+             (unsigned long long)total, (unsigned long long)sum, (unsigned long long)max_total);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -70,12 +103,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(!memcmp(again, p, KVT_HDR_LEN), "header does not re-encode to the same bytes");
         FZ_CHECK(f.type >= KVT_F_HELLO && f.type <= KVT_F_MAX, "type %u accepted", f.type);
         FZ_CHECK(strcmp(kvt_ftype_name(f.type), "unknown"), "known type without a name");
-        FZ_CHECK(f.len <= (f.type == KVT_F_WRITE ? max_write : KVT_CTL_MAX),
-                 "payload of %u bytes accepted for %s", f.len, kvt_ftype_name(f.type));
+        uint32_t lim = f.type == KVT_F_WRITE || f.type == KVT_F_READ_DATA ? max_write
+                       : f.type == KVT_F_DESC                             ? KVT_DESC_FRAME_MAX
+                                                                          : KVT_CTL_MAX;
+        FZ_CHECK(f.len <= lim, "payload of %u bytes accepted for %s", f.len,
+                 kvt_ftype_name(f.type));
         p += KVT_HDR_LEN, left -= KVT_HDR_LEN;
         size_t n = f.len < left ? f.len : left;
-        if (f.type != KVT_F_WRITE)
+        if (f.type != KVT_F_WRITE && f.type != KVT_F_READ_DATA && f.type != KVT_F_DESC) {
             check_hello(p, n); /* a truncated payload too: it must be refused cleanly */
+            check_read(p, n, max_write ? max_write : 1, f.addr ? f.addr : UINT64_MAX);
+        }
         p += n, left -= n;
     }
     if (left)

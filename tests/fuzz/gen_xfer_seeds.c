@@ -76,6 +76,32 @@ int main(int argc, char **argv)
     frame(KVT_F_DONE, 0, 0, 2, 42, 512, NULL);
     save(d, "client-room");
 
+    start(2); /* reads: client -> server, then the answers */
+    {
+        uint8_t req[3 * KVT_READ_ENT_LEN];
+        for (int i = 0; i < 3; i++) {
+            kvt_put64(req + i * KVT_READ_ENT_LEN, 0x7f0000100000ull + (uint64_t)i * 8192);
+            kvt_put64(req + i * KVT_READ_ENT_LEN + 8, 64);
+        }
+        hello(KVT_F_HELLO, 1, "10.0.0.1:16051", "");
+        frame(KVT_F_READ, sizeof req, 0, 1, 43, 192, req);
+        frame(KVT_F_READ_DATA, 192, 0, 1, 43, 3, data);
+        frame(KVT_F_READ_NACK, sizeof reason - 1, 14, 2, 43, 0, reason);
+        save(d, "read-exchange");
+        start(3); /* a READ whose entry wraps, then one of 0 bytes */
+        kvt_put64(req, UINT64_MAX - 10);
+        kvt_put64(req + 8, 64);
+        frame(KVT_F_READ, KVT_READ_ENT_LEN, 0, 1, 43, 64, req);
+        kvt_put64(req + 8, 0);
+        frame(KVT_F_READ, KVT_READ_ENT_LEN, 0, 2, 43, 0, req);
+        save(d, "read-bad-entries");
+        start(2); /* descriptor fetch: request, answer */
+        hello(KVT_F_DESC_REQ, 1, "", "tok");
+        static const char desc[] = "{\"session_id\":\"10.0.0.2:16051\",\"regions\":[]}";
+        frame(KVT_F_DESC, sizeof desc - 1, 0, 0, 0, 0, desc);
+        save(d, "desc-exchange");
+    }
+
     start(2); /* server -> client */
     hello(KVT_F_HELLO_OK, 1, "[2001:db8::1]:16051", "secret-token");
     frame(KVT_F_ACK, 0, 0, 2, 42, 2, NULL);
