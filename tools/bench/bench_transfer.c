@@ -5,7 +5,8 @@
  *
  *   kvcoord-bench transfer [--backend tcp|verbs|auto] [--block 1M]
  *       [--batch 16] [--working-set N] [--conns 2] [--depth 2] [--duration 4]
- *       [--pin S,R] [--listen H:P] [--json]
+ *       [--pin S,R] [--listen H:P] [--read] [--json]
+ *   kvcoord-bench transfer --rw [--block 64K] [--batch 256] [--rounds 5] ...
  *   kvcoord-bench kv [--backend ...] [--conns 2] [--depth 2] [--duration 4] [--json]
  *
  * transfer: each room is a batch of `batch` blocks of `block` bytes
@@ -20,7 +21,8 @@
  * head x 128 dim x bf16 per token, 4096 tokens in scattered pages of 16
  * tokens (16384 runs of 4 KiB, 64 MiB).  One summary line: GB/s (1e9
  * bytes), writes/s, room latency median and p99.  The receiver is a
- * forked process on the same host.
+ * forked process on the same host.  --read: the same blocks are read
+ * (kvt_submit_read) from the forked process into this one's memory.
  */
 #include <errno.h>
 #include <sched.h>
@@ -68,7 +70,7 @@ void bench_transfer_usage(FILE *out)
         "       kvcoord-bench transfer [--backend tcp|verbs|auto] [--block SIZE] [--batch N]\n"
         "                       [--working-set N] [--conns N] [--depth N] [--duration S]\n"
         "                       [--pin SENDER_CPU,RECEIVER_CPU] [--splice-min SIZE]\n"
-        "                       [--compare [--rounds N]]\n"
+        "                       [--compare [--rounds N]] [--read] [--rw [--rounds N]]\n"
         "                       [--listen HOST:PORT] [--json]\n"
         "       kvcoord-bench kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n");
 }
@@ -102,7 +104,8 @@ static void parse(int argc, char **argv, bt_args *a)
         {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'},  {"duration", 1, 0, 't'},
         {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},   {"working-set", 1, 0, 'w'},
         {"pin", 1, 0, 'p'},     {"help", 0, 0, 'h'},   {"splice-min", 1, 0, 's'},
-        {"compare", 0, 0, 'C'}, {"rounds", 1, 0, 'r'}, {0, 0, 0, 0}};
+        {"compare", 0, 0, 'C'}, {"rounds", 1, 0, 'r'}, {"read", 0, 0, 'R'},
+        {"rw", 0, 0, 'W'},      {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -118,17 +121,25 @@ static void parse(int argc, char **argv, bt_args *a)
             }
             a->block_given = 1;
             break;
-        case 'n': a->batch = (uint32_t)atoi(optarg); break;
+        case 'n':
+            a->batch = (uint32_t)atoi(optarg);
+            a->batch_given = 1;
+            break;
         case 'c':
             a->conns = (uint32_t)atoi(optarg);
             a->conns_given = 1;
             break;
-        case 'd': a->depth = (uint32_t)atoi(optarg); break;
+        case 'd':
+            a->depth = (uint32_t)atoi(optarg);
+            a->depth_given = 1;
+            break;
         case 'w':
             a->wset = (uint32_t)atoi(optarg);
             a->wset_given = 1;
             break;
         case 'C': a->compare = 1; break;
+        case 'R': a->read = 1; break;
+        case 'W': a->rw = 1; break;
         case 'r': a->rounds = atoi(optarg); break;
         case 'p':
             if (sscanf(optarg, "%d,%d", &a->pin_send, &a->pin_recv) != 2 || a->pin_send < 0 ||
@@ -158,8 +169,16 @@ static void parse(int argc, char **argv, bt_args *a)
         }
     }
     if (!a->batch || !a->conns || !a->depth || a->depth > 64 || a->duration <= 0 || a->rounds < 1 ||
-        (a->compare && a->kv))
+        (a->compare && a->kv) || (a->rw && (a->kv || a->compare)))
         usage();
+    if (a->rw) { /* sglang's call pattern: 64 KiB pages, 256 a call, one call at a time */
+        if (!a->block_given)
+            a->block = 64u << 10;
+        if (!a->batch_given)
+            a->batch = 256;
+        if (!a->depth_given)
+            a->depth = 1;
+    }
     if (a->compare && !a->wset_given)
         a->wset = 1; /* iperf3's working set: one buffer on each side */
     if (a->compare && !a->conns_given)
@@ -350,7 +369,8 @@ int bench_transfer_run(const bt_args *ap, bt_result *res)
         uint64_t t = kvc__mono_ns();
         while (t < end && inflight < a.depth) {
             start_of[next_room % 64] = kvc__mono_ns();
-            if (kvt_submit(e, peer, next_room, runs, nruns, 0)) {
+            if ((a.read ? kvt_submit_read : kvt_submit)(e, peer, next_room, runs, nruns,
+                                                        KVT_SUBMIT_NOROOM)) {
                 fprintf(stderr, "kvcoord-bench: submit: %s\n", kvc_last_error());
                 return abort_run(pid);
             }
@@ -393,7 +413,8 @@ int bench_transfer_run(const bt_args *ap, bt_result *res)
     qsort(lat, nlat, sizeof *lat, cmp_u64);
     double med = nlat ? (double)lat[nlat / 2] / 1e6 : 0,
            p99 = nlat ? (double)lat[(nlat * 99) / 100] / 1e6 : 0;
-    uint64_t bytes = s1.bytes_sent - s0.bytes_sent, writes = s1.writes_sent - s0.writes_sent;
+    uint64_t bytes = a.read ? s1.bytes_read - s0.bytes_read : s1.bytes_sent - s0.bytes_sent,
+             writes = a.read ? s1.reads_done - s0.reads_done : s1.writes_sent - s0.writes_sent;
     double gbs = (double)bytes / secs / 1e9, ops = (double)writes / secs;
     *res = (bt_result){.secs = secs,
                        .gbs = gbs,
@@ -428,7 +449,8 @@ static void print_result(const bt_args *ap, const bt_result *r)
     double cpu_per_gb = r->cpu_s_per_gb;
     const char *be = kvt_backend_name(r->backend);
     if (a.json)
-        printf("{\"mode\":\"%s\",\"backend\":\"%s\",\"block\":%llu,\"batch\":%u,\"working_set\":%u,"
+        printf("{\"mode\":\"%s\",\"op\":\"%s\",\"backend\":\"%s\",\"block\":%llu,\"batch\":%u,"
+               "\"working_set\":%u,"
                "\"conns\":%u,"
                "\"depth\":%u,"
                "\"duration_s\":%.3f,\"rooms\":%llu,\"rooms_failed\":%llu,\"room_bytes\":%llu,"
@@ -436,11 +458,11 @@ static void print_result(const bt_args *ap, const bt_result *r)
                "\"gb_per_s\":%.3f,\"cpu_s_per_gb\":%.3f,\"writes_per_s\":%.1f,\"latency_median_"
                "ms\":%.3f,\"latency_p99_"
                "ms\":%.3f}\n",
-               a.kv ? "kv" : "transfer", be, (unsigned long long)(a.kv ? KV_PAGE : a.block),
-               a.kv ? (unsigned)nruns : a.batch, a.kv ? 0 : slots, a.conns, a.depth, secs,
-               (unsigned long long)done_rooms, (unsigned long long)failed,
-               (unsigned long long)room_bytes, (unsigned long long)bytes, gbs, cpu_per_gb, ops, med,
-               p99);
+               a.kv ? "kv" : "transfer", a.read ? "read" : "write", be,
+               (unsigned long long)(a.kv ? KV_PAGE : a.block), a.kv ? (unsigned)nruns : a.batch,
+               a.kv ? 0 : slots, a.conns, a.depth, secs, (unsigned long long)done_rooms,
+               (unsigned long long)failed, (unsigned long long)room_bytes,
+               (unsigned long long)bytes, gbs, cpu_per_gb, ops, med, p99);
     else if (a.kv)
         printf("kv backend=%s request=%llu MiB (%zu runs of 4 KiB) conns=%u depth=%u: %.2f GB/s, "
                "%.0f writes/s, "
@@ -450,11 +472,12 @@ static void print_result(const bt_args *ap, const bt_result *r)
                (double)done_rooms / secs, med, p99, (unsigned long long)done_rooms,
                (unsigned long long)failed);
     else
-        printf("transfer backend=%s block=%llu batch=%u working-set=%u conns=%u depth=%u: %.2f "
+        printf("transfer %s backend=%s block=%llu batch=%u working-set=%u conns=%u depth=%u: %.2f "
                "GB/s, %.0f ops/s, batch latency median %.2f ms p99 %.2f ms (%llu batches, %llu "
                "failed)\n",
-               be, (unsigned long long)a.block, a.batch, slots, a.conns, a.depth, gbs, ops, med,
-               p99, (unsigned long long)done_rooms, (unsigned long long)failed);
+               a.read ? "read" : "write", be, (unsigned long long)a.block, a.batch, slots, a.conns,
+               a.depth, gbs, ops, med, p99, (unsigned long long)done_rooms,
+               (unsigned long long)failed);
 }
 
 int bench_transfer_main(int argc, char **argv)
@@ -464,6 +487,8 @@ int bench_transfer_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (a.compare)
         return bench_transfer_compare(&a);
+    if (a.rw)
+        return bench_transfer_rw(&a);
     bt_result r;
     int rc = bench_transfer_run(&a, &r);
     if (rc == 0 || r.bytes)

@@ -28,6 +28,10 @@ typedef struct bt_args {
     int wset_given; /* --working-set was given (compare defaults it to 1) */
     int conns_given;
     int block_given; /* --block was given (compare: that block only) */
+    int read;        /* --read: this process pulls the blocks (kvt_submit_read)
+                        from the forked one instead of writing them */
+    int rw;          /* --rw: rounds of iperf3, engine write, engine read */
+    int batch_given, depth_given;
 } bt_args;
 
 /* What one measurement gave. */
@@ -56,6 +60,14 @@ int bench_transfer_run(const bt_args *a, bt_result *res);
  * the medians per block.  Exit status as bench_transfer_main's, or 77 when iperf3 is
  * missing (or its server did not start). */
 int bench_transfer_compare(const bt_args *a);
+
+/* --rw (bench_transfer_cmp.c): a->rounds rounds, each measuring in a
+ * rotated order iperf3 -c -P1 -l 1 MiB, the engine writing and the engine
+ * reading the same scattered blocks (default 64 KiB x 256 per room, every
+ * block distinct, depth 1: one call at a time); prints each round and the
+ * medians with the ratios read / iperf3, write / iperf3, read / write.
+ * Exit status as bench_transfer_compare's. */
+int bench_transfer_rw(const bt_args *a);
 
 /* The same-block baseline of --compare (bench_sock.c): a plain blocking
  * send() loop of one a->block-sized buffer over one loopback TCP

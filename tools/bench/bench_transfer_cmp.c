@@ -312,3 +312,84 @@ int bench_transfer_compare(const bt_args *a)
     free(v);
     return rc ? 1 : 0;
 }
+
+/* ---- --rw: iperf3, engine write, engine read ----------------------------------- */
+
+enum { RW_IP, RW_WR, RW_RD, RW_COLS };
+
+int bench_transfer_rw(const bt_args *a)
+{
+    int port;
+    pid_t srv = iperf3_server(&port);
+    if (srv < 0) {
+        fprintf(stderr, "kvcoord-bench: --rw needs iperf3 (apt-get install iperf3), which did "
+                        "not start a server\n");
+        return 77;
+    }
+    int n = a->rounds, rc = 0;
+    double *v = calloc((size_t)n * RW_COLS, sizeof *v), *scratch = calloc((size_t)n, sizeof *v);
+    bt_args ip = *a;
+    ip.block = 1u << 20; /* iperf3 -l 1 MiB, one stream */
+    printf("transfer --rw: engine block %llu x %u per room (every block distinct), conns %u, "
+           "depth %u, %.1f s per run; iperf3 -P1 -l 1 MiB; %d rounds, order rotated\n",
+           (unsigned long long)a->block, a->batch, a->conns, a->depth, a->duration, n);
+    printf("%-5s %8s %8s %8s %8s %8s %8s\n", "round", "iperf3", "write", "read", "wr/ip", "rd/ip",
+           "rd/wr");
+    for (int r = 0; r < n && !rc && v && scratch; r++) {
+        double *row = v + (size_t)r * RW_COLS;
+        for (int k = 0; k < RW_COLS && !rc; k++) {
+            int which = (k + r) % RW_COLS;
+            if (which == RW_IP) {
+                cmp_fig f;
+                rc = iperf3_run(&ip, port, &f);
+                row[RW_IP] = f.gbs;
+            } else {
+                bt_args b = *a;
+                b.read = which == RW_RD;
+                bt_result res;
+                rc = bench_transfer_run(&b, &res) ? -1 : 0;
+                row[which] = res.gbs;
+            }
+        }
+        if (rc)
+            break;
+        printf("%-5d %8.2f %8.2f %8.2f %7.2fx %7.2fx %7.2fx\n", r + 1, row[RW_IP], row[RW_WR],
+               row[RW_RD], row[RW_WR] / row[RW_IP], row[RW_RD] / row[RW_IP],
+               row[RW_RD] / row[RW_WR]);
+        fflush(stdout);
+    }
+    kill(srv, SIGTERM);
+    waitpid(srv, NULL, 0);
+    if (!rc && v && scratch) {
+        double m[RW_COLS], rat[3];
+        for (int c = 0; c < RW_COLS; c++) {
+            for (int r = 0; r < n; r++)
+                scratch[r] = v[r * RW_COLS + c];
+            qsort(scratch, (size_t)n, sizeof *scratch, cmp_dbl);
+            m[c] = n % 2 ? scratch[n / 2] : (scratch[n / 2 - 1] + scratch[n / 2]) / 2;
+        }
+        for (int k = 0; k < 3; k++) { /* medians of the rounds' ratios */
+            for (int r = 0; r < n; r++) {
+                const double *row = v + (size_t)r * RW_COLS;
+                scratch[r] = k == 0   ? row[RW_WR] / row[RW_IP]
+                             : k == 1 ? row[RW_RD] / row[RW_IP]
+                                      : row[RW_RD] / row[RW_WR];
+            }
+            qsort(scratch, (size_t)n, sizeof *scratch, cmp_dbl);
+            rat[k] = n % 2 ? scratch[n / 2] : (scratch[n / 2 - 1] + scratch[n / 2]) / 2;
+        }
+        printf("median of %d rounds: iperf3 %.2f GB/s, engine write %.2f GB/s (%.2fx iperf3), "
+               "engine read %.2f GB/s (%.2fx iperf3, %.2fx write)\n",
+               n, m[RW_IP], m[RW_WR], rat[0], m[RW_RD], rat[1], rat[2]);
+        if (a->json)
+            printf("{\"mode\":\"rw\",\"block\":%llu,\"batch\":%u,\"conns\":%u,\"depth\":%u,"
+                   "\"rounds\":%d,\"iperf3_gb_per_s\":%.3f,\"write_gb_per_s\":%.3f,"
+                   "\"read_gb_per_s\":%.3f,\"write_ratio\":%.3f,\"read_ratio\":%.3f,"
+                   "\"read_write_ratio\":%.3f}\n",
+                   (unsigned long long)a->block, a->batch, a->conns, a->depth, n, m[RW_IP],
+                   m[RW_WR], m[RW_RD], rat[0], rat[1], rat[2]);
+    }
+    free(v);
+    free(scratch);
+    return rc ? 1 : 0;
+}
