@@ -230,6 +230,8 @@ class Transfers(EngineCase):
         m, a = self.local(size, seed=None)
         page = MiB
         order = []
+        # handshake done: the big write below is in flight at once
+        self.assertEqual(self.engine.transfer_sync_write(peer.sid, a, peer.addr, 4096), 0)
 
         def write():
             rc = self.engine.batch_transfer_sync_write(
@@ -238,8 +240,9 @@ class Transfers(EngineCase):
             order.append(("write", rc))
 
         t = threading.Thread(target=write)
+        sent = self.engine.stats()["bytes_sent"]
         t.start()
-        time.sleep(0.02)
+        wait_for(lambda: self.engine.stats()["bytes_sent"] > sent or order, "the write to start")
         rc = self.engine.unregister_memory(a)
         order.append(("unregister", rc))
         t.join()
