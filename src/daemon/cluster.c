@@ -103,6 +103,8 @@ static void *cluster_main(void *arg)
             wake = c->ses.next_keepalive;
         if (!c->ses.lease && c->ses.retry_at < wake)
             wake = c->ses.retry_at;
+        if (c->ses.lease && !c->ses.etcd_down_since && cluster__follow_due(c) < wake)
+            wake = cluster__follow_due(c) > now ? cluster__follow_due(c) : now;
         if ((c->tab.ndirty || c->rooms.npending) && c->ses.etcd_down_since &&
             c->ses.retry_at < wake)
             wake = c->ses.retry_at;
@@ -170,7 +172,8 @@ static void *cluster_main(void *arg)
         now = kvc__mono_ns();
         if (c->ses.lease && (!c->ses.etcd_down_since || now >= c->ses.retry_at)) {
             if (cluster__publish_dirty(c) || cluster__publish_rooms(c) ||
-                (c->ses.lease && cluster__pd_publish(c)))
+                (c->ses.lease && cluster__pd_publish(c)) ||
+                (c->ses.lease && cluster__follow_publish(c)))
                 c->ses.retry_at = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
         }
         /* Large records: the fetch thread's answers, and what to ask
@@ -180,6 +183,8 @@ static void *cluster_main(void *arg)
         cluster__fetch_free(fetched);
         cluster__fetch_due(c);
         check_confirmed(c, heard, watch_up);
+        cluster__follow_tick(c);
+        cluster__follow_count(c);
         if (c->ses.etcd_down_since && watch_up &&
             c->ses.watch_restarted_for != c->ses.etcd_down_since) {
             /* Requests fail while the stream looks fine: a member cut off
@@ -242,6 +247,8 @@ static void free_cluster(struct cluster *c)
     free(c->fig.nodes_copy);
     free(c->rooms.pending);
     free(c->rooms.pub);
+    cluster__follow_free(c);
+    free(c->follow.names);
     pd_mirror_free(c->pd.mirror);
     free(c->pd.published);
     while (c->in.q_head) {
@@ -346,9 +353,10 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     c->tab.nroles = 1;
     c->tab.list = calloc(c->cfg.max_ranks, sizeof *c->tab.list);
     c->rooms.pending = calloc(PENDING_ROOMS_MAX, sizeof *c->rooms.pending);
+    c->follow.names = calloc(FOLLOW_NODES, sizeof *c->follow.names);
     c->fx.multi = curl_multi_init();
     c->pd.mirror = pd_mirror_new();
-    if (!c->tab.list || !c->rooms.pending || !c->fx.multi || !c->pd.mirror) {
+    if (!c->tab.list || !c->rooms.pending || !c->fx.multi || !c->pd.mirror || !c->follow.names) {
         snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->cfg.max_ranks);
         free_cluster(c);
         return -1;

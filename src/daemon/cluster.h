@@ -109,16 +109,19 @@ struct cluster_stats {
     uint64_t mirror_writes, mirror_withdrawals;
     uint64_t fetches, fetch_failures, digest_mismatches;
     uint64_t rooms_published, rooms_lost_race, rooms_adopted;
-    int pd_published;             /* etcd holds this node's PD prefill table */
-    uint64_t unverified_since_ns; /* mirror not confirmed by etcd since; 0: current */
-    uint64_t confirmed_ns;        /* the watch last knew itself current (wall clock); 0: never */
-    int watch_up;                 /* the watch thread holds a stream */
-    char watch_endpoint[128];     /* the member of the stream (or of the last one) */
-    uint64_t mirror_dropped;      /* mirrored entries dropped after etcd stayed away */
-    int64_t revision;             /* newest etcd revision seen */
-    int name_conflict;            /* this node's name is held by another kvcoordd (its URL below) */
-    char name_holder[256];        /* as long as a node record's URL */
-    char endpoint[128];           /* member answering */
+    uint32_t rooms_followed;         /* rooms a local rank follows, published */
+    uint32_t rooms_shared;           /* (room, node) pairs other nodes follow */
+    uint64_t rooms_failed_node_left; /* rooms failed when a node sharing them left */
+    int pd_published;                /* etcd holds this node's PD prefill table */
+    uint64_t unverified_since_ns;    /* mirror not confirmed by etcd since; 0: current */
+    uint64_t confirmed_ns;           /* the watch last knew itself current (wall clock); 0: never */
+    int watch_up;                    /* the watch thread holds a stream */
+    char watch_endpoint[128];        /* the member of the stream (or of the last one) */
+    uint64_t mirror_dropped;         /* mirrored entries dropped after etcd stayed away */
+    int64_t revision;                /* newest etcd revision seen */
+    int name_conflict;     /* this node's name is held by another kvcoordd (its URL below) */
+    char name_holder[256]; /* as long as a node record's URL */
+    char endpoint[128];    /* member answering */
     char last_error[256];
 };
 

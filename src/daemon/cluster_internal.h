@@ -38,6 +38,8 @@
  *   cluster_fetch.c    large entries fetched from their origin, off the
  *                      cluster thread
  *   cluster_watch.c    the watch thread and the futex waiters
+ *   cluster_follow.c   which nodes follow which rooms: this node's published,
+ *                      the others' known, a departed node's shared rooms failed
  *   cluster_pd.c       the PD prefill tables: this node's published as one
  *                      record, the others' mirrored (pd_mirror.h)
  *   cluster_render.c   the figures: the readers' copy, /metrics, GET /cluster
@@ -246,6 +248,7 @@ struct cluster_session {
     uint64_t lease_granted_mono, next_keepalive, retry_at;
     uint32_t backoff_ms;
     uint64_t etcd_down_since;     /* monotonic; 0 while etcd answers */
+    uint64_t trouble_mono;        /* monotonic: a request to etcd last failed; 0: never */
     uint64_t watch_restarted_for; /* the etcd_down_since a fresh stream was asked for */
 };
 
@@ -277,6 +280,39 @@ struct cluster_rooms {
     size_t npending;
     struct published_room *pub; /* oldest first, from pub_head */
     size_t npub, pub_head, cap_pub;
+};
+
+/* One (room, node) pair of the remote map: node follows room. */
+struct follow_entry {
+    uint64_t room;
+    uint16_t node; /* index into cluster_follow.names */
+    uint8_t st;    /* free, used, tombstone (cluster_follow.c) */
+    uint8_t stale; /* snapshot bookkeeping */
+};
+
+#define FOLLOW_NODES 4096 /* node names the remote map tells apart */
+
+/* Which rooms this node follows (published as follows/<node>/<room>) and
+ * which rooms the other nodes follow (from the watch).  The cluster
+ * thread's alone. */
+struct cluster_follow {
+    kvc_room_info *list; /* scratch of kvc_room_list */
+    size_t cap_list;
+    uint64_t *cur, *pub; /* followed now / as etcd has them; sorted */
+    size_t ncur, npub, cap_pub;
+    uint64_t next_scan;       /* monotonic ns */
+    struct follow_entry *tab; /* open addressing, cap a power of two */
+    size_t cap, used, filled; /* filled: used + tombstones */
+    char (*names)[CLUSTER_NAME_MAX + 1];
+    unsigned nnames;
+    /* Nodes whose record etcd deleted right after this node's own trouble
+     * with etcd (an outage ends with every lease revoked that was not kept
+     * alive in time): their rooms fail at `due` unless the node is back. */
+    struct {
+        int node; /* index into names */
+        uint64_t due;
+    } left[64];
+    unsigned nleft;
 };
 
 /* The figures readers see (/metrics, GET /cluster): every field under
@@ -312,6 +348,7 @@ struct cluster {
     struct cluster_tables tab;
     struct cluster_peers peers;
     struct cluster_rooms rooms;
+    struct cluster_follow follow;
     struct cluster_figures fig;
     struct cluster_pd pd;
 };
@@ -341,14 +378,14 @@ static inline struct rslot *slot_at(const struct cluster *c, unsigned ti, uint32
 
 /* K_BAD: under ranks/, roles/ or parallelism/ but not a key of that form
  * (logged and skipped); K_OTHER: not ours to read (ignored). */
-enum key_kind { K_OTHER, K_BAD, K_NODE, K_ENTRY, K_ROOM, K_PD };
+enum key_kind { K_OTHER, K_BAD, K_NODE, K_ENTRY, K_ROOM, K_PD, K_FOLLOW };
 
 /* What a key names. */
 struct keyref {
     unsigned kind;                    /* K_ENTRY: enum entry_kind */
     char role[KVC_ROLE_NAME_MAX + 1]; /* K_ENTRY: the role ("target" for ranks/) */
-    char node[CLUSTER_NAME_MAX + 1];  /* K_NODE, K_ENTRY, K_PD */
-    uint64_t num;                     /* K_ENTRY: the rank; K_ROOM: the room */
+    char node[CLUSTER_NAME_MAX + 1];  /* K_NODE, K_ENTRY, K_PD, K_FOLLOW */
+    uint64_t num;                     /* K_ENTRY: the rank; K_ROOM, K_FOLLOW: the room */
 };
 
 /* A peer's record, checked field by field (what etcd holds is untrusted:
@@ -444,6 +481,33 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len);
 void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns);
 /* Publish the queued failures, create-only; 0, or -1 when etcd failed. */
 int cluster__publish_rooms(struct cluster *c);
+
+/* ---- cluster_follow.c ---------------------------------------------------- */
+
+/* A lease was granted: every followed room is put again. */
+void cluster__follow_session(struct cluster *c);
+/* When this node's rooms are looked at next (monotonic ns). */
+uint64_t cluster__follow_due(const struct cluster *c);
+/* When due, put (delete) follows/<node>/<room> for the rooms a local rank
+ * follows (no longer); 0, or -1 when etcd failed (sent again later). */
+int cluster__follow_publish(struct cluster *c);
+/* A follows/<node>/<room> key of another node put or deleted. */
+void cluster__follow_record(struct cluster *c, const char *node, uint64_t room, int is_delete);
+/* etcd deleted node's record (its lease ended): the rooms of this node's
+ * segment it followed fail, and its pairs are forgotten; deferred by the
+ * lease TTL + 1 s when this node had trouble with etcd within two TTLs
+ * (the node may be alive, its lease lapsed in the outage), and dropped if
+ * it comes back meanwhile (cluster__follow_node_back). */
+void cluster__follow_node_left(struct cluster *c, const char *node);
+void cluster__follow_node_back(struct cluster *c, const char *node);
+/* Fail the rooms of the deferred departures that are due. */
+void cluster__follow_tick(struct cluster *c);
+/* Around a snapshot's records: pairs not in it are forgotten. */
+void cluster__follow_snapshot_begin(struct cluster *c);
+void cluster__follow_snapshot_end(struct cluster *c);
+/* The figures' count of known pairs. */
+void cluster__follow_count(struct cluster *c);
+void cluster__follow_free(struct cluster *c);
 
 /* ---- cluster_mirror.c ---------------------------------------------------- */
 

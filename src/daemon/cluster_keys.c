@@ -91,7 +91,7 @@ static int parse_decimal(const char *s, uint64_t max, uint64_t *out)
 
 /* Split a key under the prefix: nodes/<n>, ranks/<n>/<rank>,
  * roles/<n>/<role>/<rank>, parallelism/<n>/<role>/<rank>, rooms/<id>,
- * pd/<n>.
+ * pd/<n>, follows/<n>/<room>.
  * *why: what is wrong with a K_BAD key. */
 enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struct keyref *k,
                                  const char **why)
@@ -110,6 +110,13 @@ enum key_kind cluster__parse_key(const struct cluster *c, const char *key, struc
     }
     if (!strncmp(p, "rooms/", 6))
         return parse_decimal(p + 6, UINT64_MAX, &k->num) ? K_OTHER : K_ROOM;
+    if (!strncmp(p, "follows/", 8)) {
+        p += 8;
+        if (take_segment(&p, k->node, sizeof k->node) != 1 || !cluster_name_ok(k->node) ||
+            parse_decimal(p, KVC_ROOM_ID_MAX, &k->num))
+            return K_OTHER;
+        return K_FOLLOW;
+    }
     if (!strncmp(p, "pd/", 3)) {
         if (!cluster_name_ok(p + 3)) {
             *why = "bad node name in the key";

@@ -42,6 +42,7 @@ static void node_put(struct cluster *c, const char *name, const etcd_kv *kv)
         n->seen_ns = kvc__now_ns();
         if (strcmp(name, c->cfg.node))
             log_event(LOG_INFO, "node_joined", "cluster=%s node=%s", c->cfg.cluster, name);
+        cluster__follow_node_back(c, name);
     }
     n->stale = 0;
     n->lease = kv->lease;
@@ -65,6 +66,7 @@ static void node_delete(struct cluster *c, const char *name)
                   "cluster=%s node=%s note=\"its lease ended (stopped, "
                   "killed or frozen past its TTL)\"",
                   c->cfg.cluster, name);
+    cluster__follow_node_left(c, name); /* the rooms it shared fail here */
     *n = c->peers.nodes[--c->peers.nnodes];
 }
 
@@ -225,6 +227,8 @@ void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n)
             cluster__adopt_room(c, ev[i].kv.value, ev[i].kv.value_len);
         } else if (kk == K_PD) {
             cluster__pd_record(c, k.node, &ev[i].kv, ev[i].is_delete);
+        } else if (kk == K_FOLLOW) {
+            cluster__follow_record(c, k.node, k.num, ev[i].is_delete);
         }
         pthread_mutex_lock(&c->fig.mu);
         if (ev[i].kv.mod_rev > c->fig.st.revision)
@@ -247,6 +251,7 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
     const char *why;
     int own_seen_node = 0;
     cluster__pd_snapshot_begin(c);
+    cluster__follow_snapshot_begin(c);
     for (size_t i = 0; i < n; i++)
         if (cluster__parse_key(c, kvs[i].key, &k, &why) == K_NODE) {
             node_put(c, k.node, &kvs[i]);
@@ -271,8 +276,11 @@ void cluster__handle_snapshot(struct cluster *c, const etcd_kv *kvs, size_t n, i
             cluster__adopt_room(c, kvs[i].value, kvs[i].value_len);
         else if (kk == K_PD)
             cluster__pd_record(c, k.node, &kvs[i], 0);
+        else if (kk == K_FOLLOW)
+            cluster__follow_record(c, k.node, k.num, 0);
     }
     cluster__pd_snapshot_end(c);
+    cluster__follow_snapshot_end(c);
     for (unsigned ti = 0; ti < NTABLES; ti++)
         for (uint32_t r = 0; c->tab.slots[ti] && r < c->cfg.max_ranks; r++) {
             struct rslot *s = c->tab.slots[ti][r];

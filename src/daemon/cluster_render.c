@@ -182,6 +182,13 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
     val(o, "kvcoord_cluster_room_failures_total", "{result=\"published\"}", s.rooms_published);
     val(o, "kvcoord_cluster_room_failures_total", "{result=\"lost_race\"}", s.rooms_lost_race);
     val(o, "kvcoord_cluster_room_failures_total", "{result=\"adopted\"}", s.rooms_adopted);
+    one(o, "kvcoord_cluster_rooms_followed", "gauge",
+        "Rooms a rank of this node follows, published for the other nodes.", s.rooms_followed);
+    one(o, "kvcoord_cluster_rooms_shared", "gauge",
+        "(room, node) pairs: rooms other nodes follow, as this node knows them.", s.rooms_shared);
+    one(o, "kvcoord_cluster_rooms_failed_node_left_total", "counter",
+        "Rooms of this node failed because another node that followed them left the cluster.",
+        s.rooms_failed_node_left);
     one(o, "kvcoord_cluster_mirror_unverified_seconds", "gauge",
         "Seconds the mirror has gone without etcd confirming it; 0 when current.",
         s.unverified_since_ns && now > s.unverified_since_ns
@@ -268,6 +275,12 @@ void cluster_render_json(struct cluster *c, struct buf *o)
     json_object_set_new(counts, "mirrored_parallelism_configs",
                         json_integer(s.mirrored_parallelism));
     json_object_set_new(counts, "records_skipped", json_integer((json_int_t)s.records_skipped));
+    /* Rooms across nodes: followed here, followed by others, failed when
+     * a node that followed them left. */
+    json_object_set_new(counts, "rooms_followed", json_integer(s.rooms_followed));
+    json_object_set_new(counts, "rooms_shared", json_integer(s.rooms_shared));
+    json_object_set_new(counts, "rooms_failed_node_left",
+                        json_integer((json_int_t)s.rooms_failed_node_left));
     /* The PD prefill tables: this node's published or not, the others'. */
     json_t *pd = pd_mirror_json(c->pd.mirror);
     json_object_set_new(

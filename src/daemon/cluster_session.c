@@ -23,6 +23,7 @@ void cluster__etcd_failed(struct cluster *c, const char *what)
     int first = !c->ses.etcd_down_since;
     if (first)
         c->ses.etcd_down_since = now;
+    c->ses.trouble_mono = now;
     pthread_mutex_lock(&c->fig.mu);
     c->fig.st.etcd_errors++;
     if (first) {
@@ -211,6 +212,7 @@ static int start_session(struct cluster *c)
             }
         }
     cluster__pd_session(c);
+    cluster__follow_session(c);
     uint64_t now = kvc__mono_ns();
     c->ses.lease_granted_mono = now;
     c->ses.next_keepalive = now + (uint64_t)c->cfg.ttl_s * 1000000000ull / 3;
@@ -244,7 +246,11 @@ void cluster__session_step(struct cluster *c)
     int64_t left = 0;
     if (etcd_lease_keepalive(c->ses.ec, c->ses.lease, &left)) {
         cluster__etcd_failed(c, "keepalive");
-        c->ses.next_keepalive = now + (uint64_t)cluster__next_backoff(c) * 1000000ull;
+        /* Retried at least every TTL/3: once etcd is back (it restores the
+         * leases with a fresh TTL), this live node's lease must not lapse
+         * for a backoff, which would fail the rooms it shares elsewhere. */
+        uint64_t ms = cluster__next_backoff(c), most = (uint64_t)c->cfg.ttl_s * 1000 / 3;
+        c->ses.next_keepalive = now + (ms < most ? ms : most) * 1000000ull;
         return;
     }
     cluster__etcd_answered(c);

@@ -28,3 +28,15 @@ set_tests_properties(cluster_pd PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77 
 # One etcd cluster at a time (tools/kvcoord.sh runs ctest -j2): two 3-member
 # clusters with their nodes on 2 cores miss their 1 s request deadlines.
 set_tests_properties(test_etcd_client cluster_nodes cluster_pd PROPERTIES RESOURCE_LOCK etcd)
+
+# Rooms across nodes (issue 28): what a decode TP group on node B sees, and
+# when, of a prefill TP group on node A (sglang-shaped rank processes,
+# sgl_ranks.py): a recorded failure with its reason, the prefill killed,
+# node A killed or frozen past its lease, an etcd member frozen, etcd down.
+if(TARGET kvcoord_python AND NOT KVCOORD_SANITIZE)
+  add_test(NAME cluster_shared_rooms
+    COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_shared_rooms.py --daemon $<TARGET_FILE:kvcoordd>
+            --pythonpath ${KVC_PY_BUILD_DIR})
+  set_tests_properties(cluster_shared_rooms PROPERTIES LABELS "cluster" SKIP_RETURN_CODE 77
+                       TIMEOUT 900 RESOURCE_LOCK etcd)
+endif()

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""test_shared_rooms.py - what the decode side sees, and when, across
+nodes (issue 28): two kvcoordd with --etcd on a real 3-member etcd, a
+prefill TP group of 2 on node A and a decode TP group of 2 on node B
+(sglang-shaped rank processes, sgl_ranks.py) following the same rooms.
+
+Each case prints its figure.  The only time asserted is the issue's
+contract for a node that leaves: its shared rooms fail within the lease
+TTL + 1 s of its death.
+
+Usage: test_shared_rooms.py --daemon KVCOORDD --pythonpath DIR [unittest args]"""
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clusterlib as cl  # noqa: E402
+
+ARGS = None
+ETCD = None
+TTL = 3
+RANKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sgl_ranks.py")
+
+
+def setUpModule():
+    global ETCD
+    ETCD = cl.Etcd().start()
+
+
+def tearDownModule():
+    if ETCD:
+        ETCD.close()
+
+
+class Ranks:
+    """One sglang-shaped rank process (sgl_ranks.py) on a node's segment."""
+
+    def __init__(self, mode, node, rank, size=2):
+        env = dict(os.environ, PYTHONPATH=ARGS.pythonpath)
+        self.proc = subprocess.Popen([sys.executable, RANKS, mode, node.segment, str(rank),
+                                      str(size)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env, bufsize=1)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def send(self, text):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def expect(self, prefix, timeout=30):
+        end = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.01, end - time.monotonic()))
+            if line.startswith(prefix):
+                return line
+
+    def open(self, *rooms):
+        self.send("open " + " ".join(map(str, rooms)))
+        self.expect("opened")
+
+    def fail(self, room, code, reason):
+        self.send("fail %d %d %s" % (room, code, reason))
+        return int(self.expect("failed").split()[2])
+
+    def failed(self, timeout):
+        """The next room this decode rank's poll found Failed (dict), or None."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                line = self.lines.get(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                return None
+            if line.startswith("{"):
+                return json.loads(line)
+        return None
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait()
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.send("exit")
+                self.proc.wait(10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except Exception:
+                pass
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.nodes, self.ranks = [], []
+        self.cluster = "s%d-%s" % (os.getpid(), self._testMethodName[5:30].replace("_", "-"))
+        self.tmp = tempfile.mkdtemp(prefix="kvc-sr-")
+
+    def tearDown(self):
+        for r in self.ranks:
+            r.close()
+        for n in self.nodes:
+            try:
+                n.stop()
+            except Exception:
+                pass
+            n.unlink()
+        if not os.environ.get("KVCOORD_KEEP_LOGS"):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def node(self, name, ttl=TTL):
+        n = cl.Node(ARGS.daemon, ETCD.endpoints, self.cluster, name, ttl=ttl, logdir=self.tmp)
+        self.nodes.append(n)
+        return n.start()
+
+    def group(self, mode, node):
+        rs = [Ranks(mode, node, r) for r in range(2)]
+        self.ranks += rs
+        return rs
+
+    def pd(self):
+        a, b = self.node("A"), self.node("B")
+        return a, b, self.group("prefill", a), self.group("decode", b)
+
+    def open_shared(self, a, b, prefill, decode, rooms):
+        for r in prefill + decode:
+            r.open(*rooms)
+        # Each node knows the other follows them (published under its lease).
+        ok, took = cl.wait_for(lambda: b.cluster_view()["counts"]["rooms_shared"] >= len(rooms)
+                               and a.cluster_view()["counts"]["rooms_shared"] >= len(rooms), 20)
+        self.assertTrue(ok, "rooms not known as shared: A %r, B %r" % (
+            a.cluster_view()["counts"], b.cluster_view()["counts"]))
+        return took
+
+    def all_failed(self, decode, rooms, timeout):
+        """{(rank, room): record} once every decode rank's poll saw every room Failed."""
+        seen = {}
+        end = time.monotonic() + timeout
+        for d in decode:
+            for _ in rooms:
+                rec = d.failed(max(0.1, end - time.monotonic()))
+                self.assertIsNotNone(rec, "decode rank never saw a room Failed; seen %r" % seen)
+                seen[(rec["rank"], rec["room"])] = rec
+        return seen
+
+
+class PrefillFailure(Base):
+    def test_record_failure_reaches_every_decode_rank_with_its_reason(self):
+        a, b, prefill, decode = self.pd()
+        rooms = list(range(1000, 1020))
+        self.open_shared(a, b, prefill, decode, rooms)
+        lat = []
+        for room in rooms:
+            reason = "KVTransferError: transfer of room %d to 10.0.0.7:17003 failed: " \
+                     "ibv_post_send WC status 12 (retry exceeded)" % room
+            t0 = prefill[1].fail(room, 110, reason)
+            for d in decode:
+                rec = d.failed(20)
+                self.assertIsNotNone(rec)
+                self.assertEqual(rec["room"], room)
+                f = rec["failure"]
+                self.assertEqual((f["origin_rank"], f["code"], f["reason"], f["origin_node"]),
+                                 (1, 110, reason, "A"))
+                self.assertEqual(f["origin_pid"], prefill[1].proc.pid)
+                self.assertTrue(f["from_another_node"])
+                self.assertTrue(f["is_from_another_rank"])  # rank 1 on B too: another node's
+                # sglang's failure_exception() through the bridge: the origin's words.
+                self.assertEqual(rec["raised"], {"reason": reason, "is_from_another_rank": True})
+                lat.append((rec["t_ns"] - t0) / 1e6)
+        st, room = b.room(rooms[0])
+        self.assertEqual(room["failure"]["origin_node"], "A")
+        self.assertTrue(room["failure"]["from_another_node"])
+        print("record_failure on A -> poll Failed on each of B's 2 decode ranks (5 ms poll), "
+              "%d rooms: median %.1f ms, p100 %.1f ms; load %s" % (
+                  len(rooms), pct(lat, 50), max(lat), os.getloadavg()[0]))
+
+    def test_prefill_processes_killed_named_with_their_node(self):
+        a, b, prefill, decode = self.pd()
+        rooms = [2000, 2001]
+        self.open_shared(a, b, prefill, decode, rooms)
+        pid = prefill[1].proc.pid
+        t0 = time.time_ns()
+        for p in prefill:
+            p.kill()
+        seen = self.all_failed(decode, rooms, 30)
+        reasons = {r["failure"]["reason"] for r in seen.values()}
+        for rec in seen.values():
+            self.assertEqual(rec["failure"]["origin_node"], "A")
+            self.assertIn("on node A) killed by signal 9", rec["failure"]["reason"])
+            self.assertTrue(rec["raised"]["is_from_another_rank"])
+            self.assertTrue(rec["raised"]["reason"].startswith("kvcoord failed room"))
+        took = max(r["t_ns"] for r in seen.values()) - t0
+        print("prefill ranks SIGKILLed (A's kvcoordd alive): every decode rank Failed after "
+              "%.1f ms: %s (pid %d)" % (took / 1e6, sorted(reasons), pid))
+
+
+class NodeLeaves(Base):
+    def check_node_left(self, dead, rooms, seen, t_death, ttl):
+        for rec in seen.values():
+            f = rec["failure"]
+            self.assertEqual(f["reason"], "node %s left the cluster (its lease ended)" % dead)
+            self.assertEqual(f["origin_node"], dead)
+            self.assertEqual(rec["raised"]["reason"], "kvcoord failed room %d: node %s left the "
+                             "cluster (its lease ended)" % (rec["room"], dead))
+        took = (max(r["t_ns"] for r in seen.values()) - t_death) / 1e9
+        self.assertLessEqual(took, ttl + 1.0, "the contract: within the lease TTL + 1 s")
+        return took
+
+    def test_prefill_node_killed_fails_shared_rooms_only(self):
+        a, b, prefill, decode = self.pd()
+        rooms = [3000, 3001, 3002]
+        self.open_shared(a, b, prefill, decode, rooms)
+        for d in decode:
+            d.open(3999)  # followed on B only
+        t0 = time.time_ns()
+        a.kill()
+        for p in prefill:
+            p.kill()
+        seen = self.all_failed(decode, rooms, TTL + 10)
+        took = self.check_node_left("A", rooms, seen, t0, TTL)
+        self.assertIsNone(decode[0].failed(1.0))  # room 3999 untouched
+        self.assertEqual(b.room(3999)[1]["state"], "Bootstrapping")
+        print("node A SIGKILLed (kvcoordd and prefill ranks): B's %d shared rooms Failed on "
+              "every decode rank after %.3f s (lease TTL %d s); B's own room untouched"
+              % (len(rooms), took, TTL))
+
+    def test_decode_node_killed_fails_the_prefills_rooms(self):
+        a, b, prefill, decode = self.pd()
+        rooms = [3100, 3101]
+        self.open_shared(a, b, prefill, decode, rooms)
+        t0 = time.time_ns()
+        b.kill()
+        for d in decode:
+            d.kill()
+
+        def failed_on_a():
+            return all(a.room(r)[1]["state"] == "Failed" for r in rooms)
+        ok, _ = cl.wait_for(failed_on_a, TTL + 10)
+        took = (time.time_ns() - t0) / 1e9
+        self.assertTrue(ok)
+        f = a.room(rooms[0])[1]["failure"]
+        self.assertEqual(f["reason"], "node B left the cluster (its lease ended)")
+        self.assertLessEqual(took, TTL + 1.0)
+        print("node B SIGKILLed: A's prefill rooms Failed after %.3f s (lease TTL %d s)"
+              % (took, TTL))
+
+    def test_prefill_node_frozen_past_its_ttl_then_resumed(self):
+        a, b, prefill, decode = self.pd()
+        rooms = [3200, 3201]
+        self.open_shared(a, b, prefill, decode, rooms)
+        t0 = time.time_ns()
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            seen = self.all_failed(decode, rooms, TTL + 10)
+            took = self.check_node_left("A", rooms, seen, t0, TTL)
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        ok, _ = cl.wait_for(lambda: "lease_lost" in a.logtext(), 20)
+        self.assertTrue(ok)
+        # A is back: a new room shared again, and a failure on it crosses.
+        self.open_shared(a, b, prefill, decode, [3202])
+        prefill[0].fail(3202, 5, "after the freeze")
+        rec = decode[0].failed(20)
+        self.assertEqual(rec["failure"]["reason"], "after the freeze")
+        print("node A frozen (SIGSTOP) past its TTL: shared rooms Failed on B after %.3f s; "
+              "resumed, A republished and its next failure crossed" % took)
+
+
+class EtcdTrouble(Base):
+    def test_frozen_member_no_false_failure(self):
+        a, b, prefill, decode = self.pd()
+        rooms = [4000, 4001]
+        self.open_shared(a, b, prefill, decode, rooms)
+        member = ETCD.member_of(b.cluster_view()["watch"]["endpoint"])
+        ETCD.freeze(member)
+        try:
+            time.sleep(2 * TTL + 1)
+            for d in decode:
+                self.assertIsNone(d.failed(0.2), "a frozen etcd member failed a room")
+        finally:
+            ETCD.thaw(member)
+        self.assertEqual(b.room(4000)[1]["state"], "Bootstrapping")
+        t0 = prefill[0].fail(4001, 7, "after the member's freeze")
+        rec = decode[0].failed(20)
+        self.assertEqual(rec["failure"]["reason"], "after the member's freeze")
+        print("etcd member %d (B's watch) frozen %d s: no room failed; a failure afterwards "
+              "reached B in %.1f ms" % (member, 2 * TTL + 1, (rec["t_ns"] - t0) / 1e6))
+
+    def test_etcd_down_no_false_failure_and_failure_arrives_after(self):
+        a, b, prefill, decode = self.pd()
+        rooms = [4100, 4101]
+        self.open_shared(a, b, prefill, decode, rooms)
+        ETCD.freeze(0, 1, 2)
+        try:
+            time.sleep(2)
+            prefill[0].fail(4101, 9, "recorded while etcd was down")
+            time.sleep(8)
+            self.assertIsNone(decode[0].failed(0.2), "a room failed while etcd was down")
+            t_back = time.time_ns()
+        finally:
+            ETCD.thaw(0, 1, 2)
+        rec = decode[0].failed(30)
+        self.assertIsNotNone(rec, "the failure recorded while etcd was down never arrived")
+        self.assertEqual(rec["room"], 4101)
+        self.assertEqual(rec["failure"]["reason"], "recorded while etcd was down")
+        self.assertIsNone(decode[0].failed(2 * TTL), "a shared room failed after etcd came back")
+        self.assertEqual(b.room(4100)[1]["state"], "Bootstrapping")
+        print("etcd down (every member frozen) 10 s: no room failed; the failure recorded "
+              "meanwhile reached B %.3f s after etcd was back" % ((rec["t_ns"] - t_back) / 1e9))
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--pythonpath", default=os.environ.get("KVCOORD_PYTHONPATH", ""))
+    ARGS, rest = p.parse_known_args()
+    if not cl.have_etcd():
+        print("SKIP: /usr/bin/etcd not installed (apt-get install etcd-server etcd-client)")
+        return 77
+    if not ARGS.pythonpath:
+        print("SKIP: the Python package is not built")
+        return 77
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
