@@ -172,7 +172,7 @@ typedef struct kvc_options {
     uint32_t lock_timeout_ms; /* bound on every lock wait; default 2000 ms */
     uint32_t max_rooms;       /* active bootstrap rooms; default 32768 */
     uint32_t room_ttl_ms;     /* a room idle this long fails and is reclaimed;
-                                default 600000 ms (10 min) */
+                                default 300000 ms (5 min, sglang's waiting timeout) */
 } kvc_options;
 
 /* The ranges kvc_open() accepts for a new segment's capacities in

@@ -40,7 +40,7 @@ KVC_API void kvc_options_init(kvc_options *o)
     o->perm = 0600;
     o->lock_timeout_ms = 2000;
     o->max_rooms = 32768;
-    o->room_ttl_ms = 600000;
+    o->room_ttl_ms = 300000; /* sglang's SGLANG_DISAGGREGATION_WAITING_TIMEOUT default */
 }
 
 KVC_API kvc_err kvc_name_for_port(uint16_t port, char *buf, size_t cap)

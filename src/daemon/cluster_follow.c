@@ -304,6 +304,14 @@ void cluster__follow_node_left(struct cluster *c, const char *node)
     if (ni < 0 || !strcmp(node, c->cfg.node))
         return;
     uint64_t now = kvc__mono_ns(), ttl = (uint64_t)c->cfg.ttl_s * 1000000000ull;
+    /* Is this node's own lease alive?  If etcd revoked it too, the
+     * departure may be etcd's doing (an outage, a paused member resuming),
+     * not the node's death. */
+    int64_t left = 1, granted = 0;
+    if (c->ses.lease && etcd_lease_ttl(c->ses.ec, c->ses.lease, &left, &granted))
+        c->ses.trouble_mono = now; /* no answer: our own trouble */
+    else if (left <= 0)
+        c->ses.trouble_mono = now;
     if (c->ses.trouble_mono && now - c->ses.trouble_mono < 2 * ttl + 1000000000ull &&
         f->nleft < sizeof f->left / sizeof f->left[0]) {
         /* Right after this node's own trouble with etcd: the node may be

@@ -200,6 +200,12 @@ void cluster__handle_events(struct cluster *c, const etcd_event *ev, size_t n)
 {
     struct keyref k;
     const char *why;
+    /* Our own record deleted with others': etcd revoked live leases (a
+     * member resumed from a pause, a restore), not only dead nodes'. */
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].is_delete && cluster__parse_key(c, ev[i].kv.key, &k, &why) == K_NODE &&
+            !strcmp(k.node, c->cfg.node))
+            c->ses.trouble_mono = kvc__mono_ns();
     /* Nodes first: a lease's end deletes the node key and its ranks in one
      * revision, and the withdrawal notes should say the node left. */
     for (size_t i = 0; i < n; i++) {

@@ -77,6 +77,7 @@ void cluster__lease_gone(struct cluster *c, const char *why)
               "this node holds under a new lease\"",
               c->cfg.cluster, c->cfg.node, c->ses.lease, why);
     c->ses.lease = 0;
+    c->ses.trouble_mono = kvc__mono_ns(); /* a live node's lease lapsed: others' may have too */
     c->ses.retry_at = 0;
     pthread_mutex_lock(&c->fig.mu);
     c->fig.st.lease_lost++;

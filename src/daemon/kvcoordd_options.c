@@ -85,7 +85,7 @@ static void usage(FILE *f)
                "  --max-procs N          attached processes of a new segment (default 4096;\n"
                "                         1..1048576)\n"
                "  --room-ttl SECS        a room idle this long fails and is reclaimed; for a\n"
-               "                         new segment (default 600)\n"
+               "                         new segment (default 300)\n"
                "  --max-body-bytes SIZE  largest request body; more gets 413 (default 64M)\n"
                "  --max-header-bytes SIZE\n"
                "                         largest request line + headers; more gets 431\n"

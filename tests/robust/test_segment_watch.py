@@ -224,7 +224,7 @@ def case_start():
         d.start(fresh=False)
         log = d.log_tail(100000)
         assert "warn capacity_ignored option=--max-rooms given=128 segment=64" in log, log
-        assert "option=--room-ttl given=30000ms segment=600000ms" in log, log
+        assert "option=--room-ttl given=30000ms segment=300000ms" in log, log
         assert d.stop() == 0
         RESULTS.append("capacities differing from the reused segment's: one warning each")
     finally:
