@@ -6,7 +6,8 @@
 - Ctrl-C: SIGINT to a process whose main thread waits in allreduce_min
   (timeout=None) raises KeyboardInterrupt there, and its peer's call of the
   same round fails at once naming the rank that gave up; the next round of
-  the group works.
+  the group works.  So does every other endless wait of a Segment (wait,
+  room_wait, wait_change), and close() ends each of them too.
 - A size mismatch (rank 1 calls with size 3, rank 0 with size 2, either
   first) is named as such on every rank, at once; so is a call of another
   kind in the same round (the first rank that differs).
@@ -78,6 +79,67 @@ def interrupted_child(i, name, ready_w):
                 first = [str(e), e.ranks, e.dead]
         # the group goes on: a round of its own group with the other rank
         return [first, list(seg.allreduce_min(0x2c, 2, i, [i + 1, 7], timeout=LONG))]
+
+
+WAITS = {
+    "wait": lambda seg: seg.wait(37, timeout=None),  # never registered
+    "room_wait": lambda seg: seg.room_wait(4242, 1, timeout=None),  # stays Bootstrapping
+    "wait_change": lambda seg: seg.wait_change(seg.epoch(), timeout=None),
+    "allreduce_min": lambda seg: seg.allreduce_min(0xe1, 2, 0, b"", timeout=None),
+}
+
+
+def every_wait_child(i, name, ready_w):
+    out = {}
+    with kvcoord.Segment(name, role="client") as seg:
+        seg.room_open(4242, 0, 2)
+        for what, wait in sorted(WAITS.items()):
+            os.write(ready_w, b"r")
+            try:
+                wait(seg)
+                out[what] = "returned"
+            except KeyboardInterrupt:
+                out[what] = "KeyboardInterrupt"
+            except Exception as e:
+                out[what] = repr(e)
+        seg.room_release(4242, 0)
+    return out
+
+
+class EveryWait(SegmentCase):
+    def test_ctrl_c_ends_every_wait(self):
+        r, w = os.pipe()
+        kids = fork_children(1, every_wait_child, self.name, w)
+        os.close(w)
+        for _ in WAITS:
+            self.assertEqual(os.read(r, 1), b"r")
+            time.sleep(0.4)  # inside the wait
+            os.kill(kids[0][0], signal.SIGINT)
+        os.close(r)
+        res = collect(kids)
+        self.assertNotIn("error", res[0], res[0].get("error"))
+        self.assertEqual(res[0]["result"], {k: "KeyboardInterrupt" for k in WAITS})
+
+    def test_close_ends_every_wait(self):
+        seg = kvcoord.Segment(self.name, role="client")
+        seg.room_open(4242, 0, 2)
+        ended, threads = {}, []
+        for what, wait in WAITS.items():
+            def run(what=what, wait=wait):
+                try:
+                    wait(seg)
+                    ended[what] = "returned"
+                except Exception as e:
+                    ended[what] = type(e).__name__
+            threads.append(threading.Thread(target=run))
+        for t in threads:
+            t.start()
+        time.sleep(0.4)  # every thread inside its wait
+        seg.close()
+        for t in threads:
+            t.join(DEADLINE)
+            self.assertFalse(t.is_alive())
+        self.assertEqual(ended, {k: "SegmentClosedError" for k in WAITS})
 
 
 class CtrlC(SegmentCase):
