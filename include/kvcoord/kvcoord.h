@@ -1059,6 +1059,15 @@ kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped);
  * Thread- and process-safe; no lock.  Errors: KVC_E_INVAL (NULL). */
 kvc_err kvc_proc_watch_beat(kvc_segment *seg, int watching);
 
+/* Tell this process's library how process (pid, start) ended: status is
+ * its wait(2) status, as a watcher of it learnt it (kvcoordd reads it
+ * from a pidfd with PIDFD_INFO_EXIT).  Texts that say how a process ended
+ * (kvc_pd_reap()'s note, a room's failure reason) then use it where
+ * /proc could not tell (a non-child, reaped already).  The last 256 told
+ * are kept, in this process only.  Thread-safe.
+ * Errors: KVC_E_INVAL (pid <= 0). */
+kvc_err kvc_proc_exit_note(int32_t pid, uint64_t start, int status);
+
 /* Describe a wait(2) status: "exited with status N" or "killed by signal N
  * (NAME)".  Writes at most cap bytes into buf (always NUL-terminated when
  * cap > 0); returns buf.  buf NULL or cap 0: nothing is written. */

@@ -102,6 +102,10 @@ bool kvc__proc_alive(int32_t pid, uint64_t start);
  * zombie's exit code when it is still a zombie, else
  * kvc_exit_unknown_text(start). */
 void kvc__proc_how(int32_t pid, uint64_t start, char *buf, size_t cap);
+/* This process's start time (/proc/self/stat: right in a PID namespace
+ * that shares the host's /proc, where /proc/<getpid()> is another
+ * process), clock ticks since boot on the host's clock; 0 if unreadable. */
+uint64_t kvc__proc_start_self(void);
 /* Shared (not private) futex wait on word while it equals val, up to
  * timeout_ms; returns 0 when woken or the value differs, ETIMEDOUT, EINTR. */
 int kvc__futex_wait(_Atomic uint32_t *word, uint32_t val, uint32_t timeout_ms);

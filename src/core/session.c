@@ -128,7 +128,7 @@ KVC_API kvc_err kvc_open(const kvc_options *opts, kvc_segment **out)
     seg->fd = -1;
     seg->proc_slot = -1;
     seg->pid = (int32_t)getpid();
-    seg->start = kvc__proc_start(seg->pid);
+    seg->start = kvc__proc_start_self();
     kvc__self_identity(&seg->shown_pid, &seg->pid_ns, &seg->time_ns);
     seg->lock_timeout_ms = opts->lock_timeout_ms ? opts->lock_timeout_ms : 2000;
     seg->role = opts->role;

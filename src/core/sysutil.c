@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +22,20 @@
  * host's), 52 exit
  * code.  The command name (field 2) may hold spaces and parentheses, so
  * parsing starts after its last ')'.  Returns false if unreadable. */
+static bool proc_stat_at(const char *path, char *state, uint64_t *start, int *exit_code);
+
 static bool proc_stat(int32_t pid, char *state, uint64_t *start, int *exit_code)
 {
-    char path[64], buf[2048];
+    char path[64];
     if (pid <= 0)
         return false;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    return proc_stat_at(path, state, start, exit_code);
+}
+
+static bool proc_stat_at(const char *path, char *state, uint64_t *start, int *exit_code)
+{
+    char buf[2048];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
@@ -98,13 +107,61 @@ bool kvc__proc_alive(int32_t pid, uint64_t start)
     return start == 0 || now == start;
 }
 
+uint64_t kvc__proc_start_self(void)
+{
+    /* /proc/self, not /proc/<getpid()>: in a PID namespace sharing the
+     * host's /proc, getpid() names another process there (pid 1: init). */
+    char st = 0;
+    uint64_t start = 0;
+    int code = 0;
+    return proc_stat_at("/proc/self/stat", &st, &start, &code) ? start : 0;
+}
+
+/* ---- exits told by a watcher (kvc_proc_exit_note) ------------------------- */
+
+#define EXIT_NOTES 256
+
+static struct exit_note {
+    int32_t pid;
+    uint64_t start;
+    int status;
+} exit_notes[EXIT_NOTES];
+static unsigned exit_notes_next;
+static pthread_mutex_t exit_notes_mu = PTHREAD_MUTEX_INITIALIZER;
+
+KVC_API kvc_err kvc_proc_exit_note(int32_t pid, uint64_t start, int status)
+{
+    if (pid <= 0)
+        return kvc__fail(KVC_E_INVAL, "kvc_proc_exit_note: bad pid %d", (int)pid);
+    pthread_mutex_lock(&exit_notes_mu);
+    exit_notes[exit_notes_next++ % EXIT_NOTES] =
+        (struct exit_note){.pid = pid, .start = start, .status = status};
+    pthread_mutex_unlock(&exit_notes_mu);
+    return KVC_OK;
+}
+
+/* The wait status noted for (pid, start); -1 if none. */
+static int exit_noted(int32_t pid, uint64_t start)
+{
+    int status = -1;
+    pthread_mutex_lock(&exit_notes_mu);
+    for (unsigned i = 0; i < EXIT_NOTES; i++)
+        if (exit_notes[i].pid == pid && (!start || exit_notes[i].start == start))
+            status = exit_notes[i].status;
+    pthread_mutex_unlock(&exit_notes_mu);
+    return status;
+}
+
 void kvc__proc_how(int32_t pid, uint64_t start, char *buf, size_t cap)
 {
     char st = 0;
     uint64_t now = 0;
     int code = -1;
-    if (proc_stat(pid, &st, &now, &code) && (st == 'Z' || st == 'X') && code >= 0 &&
-        (!start || now == start))
+    int noted = exit_noted(pid, start);
+    if (noted >= 0)
+        kvc_wait_status_text(noted, buf, cap);
+    else if (proc_stat(pid, &st, &now, &code) && (st == 'Z' || st == 'X') && code >= 0 &&
+             (!start || now == start))
         kvc_wait_status_text(code, buf, cap);
     else
         kvc_exit_unknown_text(start, buf, cap);

@@ -34,6 +34,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "peer_proc.h"
 #include "seg_events.h"
 
 /* Ring sizes; overridable to test a full SQ and an overflowing CQ
@@ -471,6 +472,7 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
         log_event(LOG_ERROR, "server_init_failed", "err=\"process watch: %s\"", strerror(errno));
         return -1;
     }
+    peer_process_watch(s->procs); /* HTTP registrants' deaths told as they happened */
     return ring_init(s);
 }
 
@@ -510,6 +512,7 @@ static void server_drain(struct server *s)
 
 static void server_free(struct server *s)
 {
+    peer_process_watch(NULL);
     proc_watch_stop(s->procs); /* before the events and metrics it uses go */
     if (s->ring_ok)
         io_uring_queue_exit(&s->ring);

@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,11 @@
 
 #include "kvcoord/kvcoord.h"
 #include "peer_proc.h"
+#include "proc_watch.h"
+
+static struct proc_watch *_Atomic watch; /* peer_process_watch() */
+
+void peer_process_watch(struct proc_watch *pw) { atomic_store(&watch, pw); }
 
 /* The address of sa as /proc/net/tcp{,6} writes it: the raw 32-bit words of
  * the address in host byte order as %08X each, then ':' and the port as
@@ -146,5 +152,6 @@ int peer_process(int fd, int32_t *pid, uint64_t *start)
         return -1;
     *pid = who;
     *start = st.start;
+    proc_watch_adopt(atomic_load(&watch), who, st.start);
     return 0;
 }

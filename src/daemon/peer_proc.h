@@ -19,4 +19,11 @@
  * registrations, never for lookups.  Thread-safe. */
 int peer_process(int fd, int32_t *pid, uint64_t *start);
 
+struct proc_watch;
+
+/* From now on, each process peer_process() finds is also handed to pw
+ * (proc_watch_adopt: a pidfd opened while it is alive, so its exit status
+ * is known when it ends).  NULL: none.  Call before requests are served. */
+void peer_process_watch(struct proc_watch *pw);
+
 #endif /* KVC_PEER_PROC_H */

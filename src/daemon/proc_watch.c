@@ -58,6 +58,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,11 +101,15 @@ _Static_assert(sizeof(struct kvcd_pidfd_info) == 64, "PIDFD_INFO_SIZE_VER0");
 #define KVCD_PIDFD_GET_INFO _IOWR(KVCD_PIDFS_IOCTL_MAGIC, 11, struct kvcd_pidfd_info)
 
 struct watched {
-    int32_t pid; /* 0: slot free */
+    int32_t pid; /* 0: slot free; as the process table names it */
     int32_t rank;
     uint64_t start;
+    int32_t os_pid; /* the pid in our namespace (its pidfd's): pid, or for a
+                       process of another PID namespace sharing our /proc,
+                       its shown_pid */
     int pidfd;
-    unsigned seen : 1; /* found in the table by the current scan */
+    unsigned seen : 1;    /* found in the table by the current scan */
+    unsigned adopted : 1; /* not in the table: an HTTP registrant (proc_watch_adopt) */
 };
 
 /* A pidfd opened by the helper thread for (pid, start). */
@@ -149,7 +154,10 @@ struct proc_watch {
     size_t tlist_cap;
     struct preopen *known; /* fd unused: (pid, start) seen in the table */
     size_t nknown, known_cap;
-    struct pd_upkeep pd; /* the PD bootstrap tables' upkeep (pd_upkeep.h) */
+    struct pd_upkeep pd;   /* the PD bootstrap tables' upkeep (pd_upkeep.h) */
+    struct preopen *adopt; /* pidfds of HTTP registrants to watch (proc_watch_adopt) */
+    size_t nadopt, adopt_cap;
+    int info_exit; /* the kernel has PIDFD_INFO_EXIT (probed at start) */
 };
 
 /* ---- /proc --------------------------------------------------------------- */
@@ -324,11 +332,17 @@ static int same_ns(const struct proc_watch *pw, const kvc_proc_info *p)
 static int watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
 {
     int checked = fd >= 0; /* the helper thread checked its pidfd's start time */
+    /* Another PID namespace's process is opened by the pid our /proc gives
+     * it (its shown_pid, when its /proc is ours): the start time check
+     * below tells whether that is the same process. */
+    int32_t os_pid = same_ns(pw, p) ? p->pid : p->shown_pid;
+    if (os_pid <= 0)
+        return 0;
     if (fd < 0)
-        fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
+        fd = (int)syscall(SYS_pidfd_open, (pid_t)os_pid, 0);
     if (fd < 0) {
         if (errno != ESRCH)
-            log_event(LOG_WARN, "pidfd_open_failed", "pid=%d err=\"%s\"", (int)p->pid,
+            log_event(LOG_WARN, "pidfd_open_failed", "pid=%d err=\"%s\"", (int)os_pid,
                       strerror(errno));
         return 0;
     }
@@ -339,7 +353,7 @@ static int watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
     char st;
     uint64_t start;
     int code;
-    if (!checked && (read_stat(p->pid, &st, &start, &code) || start != p->start)) {
+    if (!checked && (read_stat(os_pid, &st, &start, &code) || start != p->start)) {
         close(fd);
         return 0;
     }
@@ -353,8 +367,12 @@ static int watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
         close(fd);
         return 0;
     }
-    *w =
-        (struct watched){.pid = p->pid, .rank = p->rank, .start = p->start, .pidfd = fd, .seen = 1};
+    *w = (struct watched){.pid = p->pid,
+                          .rank = p->rank,
+                          .start = p->start,
+                          .os_pid = os_pid,
+                          .pidfd = fd,
+                          .seen = 1};
     log_event(LOG_DEBUG, "proc_watch", "pid=%d rank=%d role=%d", (int)p->pid, (int)p->rank,
               (int)p->role);
     return 1;
@@ -437,8 +455,9 @@ static void procs_check(struct proc_watch *pw, int force)
             w->seen = 1, w->rank = p->rank;
         else if (!p->alive && !preopen_has(pre, npre, p)) /* its liveness lock is free */
             reap(pw, p->pid, p->start, p->rank, lock_how(pw, p, how, sizeof how), p->shown_pid);
-        else if (!p->alive || same_ns(pw, p)) {
-            /* a dead one with a pidfd: watched, its pidfd is ready at once */
+        else if (!p->alive || same_ns(pw, p) || p->shown_pid != p->pid) {
+            /* a dead one with a pidfd: watched, its pidfd is ready at once;
+             * another PID namespace's through the pid our /proc gives it */
             if (!watch_add(pw, p, preopen_take(pre, npre, p)))
                 unwatched++;
         } else {
@@ -454,7 +473,8 @@ static void procs_check(struct proc_watch *pw, int force)
         return;
     for (uint32_t i = 0; i < pw->cap; i++) {
         struct watched *w = &pw->w[i];
-        if (w->pid && !w->seen) /* detached cleanly (kvc_close): its registrations stay */
+        if (w->pid && !w->seen && !w->adopted) /* detached cleanly (kvc_close): its
+                                                  registrations stay */
             watch_free(w);
     }
 }
@@ -467,12 +487,28 @@ static void proc_exited(struct proc_watch *pw, uint32_t slot)
     if (slot >= pw->cap || !pw->w[slot].pid)
         return;
     struct watched *w = &pw->w[slot];
+    if (w->adopted) {
+        /* An HTTP registrant: its status told, the reap of its PD entries
+         * (kvc_pd_reap, which finds it gone) says it. */
+        int status, from = exit_status(w->pidfd, w->os_pid, w->start, &status);
+        if (from > 0)
+            kvc_proc_exit_note(w->pid, w->start, status);
+        log_event(LOG_DEBUG, "proc_exit", "pid=%d from=%s registrant=http", (int)w->pid,
+                  from == 1   ? "pidfd_info"
+                  : from == 2 ? "zombie"
+                              : "unknown");
+        watch_free(w);
+        pd_upkeep_run(&pw->pd, pw->seg);
+        return;
+    }
     long n = table_read(pw);
     const kvc_proc_info *entry = n >= 0 ? table_find(pw, (size_t)n, w->pid, w->start) : NULL;
     if (entry) {
         w->rank = entry->rank; /* it may have registered since it attached */
         char how[96];
-        int status, from = exit_status(w->pidfd, w->pid, w->start, &status);
+        int status, from = exit_status(w->pidfd, w->os_pid, w->start, &status);
+        if (from > 0)
+            kvc_proc_exit_note(w->pid, w->start, status);
         log_event(LOG_DEBUG, "proc_exit", "pid=%d from=%s", (int)w->pid,
                   from == 1   ? "pidfd_info"
                   : from == 2 ? "zombie"
@@ -528,6 +564,34 @@ static void check_file(struct proc_watch *pw)
     }
 }
 
+/* Watch the HTTP registrants handed over by proc_watch_adopt(). */
+static void adopt_drain(struct proc_watch *pw)
+{
+    pthread_mutex_lock(&pw->mu);
+    struct preopen *v = pw->adopt;
+    size_t n = pw->nadopt;
+    pw->adopt = NULL, pw->nadopt = pw->adopt_cap = 0;
+    pthread_mutex_unlock(&pw->mu);
+    for (size_t i = 0; i < n; i++) {
+        struct watched *w = watch_find(pw, v[i].pid, v[i].start);
+        struct epoll_event ev = {.events = EPOLLIN};
+        if (!w && (w = watch_alloc(pw)) != NULL) {
+            ev.data.u64 = (uint64_t)(w - pw->w);
+            if (epoll_ctl(pw->epfd, EPOLL_CTL_ADD, v[i].fd, &ev) == 0) {
+                *w = (struct watched){.pid = v[i].pid,
+                                      .rank = -1,
+                                      .start = v[i].start,
+                                      .os_pid = v[i].pid,
+                                      .pidfd = v[i].fd,
+                                      .adopted = 1};
+                continue;
+            }
+        }
+        close(v[i].fd); /* watched already, or no room: its liveness poll remains */
+    }
+    free(v);
+}
+
 static void *watcher_main(void *arg)
 {
     struct proc_watch *pw = arg;
@@ -553,6 +617,8 @@ static void *watcher_main(void *arg)
             }
         }
         check_file(pw);
+        if (poked)
+            adopt_drain(pw);
         if (poked || atomic_exchange(&pw->poked, 0))
             procs_check(pw, 0);
         if (pw->unwatched && kvc__mono_ms() >= pw->next_poll_ms) {
@@ -656,6 +722,55 @@ static void *waker_main(void *arg)
     return NULL;
 }
 
+void proc_watch_adopt(struct proc_watch *pw, int32_t pid, uint64_t start)
+{
+    if (!pw || pid <= 0 || (pid == pw->self_pid && start == pw->self_start))
+        return;
+    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (fd < 0)
+        return; /* gone already: the PD upkeep's liveness check sees it */
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    char st;
+    uint64_t now;
+    int code;
+    if (read_stat(pid, &st, &now, &code) || now != start) {
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&pw->mu);
+    int rc = preopen_push(&pw->adopt, &pw->nadopt, &pw->adopt_cap,
+                          (struct preopen){.pid = pid, .start = start, .fd = fd});
+    pthread_mutex_unlock(&pw->mu);
+    if (rc)
+        close(fd);
+    else
+        wake_loop(pw->efd);
+}
+
+/* Whether this kernel tells a reaped process's exit status through its
+ * pidfd (PIDFD_INFO_EXIT, Linux 6.15+): a child that exits at once, its
+ * pidfd opened before it is reaped, asked after. */
+static int probe_info_exit(void)
+{
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    if (child < 0)
+        return 0;
+    int fd = (int)syscall(SYS_pidfd_open, child, 0);
+    int status;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (fd < 0)
+        return 0;
+    struct kvcd_pidfd_info info;
+    memset(&info, 0, sizeof info);
+    info.mask = KVCD_PIDFD_INFO_EXIT;
+    int ok = ioctl(fd, KVCD_PIDFD_GET_INFO, &info) == 0 && (info.mask & KVCD_PIDFD_INFO_EXIT);
+    close(fd);
+    return ok;
+}
+
 void proc_watch_poke(struct proc_watch *pw)
 {
     if (!pw)
@@ -681,6 +796,12 @@ int proc_watch_start(struct proc_watch **out, const struct proc_watch_config *cf
     int code, err = 0;
     if (read_stat(pw->self_pid, &st, &pw->self_start, &code))
         err = ESRCH;
+    pw->info_exit = probe_info_exit();
+    if (!pw->info_exit) /* once */
+        log_event(LOG_WARN, "pidfd_info_exit_unavailable",
+                  "note=\"this kernel has no PIDFD_INFO_EXIT (Linux 6.15+): how a process "
+                  "kvcoordd did not start ended is told only when its zombie is seen; else "
+                  "'exit status is not known'\"");
     struct stat ns;
     pw->self_pid_ns = stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0;
     if (!err && (pw->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
@@ -733,6 +854,9 @@ void proc_watch_stop(struct proc_watch *pw)
         if (pw->pre[i].fd >= 0)
             close(pw->pre[i].fd);
     free(pw->pre);
+    for (size_t i = 0; i < pw->nadopt; i++)
+        close(pw->adopt[i].fd);
+    free(pw->adopt);
     free(pw->tlist);
     free(pw->known);
     pthread_mutex_destroy(&pw->mu);

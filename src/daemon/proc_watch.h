@@ -46,4 +46,13 @@ void proc_watch_poke(struct proc_watch *pw);
  * ignored).  Waits for a reap in progress (bounded by the lock timeout). */
 void proc_watch_stop(struct proc_watch *pw);
 
+/* Watch a process that is not attached to the segment but owns what it
+ * registered over HTTP (the peer of a PUT /route, peer_proc.h): a pidfd is
+ * opened now, while it is alive, so that when it ends its exit status is
+ * known (PIDFD_INFO_EXIT, Linux 6.15+) and told (kvc_proc_exit_note()) to
+ * the reap of its entries, which then runs at once.  Any thread; a
+ * process already watched, gone, or whose pid names another process now
+ * (start differs) is not added. */
+void proc_watch_adopt(struct proc_watch *pw, int32_t pid, uint64_t start);
+
 #endif /* KVC_PROC_WATCH_H */

@@ -37,3 +37,11 @@ add_test(NAME http_pd_bootstrap
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_pd_bootstrap.py --daemon $<TARGET_FILE:kvcoordd>
           --diag $<TARGET_FILE:kvcoord-diag>)
 set_tests_properties(http_pd_bootstrap PROPERTIES LABELS "http;python" TIMEOUT 300)
+
+# Deaths told as they happened: an HTTP registrant SIGKILLed is "killed by
+# signal 9" (PIDFD_INFO_EXIT), a worker in a PID namespace is named by its
+# host pid with its own start time (unshare: root only, else skipped).
+add_test(NAME http_deaths
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_deaths.py --daemon $<TARGET_FILE:kvcoordd>
+          --worker $<TARGET_FILE:kvcoord-worker> --diag $<TARGET_FILE:kvcoord-diag>)
+set_tests_properties(http_deaths PROPERTIES LABELS "http" TIMEOUT 300)
