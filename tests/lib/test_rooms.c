@@ -672,6 +672,69 @@ static void test_fail_adopt(void **st)
     kvc_unlink(name);
 }
 
+/* kvc_room_fail_mirror keeps a mirrored record's provenance (origin node,
+ * rank, pid, code, reason, time) and marks it from another node: another
+ * rank's failure for every rank here, the same rank number included, and
+ * in the ring too.  kvc_segment_set_node names this node in the records
+ * and reasons it writes. */
+static void test_fail_mirror_provenance(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
+    kvc_failure_info f;
+    memset(&f, 0, sizeof f);
+    f.room = 90;
+    f.origin_rank = 1;
+    f.origin_pid = 4242;
+    f.code = 110;
+    f.time_ns = 777;
+    snprintf(f.reason, sizeof f.reason, "transfer to 10.0.0.7:17003 timed out");
+    snprintf(f.origin_node, sizeof f.origin_node, "A");
+    int changed = 0;
+    assert_int_equal(kvc_room_fail_mirror(s, &f, &changed), KVC_OK);
+    assert_int_equal(changed, 1);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 90, 1, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    assert_int_equal(ri.failure.origin_rank, 1);
+    assert_int_equal(ri.failure.origin_pid, 4242);
+    assert_int_equal(ri.failure.code, 110);
+    assert_int_equal(ri.failure.time_ns, 777);
+    assert_string_equal(ri.failure.origin_node, "A");
+    assert_int_equal(ri.failure.from_another_node, 1);
+    assert_int_equal(ri.failure.is_from_another_rank, 1); /* rank 1 here is not A's rank 1 */
+    char text[512];
+    kvc_failure_text(&ri.failure, text, sizeof text);
+    assert_non_null(strstr(text, "rank 1 of node A (another node; code 110)"));
+    kvc_failure_info ring[4];
+    size_t n = 0;
+    assert_int_equal(kvc_failures_recent(s, ring, 4, &n), KVC_OK);
+    assert_true(n >= 1);
+    assert_string_equal(ring[0].origin_node, "A");
+    assert_int_equal(ring[0].from_another_node, 1);
+    assert_int_equal(kvc_room_fail_mirror(s, &f, &changed), KVC_OK); /* the same: no change */
+    assert_int_equal(changed, 0);
+    snprintf(f.origin_node, sizeof f.origin_node, "bad/name");
+    assert_int_equal(kvc_room_fail_mirror(s, &f, NULL), KVC_E_INVAL);
+    f.origin_node[0] = '\0';
+    assert_int_equal(kvc_room_fail_mirror(s, &f, NULL), KVC_E_INVAL);
+    /* This node named: its own records carry the name, not marked. */
+    assert_int_equal(kvc_segment_set_node(s, "bad name"), KVC_E_INVAL);
+    assert_int_equal(kvc_segment_set_node(s, "B"), KVC_OK);
+    assert_int_equal(kvc_room_fail(s, 91, 0, 5, "local", NULL), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 91, 0, &ri), KVC_OK);
+    assert_string_equal(ri.failure.origin_node, "B");
+    assert_int_equal(ri.failure.from_another_node, 0);
+    assert_int_equal(ri.failure.is_from_another_rank, 0);
+    assert_int_equal(kvc_segment_set_node(s, ""), KVC_OK);
+    assert_int_equal(kvc_room_fail(s, 92, 0, 5, "local", NULL), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 92, 0, &ri), KVC_OK);
+    assert_string_equal(ri.failure.origin_node, "");
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -684,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_load_full_and_ttl),
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_fail_adopt),
+        cmocka_unit_test(test_fail_mirror_provenance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
