@@ -4,6 +4,7 @@
  * call, and from outside while it waits elsewhere), a rank that never
  * arrives, mismatched lengths, group slots filled and reclaimed. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -921,6 +922,116 @@ static void test_groups_full_and_reclaimed(void **st)
     close_unlink(s, name);
 }
 
+/* ---- kinds, the stop hook, the poll fold, joining (one process) --------- */
+
+struct kind_arg {
+    kvc_segment *s;
+    uint32_t rank, kind;
+    kvc_err e;
+    char msg[512];
+};
+
+static void *kind_thread(void *p)
+{
+    struct kind_arg *a = p;
+    uint8_t v[2] = {(uint8_t)(a->rank + 1), 9};
+    kvc_coll_opts o = {.timeout_ms = 60000, .kind = a->kind};
+    a->e = kvc_allreduce_min_opt(a->s, 0x6e, 2, a->rank, v, 2, &o, NULL);
+    snprintf(a->msg, sizeof a->msg, "%s", kvc_last_error());
+    return NULL;
+}
+
+/* Two threads call as ranks 0 and 1 of one group with kinds k0, k1. */
+static void two_kinds(kvc_segment *s, uint32_t k0, uint32_t k1, struct kind_arg out[2])
+{
+    pthread_t t[2];
+    for (uint32_t r = 0; r < 2; r++) {
+        out[r] = (struct kind_arg){.s = s, .rank = r, .kind = r ? k1 : k0};
+        assert_int_equal(pthread_create(&t[r], NULL, kind_thread, &out[r]), 0);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(t[r], NULL);
+}
+
+static void test_kind_mismatch(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    struct kind_arg a[2];
+    two_kinds(s, 3, 3, a);
+    assert_int_equal(a[0].e, KVC_OK);
+    assert_int_equal(a[1].e, KVC_OK);
+    two_kinds(s, 3, 5, a);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(a[r].e, KVC_E_INVAL);
+        assert_non_null(strstr(a[r].msg, "rank 1 of group 0x6e made a call of kind 5, rank 0 "
+                                         "one of kind 3"));
+    }
+    two_kinds(s, 4, 4, a); /* the group goes on */
+    assert_int_equal(a[0].e, KVC_OK);
+    assert_int_equal(a[1].e, KVC_OK);
+    kvc_coll_opts big = {.timeout_ms = 10, .kind = 70000};
+    uint8_t v[1] = {1};
+    assert_int_equal(kvc_allreduce_min_opt(s, 0x6f, 1, 0, v, 1, &big, NULL), KVC_E_INVAL);
+    close_unlink(s, name);
+}
+
+static int stop_after(void *p) { return ++*(int *)p >= 3; }
+
+static void test_stop_hook(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int asked = 0;
+    kvc_coll_opts o = {.timeout_ms = 60000, .stop = stop_after, .stop_arg = &asked};
+    uint8_t v[2] = {1, 2};
+    kvc_coll_failure why;
+    /* Rank 1 never comes: the hook stops the wait (not the 60 s timeout). */
+    assert_int_equal(kvc_allreduce_min_opt(s, 0x57, 2, 0, v, 2, &o, &why), KVC_E_TIMEDOUT);
+    assert_non_null(strstr(kvc_last_error(), "rank 0 of group 0x57 gave up the call"));
+    assert_int_equal(asked, 3);
+    assert_int_equal(v[0], 1);
+    kvc_coll_wake(s); /* nobody asleep: nothing */
+    kvc_coll_wake(NULL);
+    close_unlink(s, name);
+}
+
+static void test_poll_fold_and_join(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    /* Room 5 failed by a rank (origin pid: this process): not kvcoord's. */
+    assert_int_equal(kvc_room_open(s, 5, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    assert_int_equal(kvc_room_fail(s, 5, 1, 0, "rank 1's own", NULL), KVC_OK);
+    /* Room 6 failed by kvcoord (the cluster's adopted record: origin pid 0). */
+    assert_int_equal(kvc_room_open(s, 6, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    assert_int_equal(kvc_room_fail_adopt(s, 6, KVC_ORIGIN_RANK_NONE, 110, "timed out", 0, NULL),
+                     KVC_OK);
+    assert_int_equal(kvc_room_open(s, 7, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    uint8_t polls[5] = {3, 3, 3, 4, 2};
+    uint64_t rooms[5] = {5, 6, 7, KVC_ROOM_NONE, 999};
+    assert_int_equal(kvc_poll_allreduce(s, 0x70, 1, 0, polls, rooms, 5, NULL, NULL), KVC_OK);
+    uint8_t want[5] = {3, 0, 3, 4, 2};
+    assert_memory_equal(polls, want, 5);
+    polls[0] = 9;
+    assert_int_equal(kvc_poll_allreduce(s, 0x70, 1, 0, polls, NULL, 5, NULL, NULL), KVC_E_INVAL);
+    /* Joining without a round, then a size mismatch from an unheld rank:
+     * the epoch is broken with that note, told to every later call. */
+    assert_int_equal(kvc_coll_join(s, 0x71, 3, 0), KVC_OK);
+    assert_int_equal(kvc_coll_join(s, 0x71, 2, 1), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "rank 1 of group 0x71 called with size 2, the "
+                                             "group's ranks with size 3: a size mismatch"));
+    uint8_t v[1] = {1};
+    assert_int_equal(kvc_allreduce_min(s, 0x71, 3, 0, v, 1, 60000), KVC_E_INVAL);
+    assert_non_null(strstr(kvc_last_error(), "a size mismatch"));
+    for (uint64_t r = 5; r <= 7; r++)
+        kvc_room_release(s, r, 0);
+    close_unlink(s, name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -941,6 +1052,9 @@ int main(void)
         cmocka_unit_test(test_reuse_after_clean_exit),
         cmocka_unit_test(test_sleeper_killed_asleep),
         cmocka_unit_test(test_groups_full_and_reclaimed),
+        cmocka_unit_test(test_kind_mismatch),
+        cmocka_unit_test(test_stop_hook),
+        cmocka_unit_test(test_poll_fold_and_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
