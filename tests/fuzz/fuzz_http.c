@@ -30,6 +30,7 @@
 
 #include "buf.h"
 #include "fuzz_common.h"
+#include "fuzz_sent.h"
 #include "http_conn.h"
 #include "http_resp.h"
 #include "http_routes.h"
@@ -208,14 +209,16 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
          * nothing, again and again, would spin the daemon. */
         stalled = used ? 0 : stalled + 1;
         FZ_CHECK(stalled < 8, "%d events in a row consumed nothing (event %d)", stalled, ev);
-        size_t start = out.len;
+        size_t start = buf_total(&out), n_sent;
+        const char *sent;
         switch (ev) {
         case HCONN_MORE:
             FZ_CHECK(off == avail, "HCONN_MORE left %zu bytes unconsumed", avail - off);
             continue;
         case HCONN_CONTINUE:
             resp_continue(&out);
-            check_response(out.p + start, out.len - start, 0, 0);
+            sent = fz_sent_bytes(&out, start, &n_sent);
+            check_response(sent, n_sent, 0, 0);
             continue;
         case HCONN_ERROR: {
             static const struct http_req closing_req = {
@@ -223,7 +226,8 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
             FZ_CHECK(hc.err_status >= 400 && hc.err_status <= 599 && hc.err_detail,
                      "error event with status %d", hc.err_status);
             resp_detail(&out, &closing_req, hc.err_status, hc.err_detail, NULL);
-            check_response(out.p + start, out.len - start, 0, 1);
+            sent = fz_sent_bytes(&out, start, &n_sent);
+            check_response(sent, n_sent, 0, 1);
             closing = 1;
             continue;
         }
@@ -233,17 +237,20 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
         FZ_CHECK(req->path_len == 0 || req->path, "path NULL");
         enum route_rc rc = routes_dispatch(routes, &slot, req, &out);
         if (rc == ROUTE_PARK) {
-            FZ_CHECK(out.len == start, "a parked request wrote %zu bytes", out.len - start);
+            FZ_CHECK(buf_total(&out) == start, "a parked request wrote %zu bytes",
+                     buf_total(&out) - start);
             rc = routes_resume(routes, &slot, req, &out, 1);
             FZ_CHECK(rc == ROUTE_DONE, "an expired long-poll parked again");
         } else if (rc == ROUTE_DEFER) {
             /* What the helper thread runs (http_worker.c), here inline. */
-            FZ_CHECK(out.len == start, "a deferred request wrote %zu bytes", out.len - start);
+            FZ_CHECK(buf_total(&out) == start, "a deferred request wrote %zu bytes",
+                     buf_total(&out) - start);
             routes_deferred(worker, req, &out);
         }
         FZ_CHECK(!out.oom, "output buffer out of memory");
-        FZ_CHECK(out.len > start, "request answered with nothing");
-        check_response(out.p + start, out.len - start, req->method == HTTP_HEAD, !req->keep_alive);
+        FZ_CHECK(buf_total(&out) > start, "request answered with nothing");
+        sent = fz_sent_bytes(&out, start, &n_sent);
+        check_response(sent, n_sent, req->method == HTTP_HEAD, !req->keep_alive);
         if (!req->keep_alive)
             closing = 1;
         hconn_done(&hc);

@@ -26,6 +26,7 @@
 
 #include "buf.h"
 #include "fuzz_common.h"
+#include "fuzz_sent.h"
 #include "http_req.h"
 #include "http_routes.h"
 #include "json_scan.h"
@@ -57,12 +58,14 @@ static void setup(void)
  * by fuzz_http; here only what the registration answers mean). */
 static int parse_answer(const struct buf *out, const char **body, size_t *body_len)
 {
-    FZ_CHECK(out->len > 12 && !memcmp(out->p, "HTTP/1.1 ", 9), "bad status line");
-    int status = atoi(out->p + 9);
-    const char *end = memmem(out->p, out->len, "\r\n\r\n", 4);
+    size_t n;
+    const char *p = fz_sent_bytes(out, 0, &n); /* shared bodies included */
+    FZ_CHECK(n > 12 && !memcmp(p, "HTTP/1.1 ", 9), "bad status line");
+    int status = atoi(p + 9);
+    const char *end = memmem(p, n, "\r\n\r\n", 4);
     FZ_CHECK(end, "no end of headers");
     *body = end + 4;
-    *body_len = out->len - (size_t)(end + 4 - out->p);
+    *body_len = n - (size_t)(end + 4 - p);
     return status;
 }
 
@@ -107,7 +110,7 @@ static void via_route(const uint8_t *data, size_t size)
     enum route_rc rc = routes_dispatch(routes, &slot, &req, &out);
     FZ_CHECK(rc != ROUTE_PARK, "registration parked");
     if (rc == ROUTE_DEFER) { /* a large body: what the helper thread runs */
-        FZ_CHECK(out.len == 0, "a deferred registration wrote %zu bytes", out.len);
+        FZ_CHECK(buf_total(&out) == 0, "a deferred registration wrote %zu bytes", buf_total(&out));
         routes_deferred(worker, &req, &out);
     }
     const char *body;
