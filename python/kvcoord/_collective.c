@@ -11,6 +11,7 @@
 #include "_kvcoord.h" /* Python.h first */
 
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 PyObject *kvcpy_CollectiveError;
@@ -159,11 +160,14 @@ bad:
 
 typedef struct stop_ctx {
     SegmentObject *s;
-    int main; /* the main thread: signal handlers run here */
+    int main;        /* the main thread: signal handlers run here */
+    int interrupted; /* a SIGINT arrived while it waited */
 } stop_ctx;
 
-/* kvc_coll_opts.stop: 1 once close() started, or a signal handler raised
- * (the exception stays set for the caller). */
+/* kvc_coll_opts.stop: 1 once close() started, or (main thread) once a
+ * SIGINT arrived.  The SIGINT is only noted and tripped again: its handler
+ * runs after the call left the library (after_wait), never inside it,
+ * where a handler that closes this Segment would wait for itself. */
 static int stop_hook(void *arg)
 {
     stop_ctx *c = arg;
@@ -172,10 +176,17 @@ static int stop_hook(void *arg)
     if (!c->main)
         return 0;
     PyGILState_STATE st = PyGILState_Ensure();
-    int r = PyErr_CheckSignals();
+    if (PyOS_InterruptOccurred()) {
+        PyErr_SetInterruptEx(SIGINT);
+        c->interrupted = 1;
+    }
     PyGILState_Release(st);
-    return r < 0;
+    return c->interrupted;
 }
+
+/* After a collective left the library: run the signal handlers of a SIGINT
+ * that stopped it (Ctrl-C: KeyboardInterrupt).  -1 with the exception. */
+static int after_wait(const stop_ctx *c) { return c->interrupted ? PyErr_CheckSignals() : 0; }
 
 void kvcpy_coll_closing(kvc_segment *g) { kvc_coll_wake(g); }
 
@@ -190,7 +201,7 @@ static uint32_t timeout_to_ms(double timeout)
  * exception set unless e is KVC_OK and nothing was raised meanwhile. */
 static int coll_failed(SegmentObject *s, int e, const kvc_coll_failure *why, const char *what)
 {
-    if (PyErr_Occurred()) /* a signal handler raised while it waited (Ctrl-C) */
+    if (PyErr_Occurred()) /* a signal handler raised (after_wait: Ctrl-C) */
         return 1;
     if (e == KVCPY_E_RAISED)
         return 1;
@@ -225,7 +236,8 @@ const char kvcpy_doc_allreduce_min[] =
     "the others (None: no limit).  kind: 0..65535, what the call is (every rank of a call "
     "must give the same kind; kvcoord.sglang's polls use their own).  While it waits, "
     "close() from another thread makes it give up at once (SegmentClosedError), and so "
-    "does a signal handler that raises in the main thread (Ctrl-C: KeyboardInterrupt); a "
+    "does a SIGINT in the main thread (Ctrl-C: its handler runs once the call gave up, "
+    "outside the library: KeyboardInterrupt by default); a "
     "round given up so fails at once on the other ranks (CollectiveError, .dead False), "
     "the next round works.  The "
     "first call of a group creates it; a segment holds 32 groups with a live member at once.  "
@@ -267,7 +279,7 @@ PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw)
     size_t len = 0;
     if (data_bytes(data, &buf, &len) < 0)
         return NULL;
-    stop_ctx sc = {s, _PyOS_IsMainThread()};
+    stop_ctx sc = {s, _PyOS_IsMainThread(), 0};
     kvc_coll_opts o = {.timeout_ms = timeout_to_ms(timeout),
                        .kind = (uint32_t)kind,
                        .stop = stop_hook,
@@ -277,7 +289,7 @@ PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw)
     KVCPY_RUN(s, e,
               kvc_allreduce_min_opt(g, group, (uint32_t)size, (uint32_t)rank, buf, len, &o, &why));
     PyObject *res = NULL;
-    if (!coll_failed(s, e, &why, "allreduce_min"))
+    if (after_wait(&sc) == 0 && !coll_failed(s, e, &why, "allreduce_min"))
         res = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
     PyMem_Free(buf);
     return res;
@@ -425,7 +437,7 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw)
                 goto out;
         }
     }
-    stop_ctx sc = {s, _PyOS_IsMainThread()};
+    stop_ctx sc = {s, _PyOS_IsMainThread(), 0};
     kvc_coll_opts o = {.timeout_ms = timeout_to_ms(timeout),
                        .kind = (uint32_t)kind,
                        .stop = stop_hook,
@@ -435,7 +447,7 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw)
     KVCPY_RUN(s, e,
               kvc_poll_allreduce(g, group, (uint32_t)size, (uint32_t)rank, polls, rooms, (size_t)n,
                                  &o, &why));
-    if (coll_failed(s, e, &why, "poll_allreduce"))
+    if (after_wait(&sc) < 0 || coll_failed(s, e, &why, "poll_allreduce"))
         goto out;
     if (!(res = PyList_New(n)))
         goto out;

@@ -106,7 +106,31 @@ def every_wait_child(i, name, ready_w):
     return out
 
 
+def closing_handler_child(i, name, ready_w):
+    seg = kvcoord.Segment(name, role="client")
+    signal.signal(signal.SIGINT, lambda *_: seg.close())  # sglang-like: shut down on Ctrl-C
+    os.write(ready_w, b"r")
+    try:
+        seg.allreduce_min(0xe2, 2, 0, b"", timeout=None)
+        return "returned"
+    except Exception as e:
+        return type(e).__name__
+
+
 class EveryWait(SegmentCase):
+    def test_sigint_handler_that_closes(self):
+        # The handler runs once the call left the library: closing there
+        # does not wait for the call that runs it.
+        r, w = os.pipe()
+        kids = fork_children(1, closing_handler_child, self.name, w)
+        os.close(w)
+        self.assertEqual(os.read(r, 1), b"r")
+        os.close(r)
+        time.sleep(0.4)
+        os.kill(kids[0][0], signal.SIGINT)
+        res = collect(kids)
+        self.assertEqual(res[0].get("result"), "SegmentClosedError", res[0])
+
     def test_ctrl_c_ends_every_wait(self):
         r, w = os.pipe()
         kids = fork_children(1, every_wait_child, self.name, w)
