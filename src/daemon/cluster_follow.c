@@ -65,7 +65,8 @@ static int list_followed(struct cluster *c)
         if (r->joined && r->state != KVC_POLL_FAILED && r->state != KVC_POLL_SUCCESS)
             f->cur[f->ncur++] = r->room;
     }
-    qsort(f->cur, f->ncur, sizeof *f->cur, cmp_u64);
+    if (f->ncur)
+        qsort(f->cur, f->ncur, sizeof *f->cur, cmp_u64);
     return 0;
 }
 
@@ -151,7 +152,8 @@ int cluster__follow_publish(struct cluster *c)
         }
         f->pub = p, f->cap_pub = f->cap_list;
     }
-    memcpy(f->pub, f->cur, f->ncur * sizeof *f->pub);
+    if (f->ncur)
+        memcpy(f->pub, f->cur, f->ncur * sizeof *f->pub);
     f->npub = f->ncur;
     if (puts || dels) {
         pthread_mutex_lock(&c->fig.mu);
