@@ -4,7 +4,7 @@
     python3 -m pip wheel --no-build-isolation ./python       (a wheel)
 
 builds the extension kvcoord._kvcoord from the project's own C sources (the
-binding in python/kvcoord/ and libkvcoord's src/core/ and src/common/,
+binding in python/ext/ and libkvcoord's src/core/ and src/common/,
 compiled in, nothing linked from a kvcoord install) and kvcoord._engine
 (python/ext/engine*.c and the transfer engine src/xfer/, for
 kvcoord.mooncake) with Debian's setuptools, offline.  Needs a C11 compiler,
@@ -28,8 +28,8 @@ def version():
 
 
 def sources():
-    binding = sorted(glob.glob(os.path.join(HERE, "kvcoord", "_*.c")))
-    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c")))
+    binding = sorted(glob.glob(os.path.join(HERE, "ext", "_*.c")))
+    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*", "*.c")))
     hier = sorted(glob.glob(os.path.join(ROOT, "src", "hier", "*.c")))
     return binding + core + hier + [os.path.join(ROOT, "src", "common", "json_scan.c")]
 
@@ -54,25 +54,27 @@ def engine_macros():
 def engine_includes():
     xfer = os.path.join(ROOT, "src", "xfer")
     dirs = {os.path.dirname(f) for f in glob.glob(os.path.join(xfer, "**", "*.h"), recursive=True)}
-    return [os.path.join(ROOT, "include"), os.path.join(ROOT, "src", "core"),
-            os.path.join(ROOT, "src", "common")] + sorted(dirs)
+    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*", "")))
+    return [os.path.join(ROOT, "include")] + core + [os.path.join(ROOT, "src", "common")] + sorted(dirs)
 
 
 setup(
     name="kvcoord",
     version=version(),
     description="The node's shared-memory coordinator for disaggregated LLM serving, from Python",
-    packages=["kvcoord", "kvcoord.mooncake"],
+    packages=["kvcoord", "kvcoord.sglang", "kvcoord.mooncake"],
     package_dir={"kvcoord": os.path.relpath(os.path.join(HERE, "kvcoord")),
+                 "kvcoord.sglang": os.path.relpath(os.path.join(HERE, "kvcoord", "sglang")),
                  "kvcoord.mooncake": os.path.relpath(os.path.join(HERE, "kvcoord", "mooncake"))},
-    package_data={"kvcoord": ["py.typed", "*.pyi"]},
+    package_data={"kvcoord": ["py.typed", "*.pyi"], "kvcoord.sglang": ["*.pyi"]},
     python_requires=">=3.9",
     ext_modules=[
         Extension(
             "kvcoord._kvcoord",
             sources=sources(),
-            include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src", "core"),
-                          os.path.join(ROOT, "src", "common")],
+            include_dirs=[os.path.join(ROOT, "include"), os.path.join(HERE, "ext")]
+            + sorted(glob.glob(os.path.join(ROOT, "src", "core", "*", "")))
+            + [os.path.join(ROOT, "src", "common")],
             define_macros=[("_GNU_SOURCE", None)],
             libraries=["jansson", "rt"],
             # the library's kvc_* symbols stay inside the module (only PyInit_ is exported)

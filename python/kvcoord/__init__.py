@@ -119,7 +119,7 @@ class KVTransferError(Exception):
     """
 
     # Segment.check_room and transfer_error() build it in C with these same
-    # attributes and args (python/kvcoord/_rooms.c, transfer_error_new): keep
+    # attributes and args (python/ext/_rooms.c, transfer_error_new): keep
     # the two in step.
     def __init__(self, bootstrap_room: int, failure_reason: str, is_from_another_rank: bool = False):
         super().__init__(failure_reason)

@@ -70,10 +70,8 @@ def _install_once(manager_args):
 
 
 def _pd_module():
-    try:
-        from .sglang import pd  # kvcoord.sglang as a package
-    except ImportError:
-        from . import _sgl_pd as pd
+    from .sglang import pd
+
     return pd
 
 

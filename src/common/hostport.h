@@ -1,6 +1,6 @@
 /*
  * hostport.h - "host:port" parsing, the one rule for kvcoordd's --listen
- * (src/daemon/net.c) and the transfer engine's listen address and peer
+ * (src/daemon/http/net.c) and the transfer engine's listen address and peer
  * session_ids (src/xfer/xfer_net.c).  tests/lib/test_shared_rules.c
  * (test_hostport_same_rule) feeds the same cases to both callers.
  *

@@ -123,7 +123,7 @@ typedef struct kvc_lock_probe {
     uint64_t recoveries; /* EOWNERDEAD recoveries of this lock, ever */
 } kvc_lock_probe;
 
-/* A lock's name is the core's kvc__lock_name() (src/core/internal.h,
+/* A lock's name is the core's kvc__lock_name() (src/core/segment/internal.h,
  * which the inspect files include as the core's friend). */
 
 /* Read lock id's state and owner without taking it (never blocks, never

@@ -1,6 +1,6 @@
 /*
  * fuzz_pd_record.c - fuzz target: the check of a node's PD prefill record
- * read from etcd (pd_record_decode, src/daemon/pdrec/pd_record.h), which any etcd
+ * read from etcd (pd_record_decode, src/daemon/pd/pdrec/pd_record.h), which any etcd
  * client may have written.
  *
  * The input is a record's bytes, for the key of node "A".

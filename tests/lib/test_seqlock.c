@@ -1,6 +1,6 @@
 /*
  * test_seqlock.c - writers and readers hammer the segment's seqlock
- * (src/core/seqlock.h) from separate processes, and every snapshot a
+ * (src/core/segment/seqlock.h) from separate processes, and every snapshot a
  * reader accepts is checked whole: each writer stores a value in which
  * every byte derives from one counter, and a reader recomputes all of it
  * from the counter it read.

@@ -5,7 +5,7 @@ kvc_c_test(test_json_scan LABEL "unit" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_js
 kvc_c_test(test_multiproc LABEL "multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_multiproc.c)
 kvc_c_test(test_crash LABEL "crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_crash.c)
 kvc_c_test(test_rooms LABEL "rooms;multiproc;crash" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rooms.c)
-# The seqlock (src/core/seqlock.h) hammered by writer and reader processes:
+# The seqlock (src/core/segment/seqlock.h) hammered by writer and reader processes:
 # the bare protocol, rooms and ranks; every accepted snapshot checked whole.
 kvc_c_test(test_seqlock LABEL "torture;multiproc" SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seqlock.c)
 # Lock deadlines on CLOCK_MONOTONIC (interposed clocklock + a holder process).

@@ -160,7 +160,7 @@ def workers(st, rnd, infodir):
         p.wait()
         p.stdout.close()
         st.count("worker_killed")
-        # kvcoordd's pidfd death watch (src/daemon/proc_watch.c) withdraws the rank of a
+        # kvcoordd's pidfd death watch (src/daemon/proc/proc_watch.c) withdraws the rank of a
         # dead worker (only this thread uses WORKER_RANKS, so nothing
         # registers it again meanwhile).  The deadline only bounds the wait.
         deadline = time.monotonic() + REAP_DEADLINE_S

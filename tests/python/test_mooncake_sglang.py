@@ -153,7 +153,8 @@ import kvcoord.mooncake, kvcoord.sglang
 sglang_plugin.load()   # what sglang's load_plugins() calls
 from mooncake.engine import TransferEngine
 assert TransferEngine is kvcoord.mooncake.TransferEngine, TransferEngine
-from kvcoord import _sgl_install
+import importlib
+_sgl_install = importlib.import_module("kvcoord.sglang.install")
 assert _sgl_install.active_bridge() is None   # not before sglang's rank is known
 from sglang.srt.disaggregation.mooncake import conn
 conn.MooncakeKVManager(1)

@@ -78,8 +78,9 @@ class Pip(unittest.TestCase):
         self.assertIn("mooncake 0 b'weights!'", out)
         files = self.run_ok(py, "-m", "pip", "show", "-f", "kvcoord")
         for f in ("kvcoord/_kvcoord.cpython", "kvcoord/_engine.cpython",
-                  "kvcoord/mooncake/__init__.py", "kvcoord/sglang.py", "kvcoord/_sgl_install.py",
-                  "kvcoord/__init__.pyi", "kvcoord/py.typed"):
+                  "kvcoord/mooncake/__init__.py", "kvcoord/sglang/__init__.py",
+                  "kvcoord/sglang/install.py", "kvcoord/__init__.pyi",
+                  "kvcoord/sglang/__init__.pyi", "kvcoord/py.typed"):
             self.assertIn(f, files)
 
     def test_wheel(self):
@@ -90,7 +91,7 @@ class Pip(unittest.TestCase):
         self.assertEqual(len(wheels), 1, os.listdir(out))
         names = zipfile.ZipFile(wheels[0]).namelist()
         self.assertTrue(any(n.startswith("kvcoord/_kvcoord.cpython") for n in names), names)
-        self.assertIn("kvcoord/_sgl_poll.py", names)
+        self.assertIn("kvcoord/sglang/poll.py", names)
 
 
 if __name__ == "__main__":

@@ -314,9 +314,9 @@ def rank_dies(i, name, store, n):
         return {"error": "the poll completed without rank 1"}
     except kvcoord.CollectiveError as e:
         told = [str(e), e.ranks, e.dead]
-    from kvcoord import _sgl_install
+    import importlib
 
-    seg = _sgl_install.active_bridge().segment
+    seg = importlib.import_module("kvcoord.sglang.install").active_bridge().segment
     states, reasons = {}, {}
     for room in rooms:  # read at once: nothing waits for the TTL
         info = seg.room_get(room, 0)

@@ -40,9 +40,9 @@ def start(i, n, name, store, **kw):
 
 def path_of(utils, group):
     """'kvcoord' when this group's all-reduce runs in the segment, else 'gloo'."""
-    from kvcoord import _sgl_install
+    import sys
 
-    bridge = _sgl_install.active_bridge()
+    bridge = sys.modules["kvcoord.sglang.install"].active_bridge()
     return "kvcoord" if bridge.groups[id(group)][1] is not None else "gloo"
 
 

@@ -1,5 +1,18 @@
 /*
  * internal.h - what the library's files share and nothing else may use.
+ *
+ * src/core/ is one folder per concern: segment/ (this header, layout.h,
+ * seqlock.h: the segment, its robust locks, the info arena, the process
+ * table, sessions, liveness, errors), ranks/, rooms/, collective/ and pd/,
+ * each with one internal header that says its lock rule, and each
+ * including this one.
+ *
+ * Lock rule: every table owns its robust lock(s) (layout.h, enum
+ * kvc_lock_id), taken through kvc__lock() only, and registers the lock's
+ * recovery (kvc__lock_register); a recovery never takes another lock.  The
+ * arena is written under the rank lock, the process table under the procs
+ * lock; session.c, the one file that calls into several tables, takes their
+ * locks one after the other.
  */
 #ifndef KVC_INTERNAL_H
 #define KVC_INTERNAL_H

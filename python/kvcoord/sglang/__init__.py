@@ -25,7 +25,7 @@
       ranks' calls are raised, any other kvcoord error makes that step and
       the group's later ones sglang's own (logged once);
     * when the poll reports a TP rank dead, the followed rooms it never
-      joined fail at once (kvcoord._sgl_poll's docstring).
+      joined fail at once (kvcoord.sglang.poll's docstring).
 - KVStatusBook(segment, rank, participants) and poll_and_all_reduce(pollers,
   book): the same bookkeeping for programs without sglang (thin wrappers
   with sglang's semantics).
@@ -48,7 +48,7 @@ import threading
 import time
 import urllib.request
 
-from . import (
+from .. import (
     KVPoll,
     KVTransferError,
     NotFoundError,
@@ -56,9 +56,9 @@ from . import (
     SegmentNotFoundError,
     name_for_port,
 )
-from . import _sgl_install
-from . import unlink as unlink_segment
-from ._sgl_book import KVStatusBook, poll_and_all_reduce
+from .. import unlink as unlink_segment
+from . import install as _sgl_install  # the submodule; install() below is the function
+from .book import KVStatusBook, poll_and_all_reduce
 
 __all__ = ["install", "uninstall", "EngineInfoBootstrapServer", "KVStatusBook",
            "poll_and_all_reduce", "KVPoll", "KVTransferError"]
@@ -120,8 +120,8 @@ def _find_kvcoordd():
     path = os.environ.get("KVCOORD_DAEMON")
     if path:
         return path
-    here = os.path.dirname(os.path.abspath(__file__))  # build/python/kvcoord
-    candidate = os.path.join(here, "..", "..", "kvcoordd")
+    here = os.path.dirname(os.path.abspath(__file__))  # build/python/kvcoord/sglang
+    candidate = os.path.join(here, "..", "..", "..", "kvcoordd")
     if os.access(candidate, os.X_OK):
         return os.path.normpath(candidate)
     found = shutil.which("kvcoordd")

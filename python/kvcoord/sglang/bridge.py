@@ -20,7 +20,7 @@ import os
 import re
 import threading
 
-from . import FAILURE_RING, ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
+from .. import FAILURE_RING, ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
 
 log = logging.getLogger("kvcoord.sglang")
 
@@ -123,7 +123,7 @@ class Bridge:
     # ---- rooms after a rank dies ------------------------------------------
 
     def members_died(self, group, exc):
-        """The poll collective of `group` (a _sgl_poll.Group) reported ranks
+        """The poll collective of `group` (a poll.Group) reported ranks
         dead (CollectiveError exc): every followed room those ranks had not
         joined fails at once, and so does every room followed from now on
         (the rooms they had joined are failed by the library's liveness check

@@ -45,8 +45,8 @@ import inspect
 import os
 import zlib
 
-from . import CollectiveError, Error, InvalidArgumentError
-from ._sgl_bridge import log
+from .. import CollectiveError, Error, InvalidArgumentError
+from .bridge import log
 
 FAILED = 0  # sglang's KVPoll.Failed
 TRANSFERRING = 3

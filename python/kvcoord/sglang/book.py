@@ -5,8 +5,8 @@ bookkeeping without sglang, for programs that follow rooms themselves
 import threading
 import zlib
 
-from . import KVPoll, KVTransferError, UNKNOWN_REASON
-from ._sgl_bridge import Bridge
+from .. import KVPoll, KVTransferError, UNKNOWN_REASON
+from .bridge import Bridge
 
 
 class KVStatusBook:

@@ -1,7 +1,7 @@
 # Type stub of kvcoord.sglang (see its docstring).  Units: seconds.
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import KVPoll as KVPoll, KVTransferError as KVTransferError, FailureInfo, Segment
+from .. import KVPoll as KVPoll, KVTransferError as KVTransferError, FailureInfo, Segment
 
 def install(segment: Union[str, Segment, None], rank: int, *, size: Optional[int] = ...,
             timeout: float = ...,

@@ -3,7 +3,13 @@
  * else uses: ranks.c (recovery and the writers, under the rank lock) and
  * ranks_read.c (the lock-free readers).  The helpers are static inline, as
  * they were static when the table was one file: a lookup calls them on its
- * fast path.
+ * fast path.  roles.c (role names and parallelism configs) writes the same
+ * tables through ranks.c's entry-level calls.
+ *
+ * Lock rule: writers hold the rank lock (KVC_LOCK_RANKS) and take no other
+ * inside it; readers take no lock (seqlock.h), except a reader that keeps
+ * seeing an odd sequence, which takes the rank lock once to recover a dead
+ * writer.
  */
 #ifndef KVC_RANKS_INTERNAL_H
 #define KVC_RANKS_INTERNAL_H

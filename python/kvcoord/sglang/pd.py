@@ -12,7 +12,7 @@ EngineInfoBootstrapServer does both).  sglang's prefill workers then PUT
 
 import functools
 
-from ._sgl_bridge import log
+from .bridge import log
 
 CONN = "sglang.srt.disaggregation.common.conn"
 SERVER = "CommonKVBootstrapServer"
@@ -39,7 +39,7 @@ def options(pd_bootstrap):
 def _wrap_init(orig, opts):
     @functools.wraps(orig)
     def __init__(self, host, port, *args, **kwargs):
-        from .sglang import EngineInfoBootstrapServer
+        from . import EngineInfoBootstrapServer
 
         self.host = host
         self.port = port

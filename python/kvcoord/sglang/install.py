@@ -6,9 +6,9 @@ import importlib
 import sys
 import threading
 
-from . import Segment
-from . import _sgl_pd, _sgl_poll
-from ._sgl_bridge import Bridge, log
+from .. import Segment
+from . import pd as _sgl_pd, poll as _sgl_poll
+from .bridge import Bridge, log
 
 UTILS = "sglang.srt.disaggregation.utils"
 # Imported by install() when they import (a backend whose own dependencies
@@ -176,7 +176,7 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
             new.__kvcoord_original__ = vars(owner)[name]
             setattr(owner, name, new)
         if transfer_engine:
-            from . import mooncake
+            from .. import mooncake
             mooncake.install_mooncake_module()
             _reason[0] = mooncake.engine.annotate
         _active = (bridge, done, wrappers)
@@ -201,7 +201,7 @@ def uninstall():
         bridge, done, wrappers = _active
         _active = None
         if _reason[0] is not None:
-            from . import mooncake
+            from .. import mooncake
             mooncake.uninstall_mooncake_module()
             _reason[0] = None
         for owner, name, orig in reversed(done):
