@@ -74,6 +74,8 @@ void kvt__conn_close(kvt_engine *e, kvt_conn *c)
     e->rdma->conn_closed(e, c);
     if (c->rstate == RS_PAYLOAD && c->dreg)
         c->dreg->busy--;
+    if (c->rstate == RS_WDATA)
+        kvt__rx_wv_release(e, c);
     c->dreg = NULL;
     while (c->q_head) {
         kvt_wr *w = c->q_head;
@@ -150,8 +152,8 @@ void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok)
         kvt_wr *w = c->batch[i];
         kvt_sroom *r = w->room;
         w->in_batch = 0;
-        if (w->nsiov) /* a READ answer left the queue */
-            c->read_out -= w->plen;
+        if (w->nsiov && !w->room) /* a READ answer left the queue */
+            c->read_out -= w->dlen;
         if (r)
             r->in_kernel--;
         kvt__wr_release(e, w); /* freed here unless still awaiting its ACK */

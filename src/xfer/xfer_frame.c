@@ -25,6 +25,7 @@ const char *kvt_ftype_name(uint8_t type)
     case KVT_F_READ_NACK: return "READ_NACK";
     case KVT_F_DESC_REQ: return "DESC_REQ";
     case KVT_F_DESC: return "DESC";
+    case KVT_F_WRITEV: return "WRITEV";
     }
     return "unknown";
 }

@@ -56,11 +56,15 @@ enum kvt_ftype {
                              sent; status errno, payload: reason */
     KVT_F_DESC_REQ = 14,  /* client -> server instead of HELLO: send me your
                              descriptor; payload: a HELLO payload (version, token) */
-    KVT_F_DESC = 15       /* server -> client: the descriptor's JSON text
+    KVT_F_DESC = 15,      /* server -> client: the descriptor's JSON text
                              (payload up to KVT_DESC_MAX), then the server closes */
+    KVT_F_WRITEV = 16     /* client -> server: a write of several runs: payload
+                             1..256 entries (kvt_read_ent: destination, length),
+                             then addr more bytes, the runs' data back to back;
+                             seq, ACK and NACK as a WRITE's */
 };
 /* The highest frame type a decoder accepts. */
-#define KVT_F_MAX KVT_F_DESC
+#define KVT_F_MAX KVT_F_WRITEV
 
 /* Largest payload of a DESC frame (= transfer.h's KVT_DESC_MAX). */
 #define KVT_DESC_FRAME_MAX (1u << 20)

@@ -124,6 +124,7 @@ typedef struct kvt_wr {
      * (busy counts held until freed); plen is their total. */
     struct iovec *siov;
     uint32_t nsiov;
+    uint64_t dlen;  /* bytes in siov (a READ answer's or a WRITEV's data) */
     uint32_t vleft; /* verbs: RDMA READs of the request not yet completed */
     uint8_t hdr[KVT_HDR_LEN];
     const void *payload;
@@ -202,7 +203,7 @@ typedef struct kvt_expect {
 } kvt_expect;
 
 enum kvt_cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
-enum kvt_rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA };
+enum kvt_rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA, RS_WDATA };
 #define KVT_RIOV KVT_READ_ENTS_MAX /* iovecs of one recvmsg of READ data */
 
 struct kvt_conn {
@@ -262,6 +263,10 @@ struct kvt_conn {
                                   (holds in_kernel and pending) */
     struct iovec riov[KVT_RIOV];
     struct msghdr rmsg;
+    /* server: the runs of the WRITEV being received (RS_WDATA), at run
+     * rd_ent, offset rd_off; each holds a busy count on its region */
+    kvt_read_ent wv[KVT_READ_ENTS_MAX];
+    uint32_t wv_n;
     uint32_t ctl_len;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -402,7 +407,10 @@ void kvt__peer_pump(kvt_engine *e, struct kvt_peer *p);
 void kvt__wr_release(kvt_engine *e, kvt_wr *w);
 /* The window bytes w takes on a connection: a READ request's answer, a
  * write's payload. */
-static inline uint64_t kvt__wr_cost(const kvt_wr *w) { return w->rbytes ? w->rbytes : w->plen; }
+static inline uint64_t kvt__wr_cost(const kvt_wr *w)
+{
+    return w->rbytes ? w->rbytes : w->dlen ? w->dlen : w->plen;
+}
 void kvt__seg_open(kvt_engine *e, uint64_t room, kvc_room_role role);
 void kvt__seg_success(kvt_engine *e, uint64_t room);
 void kvt__seg_fail(kvt_engine *e, uint64_t room, int32_t code, const char *reason);
@@ -435,6 +443,8 @@ void kvt__read_serve(kvt_engine *e, kvt_conn *c);
 void kvt__desc_serve(kvt_engine *e, kvt_conn *c);
 /* Free w and drop the busy counts its runs or answer hold on regions. */
 void kvt__wr_free(kvt_engine *e, kvt_wr *w);
+/* xfer_rx.c: drop the busy counts of the WRITEV being received on c. */
+void kvt__rx_wv_release(kvt_engine *e, kvt_conn *c);
 /* xfer_rx.c: a protocol error on input (ERROR frame to the peer, close). */
 void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg);
 

@@ -37,7 +37,7 @@ void kvt__wr_free(kvt_engine *e, kvt_wr *w)
 {
     for (uint32_t i = 0; i < w->nent; i++)
         busy_drop(e, w->ent[i].laddr, w->ent[i].len);
-    for (uint32_t i = 0; i < w->nsiov; i++)
+    for (uint32_t i = 0; !w->room && i < w->nsiov; i++) /* a READ answer's regions */
         busy_drop(e, (uint64_t)(uintptr_t)w->siov[i].iov_base, w->siov[i].iov_len);
     free(w);
 }
@@ -318,7 +318,7 @@ void kvt__read_serve(kvt_engine *e, kvt_conn *c)
         kvt__region_find(e, ent[i].addr, ent[i].len)->busy++;
     }
     w->nsiov = (uint32_t)n;
-    w->plen = (uint32_t)total;
+    w->dlen = total;
     kvt_frame f = {.type = KVT_F_READ_DATA,
                    .len = (uint32_t)total,
                    .seq = c->cur.seq,

@@ -37,6 +37,23 @@ static void rx_lowat(kvt_conn *c, int want)
         c->lowat = want;
 }
 
+/* The iovecs of a WRITEV's runs still to fill (c->wv from run rd_ent,
+ * offset rd_off) into c->rmsg; returns their bytes. */
+static size_t wv_arm(kvt_conn *c)
+{
+    size_t k = 0, bytes = 0;
+    for (uint32_t i = c->rd_ent; i < c->wv_n; i++) {
+        uint64_t off = i == c->rd_ent ? c->rd_off : 0;
+        c->riov[k].iov_base = (void *)(uintptr_t)(c->wv[i].addr + off);
+        c->riov[k].iov_len = (size_t)(c->wv[i].len - off);
+        bytes += c->riov[k++].iov_len;
+    }
+    memset(&c->rmsg, 0, sizeof c->rmsg);
+    c->rmsg.msg_iov = c->riov;
+    c->rmsg.msg_iovlen = k;
+    return bytes;
+}
+
 /* Arm the connection's one recv.  Three shapes:
  *  - payload of the current WRITE, nothing buffered: straight into the
  *    destination region (already checked against the registered regions
@@ -62,6 +79,13 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
         rx_lowat(c, n > KVT_RX_LOWAT ? (int)KVT_RX_LOWAT : (int)n);
         io_uring_prep_recv(s, c->fd, c->dst, n, 0);
         c->direct = true;
+    } else if (c->rstate == RS_WDATA && c->rpos == c->rlen && c->left) {
+        /* A WRITEV's data: one recvmsg scattering into every run still to
+         * fill (all checked against the regions by on_writev). */
+        size_t n = wv_arm(c);
+        rx_lowat(c, n > KVT_RX_LOWAT ? (int)KVT_RX_LOWAT : (int)n);
+        io_uring_prep_recvmsg(s, c->fd, &c->rmsg, 0);
+        c->direct = true;
     } else if (c->rstate == RS_RDATA && c->rpos == c->rlen && c->left &&
                (c->big || c->left >= KVT_DIRECT_MIN)) {
         /* READ data: one recvmsg scattering into every run still to fill
@@ -85,6 +109,8 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
         size_t want = KVT_RBUF - c->rlen;
         if (c->big && c->rstate == RS_HDR && c->rlen < KVT_HDR_LEN)
             want = KVT_HDR_LEN - c->rlen; /* header only: the payload goes in place */
+        else if (c->big && c->rstate == RS_CTL && c->rpos == c->rlen)
+            want = c->cur.len - c->ctl_len; /* a WRITEV's table only: its data follows */
         rx_lowat(c, 0);
         io_uring_prep_recv(s, c->fd, c->rbuf + c->rlen, want, 0);
         c->direct = false;
@@ -343,6 +369,102 @@ static void on_write_applied(kvt_engine *e, kvt_conn *c)
     c->rstate = RS_HDR;
 }
 
+/* WRITEV: every run checked against the registered regions before one
+ * byte is stored; one outside refuses the whole frame (NACK, its data
+ * skipped), as a WRITE's. */
+static void on_writev(kvt_engine *e, kvt_conn *c)
+{
+    kvt_frame *f = &c->cur;
+    uint64_t total = 0;
+    char msg[240];
+    int n = kvt_read_decode((const uint8_t *)c->ctl, c->ctl_len, KVT_FRAME_MAX, KVT_FRAME_MAX,
+                            c->wv, &total, msg, sizeof msg);
+    if (n < 0 || total != f->addr) {
+        if (n >= 0)
+            kvt__str(msg, sizeof msg, "WRITEV announces %llu bytes, its entries %llu",
+                     (unsigned long long)f->addr, (unsigned long long)total);
+        proto_error(e, c, EPROTO, msg);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (kvt__region_find(e, c->wv[i].addr, c->wv[i].len))
+            continue;
+        kvt__str(msg, sizeof msg,
+                 "write of %llu bytes to 0x%llx (run %d of write %llu, room %llu) is outside every "
+                 "region registered here",
+                 (unsigned long long)c->wv[i].len, (unsigned long long)c->wv[i].addr, i,
+                 (unsigned long long)f->seq, (unsigned long long)f->room);
+        e->st.frames_refused++;
+        kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
+        flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
+        kvt_wr *w = kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
+        if (w)
+            kvt__conn_enqueue(c, w);
+        c->rstate = RS_SKIP;
+        c->left = total;
+        return;
+    }
+    if (!rroom_get(e, c->rpeer, f->room, true)) {
+        proto_error(e, c, ENOMEM, "out of memory for a room");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        kvt__region_find(e, c->wv[i].addr, c->wv[i].len)->busy++;
+    c->wv_n = (uint32_t)n;
+    c->rd_ent = 0;
+    c->rd_off = 0;
+    c->left = total;
+    c->big = true; /* the next header alone (kvt__rx_arm) */
+    c->rstate = RS_WDATA;
+}
+
+/* n bytes of the WRITEV's data arrived at the current position (copied
+ * from src when not NULL); the whole write applied at its last byte. */
+static void wv_step(kvt_engine *e, kvt_conn *c, const uint8_t *src, size_t n)
+{
+    c->left -= n;
+    while (n) {
+        kvt_read_ent *t = &c->wv[c->rd_ent];
+        uint64_t k = t->len - c->rd_off;
+        if (k > n)
+            k = n;
+        if (src) {
+            memcpy((uint8_t *)(uintptr_t)(t->addr + c->rd_off), src, (size_t)k);
+            src += k;
+        }
+        c->rd_off += k;
+        n -= (size_t)k;
+        if (c->rd_off == t->len) {
+            c->rd_ent++;
+            c->rd_off = 0;
+        }
+    }
+    if (c->left)
+        return;
+    kvt__rx_wv_release(e, c);
+    kvt_rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
+    if (r) {
+        r->writes++;
+        r->bytes += c->cur.addr;
+    }
+    e->st.writes_recv++;
+    e->st.bytes_recv += c->cur.addr;
+    c->ack_seq = c->cur.seq;
+    c->ack_count++;
+    c->ack_bytes += c->cur.addr;
+    c->rstate = RS_HDR;
+}
+
+void kvt__rx_wv_release(kvt_engine *e, kvt_conn *c)
+{
+    for (uint32_t i = 0; i < c->wv_n; i++) {
+        kvt_region *g = kvt__region_find(e, c->wv[i].addr, c->wv[i].len);
+        if (g && g->busy)
+            g->busy--;
+    }
+    c->wv_n = 0;
+}
+
 static void on_done(kvt_engine *e, kvt_conn *c)
 {
     kvt_frame *f = &c->cur;
@@ -469,12 +591,13 @@ static void on_ack(kvt_engine *e, kvt_conn *c)
         if (!c->f_head)
             c->f_tail = NULL;
         w->in_fifo = 0;
-        c->unacked_bytes -= w->plen;
+        uint64_t bytes = kvt__wr_cost(w); /* a WRITE's payload, a WRITEV's data */
+        c->unacked_bytes -= bytes;
         w->room->acked_writes++;
-        w->room->acked_bytes += w->plen;
-        c->peer->bytes_sent += w->plen;
+        w->room->acked_bytes += bytes;
+        c->peer->bytes_sent += bytes;
         e->st.writes_sent++;
-        e->st.bytes_sent += w->plen;
+        e->st.bytes_sent += bytes;
         last = w;
         if (!n && last->seq != c->cur.seq) {
             kvt__conn_fail(e, c, EPROTO, "receive", "ACK out of order");
@@ -497,7 +620,7 @@ static void on_nack(kvt_engine *e, kvt_conn *c)
     if (!c->f_head)
         c->f_tail = NULL;
     w->in_fifo = 0;
-    c->unacked_bytes -= w->plen;
+    c->unacked_bytes -= kvt__wr_cost(w);
     char why[KVC_REASON_MAX + 1];
     kvt__str(why, sizeof why, "peer %s refused a write of room %llu: %.*s", c->peer->sid,
              (unsigned long long)c->cur.room, (int)c->ctl_len, c->ctl);
@@ -530,14 +653,14 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
         on_error(e, c);
         return;
     }
-    bool ok =
-        c->client
-            ? (c->state == CS_HELLO ? t == KVT_F_HELLO_OK
-                                    : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
-                                          t == KVT_F_QP_INFO || t == KVT_F_READ_NACK)
-            : (c->state == CS_HELLO ? t == KVT_F_HELLO || t == KVT_F_DESC_REQ
-                                    : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
-                                          t == KVT_F_QP_INFO || t == KVT_F_READ);
+    bool ok = c->client ? (c->state == CS_HELLO
+                               ? t == KVT_F_HELLO_OK
+                               : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
+                                     t == KVT_F_QP_INFO || t == KVT_F_READ_NACK)
+                        : (c->state == CS_HELLO
+                               ? t == KVT_F_HELLO || t == KVT_F_DESC_REQ
+                               : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
+                                     t == KVT_F_QP_INFO || t == KVT_F_READ || t == KVT_F_WRITEV);
     if (!ok) {
         kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt_ftype_name(t),
                  c->state == CS_HELLO ? "before the handshake" : "here");
@@ -554,6 +677,7 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
     case KVT_F_NACK: on_nack(e, c); break;
     case KVT_F_QP_INFO: on_qp_info(e, c); break;
     case KVT_F_READ: kvt__read_serve(e, c); break;
+    case KVT_F_WRITEV: on_writev(e, c); break;
     case KVT_F_READ_NACK: kvt__read_nack(e, c); break;
     case KVT_F_DESC_REQ: kvt__desc_serve(e, c); break;
     case KVT_F_DONE_ACK:
@@ -623,6 +747,10 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
             size_t n = c->left < avail ? (size_t)c->left : avail;
             c->rpos += n;
             kvt__read_copy(e, c, p, n); /* may end the request (RS_HDR) */
+        } else if (c->rstate == RS_WDATA) {
+            size_t n = c->left < avail ? (size_t)c->left : avail;
+            c->rpos += n;
+            wv_step(e, c, p, n); /* may apply the write (RS_HDR) */
         } else {
             size_t n = c->left < avail ? (size_t)c->left : avail;
             if (c->rstate == RS_PAYLOAD) {
@@ -678,6 +806,8 @@ void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
     c->progress_ns = kvc__mono_ns();
     if (c->direct && c->rstate == RS_RDATA) {
         kvt__read_advance(e, c, (size_t)res);
+    } else if (c->direct && c->rstate == RS_WDATA) {
+        wv_step(e, c, NULL, (size_t)res);
     } else if (c->direct) {
         c->dst += res;
         c->left -= (uint64_t)res;

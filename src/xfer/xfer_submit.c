@@ -407,30 +407,98 @@ static kvt_sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool read
     return r;
 }
 
-/* Queue the runs as slices on the peer's backlog. */
+/* One WRITEV of runs v[0..k) (k >= 2): the entries table as its payload,
+ * the runs' data as iovecs straight from the caller's memory. */
+static kvt_wr *writev_wr(kvt_peer *p, kvt_sroom *r, const kvt_rent *v, uint32_t k, uint64_t total)
+{
+    size_t plen = (size_t)k * KVT_READ_ENT_LEN;
+    kvt_wr *w = calloc(1, sizeof *w + plen + (size_t)k * sizeof(struct iovec));
+    if (!w)
+        return NULL;
+    w->siov = (struct iovec *)(void *)(w->owned + plen); /* plen: a multiple of 16 */
+    for (uint32_t i = 0; i < k; i++) {
+        kvt_put64(w->owned + (size_t)i * KVT_READ_ENT_LEN, v[i].raddr);
+        kvt_put64(w->owned + (size_t)i * KVT_READ_ENT_LEN + 8, v[i].len);
+        w->siov[i] = (struct iovec){(void *)(uintptr_t)v[i].laddr, (size_t)v[i].len};
+    }
+    w->nsiov = k;
+    w->dlen = total;
+    w->room = r;
+    w->payload = w->owned;
+    w->plen = (uint32_t)plen;
+    w->seq = p->next_seq++;
+    kvt_frame f = {
+        .type = KVT_F_WRITEV, .len = (uint32_t)plen, .seq = w->seq, .room = r->room, .addr = total};
+    kvt_frame_encode(&f, w->hdr);
+    return w;
+}
+
+static void backlog_add(kvt_peer *p, kvt_sroom *r, kvt_wr *w, uint64_t bytes)
+{
+    w->in_q = 1;
+    if (p->bl_tail)
+        p->bl_tail->next = w;
+    else
+        p->bl_head = w;
+    p->bl_tail = w;
+    r->pending++;
+    r->writes++;
+    r->bytes += bytes;
+}
+
+/* Queue what is gathered in g[0..*k) (a WRITE for one run, a WRITEV for
+ * more), then empty it. */
+static kvc_err flush_group(kvt_peer *p, kvt_sroom *r, kvt_rent *g, uint32_t *k, uint64_t *total)
+{
+    if (!*k)
+        return KVC_OK;
+    kvt_wr *w = *k == 1 ? data_wr(p, r, g[0].laddr, g[0].raddr, (uint32_t)g[0].len)
+                        : writev_wr(p, r, g, *k, *total);
+    if (!w)
+        return kvt__fail(KVC_E_SYS, "out of memory queueing writes");
+    backlog_add(p, r, w, *total);
+    *k = 0;
+    *total = 0;
+    return KVC_OK;
+}
+
+/* Queue the runs as slices on the peer's backlog.  On the TCP path,
+ * consecutive slices are gathered into WRITEV frames (up to 256 runs and
+ * min(window_bytes, 16 MiB)): the receiver then takes a whole batch of
+ * scattered pages with one recvmsg instead of two recvs per page.  Slices
+ * that splice (tcp_splice_min) and the RDMA path go one WRITE each. */
 static kvc_err queue_runs(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        for (uint64_t off = 0; off < v[i].len;) {
+    uint64_t cap = e->o.window_bytes < KVT_READ_REQ_MAX ? e->o.window_bytes : KVT_READ_REQ_MAX;
+    uint64_t solo = e->o.tcp_splice_min ? e->o.tcp_splice_min : UINT64_MAX;
+    kvt_rent g[KVT_READ_ENTS_MAX];
+    uint32_t k = 0;
+    uint64_t total = 0;
+    kvc_err err = KVC_OK;
+    for (size_t i = 0; i < n && !err; i++) {
+        for (uint64_t off = 0; off < v[i].len && !err;) {
             uint64_t len = v[i].len - off;
             if (len > e->o.slice_bytes)
                 len = e->o.slice_bytes;
-            kvt_wr *w = data_wr(p, r, v[i].laddr + off, v[i].raddr + off, (uint32_t)len);
-            if (!w)
-                return kvt__fail(KVC_E_SYS, "out of memory queueing writes");
-            w->in_q = 1;
-            if (p->bl_tail)
-                p->bl_tail->next = w;
-            else
-                p->bl_head = w;
-            p->bl_tail = w;
-            r->pending++;
-            r->writes++;
-            r->bytes += len;
+            kvt_rent s = {v[i].laddr + off, v[i].raddr + off, len};
             off += len;
+            if (p->verbs || len >= solo) {
+                err = flush_group(p, r, g, &k, &total);
+                uint64_t one = len;
+                uint32_t k1 = 1;
+                if (!err)
+                    err = flush_group(p, r, &s, &k1, &one);
+                continue;
+            }
+            if (k == KVT_READ_ENTS_MAX || (k && total + len > cap))
+                err = flush_group(p, r, g, &k, &total);
+            g[k++] = s;
+            total += len;
         }
     }
-    return KVC_OK;
+    if (!err)
+        err = flush_group(p, r, g, &k, &total);
+    return err;
 }
 
 static kvc_err refuse_unhealthy(kvt_engine *e, kvt_peer *p, uint64_t room, unsigned flags,

@@ -370,7 +370,7 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
     c->nbatch = c->niov = c->iov_at = 0;
     while (c->q_head && c->nbatch < KVT_BATCH_WRS) {
         kvt_wr *w = c->q_head;
-        int need = 1 + (w->nsiov ? (int)w->nsiov : w->plen ? 1 : 0);
+        int need = 1 + (w->plen ? 1 : 0) + (int)w->nsiov;
         if (c->niov + need > (int)KVT_IOV_MAX)
             break; /* the next batch takes it */
         c->q_head = w->next;
@@ -382,15 +382,16 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
         c->batch[c->nbatch++] = w;
         c->iov_splice[c->niov] = 0;
         c->iov[c->niov++] = (struct iovec){w->hdr, KVT_HDR_LEN};
-        if (w->nsiov) { /* a READ answer: straight from the registered regions */
-            for (uint32_t i = 0; i < w->nsiov; i++) {
-                c->iov_splice[c->niov] = 0;
-                c->iov[c->niov++] = w->siov[i];
-            }
-        } else if (w->plen) {
-            c->iov_splice[c->niov] =
-                w->room && e->o.tcp_splice_min && w->plen >= e->o.tcp_splice_min && pipe_get(e, c);
+        if (w->plen) {
+            c->iov_splice[c->niov] = w->room && !w->nsiov && !w->rbytes && e->o.tcp_splice_min &&
+                                     w->plen >= e->o.tcp_splice_min && pipe_get(e, c);
             c->iov[c->niov++] = (struct iovec){(void *)w->payload, w->plen};
+        }
+        /* The data of a READ answer or a WRITEV: one iovec per run, straight
+         * from the memory (registered regions; the caller's runs). */
+        for (uint32_t i = 0; i < w->nsiov; i++) {
+            c->iov_splice[c->niov] = 0;
+            c->iov[c->niov++] = w->siov[i];
         }
         if (w->room) {
             /* Data: awaits its ACK in send order (the receiver applies and

@@ -88,6 +88,13 @@ int main(int argc, char **argv)
         frame(KVT_F_READ_DATA, 192, 0, 1, 43, 3, data);
         frame(KVT_F_READ_NACK, sizeof reason - 1, 14, 2, 43, 0, reason);
         save(d, "read-exchange");
+        start(2); /* a WRITEV of two runs: the table, then their bytes */
+        hello(KVT_F_HELLO, 1, "10.0.0.1:16051", "");
+        frame(KVT_F_WRITEV, 2 * KVT_READ_ENT_LEN, 0, 1, 44, 128, req);
+        memcpy(buf + len, data, 128);
+        len += 128;
+        frame(KVT_F_DONE, 0, 0, 1, 44, 128, NULL);
+        save(d, "writev");
         start(3); /* a READ whose entry wraps, then one of 0 bytes */
         kvt_put64(req, UINT64_MAX - 10);
         kvt_put64(req + 8, 64);

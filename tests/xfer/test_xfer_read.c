@@ -243,6 +243,68 @@ static void test_whole_buffer(void **state)
     assert_true(st.bytes_read >= REGION);
 }
 
+/* Scattered writes (WRITEV frames: 256 runs each) then read back: the
+ * server's region holds exactly what was written where it was written. */
+static void test_write_then_read(void **state)
+{
+    ctx *c = *state;
+    enum { N = 256, PG = 64 << 10 };
+    uint32_t slots = REGION / PG / 2, *pl = malloc(slots * 4), *pr = malloc(slots * 4);
+    shuffle(pl, slots, 8);
+    shuffle(pr, slots, 9);
+    xu_fill(c->local, REGION, 21);
+    kvt_run w[N], r[N];
+    for (uint32_t i = 0; i < N; i++) {
+        uint64_t lo = (uint64_t)pl[i] * 2 * PG, ro = (uint64_t)pr[i] * 2 * PG;
+        w[i] = (kvt_run){(uint64_t)(uintptr_t)c->local + lo, c->rbase + ro, PG};
+        memcpy(c->mirror + ro, c->local + lo, PG);
+    }
+    assert_int_equal(kvt_submit(c->e, c->peer, 50, w, N, 0), KVC_OK);
+    kvt_event ev = wait_ev(c->e, 50);
+    if (ev.state != KVC_POLL_SUCCESS)
+        fail_msg("write room failed: %s", ev.reason);
+    assert_int_equal(ev.bytes, (uint64_t)N * PG);
+    /* The whole server region back into local memory: the mirror. */
+    for (uint32_t i = 0; i < N; i++)
+        r[i] = (kvt_run){(uint64_t)(uintptr_t)c->local + (uint64_t)i * (REGION / N),
+                         c->rbase + (uint64_t)i * (REGION / N), REGION / N};
+    assert_int_equal(kvt_submit_read(c->e, c->peer, 51, r, N, 0), KVC_OK);
+    assert_int_equal(wait_ev(c->e, 51).state, KVC_POLL_SUCCESS);
+    assert_true(xu_sum(c->local, REGION) == xu_sum(c->mirror, REGION));
+    free(pl);
+    free(pr);
+}
+
+/* A WRITEV with one run outside the server's regions: the whole frame is
+ * refused (EFAULT, naming the range), nothing of it is written there. */
+static void test_write_out_of_region(void **state)
+{
+    ctx *c = *state;
+    char *d = strdup(c->s.desc), buf[4096];
+    char *len = strstr(d, "\"length\":");
+    snprintf(buf, sizeof buf, "%.*s\"length\":%u%s", (int)(len - d), d, 2 * REGION,
+             len + 9 + strspn(len + 9, "0123456789"));
+    free(d);
+    kvt_peer *p;
+    assert_int_equal(kvt_peer_import(c->e, buf, strlen(buf), &p), KVC_OK);
+    xu_fill(c->local, REGION, 31);
+    kvt_run w[3] = {{(uint64_t)(uintptr_t)c->local, c->rbase, 4096},
+                    {(uint64_t)(uintptr_t)c->local + 8192, c->rbase + REGION + 4096, 4096},
+                    {(uint64_t)(uintptr_t)c->local + 65536, c->rbase + 65536, 4096}};
+    assert_int_equal(kvt_submit(c->e, p, 52, w, 3, 0), KVC_OK);
+    kvt_event ev = wait_ev(c->e, 52);
+    assert_int_equal(ev.state, KVC_POLL_FAILED);
+    assert_int_equal(ev.code, EFAULT);
+    assert_non_null(strstr(ev.reason, "outside every region"));
+    char sid[128];
+    assert_non_null(strstr(ev.reason, desc_sid(c->s.desc, sid, sizeof sid)));
+    /* The server's region is still its pattern (read it back). */
+    kvt_run r = {(uint64_t)(uintptr_t)c->local, c->rbase, 1u << 20};
+    assert_int_equal(kvt_submit_read(c->e, p, 53, &r, 1, 0), KVC_OK);
+    assert_int_equal(wait_ev(c->e, 53).state, KVC_POLL_SUCCESS);
+    assert_true(memcmp(c->local, c->mirror, 1u << 20) == 0);
+}
+
 /* Checked here first: nothing sent, the run named. */
 static void test_bad_runs(void **state)
 {
@@ -542,6 +604,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_scattered_4k, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scattered_64k, setup, teardown),
         cmocka_unit_test_setup_teardown(test_whole_buffer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_then_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_out_of_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_region, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deregister_busy, setup, teardown),
