@@ -13,7 +13,12 @@ then runs cfg["mode"]:
           prints "ok N" every 50 steps and one JSON line per failure.  A rank
           in cfg["odd"] = {"step": s, "tag": t, "extra": n} calls step s with
           tag t and n more bytes.
-Lines on stdout: "ready {json}" after the handshake, then per mode.
+  "installed"  kvcoord.sglang.install() on the sglang-shaped fixture, then
+          sglang's poll_and_all_reduce as installed against its original
+          (gloo) over cfg["steps"] steps; reports the path the group took
+          and the log lines about it.
+Lines on stdout: "ready {json}" after the handshake (not "installed"), then
+per mode.
 """
 
 import json
@@ -68,9 +73,57 @@ def fail_json(step, e, t0):
                        "after_s": round(time.monotonic() - t0, 3)})
 
 
+class Poller:
+    def __init__(self, room):
+        self.bootstrap_room = room
+        self.state = 1
+
+    def poll(self):
+        return self.state
+
+
+def installed():
+    """kvcoord.sglang.install() on the fixture; sglang's poll_and_all_reduce
+    as installed against its original (gloo) over cfg["steps"] steps."""
+    import logging
+
+    sys.path.insert(0, os.path.join(cfg["root"], "tests", "python", "fake_sglang"))
+    import kvcoord.sglang as ksg
+    from kvcoord.sglang import install as inst
+    from sglang.srt.disaggregation import utils
+
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, rec):
+            lines.append(rec.getMessage())
+
+    logging.getLogger("kvcoord.sglang").addHandler(Keep())
+    logging.getLogger("kvcoord.sglang").setLevel(logging.INFO)
+    ksg.install(cfg["segment"], RANK, size=SIZE, timeout=TIMEOUT)
+    group = dist.new_group(backend="gloo")
+    orig = utils.poll_and_all_reduce.__kvcoord_original__
+    pollers = [Poller(r) for r in range(1, 65)]
+    differ = 0
+    for step in range(cfg["steps"]):
+        n = 1 + random.Random(SEED * 31 + step).randrange(64)
+        for p, v in zip(pollers, polls(step, RANK, n)):
+            p.state = v
+        got = utils.poll_and_all_reduce(pollers[:n], group)
+        want = orig(pollers[:n], group)
+        differ += got != want or bytes(got) != expected(step, n)
+    g = inst.active_bridge().groups[id(group)][1]
+    say("done " + json.dumps({"steps": cfg["steps"], "differ": differ,
+                              "path": type(g).__name__ if g is not None else None,
+                              "log": [m for m in lines if "poll all-reduce" in m]}))
+    return 0
+
+
 def main():
     dist.init_process_group("gloo", init_method="file://" + cfg["store"], rank=RANK,
                             world_size=SIZE, timeout=datetime.timedelta(seconds=300))
+    if cfg["mode"] == "installed":
+        return installed()
     seg = kvcoord.Segment(cfg["segment"], role="client")
     g, why = handshake(seg, None, timeout=60)
     if g is None:

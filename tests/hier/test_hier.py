@@ -22,6 +22,10 @@ made by kvcoord._hier.handshake through that world.
    timeout; the next step works.
  - the whole group restarted on the same segments: a new handshake, a new
    group that works.
+ - kvcoord.sglang.install() on the sglang-shaped fixture: sglang's
+   poll_and_all_reduce of a group spanning the hosts runs hierarchically
+   when every rank runs kvcoord, said once in the log, through gloo when a
+   rank does not; every answer equal to sglang's original.
 Deadlines only guard against hangs; measured times are printed, not judged
 (beyond "before the 30 s timeout" where a death or a mismatch must be seen
 without waiting for it).  Needs root and ip(8); skipped otherwise.
@@ -240,6 +244,37 @@ class Failures(HierBase):
         for r in range(len(lay)):
             st = self.ranks.expect(r, "stopped")
             self.assertEqual(st["ok"], 200, st)
+
+
+class Installed(HierBase):
+    """kvcoord.sglang.install() on the sglang-shaped fixture, ranks on two
+    hosts: the poll all-reduce of the group takes the hierarchical path when
+    every rank runs kvcoord (said once in the log), gloo otherwise; either
+    way every answer equals sglang's original (gloo) of the same step."""
+
+    def run_installed(self, per_rank=None):
+        lay = layout(self.hosts, 2)
+        self.ranks = Ranks(self.net, lay, self.segs, "installed", steps=300,
+                           root=os.path.dirname(os.path.dirname(hiertest.HERE)),
+                           per_rank=per_rank or {})
+        return [self.ranks.expect(r, "done", deadline=600) for r in range(len(lay))]
+
+    def test_every_rank_runs_kvcoord(self):
+        for r, d in enumerate(self.run_installed()):
+            self.assertEqual(d["differ"], 0, d)
+            self.assertEqual(d["path"], "HierPoll", d)
+            said = [m for m in d["log"] if "across 2 nodes" in m]
+            self.assertEqual(len(said), 1, d["log"])
+        print("\nrank 0's log: %s" % said[0])
+
+    def test_a_rank_without_kvcoord(self):
+        done = self.run_installed({3: {"segment": None}})
+        for r, d in enumerate(done):
+            self.assertEqual(d["differ"], 0, d)
+            self.assertIsNone(d["path"], d)
+            said = [m for m in d["log"] if "gloo" in m]
+            self.assertEqual(len(said), 1, d["log"])
+            self.assertIn("a rank of the group attached no kvcoord segment", said[0])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # checks).  Needs root, ip(8) and python3-torch (the gloo world); skipped
 # otherwise.  Run alone: they time steps across namespaces and fork 16 ranks.
 if(TARGET kvcoord_python)
-  foreach(part Agreement ThreeHosts Failures)
+  foreach(part Agreement ThreeHosts Failures Installed)
     string(TOLOWER ${part} lower)
     add_test(NAME hier_${lower}
       COMMAND ${CMAKE_COMMAND} -E env ${KVC_PY_TEST_ENV} KVCOORD_DAEMON=$<TARGET_FILE:kvcoordd>
