@@ -82,15 +82,37 @@ class Poller:
         return self.state
 
 
+class Req:
+    """A decode request as the staging variant sees it."""
+
+    def __init__(self, poller):
+        self.kv_receiver = poller
+        poller.require_staging = False
+
+
+class Staging:
+    def is_done(self, dr):
+        return True
+
+    def advance_scatter(self, dr):
+        pass
+
+
 def installed():
     """kvcoord.sglang.install() on the fixture; sglang's poll_and_all_reduce
     as installed against its original (gloo) over cfg["steps"] steps."""
     import logging
 
     sys.path.insert(0, os.path.join(cfg["root"], "tests", "python", "fake_sglang"))
+    import importlib
+
     import kvcoord.sglang as ksg
-    from kvcoord.sglang import install as inst
     from sglang.srt.disaggregation import utils
+
+    try:  # the module (kvcoord.sglang.install is also the function's name)
+        inst = importlib.import_module("kvcoord.sglang.install")
+    except ImportError:
+        inst = importlib.import_module("kvcoord._sgl_install")
 
     lines = []
 
@@ -104,18 +126,30 @@ def installed():
     group = dist.new_group(backend="gloo")
     orig = utils.poll_and_all_reduce.__kvcoord_original__
     pollers = [Poller(r) for r in range(1, 65)]
-    differ = 0
+    differ, mixed = 0, []
     for step in range(cfg["steps"]):
         n = 1 + random.Random(SEED * 31 + step).randrange(64)
         for p, v in zip(pollers, polls(step, RANK, n)):
             p.state = v
+        if step == cfg.get("mixed_step"):  # this rank calls the staging variant
+            try:
+                if cfg.get("staging"):
+                    utils.poll_and_all_reduce_with_staging([Req(p) for p in pollers[:n]],
+                                                           Staging(), group)
+                else:
+                    utils.poll_and_all_reduce(pollers[:n], group)
+                mixed.append("no error")
+            except kvcoord.InvalidArgumentError as e:
+                mixed.append(str(e))
+            continue
         got = utils.poll_and_all_reduce(pollers[:n], group)
         want = orig(pollers[:n], group)
         differ += got != want or bytes(got) != expected(step, n)
     g = inst.active_bridge().groups[id(group)][1]
     say("done " + json.dumps({"steps": cfg["steps"], "differ": differ,
                               "path": type(g).__name__ if g is not None else None,
-                              "log": [m for m in lines if "poll all-reduce" in m]}))
+                              "log": [m for m in lines if "poll all-reduce" in m],
+                              "mixed": mixed}))
     return 0
 
 

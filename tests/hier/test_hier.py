@@ -265,7 +265,21 @@ class Installed(HierBase):
             self.assertEqual(d["path"], "HierPoll", d)
             said = [m for m in d["log"] if "across 2 nodes" in m]
             self.assertEqual(len(said), 1, d["log"])
-        print("\nrank 0's log: %s" % said[0])
+            if r == 0:
+                print("\nrank 0's log: %s" % said[0])
+
+    def test_mixed_variants(self):
+        """sglang #36928: one rank calls another variant in a step (here the
+        staging one, rank 3 on host 1): every rank raises at once naming it,
+        and the next steps work (the answers above stay equal to gloo's)."""
+        done = self.run_installed({r: {"mixed_step": 100, "staging": r == 3}
+                                   for r in range(4)})
+        for r, d in enumerate(done):
+            self.assertEqual(d["differ"], 0, d)
+            self.assertEqual(len(d["mixed"]), 1, d)
+            self.assertRegex(d["mixed"][0], r"rank 3 on node \S+ called with tag 4 .*rank 0 on "
+                             r"node \S+ with tag 1 .*step 100 .*4 poll_and_all_reduce_with_staging")
+        print("\nevery rank: %s" % done[0]["mixed"][0])
 
     def test_a_rank_without_kvcoord(self):
         done = self.run_installed({3: {"segment": None}})
@@ -274,7 +288,8 @@ class Installed(HierBase):
             self.assertIsNone(d["path"], d)
             said = [m for m in d["log"] if "gloo" in m]
             self.assertEqual(len(said), 1, d["log"])
-            self.assertIn("a rank of the group attached no kvcoord segment", said[0])
+            self.assertIn("no kvcoord segment is attached" if r == 3 else
+                          "a rank of the group attached no kvcoord segment", said[0])
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import os
 import zlib
 
 from .. import CollectiveError, Error, InvalidArgumentError
+from . import hier as _hier_poll
 from .bridge import log
 
 FAILED = 0  # sglang's KVPoll.Failed
@@ -85,6 +86,10 @@ def _handshake(bridge, pg, dist):
     got = [None] * size
     dist.all_gather_object(got, mine, group=pg)
     keys = {k for k, _, _ in got}
+    if mine[0] is not None and None not in keys and len(keys) > 1:  # spans nodes
+        g, why = _hier_poll.resolve(bridge, pg, size, tuple(p for _, p, _ in got),
+                                   tuple(r for _, _, r in got))
+        return g if g is not None else _fallback(bridge, size, why)
     if mine[0] is None or len(keys) != 1:
         if bridge.segment is None:
             why = "no kvcoord segment is attached (install(segment=None))"
@@ -145,6 +150,8 @@ def _torch_min(polls, pg):
 def reduce(bridge, g, pg, pollers, polls, kind):
     """The MIN of polls over g (pg's group in the segment), with the rooms
     kvcoord failed folded in; the run-time error rule of the module's top."""
+    if type(g) is _hier_poll.HierPoll:  # the group spans nodes
+        return _hier_poll.reduce(bridge, g, pollers, polls, kind)
     try:
         return bridge.segment.poll_allreduce(g.gid, g.size, g.rank, polls, pollers,
                                              bridge.counts, bridge.timeout, kind)
