@@ -20,7 +20,7 @@ PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-p
           python3-httptools python3-torch python3-venv python3-pip python3-setuptools
           python3-wheel curl wrk
           nginx-light clang libclang-rt-14-dev clang-format iproute2 iperf3 prometheus systemd
-          gcc-aarch64-linux-gnu qemu-user-static libc6:arm64 libcmocka-dev:arm64 libjansson-dev:arm64)
+          gcc-aarch64-linux-gnu qemu-user-static libc6:arm64 libc6-dev:arm64 libcmocka-dev:arm64 libjansson-dev:arm64)
 
 usage() {
     cat <<EOF

@@ -6,6 +6,7 @@
 #include "metrics.h"
 
 #include "clock.h"
+#include "http_routes.h"
 #include "kvcoord/pd.h"
 #include "utf8.h"
 
@@ -29,22 +30,10 @@ static const char *const bucket_le[METRICS_BUCKETS] = {
     "0.05",   "0.1",     "0.25",   "0.5",   "1",      "2.5",   "10",   "60",
 };
 
-static const char *const route_names[MR_COUNT] = {
-    [MR_HEALTH] = "/health",
-    [MR_GET_INFO] = "/get_transfer_engine_info",
-    [MR_REGISTER] = "/register_transfer_engine_info",
-    [MR_RANKS] = "/ranks",
-    [MR_INFO] = "/transfer_engine_info",
-    [MR_FAILURES] = "/failures",
-    [MR_ROOMS] = "/rooms/{room}",
-    [MR_METRICS] = "/metrics",
-    [MR_OTHER] = "other",
-};
-
 struct metrics {
-    atomic_uint_fast64_t requests[MR_COUNT][STATUS_MAX];
-    atomic_uint_fast64_t buckets[MR_COUNT][METRICS_BUCKETS + 1]; /* last: +Inf only */
-    atomic_uint_fast64_t sum_ns[MR_COUNT];
+    atomic_uint_fast64_t requests[MR_MAX][STATUS_MAX];
+    atomic_uint_fast64_t buckets[MR_MAX][METRICS_BUCKETS + 1]; /* last: +Inf only */
+    atomic_uint_fast64_t sum_ns[MR_MAX];
     atomic_int_fast64_t open_conns;
     atomic_uint_fast64_t conns_total, conns_refused;
     atomic_uint_fast64_t buffered, buffered_max; /* body budget (--max-buffered-bytes) */
@@ -85,28 +74,13 @@ void metrics_destroy(struct metrics *m)
 
 /* ---- observing ---------------------------------------------------------- */
 
-enum metrics_route metrics_route_of(const char *path, size_t len)
-{
-    for (int r = 0; r < MR_COUNT; r++) {
-        if (r == MR_ROOMS || r == MR_OTHER)
-            continue;
-        size_t n = strlen(route_names[r]);
-        if (n == len && !memcmp(path, route_names[r], n))
-            return (enum metrics_route)r;
-    }
-    if ((len == 6 && !memcmp(path, "/rooms", 6)) || (len > 7 && !memcmp(path, "/rooms/", 7)))
-        return MR_ROOMS;
-    return MR_OTHER;
-}
+unsigned metrics_route_of(const char *path, size_t len) { return routes_label_of(path, len); }
 
-const char *metrics_route_name(enum metrics_route r)
-{
-    return (unsigned)r < MR_COUNT ? route_names[r] : route_names[MR_OTHER];
-}
+const char *metrics_route_name(unsigned r) { return routes_label(r); }
 
-void metrics_request(struct metrics *m, enum metrics_route route, int status, uint64_t duration_ns)
+void metrics_request(struct metrics *m, unsigned route, int status, uint64_t duration_ns)
 {
-    if ((unsigned)route >= MR_COUNT)
+    if (route >= routes_label_count())
         route = MR_OTHER;
     if (status < 100 || status >= STATUS_MAX)
         status = 0;
@@ -537,13 +511,15 @@ static void render_http(struct buf *out, const struct metrics *m)
     family(out, "kvcoord_http_requests_total", "counter",
            "HTTP requests answered, by route and status code (0: none, the connection was "
            "closed).");
-    for (int r = 0; r < MR_COUNT; r++) {
+    unsigned nroutes = routes_label_count();
+    for (unsigned r = 0; r < nroutes; r++) {
+        const char *label = routes_label(r);
         for (int st = 0; st < STATUS_MAX; st++) {
             uint64_t v = ld(&m->requests[r][st]);
             if (!v)
                 continue;
             buf_puts(out, "kvcoord_http_requests_total{route=\"");
-            metrics_label_escape(out, route_names[r], strlen(route_names[r]));
+            metrics_label_escape(out, label, strlen(label));
             buf_puts(out, "\",status=\"");
             buf_putu64(out, (uint64_t)st);
             buf_puts(out, "\"} ");
@@ -554,12 +530,13 @@ static void render_http(struct buf *out, const struct metrics *m)
     family(out, "kvcoord_http_request_duration_seconds", "histogram",
            "Time from a request's first byte to its answer being queued, by route (long-polls "
            "included).");
-    for (int r = 0; r < MR_COUNT; r++) {
+    for (unsigned r = 0; r < nroutes; r++) {
+        const char *label = routes_label(r);
         uint64_t cum = 0;
         for (int b = 0; b <= METRICS_BUCKETS; b++) {
             cum += ld(&m->buckets[r][b]);
             buf_puts(out, "kvcoord_http_request_duration_seconds_bucket{route=\"");
-            buf_puts(out, route_names[r]);
+            buf_puts(out, label);
             buf_puts(out, "\",le=\"");
             buf_puts(out, b < METRICS_BUCKETS ? bucket_le[b] : "+Inf");
             buf_puts(out, "\"} ");
@@ -571,11 +548,11 @@ static void render_http(struct buf *out, const struct metrics *m)
         snprintf(sum, sizeof sum, "%llu.%09llu", (unsigned long long)(ns / 1000000000ull),
                  (unsigned long long)(ns % 1000000000ull));
         buf_puts(out, "kvcoord_http_request_duration_seconds_sum{route=\"");
-        buf_puts(out, route_names[r]);
+        buf_puts(out, label);
         buf_puts(out, "\"} ");
         buf_puts(out, sum);
         buf_puts(out, "\nkvcoord_http_request_duration_seconds_count{route=\"");
-        buf_puts(out, route_names[r]);
+        buf_puts(out, label);
         buf_puts(out, "\"} ");
         buf_putu64(out, cum); /* the +Inf bucket: consistent with the buckets read */
         buf_puts(out, "\n");

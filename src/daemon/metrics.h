@@ -29,20 +29,13 @@
 /* Content-Type of a GET /metrics answer. */
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
-/* Route labels: a fixed set, so a client sending random paths cannot grow
- * the number of series.  metrics_route_of() maps a request path. */
-enum metrics_route {
-    MR_HEALTH = 0, /* /health */
-    MR_GET_INFO,   /* /get_transfer_engine_info */
-    MR_REGISTER,   /* /register_transfer_engine_info */
-    MR_RANKS,      /* /ranks */
-    MR_INFO,       /* /transfer_engine_info (DELETE) */
-    MR_FAILURES,   /* /failures */
-    MR_ROOMS,      /* /rooms and /rooms/... (label "/rooms/{room}") */
-    MR_METRICS,    /* /metrics */
-    MR_OTHER,      /* anything else (404s), and errors before routing */
-    MR_COUNT
-};
+/* Route labels: index MR_OTHER ("other": any path the route table does
+ * not know, 404s, and errors before routing), then one per path of the
+ * route table, its label taken from the table's row (http_routes.h,
+ * routes_label()).  A fixed set, so a client sending random paths cannot
+ * grow the number of series.  metrics_route_of() maps a request path. */
+enum metrics_route { MR_OTHER = 0 };
+#define MR_MAX 32 /* labels the counters hold (http_routes.c asserts the table fits) */
 
 /* Latency histogram upper bounds, seconds (long-polls wait up to 60 s). */
 #define METRICS_BUCKETS 16
@@ -54,14 +47,14 @@ struct metrics *metrics_create(void);
 void metrics_destroy(struct metrics *m);
 
 /* The route label index of path[0..len) (not NUL-terminated). */
-enum metrics_route metrics_route_of(const char *path, size_t len);
+unsigned metrics_route_of(const char *path, size_t len);
 
 /* The label text of a route index ("/health", ..., "other"). */
-const char *metrics_route_name(enum metrics_route r);
+const char *metrics_route_name(unsigned r);
 
 /* One request answered: its route, HTTP status (100..599; others count as
  * 0) and time from its first byte to its answer being queued, nanoseconds. */
-void metrics_request(struct metrics *m, enum metrics_route route, int status, uint64_t duration_ns);
+void metrics_request(struct metrics *m, unsigned route, int status, uint64_t duration_ns);
 
 /* A connection accepted / closed (kvcoord_http_open_connections). */
 void metrics_conn_open(struct metrics *m);

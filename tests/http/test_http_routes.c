@@ -126,7 +126,7 @@ static int run(struct fixture *f, const struct http_req *req)
     return status;
 }
 
-/* A request for the route's pattern ("{}" -> a fresh room id), with a body
+/* A request for the route's pattern ("{room}" -> a fresh room id), with a body
  * every mutating route accepts. */
 struct built {
     char path[128], query[32], body[512], authz[64];
@@ -137,10 +137,10 @@ static void build(struct fixture *f, const struct route *rt, int method, int wit
                   struct built *b)
 {
     unsigned n = ++f->counter;
-    const char *arg = strstr(rt->pattern, "{}");
+    const char *arg = strchr(rt->pattern, '{');
     if (arg)
         snprintf(b->path, sizeof b->path, "%.*s%u%s", (int)(arg - rt->pattern), rt->pattern,
-                 1000 + n, arg + 2);
+                 1000 + n, strchr(arg, '}') + 1);
     else
         snprintf(b->path, sizeof b->path, "%s", rt->pattern);
     snprintf(b->query, sizeof b->query, "rank=%d", RANK);

@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "kvcoord/kvcoord.h"
+#include "http_routes.h"
 #include "metrics.h"
 
 static char seg_name[64];
@@ -84,12 +85,14 @@ static struct metrics *build_metrics(void)
     struct metrics *m = metrics_create();
     assert_non_null(m);
     metrics_request(m, metrics_route_of("/register_transfer_engine_info", 30), 200, 3000000);
-    metrics_request(m, MR_REGISTER, 200, 3000000);
-    metrics_request(m, MR_REGISTER, 401, 20000);
+    unsigned reg = metrics_route_of("/register_transfer_engine_info", 30);
+    metrics_request(m, reg, 200, 3000000);
+    metrics_request(m, reg, 401, 20000);
     metrics_request(m, metrics_route_of("/get_transfer_engine_info", 25), 404, 50000);
     metrics_request(m, metrics_route_of("/nope", 5), 404, 10000);
-    metrics_request(m, MR_GET_INFO, 200, 70000000000ull); /* past the last bucket */
-    metrics_request(m, MR_HEALTH, 999, 1000);             /* odd status: counted as 0 */
+    metrics_request(m, metrics_route_of("/get_transfer_engine_info", 25), 200,
+                    70000000000ull);                               /* past the last bucket */
+    metrics_request(m, metrics_route_of("/health", 7), 999, 1000); /* odd status: counted as 0 */
     metrics_conn_open(m);
     metrics_conn_open(m);
     metrics_conn_open(m);
@@ -239,12 +242,41 @@ static void test_label_escape(void **state)
     assert_string_equal(b.p, "a\\\"b\\\\c\\nd\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
                              "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz");
     buf_free(&b);
-    assert_int_equal(metrics_route_of("/rooms/42/failure", 17), MR_ROOMS);
-    assert_int_equal(metrics_route_of("/rooms", 6), MR_ROOMS);
-    assert_int_equal(metrics_route_of("/roomsx", 7), MR_OTHER);
-    assert_int_equal(metrics_route_of("/metrics", 8), MR_METRICS);
-    assert_int_equal(metrics_route_of("/failures", 9), MR_FAILURES);
-    assert_string_equal(metrics_route_name(MR_ROOMS), "/rooms/{room}");
+    /* every label comes from the route table's row: each path of the
+     * table has its own, an unknown path is "other" */
+    static const struct {
+        const char *path, *label;
+    } cases[] = {
+        {"/rooms/42", "/rooms/{room}"},
+        {"/rooms/42/failure", "/rooms/{room}/failure"},
+        {"/rooms", "other"},
+        {"/roomsx", "other"},
+        {"/metrics", "/metrics"},
+        {"/failures", "/failures"},
+        {"/cluster", "/cluster"},
+        {"/register_parallelism_config", "/register_parallelism_config"},
+        {"/get_parallelism_config", "/get_parallelism_config"},
+        {"/route", "/route"},
+        {"/register_dp_rank", "/register_dp_rank"},
+        {"/query_dp_ranks", "/query_dp_ranks"},
+        {"/nope", "other"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_string_equal(
+            metrics_route_name(metrics_route_of(cases[i].path, strlen(cases[i].path))),
+            cases[i].label);
+    assert_int_equal(metrics_route_of("/nope", 5), MR_OTHER);
+    assert_string_equal(metrics_route_name(MR_MAX), "other");
+    /* every path of the table has a label of its own, none is "other" */
+    size_t n;
+    const struct route *t = routes_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (strchr(t[i].pattern, '{'))
+            continue;
+        unsigned r = metrics_route_of(t[i].pattern, strlen(t[i].pattern));
+        assert_true(r != MR_OTHER);
+        assert_string_equal(metrics_route_name(r), t[i].pattern);
+    }
 }
 
 int main(int argc, char **argv)

@@ -65,6 +65,8 @@
  * KVC_E_TOOBIG 413, KVC_E_FULL 507, KVC_E_BUSY 503, others 500, the detail
  * ending with kvc_last_error().
  */
+#include <pthread.h>
+
 #include "http_conn.h"
 #include "http_pd.h"
 #include "http_routes_int.h"
@@ -267,8 +269,8 @@ static const struct route route_table[] = {
     {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING,
      route_put_parallelism},
     {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_parallelism},
-    {"/rooms/{}", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_room},
-    {"/rooms/{}/failure", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, route_room_failure},
+    {"/rooms/{room}", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_room},
+    {"/rooms/{room}/failure", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, route_room_failure},
     /* sglang's PD bootstrap server (http_pd.h): every method goes to its
      * handler, which answers the others with aiohttp's own 405s; each
      * takes the PD lock.  One entry per method where they differ. */
@@ -278,14 +280,55 @@ static const struct route route_table[] = {
     {"/query_dp_ranks", M(HTTP_POST), ROUTE_MAY_WAIT | ROUTE_OWN_405 | ROUTE_READS_ONLY, route_pd},
 };
 
+#define ROUTES_N (sizeof route_table / sizeof route_table[0])
+
 const struct route *routes_table(size_t *count)
 {
-    *count = sizeof route_table / sizeof route_table[0];
+    *count = ROUTES_N;
     return route_table;
 }
 
+/* ---- metrics labels, from the table's rows -------------------------------- */
+
+/* A route's label is its pattern ("/rooms/{room}/failure"): one per path,
+ * whatever its methods, so no path is counted as another's. */
+
+_Static_assert(1 + ROUTES_N <= MR_MAX, "more route labels than metrics.h's MR_MAX counters");
+
+static const char *labels[1 + ROUTES_N]; /* [0] "other", then one per path */
+static unsigned label_of_entry[ROUTES_N];
+static unsigned nlabels;
+static pthread_once_t labels_once = PTHREAD_ONCE_INIT;
+
+static void labels_init(void)
+{
+    labels[MR_OTHER] = "other";
+    nlabels = 1;
+    for (size_t i = 0; i < ROUTES_N; i++) {
+        const char *l = route_table[i].pattern;
+        unsigned j = 1;
+        while (j < nlabels && strcmp(labels[j], l))
+            j++;
+        if (j == nlabels)
+            labels[nlabels++] = l;
+        label_of_entry[i] = j;
+    }
+}
+
+unsigned routes_label_count(void)
+{
+    pthread_once(&labels_once, labels_init);
+    return nlabels;
+}
+
+const char *routes_label(unsigned i)
+{
+    pthread_once(&labels_once, labels_init);
+    return i < nlabels ? labels[i] : labels[MR_OTHER];
+}
+
 /* One segment of a path (raw) against one of a pattern: a literal equals
- * the segment once decoded; "{}" takes any non-empty segment, decoded into
+ * the segment once decoded; "{name}" takes any non-empty segment, decoded into
  * m (its length past ROUTE_ARG_MAX only counted). */
 static int segment_matches(const char *pat, size_t plen, const char *seg, size_t slen,
                            struct route_match *m)
@@ -294,7 +337,7 @@ static int segment_matches(const char *pat, size_t plen, const char *seg, size_t
     long dlen = slen <= ROUTE_ARG_MAX * 3 ? pct_decode(NULL, seg, slen, 0) : (long)slen;
     if (dlen < 0)
         return 0; /* cannot happen: the parser checked every escape */
-    if (plen == 2 && pat[0] == '{' && pat[1] == '}') {
+    if (plen >= 2 && pat[0] == '{' && pat[plen - 1] == '}') {
         if (dlen == 0)
             return 0;
         m->arg_len = (size_t)dlen;
@@ -360,6 +403,15 @@ static const struct route *route_find(const char *path, size_t len, int method,
     }
     *method_ok = 0;
     return first;
+}
+
+unsigned routes_label_of(const char *path, size_t len)
+{
+    struct route_match m;
+    int ok;
+    pthread_once(&labels_once, labels_init);
+    const struct route *rt = route_find(path, len, -1, &m, &ok);
+    return rt ? label_of_entry[rt - route_table] : MR_OTHER;
 }
 
 /* The path routes match: as received, or the decoded one of a request

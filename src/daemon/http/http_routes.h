@@ -114,9 +114,9 @@ enum {
                                 /query_dp_ranks): no token; test_http_routes checks it */
 };
 
-#define ROUTE_ARG_MAX 64 /* longest "{}" segment kept, decoded */
+#define ROUTE_ARG_MAX 64 /* longest "{name}" segment kept, decoded */
 
-/* The "{}" segment of the path matched (at most one per pattern). */
+/* The "{name}" segment of the path matched (at most one per pattern). */
 struct route_match {
     char arg[ROUTE_ARG_MAX + 1]; /* percent-decoded, NUL-terminated when it fits */
     size_t arg_len;              /* decoded length; above ROUTE_ARG_MAX: too long */
@@ -126,7 +126,7 @@ typedef enum route_rc (*route_fn)(struct routes *, struct route_slot *, const st
                                   struct buf *);
 
 struct route {
-    const char *pattern; /* "/health", "/rooms/{}/failure": "{}" is one non-empty
+    const char *pattern; /* "/health", "/rooms/{room}/failure": "{room}" is one non-empty
                             segment; matched segment by segment, each decoded alone.
                             A path may have several entries (adjacent), one per set
                             of methods with the same flags */
@@ -137,6 +137,17 @@ struct route {
 
 /* The route table (static, count entries). */
 const struct route *routes_table(size_t *count);
+
+/* Metrics route labels, from the table: index 0 is "other" (a path the
+ * table does not know), then each path's pattern ("/rooms/{room}") in
+ * table order.  Thread-safe
+ * (built once). */
+unsigned routes_label_count(void);
+/* The label of index i ("other" for i out of range). */
+const char *routes_label(unsigned i);
+/* The label index of path[0..len) (raw or decoded; not NUL-terminated):
+ * its route's, whatever the method; 0 when no route has that path. */
+unsigned routes_label_of(const char *path, size_t len);
 
 /* The request using s was answered: free a large lookup buffer. */
 void route_slot_done(struct route_slot *s);

@@ -46,7 +46,7 @@ struct routes {
     uint32_t ranks_epoch;
     uint64_t ranks_world;
     int on_worker;            /* a helper thread's clone: runs what the loop defers */
-    struct route_match match; /* the "{}" segment of the route being run */
+    struct route_match match; /* the "{name}" segment of the route being run */
 };
 
 /* The answer to GET /get_transfer_engine_info of a rank (its headers'
