@@ -192,7 +192,7 @@ KVT_API kvc_err kvt_descriptor_fetch(const char *session_id, const char *token, 
         return kvt__fail(KVC_E_INVAL, "kvt_descriptor_fetch: token empty or longer than %u bytes",
                          KVT_HELLO_STR_MAX);
     uint64_t end = kvc__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
-    int fd;
+    int fd = -1;
     kvc_err err = connect_to(session_id, end, timeout_ms, &fd);
     if (err)
         return err;
