@@ -30,6 +30,11 @@ add_test(NAME bench_transfer_smoke
          COMMAND kvcoord-bench transfer --backend tcp --block 64K --batch 4 --conns 2 --duration 0.3 --json)
 set_tests_properties(bench_transfer_smoke PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"rooms_failed\":0,.*\"gb_per_s\"")
+# --read: the same rooms pulled with kvt_submit_read.
+add_test(NAME bench_transfer_smoke_read
+         COMMAND kvcoord-bench transfer --read --block 64K --batch 8 --conns 2 --duration 0.3 --json)
+set_tests_properties(bench_transfer_smoke_read PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "\"op\":\"read\",.*\"rooms_failed\":0,.*\"gb_per_s\"")
 # The like-for-like mode of bench_transfer.sh: every write of a room from one
 # source block into one destination block, processes pinned (CPU 0 exists
 # everywhere); the JSON line carries the working set and the CPU per GB.
