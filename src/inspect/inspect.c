@@ -38,6 +38,14 @@ const char *kvc__severity_name(kvc_severity s)
 
 int kvc__pid_alive(int32_t pid, uint64_t start) { return kvc__proc_alive(pid, start); }
 
+/* pid runs but is stopped: state T (SIGSTOP) or t (a tracer) in /proc. */
+static int pid_stopped(int32_t pid)
+{
+    kvc_proc_stat st;
+    return pid > 0 && kvc_proc_stat_read(pid, &st) == KVC_OK &&
+           (st.state == 'T' || st.state == 't');
+}
+
 /* ---- header ----------------------------------------------------------- */
 
 void kvc__magic_text(uint64_t magic, char buf[9])
@@ -83,6 +91,7 @@ static void fill_prefix(kvc_raw_header *o, const unsigned char *p)
     /* Without the magic the other bytes mean nothing: no pid is looked up. */
     o->creator_alive =
         o->magic_ok && o->creator_pid > 0 && kvc__proc_alive(o->creator_pid, o->creator_start);
+    o->creator_stopped = o->creator_alive && pid_stopped(o->creator_pid);
 }
 
 /* Whole header of this build's layout, read with pread (never mapped). */
@@ -254,6 +263,9 @@ void kvc__lock_probe(kvc_segment *seg, int id, kvc_lock_probe *out)
     if (out->state == KVC_LOCKST_HELD && out->owner_pid)
         out->owner_alive =
             kvc__proc_alive(out->owner_pid, out->owner_start) || (tid && kvc__proc_alive(tid, 0));
+    /* The owning thread's state: a stopped process's threads are all 'T'. */
+    if (out->owner_alive)
+        out->owner_stopped = pid_stopped(tid ? tid : out->owner_pid);
 }
 
 char *kvc__lock_text(const kvc_lock_probe *p, char *buf, size_t cap)
@@ -266,7 +278,10 @@ char *kvc__lock_text(const kvc_lock_probe *p, char *buf, size_t cap)
     switch (p->state) {
     case KVC_LOCKST_FREE: snprintf(buf, cap, "free"); break;
     case KVC_LOCKST_HELD:
-        snprintf(buf, cap, "held by %s (%s)%s", who, p->owner_alive ? "alive" : "dead",
+        snprintf(buf, cap, "held by %s (%s)%s", who,
+                 p->owner_stopped ? "stopped: state T, SIGSTOP or a debugger"
+                 : p->owner_alive ? "alive"
+                                  : "dead",
                  p->recovering ? ", recovering a dead owner's state" : "");
         break;
     case KVC_LOCKST_OWNER_DIED:

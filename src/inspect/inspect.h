@@ -55,7 +55,9 @@ typedef struct kvc_raw_header {
     int32_t creator_pid;
     uint64_t creator_start; /* ticks since boot */
     int creator_alive;
-    int full; /* the fields below are valid */
+    int creator_stopped; /* alive but stopped: state T or t in /proc (SIGSTOP, a
+                            debugger): it serves nothing until continued */
+    int full;            /* the fields below are valid */
     uint32_t rank_entry_size, proc_size, lock_size, block_size, room_size;
     uint64_t total_bytes; /* the size the header says the file has */
     uint32_t max_ranks, max_procs, world_size, max_rooms, room_slots, room_ttl_ms;
@@ -118,6 +120,8 @@ typedef struct kvc_lock_probe {
     int32_t owner_pid;    /* holder, or the owner that died; 0 if unknown */
     uint64_t owner_start; /* its start time when recorded, else 0 */
     int owner_alive;
+    int owner_stopped;   /* held by a live process that is stopped (state T or t
+                          in /proc: SIGSTOP, a debugger): every locker waits */
     int waiters;         /* the futex word says processes are waiting */
     int recovering;      /* a locker got EOWNERDEAD and is recovering now */
     uint64_t recoveries; /* EOWNERDEAD recoveries of this lock, ever */

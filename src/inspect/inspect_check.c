@@ -107,7 +107,13 @@ static bool check_header(kvc__ck *ck)
     else
         kvc__ck_say(ck, KVC_SEV_OK, "header.file", "file is %llu bytes, as the header says",
                     (unsigned long long)h.file_bytes);
-    if (h.creator_alive)
+    if (h.creator_stopped)
+        kvc__ck_say(ck, KVC_SEV_DEGRADED, "header.creator",
+                    "creator pid %d (kvcoordd) is stopped (state T in /proc: SIGSTOP or a "
+                    "debugger): it answers nothing and reaps nothing until continued (kill -CONT "
+                    "%d)",
+                    (int)h.creator_pid, (int)h.creator_pid);
+    else if (h.creator_alive)
         kvc__ck_say(ck, KVC_SEV_OK, "header.creator", "creator pid %d is running",
                     (int)h.creator_pid);
     else
@@ -129,7 +135,8 @@ enum kvc__access kvc__ck_take_q(kvc__ck *ck, int id, int quiet)
 {
     char id_s[32], text[160];
     /* The room stripes report under one id, "locks.rooms". */
-    snprintf(id_s, sizeof id_s, "locks.%s", id >= KVC_LOCK_ROOMS ? "rooms" : kvc__lock_name(id));
+    snprintf(id_s, sizeof id_s, "locks.%s",
+             id >= KVC_LOCK_ROOMS && id < KVC_LOCK_PD ? "rooms" : kvc__lock_name(id));
     kvc_lock_probe *p = &ck->st->locks[id];
     kvc__lock_probe(ck->seg, id, p);
     /* Held by a process that is gone: look again, in case it released the
@@ -148,6 +155,15 @@ enum kvc__access kvc__ck_take_q(kvc__ck *ck, int id, int quiet)
         (p->state == KVC_LOCKST_HELD && !p->owner_alive && !p->recovering)) {
         kvc__ck_say(ck, KVC_SEV_BROKEN, id_s, "%s lock: %s", kvc__lock_name(id), text);
         return KVC__UNLOCKED_DEAD;
+    }
+    if (p->state == KVC_LOCKST_HELD && p->owner_stopped) {
+        /* Waiting would only run out the timeout: a stopped owner holds it
+         * until continued or killed. */
+        kvc__ck_say(ck, KVC_SEV_DEGRADED, id_s,
+                    "%s lock: %s; every writer waits for it (lock-free readers do not); what "
+                    "needs the lock was not checked",
+                    kvc__lock_name(id), text);
+        return KVC__UNLOCKED_BUSY;
     }
     uint64_t before = p->recoveries;
     kvc_err e = kvc__lock(ck->seg, id);
@@ -232,5 +248,6 @@ kvc_severity kvc__check(kvc_segment *seg, kvc_check_fn fn, void *ctx, kvc_check_
     kvc__check_ranks(&ck);
     check_procs(&ck);
     kvc__check_rooms(&ck);
+    kvc__check_pd(&ck);
     return ck.worst;
 }

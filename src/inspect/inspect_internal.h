@@ -64,5 +64,8 @@ void kvc__ck_give(kvc__ck *ck, int id, enum kvc__access a);
 void kvc__check_ranks(kvc__ck *ck);
 /* The room stripes (each under its lock, in turn) and the failure ring. */
 void kvc__check_rooms(kvc__ck *ck);
+/* The PD bootstrap region (inspect_pd.c): under the PD lock, then its rank
+ * table through the lock-free readers. */
+void kvc__check_pd(kvc__ck *ck);
 
 #endif

@@ -23,6 +23,16 @@
  *   lockheld        ranks 0..1 committed; a live child holds the ranks lock and
  *                   waits (a stuck owner); prints "holder PID"; needs --hold
  *   lockheld-rooms  the same with the rooms lock (inside a room update)
+ *   pdheld          a live child holds the PD lock, re-registering prefill rank
+ *                   (dp 0, cp 0, tp 0, pp 0) as 10.9.9.9:19999, its undo record
+ *                   saved (PD rank sequence even); prints "holder PID"; --hold
+ *   pdheld-odd      the same inside the change's window (sequence odd: the
+ *                   topology written, the slot not yet)
+ *   pdheld-room     the same inside a room write (room 77 to dp 0)
+ *   The pd* scenarios attach to an existing segment (DIAG_FIXTURE_ATTACH=1:
+ *   one kvcoordd serves; the rank and the room must exist) or create one
+ *   with prefill rank 0 of a 1-rank topology at 10.0.0.1:17000 and room 77
+ *   at dp 1.
  *   stale           ranks 0..1 committed; a worker child attaches, registers rank
  *                   5 and is SIGKILLed: a stale process entry, a dead worker's rank
  *   version         a valid segment whose layout version is then changed to 1
@@ -50,6 +60,7 @@
 
 #include "inspect.h"
 #include "internal.h"
+#include "kvcoord/pd.h"
 
 static const char *name;
 static const char *die_point;
@@ -134,7 +145,21 @@ static void die_at(const char *point)
     raise(SIGKILL);
 }
 
-enum child_job { JOB_REREGISTER, JOB_OPEN_ROOM, JOB_REGISTER_5 };
+enum child_job { JOB_REREGISTER, JOB_OPEN_ROOM, JOB_REGISTER_5, JOB_PD_RANK, JOB_PD_ROOM };
+
+/* Prefill rank tp of a 1-rank topology (the pd* scenarios). */
+static kvc_pd_registration pd_reg(const char *ip, int32_t port)
+{
+    kvc_pd_registration r;
+    memset(&r, 0, sizeof r);
+    r.attn_tp_size = r.attn_cp_size = r.attn_dp_size = r.pp_size = r.system_dp_size = 1;
+    r.rank_ip = ip;
+    r.rank_port = port;
+    r.page_size = 64;
+    r.kv_cache_dtype = "auto";
+    r.follow_bootstrap_room = 1;
+    return r;
+}
 
 /* Fork a worker that attaches and does job; it dies at point (NULL: after
  * the job, by SIGKILL from the parent).  Returns its pid once dead, or once
@@ -157,6 +182,11 @@ static pid_t child(enum child_job job, const char *point, int hold)
             kvc_rank_register(c, 1, "10.9.9.9:1", v, strlen(v), NULL);
         else if (job == JOB_OPEN_ROOM)
             kvc_room_open(c, 7777, 2, 0, KVC_ROOM_ROLE_PREFILL);
+        else if (job == JOB_PD_RANK) {
+            kvc_pd_registration r = pd_reg("10.9.9.9", 19999);
+            kvc_pd_register(c, &r, KVC_PD_OWNER_NONE, 0, 0);
+        } else if (job == JOB_PD_ROOM)
+            kvc_pd_room_set(c, 77, 0);
         else
             kvc_rank_register(c, 5, "10.0.0.55:16005", v, strlen(v), NULL);
         (void)!write(fds[1], "x", 1);
@@ -260,6 +290,15 @@ static pid_t scenario(kvc_segment *s, const char *what)
     } else if (!strcmp(what, "lockheld-rooms")) {
         reg_range(s, 2);
         return child(JOB_OPEN_ROOM, "room.undo_saved", 1);
+    } else if (!strncmp(what, "pdheld", 6)) {
+        if (!getenv("DIAG_FIXTURE_ATTACH")) {
+            kvc_pd_registration r = pd_reg("10.0.0.1", 17000);
+            check(kvc_pd_register(s, &r, KVC_PD_OWNER_NONE, 0, 0), "kvc_pd_register");
+            check(kvc_pd_room_set(s, 77, 1), "kvc_pd_room_set");
+        }
+        if (!strcmp(what, "pdheld-room"))
+            return child(JOB_PD_ROOM, "pd.room.half", 1);
+        return child(JOB_PD_RANK, strcmp(what, "pdheld-odd") ? "pd.rank.saved" : "pd.rank.half", 1);
     } else if (!strcmp(what, "stale")) {
         reg_range(s, 2);
         child(JOB_REGISTER_5, NULL, 0);
@@ -280,7 +319,8 @@ int main(int argc, char **argv)
     name = argv[1];
     int hold = argc > 3 && !strcmp(argv[3], "--hold");
     int lockdead = !strncmp(argv[2], "lockdead-", 9);
-    kvc_segment *s = open_seg(KVC_OPEN_FRESH, lockdead ? KVC_ROLE_NONE : KVC_ROLE_CLIENT);
+    kvc_segment *s = open_seg(getenv("DIAG_FIXTURE_ATTACH") ? KVC_OPEN_ATTACH : KVC_OPEN_FRESH,
+                              lockdead ? KVC_ROLE_NONE : KVC_ROLE_CLIENT);
     pid_t holder = scenario(s, argv[2]);
     if (!hold)
         lockdead ? kvc__close_reader(s) : (void)kvc_close(s);

@@ -42,7 +42,8 @@ CHECK_IDS = {"header.magic", "header.version", "header.sizes", "header.file", "h
              "ranks.owner", "ranks.overlap", "ranks.count", "arena.bitmap", "arena.used",
              "procs.entry", "procs.alive", "rooms.undo", "rooms.count", "rooms.seq", "rooms.slot",
              "rooms.probe", "rooms.ranks", "rooms.fields", "rooms.liveness", "rooms.ttl",
-             "failures.ring"}
+             "failures.ring", "locks.pd", "pd.seq", "pd.undo", "pd.owner", "pd.rooms.slot",
+             "pd.rooms.probe", "pd.count", "pd.table"}
 _counter = [0]
 
 

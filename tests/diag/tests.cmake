@@ -16,3 +16,11 @@ add_test(NAME diag_tool
           --diag $<TARGET_FILE:kvcoord-diag>
           --fixture $<TARGET_FILE:diag_fixture>)
 set_tests_properties(diag_tool PROPERTIES LABELS "diag" TIMEOUT 300)
+
+# PD reads under a SIGSTOPped PD lock holder (a real stopped process inside
+# the lock, kvcoordd serving): lookups answer, kvcoord-diag says "stopped".
+add_test(NAME diag_pd_stopped
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_pd_stopped.py
+          --daemon $<TARGET_FILE:kvcoordd> --diag $<TARGET_FILE:kvcoord-diag>
+          --fixture $<TARGET_FILE:diag_fixture>)
+set_tests_properties(diag_pd_stopped PROPERTIES LABELS "diag;http;multiproc" TIMEOUT 300)

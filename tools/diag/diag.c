@@ -86,7 +86,10 @@ static void main_help(const diag *d, FILE *out)
             "  schema version; times are *_ns (Unix epoch ns) with *_utc (RFC 3339) beside\n"
             "  them.  A segment that cannot be read gives, for every command,\n"
             "  {\"readable\": false, \"error\": {\"code\", \"message\"}, \"header\": {...},\n"
-            "  \"verdict\": \"broken\", \"exit_code\": 2}.  docs/diag.md documents every field.\n"
+            "  \"verdict\": \"broken\", \"exit_code\": 2}; any other failure (etcd, a lock, a\n"
+            "  read) still gives one document, {..., \"error\": {\"message\"}, \"exit_code\"}.\n"
+            "  Only a usage error (stdout empty) or --help prints none.  docs/diag.md\n"
+            "  documents every field.\n"
             "\n%s\n"
             "FILES\n"
             "  /dev/shm/NAME  the segment\n"
@@ -105,6 +108,7 @@ static void main_help(const diag *d, FILE *out)
 
 void diag_cmd_help(const diag *d, const diag_cmd *c, FILE *out)
 {
+    diag_json_none = 1;
     fprintf(out, "NAME\n  %s %s - %s\n\nSYNOPSIS\n", d->prog, c->name, c->summary);
     /* One synopsis line per form of the command. */
     for (const char *s = c->synopsis; *s;) {
@@ -117,6 +121,7 @@ void diag_cmd_help(const diag *d, const diag_cmd *c, FILE *out)
 
 int diag_usage_error(const diag *d, const diag_cmd *c, const char *fmt, ...)
 {
+    diag_json_none = 1;
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "%s%s%s: ", d->prog, c ? " " : "", c ? c->name : "");
@@ -284,5 +289,16 @@ int main(int argc, char **argv)
         diag_usage_error(&d, NULL, "no command '%s'", name);
         return DIAG_EXIT_USAGE;
     }
-    return c->run(&d, argc - optind, argv + optind);
+    int rc = c->run(&d, argc - optind, argv + optind);
+    if (d.json && !diag_json_printed && !diag_json_none) {
+        /* The command failed after its arguments and said why on stderr
+         * only: still one document. */
+        json_t *doc = diag_jdoc(&d, c->name), *err = json_object();
+        const char *why = kvc_last_error();
+        json_object_set_new(err, "message", diag_jstr(why && *why ? why : "failed (see stderr)"));
+        json_object_set_new(doc, "error", err);
+        json_object_set_new(doc, "exit_code", json_integer(rc));
+        diag_jprint(doc);
+    }
+    return rc;
 }

@@ -140,6 +140,13 @@ json_t *diag_jroom(uint64_t room);
 void diag_jtime(json_t *obj, const char *key, uint64_t ns);
 /* A new document {"schema": 1, "command": command, "segment": name}. */
 json_t *diag_jdoc(const diag *d, const char *command);
+/* --json's promise, exactly one document on stdout for every run that got
+ * past its arguments: diag_jprint*() set diag_json_printed; a usage error
+ * or a help text sets diag_json_none (stdout then holds the help, or
+ * nothing); main() prints an error document when a command returns
+ * without either (a failure it reported on stderr only). */
+extern int diag_json_printed, diag_json_none;
+
 /* Print doc (2-space indent, fields in insertion order) and a newline, then
  * free it. */
 void diag_jprint(json_t *doc);

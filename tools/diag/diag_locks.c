@@ -11,11 +11,14 @@ static const char locks_help[] =
     "DESCRIPTION\n"
     "  Lists the segment's robust process-shared mutexes (ranks: the rank table and\n"
     "  info arena; procs: the process table; rooms: bootstrap rooms and failure\n"
-    "  records) with their state, read from the mutex without taking it, so locks\n"
+    "  records; pd: the PD bootstrap tables) with their state, read from the mutex\n"
+    "  without taking it, so locks\n"
     "  never waits and never changes anything:\n"
     "    free             nobody holds it\n"
     "    held             held by OWNER; ALIVE says whether that process runs (held by\n"
-    "                     a dead process that the kernel did not mark is broken)\n"
+    "                     a dead process that the kernel did not mark is broken), or\n"
+    "                     \"stopped\" (state T: SIGSTOP or a debugger; stuck until\n"
+    "                     continued, reported by check and status at once)\n"
     "    owner_died       its owner died holding it; the next locker gets EOWNERDEAD,\n"
     "                     repairs the state under it and marks it consistent -\n"
     "                     `kvcoord-diag repair` does that now\n"
@@ -31,7 +34,9 @@ static const char locks_help[] =
     "OUTPUT\n"
     "  --json: {\"schema\", \"command\": \"locks\", \"segment\", \"locks\": [{\"name\",\n"
     "  \"state\" (free|held|owner_died|not_recoverable), \"owner_pid\" (0: none or\n"
-    "  unknown), \"owner_alive\", \"waiters\", \"recovering\", \"recoveries\"}]}.\n";
+    "  unknown), \"owner_alive\", \"owner_stopped\" (alive but stopped: state T in /proc,\n"
+    "  SIGSTOP or a debugger; it holds the lock until continued), \"waiters\",\n"
+    "  \"recovering\", \"recoveries\"}]}.\n";
 
 const char *diag_lock_state_name(kvc_lock_state s)
 {
@@ -46,6 +51,7 @@ json_t *diag_lock_json(const kvc_lock_probe *p)
     json_object_set_new(o, "state", json_string(diag_lock_state_name(p->state)));
     json_object_set_new(o, "owner_pid", diag_jint(p->owner_pid));
     json_object_set_new(o, "owner_alive", json_boolean(p->owner_alive));
+    json_object_set_new(o, "owner_stopped", json_boolean(p->owner_stopped));
     json_object_set_new(o, "waiters", json_boolean(p->waiters));
     json_object_set_new(o, "recovering", json_boolean(p->recovering));
     json_object_set_new(o, "recoveries", diag_jint((int64_t)p->recoveries));
@@ -62,9 +68,10 @@ static void locks_text(kvc_lock_probe *p, int n)
         snprintf(owner, sizeof owner, "%d", (int)p[i].owner_pid);
         diag_table_addf(t, "%s\t%s\t%s\t%s\t%s\t%llu\t%s", p[i].name,
                         diag_lock_state_name(p[i].state), p[i].owner_pid ? owner : "-",
-                        p[i].state == KVC_LOCKST_FREE   ? "-"
-                        : p[i].state == KVC_LOCKST_HELD ? diag_alive(p[i].owner_alive)
-                                                        : "dead",
+                        p[i].state == KVC_LOCKST_FREE ? "-"
+                        : p[i].state == KVC_LOCKST_HELD
+                            ? (p[i].owner_stopped ? "stopped" : diag_alive(p[i].owner_alive))
+                            : "dead",
                         p[i].waiters ? "yes" : "no", (unsigned long long)p[i].recoveries,
                         kvc__lock_text(&p[i], detail, sizeof detail));
     }

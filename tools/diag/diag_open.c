@@ -70,6 +70,7 @@ json_t *diag_raw_header_json(const kvc_raw_header *h)
     json_object_set_new(o, "creator_pid", diag_jint(h->creator_pid));
     json_object_set_new(o, "creator_start", diag_jint((int64_t)h->creator_start));
     json_object_set_new(o, "creator_alive", json_boolean(h->creator_alive));
+    json_object_set_new(o, "creator_stopped", json_boolean(h->creator_stopped));
     json_object_set_new(o, "full", json_boolean(h->full));
     if (!h->full)
         return o;
@@ -137,7 +138,7 @@ static void print_raw_text(const diag *d, kvc_err e, const char *msg, const kvc_
                         KVC_LAYOUT_VERSION);
         diag_table_addf(t, "header size\t%u bytes", h->header_size);
         diag_table_addf(t, "creator\tpid %d (%s)", (int)h->creator_pid,
-                        diag_alive(h->creator_alive));
+                        h->creator_stopped ? "stopped" : diag_alive(h->creator_alive));
     } else if (is_reg) {
         diag_table_addf(t, "header\tthe file is too short to hold a header prefix");
     }

@@ -326,10 +326,13 @@ json_t *diag_jdoc(const diag *d, const char *command)
     return doc;
 }
 
+int diag_json_printed, diag_json_none;
+
 void diag_jprint(json_t *doc) { diag_jprint_raw(doc, NULL, NULL, 0); }
 
 void diag_jprint_raw(json_t *doc, const char *placeholder, const char *raw, size_t len)
 {
+    diag_json_printed = 1;
     char *text = placeholder ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     if (!text) {
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

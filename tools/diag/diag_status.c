@@ -29,7 +29,8 @@ static const char status_help[] =
     "  --json: {\"schema\", \"command\": \"status\", \"segment\", \"path\", \"readable\": true,\n"
     "  \"header\": {file_bytes, file_mode, file_uid, magic, magic_text, magic_ok,\n"
     "  layout_version, build_layout_version, header_size, creator_pid, creator_start,\n"
-    "  creator_alive, total_bytes, rank_entry_size, proc_size, lock_size, room_size,\n"
+    "  creator_alive, creator_stopped, total_bytes, rank_entry_size, proc_size, lock_size, "
+    "room_size,\n"
     "  block_size, created_ns/_utc, updated_ns/_utc, ...},\n"
     "  \"capacities\": {max_ranks, world_size, max_info_bytes, arena_bytes,\n"
     "  arena_used_bytes, max_rooms, room_slots, room_ttl_ms, max_procs},\n"
@@ -38,7 +39,8 @@ static const char status_help[] =
     "  rooms_live, rooms_by_state:\n"
     "  {Failed, Bootstrapping, WaitingForInput, Transferring, Success}, failures_total,\n"
     "  failures_kept, procs_attached, procs_alive, procs_dead, lock_recoveries},\n"
-    "  \"locks\": [{name, state, owner_pid, owner_alive, waiters, recoveries}],\n"
+    "  \"locks\": [{name, state, owner_pid, owner_alive, owner_stopped, waiters,\n"
+    "  recoveries}],\n"
     "  \"verdict\", \"verdict_exit_code\", \"findings\": [{check, severity, message}, ...\n"
     "  the findings that are not ok]}.\n"
     "  The exit status of status is 0 whenever the segment could be read, whatever\n"
@@ -107,7 +109,9 @@ static void header_text(const diag *d, kvc_segment *seg, FILE *out)
                     "block %u bytes",
                     h.header_size, h.rank_entry_size, h.proc_size, h.lock_size, h.room_size,
                     h.block_size);
-    diag_table_addf(t, "creator\tpid %d (%s)", (int)h.creator_pid, diag_alive(h.creator_alive));
+    diag_table_addf(t, "creator\tpid %d (%s)", (int)h.creator_pid,
+                    h.creator_stopped ? "stopped: state T, SIGSTOP or a debugger"
+                                      : diag_alive(h.creator_alive));
     diag_table_addf(t, "created\t%s  (%s ago)", diag_time(h.created_ns, t1, sizeof t1),
                     diag_age(h.created_ns, b2, sizeof b2));
     diag_table_addf(t, "updated\t%s  (%s ago)", diag_time(h.updated_ns, t1, sizeof t1),

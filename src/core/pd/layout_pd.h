@@ -7,9 +7,24 @@
  * Crash safety: every change under the lock touches one rank slot (and the
  * topology), or one room slot.  Before writing, the writer saves what it
  * is about to change into undo and marks it valid last; recovery after
- * EOWNERDEAD copies it back and recomputes the counters.  Readers take the
- * lock too (the tables are read rarely: a decode worker looks a prefill up
- * once and caches it).
+ * EOWNERDEAD copies it back and recomputes the counters.
+ *
+ * Readers never lock (seqlock.h's protocol): every change is made inside
+ * a window of seq_ranks (rank slots, topology) or seq_rooms (room slots),
+ * its stores through kvc_seq_store().  A reader copies, then re-checks
+ * the sequence.  A reader that finds the sequence odd - a writer inside
+ * its window, possibly stopped (SIGSTOP) or killed there - reads the table
+ * as it was before that change: the one slot (and topology) the window
+ * touches, as the undo record saved it, in place of the slot itself.  The
+ * undo record is written before the window opens (a release fence before
+ * the odd store) and stays valid until it closes.
+ *
+ * A room removal is a chain of one-slot changes (backward shift): the
+ * removed slot becomes a tombstone (KVC_PD_ROOM_TOMB: probes go on past
+ * it), each entry moved back is written into the tombstone and its old
+ * slot becomes the tombstone, and the last tombstone becomes free.  At
+ * every step every entry is found by its probe; recovery finishes a chain
+ * a dead writer left.
  */
 #ifndef KVC_LAYOUT_PD_H
 #define KVC_LAYOUT_PD_H
@@ -21,7 +36,7 @@
 #include "kvcoord/pd.h"
 
 enum { KVC_PD_FREE = 0, KVC_PD_LIVE = 1, KVC_PD_WITHDRAWN = 2 };
-enum { KVC_PD_ROOM_FREE = 0, KVC_PD_ROOM_USED = 1 };
+enum { KVC_PD_ROOM_FREE = 0, KVC_PD_ROOM_USED = 1, KVC_PD_ROOM_TOMB = 2 };
 
 typedef struct kvc_pd_slot {
     uint32_t state; /* KVC_PD_* */
@@ -70,9 +85,11 @@ typedef struct kvc_pd_undo {
 
 typedef struct kvc_pd_region {
     kvc_lock lock;
-    _Atomic uint32_t epoch; /* bumped on every change */
-    uint32_t ranks_used;    /* slots not FREE; rebuilt by recovery */
-    uint32_t rooms_used;    /* USED room slots; rebuilt by recovery */
+    _Atomic uint32_t epoch;     /* bumped on every change */
+    uint32_t ranks_used;        /* slots not FREE; rebuilt by recovery */
+    uint32_t rooms_used;        /* USED room slots; rebuilt by recovery */
+    _Atomic uint32_t seq_ranks; /* odd: a change of a rank slot or the topology */
+    _Atomic uint32_t seq_rooms; /* odd: a change of a room slot */
     uint32_t pad;
     uint64_t next_generation;
     /* Published after every change (lock held), read without it

@@ -8,15 +8,54 @@
  * recounts.  The room map is open addressing with linear probing over
  * KVC_PD_MAX_ROOMS slots and backward-shift removal (no tombstones).
  */
+#include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "kvcoord/pd.h"
+#include "seqlock.h"
 
-/* ---- recovery ---------------------------------------------------------- */
+/* ---- writing: undo record and seqlock windows (layout_pd.h) --------- */
 
 static void publish_gauges(kvc_pd_region *pd);
+static void room_remove_from(kvc_pd_region *pd, uint32_t h);
+
+/* Save rank slot i and the topology into the undo record (lock held,
+ * outside a window): stored atomically, as lock-free readers of an odd
+ * sequence copy it; valid last. */
+static void save_rank(kvc_pd_region *pd, uint32_t i)
+{
+    const uint32_t kind = 1;
+    kvc_seq_store(&pd->undo.kind, &kind, sizeof kind);
+    kvc_seq_store(&pd->undo.index, &i, sizeof i);
+    kvc_seq_store(&pd->undo.slot, &pd->slots[i], sizeof pd->undo.slot);
+    kvc_seq_store(&pd->undo.topo, &pd->topo, sizeof pd->undo.topo);
+    atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
+}
+
+static void save_room(kvc_pd_region *pd, uint32_t i)
+{
+    const uint32_t kind = 2;
+    kvc_seq_store(&pd->undo.kind, &kind, sizeof kind);
+    kvc_seq_store(&pd->undo.index, &i, sizeof i);
+    kvc_seq_store(&pd->undo.room, &pd->rooms[i], sizeof pd->undo.room);
+    atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
+}
+
+/* Open a window on seq once the undo record is saved: the release fence
+ * orders the undo record before the odd value, so a reader that sees the
+ * odd value sees the record. */
+static void window_open(_Atomic uint32_t *seq)
+{
+    atomic_thread_fence(memory_order_release);
+    kvc_seq_write_begin(seq);
+}
+
+/* ---- recovery ---------------------------------------------------------- */
 
 static void recount(kvc_pd_region *pd)
 {
@@ -29,43 +68,47 @@ static void recount(kvc_pd_region *pd)
     pd->rooms_used = rooms;
 }
 
+/* Make seq even again after a dead writer (lock held): a window it left
+ * open is closed (its change rolled back by the caller first). */
+static void even(_Atomic uint32_t *seq)
+{
+    uint32_t v = atomic_load_explicit(seq, memory_order_relaxed);
+    if (v & 1)
+        atomic_store_explicit(seq, v + 1, memory_order_release);
+}
+
 static void pd_recover(kvc_segment *seg, int id)
 {
     (void)id;
     kvc_pd_region *pd = seg->pd;
     kvc_pd_undo *u = &pd->undo;
     if (atomic_load(&u->valid)) {
+        /* Roll the change back, inside a window of its own (or the one the
+         * dead writer left open, whose readers read the undo record). */
+        _Atomic uint32_t *seq = u->kind == 1 ? &pd->seq_ranks : &pd->seq_rooms;
+        if (!(atomic_load_explicit(seq, memory_order_relaxed) & 1))
+            window_open(seq);
         if (u->kind == 1 && u->index < KVC_PD_MAX_RANKS) {
-            pd->slots[u->index] = u->slot;
-            pd->topo = u->topo;
+            kvc_seq_store(&pd->topo, &u->topo, sizeof pd->topo);
+            kvc_seq_store(&pd->slots[u->index], &u->slot, sizeof u->slot);
         } else if (u->kind == 2 && u->index < KVC_PD_MAX_ROOMS) {
-            pd->rooms[u->index] = u->room;
+            kvc_seq_store(&pd->rooms[u->index], &u->room, sizeof u->room);
         }
+        kvc_seq_write_end(seq);
         atomic_store(&u->valid, 0);
     }
+    even(&pd->seq_ranks);
+    even(&pd->seq_rooms);
+    /* A room removal the dead writer left half-way: finish it. */
+    for (uint32_t i = 0; i < KVC_PD_MAX_ROOMS; i++)
+        if (pd->rooms[i].state == KVC_PD_ROOM_TOMB)
+            room_remove_from(pd, i);
     recount(pd);
     publish_gauges(pd);
     atomic_fetch_add(&pd->epoch, 1);
 }
 
 void kvc__pd_register(kvc_segment *seg) { kvc__lock_register(seg, KVC_LOCK_PD, pd_recover); }
-
-static void save_rank(kvc_pd_region *pd, uint32_t i)
-{
-    pd->undo.kind = 1;
-    pd->undo.index = i;
-    pd->undo.slot = pd->slots[i];
-    pd->undo.topo = pd->topo;
-    atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
-}
-
-static void save_room(kvc_pd_region *pd, uint32_t i)
-{
-    pd->undo.kind = 2;
-    pd->undo.index = i;
-    pd->undo.room = pd->rooms[i];
-    atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
-}
 
 /* The lock-free gauges (kvc_pd_gauges_get), from the table (lock held). */
 static void publish_gauges(kvc_pd_region *pd)
@@ -426,40 +469,148 @@ KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, 
         kvc__unlock(seg, KVC_LOCK_PD);
         return kvc__fail(KVC_E_FULL, "PD prefill table full (%d live entries)", KVC_PD_MAX_RANKS);
     }
-    save_rank(pd, (uint32_t)i);
-    KVC_INJECT("pd.rank.saved");
+    /* The new slot and topology, built privately, then stored inside
+     * one window (layout_pd.h). */
+    kvc_pd_topo t = pd->topo;
     if (!live_count(pd))
-        memset(&pd->topo, 0, sizeof pd->topo); /* a fresh prefill: sglang's fresh server */
-    take_topology(&pd->topo, r);
-    kvc_pd_slot *s = &pd->slots[i];
-    uint32_t was = s->state;
-    memset(s, 0, sizeof *s);
-    s->dp_group = dp;
-    s->cp_rank = r->attn_cp_rank;
-    s->tp_rank = r->attn_tp_rank;
-    s->pp_rank = r->pp_rank;
-    s->rank_port = r->rank_port;
-    snprintf(s->rank_ip, sizeof s->rank_ip, "%s", r->rank_ip);
-    KVC_INJECT("pd.rank.half");
-    s->proc_slot = -1;
+        memset(&t, 0, sizeof t); /* a fresh prefill: sglang's fresh server */
+    take_topology(&t, r);
+    kvc_pd_slot ns;
+    memset(&ns, 0, sizeof ns);
+    ns.dp_group = dp;
+    ns.cp_rank = r->attn_cp_rank;
+    ns.tp_rank = r->attn_tp_rank;
+    ns.pp_rank = r->pp_rank;
+    ns.rank_port = r->rank_port;
+    snprintf(ns.rank_ip, sizeof ns.rank_ip, "%s", r->rank_ip);
+    ns.proc_slot = -1;
     if (owner == KVC_PD_OWNER_SELF) {
-        s->pid = seg->pid;
-        s->pid_start = seg->start;
+        ns.pid = seg->pid;
+        ns.pid_start = seg->start;
         if (seg->proc_slot >= 0) {
-            s->proc_slot = seg->proc_slot;
-            s->proc_gen = atomic_load(&seg->procs[seg->proc_slot].gen);
+            ns.proc_slot = seg->proc_slot;
+            ns.proc_gen = atomic_load(&seg->procs[seg->proc_slot].gen);
         }
     } else if (owner == KVC_PD_OWNER_PID) {
-        s->pid = pid;
-        s->pid_start = pid_start;
+        ns.pid = pid;
+        ns.pid_start = pid_start;
     }
-    s->generation = ++pd->next_generation;
-    s->registered_ns = kvc__now_ns();
-    s->state = KVC_PD_LIVE;
+    ns.generation = pd->next_generation + 1;
+    ns.registered_ns = kvc__now_ns();
+    ns.state = KVC_PD_LIVE;
+    uint32_t was = pd->slots[i].state;
+    save_rank(pd, (uint32_t)i);
+    KVC_INJECT("pd.rank.saved");
+    window_open(&pd->seq_ranks);
+    kvc_seq_store(&pd->topo, &t, sizeof t);
+    KVC_INJECT("pd.rank.half");
+    kvc_seq_store(&pd->slots[i], &ns, sizeof ns);
+    kvc_seq_write_end(&pd->seq_ranks);
+    pd->next_generation++;
     if (was == KVC_PD_FREE)
         pd->ranks_used++;
     commit_rank(pd);
     kvc__unlock(seg, KVC_LOCK_PD);
+    return KVC_OK;
+}
+
+/* ---- reading without the lock (layout_pd.h) ------------------------- */
+
+/* A copy in progress: the sequence it started from and, when that was odd,
+ * the undo record of the change inside its window (read in place of the
+ * slot it names). */
+struct pd_read {
+    uint32_t s1;
+    int overlay;
+    uint32_t index;
+    kvc_pd_slot slot;
+    kvc_pd_topo topo;
+    kvc_pd_room room;
+};
+
+/* The prefix of a rank slot a scan reads: its state and key. */
+struct pd_key {
+    uint32_t state;
+    int32_t dp_group, cp_rank, tp_rank, pp_rank;
+};
+_Static_assert(offsetof(kvc_pd_slot, state) == offsetof(struct pd_key, state) &&
+                   offsetof(kvc_pd_slot, pp_rank) == offsetof(struct pd_key, pp_rank),
+               "struct pd_key is kvc_pd_slot's prefix");
+
+/* Start a copy under seq (kind 1: ranks and topology, 2: rooms).  Returns
+ * 0, or -1 when the copy cannot start yet (odd, and no undo record of that
+ * kind: a recovery in progress): wait and call again. */
+static int read_begin(kvc_pd_region *pd, _Atomic uint32_t *seq, uint32_t kind, struct pd_read *r)
+{
+    r->s1 = kvc_seq_read_begin(seq);
+    r->overlay = 0;
+    if (!(r->s1 & 1))
+        return 0;
+    if (!atomic_load_explicit(&pd->undo.valid, memory_order_acquire))
+        return -1;
+    uint32_t k;
+    kvc_seq_load(&k, &pd->undo.kind, sizeof k);
+    if (k != kind)
+        return -1;
+    kvc_seq_load(&r->index, &pd->undo.index, sizeof r->index);
+    if (kind == 1) {
+        kvc_seq_load(&r->slot, &pd->undo.slot, sizeof r->slot);
+        kvc_seq_load(&r->topo, &pd->undo.topo, sizeof r->topo);
+    } else {
+        kvc_seq_load(&r->room, &pd->undo.room, sizeof r->room);
+    }
+    r->overlay = 1;
+    return 0;
+}
+
+/* Copy len bytes of rank slot i's start (or the whole slot). */
+static void read_slot(kvc_pd_region *pd, const struct pd_read *r, uint32_t i, void *dst, size_t len)
+{
+    if (r->overlay && r->index == i)
+        memcpy(dst, &r->slot, len);
+    else
+        kvc_seq_load(dst, &pd->slots[i], len);
+}
+
+static void read_topo(kvc_pd_region *pd, const struct pd_read *r, kvc_pd_topo *t)
+{
+    if (r->overlay)
+        *t = r->topo;
+    else
+        kvc_seq_load(t, &pd->topo, sizeof *t);
+}
+
+static void read_room(kvc_pd_region *pd, const struct pd_read *r, uint32_t i, kvc_pd_room *dst)
+{
+    if (r->overlay && r->index == i)
+        *dst = r->room;
+    else
+        kvc_seq_load(dst, &pd->rooms[i], sizeof *dst);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* After a copy that must be made again: yield, and give up after the lock
+ * timeout (KVC_E_BUSY) - only a copy that can never start (an odd sequence
+ * without an undo record, which nothing but a stopped recovery leaves) or
+ * a writer changing the table without pause could take that long. */
+static kvc_err read_again(kvc_segment *seg, unsigned *tries, uint64_t *deadline)
+{
+    if (++*tries < 64)
+        return KVC_OK;
+    sched_yield();
+    uint64_t now = mono_ns();
+    if (!*deadline)
+        *deadline = now + (uint64_t)seg->lock_timeout_ms * 1000000ull;
+    else if (now > *deadline)
+        return kvc__fail(KVC_E_BUSY,
+                         "the PD tables of %s kept changing for over %u ms: no consistent copy",
+                         seg->name, seg->lock_timeout_ms);
     return KVC_OK;
 }
 
@@ -490,16 +641,35 @@ KVC_API kvc_err kvc_pd_lookup(kvc_segment *seg, int32_t dp_group, int32_t cp_ran
     if (dp_group < 0 || cp_rank < 0 || tp_rank < 0 || pp_rank < 0)
         return kvc__fail(KVC_E_NOENT, "no prefill rank dp=%d cp=%d tp=%d pp=%d (negative)",
                          (int)dp_group, (int)cp_rank, (int)tp_rank, (int)pp_rank);
-    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
-    if (e)
-        return e;
-    int32_t i = find_key(seg->pd, dp_group, cp_rank, tp_rank, pp_rank);
-    if (i >= 0)
-        fill_rank(&seg->pd->slots[i], out);
-    kvc__unlock(seg, KVC_LOCK_PD);
-    if (i < 0)
+    kvc_pd_region *pd = seg->pd;
+    struct pd_read r;
+    kvc_pd_slot sl;
+    int32_t found;
+    unsigned tries = 0;
+    uint64_t deadline = 0;
+    kvc_err e;
+    for (;;) {
+        found = -1;
+        if (read_begin(pd, &pd->seq_ranks, 1, &r) == 0) {
+            for (uint32_t i = 0; i < KVC_PD_MAX_RANKS && found < 0; i++) {
+                struct pd_key k;
+                read_slot(pd, &r, i, &k, sizeof k);
+                if (k.state != KVC_PD_FREE && k.dp_group == dp_group && k.cp_rank == cp_rank &&
+                    k.tp_rank == tp_rank && k.pp_rank == pp_rank)
+                    found = (int32_t)i;
+            }
+            if (found >= 0)
+                read_slot(pd, &r, (uint32_t)found, &sl, sizeof sl);
+            if (!kvc_seq_read_retry(&pd->seq_ranks, r.s1))
+                break;
+        }
+        if ((e = read_again(seg, &tries, &deadline)))
+            return e;
+    }
+    if (found < 0)
         return kvc__fail(KVC_E_NOENT, "no prefill rank dp=%d cp=%d tp=%d pp=%d registered",
                          (int)dp_group, (int)cp_rank, (int)tp_rank, (int)pp_rank);
+    fill_rank(&sl, out);
     if (out->withdrawn)
         return kvc__fail(KVC_E_WITHDRAWN, "prefill rank dp=%d cp=%d tp=%d pp=%d withdrawn: %s",
                          (int)dp_group, (int)cp_rank, (int)tp_rank, (int)pp_rank, out->note);
@@ -510,39 +680,52 @@ KVC_API kvc_err kvc_pd_status_get(kvc_segment *seg, kvc_pd_status *out)
 {
     KVC_ARG(seg);
     KVC_ARG(out);
-    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
-    if (e)
-        return e;
-    const kvc_pd_region *pd = seg->pd;
-    const kvc_pd_topo *t = &pd->topo;
-    memset(out, 0, sizeof *out);
-    for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
-        out->registered += pd->slots[i].state == KVC_PD_LIVE;
-        out->withdrawn += pd->slots[i].state == KVC_PD_WITHDRAWN;
+    kvc_pd_region *pd = seg->pd;
+    struct pd_read r;
+    kvc_pd_topo t;
+    uint32_t live, wd;
+    unsigned tries = 0;
+    uint64_t deadline = 0;
+    kvc_err e;
+    for (;;) {
+        live = wd = 0;
+        if (read_begin(pd, &pd->seq_ranks, 1, &r) == 0) {
+            for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
+                uint32_t st;
+                read_slot(pd, &r, i, &st, sizeof st);
+                live += st == KVC_PD_LIVE;
+                wd += st == KVC_PD_WITHDRAWN;
+            }
+            read_topo(pd, &r, &t);
+            if (!kvc_seq_read_retry(&pd->seq_ranks, r.s1))
+                break;
+        }
+        if ((e = read_again(seg, &tries, &deadline)))
+            return e;
     }
-    out->rooms = pd->rooms_used;
-    if (t->set && out->registered) {
+    memset(out, 0, sizeof *out);
+    out->registered = live;
+    out->withdrawn = wd;
+    out->rooms = atomic_load(&pd->g_rooms);
+    if (t.set && live) {
         out->has_topology = 1;
-        out->attn_tp_size = t->attn_tp_size;
-        out->attn_cp_size = t->attn_cp_size;
-        out->dp_size = t->dp_size;
-        out->pp_size = t->pp_size;
-        out->has_page_size = (int)t->has_page_size;
-        out->page_size = t->page_size;
-        out->has_kv_cache_dtype = (int)t->has_kv_cache_dtype;
-        memcpy(out->kv_cache_dtype, t->kv_cache_dtype, sizeof out->kv_cache_dtype);
+        out->attn_tp_size = t.attn_tp_size;
+        out->attn_cp_size = t.attn_cp_size;
+        out->dp_size = t.dp_size;
+        out->pp_size = t.pp_size;
+        out->has_page_size = (int)t.has_page_size;
+        out->page_size = t.page_size;
+        out->has_kv_cache_dtype = (int)t.has_kv_cache_dtype;
+        memcpy(out->kv_cache_dtype, t.kv_cache_dtype, sizeof out->kv_cache_dtype);
         out->kv_cache_dtype[KVC_PD_DTYPE_MAX] = 0;
-        out->follow_bootstrap_room = (int)t->follow_bootstrap_room;
-        out->enable_dsa_cache_layer_split = (int)t->enable_dsa_cache_layer_split;
-        out->has_prefill_http_port = (int)t->has_prefill_http_port;
-        out->prefill_http_port = t->prefill_http_port;
-        uint64_t x = (uint64_t)t->attn_tp_size * (uint64_t)t->attn_cp_size * (uint64_t)t->dp_size *
-                     (uint64_t)t->pp_size;
-        out->expected = x > UINT32_MAX ? UINT32_MAX : (uint32_t)x;
+        out->follow_bootstrap_room = (int)t.follow_bootstrap_room;
+        out->enable_dsa_cache_layer_split = (int)t.enable_dsa_cache_layer_split;
+        out->has_prefill_http_port = (int)t.has_prefill_http_port;
+        out->prefill_http_port = t.prefill_http_port;
+        out->expected = topo_ranks(t.attn_tp_size, t.attn_cp_size, t.dp_size, t.pp_size);
         /* every live entry lies in the topology (kvc_pd_register's rule) */
         out->ready = out->registered == out->expected;
     }
-    kvc__unlock(seg, KVC_LOCK_PD);
     return KVC_OK;
 }
 
@@ -563,22 +746,39 @@ KVC_API kvc_err kvc_pd_list(kvc_segment *seg, kvc_pd_rank *out, size_t cap, size
     KVC_ARG(count);
     if (cap && !out)
         return kvc__fail(KVC_E_INVAL, "kvc_pd_list: out is NULL with cap %zu", cap);
-    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
-    if (e)
-        return e;
-    const kvc_pd_region *pd = seg->pd;
+    kvc_pd_region *pd = seg->pd;
+    kvc_pd_slot *snap = malloc(KVC_PD_MAX_RANKS * sizeof *snap);
+    if (!snap)
+        return kvc__fail(KVC_E_SYS, "kvc_pd_list: out of memory for a %zu-byte snapshot",
+                         KVC_PD_MAX_RANKS * sizeof *snap);
+    struct pd_read r;
+    unsigned tries = 0;
+    uint64_t deadline = 0;
+    kvc_err e;
+    for (;;) {
+        if (read_begin(pd, &pd->seq_ranks, 1, &r) == 0) {
+            for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++)
+                read_slot(pd, &r, i, &snap[i], sizeof snap[i]);
+            if (!kvc_seq_read_retry(&pd->seq_ranks, r.s1))
+                break;
+        }
+        if ((e = read_again(seg, &tries, &deadline))) {
+            free(snap);
+            return e;
+        }
+    }
     size_t n = 0;
-    /* Selection in key order: at most KVC_PD_MAX_RANKS^2 compares, under a
-     * lock taken rarely (kvcoord-diag, /metrics' callers, tests). */
+    /* Selection in key order from the snapshot: at most KVC_PD_MAX_RANKS^2
+     * compares (kvcoord-diag, the cluster record, tests). */
     const kvc_pd_slot *prev = NULL;
     for (;;) {
         const kvc_pd_slot *best = NULL;
         for (uint32_t i = 0; i < KVC_PD_MAX_RANKS; i++) {
-            const kvc_pd_slot *s = &pd->slots[i];
-            if (s->state == KVC_PD_FREE || (prev && !slot_before(prev, s)))
+            const kvc_pd_slot *sl = &snap[i];
+            if (sl->state == KVC_PD_FREE || (prev && !slot_before(prev, sl)))
                 continue;
-            if (!best || slot_before(s, best))
-                best = s;
+            if (!best || slot_before(sl, best))
+                best = sl;
         }
         if (!best)
             break;
@@ -587,20 +787,23 @@ KVC_API kvc_err kvc_pd_list(kvc_segment *seg, kvc_pd_rank *out, size_t cap, size
         n++;
         prev = best;
     }
-    kvc__unlock(seg, KVC_LOCK_PD);
+    free(snap);
     *count = n;
     return KVC_OK;
 }
 
-/* Withdraw slot i (lock held). */
+/* Withdraw slot i (lock held), inside a window. */
 static void withdraw_slot(kvc_pd_region *pd, uint32_t i, const char *note)
 {
+    kvc_pd_slot ns = pd->slots[i];
+    ns.state = KVC_PD_WITHDRAWN;
+    ns.generation = ++pd->next_generation;
+    ns.registered_ns = kvc__now_ns();
+    snprintf(ns.note, sizeof ns.note, "%s", note && *note ? note : "withdrawn");
     save_rank(pd, i);
-    kvc_pd_slot *s = &pd->slots[i];
-    s->state = KVC_PD_WITHDRAWN;
-    s->generation = ++pd->next_generation;
-    s->registered_ns = kvc__now_ns();
-    snprintf(s->note, sizeof s->note, "%s", note && *note ? note : "withdrawn");
+    window_open(&pd->seq_ranks);
+    kvc_seq_store(&pd->slots[i], &ns, sizeof ns);
+    kvc_seq_write_end(&pd->seq_ranks);
     commit_rank(pd);
 }
 
@@ -658,7 +861,7 @@ static uint32_t room_home(int64_t room)
 _Static_assert((KVC_PD_MAX_ROOMS & (KVC_PD_MAX_ROOMS - 1)) == 0, "a power of two");
 
 /* The slot holding room, or -1; *free_at receives the free slot that ends
- * its probe sequence (-1 if the map is full). */
+ * its probe sequence (-1 if the map is full).  Writers (lock held). */
 static int32_t room_find(kvc_pd_region *pd, int64_t room, int32_t *free_at)
 {
     uint32_t h = room_home(room);
@@ -667,40 +870,65 @@ static int32_t room_find(kvc_pd_region *pd, int64_t room, int32_t *free_at)
     for (uint32_t k = 0; k < KVC_PD_MAX_ROOMS; k++) {
         uint32_t i = (h + k) & (KVC_PD_MAX_ROOMS - 1);
         const kvc_pd_room *r = &pd->rooms[i];
-        if (r->state != KVC_PD_ROOM_USED) {
+        if (r->state == KVC_PD_ROOM_FREE) {
             if (free_at)
                 *free_at = (int32_t)i;
             return -1;
         }
-        if (r->room == room)
+        if (r->state == KVC_PD_ROOM_USED && r->room == room)
             return (int32_t)i;
     }
     return -1;
 }
 
-/* Remove the entry at slot i by backward shift (lock held): every later
- * entry of the cluster whose home is not in (i, j] moves back into the
- * hole, so no tombstone is ever left and every probe ends at its first
- * free slot.  A move writes the hole before freeing the old slot: a writer
- * killed in between leaves a duplicate of one entry (found first either
- * way, and removed by a later sweep with the same stamp), never a loss. */
-static void room_remove(kvc_pd_region *pd, uint32_t i)
+/* Write room slot i (lock held): undo record, window, commit. */
+static void put_room(kvc_pd_region *pd, uint32_t i, const kvc_pd_room *v)
+{
+    save_room(pd, i);
+    window_open(&pd->seq_rooms);
+    kvc_seq_store(&pd->rooms[i], v, sizeof *v);
+    kvc_seq_write_end(&pd->seq_rooms);
+    commit(pd);
+}
+
+static void put_state(kvc_pd_region *pd, uint32_t i, uint32_t state)
+{
+    kvc_pd_room v = pd->rooms[i];
+    v.state = state;
+    put_room(pd, i, &v);
+}
+
+/* Finish a removal whose hole is tombstone h (lock held): backward shift
+ * (layout_pd.h).  Every later entry of the cluster whose home is not in
+ * (h, j] is written into the tombstone, its old slot becomes the
+ * tombstone; the last tombstone becomes free.  Probes go on past a
+ * tombstone, so every entry is found at every step; a writer killed
+ * between the two writes of a move leaves a duplicate (found first either
+ * way, removed by a later sweep with the same stamp), never a loss. */
+static void room_remove_from(kvc_pd_region *pd, uint32_t h)
 {
     const uint32_t mask = KVC_PD_MAX_ROOMS - 1;
-    save_room(pd, i);
-    pd->rooms[i].state = KVC_PD_ROOM_FREE;
-    pd->rooms_used--;
-    commit(pd);
-    for (uint32_t j = (i + 1) & mask; pd->rooms[j].state == KVC_PD_ROOM_USED; j = (j + 1) & mask) {
-        uint32_t h = room_home(pd->rooms[j].room);
-        /* j's entry may stay if its home lies cyclically in (i, j]. */
-        if (((j - h) & mask) < ((j - i) & mask))
+    for (uint32_t j = (h + 1) & mask; j != h && pd->rooms[j].state == KVC_PD_ROOM_USED;
+         j = (j + 1) & mask) {
+        uint32_t home = room_home(pd->rooms[j].room);
+        /* j's entry may stay if its home lies cyclically in (h, j]. */
+        if (((j - home) & mask) < ((j - h) & mask))
             continue;
-        pd->rooms[i] = pd->rooms[j];
+        kvc_pd_room v = pd->rooms[j];
+        put_room(pd, h, &v);
         KVC_INJECT("pd.room.shift");
-        pd->rooms[j].state = KVC_PD_ROOM_FREE;
-        i = j;
+        put_state(pd, j, KVC_PD_ROOM_TOMB);
+        h = j;
     }
+    put_state(pd, h, KVC_PD_ROOM_FREE);
+}
+
+/* Remove the entry at slot i (lock held). */
+static void room_remove(kvc_pd_region *pd, uint32_t i)
+{
+    put_state(pd, i, KVC_PD_ROOM_TOMB);
+    pd->rooms_used--;
+    room_remove_from(pd, i);
 }
 
 KVC_API kvc_err kvc_pd_room_set(kvc_segment *seg, int64_t room, int32_t dp_rank)
@@ -719,15 +947,14 @@ KVC_API kvc_err kvc_pd_room_set(kvc_segment *seg, int64_t room, int32_t dp_rank)
         kvc__unlock(seg, KVC_LOCK_PD);
         return kvc__fail(KVC_E_FULL, "PD room map full (%d rooms)", KVC_PD_MAX_ROOMS - 1);
     }
-    save_room(pd, (uint32_t)i);
-    kvc_pd_room *r = &pd->rooms[i];
-    if (r->state != KVC_PD_ROOM_USED)
+    kvc_pd_room v = {KVC_PD_ROOM_USED, dp_rank, room, kvc__now_ns()};
+    if (pd->rooms[i].state != KVC_PD_ROOM_USED)
         pd->rooms_used++;
-    r->room = room;
+    save_room(pd, (uint32_t)i);
+    window_open(&pd->seq_rooms);
     KVC_INJECT("pd.room.half");
-    r->dp_rank = dp_rank;
-    r->stamp_ns = kvc__now_ns();
-    r->state = KVC_PD_ROOM_USED;
+    kvc_seq_store(&pd->rooms[i], &v, sizeof v);
+    kvc_seq_write_end(&pd->seq_rooms);
     commit(pd);
     atomic_store(&pd->g_rooms, pd->rooms_used);
     kvc__unlock(seg, KVC_LOCK_PD);
@@ -738,16 +965,39 @@ KVC_API kvc_err kvc_pd_room_get(kvc_segment *seg, int64_t room, int32_t *dp_rank
 {
     KVC_ARG(seg);
     KVC_ARG(dp_rank);
-    kvc_err e = kvc__lock(seg, KVC_LOCK_PD);
-    if (e)
-        return e;
-    int32_t i = room_find(seg->pd, room, NULL);
-    if (i >= 0)
-        *dp_rank = seg->pd->rooms[i].dp_rank;
-    kvc__unlock(seg, KVC_LOCK_PD);
-    if (i < 0)
+    kvc_pd_region *pd = seg->pd;
+    struct pd_read r;
+    int found;
+    int32_t dp = -1;
+    unsigned tries = 0;
+    uint64_t deadline = 0;
+    kvc_err e;
+    const uint32_t home = room_home(room);
+    for (;;) {
+        found = 0;
+        if (read_begin(pd, &pd->seq_rooms, 2, &r) == 0) {
+            /* The probe (tombstones are gone past, a free slot ends it). */
+            for (uint32_t k = 0; k < KVC_PD_MAX_ROOMS; k++) {
+                kvc_pd_room v;
+                read_room(pd, &r, (home + k) & (KVC_PD_MAX_ROOMS - 1), &v);
+                if (v.state == KVC_PD_ROOM_FREE)
+                    break;
+                if (v.state == KVC_PD_ROOM_USED && v.room == room) {
+                    found = 1;
+                    dp = v.dp_rank;
+                    break;
+                }
+            }
+            if (!kvc_seq_read_retry(&pd->seq_rooms, r.s1))
+                break;
+        }
+        if ((e = read_again(seg, &tries, &deadline)))
+            return e;
+    }
+    if (!found)
         return kvc__fail(KVC_E_NOENT, "no DP rank registered for bootstrap room %lld",
                          (long long)room);
+    *dp_rank = dp;
     return KVC_OK;
 }
 
