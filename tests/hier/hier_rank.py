@@ -191,6 +191,7 @@ def main():
         if odd.get("step") == step:
             tag = odd.get("tag", 0)
             mine += b"\x00" * odd.get("extra", 0)
+            time.sleep(odd.get("late", 0))  # arrives this late (alive, not calling)
         t0 = time.monotonic()
         try:
             got = g.allreduce_min(mine, tag=tag, timeout=TIMEOUT)

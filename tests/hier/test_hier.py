@@ -15,6 +15,8 @@ made by kvcoord._hier.handshake through that world.
  - a host's ranks all SIGSTOPped: the other host's ranks fail the step with
    the timeout naming the stopped host's ranks; after SIGCONT the group
    completes steps again on every rank, with the right MIN.
+ - a rank 3 s late to a step (timeout 1 s): that step fails on every rank
+   naming it and its host, the late rank's too; the next steps complete.
  - a host's kvcoordd SIGKILLed mid-run: the collective does not depend on
    it; every step goes on completing.
  - mismatched calls: a rank on the other host with another tag, a rank with
@@ -183,6 +185,23 @@ class Failures(HierBase):
         for r in range(len(lay)):
             line = self.ranks.expect(r, "ok")
             self.assertTrue(line)
+
+    def test_rank_late(self):
+        """Rank 6 (host 1, not its leader) comes 3 s late to step 60, timeout
+        1 s: every other rank fails that step by timeout naming rank 6 on
+        host 1; rank 6 fails it too when it comes; later steps complete on
+        every rank."""
+        lay = self.loop(timeout=1.0, until=120, per_rank={6: {"odd": {"step": 60, "late": 3}}})
+        for r in range(len(lay)):
+            f = self.ranks.expect(r, "fail")
+            st = self.ranks.expect(r, "stopped", deadline=300)
+            self.assertEqual(f["step"], 60, f)
+            self.assertFalse(f["dead"], f)
+            self.assertIn(6, f["ranks"], f)
+            self.assertEqual(f["node"], 1, f)
+            self.assertGreaterEqual(st["ok"], 110, st)  # the steps around it complete again
+            if r in (0, 6):
+                print("\nrank %d: %s (%.3f s)" % (r, f["text"], f["after_s"]), flush=True)
 
     def test_kvcoordd_killed(self):
         daemon = os.environ.get("KVCOORD_DAEMON")
