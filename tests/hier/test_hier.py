@@ -34,7 +34,6 @@ without waiting for it).  Needs root and ip(8); skipped otherwise.
 """
 
 import os
-import re
 import signal
 import subprocess
 import sys
