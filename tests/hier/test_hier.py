@@ -75,15 +75,17 @@ class HierBase(unittest.TestCase):
         self.daemons = []
 
     def tearDown(self):
+        wrong = []
         if self.ranks:
             self.ranks.close()
-            self.assertEqual(self.ranks.wrong, [], "a step answered a wrong MIN")
+            wrong = self.ranks.wrong
         for d in self.daemons:
             if d.poll() is None:
                 d.kill()
             d.wait()
         for s in self.segs:
             hiertest.discard(s)
+        self.assertEqual(wrong, [], "a step answered a wrong MIN")
 
     def start(self, lay, mode, **kw):
         self.ranks = Ranks(self.net, lay, self.segs, mode, **kw)
