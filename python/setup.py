@@ -67,7 +67,7 @@ setup(
                  "kvcoord.sglang": os.path.relpath(os.path.join(HERE, "kvcoord", "sglang")),
                  "kvcoord.mooncake": os.path.relpath(os.path.join(HERE, "kvcoord", "mooncake"))},
     package_data={"kvcoord": ["py.typed", "*.pyi"], "kvcoord.sglang": ["*.pyi"]},
-    python_requires=">=3.9",
+    python_requires=">=3.10",  # Py_NewRef (python/ext/)
     ext_modules=[
         Extension(
             "kvcoord._kvcoord",
