@@ -417,16 +417,23 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
          * deregistered or replaced (a new descriptor) since. */
         kvt_region *lr = kvt__region_find(e, laddr, w->plen);
         kvt_rregion *rr = peer_region(p, raddr, w->plen);
-        bool bad = !lr || !lr->mr || !rr;
+        bool bad = !lr || !lr->mr || !rr || w->nsiov;
         if (bad || w->room->failed) {
             /* Never posted: off the backlog, then the room fails (once). */
             kvt_sroom *r = w->room;
             char why[KVC_REASON_MAX + 1];
-            kvt__str(why, sizeof why,
-                     "RDMA WRITE of room %llu to peer %s refused before posting: %s range "
-                     "[0x%llx, +%u) is not inside a registered region",
-                     (unsigned long long)r->room, p->sid, bad && lr && lr->mr ? "remote" : "local",
-                     (unsigned long long)(lr && lr->mr ? raddr : laddr), w->plen);
+            if (w->nsiov) /* queued as a TCP WRITEV before a descriptor made the peer verbs */
+                kvt__str(why, sizeof why,
+                         "RDMA WRITE of room %llu to peer %s refused before posting: queued for "
+                         "the TCP path before the peer's descriptor switched it to verbs",
+                         (unsigned long long)r->room, p->sid);
+            else
+                kvt__str(why, sizeof why,
+                         "RDMA WRITE of room %llu to peer %s refused before posting: %s range "
+                         "[0x%llx, +%u) is not inside a registered region",
+                         (unsigned long long)r->room, p->sid,
+                         bad && lr && lr->mr ? "remote" : "local",
+                         (unsigned long long)(lr && lr->mr ? raddr : laddr), w->plen);
             p->bl_head = w->next;
             if (!p->bl_head)
                 p->bl_tail = NULL;
