@@ -27,7 +27,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
-#include "port_holder.h"
+#include "proc_sockets.h"
 #include "query.h"
 #include "seg_watch.h"
 
@@ -422,7 +422,7 @@ static bool port_taken(uint16_t port, char *err, size_t errcap, struct port_hold
 
 /* The listening socket: the supervisor's (socket activation), else bound
  * to --listen.  When the port is taken (EADDRINUSE) the error names the
- * holder (port_holder.h) and start fails at once if a live process holds
+ * holder (proc_sockets.h) and start fails at once if a live process holds
  * it; binding is retried every 50 ms, with one log line, only while no
  * process holds the port's socket (the listening socket of a daemon killed
  * a moment ago lingers a few tens of ms: a restart right after SIGKILL, as

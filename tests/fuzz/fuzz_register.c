@@ -169,6 +169,7 @@ static void via_route(const uint8_t *data, size_t size)
                            .keep_alive = 1};
     buf_reset(&out);
     FZ_CHECK(routes_dispatch(routes, &slot, &get, &out) == ROUTE_DONE, "lookup parked");
+    buf_flatten(&out); /* the shared body into the bytes checked */
     status = parse_answer(&out, &body, &blen);
     FZ_CHECK(status == 200, "lookup of a registered rank answered %d: %.*s", status, (int)blen,
              body);

@@ -111,6 +111,26 @@ unsigned buf_iov(const struct buf *b, size_t off, struct iovec *iov, unsigned ma
     return k;
 }
 
+void buf_flatten(struct buf *b)
+{
+    if (!b->nrefs)
+        return;
+    struct buf flat = {0};
+    struct iovec iov[16];
+    size_t off = 0, total = buf_total(b);
+    while (off < total && !flat.oom) {
+        unsigned n = buf_iov(b, off, iov, 16);
+        for (unsigned i = 0; i < n; i++) {
+            buf_append(&flat, iov[i].iov_base, iov[i].iov_len);
+            off += iov[i].iov_len;
+        }
+    }
+    int oom = b->oom || flat.oom;
+    buf_free(b);
+    *b = flat;
+    b->oom = oom;
+}
+
 /* ---- bytes ---------------------------------------------------------------- */
 
 char *buf_space(struct buf *b, size_t extra)

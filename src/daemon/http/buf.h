@@ -85,6 +85,11 @@ static inline size_t buf_total(const struct buf *b) { return b->len + b->ref_byt
  * buf_total(b)); returns how many. */
 unsigned buf_iov(const struct buf *b, size_t off, struct iovec *iov, unsigned max);
 
+/* Copy the shared bodies queued in b into its bytes, where they stand, and
+ * let them go: b->p then holds the whole contents (for tests and fuzz
+ * targets that read an answer; sets oom when out of memory). */
+void buf_flatten(struct buf *b);
+
 /* Empty the buffer (len 0, oom cleared, shared bodies let go); keeps the
  * allocation. */
 void buf_reset(struct buf *b);

@@ -34,7 +34,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
-#include "peer_proc.h"
+#include "proc_sockets.h"
 #include "seg_events.h"
 
 /* Ring sizes; overridable to test a full SQ and an overflowing CQ
@@ -58,21 +58,15 @@
 /* ---- submission ------------------------------------------------------------ */
 
 /* An SQE, or NULL when the kernel refuses to take more (callers must cope:
- * never dereference it).  A full SQ is normal under load: hand what is
- * queued to the kernel to make room, then retry; a ring that keeps
- * refusing (EBUSY/EAGAIN while its CQ is backed up) gets a few tries only,
- * since completions are only drained by our own loop. */
+ * never dereference it).  A full SQ is normal under load: the shared
+ * policy (uring_ud.h) hands what is queued to the kernel and retries a few
+ * times, never waiting (completions are only drained by this loop). */
 static struct io_uring_sqe *get_sqe(struct server *s)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-    for (int tries = 0; !sqe && tries < 4; tries++) {
-        int ret = io_uring_submit(&s->ring);
-        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
-            log_event(LOG_ERROR, "ring_submit_failed", "err=\"%s\"", strerror(-ret));
-            break;
-        }
-        sqe = io_uring_get_sqe(&s->ring);
-    }
+    int err;
+    struct io_uring_sqe *sqe = kvc__uring_sqe(&s->ring, &err);
+    if (!sqe && err && err != EINTR && err != EAGAIN && err != EBUSY)
+        log_event(LOG_ERROR, "ring_submit_failed", "err=\"%s\"", strerror(err));
     if (!sqe)
         log_event(LOG_WARN, "sq_full", "pending=%llu", (unsigned long long)s->pending);
     return sqe;

@@ -24,6 +24,7 @@
 #include "http_worker.h"
 #include "proc_watch.h"
 #include "rank_watch.h"
+#include "uring_ud.h"
 
 /* ---- user_data --------------------------------------------------------- */
 
@@ -40,14 +41,15 @@ enum op {
     OP_JOBS          /* read of the helper threads' eventfd */
 };
 
-/* bits 0-7: op; 8-23: sequence (which park a timer belongs to); 32-63: slot. */
+/* The one packing of kvcoord's rings (uring_ud.h): op, sequence (which
+ * park a timer belongs to), slot. */
 static inline uint64_t ud_pack(enum op op, uint32_t slot, uint16_t seq)
 {
-    return (uint64_t)slot << 32 | (uint64_t)seq << 8 | (uint64_t)op;
+    return kvc__ud_pack((unsigned)op, slot, seq);
 }
-static inline enum op ud_op(uint64_t ud) { return (enum op)(ud & 0xff); }
-static inline uint16_t ud_seq(uint64_t ud) { return (uint16_t)(ud >> 8); }
-static inline uint32_t ud_slot(uint64_t ud) { return (uint32_t)(ud >> 32); }
+static inline enum op ud_op(uint64_t ud) { return (enum op)kvc__ud_op(ud); }
+static inline uint16_t ud_seq(uint64_t ud) { return (uint16_t)kvc__ud_seq(ud); }
+static inline uint32_t ud_slot(uint64_t ud) { return kvc__ud_id(ud); }
 
 static inline struct __kernel_timespec ms_ts(uint64_t ms)
 {

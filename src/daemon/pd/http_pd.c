@@ -25,7 +25,7 @@
  * malformed request with 500 (a KeyError or ValueError in the handler),
  * these answer 400 {"detail": "..."} naming the field and store nothing
  * (docs/http-api.md lists each).  The registering process, when it is at
- * the other end of a loopback connection, owns the entry (peer_proc.h):
+ * the other end of a loopback connection, owns the entry (proc_sockets.h):
  * its end withdraws it.
  */
 #include <jansson.h>
@@ -41,7 +41,7 @@
 #include "kvcoord/pd.h"
 #include "log.h"
 #include "pd_mirror.h"
-#include "peer_proc.h"
+#include "proc_sockets.h"
 #include "pyint.h"
 #include "query.h"
 

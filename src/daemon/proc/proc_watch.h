@@ -47,7 +47,7 @@ void proc_watch_poke(struct proc_watch *pw);
 void proc_watch_stop(struct proc_watch *pw);
 
 /* Watch a process that is not attached to the segment but owns what it
- * registered over HTTP (the peer of a PUT /route, peer_proc.h): a pidfd is
+ * registered over HTTP (the peer of a PUT /route, proc_sockets.h): a pidfd is
  * opened now, while it is alive, so that when it ends its exit status is
  * known (PIDFD_INFO_EXIT, Linux 6.15+) and told (kvc_proc_exit_note()) to
  * the reap of its entries, which then runs at once.  Any thread; a
