@@ -196,8 +196,6 @@ typedef enum kvc_slot_state {
  * One fcntl(F_OFD_GETLK) on seg's descriptor; no lock, no /proc; right in
  * every PID and time namespace.  Any thread. */
 kvc_slot_state kvc__proc_slot_state(kvc_segment *seg, int32_t slot, uint32_t gen);
-/* kvc__proc_slot_state() == KVC__SLOT_ALIVE. */
-bool kvc__proc_slot_alive(kvc_segment *seg, int32_t slot, uint32_t gen);
 /* Whether the liveness lock of slot is held by anyone (true when it
  * cannot be told). */
 bool kvc__liveness_held(kvc_segment *seg, int32_t slot);

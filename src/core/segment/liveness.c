@@ -243,11 +243,6 @@ kvc_slot_state kvc__proc_slot_state(kvc_segment *seg, int32_t slot, uint32_t gen
     return KVC__SLOT_DEAD;
 }
 
-bool kvc__proc_slot_alive(kvc_segment *seg, int32_t slot, uint32_t gen)
-{
-    return kvc__proc_slot_state(seg, slot, gen) == KVC__SLOT_ALIVE;
-}
-
 bool kvc__pid_alive_in(kvc_segment *seg, int32_t pid, uint64_t start)
 {
     for (uint32_t i = 0; i < seg->max_procs; i++) {
