@@ -81,18 +81,15 @@ struct io_uring_sqe *kvt__sqe(kvt_engine *e)
 {
     if (e->ring_err)
         return NULL;
-    struct io_uring_sqe *s = io_uring_get_sqe(&e->ring);
-    int rc = 0;
-    if (!s) {
-        rc = io_uring_submit(&e->ring);
-        s = io_uring_get_sqe(&e->ring);
-    }
+    /* The full-SQ policy kvcoordd uses too (uring_ud.h). */
+    int err;
+    struct io_uring_sqe *s = kvc__uring_sqe(&e->ring, &err);
     if (!s) { /* the kernel took nothing: the engine cannot queue work */
-        e->ring_err = rc < 0 ? -rc : EAGAIN;
+        e->ring_err = err ? err : EAGAIN;
         kvt__str(e->ring_why, sizeof e->ring_why,
                  "io_uring submission queue of the transfer engine stays full (submit: %s); the "
                  "engine is unusable: destroy it",
-                 rc < 0 ? strerror(-rc) : "nothing consumed");
+                 err ? strerror(err) : "nothing consumed");
     }
     return s;
 }

@@ -16,6 +16,7 @@
 #ifndef KVC_XFER_INTERNAL_H
 #define KVC_XFER_INTERNAL_H
 
+#include "uring_ud.h"
 #include <jansson.h>
 #include <liburing.h>
 #include <netinet/in.h>
@@ -87,9 +88,10 @@ enum kvt_op {
     KVT_OP_VERBS_CQ,   /* POLL_ADD on the completion channel's fd */
     KVT_OP_VERBS_ASYNC /* POLL_ADD on the device context's async event fd */
 };
-#define KVT_UD(op, id) (((uint64_t)(op) << 56) | (uint64_t)(uint32_t)(id))
-#define KVT_UD_OP(ud) ((int)((ud) >> 56))
-#define KVT_UD_ID(ud) ((uint32_t)(ud))
+/* The packing kvcoordd uses too (uring_ud.h): op in bits 56-63, id below. */
+#define KVT_UD(op, id) kvc__ud_pack((unsigned)(op), (uint32_t)(id), 0)
+#define KVT_UD_OP(ud) ((int)kvc__ud_op(ud))
+#define KVT_UD_ID(ud) kvc__ud_id(ud)
 
 typedef struct kvt_region {
     uint64_t addr, len;
