@@ -29,6 +29,7 @@
 kvc_room *kvc__upd_begin(kvc__upd *u, kvc_segment *seg, uint32_t s, kvc_room *r, size_t len,
                          int with_ring)
 {
+    kvc__assert(kvc__lock_held(seg, KVC_LOCK_ROOMS + (int)s));
     u->seg = seg;
     u->s = s;
     u->st = &seg->stripes[s];

@@ -129,6 +129,21 @@ void kvc__futex_wake_all(_Atomic uint32_t *word);
 kvc_err kvc__epoch_wait(_Atomic uint32_t *epoch, uint32_t seen, uint32_t timeout_ms,
                         const char *what);
 
+/* Invariants checked in debug builds (LMDB's mdb_cassert, Linux's
+ * lockdep_assert_held): with KVC_ASSERTS defined (CMake's Debug build and
+ * KVCOORD_SANITIZE builds, src/core/CMakeLists.txt) a false one aborts,
+ * naming its text, file and line; otherwise it compiles to nothing and its
+ * argument is not evaluated. */
+#ifdef KVC_ASSERTS
+#define kvc__assert(c) ((c) ? (void)0 : kvc__assert_fail(#c, __FILE__, __LINE__))
+#else
+#define kvc__assert(c) ((void)0)
+#endif
+_Noreturn void kvc__assert_fail(const char *what, const char *file, int line);
+/* lock.c: lock id is held by this process (the owner mark kvc__lock sets).
+ * For kvc__assert only: another process's lock may change meanwhile. */
+bool kvc__lock_held(kvc_segment *seg, int id);
+
 /* lock.c: take lock id, recovering a dead owner's state (the recovery
  * registered for that lock) before marking the mutex consistent.  Bounded
  * by the segment's lock timeout.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE,

@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvcoord/kvcoord.h"
@@ -385,5 +386,16 @@ typedef struct kvc_header {
 } kvc_header;
 
 #include "layout_pd.h"
+
+/* The cache-line claims above, held by the compiler. */
+_Static_assert(offsetof(kvc_room, part) <= 64, "a room's fixed fields fill one cache line");
+_Static_assert(sizeof(kvc_room) % 64 == 0 && _Alignof(kvc_room) == 64, "rooms are line-aligned");
+_Static_assert(sizeof(kvc_room_stripe) % 64 == 0 && _Alignof(kvc_room_stripe) == 64,
+               "stripes are line-aligned");
+_Static_assert(sizeof(kvc_coll_member) % 64 == 0, "a member owns whole cache lines");
+_Static_assert(offsetof(kvc_coll_group, round) % 64 == 0, "the round word starts a cache line");
+_Static_assert(offsetof(kvc_header, rooms_reserved) % 64 == 0 &&
+                   offsetof(kvc_header, pd_off) - offsetof(kvc_header, rooms_reserved) == 64,
+               "rooms_reserved sits alone on its cache line");
 
 #endif /* KVC_LAYOUT_H */

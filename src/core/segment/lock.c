@@ -14,6 +14,8 @@
  * nor makes a wait unbounded.
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -132,6 +134,19 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
                          kvc__lock_name(id), seg->name);
     return kvc__fail(KVC_E_SYS, "%s lock of segment %s: pthread_mutex_clocklock: %s",
                      kvc__lock_name(id), seg->name, strerror(r));
+}
+
+void kvc__assert_fail(const char *what, const char *file, int line)
+{
+    fprintf(stderr, "libkvcoord: %s:%d: invariant failed: %s\n", file, line, what);
+    abort();
+}
+
+bool kvc__lock_held(kvc_segment *seg, int id)
+{
+    kvc_lock *l = kvc__lock_ptr(seg, id);
+    return atomic_load_explicit(&l->owner_pid, memory_order_relaxed) == seg->pid &&
+           atomic_load_explicit(&l->owner_start, memory_order_relaxed) == seg->start;
 }
 
 void kvc__unlock(kvc_segment *seg, int id)
