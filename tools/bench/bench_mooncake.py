@@ -66,7 +66,10 @@ def new_engine(kind):
 def buffer(size, seed=None):
     m = mmap.mmap(-1, size)
     if seed is not None:
-        m[:] = random.Random(seed).randbytes(size)
+        rnd = random.Random(seed)
+        for off in range(0, size, 64 << 20):  # randbytes is limited to < 256 MiB
+            n = min(64 << 20, size - off)
+            m[off:off + n] = rnd.randbytes(n)
     return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
 
 
@@ -110,8 +113,7 @@ def target_main(kind):
             info, sums = {}, {}
             for name, numel, esz in c["weights"]:
                 n = numel * esz
-                m, a = buffer(n)
-                m[:] = rnd.randbytes(n)
+                m, a = buffer(n, seed=rnd.random())
                 bufs.append(m)
                 assert e.register_memory(a, n) == 0
                 info[name] = [a, numel, esz]
@@ -179,6 +181,7 @@ def pages_main(kind, page, per_call, threads, secs):
     dst = scattered(npages, size // page, 3)
     done = [0] * threads
     fails = [0] * threads
+    lat = []
     stop = [False]
 
     def work(k):
@@ -186,8 +189,10 @@ def pages_main(kind, page, per_call, threads, secs):
         d = [r["addr"] + i * page for i in dst[k * per_call:(k + 1) * per_call]]
         lens = [page] * per_call
         while not stop[0]:
+            t1 = time.monotonic()
             if e.batch_transfer_sync_write(r["sid"], s, d, lens) == 0:
                 done[k] += 1
+                lat.append(time.monotonic() - t1)
             else:
                 fails[k] += 1
 
@@ -201,8 +206,11 @@ def pages_main(kind, page, per_call, threads, secs):
     ok = t.cmd(hash=[[i * page, page] for i in dst])["sha"] == sha(m, [[i * page, page]
                                                                        for i in src])
     t.close()
-    print(json.dumps({"gbps": sum(done) * per_call * page / dt / 1e9, "calls": sum(done),
-                      "failed": sum(fails), "verify": ok}))
+    lat.sort()
+    print(json.dumps({"gbps": round(sum(done) * per_call * page / dt / 1e9, 3),
+                      "calls": sum(done), "failed": sum(fails), "verify": ok,
+                      "call_ms_median": round(1e3 * lat[len(lat) // 2], 1) if lat else None,
+                      "call_ms_max": round(1e3 * lat[-1], 1) if lat else None}))
 
 
 def weights_main(kind, model, tp):
