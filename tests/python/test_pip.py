@@ -41,6 +41,8 @@ src, dst = ctypes.create_string_buffer(b"weights!" * 512), ctypes.create_string_
 assert a.register_memory(ctypes.addressof(src), 4096) == 0, a.last_error()
 assert b.register_memory(ctypes.addressof(dst), 4096) == 0, b.last_error()
 a.peer_add(b.descriptor())
+from importlib.metadata import entry_points
+print("plugin", [e.value for e in entry_points(group="sglang.srt.plugins") if e.name == "kvcoord"])
 print("mooncake", a.transfer_sync_write(b.get_session_id(), ctypes.addressof(src),
                                         ctypes.addressof(dst), 4096), dst.raw[:8])
 """
@@ -76,6 +78,7 @@ class Pip(unittest.TestCase):
             discard(name)
         self.assertIn("KVTransferError(bootstrap_room=7): RDMA WRITE failed True 1", out)
         self.assertIn("mooncake 0 b'weights!'", out)
+        self.assertIn("plugin ['kvcoord.sglang_plugin:load']", out)
         files = self.run_ok(py, "-m", "pip", "show", "-f", "kvcoord")
         for f in ("kvcoord/_kvcoord.cpython", "kvcoord/_engine.cpython",
                   "kvcoord/mooncake/__init__.py", "kvcoord/sglang/__init__.py",
