@@ -5,6 +5,7 @@
  * processes whose /proc/PID/fd names the socket's inode), used by both
  * questions.
  */
+#include "peer_recent.h"
 #include "proc_sockets.h"
 
 #include <arpa/inet.h>
@@ -261,6 +262,17 @@ int peer_process(int fd, int32_t *pid, uint64_t *start)
     int v6p, v6s;
     if (proc_addr(&peer, p, sizeof p, &v6p) || proc_addr(&self, s, sizeof s, &v6s))
         return -1;
+    /* A registrant seen before, its socket asked of the kernel by address
+     * (pd/peer_recent.h): no read of /proc/net/tcp nor of every process. */
+    uint64_t seen_start = 0;
+    unsigned long dino = peer_diag_inode(&peer, &self);
+    int32_t seen = dino ? peer_recent_find(dino, &seen_start) : 0;
+    if (seen > 0 && seen != getpid()) {
+        *pid = seen;
+        *start = seen_start;
+        proc_watch_adopt(atomic_load(&watch), seen, seen_start);
+        return 0;
+    }
     /* The peer's socket: local = its address (our peer), remote = ours. */
     struct sock_key key = {.local = p, .remote = s};
     struct sock_row row = {0};
@@ -276,6 +288,7 @@ int peer_process(int fd, int32_t *pid, uint64_t *start)
         return -1;
     *pid = who.first;
     *start = st.start;
+    peer_recent_add(who.first, st.start);
     proc_watch_adopt(atomic_load(&watch), who.first, st.start);
     return 0;
 }
