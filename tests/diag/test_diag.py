@@ -329,7 +329,7 @@ class Empty(Base):
             self.assertEqual(cap["arena_bytes"], 64 << 20)
             self.assertEqual(cap["max_info_bytes"], 8 << 20)
             self.assertEqual(cap["arena_used_bytes"], 0)
-            self.assertEqual(cap["room_ttl_ms"], 600000)
+            self.assertEqual(cap["room_ttl_ms"], 300000)  # the default: sglang's waiting timeout, 300 s
             c = doc["counts"]
             for k in ("ranks_registered", "ranks_withdrawn", "rooms_live", "failures_total",
                       "failures_kept", "procs_attached", "procs_alive", "procs_dead",

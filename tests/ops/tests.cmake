@@ -97,3 +97,13 @@ set_tests_properties(ops_units PROPERTIES LABELS "ops;unit")
 add_test(NAME ops_doc_paths
   COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_doc_paths.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(ops_doc_paths PROPERTIES LABELS "ops;unit")
+
+# docs/python-api.md is what tools/gen_python_api.py makes from the
+# docstrings of this build's package (plain builds: the instrumented
+# extension would need the sanitizer runtimes preloaded).
+if(TARGET kvcoord_python AND NOT KVCOORD_SANITIZE)
+  add_test(NAME ops_python_api
+    COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${CMAKE_BINARY_DIR}/python
+            ${PYTHON3} ${CMAKE_SOURCE_DIR}/tools/gen_python_api.py --check)
+  set_tests_properties(ops_python_api PROPERTIES LABELS "ops;docs")
+endif()

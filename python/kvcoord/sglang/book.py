@@ -62,6 +62,9 @@ class KVStatusBook:
         self._bridge = Bridge(segment, rank, participants, float(timeout), owned=False)
 
     def update_status(self, bootstrap_room: int, status):
+        """sglang's rule: a room not followed (or cleared) ignores Failed; Failed
+        sticks; otherwise the state only moves up.  The room is then followed in
+        the segment (this rank's part of it).  Thread-safe (failure_lock)."""
         with self.failure_lock:
             old = self.request_status.get(bootstrap_room)
             if old is None:
@@ -76,12 +79,16 @@ class KVStatusBook:
         self._bridge.follow(self, bootstrap_room, new)
 
     def check_status(self, bootstrap_room: int):
+        """This rank's KVPoll for the room; KeyError for a room not followed."""
         return self.request_status[bootstrap_room]
 
     def __contains__(self, bootstrap_room):
         return bootstrap_room in self.request_status
 
     def record_failure(self, bootstrap_room: int, failure_reason: str, code: int = 0):
+        """Keep the reason locally (the last one wins, as sglang's) and record
+        it in the segment's room (the first record there wins), so every rank
+        reads it.  code: an errno or status, 0 when none.  Thread-safe."""
         with self.failure_lock:
             self.failure_records[bootstrap_room] = failure_reason
             self._codes[bootstrap_room] = code
@@ -89,6 +96,8 @@ class KVStatusBook:
             self.segment.room_fail(bootstrap_room, self.rank, failure_reason, code)
 
     def clear(self, bootstrap_room: int):
+        """Forget the room here and release this rank's part of the segment's
+        room.  Clearing a room not followed does nothing."""
         with self.failure_lock:
             self.request_status.pop(bootstrap_room, None)
         self._bridge.leave(self, bootstrap_room)
@@ -98,6 +107,10 @@ class KVStatusBook:
         return self._bridge.node_failure(bootstrap_room)
 
     def failure_exception(self, bootstrap_room: int):
+        """Pop the room (as sglang's) and raise its KVTransferError: this rank's
+        own reason with is_from_another_rank False, or the origin rank's reason
+        from the segment with is_from_another_rank True (UNKNOWN_REASON only when
+        no rank recorded one).  Always raises."""
         node = self._bridge.node_failure(bootstrap_room)
         with self.failure_lock:
             reason = self.failure_records.pop(bootstrap_room, None)
