@@ -888,7 +888,8 @@ class BlindView(Base):
         a.register(1, "h:1", info(2, "f1"))
         self.visible(b, 0, origin="A")
         self.visible(b, 1, origin="A")
-        member = ETCD.member_of(b.cluster_view()["watch"]["endpoint"])
+        w0 = b.cluster_view()["watch"]
+        member = ETCD.member_of(w0["endpoint"])
         ETCD.freeze(member)
         try:
             t0 = time.monotonic()
@@ -905,10 +906,16 @@ class BlindView(Base):
             v = b.cluster_view()
             moved_to = ETCD.member_of(v["watch"]["endpoint"])
             print("member %d (B's watch) SIGSTOPped: B's watch moved to member %d, A's withdrawal "
-                  "seen on B after %.3f s (TTL %d s; unverified shown in %d of the views read)"
-                  % (member, moved_to, took, self.T, len(unverified)))
+                  "seen on B after %.3f s (TTL %d s; unverified shown in %d of the views read, "
+                  "unconfirmed %d time(s))"
+                  % (member, moved_to, took, self.T, len(unverified),
+                     v["watch"]["unconfirmed_episodes"] - w0["unconfirmed_episodes"]))
             self.assertNotEqual(moved_to, member)
-            self.assertTrue(unverified, "B's GET /cluster never said its mirror was unconfirmed")
+            # The unconfirmed state may last less than a poll: B counts its
+            # episodes, so the test reads that it happened after the fact.
+            self.assertGreater(v["watch"]["unconfirmed_episodes"], w0["unconfirmed_episodes"],
+                               "B's mirror never went unconfirmed (views showing it: %d)"
+                               % len(unverified))
             self.assertIn("no event or progress notification", b.logtext())
             self.assertTrue(v["etcd"]["up"], v["etcd"])  # two members of three answer
             self.visible(b, 0, origin="A")  # what A still has stays (or is back)
@@ -1128,6 +1135,15 @@ class Tls(Base):
 
 class Auth(Base):
     def test_wrong_password_clear_error_nothing_published(self):
+        self.wrong_password(frozen_at_start=False)
+
+    def test_wrong_password_logged_when_the_outage_began_otherwise(self):
+        """etcd frozen when A starts: A's first failure is a timeout (as an
+        authentication cut by its deadline on a loaded host), the refusal
+        after the thaw is logged too (etcd_auth_refused)."""
+        self.wrong_password(frozen_at_start=True)
+
+    def wrong_password(self, frozen_at_start):
         pw = os.path.join(self.tmp, "pw")
         bad = os.path.join(self.tmp, "bad")
         with open(pw, "w") as f:
@@ -1143,7 +1159,17 @@ class Auth(Base):
                     ["etcdctl", "--endpoints=" + ep, "get", "x"], capture_output=True,
                     env=dict(os.environ, ETCDCTL_API="3")).returncode != 0, 10)
                 self.assertTrue(v)
-            a = self.node("A", extra=["--etcd-user", "root", "--etcd-password-file", bad])
+            if frozen_at_start:
+                ETCD.freeze()
+                try:
+                    a = self.node("A", extra=["--etcd-user", "root", "--etcd-password-file", bad])
+                    v, _ = cl.wait_for(lambda: "etcd_unreachable" in a.logtext(), 10)
+                    self.assertTrue(v, a.logtext())
+                finally:
+                    ETCD.thaw()
+                self.assertNotIn("invalid user ID or password", a.logtext())
+            else:
+                a = self.node("A", extra=["--etcd-user", "root", "--etcd-password-file", bad])
             b = self.node("B", extra=["--etcd-user", "root", "--etcd-password-file", pw])
             a.register(0, "h:0", info(2, "p"))
             v, _ = cl.wait_for(lambda: "invalid user ID or password" in a.logtext(), 10)
@@ -1165,7 +1191,9 @@ class Auth(Base):
             self.assertTrue(v)
         finally:
             ETCD.ctl("auth", "disable", user="root:s3cret")
-            ETCD.ctl("user", "delete", "root")
+            # Refused by a member that has not applied the disable yet.
+            cl.wait_for(lambda: ETCD.ctl("user", "delete", "root").returncode == 0, 10)
+            ETCD.ctl("role", "delete", "root")  # etcdctl auth enable made it
 
 
 def main():

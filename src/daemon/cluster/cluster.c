@@ -50,6 +50,8 @@ static void check_confirmed(struct cluster *c, uint64_t heard, int watch_up)
     int confirmed = heard && watch_up && age <= grace;
     uint64_t since = confirmed ? 0 : heard ? heard : c->ses.etcd_down_since;
     pthread_mutex_lock(&c->fig.mu);
+    if (since && !c->fig.st.unverified_since_ns)
+        c->fig.st.unconfirmed_episodes++; /* counted: the state can be short */
     c->fig.st.unverified_since_ns =
         since ? kvc__now_ns() - (now - since) : 0; /* as a wall-clock time */
     c->fig.st.confirmed_ns = heard ? kvc__now_ns() - (now - heard) : 0;

@@ -115,6 +115,7 @@ struct cluster_stats {
     int pd_published;                /* etcd holds this node's PD prefill table */
     uint64_t unverified_since_ns;    /* mirror not confirmed by etcd since; 0: current */
     uint64_t confirmed_ns;           /* the watch last knew itself current (wall clock); 0: never */
+    uint64_t unconfirmed_episodes;   /* times the mirror went from confirmed to unconfirmed */
     int watch_up;                    /* the watch thread holds a stream */
     char watch_endpoint[128];        /* the member of the stream (or of the last one) */
     uint64_t mirror_dropped;         /* mirrored entries dropped after etcd stayed away */

@@ -250,6 +250,7 @@ struct cluster_session {
     uint64_t etcd_down_since;     /* monotonic; 0 while etcd answers */
     uint64_t trouble_mono;        /* monotonic: a request to etcd last failed; 0: never */
     uint64_t watch_restarted_for; /* the etcd_down_since a fresh stream was asked for */
+    int auth_logged;              /* this outage's refused authentication was logged */
 };
 
 /* The entries followed, table by table.  The cluster thread's alone. */

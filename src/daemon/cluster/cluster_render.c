@@ -266,8 +266,9 @@ void cluster_render_json(struct cluster *c, struct buf *o)
     /* The watch: its member, and when it last knew itself current (an
      * event, a progress notification, a probe answered, a snapshot). */
     json_object_set_new(root, "watch",
-                        json_pack("{s:b, s:s, s:I}", "up", s.watch_up, "endpoint", s.watch_endpoint,
-                                  "confirmed_ns", (json_int_t)s.confirmed_ns));
+                        json_pack("{s:b, s:s, s:I, s:I}", "up", s.watch_up, "endpoint",
+                                  s.watch_endpoint, "confirmed_ns", (json_int_t)s.confirmed_ns,
+                                  "unconfirmed_episodes", (json_int_t)s.unconfirmed_episodes));
     json_t *counts = json_object_get(root, "counts");
     json_object_set_new(counts, "local_role_ranks", json_integer(s.local_role_ranks));
     json_object_set_new(counts, "mirrored_role_ranks", json_integer(s.mirrored_role_ranks));

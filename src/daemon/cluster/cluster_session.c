@@ -33,11 +33,23 @@ void cluster__etcd_failed(struct cluster *c, const char *what)
     snprintf(c->fig.st.last_error, sizeof c->fig.st.last_error, "%s: %s", what,
              etcd_error(c->ses.ec));
     pthread_mutex_unlock(&c->fig.mu);
+    /* A refused password is logged even when the outage began otherwise
+     * (an authentication cut by its deadline on a loaded host): once. */
+    int refused = strstr(etcd_error(c->ses.ec), "authentication of user") != NULL;
     if (first)
         log_event(LOG_WARN, "etcd_unreachable",
                   "cluster=%s node=%s op=%s err=\"%s\" note=\"serving this node's ranks; "
                   "retrying with backoff\"",
                   c->cfg.cluster, c->cfg.node, what, etcd_error(c->ses.ec));
+    else if (refused && !c->ses.auth_logged)
+        log_event(LOG_ERROR, "etcd_auth_refused",
+                  "cluster=%s node=%s op=%s err=\"%s\" note=\"check --etcd-user and "
+                  "--etcd-password-file; retrying with backoff\"",
+                  c->cfg.cluster, c->cfg.node, what, etcd_error(c->ses.ec));
+    if (first)
+        c->ses.auth_logged = refused;
+    else if (refused)
+        c->ses.auth_logged = 1;
 }
 
 void cluster__etcd_answered(struct cluster *c)
