@@ -43,7 +43,8 @@
  * its segment handle or was reaped)").  Without test, only the table's own
  * marks are read (kvcoordd's dead mark, a freed or reused entry: no system
  * call); with it, the entry's liveness lock too (liveness.c: one fcntl,
- * right in every PID namespace). */
+ * right in every PID namespace), and a death it finds is published as the
+ * entry's dead mark (kvc__proc_mark_dead). */
 bool kvc__coll_owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, bool test,
                            char *what, size_t cap)
 {
@@ -78,6 +79,11 @@ bool kvc__coll_owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, 
         kvc__proc_how(atomic_load(&p->pid), p->start, how, sizeof how);
     else
         kvc_exit_unknown_text(p->start, how, sizeof how);
+    /* Published in the process table: the rooms it joined fail on their
+     * next read, not after their rate-limited liveness checks (a room this
+     * rank's poll just read would otherwise look alive for up to
+     * KVC__LIVENESS_RECHECK_MS after the collective reported the death). */
+    kvc__proc_mark_dead(seg, atomic_load(&p->pid), p->start, how);
     snprintf(what, cap, "died (pid %d, %s)", (int)known_pid, how);
     return false;
 }

@@ -136,7 +136,9 @@ static kvc_err read_unlocked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t 
  * a process entry: the watcher's dead mark, else (no watcher beating) its
  * liveness lock (liveness.c), namespace-proof; one without (a handle of
  * role none): /proc.  Either system call at most every
- * KVC__LIVENESS_RECHECK_MS per participant. */
+ * KVC__LIVENESS_RECHECK_MS per participant; a lock found free publishes
+ * the dead mark (as the collective does on finding a member dead), so the
+ * rate limit never hides a death some process has already seen. */
 static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *r, uint32_t i,
                              bool watched, uint64_t now_mono, kvc__verdict *v)
 {
@@ -171,6 +173,9 @@ static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *
                 kvc__proc_how(p->pid, p->start, v->how, sizeof v->how);
             else
                 kvc_exit_unknown_text(p->start, v->how, sizeof v->how);
+            /* Published: its other rooms fail on their next read, not
+             * after their own rate-limited checks. */
+            kvc__proc_mark_dead(seg, p->pid, p->start, v->how);
             return 0;
         case KVC__SLOT_GONE:
             /* Its session ended (last handle closed, or reaped) without

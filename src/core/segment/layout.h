@@ -104,9 +104,10 @@ typedef struct kvc_rank_entry {
  * Liveness is the slot's liveness lock (liveness.c), never the pid: an OFD
  * lock on the entry's first byte, held through holder_fd by the process
  * while handles > 0.  dead is set (how written first) by kvc_proc_reap()
- * - kvcoordd's watch - before the process's rooms are failed: readers of
- * rooms judge liveness from it without a system call while a watcher
- * beats.  handles, flags and holder_fd change only under the procs lock. */
+ * - kvcoordd's watch - before the process's rooms are failed, and by any
+ * library that finds the entry's liveness lock free (a room read, a
+ * collective): readers of rooms judge liveness from it without a system
+ * call (and without their rate limit).  handles, flags and holder_fd change only under the procs lock. */
 #define KVC_PROC_F_WORKER 1u /* a worker handle was opened: its ranks go with it */
 #define KVC_PROC_F_ROOMS 2u  /* a room was opened through one of its handles */
 typedef struct kvc_proc {
