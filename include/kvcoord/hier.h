@@ -128,8 +128,11 @@ kvc_err kvc_hier_open(const kvc_hier_options *o, kvc_hier **out);
 kvc_err kvc_hier_allreduce_min(kvc_hier *h, uint32_t tag, uint8_t *vec, size_t len,
                                uint32_t timeout_ms, kvc_hier_failure *why);
 
-/* This rank's node (0..nodes-1), and whether it is its node's leader. */
+/* This rank's node (0..nodes-1).  Never fails; any thread. */
 uint32_t kvc_hier_node(const kvc_hier *h);
+/* 1 when this rank is its node's leader (the lowest rank of the node, the
+ * one that exchanges the node's partial MIN with the other nodes), else 0.
+ * Never fails; any thread. */
 int kvc_hier_is_leader(const kvc_hier *h);
 
 /* Close the handle and its sockets (the other nodes' leaders see the

@@ -218,6 +218,9 @@ kvc_err kvt_mr_deregister(kvt_engine *e, void *addr);
  * caller frees it.  Errors: KVC_E_SYS (out of memory). */
 kvc_err kvt_descriptor_export(kvt_engine *e, char **json_out);
 
+/* The largest descriptor kvt_descriptor_fetch() accepts, in bytes (1 MiB). */
+#define KVT_DESC_MAX (1u << 20)
+
 /* Fetch a peer's descriptor straight from the peer, without a metadata
  * server (P2P handshake): connect to session_id ("host:port", as
  * kvt_session_id() gives it), send a descriptor request (frame DESC_REQ,
@@ -239,7 +242,6 @@ kvc_err kvt_descriptor_export(kvt_engine *e, char **json_out);
  * carries its reason, e.g. "unauthorized: ... wrong handshake token"),
  * KVC_E_TOOBIG (the answer announces more than KVT_DESC_MAX bytes),
  * KVC_E_VERSION (the peer speaks another protocol version). */
-#define KVT_DESC_MAX (1u << 20)
 kvc_err kvt_descriptor_fetch(const char *session_id, const char *token, int timeout_ms,
                              char **json_out);
 
