@@ -27,6 +27,7 @@ Needs Debian's python3-torch.  Nothing is asserted.
 
 import argparse
 import json
+import mmap
 import os
 import random
 import socket
@@ -53,7 +54,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def child(rank, size, name, port, steps, rooms, seed, out_w):
+def child(rank, size, name, port, steps, rooms, seed, out_w, clock):
     sys.path.insert(0, os.path.abspath(FIXTURE))
     import torch
     import torch.distributed as dist
@@ -74,6 +75,28 @@ def child(rank, size, name, port, steps, rooms, seed, out_w):
     shared = random.Random(seed)  # the script: the same on every rank
     mine = random.Random(seed * 7919 + rank)  # this rank's statuses
     live, next_room = {}, 1 + (seed << 32)
+
+    def sync():
+        """Start the next timed call at the same instant on every rank: the
+        previous call's exit skew (gloo's is hundreds of µs) and a barrier's
+        own wake-up would otherwise be charged to whichever call comes next.
+        A barrier of its own in shared memory (not kvcoord's collective, whose
+        spin-or-sleep choice it would sway), then rank 0 sets a start 1 ms
+        ahead and every rank spins until it."""
+        sync.n += 1
+        clock[1 + rank] = sync.n
+        while any(clock[1 + r] < sync.n for r in range(size)):
+            os.sched_yield()
+        if rank == 0:
+            clock[0] = time.monotonic_ns() + 1000000
+            clock[1 + size] = sync.n
+        while clock[1 + size] < sync.n:
+            os.sched_yield()
+        while time.monotonic_ns() < clock[0]:
+            pass
+
+    sync.n = 0
+
     gl, kv, bare, disagree = [], [], [], 0
     for step in range(steps + WARMUP):
         for _ in range(max(0, rooms - len(live)) if step == 0 else shared.randrange(0, 9)):
@@ -87,19 +110,23 @@ def child(rank, size, name, port, steps, rooms, seed, out_w):
             elif mine.random() < 0.25:
                 mgr.update_status(room, min(4, int(mgr.request_status.get(room, 1)) + 1))
         pollers = list(live.values())
+        sync()
         t0 = time.perf_counter_ns()
         want = original(pollers, group)
         t1 = time.perf_counter_ns()
-        got = installed(pollers, group)
+        sync()
         t2 = time.perf_counter_ns()
-        polls = [int(p.poll()) for p in pollers]
+        got = installed(pollers, group)
         t3 = time.perf_counter_ns()
-        seg.allreduce_min(0xbe7c4 + size, size, rank, polls, timeout=60.0)
+        polls = [int(p.poll()) for p in pollers]
+        sync()
         t4 = time.perf_counter_ns()
+        seg.allreduce_min(0xbe7c4 + size, size, rank, polls, timeout=60.0)
+        t5 = time.perf_counter_ns()
         if step >= WARMUP:
             gl.append((t1 - t0) / 1e3)
-            kv.append((t2 - t1) / 1e3)
-            bare.append((t4 - t3) / 1e3)
+            kv.append((t3 - t2) / 1e3)
+            bare.append((t5 - t4) / 1e3)
             disagree += got != want
         for p, agreed in zip(pollers, got):
             if agreed in (0, 4):
@@ -117,6 +144,8 @@ def run(size, steps, rooms, seed):
     keeper = kvcoord.Segment(name, mode="fresh", role="none", max_rooms=4096, world_size=size)
     port = free_port()
     kids = []
+    # sync() in child: the start time, each rank's barrier count, rank 0's go
+    clock = memoryview(mmap.mmap(-1, 8 * (size + 2))).cast("Q")
     try:
         for rank in range(size):
             r, w = os.pipe()
@@ -125,7 +154,7 @@ def run(size, steps, rooms, seed):
                 os.close(r)
                 code = 0
                 try:
-                    child(rank, size, name, port, steps, rooms, seed, w)
+                    child(rank, size, name, port, steps, rooms, seed, w, clock)
                 except BaseException as e:
                     sys.stderr.write("rank %d: %r\n" % (rank, e))
                     code = 1
