@@ -15,21 +15,21 @@
 
 /* ---- the connection table ------------------------------------------------------- */
 
-kvt_conn *kvt__conn_new(kvt_engine *e, int fd, bool client)
+kvt__conn *kvt__conn_new(kvt_engine *e, int fd, bool client)
 {
     uint32_t id = 0;
     while (id < e->nconns_cap && e->conns[id])
         id++;
     if (id == e->nconns_cap) {
         uint32_t cap = e->nconns_cap ? e->nconns_cap * 2 : 64;
-        kvt_conn **n = realloc(e->conns, cap * sizeof *n);
+        kvt__conn **n = realloc(e->conns, cap * sizeof *n);
         if (!n)
             return NULL;
         memset(n + e->nconns_cap, 0, (cap - e->nconns_cap) * sizeof *n);
         e->conns = n;
         e->nconns_cap = cap;
     }
-    kvt_conn *c = calloc(1, sizeof *c);
+    kvt__conn *c = calloc(1, sizeof *c);
     if (!c || !(c->rbuf = malloc(KVT_RBUF))) {
         free(c);
         return NULL;
@@ -43,7 +43,7 @@ kvt_conn *kvt__conn_new(kvt_engine *e, int fd, bool client)
     return c;
 }
 
-void kvt__conn_maybe_free(kvt_engine *e, kvt_conn *c)
+void kvt__conn_maybe_free(kvt_engine *e, kvt__conn *c)
 {
     if (c->state != CS_CLOSING || c->ops > 0)
         return;
@@ -56,7 +56,7 @@ void kvt__conn_maybe_free(kvt_engine *e, kvt_conn *c)
     free(c);
 }
 
-void kvt__conn_close(kvt_engine *e, kvt_conn *c)
+void kvt__conn_close(kvt_engine *e, kvt__conn *c)
 {
     if (c->state == CS_CLOSING)
         return;
@@ -78,14 +78,14 @@ void kvt__conn_close(kvt_engine *e, kvt_conn *c)
         kvt__rx_wv_release(e, c);
     c->dreg = NULL;
     while (c->q_head) {
-        kvt_wr *w = c->q_head;
+        kvt__wr *w = c->q_head;
         c->q_head = w->next;
         w->in_q = 0;
         kvt__wr_release(e, w);
     }
     c->q_tail = NULL;
     while (c->f_head) {
-        kvt_wr *w = c->f_head;
+        kvt__wr *w = c->f_head;
         c->f_head = w->next;
         w->in_fifo = 0;
         kvt__wr_release(e, w); /* one still in the batch waits for its CQE */
@@ -94,7 +94,7 @@ void kvt__conn_close(kvt_engine *e, kvt_conn *c)
     kvt__read_conn_closed(e, c);
 }
 
-void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what)
+void kvt__conn_fail(kvt_engine *e, kvt__conn *c, int32_t code, const char *op, const char *what)
 {
     if (c->state == CS_CLOSING)
         return;
@@ -114,23 +114,23 @@ void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, co
 
 /* ---- frames to send ----------------------------------------------------------------- */
 
-kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
-                    const void *payload, uint32_t plen)
+kvt__wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
+                     const void *payload, uint32_t plen)
 {
-    kvt_wr *w = calloc(1, sizeof *w + plen);
+    kvt__wr *w = calloc(1, sizeof *w + plen);
     if (!w)
         return NULL;
     if (plen)
         memcpy(w->owned, payload, plen);
     w->payload = w->owned;
     w->plen = plen;
-    kvt_frame f = {
+    kvt__frame f = {
         .type = type, .len = plen, .status = status, .seq = seq, .room = room, .addr = addr};
-    kvt_frame_encode(&f, w->hdr);
+    kvt__frame_encode(&f, w->hdr);
     return w;
 }
 
-void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w)
+void kvt__conn_enqueue(kvt__conn *c, kvt__wr *w)
 {
     w->in_q = 1;
     w->next = NULL;
@@ -141,7 +141,7 @@ void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w)
     c->q_tail = w;
 }
 
-void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok)
+void kvt__conn_batch_done(kvt_engine *e, kvt__conn *c, bool ok)
 {
     /* Hazard: releasing a write may end a room, whose DONE is queued and
      * kicked on this very connection.  Keep `sending` set until the whole
@@ -149,8 +149,8 @@ void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok)
     int nb = c->nbatch;
     c->nbatch = 0;
     for (int i = 0; i < nb; i++) {
-        kvt_wr *w = c->batch[i];
-        kvt_sroom *r = w->room;
+        kvt__wr *w = c->batch[i];
+        kvt__sroom *r = w->room;
         w->in_batch = 0;
         if (w->nsiov && !w->room) /* a READ answer left the queue */
             c->read_out -= w->dlen;
@@ -161,7 +161,7 @@ void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok)
     c->sending = false;
     /* A failed room's event waits for in_kernel == 0: check them now. */
     if (c->peer)
-        for (kvt_sroom *r = c->peer->rooms, *next; r; r = next) {
+        for (kvt__sroom *r = c->peer->rooms, *next; r; r = next) {
             next = r->next;
             if (r->failed && !r->finished)
                 kvt__sroom_check(e, r);
@@ -180,9 +180,9 @@ void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok)
 
 /* ---- the handshake ------------------------------------------------------------------- */
 
-void kvt__conn_hello(kvt_engine *e, kvt_conn *c, uint8_t type)
+void kvt__conn_hello(kvt_engine *e, kvt__conn *c, uint8_t type)
 {
-    kvt_hello h;
+    kvt__hello h;
     memset(&h, 0, sizeof h);
     h.version = KVT_PROTOCOL_VERSION;
     h.generation = e->generation;
@@ -190,21 +190,21 @@ void kvt__conn_hello(kvt_engine *e, kvt_conn *c, uint8_t type)
     if (e->token && type == KVT_F_HELLO)
         kvt__str(h.token, sizeof h.token, "%s", e->token);
     uint8_t buf[16 + 4 + 2 * KVT_HELLO_STR_MAX];
-    size_t n = kvt_hello_encode(&h, buf, sizeof buf);
-    kvt_wr *w = kvt__ctl_wr(type, 0, 0, 0, 0, buf, (uint32_t)n);
+    size_t n = kvt__hello_encode(&h, buf, sizeof buf);
+    kvt__wr *w = kvt__ctl_wr(type, 0, 0, 0, 0, buf, (uint32_t)n);
     if (w) {
         kvt__conn_enqueue(c, w);
         e->net->kick(e, c);
     }
 }
 
-void kvt__conn_accepted(kvt_engine *e, kvt_conn *c)
+void kvt__conn_accepted(kvt_engine *e, kvt__conn *c)
 {
     c->state = CS_HELLO; /* until the peer's HELLO, under connect_timeout */
     kvt__rx_arm(e, c);
 }
 
-void kvt__conn_connected(kvt_engine *e, kvt_conn *c, int res)
+void kvt__conn_connected(kvt_engine *e, kvt__conn *c, int res)
 {
     if (c->state == CS_CLOSING)
         return;
@@ -227,14 +227,14 @@ void kvt__conn_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
         return;
     }
     uint32_t id = KVT_UD_ID(cqe->user_data);
-    kvt_conn *c = id < e->nconns_cap ? e->conns[id] : NULL;
+    kvt__conn *c = id < e->nconns_cap ? e->conns[id] : NULL;
     if (c) /* always: a conn is freed only after its last CQE */
         kvt__rx_cqe(e, c, cqe->res, cqe->flags);
 }
 
 /* ---- deadlines ------------------------------------------------------------------------ */
 
-static bool conn_busy(const kvt_conn *c)
+static bool conn_busy(const kvt__conn *c)
 {
     if (c->state == CS_CONNECTING || c->state == CS_HELLO)
         return true;
@@ -256,7 +256,7 @@ bool kvt__conn_has_deadlines(kvt_engine *e)
 /* A recv waiting under SO_RCVLOWAT (kvt__rx_arm) completes only once that
  * many bytes are queued: a sender slower than that per io_timeout_ms is
  * still progressing if the socket's queue grew since the last look. */
-static bool lowat_progress(kvt_conn *c, uint64_t now)
+static bool lowat_progress(kvt__conn *c, uint64_t now)
 {
     int q = 0;
     if (!c->lowat || ioctl(c->fd, FIONREAD, &q) || q <= 0 || q == c->inq_seen)
@@ -269,7 +269,7 @@ static bool lowat_progress(kvt_conn *c, uint64_t now)
 void kvt__conn_deadlines(kvt_engine *e, uint64_t now)
 {
     for (uint32_t i = 0; i < e->nconns_cap; i++) {
-        kvt_conn *c = e->conns[i];
+        kvt__conn *c = e->conns[i];
         if (!c)
             continue;
         if (c->state == CS_CLOSING) {

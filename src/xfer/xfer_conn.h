@@ -18,35 +18,35 @@
 /* A new connection on socket fd (owned by it from now on; closed when the
  * connection is freed), in the engine's table.  NULL: out of memory (fd is
  * the caller's then). */
-kvt_conn *kvt__conn_new(kvt_engine *e, int fd, bool client);
+kvt__conn *kvt__conn_new(kvt_engine *e, int fd, bool client);
 /* Free c once it is closing and none of its SQEs is in flight (the kernel
  * no longer reads its iovecs or writes into rbuf).  Otherwise nothing. */
-void kvt__conn_maybe_free(kvt_engine *e, kvt_conn *c);
+void kvt__conn_maybe_free(kvt_engine *e, kvt__conn *c);
 /* Close c: unlink it from its peer, release what is queued on it, then the
  * socket (e->net->close).  Idempotent; freed later by kvt__conn_maybe_free. */
-void kvt__conn_close(kvt_engine *e, kvt_conn *c);
+void kvt__conn_close(kvt_engine *e, kvt__conn *c);
 /* Fail connection c (and what rides on it) with code, naming op and what:
  * a client's peer is marked unhealthy (kvt__peer_fail), a server's
  * receiver rooms of its peer fail and it is closed. */
-void kvt__conn_fail(kvt_engine *e, kvt_conn *c, int32_t code, const char *op, const char *what);
+void kvt__conn_fail(kvt_engine *e, kvt__conn *c, int32_t code, const char *op, const char *what);
 
 /* A control frame with a copy of payload; NULL: out of memory. */
-kvt_wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
-                    const void *payload, uint32_t plen);
+kvt__wr *kvt__ctl_wr(uint8_t type, uint64_t seq, uint64_t room, uint64_t addr, int32_t status,
+                     const void *payload, uint32_t plen);
 /* Append w to c's send queue (sent by the next e->net->kick). */
-void kvt__conn_enqueue(kvt_conn *c, kvt_wr *w);
+void kvt__conn_enqueue(kvt__conn *c, kvt__wr *w);
 /* Queue and kick this engine's HELLO (type KVT_F_HELLO, with the token) or
  * HELLO_OK. */
-void kvt__conn_hello(kvt_engine *e, kvt_conn *c, uint8_t type);
+void kvt__conn_hello(kvt_engine *e, kvt__conn *c, uint8_t type);
 
 /* The socket of c is accepted (server) / its connect completed with res
  * (client; < 0: -errno, the peer fails): the handshake starts. */
-void kvt__conn_accepted(kvt_engine *e, kvt_conn *c);
-void kvt__conn_connected(kvt_engine *e, kvt_conn *c, int res);
+void kvt__conn_accepted(kvt_engine *e, kvt__conn *c);
+void kvt__conn_connected(kvt_engine *e, kvt__conn *c, int res);
 /* c's send batch left the kernel (sent, failed or cancelled): release its
  * writes.  Then, when sent (ok), close if that was asked once the queue is
  * empty, or send the next batch and pump the peer. */
-void kvt__conn_batch_done(kvt_engine *e, kvt_conn *c, bool ok);
+void kvt__conn_batch_done(kvt_engine *e, kvt__conn *c, bool ok);
 
 /* A completion of a connection's operation: a recv goes to xfer_rx.c, the
  * rest to the tcp backend (e->net->cqe). */

@@ -45,12 +45,12 @@ static kvc_err get_int(json_t *o, const char *k, uint64_t *v)
     return KVC_OK;
 }
 
-static kvc_err parse_regions(json_t *arr, kvt_rregion **out, size_t *n)
+static kvc_err parse_regions(json_t *arr, kvt__rregion **out, size_t *n)
 {
     if (!json_is_array(arr))
         return kvt__fail(KVC_E_INVAL, "descriptor: \"regions\" missing or not an array");
     size_t k = json_array_size(arr);
-    kvt_rregion *v = calloc(k ? k : 1, sizeof *v);
+    kvt__rregion *v = calloc(k ? k : 1, sizeof *v);
     if (!v)
         return kvt__fail(KVC_E_SYS, "out of memory");
     for (size_t i = 0; i < k; i++) {
@@ -96,7 +96,7 @@ static kvc_err import(kvt_engine *e, json_t *o, kvt_peer **out)
     const char *be = json_string_value(json_object_get(o, "backend"));
     if (!err && (!be || (strcmp(be, "tcp") && strcmp(be, "verbs"))))
         err = kvt__fail(KVC_E_INVAL, "descriptor: \"backend\" missing or not tcp/verbs");
-    kvt_rregion *regs = NULL;
+    kvt__rregion *regs = NULL;
     size_t n = 0;
     if (!err)
         err = parse_regions(json_object_get(o, "regions"), &regs, &n);

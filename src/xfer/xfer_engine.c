@@ -252,10 +252,10 @@ KVT_API kvc_err kvt_engine_stat(const kvt_engine *e, kvt_stats *out)
 
 /* ---- memory regions --------------------------------------------------- */
 
-kvt_region *kvt__region_find(kvt_engine *e, uint64_t addr, uint64_t len)
+kvt__region *kvt__region_find(kvt_engine *e, uint64_t addr, uint64_t len)
 {
     for (size_t i = 0; i < e->nregions; i++) {
-        kvt_region *r = &e->regions[i];
+        kvt__region *r = &e->regions[i];
         if (addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr))
             return r;
     }
@@ -291,7 +291,7 @@ KVT_API kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t 
         return kvt__fail(KVC_E_INVAL, "region [0x%llx, +%zu) wraps around", (unsigned long long)a,
                          len);
     for (size_t i = 0; i < e->nregions; i++) {
-        kvt_region *r = &e->regions[i];
+        kvt__region *r = &e->regions[i];
         if (a < r->addr + r->len && r->addr < a + len)
             return kvt__fail(KVC_E_INVAL,
                              "region [0x%llx, +%zu) overlaps registered [0x%llx, +%llu)",
@@ -303,7 +303,7 @@ KVT_API kvc_err kvt_mr_register(kvt_engine *e, void *addr, size_t len, uint32_t 
     int rc = range_mapped(a, len);
     if (rc)
         return kvt__reg_error(rc, a, len, "mincore");
-    kvt_region *r = &e->regions[e->nregions];
+    kvt__region *r = &e->regions[e->nregions];
     memset(r, 0, sizeof *r);
     r->addr = a;
     r->len = len;
@@ -323,7 +323,7 @@ KVT_API kvc_err kvt_mr_deregister(kvt_engine *e, void *addr)
 {
     KVT_ARG(e);
     for (size_t i = 0; i < e->nregions; i++) {
-        kvt_region *r = &e->regions[i];
+        kvt__region *r = &e->regions[i];
         if (r->addr != (uint64_t)(uintptr_t)addr)
             continue;
         if (r->busy)
@@ -335,7 +335,7 @@ KVT_API kvc_err kvt_mr_deregister(kvt_engine *e, void *addr)
         e->rdma->dereg(e, r);
         /* The last entry moves into slot i: a receive in flight into it
          * holds its pointer (c->dreg), which follows it. */
-        kvt_region *last = &e->regions[--e->nregions];
+        kvt__region *last = &e->regions[--e->nregions];
         if (last != r) {
             *r = *last;
             for (uint32_t k = 0; k < e->nconns_cap; k++)
@@ -523,17 +523,17 @@ KVT_API void kvt_engine_destroy(kvt_engine *e)
         close(e->lfd);
     kvt__peers_free(e);
     while (e->rpeers) {
-        kvt_rpeer *rp = e->rpeers;
+        kvt__rpeer *rp = e->rpeers;
         e->rpeers = rp->next;
         while (rp->rooms) {
-            kvt_rroom *r = rp->rooms;
+            kvt__rroom *r = rp->rooms;
             rp->rooms = r->next;
             free(r);
         }
         free(rp);
     }
     while (e->expects) {
-        kvt_expect *x = e->expects;
+        kvt__expect *x = e->expects;
         e->expects = x->next;
         free(x);
     }

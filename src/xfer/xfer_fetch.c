@@ -119,15 +119,15 @@ static kvc_err connect_to(const char *sid, uint64_t end, int timeout_ms, int *ou
 static kvc_err exchange(int fd, const char *sid, const char *token, uint64_t end, int timeout_ms,
                         char **json_out)
 {
-    kvt_hello h;
+    kvt__hello h;
     memset(&h, 0, sizeof h);
     h.version = KVT_PROTOCOL_VERSION;
     if (token)
         kvt__str(h.token, sizeof h.token, "%s", token);
     uint8_t req[KVT_HDR_LEN + 16 + 4 + 2 * KVT_HELLO_STR_MAX];
-    size_t plen = kvt_hello_encode(&h, req + KVT_HDR_LEN, sizeof req - KVT_HDR_LEN);
-    kvt_frame f = {.type = KVT_F_DESC_REQ, .len = (uint32_t)plen};
-    kvt_frame_encode(&f, req);
+    size_t plen = kvt__hello_encode(&h, req + KVT_HDR_LEN, sizeof req - KVT_HDR_LEN);
+    kvt__frame f = {.type = KVT_F_DESC_REQ, .len = (uint32_t)plen};
+    kvt__frame_encode(&f, req);
     kvc_err err = send_all(fd, req, KVT_HDR_LEN + plen, end, sid, timeout_ms);
     if (err)
         return err;
@@ -137,17 +137,17 @@ static kvc_err exchange(int fd, const char *sid, const char *token, uint64_t end
     if (err)
         return err;
     char why[200];
-    if (kvt_frame_decode(hdr, 0, &f, why, sizeof why)) {
-        if (kvt_get32(hdr) == KVT_FRAME_MAGIC && hdr[4] == KVT_F_DESC)
+    if (kvt__frame_decode(hdr, 0, &f, why, sizeof why)) {
+        if (kvt__get32(hdr) == KVT_FRAME_MAGIC && hdr[4] == KVT_F_DESC)
             return kvt__fail(KVC_E_TOOBIG,
                              "descriptor fetch from %s: the answer announces %u bytes, more than "
                              "%u",
-                             sid, kvt_get32(hdr + 8), KVT_DESC_FRAME_MAX);
+                             sid, kvt__get32(hdr + 8), KVT_DESC_FRAME_MAX);
         return kvt__fail(KVC_E_INVAL, "descriptor fetch from %s: bad answer: %s", sid, why);
     }
     if (f.type != KVT_F_DESC && f.type != KVT_F_ERROR)
         return kvt__fail(KVC_E_INVAL, "descriptor fetch from %s: unexpected answer frame %s", sid,
-                         kvt_ftype_name(f.type));
+                         kvt__ftype_name(f.type));
     char *s = malloc((size_t)f.len + 1);
     if (!s)
         return kvt__fail(KVC_E_SYS, "out of memory for a descriptor of %u bytes", f.len);

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *kvt_ftype_name(uint8_t type)
+const char *kvt__ftype_name(uint8_t type)
 {
     switch (type) {
     case KVT_F_HELLO: return "HELLO";
@@ -30,24 +30,24 @@ const char *kvt_ftype_name(uint8_t type)
     return "unknown";
 }
 
-void kvt_frame_encode(const kvt_frame *f, uint8_t out[KVT_HDR_LEN])
+void kvt__frame_encode(const kvt__frame *f, uint8_t out[KVT_HDR_LEN])
 {
-    kvt_put32(out, KVT_FRAME_MAGIC);
+    kvt__put32(out, KVT_FRAME_MAGIC);
     out[4] = f->type;
     out[5] = f->flags;
     out[6] = 0;
     out[7] = 0;
-    kvt_put32(out + 8, f->len);
-    kvt_put32(out + 12, (uint32_t)f->status);
-    kvt_put64(out + 16, f->seq);
-    kvt_put64(out + 24, f->room);
-    kvt_put64(out + 32, f->addr);
+    kvt__put32(out + 8, f->len);
+    kvt__put32(out + 12, (uint32_t)f->status);
+    kvt__put64(out + 16, f->seq);
+    kvt__put64(out + 24, f->room);
+    kvt__put64(out + 32, f->addr);
 }
 
-int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_frame *f, char *err,
-                     size_t cap)
+int kvt__frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt__frame *f, char *err,
+                      size_t cap)
 {
-    uint32_t magic = kvt_get32(in);
+    uint32_t magic = kvt__get32(in);
     if (magic != KVT_FRAME_MAGIC) {
         snprintf(err, cap, "bad frame magic 0x%08x (expected 0x%08x): not a kvcoord transfer peer",
                  magic, KVT_FRAME_MAGIC);
@@ -55,13 +55,13 @@ int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_fram
     }
     f->type = in[4];
     f->flags = in[5];
-    f->len = kvt_get32(in + 8);
-    f->status = (int32_t)kvt_get32(in + 12);
-    f->seq = kvt_get64(in + 16);
-    f->room = kvt_get64(in + 24);
-    f->addr = kvt_get64(in + 32);
+    f->len = kvt__get32(in + 8);
+    f->status = (int32_t)kvt__get32(in + 12);
+    f->seq = kvt__get64(in + 16);
+    f->room = kvt__get64(in + 24);
+    f->addr = kvt__get64(in + 32);
     if (f->flags || in[6] || in[7]) {
-        snprintf(err, cap, "frame %s has reserved bits set", kvt_ftype_name(f->type));
+        snprintf(err, cap, "frame %s has reserved bits set", kvt__ftype_name(f->type));
         return -1;
     }
     if (f->type < KVT_F_HELLO || f->type > KVT_F_MAX) {
@@ -73,7 +73,7 @@ int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_fram
                                                                         : KVT_CTL_MAX;
     if (f->len > lim) {
         snprintf(err, cap, "frame %s payload of %u bytes exceeds the limit of %u bytes",
-                 kvt_ftype_name(f->type), f->len, lim);
+                 kvt__ftype_name(f->type), f->len, lim);
         return -1;
     }
     return 0;
@@ -87,16 +87,16 @@ static size_t put_str(uint8_t *p, const char *s, size_t n)
     return n + 2;
 }
 
-size_t kvt_hello_encode(const kvt_hello *h, uint8_t *buf, size_t cap)
+size_t kvt__hello_encode(const kvt__hello *h, uint8_t *buf, size_t cap)
 {
     size_t ls = strnlen(h->session_id, sizeof h->session_id);
     size_t lt = strnlen(h->token, sizeof h->token);
     size_t need = 16 + 2 + ls + 2 + lt;
     if (ls > KVT_HELLO_STR_MAX || lt > KVT_HELLO_STR_MAX || need > cap)
         return 0;
-    kvt_put32(buf, h->version);
-    kvt_put32(buf + 4, 0);
-    kvt_put64(buf + 8, h->generation);
+    kvt__put32(buf, h->version);
+    kvt__put32(buf + 4, 0);
+    kvt__put64(buf + 8, h->generation);
     size_t off = 16;
     off += put_str(buf + off, h->session_id, ls);
     off += put_str(buf + off, h->token, lt);
@@ -118,19 +118,19 @@ static int get_str(const uint8_t *buf, size_t len, size_t *off, char *dst)
     return 0;
 }
 
-int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, size_t cap)
+int kvt__hello_decode(const uint8_t *buf, size_t len, kvt__hello *h, char *err, size_t cap)
 {
     memset(h, 0, sizeof *h);
     if (len < 4) {
         snprintf(err, cap, "HELLO of %zu bytes is too short", len);
         return -1;
     }
-    h->version = kvt_get32(buf);
+    h->version = kvt__get32(buf);
     if (len < 16) {
         snprintf(err, cap, "HELLO of %zu bytes is too short", len);
         return -1;
     }
-    h->generation = kvt_get64(buf + 8);
+    h->generation = kvt__get64(buf + 8);
     size_t off = 16;
     if (get_str(buf, len, &off, h->session_id) || get_str(buf, len, &off, h->token) || off != len) {
         snprintf(err, cap, "malformed HELLO payload (%zu bytes)", len);
@@ -139,7 +139,7 @@ int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, si
     return 0;
 }
 
-int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1])
+int kvt__token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1])
 {
     /* volatile: keep the compiler from ending the loop at the first
      * difference. */
@@ -149,8 +149,8 @@ int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_H
     return d == 0;
 }
 
-int kvt_read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t max_total,
-                    kvt_read_ent *ent, uint64_t *total, char *err, size_t cap)
+int kvt__read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t max_total,
+                     kvt__read_ent *ent, uint64_t *total, char *err, size_t cap)
 {
     *total = 0;
     if (!len || len % KVT_READ_ENT_LEN || len / KVT_READ_ENT_LEN > KVT_READ_ENTS_MAX) {
@@ -160,8 +160,8 @@ int kvt_read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t m
     }
     int n = (int)(len / KVT_READ_ENT_LEN);
     for (int i = 0; i < n; i++) {
-        ent[i].addr = kvt_get64(buf + (size_t)i * KVT_READ_ENT_LEN);
-        ent[i].len = kvt_get64(buf + (size_t)i * KVT_READ_ENT_LEN + 8);
+        ent[i].addr = kvt__get64(buf + (size_t)i * KVT_READ_ENT_LEN);
+        ent[i].len = kvt__get64(buf + (size_t)i * KVT_READ_ENT_LEN + 8);
         if (!ent[i].len || ent[i].len > max_len || ent[i].addr + ent[i].len < ent[i].addr) {
             snprintf(err, cap, "READ entry %d: length %llu at 0x%llx out of 1..%llu or wrapping", i,
                      (unsigned long long)ent[i].len, (unsigned long long)ent[i].addr,

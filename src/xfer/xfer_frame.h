@@ -7,7 +7,7 @@
  *
  *   off  size  field
  *     0     4  magic   "KVTF" (0x4654564b read as little-endian u32)
- *     4     1  type    enum kvt_ftype
+ *     4     1  type    enum kvt__ftype
  *     5     1  flags   0 (reserved)
  *     6     2  rsvd    0 (reserved; non-zero is refused)
  *     8     4  len     payload bytes that follow the header
@@ -35,7 +35,7 @@
 /* Longest session_id / token carried in a HELLO. */
 #define KVT_HELLO_STR_MAX 255u
 
-enum kvt_ftype {
+enum kvt__ftype {
     KVT_F_HELLO = 1,      /* client -> server: version, generation, session_id, token */
     KVT_F_HELLO_OK = 2,   /* server -> client: same payload, the server's values */
     KVT_F_WRITE = 3,      /* client -> server: len bytes for addr, room, seq */
@@ -48,7 +48,7 @@ enum kvt_ftype {
     KVT_F_QP_INFO = 10,   /* verbs: either way, once: this side's RC QP record
                            (xfer_verbs_rules.h); the server answers with its own */
     KVT_F_READ = 11,      /* client -> server: read request; payload: 1..256
-                             entries (kvt_read_ent), seq = the request's number,
+                             entries (kvt__read_ent), seq = the request's number,
                              addr = the bytes asked for in all */
     KVT_F_READ_DATA = 12, /* server -> client: the answer to READ seq: len bytes,
                              the entries' data back to back (addr = entries) */
@@ -59,7 +59,7 @@ enum kvt_ftype {
     KVT_F_DESC = 15,      /* server -> client: the descriptor's JSON text
                              (payload up to KVT_DESC_MAX), then the server closes */
     KVT_F_WRITEV = 16     /* client -> server: a write of several runs: payload
-                             1..256 entries (kvt_read_ent: destination, length),
+                             1..256 entries (kvt__read_ent: destination, length),
                              then addr more bytes, the runs' data back to back;
                              seq, ACK and NACK as a WRITE's */
 };
@@ -73,18 +73,18 @@ enum kvt_ftype {
  * the server's registered memory, u64 length (1..KVT_FRAME_MAX). */
 #define KVT_READ_ENT_LEN 16u
 #define KVT_READ_ENTS_MAX (KVT_CTL_MAX / KVT_READ_ENT_LEN) /* 256 */
-typedef struct kvt_read_ent {
+typedef struct kvt__read_ent {
     uint64_t addr, len;
-} kvt_read_ent;
+} kvt__read_ent;
 
 /* Decode a READ payload of len bytes into ent (KVT_READ_ENTS_MAX slots).
  * Returns the entry count, or -1 with a reason in err: empty, not a
  * multiple of 16 bytes, an entry of length 0 or above max_len, an entry
  * that wraps around, or a total above max_total (*total: the sum). */
-int kvt_read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t max_total,
-                    kvt_read_ent *ent, uint64_t *total, char *err, size_t cap);
+int kvt__read_decode(const uint8_t *buf, size_t len, uint64_t max_len, uint64_t max_total,
+                     kvt__read_ent *ent, uint64_t *total, char *err, size_t cap);
 
-typedef struct kvt_frame {
+typedef struct kvt__frame {
     uint8_t type;
     uint8_t flags;
     uint32_t len;
@@ -92,66 +92,66 @@ typedef struct kvt_frame {
     uint64_t seq;
     uint64_t room;
     uint64_t addr;
-} kvt_frame;
+} kvt__frame;
 
 /* Name of a frame type ("WRITE", ...; "type N" for unknown: uses buf). */
-const char *kvt_ftype_name(uint8_t type);
+const char *kvt__ftype_name(uint8_t type);
 
 /* Write f as a 40-byte header into out. */
-void kvt_frame_encode(const kvt_frame *f, uint8_t out[KVT_HDR_LEN]);
+void kvt__frame_encode(const kvt__frame *f, uint8_t out[KVT_HDR_LEN]);
 
 /* Decode a 40-byte header.  Returns 0, or -1 with a reason in err (cap
  * bytes): bad magic, reserved bits set, unknown type, payload longer than
  * KVT_CTL_MAX for a control frame, than max_write for a WRITE or a
  * READ_DATA, than KVT_DESC_FRAME_MAX for a DESC. */
-int kvt_frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt_frame *f, char *err,
-                     size_t cap);
+int kvt__frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt__frame *f, char *err,
+                      size_t cap);
 
 /* HELLO / HELLO_OK payload:
  *   u32 version, u32 flags (0), u64 generation,
  *   u16 session_id length, session_id bytes, u16 token length, token bytes */
-typedef struct kvt_hello {
+typedef struct kvt__hello {
     uint32_t version;
     uint64_t generation;
     char session_id[KVT_HELLO_STR_MAX + 1];
     char token[KVT_HELLO_STR_MAX + 1];
-} kvt_hello;
+} kvt__hello;
 
 /* Encode h into buf (cap bytes).  Returns the length, or 0 if it does not
  * fit or a string is longer than KVT_HELLO_STR_MAX. */
-size_t kvt_hello_encode(const kvt_hello *h, uint8_t *buf, size_t cap);
+size_t kvt__hello_encode(const kvt__hello *h, uint8_t *buf, size_t cap);
 
 /* Decode a HELLO payload of len bytes.  Returns 0; -1 with a reason in err
  * when malformed.  h->version is filled whenever len >= 4, even on error,
  * so a version mismatch can be reported as such. */
-int kvt_hello_decode(const uint8_t *buf, size_t len, kvt_hello *h, char *err, size_t cap);
+int kvt__hello_decode(const uint8_t *buf, size_t len, kvt__hello *h, char *err, size_t cap);
 
 /* Constant-time equality of two handshake tokens, each a NUL-terminated
- * string zero-padded to KVT_HELLO_STR_MAX + 1 bytes (as kvt_hello_decode
+ * string zero-padded to KVT_HELLO_STR_MAX + 1 bytes (as kvt__hello_decode
  * leaves h->token).  Every one of the 256 bytes is compared, whatever the
  * tokens' contents and lengths, so the time taken reveals neither (a
  * shorter token differs in its padding).  Returns 1 when equal. */
-int kvt_token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1]);
+int kvt__token_equal(const char want[KVT_HELLO_STR_MAX + 1], const char got[KVT_HELLO_STR_MAX + 1]);
 
 /* Little-endian helpers. */
-static inline void kvt_put32(uint8_t *p, uint32_t v)
+static inline void kvt__put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
-static inline void kvt_put64(uint8_t *p, uint64_t v)
+static inline void kvt__put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
-static inline uint32_t kvt_get32(const uint8_t *p)
+static inline uint32_t kvt__get32(const uint8_t *p)
 {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
 }
-static inline uint64_t kvt_get64(const uint8_t *p)
+static inline uint64_t kvt__get64(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)

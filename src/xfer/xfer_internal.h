@@ -6,7 +6,7 @@
  *  - the engine owns peers (array), receiving peers (list), connections
  *    (table indexed by id), sender rooms (per peer) and receiver rooms (per
  *    receiving peer), and the event queue;
- *  - a kvt_wr (one frame to send) is owned by whichever of these holds it:
+ *  - a kvt__wr (one frame to send) is owned by whichever of these holds it:
  *    a peer's backlog, a connection's send queue, the connection's send
  *    batch (the kernel is reading it), the connection's ack FIFO.  It is
  *    freed when none does (flags in_q/in_batch/in_fifo all clear);
@@ -76,7 +76,7 @@
 
 /* io_uring user_data: operation in the top byte, connection id below.
  * Encoded and decoded only here. */
-enum kvt_op {
+enum kvt__op {
     KVT_OP_ACCEPT = 1,
     KVT_OP_CONNECT,
     KVT_OP_SEND,
@@ -93,33 +93,33 @@ enum kvt_op {
 #define KVT_UD_OP(ud) ((int)kvc__ud_op(ud))
 #define KVT_UD_ID(ud) kvc__ud_id(ud)
 
-typedef struct kvt_region {
+typedef struct kvt__region {
     uint64_t addr, len;
     uint32_t rkey;
     uint32_t busy; /* receives into it in progress */
     void *mr;      /* struct ibv_mr * (verbs) */
-} kvt_region;
+} kvt__region;
 
-typedef struct kvt_rregion { /* a peer's region, from its descriptor */
+typedef struct kvt__rregion { /* a peer's region, from its descriptor */
     uint64_t addr, len;
     uint32_t rkey;
-} kvt_rregion;
+} kvt__rregion;
 
-struct kvt_sroom;
+struct kvt__sroom;
 
 /* One run of a read request, local side. */
-typedef struct kvt_rent {
+typedef struct kvt__rent {
     uint64_t laddr, raddr, len;
-} kvt_rent;
+} kvt__rent;
 
-typedef struct kvt_wr {
-    struct kvt_wr *next;    /* backlog / send queue / ack FIFO link */
-    struct kvt_sroom *room; /* NULL for a control frame or a READ answer */
+typedef struct kvt__wr {
+    struct kvt__wr *next;    /* backlog / send queue / ack FIFO link */
+    struct kvt__sroom *room; /* NULL for a control frame or a READ answer */
     /* A READ request (client): its runs (ent, nent) and the bytes they
      * ask for (rbytes, > 0 only for a READ request); it holds a busy count
      * on each run's local region until freed, and waits in the
      * connection's read FIFO (in_fifo) for its READ_DATA. */
-    kvt_rent *ent;
+    kvt__rent *ent;
     uint32_t nent;
     uint64_t rbytes;
     /* A READ answer (server): the data as iovecs into registered regions
@@ -135,11 +135,11 @@ typedef struct kvt_wr {
     uint8_t in_q, in_batch, in_fifo, acked;
     _Alignas(16) uint8_t owned[]; /* control payload copy (payload points here),
                                      a READ request's runs, a READ answer's iovecs */
-} kvt_wr;
+} kvt__wr;
 
 /* A room being sent to one peer. */
-typedef struct kvt_sroom {
-    struct kvt_sroom *next;
+typedef struct kvt__sroom {
+    struct kvt__sroom *next;
     struct kvt_peer *peer;
     uint64_t room;
     uint64_t writes, bytes; /* posted */
@@ -148,85 +148,85 @@ typedef struct kvt_sroom {
     uint32_t in_kernel; /* data wrs in a send batch (pages in use) */
     bool closed;        /* last batch submitted */
     bool done_sent, failed, finished;
-    bool read;       /* a reader room (kvt_submit_read): its "writes" are READ
+    bool read;        /* a reader room (kvt_submit_read): its "writes" are READ
                     requests, acked_* what arrived in place */
-    bool noroom;     /* KVT_SUBMIT_NOROOM: nothing recorded in the segment */
-    kvt_wc_tally wc; /* verbs: the room's work completions */
+    bool noroom;      /* KVT_SUBMIT_NOROOM: nothing recorded in the segment */
+    kvt__wc_tally wc; /* verbs: the room's work completions */
     int32_t code;
     char reason[KVC_REASON_MAX + 1];
-} kvt_sroom;
+} kvt__sroom;
 
-typedef struct kvt_conn kvt_conn;
+typedef struct kvt__conn kvt__conn;
 
 struct kvt_peer {
     char sid[KVC_SESSION_ID_MAX + 1];
     uint64_t generation;
     struct sockaddr_storage sa;
     socklen_t salen;
-    kvt_rregion *regions;
+    kvt__rregion *regions;
     size_t nregions;
-    kvt_conn **conns;          /* conns_per_peer slots, NULL when none */
-    uint32_t rr;               /* round-robin cursor */
-    kvt_wr *bl_head, *bl_tail; /* data wrs waiting for a connection */
-    kvt_sroom *rooms;
+    kvt__conn **conns;          /* conns_per_peer slots, NULL when none */
+    uint32_t rr;                /* round-robin cursor */
+    kvt__wr *bl_head, *bl_tail; /* data wrs waiting for a connection */
+    kvt__sroom *rooms;
     uint64_t unhealthy_until_ns; /* 0: healthy */
     int32_t last_code;
     char last_error[KVC_REASON_MAX + 1];
     uint64_t bytes_sent;
     uint64_t next_seq;
-    bool verbs;          /* both engines run verbs: data by RDMA WRITE,
+    bool verbs;           /* both engines run verbs: data by RDMA WRITE,
                                       connection slot 0 is the control channel */
-    struct kvt_vqp *vqp; /* its RC QP (NULL until set up, and after a failure) */
+    struct kvt__vqp *vqp; /* its RC QP (NULL until set up, and after a failure) */
 };
 
 /* A room being received from one peer. */
-typedef struct kvt_rroom {
-    struct kvt_rroom *next;
+typedef struct kvt__rroom {
+    struct kvt__rroom *next;
     uint64_t room;
     uint64_t writes, bytes;
-} kvt_rroom;
+} kvt__rroom;
 
 /* A sending engine, as seen by this (receiving) engine. */
-typedef struct kvt_rpeer {
-    struct kvt_rpeer *next;
+typedef struct kvt__rpeer {
+    struct kvt__rpeer *next;
     char sid[KVC_SESSION_ID_MAX + 1];
     uint64_t generation;
     uint32_t conns;
-    kvt_rroom *rooms;
-    struct kvt_vqp *vqp; /* verbs: the QP its RDMA WRITEs arrive on */
-} kvt_rpeer;
+    kvt__rroom *rooms;
+    struct kvt__vqp *vqp; /* verbs: the QP its RDMA WRITEs arrive on */
+} kvt__rpeer;
 
 /* Rooms a receiving engine expects several senders for. */
-typedef struct kvt_expect {
-    struct kvt_expect *next;
+typedef struct kvt__expect {
+    struct kvt__expect *next;
     uint64_t room;
     uint32_t senders, done;
     uint64_t bytes;
-} kvt_expect;
+} kvt__expect;
 
-enum kvt_cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
-enum kvt_rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA, RS_WDATA };
+enum kvt__cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
+enum kvt__rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA, RS_WDATA };
 #define KVT_RIOV KVT_READ_ENTS_MAX /* iovecs of one recvmsg of READ data */
 
-struct kvt_conn {
+struct kvt__conn {
     uint32_t id;
     int fd;
     bool client;
-    enum kvt_cstate state;
+    enum kvt__cstate state;
     int ops; /* SQEs in flight */
     bool recving, close_after_send, want_close;
     struct kvt_peer *peer; /* client side */
-    kvt_rpeer *rpeer;      /* server side, after HELLO */
+    kvt__rpeer *rpeer;     /* server side, after HELLO */
     uint64_t started_ns, progress_ns;
     /* send side */
-    kvt_wr *q_head, *q_tail;
-    kvt_wr *f_head, *f_tail;   /* data wrs sent or being sent, awaiting ACK */
-    kvt_wr *rf_head, *rf_tail; /* READ requests sent or being sent, awaiting data */
-    uint64_t read_out;         /* server: READ answer bytes queued, not yet sent */
+    kvt__wr *q_head, *q_tail;
+    kvt__wr *f_head, *f_tail;   /* data wrs sent or being sent, awaiting ACK */
+    kvt__wr *rf_head, *rf_tail; /* READ requests sent or being sent, awaiting data */
+    uint64_t read_out;          /* server: READ answer bytes queued, not yet sent */
     uint64_t unacked_bytes;
     uint32_t done_waits; /* DONE frames awaiting DONE_ACK */
     bool sending;
-    kvt_wr *batch[KVT_BATCH_WRS];
+    kvt__wr *batch[KVT_BATCH_WRS];
     int nbatch;
     struct iovec iov[KVT_IOV_MAX];
     int niov, iov_at;
@@ -243,11 +243,11 @@ struct kvt_conn {
     /* receive side */
     uint8_t *rbuf;
     size_t rpos, rlen;
-    enum kvt_rstate rstate;
-    kvt_frame cur;
+    enum kvt__rstate rstate;
+    kvt__frame cur;
     uint8_t *dst;  /* payload destination (RS_PAYLOAD) */
     uint64_t left; /* payload bytes still to come */
-    kvt_region *dreg;
+    kvt__region *dreg;
     bool direct;                 /* current recv goes straight to dst */
     bool big;                    /* last WRITE was large: recv headers alone */
     int lowat;                   /* SO_RCVLOWAT set on the socket; 0: the default (1) */
@@ -258,16 +258,16 @@ struct kvt_conn {
     char ctl[KVT_CTL_MAX + 1];   /* control payload being assembled, NUL-terminated */
     /* client: READ_DATA being received (RS_RDATA) into the runs of rd,
      * at run rd_ent, offset rd_off; left is the bytes still to come */
-    kvt_wr *rd;
+    kvt__wr *rd;
     uint32_t rd_ent;
     uint64_t rd_off;
-    struct kvt_sroom *rd_room; /* room of a recv in flight into its memory
+    struct kvt__sroom *rd_room; /* room of a recv in flight into its memory
                                   (holds in_kernel and pending) */
     struct iovec riov[KVT_RIOV];
     struct msghdr rmsg;
     /* server: the runs of the WRITEV being received (RS_WDATA), at run
      * rd_ent, offset rd_off; each holds a busy count on its region */
-    kvt_read_ent wv[KVT_READ_ENTS_MAX];
+    kvt__read_ent wv[KVT_READ_ENTS_MAX];
     uint32_t wv_n;
     uint32_t ctl_len;
     struct sockaddr_storage sa;
@@ -276,8 +276,8 @@ struct kvt_conn {
 
 /* The engine's RDMA device (xfer_verbs.c opens it; xfer_verbs_qp.c runs
  * the data path on it). */
-typedef struct kvt_vqp kvt_vqp;
-struct kvt_verbs {
+typedef struct kvt__vqp kvt__vqp;
+struct kvt__verbs {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     struct ibv_comp_channel *chan;
@@ -293,7 +293,7 @@ struct kvt_verbs {
     bool cq_armed, async_armed; /* POLL_ADD in flight */
     bool dead;                  /* device-fatal event seen */
     char dead_why[KVC_REASON_MAX + 1];
-    struct kvt_vqp *qps; /* every QP, live or draining */
+    struct kvt__vqp *qps; /* every QP, live or draining */
     uint32_t nqps;
 };
 
@@ -307,33 +307,33 @@ struct kvt_verbs {
  * net: the sockets under the connections every engine has (TCP on
  * io_uring, xfer_tcp.c): they carry the control frames always, and the
  * data of the tcp backend. */
-struct kvt_net_ops {
+struct kvt__net_ops {
     kvc_err (*listen)(kvt_engine *e);  /* bind, listen, set e->sid */
     void (*arm_accept)(kvt_engine *e); /* (re)arm the accept */
     kvc_err (*connect)(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
     void (*cqe)(kvt_engine *e, struct io_uring_cqe *cqe); /* its completions (no recv) */
-    void (*kick)(kvt_engine *e, kvt_conn *c);             /* send what is queued */
+    void (*kick)(kvt_engine *e, kvt__conn *c);            /* send what is queued */
     /* The socket's part of kvt__conn_close: c is CS_CLOSING, its queues not
      * yet released. */
-    void (*close)(kvt_engine *e, kvt_conn *c);
-    void (*forget)(kvt_engine *e, kvt_conn *c); /* c is being freed: its resources */
+    void (*close)(kvt_engine *e, kvt__conn *c);
+    void (*forget)(kvt_engine *e, kvt__conn *c); /* c is being freed: its resources */
 };
 
 /* rdma: the RDMA WRITE data path (verbs/).  Bound on every engine; each
  * operation does nothing (or answers "not verbs") on an engine that runs
  * without a device (e->verbs NULL), so the shared code never asks. */
-struct kvt_rdma_ops {
+struct kvt__rdma_ops {
     int (*open)(kvt_engine *e, char *why, size_t cap); /* device probe; why on failure */
     void (*close)(kvt_engine *e);
     json_t *(*desc)(kvt_engine *e); /* the descriptor's "verbs" member, NULL without */
-    kvc_err (*reg)(kvt_engine *e, kvt_region *r);
-    void (*dereg)(kvt_engine *e, kvt_region *r);
-    void (*hello_ok)(kvt_engine *e, kvt_conn *c); /* client: create the QP, send QP_INFO */
-    int (*qp_info)(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *err, size_t cap);
+    kvc_err (*reg)(kvt_engine *e, kvt__region *r);
+    void (*dereg)(kvt_engine *e, kvt__region *r);
+    void (*hello_ok)(kvt_engine *e, kvt__conn *c); /* client: create the QP, send QP_INFO */
+    int (*qp_info)(kvt_engine *e, kvt__conn *c, const kvt__qp_rec *r, char *err, size_t cap);
     void (*pump)(kvt_engine *e, struct kvt_peer *p);      /* post RDMA WRITEs */
-    void (*notify)(kvt_engine *e, kvt_sroom *r);          /* end of room: SEND */
+    void (*notify)(kvt_engine *e, kvt__sroom *r);         /* end of room: SEND */
     void (*peer_down)(kvt_engine *e, struct kvt_peer *p); /* QP to ERR: flush */
-    void (*conn_closed)(kvt_engine *e, kvt_conn *c);
+    void (*conn_closed)(kvt_engine *e, kvt__conn *c);
     void (*arm)(kvt_engine *e); /* POLL_ADD on CQ and async fds */
     void (*cqe)(kvt_engine *e, struct io_uring_cqe *cqe);
     bool (*busy)(kvt_engine *e); /* work requests outstanding */
@@ -345,7 +345,7 @@ void kvt__backends_bind(kvt_engine *e);
 struct kvt_engine {
     kvt_options o;
     char *token;                           /* NULL: none */
-    char token_pad[KVT_HELLO_STR_MAX + 1]; /* token zero-padded (kvt_token_equal) */
+    char token_pad[KVT_HELLO_STR_MAX + 1]; /* token zero-padded (kvt__token_equal) */
     kvt_backend backend;
     char sid[KVC_SESSION_ID_MAX + 1];
     uint64_t generation;
@@ -358,21 +358,21 @@ struct kvt_engine {
     int lfd;
     bool accept_armed, timer_armed;
     struct __kernel_timespec timer_ts;
-    kvt_region regions[KVT_MAX_REGIONS];
+    kvt__region regions[KVT_MAX_REGIONS];
     size_t nregions;
     uint32_t next_rkey;
     struct kvt_peer *peers[KVT_MAX_PEERS];
     size_t npeers;
-    kvt_rpeer *rpeers;
-    kvt_expect *expects;
-    kvt_conn **conns;
+    kvt__rpeer *rpeers;
+    kvt__expect *expects;
+    kvt__conn **conns;
     uint32_t nconns_cap;
     kvt_event *evq;
     size_t nev, evcap;
     kvt_stats st;
-    struct kvt_verbs *verbs;
-    const struct kvt_net_ops *net;   /* kvt__backends_bind */
-    const struct kvt_rdma_ops *rdma; /* kvt__backends_bind */
+    struct kvt__verbs *verbs;
+    const struct kvt__net_ops *net;   /* kvt__backends_bind */
+    const struct kvt__rdma_ops *rdma; /* kvt__backends_bind */
     int pending_sqes;
 };
 
@@ -399,17 +399,17 @@ void kvt__log(kvt_engine *e, int level, const char *fmt, ...) __attribute__((for
 struct io_uring_sqe *kvt__sqe(kvt_engine *e);
 /* KVC_E_SYS with e->ring_why once kvt__sqe() failed, else KVC_OK. */
 kvc_err kvt__ring_check(kvt_engine *e);
-kvt_region *kvt__region_find(kvt_engine *e, uint64_t addr, uint64_t len);
+kvt__region *kvt__region_find(kvt_engine *e, uint64_t addr, uint64_t len);
 void kvt__push_event(kvt_engine *e, const kvt_event *ev);
 void kvt__peer_fail(kvt_engine *e, struct kvt_peer *p, int32_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reason);
-void kvt__sroom_check(kvt_engine *e, kvt_sroom *r);
+void kvt__sroom_fail(kvt_engine *e, kvt__sroom *r, int32_t code, const char *reason);
+void kvt__sroom_check(kvt_engine *e, kvt__sroom *r);
 void kvt__peer_pump(kvt_engine *e, struct kvt_peer *p);
-void kvt__wr_release(kvt_engine *e, kvt_wr *w);
+void kvt__wr_release(kvt_engine *e, kvt__wr *w);
 /* The window bytes w takes on a connection: a READ request's answer, a
  * write's payload. */
-static inline uint64_t kvt__wr_cost(const kvt_wr *w)
+static inline uint64_t kvt__wr_cost(const kvt__wr *w)
 {
     return w->rbytes ? w->rbytes : w->dlen ? w->dlen : w->plen;
 }
@@ -424,7 +424,7 @@ kvt_peer *kvt__peer_find(kvt_engine *e, const char *sid);
 kvc_err kvt__peer_get(kvt_engine *e, const char *sid, kvt_peer **out);
 void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation);
 void kvt__peers_free(kvt_engine *e);
-void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t status,
+void kvt__sroom_done_ack(kvt_engine *e, kvt__conn *c, uint64_t room, int32_t status,
                          const char *msg);
 
 /* xfer_read.c: reads.  Client: queue a room's runs as READ requests on
@@ -433,36 +433,36 @@ void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t stat
  * fills c->rmsg, returns the bytes asked for; advance: res arrived), its
  * end; READ_NACK; a closing connection's requests.  Server: a READ
  * request (answered or refused); a DESC_REQ (the descriptor, then close). */
-kvc_err kvt__read_queue(kvt_engine *e, struct kvt_peer *p, kvt_sroom *r, const kvt_run *v,
+kvc_err kvt__read_queue(kvt_engine *e, struct kvt_peer *p, kvt__sroom *r, const kvt_run *v,
                         size_t n);
-void kvt__read_data_header(kvt_engine *e, kvt_conn *c);
-void kvt__read_copy(kvt_engine *e, kvt_conn *c, const uint8_t *p, size_t n);
-size_t kvt__read_arm(kvt_conn *c);
-void kvt__read_advance(kvt_engine *e, kvt_conn *c, size_t n);
-void kvt__read_nack(kvt_engine *e, kvt_conn *c);
-void kvt__read_conn_closed(kvt_engine *e, kvt_conn *c);
-void kvt__read_serve(kvt_engine *e, kvt_conn *c);
-void kvt__desc_serve(kvt_engine *e, kvt_conn *c);
+void kvt__read_data_header(kvt_engine *e, kvt__conn *c);
+void kvt__read_copy(kvt_engine *e, kvt__conn *c, const uint8_t *p, size_t n);
+size_t kvt__read_arm(kvt__conn *c);
+void kvt__read_advance(kvt_engine *e, kvt__conn *c, size_t n);
+void kvt__read_nack(kvt_engine *e, kvt__conn *c);
+void kvt__read_conn_closed(kvt_engine *e, kvt__conn *c);
+void kvt__read_serve(kvt_engine *e, kvt__conn *c);
+void kvt__desc_serve(kvt_engine *e, kvt__conn *c);
 /* Free w and drop the busy counts its runs or answer hold on regions. */
-void kvt__wr_free(kvt_engine *e, kvt_wr *w);
+void kvt__wr_free(kvt_engine *e, kvt__wr *w);
 /* xfer_rx.c: drop the busy counts of the WRITEV being received on c. */
-void kvt__rx_wv_release(kvt_engine *e, kvt_conn *c);
+void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c);
 /* xfer_rx.c: a protocol error on input (ERROR frame to the peer, close). */
-void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg);
+void kvt__rx_proto_error(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg);
 
 /* xfer_rx.c: the receiving side of a connection: (re)arm its recv, handle
  * its completions. */
-void kvt__rx_arm(kvt_engine *e, kvt_conn *c);
-void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags);
+void kvt__rx_arm(kvt_engine *e, kvt__conn *c);
+void kvt__rx_cqe(kvt_engine *e, kvt__conn *c, int res, unsigned cflags);
 
 /* xfer_rx.c: fail every receiver room of rp (a connection or QP of it
  * failed). */
-void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why);
+void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt__rpeer *rp, int32_t code, const char *why);
 
 /* Message for a failed registration, naming RLIMIT_MEMLOCK when relevant. */
 kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what);
 /* xfer_rx.c: the end-of-room note of an RDMA sender arrived. */
-void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes,
+void kvt__rx_room_notified(kvt_engine *e, kvt__rpeer *rp, uint64_t room, uint64_t writes,
                            uint64_t bytes);
 
 #endif

@@ -28,12 +28,12 @@
 
 static void busy_drop(kvt_engine *e, uint64_t addr, uint64_t len)
 {
-    kvt_region *g = kvt__region_find(e, addr, len);
+    kvt__region *g = kvt__region_find(e, addr, len);
     if (g && g->busy)
         g->busy--;
 }
 
-void kvt__wr_free(kvt_engine *e, kvt_wr *w)
+void kvt__wr_free(kvt_engine *e, kvt__wr *w)
 {
     for (uint32_t i = 0; i < w->nent; i++)
         busy_drop(e, w->ent[i].laddr, w->ent[i].len);
@@ -45,19 +45,19 @@ void kvt__wr_free(kvt_engine *e, kvt_wr *w)
 /* ---- client: requests ------------------------------------------------------------ */
 
 /* One READ request for runs v[0..k) of room r (already checked). */
-static kvt_wr *read_wr(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_rent *v, uint32_t k,
-                       uint64_t total)
+static kvt__wr *read_wr(kvt_engine *e, kvt_peer *p, kvt__sroom *r, const kvt__rent *v, uint32_t k,
+                        uint64_t total)
 {
     size_t plen = (size_t)k * KVT_READ_ENT_LEN;
-    kvt_wr *w = calloc(1, sizeof *w + plen + (size_t)k * sizeof(kvt_rent));
+    kvt__wr *w = calloc(1, sizeof *w + plen + (size_t)k * sizeof(kvt__rent));
     if (!w)
         return NULL;
-    w->ent = (kvt_rent *)(void *)(w->owned + plen); /* plen is a multiple of 16 */
+    w->ent = (kvt__rent *)(void *)(w->owned + plen); /* plen is a multiple of 16 */
     for (uint32_t i = 0; i < k; i++) {
         w->ent[i] = v[i];
-        kvt_put64(w->owned + (size_t)i * KVT_READ_ENT_LEN, v[i].raddr);
-        kvt_put64(w->owned + (size_t)i * KVT_READ_ENT_LEN + 8, v[i].len);
-        kvt_region *g = kvt__region_find(e, v[i].laddr, v[i].len);
+        kvt__put64(w->owned + (size_t)i * KVT_READ_ENT_LEN, v[i].raddr);
+        kvt__put64(w->owned + (size_t)i * KVT_READ_ENT_LEN + 8, v[i].len);
+        kvt__region *g = kvt__region_find(e, v[i].laddr, v[i].len);
         if (g)
             g->busy++;
     }
@@ -67,16 +67,16 @@ static kvt_wr *read_wr(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_rent 
     w->plen = (uint32_t)plen;
     w->rbytes = total;
     w->seq = p->next_seq++;
-    kvt_frame f = {
+    kvt__frame f = {
         .type = KVT_F_READ, .len = (uint32_t)plen, .seq = w->seq, .room = r->room, .addr = total};
-    kvt_frame_encode(&f, w->hdr);
+    kvt__frame_encode(&f, w->hdr);
     return w;
 }
 
-kvc_err kvt__read_queue(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run *v, size_t n)
+kvc_err kvt__read_queue(kvt_engine *e, kvt_peer *p, kvt__sroom *r, const kvt_run *v, size_t n)
 {
     uint64_t cap = e->o.window_bytes < KVT_READ_REQ_MAX ? e->o.window_bytes : KVT_READ_REQ_MAX;
-    kvt_rent batch[KVT_READ_ENTS_MAX];
+    kvt__rent batch[KVT_READ_ENTS_MAX];
     uint32_t k = 0;
     uint64_t total = 0;
     for (size_t i = 0; i <= n; i++) {
@@ -85,7 +85,7 @@ kvc_err kvt__read_queue(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run 
             if (len > e->o.slice_bytes)
                 len = e->o.slice_bytes;
             if (k == KVT_READ_ENTS_MAX || (k && total + len > cap)) {
-                kvt_wr *w = read_wr(e, p, r, batch, k, total);
+                kvt__wr *w = read_wr(e, p, r, batch, k, total);
                 if (!w)
                     return kvt__fail(KVC_E_SYS, "out of memory queueing reads");
                 w->in_q = 1;
@@ -100,12 +100,12 @@ kvc_err kvt__read_queue(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run 
                 k = 0;
                 total = 0;
             }
-            batch[k++] = (kvt_rent){v[i].laddr + off, v[i].raddr + off, len};
+            batch[k++] = (kvt__rent){v[i].laddr + off, v[i].raddr + off, len};
             total += len;
             off += len;
         }
         if (i == n && k) { /* the last request */
-            kvt_wr *w = read_wr(e, p, r, batch, k, total);
+            kvt__wr *w = read_wr(e, p, r, batch, k, total);
             if (!w)
                 return kvt__fail(KVC_E_SYS, "out of memory queueing reads");
             w->in_q = 1;
@@ -124,9 +124,9 @@ kvc_err kvt__read_queue(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run 
 
 /* ---- client: answers ---------------------------------------------------------------- */
 
-void kvt__read_data_header(kvt_engine *e, kvt_conn *c)
+void kvt__read_data_header(kvt_engine *e, kvt__conn *c)
 {
-    kvt_wr *w = c->rf_head;
+    kvt__wr *w = c->rf_head;
     if (!w || w->seq != c->cur.seq || w->rbytes != c->cur.len || w->nent != c->cur.addr) {
         char msg[200];
         kvt__str(msg, sizeof msg, "READ_DATA for request %llu (%u bytes) does not match %s",
@@ -143,9 +143,9 @@ void kvt__read_data_header(kvt_engine *e, kvt_conn *c)
 }
 
 /* Every byte of c->rd is in place. */
-static void read_done(kvt_engine *e, kvt_conn *c)
+static void read_done(kvt_engine *e, kvt__conn *c)
 {
-    kvt_wr *w = c->rd;
+    kvt__wr *w = c->rd;
     c->rd = NULL;
     c->rstate = RS_HDR;
     c->rf_head = w->next;
@@ -155,7 +155,7 @@ static void read_done(kvt_engine *e, kvt_conn *c)
     w->in_fifo = 0;
     c->unacked_bytes -= w->rbytes;
     c->big = w->rbytes >= KVT_DIRECT_MIN; /* the next header alone (kvt__rx_arm) */
-    kvt_sroom *r = w->room;
+    kvt__sroom *r = w->room;
     r->acked_writes++;
     r->acked_bytes += w->rbytes;
     e->st.reads_done++;
@@ -166,12 +166,12 @@ static void read_done(kvt_engine *e, kvt_conn *c)
 
 /* Account n bytes arrived at the current position; copy them from src
  * when not NULL. */
-static void rd_step(kvt_engine *e, kvt_conn *c, const uint8_t *src, size_t n)
+static void rd_step(kvt_engine *e, kvt__conn *c, const uint8_t *src, size_t n)
 {
-    kvt_wr *w = c->rd;
+    kvt__wr *w = c->rd;
     c->left -= n;
     while (n) {
-        kvt_rent *t = &w->ent[c->rd_ent];
+        kvt__rent *t = &w->ent[c->rd_ent];
         uint64_t k = t->len - c->rd_off;
         if (k > n)
             k = n;
@@ -190,13 +190,16 @@ static void rd_step(kvt_engine *e, kvt_conn *c, const uint8_t *src, size_t n)
         read_done(e, c);
 }
 
-void kvt__read_copy(kvt_engine *e, kvt_conn *c, const uint8_t *p, size_t n) { rd_step(e, c, p, n); }
-
-void kvt__read_advance(kvt_engine *e, kvt_conn *c, size_t n) { rd_step(e, c, NULL, n); }
-
-size_t kvt__read_arm(kvt_conn *c)
+void kvt__read_copy(kvt_engine *e, kvt__conn *c, const uint8_t *p, size_t n)
 {
-    kvt_wr *w = c->rd;
+    rd_step(e, c, p, n);
+}
+
+void kvt__read_advance(kvt_engine *e, kvt__conn *c, size_t n) { rd_step(e, c, NULL, n); }
+
+size_t kvt__read_arm(kvt__conn *c)
+{
+    kvt__wr *w = c->rd;
     size_t k = 0, bytes = 0;
     for (uint32_t i = c->rd_ent; i < w->nent && k < KVT_RIOV; i++) {
         uint64_t off = i == c->rd_ent ? c->rd_off : 0;
@@ -212,9 +215,9 @@ size_t kvt__read_arm(kvt_conn *c)
 }
 
 /* Take the oldest request off c's read FIFO (its answer will not come). */
-static kvt_wr *rf_pop(kvt_conn *c)
+static kvt__wr *rf_pop(kvt__conn *c)
 {
-    kvt_wr *w = c->rf_head;
+    kvt__wr *w = c->rf_head;
     c->rf_head = w->next;
     if (!c->rf_head)
         c->rf_tail = NULL;
@@ -224,17 +227,17 @@ static kvt_wr *rf_pop(kvt_conn *c)
     return w;
 }
 
-void kvt__read_nack(kvt_engine *e, kvt_conn *c)
+void kvt__read_nack(kvt_engine *e, kvt__conn *c)
 {
     if (!c->rf_head || c->rf_head->seq != c->cur.seq) {
         kvt__conn_fail(e, c, EPROTO, "read", "READ_NACK out of order");
         return;
     }
-    kvt_wr *w = rf_pop(c);
+    kvt__wr *w = rf_pop(c);
     char why[KVC_REASON_MAX + 1];
     kvt__str(why, sizeof why, "read of room %llu from peer %s refused there: %.*s",
              (unsigned long long)c->cur.room, c->peer->sid, (int)c->ctl_len, c->ctl);
-    kvt_sroom *r = w->room;
+    kvt__sroom *r = w->room;
     r->pending++; /* keep r alive across the release */
     kvt__sroom_fail(e, r, c->cur.status ? c->cur.status : EFAULT, why);
     kvt__wr_release(e, w);
@@ -243,12 +246,12 @@ void kvt__read_nack(kvt_engine *e, kvt_conn *c)
     kvt__peer_pump(e, c->peer);
 }
 
-void kvt__read_conn_closed(kvt_engine *e, kvt_conn *c)
+void kvt__read_conn_closed(kvt_engine *e, kvt__conn *c)
 {
     c->rd = NULL;
     while (c->rf_head) {
-        kvt_wr *w = rf_pop(c);
-        kvt_sroom *r = w->room;
+        kvt__wr *w = rf_pop(c);
+        kvt__sroom *r = w->room;
         r->pending++;
         if (!r->failed) {
             char why[KVC_REASON_MAX + 1];
@@ -265,13 +268,13 @@ void kvt__read_conn_closed(kvt_engine *e, kvt_conn *c)
 
 /* ---- server: answering -------------------------------------------------------------- */
 
-void kvt__read_serve(kvt_engine *e, kvt_conn *c)
+void kvt__read_serve(kvt_engine *e, kvt__conn *c)
 {
-    kvt_read_ent ent[KVT_READ_ENTS_MAX];
+    kvt__read_ent ent[KVT_READ_ENTS_MAX];
     uint64_t total = 0;
     char err[200];
-    int n = kvt_read_decode((const uint8_t *)c->ctl, c->ctl_len, KVT_FRAME_MAX, KVT_FRAME_MAX, ent,
-                            &total, err, sizeof err);
+    int n = kvt__read_decode((const uint8_t *)c->ctl, c->ctl_len, KVT_FRAME_MAX, KVT_FRAME_MAX, ent,
+                             &total, err, sizeof err);
     if (n < 0 || total != c->cur.addr) {
         if (n >= 0)
             kvt__str(err, sizeof err, "READ announces %llu bytes, its entries %llu",
@@ -290,8 +293,8 @@ void kvt__read_serve(kvt_engine *e, kvt_conn *c)
                  (unsigned long long)c->cur.seq, (unsigned long long)c->cur.room);
         e->st.frames_refused++;
         kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
-        kvt_wr *w = kvt__ctl_wr(KVT_F_READ_NACK, c->cur.seq, c->cur.room, 0, EFAULT, msg,
-                                (uint32_t)strlen(msg));
+        kvt__wr *w = kvt__ctl_wr(KVT_F_READ_NACK, c->cur.seq, c->cur.room, 0, EFAULT, msg,
+                                 (uint32_t)strlen(msg));
         if (!w) {
             kvt__conn_fail(e, c, ENOMEM, "read", "out of memory");
             return;
@@ -307,7 +310,7 @@ void kvt__read_serve(kvt_engine *e, kvt_conn *c)
         kvt__rx_proto_error(e, c, EPROTO, err);
         return;
     }
-    kvt_wr *w = calloc(1, sizeof *w + (size_t)n * sizeof(struct iovec));
+    kvt__wr *w = calloc(1, sizeof *w + (size_t)n * sizeof(struct iovec));
     if (!w) {
         kvt__conn_fail(e, c, ENOMEM, "read", "out of memory");
         return;
@@ -319,12 +322,12 @@ void kvt__read_serve(kvt_engine *e, kvt_conn *c)
     }
     w->nsiov = (uint32_t)n;
     w->dlen = total;
-    kvt_frame f = {.type = KVT_F_READ_DATA,
-                   .len = (uint32_t)total,
-                   .seq = c->cur.seq,
-                   .room = c->cur.room,
-                   .addr = (uint64_t)n};
-    kvt_frame_encode(&f, w->hdr);
+    kvt__frame f = {.type = KVT_F_READ_DATA,
+                    .len = (uint32_t)total,
+                    .seq = c->cur.seq,
+                    .room = c->cur.room,
+                    .addr = (uint64_t)n};
+    kvt__frame_encode(&f, w->hdr);
     c->read_out += total;
     e->st.reads_served++;
     e->st.bytes_served += total;
@@ -333,11 +336,11 @@ void kvt__read_serve(kvt_engine *e, kvt_conn *c)
 
 /* DESC_REQ: instead of a HELLO; version and token as a HELLO's.  The
  * descriptor goes back, then the connection closes; no peer is created. */
-void kvt__desc_serve(kvt_engine *e, kvt_conn *c)
+void kvt__desc_serve(kvt_engine *e, kvt__conn *c)
 {
-    kvt_hello h;
+    kvt__hello h;
     char err[160], msg[256];
-    int bad = kvt_hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
+    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
     if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
         kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
                  h.version, KVT_PROTOCOL_VERSION);
@@ -348,7 +351,7 @@ void kvt__desc_serve(kvt_engine *e, kvt_conn *c)
         kvt__rx_proto_error(e, c, EPROTO, err);
         return;
     }
-    if (e->token && !kvt_token_equal(e->token_pad, h.token)) {
+    if (e->token && !kvt__token_equal(e->token_pad, h.token)) {
         kvt__str(msg, sizeof msg, "unauthorized: descriptor request with %s handshake token",
                  h.token[0] ? "a wrong" : "no");
         kvt__rx_proto_error(e, c, EACCES, msg);
@@ -367,7 +370,7 @@ void kvt__desc_serve(kvt_engine *e, kvt_conn *c)
         kvt__rx_proto_error(e, c, EMSGSIZE, msg);
         return;
     }
-    kvt_wr *w = kvt__ctl_wr(KVT_F_DESC, 0, 0, 0, 0, json, (uint32_t)len);
+    kvt__wr *w = kvt__ctl_wr(KVT_F_DESC, 0, 0, 0, 0, json, (uint32_t)len);
     free(json);
     if (!w) {
         kvt__rx_proto_error(e, c, ENOMEM, "out of memory");

@@ -26,7 +26,7 @@
  * "SO_RCVLOWAT").  Never more than the payload still to come, so the
  * wake-up always comes (and the kernel caps it at half the receive
  * buffer); best effort: a refusal leaves the default. */
-static void rx_lowat(kvt_conn *c, int want)
+static void rx_lowat(kvt__conn *c, int want)
 {
     if (want <= 1)
         want = 0;
@@ -39,7 +39,7 @@ static void rx_lowat(kvt_conn *c, int want)
 
 /* The iovecs of a WRITEV's runs still to fill (c->wv from run rd_ent,
  * offset rd_off) into c->rmsg; returns their bytes. */
-static size_t wv_arm(kvt_conn *c)
+static size_t wv_arm(kvt__conn *c)
 {
     size_t k = 0, bytes = 0;
     for (uint32_t i = c->rd_ent; i < c->wv_n; i++) {
@@ -66,7 +66,7 @@ static size_t wv_arm(kvt_conn *c)
  *    first large write): as much as rbuf holds, so many small frames cost
  *    one recv.
  * Hazard: rbuf is compacted only here, when no recv into it is in flight. */
-void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
+void kvt__rx_arm(kvt_engine *e, kvt__conn *c)
 {
     if (c->recving || c->state == CS_CLOSING)
         return;
@@ -122,12 +122,12 @@ void kvt__rx_arm(kvt_engine *e, kvt_conn *c)
 
 /* Protocol error on input: tell the peer why (ERROR frame), stop reading
  * and close once the ERROR is sent.  Other connections are unaffected. */
-static void proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg)
+static void proto_error(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg)
 {
     kvt__rx_proto_error(e, c, code, msg);
 }
 
-void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *msg)
+void kvt__rx_proto_error(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg)
 {
     e->st.frames_refused++;
     kvt__log(e, KVT_LOG_WARN, "connection from %s refused: %s",
@@ -141,7 +141,7 @@ void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *m
     }
     if (c->rpeer)
         kvt__rx_fail_rpeer_rooms(e, c->rpeer, code, msg);
-    kvt_wr *w = kvt__ctl_wr(KVT_F_ERROR, 0, 0, 0, code, msg, (uint32_t)strlen(msg));
+    kvt__wr *w = kvt__ctl_wr(KVT_F_ERROR, 0, 0, 0, code, msg, (uint32_t)strlen(msg));
     if (w)
         kvt__conn_enqueue(c, w);
     c->close_after_send = true;
@@ -154,14 +154,14 @@ void kvt__rx_proto_error(kvt_engine *e, kvt_conn *c, int32_t code, const char *m
 
 /* ---- receiver rooms -------------------------------------------------------------- */
 
-static kvt_rroom *rroom_get(kvt_engine *e, kvt_rpeer *rp, uint64_t room, bool create)
+static kvt__rroom *rroom_get(kvt_engine *e, kvt__rpeer *rp, uint64_t room, bool create)
 {
-    for (kvt_rroom *r = rp->rooms; r; r = r->next)
+    for (kvt__rroom *r = rp->rooms; r; r = r->next)
         if (r->room == room)
             return r;
     if (!create)
         return NULL;
-    kvt_rroom *r = calloc(1, sizeof *r);
+    kvt__rroom *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->room = room;
@@ -171,9 +171,9 @@ static kvt_rroom *rroom_get(kvt_engine *e, kvt_rpeer *rp, uint64_t room, bool cr
     return r;
 }
 
-static void rroom_remove(kvt_rpeer *rp, kvt_rroom *r)
+static void rroom_remove(kvt__rpeer *rp, kvt__rroom *r)
 {
-    kvt_rroom **pp = &rp->rooms;
+    kvt__rroom **pp = &rp->rooms;
     while (*pp && *pp != r)
         pp = &(*pp)->next;
     if (*pp)
@@ -181,7 +181,7 @@ static void rroom_remove(kvt_rpeer *rp, kvt_rroom *r)
     free(r);
 }
 
-static void rx_event(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t bytes, int32_t code,
+static void rx_event(kvt_engine *e, kvt__rpeer *rp, uint64_t room, uint64_t bytes, int32_t code,
                      const char *why)
 {
     kvt_event ev;
@@ -197,10 +197,10 @@ static void rx_event(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t bytes
     kvt__push_event(e, &ev);
 }
 
-void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt_rpeer *rp, int32_t code, const char *why)
+void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt__rpeer *rp, int32_t code, const char *why)
 {
     while (rp->rooms) {
-        kvt_rroom *r = rp->rooms;
+        kvt__rroom *r = rp->rooms;
         char msg[KVC_REASON_MAX + 1];
         kvt__str(msg, sizeof msg, "room %llu from peer %s: %s", (unsigned long long)r->room,
                  rp->sid, why);
@@ -219,12 +219,12 @@ KVT_API kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders)
         return kvt__fail(KVC_E_INVAL,
                          "kvt_room_expect: room id %llu out of range 0..%llu (2^63 - 1)",
                          (unsigned long long)room, (unsigned long long)KVC_ROOM_ID_MAX);
-    for (kvt_expect *x = e->expects; x; x = x->next)
+    for (kvt__expect *x = e->expects; x; x = x->next)
         if (x->room == room) {
             x->senders = senders;
             return KVC_OK;
         }
-    kvt_expect *x = calloc(1, sizeof *x);
+    kvt__expect *x = calloc(1, sizeof *x);
     if (!x)
         return kvt__fail(KVC_E_SYS, "out of memory");
     x->room = room;
@@ -235,11 +235,11 @@ KVT_API kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders)
 }
 
 /* One sender ended room r correctly: Success once every expected sender did. */
-static void rx_room_done(kvt_engine *e, kvt_rpeer *rp, kvt_rroom *r)
+static void rx_room_done(kvt_engine *e, kvt__rpeer *rp, kvt__rroom *r)
 {
     uint64_t bytes = r->bytes;
-    for (kvt_expect **pp = &e->expects; *pp; pp = &(*pp)->next) {
-        kvt_expect *x = *pp;
+    for (kvt__expect **pp = &e->expects; *pp; pp = &(*pp)->next) {
+        kvt__expect *x = *pp;
         if (x->room != r->room)
             continue;
         x->bytes += r->bytes;
@@ -256,12 +256,12 @@ static void rx_room_done(kvt_engine *e, kvt_rpeer *rp, kvt_rroom *r)
 
 /* ---- frame handlers: server side --------------------------------------------------- */
 
-static kvt_rpeer *rpeer_get(kvt_engine *e, const kvt_hello *h)
+static kvt__rpeer *rpeer_get(kvt_engine *e, const kvt__hello *h)
 {
-    for (kvt_rpeer *rp = e->rpeers; rp; rp = rp->next)
+    for (kvt__rpeer *rp = e->rpeers; rp; rp = rp->next)
         if (rp->generation == h->generation && !strcmp(rp->sid, h->session_id))
             return rp;
-    kvt_rpeer *rp = calloc(1, sizeof *rp);
+    kvt__rpeer *rp = calloc(1, sizeof *rp);
     if (!rp)
         return NULL;
     kvt__str(rp->sid, sizeof rp->sid, "%s", h->session_id);
@@ -271,11 +271,11 @@ static kvt_rpeer *rpeer_get(kvt_engine *e, const kvt_hello *h)
     return rp;
 }
 
-static void on_hello(kvt_engine *e, kvt_conn *c)
+static void on_hello(kvt_engine *e, kvt__conn *c)
 {
-    kvt_hello h;
+    kvt__hello h;
     char err[160], msg[256];
-    int bad = kvt_hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
+    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
     if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
         kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
                  h.version, KVT_PROTOCOL_VERSION);
@@ -286,16 +286,16 @@ static void on_hello(kvt_engine *e, kvt_conn *c)
         proto_error(e, c, EPROTO, err);
         return;
     }
-    /* The token: compared in constant time (kvt_token_equal), whatever
+    /* The token: compared in constant time (kvt__token_equal), whatever
      * its length.  Refused before the peer is known (no rpeer, no room):
      * nothing of its is ever written here. */
-    if (e->token && !kvt_token_equal(e->token_pad, h.token)) {
+    if (e->token && !kvt__token_equal(e->token_pad, h.token)) {
         kvt__str(msg, sizeof msg, "unauthorized: peer %s sent %s handshake token", h.session_id,
                  h.token[0] ? "a wrong" : "no");
         proto_error(e, c, EACCES, msg);
         return;
     }
-    kvt_rpeer *rp = rpeer_get(e, &h);
+    kvt__rpeer *rp = rpeer_get(e, &h);
     if (!rp) {
         proto_error(e, c, ENOMEM, "out of memory");
         return;
@@ -307,11 +307,11 @@ static void on_hello(kvt_engine *e, kvt_conn *c)
 }
 
 /* Queue one ACK for every write applied since the last one. */
-static void flush_acks(kvt_engine *e, kvt_conn *c)
+static void flush_acks(kvt_engine *e, kvt__conn *c)
 {
     if (!c->ack_count)
         return;
-    kvt_wr *w = kvt__ctl_wr(KVT_F_ACK, c->ack_seq, 0, c->ack_count, 0, NULL, 0);
+    kvt__wr *w = kvt__ctl_wr(KVT_F_ACK, c->ack_seq, 0, c->ack_count, 0, NULL, 0);
     if (!w) {
         kvt__conn_fail(e, c, ENOMEM, "acknowledge", "out of memory");
         return;
@@ -321,10 +321,10 @@ static void flush_acks(kvt_engine *e, kvt_conn *c)
     kvt__conn_enqueue(c, w);
 }
 
-static void on_write_header(kvt_engine *e, kvt_conn *c)
+static void on_write_header(kvt_engine *e, kvt__conn *c)
 {
-    kvt_frame *f = &c->cur;
-    kvt_region *reg = f->len ? kvt__region_find(e, f->addr, f->len) : NULL;
+    kvt__frame *f = &c->cur;
+    kvt__region *reg = f->len ? kvt__region_find(e, f->addr, f->len) : NULL;
     if (!reg) {
         char msg[200];
         kvt__str(msg, sizeof msg,
@@ -333,7 +333,8 @@ static void on_write_header(kvt_engine *e, kvt_conn *c)
         e->st.frames_refused++;
         kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
         flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
-        kvt_wr *w = kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
+        kvt__wr *w =
+            kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
         if (w)
             kvt__conn_enqueue(c, w);
         c->rstate = RS_SKIP;
@@ -352,11 +353,11 @@ static void on_write_header(kvt_engine *e, kvt_conn *c)
     c->rstate = RS_PAYLOAD;
 }
 
-static void on_write_applied(kvt_engine *e, kvt_conn *c)
+static void on_write_applied(kvt_engine *e, kvt__conn *c)
 {
     c->dreg->busy--;
     c->dreg = NULL;
-    kvt_rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
+    kvt__rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
     if (r) {
         r->writes++;
         r->bytes += c->cur.len;
@@ -372,13 +373,13 @@ static void on_write_applied(kvt_engine *e, kvt_conn *c)
 /* WRITEV: every run checked against the registered regions before one
  * byte is stored; one outside refuses the whole frame (NACK, its data
  * skipped), as a WRITE's. */
-static void on_writev(kvt_engine *e, kvt_conn *c)
+static void on_writev(kvt_engine *e, kvt__conn *c)
 {
-    kvt_frame *f = &c->cur;
+    kvt__frame *f = &c->cur;
     uint64_t total = 0;
     char msg[240];
-    int n = kvt_read_decode((const uint8_t *)c->ctl, c->ctl_len, KVT_FRAME_MAX, KVT_FRAME_MAX,
-                            c->wv, &total, msg, sizeof msg);
+    int n = kvt__read_decode((const uint8_t *)c->ctl, c->ctl_len, KVT_FRAME_MAX, KVT_FRAME_MAX,
+                             c->wv, &total, msg, sizeof msg);
     if (n < 0 || total != f->addr) {
         if (n >= 0)
             kvt__str(msg, sizeof msg, "WRITEV announces %llu bytes, its entries %llu",
@@ -397,7 +398,8 @@ static void on_writev(kvt_engine *e, kvt_conn *c)
         e->st.frames_refused++;
         kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
         flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
-        kvt_wr *w = kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
+        kvt__wr *w =
+            kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
         if (w)
             kvt__conn_enqueue(c, w);
         c->rstate = RS_SKIP;
@@ -420,11 +422,11 @@ static void on_writev(kvt_engine *e, kvt_conn *c)
 
 /* n bytes of the WRITEV's data arrived at the current position (copied
  * from src when not NULL); the whole write applied at its last byte. */
-static void wv_step(kvt_engine *e, kvt_conn *c, const uint8_t *src, size_t n)
+static void wv_step(kvt_engine *e, kvt__conn *c, const uint8_t *src, size_t n)
 {
     c->left -= n;
     while (n) {
-        kvt_read_ent *t = &c->wv[c->rd_ent];
+        kvt__read_ent *t = &c->wv[c->rd_ent];
         uint64_t k = t->len - c->rd_off;
         if (k > n)
             k = n;
@@ -442,7 +444,7 @@ static void wv_step(kvt_engine *e, kvt_conn *c, const uint8_t *src, size_t n)
     if (c->left)
         return;
     kvt__rx_wv_release(e, c);
-    kvt_rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
+    kvt__rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
     if (r) {
         r->writes++;
         r->bytes += c->cur.addr;
@@ -455,20 +457,20 @@ static void wv_step(kvt_engine *e, kvt_conn *c, const uint8_t *src, size_t n)
     c->rstate = RS_HDR;
 }
 
-void kvt__rx_wv_release(kvt_engine *e, kvt_conn *c)
+void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c)
 {
     for (uint32_t i = 0; i < c->wv_n; i++) {
-        kvt_region *g = kvt__region_find(e, c->wv[i].addr, c->wv[i].len);
+        kvt__region *g = kvt__region_find(e, c->wv[i].addr, c->wv[i].len);
         if (g && g->busy)
             g->busy--;
     }
     c->wv_n = 0;
 }
 
-static void on_done(kvt_engine *e, kvt_conn *c)
+static void on_done(kvt_engine *e, kvt__conn *c)
 {
-    kvt_frame *f = &c->cur;
-    kvt_rroom *r = rroom_get(e, c->rpeer, f->room, true);
+    kvt__frame *f = &c->cur;
+    kvt__rroom *r = rroom_get(e, c->rpeer, f->room, true);
     if (!r) {
         proto_error(e, c, ENOMEM, "out of memory for a room");
         return;
@@ -489,15 +491,15 @@ static void on_done(kvt_engine *e, kvt_conn *c)
         rx_room_done(e, c->rpeer, r);
     }
     rroom_remove(c->rpeer, r);
-    kvt_wr *w =
+    kvt__wr *w =
         kvt__ctl_wr(KVT_F_DONE_ACK, f->seq, f->room, f->addr, st, msg, (uint32_t)strlen(msg));
     if (w)
         kvt__conn_enqueue(c, w);
 }
 
-static void on_abort(kvt_engine *e, kvt_conn *c)
+static void on_abort(kvt_engine *e, kvt__conn *c)
 {
-    kvt_rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
+    kvt__rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
     if (!r)
         return;
     char msg[KVC_REASON_MAX + 1];
@@ -510,11 +512,11 @@ static void on_abort(kvt_engine *e, kvt_conn *c)
 
 /* ---- frame handlers: client side ---------------------------------------------------- */
 
-static void on_hello_ok(kvt_engine *e, kvt_conn *c)
+static void on_hello_ok(kvt_engine *e, kvt__conn *c)
 {
-    kvt_hello h;
+    kvt__hello h;
     char err[160], msg[256];
-    int bad = kvt_hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
+    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
     if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
         kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
                  h.version, KVT_PROTOCOL_VERSION);
@@ -544,11 +546,11 @@ static void on_hello_ok(kvt_engine *e, kvt_conn *c)
 }
 
 /* QP_INFO: the peer's RC QP record (verbs), either side. */
-static void on_qp_info(kvt_engine *e, kvt_conn *c)
+static void on_qp_info(kvt_engine *e, kvt__conn *c)
 {
-    kvt_qp_rec r;
+    kvt__qp_rec r;
     char err[200];
-    if (kvt_qp_rec_decode((const uint8_t *)c->ctl, c->ctl_len, &r, err, sizeof err) ||
+    if (kvt__qp_rec_decode((const uint8_t *)c->ctl, c->ctl_len, &r, err, sizeof err) ||
         e->rdma->qp_info(e, c, &r, err, sizeof err)) {
         char msg[256];
         kvt__str(msg, sizeof msg, "RDMA QP setup: %s", err);
@@ -559,10 +561,10 @@ static void on_qp_info(kvt_engine *e, kvt_conn *c)
     }
 }
 
-void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t writes,
+void kvt__rx_room_notified(kvt_engine *e, kvt__rpeer *rp, uint64_t room, uint64_t writes,
                            uint64_t bytes)
 {
-    kvt_rroom *r = rroom_get(e, rp, room, true); /* Transferring, then at once: */
+    kvt__rroom *r = rroom_get(e, rp, room, true); /* Transferring, then at once: */
     if (!r) {
         kvt__log(e, KVT_LOG_ERROR, "room %llu from %s: out of memory", (unsigned long long)room,
                  rp->sid);
@@ -576,13 +578,13 @@ void kvt__rx_room_notified(kvt_engine *e, kvt_rpeer *rp, uint64_t room, uint64_t
     rroom_remove(rp, r);
 }
 
-static void on_ack(kvt_engine *e, kvt_conn *c)
+static void on_ack(kvt_engine *e, kvt__conn *c)
 {
     uint64_t n = c->cur.addr;
-    kvt_wr *last = NULL;
+    kvt__wr *last = NULL;
     c->progress_ns = kvc__mono_ns();
     while (n--) {
-        kvt_wr *w = c->f_head;
+        kvt__wr *w = c->f_head;
         if (!w) {
             kvt__conn_fail(e, c, EPROTO, "receive", "ACK for more writes than were sent");
             return;
@@ -609,9 +611,9 @@ static void on_ack(kvt_engine *e, kvt_conn *c)
     kvt__peer_pump(e, c->peer);
 }
 
-static void on_nack(kvt_engine *e, kvt_conn *c)
+static void on_nack(kvt_engine *e, kvt__conn *c)
 {
-    kvt_wr *w = c->f_head;
+    kvt__wr *w = c->f_head;
     if (!w || w->seq != c->cur.seq) {
         kvt__conn_fail(e, c, EPROTO, "receive", "NACK out of order");
         return;
@@ -624,7 +626,7 @@ static void on_nack(kvt_engine *e, kvt_conn *c)
     char why[KVC_REASON_MAX + 1];
     kvt__str(why, sizeof why, "peer %s refused a write of room %llu: %.*s", c->peer->sid,
              (unsigned long long)c->cur.room, (int)c->ctl_len, c->ctl);
-    kvt_sroom *r = w->room;
+    kvt__sroom *r = w->room;
     r->pending++; /* keep r alive across the release */
     kvt__wr_release(e, w);
     kvt__sroom_fail(e, r, c->cur.status ? c->cur.status : EFAULT, why);
@@ -633,7 +635,7 @@ static void on_nack(kvt_engine *e, kvt_conn *c)
     kvt__peer_pump(e, c->peer);
 }
 
-static void on_error(kvt_engine *e, kvt_conn *c)
+static void on_error(kvt_engine *e, kvt__conn *c)
 {
     char msg[KVC_REASON_MAX + 1];
     kvt__str(msg, sizeof msg, "peer said: %.*s", (int)c->ctl_len, c->ctl);
@@ -645,7 +647,7 @@ static void on_error(kvt_engine *e, kvt_conn *c)
 }
 
 /* A complete frame (header, and control payload in c->ctl). */
-static void on_frame(kvt_engine *e, kvt_conn *c)
+static void on_frame(kvt_engine *e, kvt__conn *c)
 {
     uint8_t t = c->cur.type;
     char msg[128];
@@ -662,7 +664,7 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
                                : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
                                      t == KVT_F_QP_INFO || t == KVT_F_READ || t == KVT_F_WRITEV);
     if (!ok) {
-        kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt_ftype_name(t),
+        kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt__ftype_name(t),
                  c->state == CS_HELLO ? "before the handshake" : "here");
         proto_error(e, c, EPROTO, msg);
         return;
@@ -690,7 +692,7 @@ static void on_frame(kvt_engine *e, kvt_conn *c)
 
 /* Consume what rbuf holds.  Stops at the end of the data, or when the
  * connection starts closing. */
-static void rx_parse(kvt_engine *e, kvt_conn *c)
+static void rx_parse(kvt_engine *e, kvt__conn *c)
 {
     while (c->state != CS_CLOSING && !c->close_after_send) {
         size_t avail = c->rlen - c->rpos;
@@ -699,7 +701,7 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
             if (avail < KVT_HDR_LEN)
                 return;
             char err[160];
-            if (kvt_frame_decode(p, KVT_FRAME_MAX, &c->cur, err, sizeof err)) {
+            if (kvt__frame_decode(p, KVT_FRAME_MAX, &c->cur, err, sizeof err)) {
                 proto_error(e, c, EPROTO, err);
                 return;
             }
@@ -719,7 +721,7 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
                                                       takes one */
                 char msg[96];
                 kvt__str(msg, sizeof msg, "unexpected frame %s of %u bytes",
-                         kvt_ftype_name(c->cur.type), c->cur.len);
+                         kvt__ftype_name(c->cur.type), c->cur.len);
                 proto_error(e, c, EPROTO, msg);
                 return;
             } else if (c->cur.len) {
@@ -770,17 +772,17 @@ static void rx_parse(kvt_engine *e, kvt_conn *c)
 }
 
 /* A client connection with nothing in flight or queued on it. */
-static bool client_idle(const kvt_conn *c)
+static bool client_idle(const kvt__conn *c)
 {
     return c->state == CS_UP && !c->sending && !c->q_head && !c->f_head && !c->rf_head &&
            !c->done_waits && !c->qp_wait && c->rstate == RS_HDR && c->rlen == c->rpos;
 }
 
-void kvt__rx_cqe(kvt_engine *e, kvt_conn *c, int res, unsigned cflags)
+void kvt__rx_cqe(kvt_engine *e, kvt__conn *c, int res, unsigned cflags)
 {
     c->ops--;
     c->recving = false;
-    kvt_sroom *held = c->rd_room; /* a READ recv's room (kvt__rx_arm) */
+    kvt__sroom *held = c->rd_room; /* a READ recv's room (kvt__rx_arm) */
     c->rd_room = NULL;
     if (held) /* its pending hold is dropped at the end, after this CQE */
         held->in_kernel--;

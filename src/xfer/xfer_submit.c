@@ -73,12 +73,12 @@ void kvt__peers_free(kvt_engine *e)
     for (size_t i = 0; i < e->npeers; i++) {
         kvt_peer *p = e->peers[i];
         while (p->bl_head) {
-            kvt_wr *w = p->bl_head;
+            kvt__wr *w = p->bl_head;
             p->bl_head = w->next;
             kvt__wr_free(e, w);
         }
         while (p->rooms) {
-            kvt_sroom *r = p->rooms;
+            kvt__sroom *r = p->rooms;
             p->rooms = r->next;
             free(r);
         }
@@ -106,7 +106,7 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
     /* The rooms fail first, with this reason (closing a connection fails
      * the reads waiting on it with a vaguer one); their events wait until
      * nothing of theirs is in the kernel. */
-    for (kvt_sroom *r = p->rooms, *next; r; r = next) {
+    for (kvt__sroom *r = p->rooms, *next; r; r = next) {
         next = r->next; /* r may be freed by sroom_fail */
         if (!r->failed && !r->finished)
             kvt__sroom_fail(e, r, code, msg);
@@ -116,13 +116,13 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
             kvt__conn_close(e, p->conns[i]);
     e->rdma->peer_down(e, p); /* its QP flushes: rooms' events follow the flush */
     while (p->bl_head) {
-        kvt_wr *w = p->bl_head;
+        kvt__wr *w = p->bl_head;
         p->bl_head = w->next;
         w->in_q = 0;
         kvt__wr_release(e, w);
     }
     p->bl_tail = NULL;
-    for (kvt_sroom *r = p->rooms, *next; r; r = next) {
+    for (kvt__sroom *r = p->rooms, *next; r; r = next) {
         next = r->next; /* r may be freed by sroom_fail */
         if (!r->failed && !r->finished)
             kvt__sroom_fail(e, r, code, msg);
@@ -148,9 +148,9 @@ void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation)
 
 /* ---- sender rooms ------------------------------------------------------------ */
 
-static void sroom_unlink_free(kvt_sroom *r)
+static void sroom_unlink_free(kvt__sroom *r)
 {
-    kvt_sroom **pp = &r->peer->rooms;
+    kvt__sroom **pp = &r->peer->rooms;
     while (*pp && *pp != r)
         pp = &(*pp)->next;
     if (*pp)
@@ -158,7 +158,7 @@ static void sroom_unlink_free(kvt_sroom *r)
     free(r);
 }
 
-static void sroom_event(kvt_engine *e, kvt_sroom *r, kvc_poll state)
+static void sroom_event(kvt_engine *e, kvt__sroom *r, kvc_poll state)
 {
     kvt_event ev;
     memset(&ev, 0, sizeof ev);
@@ -174,12 +174,12 @@ static void sroom_event(kvt_engine *e, kvt_sroom *r, kvc_poll state)
 
 /* Remove r's writes that are still only queued (backlog or send queues):
  * they will never be sent. */
-static void sroom_drop_queued(kvt_engine *e, kvt_sroom *r)
+static void sroom_drop_queued(kvt_engine *e, kvt__sroom *r)
 {
     kvt_peer *p = r->peer;
-    kvt_wr **pp = &p->bl_head, *last = NULL;
+    kvt__wr **pp = &p->bl_head, *last = NULL;
     while (*pp) {
-        kvt_wr *w = *pp;
+        kvt__wr *w = *pp;
         if (w->room == r) {
             *pp = w->next;
             w->in_q = 0;
@@ -191,13 +191,13 @@ static void sroom_drop_queued(kvt_engine *e, kvt_sroom *r)
     }
     p->bl_tail = last;
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++) {
-        kvt_conn *c = p->conns[i];
+        kvt__conn *c = p->conns[i];
         if (!c)
             continue;
         pp = &c->q_head;
         last = NULL;
         while (*pp) {
-            kvt_wr *w = *pp;
+            kvt__wr *w = *pp;
             if (w->room == r) {
                 *pp = w->next;
                 w->in_q = 0;
@@ -214,7 +214,7 @@ static void sroom_drop_queued(kvt_engine *e, kvt_sroom *r)
 
 /* Record r's failure (first one wins here and in the segment).  Its event
  * follows once no write of it is in the kernel (kvt__sroom_check). */
-void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reason)
+void kvt__sroom_fail(kvt_engine *e, kvt__sroom *r, int32_t code, const char *reason)
 {
     if (r->failed || r->finished)
         return;
@@ -233,7 +233,7 @@ void kvt__sroom_fail(kvt_engine *e, kvt_sroom *r, int32_t code, const char *reas
 
 /* Advance r: send its DONE when every write is acknowledged; emit its
  * event when it ended; free it when nothing refers to it any more. */
-void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
+void kvt__sroom_check(kvt_engine *e, kvt__sroom *r)
 {
     if (!r->finished && r->failed && r->in_kernel == 0) {
         r->finished = true;
@@ -254,13 +254,13 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
         e->rdma->notify(e, r);
         r->pending--;
     } else if (!r->finished && !r->failed && r->closed && r->pending == 0 && !r->done_sent) {
-        kvt_conn *c = NULL;
+        kvt__conn *c = NULL;
         for (uint32_t i = 0; i < e->o.conns_per_peer && !c; i++)
             if (r->peer->conns[i] && r->peer->conns[i]->state == CS_UP)
                 c = r->peer->conns[i];
         if (!c)
             return; /* no connection yet: kvt__peer_pump calls again */
-        kvt_wr *w = kvt__ctl_wr(KVT_F_DONE, r->writes, r->room, r->bytes, 0, NULL, 0);
+        kvt__wr *w = kvt__ctl_wr(KVT_F_DONE, r->writes, r->room, r->bytes, 0, NULL, 0);
         if (!w) {
             kvt__sroom_fail(e, r, ENOMEM, "out of memory for DONE");
             return;
@@ -275,11 +275,12 @@ void kvt__sroom_check(kvt_engine *e, kvt_sroom *r)
 }
 
 /* DONE_ACK for room from p's connection c. */
-void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t status, const char *msg)
+void kvt__sroom_done_ack(kvt_engine *e, kvt__conn *c, uint64_t room, int32_t status,
+                         const char *msg)
 {
     if (c->done_waits)
         c->done_waits--;
-    for (kvt_sroom *r = c->peer->rooms; r; r = r->next) {
+    for (kvt__sroom *r = c->peer->rooms; r; r = r->next) {
         if (r->room != room || !r->done_sent || r->finished)
             continue;
         if (status == 0) {
@@ -302,11 +303,11 @@ void kvt__sroom_done_ack(kvt_engine *e, kvt_conn *c, uint64_t room, int32_t stat
 
 /* Release w from whichever holder just let go of it (flags already
  * cleared by the caller); free it when nobody holds it. */
-void kvt__wr_release(kvt_engine *e, kvt_wr *w)
+void kvt__wr_release(kvt_engine *e, kvt__wr *w)
 {
     if (w->in_q || w->in_batch || w->in_fifo)
         return;
-    kvt_sroom *r = w->room;
+    kvt__sroom *r = w->room;
     kvt__wr_free(e, w);
     if (r) {
         r->pending--;
@@ -316,10 +317,10 @@ void kvt__wr_release(kvt_engine *e, kvt_wr *w)
 
 /* ---- submitting ----------------------------------------------------------------- */
 
-static kvt_rregion *rregion_find(kvt_peer *p, uint64_t addr, uint64_t len)
+static kvt__rregion *rregion_find(kvt_peer *p, uint64_t addr, uint64_t len)
 {
     for (size_t i = 0; i < p->nregions; i++) {
-        kvt_rregion *r = &p->regions[i];
+        kvt__rregion *r = &p->regions[i];
         if (addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr))
             return r;
     }
@@ -374,27 +375,27 @@ static size_t coalesce(kvt_engine *e, kvt_peer *p, kvt_run *v, size_t n)
     return k + 1;
 }
 
-static kvt_wr *data_wr(kvt_peer *p, kvt_sroom *r, uint64_t laddr, uint64_t raddr, uint32_t len)
+static kvt__wr *data_wr(kvt_peer *p, kvt__sroom *r, uint64_t laddr, uint64_t raddr, uint32_t len)
 {
-    kvt_wr *w = calloc(1, sizeof *w);
+    kvt__wr *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
     w->room = r;
     w->payload = (const void *)(uintptr_t)laddr;
     w->plen = len;
     w->seq = p->next_seq++;
-    kvt_frame f = {.type = KVT_F_WRITE, .len = len, .seq = w->seq, .room = r->room, .addr = raddr};
-    kvt_frame_encode(&f, w->hdr);
+    kvt__frame f = {.type = KVT_F_WRITE, .len = len, .seq = w->seq, .room = r->room, .addr = raddr};
+    kvt__frame_encode(&f, w->hdr);
     return w;
 }
 
-static kvt_sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool read, bool *created)
+static kvt__sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool read, bool *created)
 {
     *created = false;
-    for (kvt_sroom *r = p->rooms; r; r = r->next)
+    for (kvt__sroom *r = p->rooms; r; r = r->next)
         if (r->room == room && !r->finished && r->read == read)
             return r;
-    kvt_sroom *r = calloc(1, sizeof *r);
+    kvt__sroom *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->peer = p;
@@ -409,16 +410,17 @@ static kvt_sroom *sroom_get(kvt_engine *e, kvt_peer *p, uint64_t room, bool read
 
 /* One WRITEV of runs v[0..k) (k >= 2): the entries table as its payload,
  * the runs' data as iovecs straight from the caller's memory. */
-static kvt_wr *writev_wr(kvt_peer *p, kvt_sroom *r, const kvt_rent *v, uint32_t k, uint64_t total)
+static kvt__wr *writev_wr(kvt_peer *p, kvt__sroom *r, const kvt__rent *v, uint32_t k,
+                          uint64_t total)
 {
     size_t plen = (size_t)k * KVT_READ_ENT_LEN;
-    kvt_wr *w = calloc(1, sizeof *w + plen + (size_t)k * sizeof(struct iovec));
+    kvt__wr *w = calloc(1, sizeof *w + plen + (size_t)k * sizeof(struct iovec));
     if (!w)
         return NULL;
     w->siov = (struct iovec *)(void *)(w->owned + plen); /* plen: a multiple of 16 */
     for (uint32_t i = 0; i < k; i++) {
-        kvt_put64(w->owned + (size_t)i * KVT_READ_ENT_LEN, v[i].raddr);
-        kvt_put64(w->owned + (size_t)i * KVT_READ_ENT_LEN + 8, v[i].len);
+        kvt__put64(w->owned + (size_t)i * KVT_READ_ENT_LEN, v[i].raddr);
+        kvt__put64(w->owned + (size_t)i * KVT_READ_ENT_LEN + 8, v[i].len);
         w->siov[i] = (struct iovec){(void *)(uintptr_t)v[i].laddr, (size_t)v[i].len};
     }
     w->nsiov = k;
@@ -427,13 +429,13 @@ static kvt_wr *writev_wr(kvt_peer *p, kvt_sroom *r, const kvt_rent *v, uint32_t 
     w->payload = w->owned;
     w->plen = (uint32_t)plen;
     w->seq = p->next_seq++;
-    kvt_frame f = {
+    kvt__frame f = {
         .type = KVT_F_WRITEV, .len = (uint32_t)plen, .seq = w->seq, .room = r->room, .addr = total};
-    kvt_frame_encode(&f, w->hdr);
+    kvt__frame_encode(&f, w->hdr);
     return w;
 }
 
-static void backlog_add(kvt_peer *p, kvt_sroom *r, kvt_wr *w, uint64_t bytes)
+static void backlog_add(kvt_peer *p, kvt__sroom *r, kvt__wr *w, uint64_t bytes)
 {
     w->in_q = 1;
     if (p->bl_tail)
@@ -448,12 +450,12 @@ static void backlog_add(kvt_peer *p, kvt_sroom *r, kvt_wr *w, uint64_t bytes)
 
 /* Queue what is gathered in g[0..*k) (a WRITE for one run, a WRITEV for
  * more), then empty it. */
-static kvc_err flush_group(kvt_peer *p, kvt_sroom *r, kvt_rent *g, uint32_t *k, uint64_t *total)
+static kvc_err flush_group(kvt_peer *p, kvt__sroom *r, kvt__rent *g, uint32_t *k, uint64_t *total)
 {
     if (!*k)
         return KVC_OK;
-    kvt_wr *w = *k == 1 ? data_wr(p, r, g[0].laddr, g[0].raddr, (uint32_t)g[0].len)
-                        : writev_wr(p, r, g, *k, *total);
+    kvt__wr *w = *k == 1 ? data_wr(p, r, g[0].laddr, g[0].raddr, (uint32_t)g[0].len)
+                         : writev_wr(p, r, g, *k, *total);
     if (!w)
         return kvt__fail(KVC_E_SYS, "out of memory queueing writes");
     backlog_add(p, r, w, *total);
@@ -467,11 +469,11 @@ static kvc_err flush_group(kvt_peer *p, kvt_sroom *r, kvt_rent *g, uint32_t *k, 
  * min(window_bytes, 16 MiB)): the receiver then takes a whole batch of
  * scattered pages with one recvmsg instead of two recvs per page.  Slices
  * that splice (tcp_splice_min) and the RDMA path go one WRITE each. */
-static kvc_err queue_runs(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_run *v, size_t n)
+static kvc_err queue_runs(kvt_engine *e, kvt_peer *p, kvt__sroom *r, const kvt_run *v, size_t n)
 {
     uint64_t cap = e->o.window_bytes < KVT_READ_REQ_MAX ? e->o.window_bytes : KVT_READ_REQ_MAX;
     uint64_t solo = e->o.tcp_splice_min ? e->o.tcp_splice_min : UINT64_MAX;
-    kvt_rent g[KVT_READ_ENTS_MAX];
+    kvt__rent g[KVT_READ_ENTS_MAX];
     uint32_t k = 0;
     uint64_t total = 0;
     kvc_err err = KVC_OK;
@@ -480,7 +482,7 @@ static kvc_err queue_runs(kvt_engine *e, kvt_peer *p, kvt_sroom *r, const kvt_ru
             uint64_t len = v[i].len - off;
             if (len > e->o.slice_bytes)
                 len = e->o.slice_bytes;
-            kvt_rent s = {v[i].laddr + off, v[i].raddr + off, len};
+            kvt__rent s = {v[i].laddr + off, v[i].raddr + off, len};
             off += len;
             if (p->verbs || len >= solo) {
                 err = flush_group(p, r, g, &k, &total);
@@ -545,7 +547,7 @@ static kvc_err submit(kvt_engine *e, kvt_peer *p, uint64_t room, const kvt_run *
         memcpy(v, runs, n * sizeof *v);
     n = coalesce(e, p, v, n);
     bool created;
-    kvt_sroom *r = sroom_get(e, p, room, read, &created);
+    kvt__sroom *r = sroom_get(e, p, room, read, &created);
     if (!r) {
         free(v);
         return kvt__fail(KVC_E_SYS, "out of memory for a room");
@@ -596,11 +598,11 @@ KVT_API kvc_err kvt_submit_read(kvt_engine *e, kvt_peer *p, uint64_t room, const
 
 /* The UP connection of p with the fewest unacknowledged bytes, below the
  * window; NULL if none. */
-static kvt_conn *pick_conn(kvt_engine *e, kvt_peer *p, uint32_t need)
+static kvt__conn *pick_conn(kvt_engine *e, kvt_peer *p, uint32_t need)
 {
-    kvt_conn *best = NULL;
+    kvt__conn *best = NULL;
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++) {
-        kvt_conn *c = p->conns[(p->rr + i) % e->o.conns_per_peer];
+        kvt__conn *c = p->conns[(p->rr + i) % e->o.conns_per_peer];
         if (!c || c->state != CS_UP || c->unacked_bytes + need > e->o.window_bytes)
             continue;
         if (!best || c->unacked_bytes < best->unacked_bytes)
@@ -629,10 +631,10 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
     if (p->verbs)
         e->rdma->pump(e, p);
     while (!p->verbs && p->bl_head) {
-        kvt_conn *c = pick_conn(e, p, kvt__wr_cost(p->bl_head));
+        kvt__conn *c = pick_conn(e, p, kvt__wr_cost(p->bl_head));
         if (!c)
             break;
-        kvt_wr *w = p->bl_head;
+        kvt__wr *w = p->bl_head;
         p->bl_head = w->next;
         if (!p->bl_head)
             p->bl_tail = NULL;
@@ -643,7 +645,7 @@ void kvt__peer_pump(kvt_engine *e, kvt_peer *p)
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
         if (p->conns[i])
             e->net->kick(e, p->conns[i]);
-    for (kvt_sroom *r = p->rooms, *next; r; r = next) {
+    for (kvt__sroom *r = p->rooms, *next; r; r = next) {
         next = r->next;
         kvt__sroom_check(e, r);
     }

@@ -30,9 +30,9 @@
 
 /* A connection on socket fd (xfer_conn.c's table), with TCP_NODELAY:
  * frames are batched here, never held back by Nagle. */
-static kvt_conn *tcp_conn(kvt_engine *e, int fd, bool client)
+static kvt__conn *tcp_conn(kvt_engine *e, int fd, bool client)
 {
-    kvt_conn *c = kvt__conn_new(e, fd, client);
+    kvt__conn *c = kvt__conn_new(e, fd, client);
     if (!c)
         return NULL;
     int one = 1;
@@ -105,7 +105,7 @@ static void handle_accept(kvt_engine *e, int res)
         kvt__log(e, KVT_LOG_WARN, "accept: %s", strerror(-res));
         return;
     }
-    kvt_conn *c = tcp_conn(e, res, false);
+    kvt__conn *c = tcp_conn(e, res, false);
     if (!c) {
         close(res);
         kvt__log(e, KVT_LOG_ERROR, "out of memory accepting a connection");
@@ -120,7 +120,7 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
     int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return kvt__fail(KVC_E_SYS, "socket: %s", strerror(errno));
-    kvt_conn *c = tcp_conn(e, fd, true);
+    kvt__conn *c = tcp_conn(e, fd, true);
     if (!c) {
         close(fd);
         return kvt__fail(KVC_E_SYS, "out of memory for a connection");
@@ -176,7 +176,7 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
 
 #define KVT_SPLICE_PIPE (1u << 20) /* wanted pipe size, capped by fs/pipe-max-size */
 
-static void pipe_close(kvt_conn *c)
+static void pipe_close(kvt__conn *c)
 {
     if (c->pipe_w >= 0) {
         close(c->pipe_w);
@@ -200,7 +200,7 @@ static uint32_t pipe_max_size(void)
 
 /* c's pipe, created on first use.  false: none to be had (the connection
  * sends by sendmsg only; not an error). */
-static bool pipe_get(kvt_engine *e, kvt_conn *c)
+static bool pipe_get(kvt_engine *e, kvt__conn *c)
 {
     if (c->pipe_w >= 0)
         return true;
@@ -240,7 +240,7 @@ static bool pipe_get(kvt_engine *e, kvt_conn *c)
 
 /* Wait for the spliced payload to go on: POLLOUT on the socket, or (err)
  * a NOP whose completion reports the splice error. */
-static void splice_wait(kvt_engine *e, kvt_conn *c, int err)
+static void splice_wait(kvt_engine *e, kvt__conn *c, int err)
 {
     struct io_uring_sqe *s = kvt__sqe(e);
     if (!s)
@@ -261,7 +261,7 @@ static void splice_wait(kvt_engine *e, kvt_conn *c, int err)
  * is all sent or the socket is full.  1: waiting (splice_wait), 0: the
  * payload is sent, -1: vmsplice failed, the rest of the batch goes by
  * sendmsg (the pipe was empty: nothing is lost). */
-static int splice_some_(kvt_engine *e, kvt_conn *c)
+static int splice_some_(kvt_engine *e, kvt__conn *c)
 {
     struct iovec *v = &c->iov[c->iov_at];
     for (;;) {
@@ -302,7 +302,7 @@ static int splice_some_(kvt_engine *e, kvt_conn *c)
  * the library must not raise a signal (a closed socket gives EPIPE, and
  * the SIGPIPE that came with it, if it was not pending before, is taken
  * back).  The caller's signal mask is restored. */
-static int splice_some(kvt_engine *e, kvt_conn *c)
+static int splice_some(kvt_engine *e, kvt__conn *c)
 {
     sigset_t pipe_set, old, pending;
     sigemptyset(&pipe_set);
@@ -322,7 +322,7 @@ static int splice_some(kvt_engine *e, kvt_conn *c)
 }
 
 /* sendmsg of the iovecs from iov_at up to the next spliced payload. */
-static void submit_send(kvt_engine *e, kvt_conn *c)
+static void submit_send(kvt_engine *e, kvt__conn *c)
 {
     int end = c->iov_at;
     while (end < c->niov && !c->iov_splice[end])
@@ -340,7 +340,7 @@ static void submit_send(kvt_engine *e, kvt_conn *c)
 }
 
 /* Submit the batch's next operation.  false: the batch is all sent. */
-static bool send_next(kvt_engine *e, kvt_conn *c)
+static bool send_next(kvt_engine *e, kvt__conn *c)
 {
     while (c->iov_at < c->niov && !c->iov[c->iov_at].iov_len &&
            !(c->iov_splice[c->iov_at] && c->pipe_fill))
@@ -363,13 +363,13 @@ static bool send_next(kvt_engine *e, kvt_conn *c)
  * one stream socket may each be cut short and their bytes interleave,
  * corrupting the framing; so the next batch waits for the previous one
  * to complete entirely (short sends resumed first, in handle_send). */
-void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
+void kvt__tcp_kick(kvt_engine *e, kvt__conn *c)
 {
     if (c->sending || !c->q_head || c->state == CS_CONNECTING || c->state == CS_CLOSING)
         return;
     c->nbatch = c->niov = c->iov_at = 0;
     while (c->q_head && c->nbatch < KVT_BATCH_WRS) {
-        kvt_wr *w = c->q_head;
+        kvt__wr *w = c->q_head;
         int need = 1 + (w->plen ? 1 : 0) + (int)w->nsiov;
         if (c->niov + need > (int)KVT_IOV_MAX)
             break; /* the next batch takes it */
@@ -399,8 +399,8 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
              * arrive before this send's CQE, so it is queued now. */
             w->room->in_kernel++;
             w->in_fifo = 1;
-            kvt_wr **head = w->rbytes ? &c->rf_head : &c->f_head; /* a READ: its data */
-            kvt_wr **tail = w->rbytes ? &c->rf_tail : &c->f_tail;
+            kvt__wr **head = w->rbytes ? &c->rf_head : &c->f_head; /* a READ: its data */
+            kvt__wr **tail = w->rbytes ? &c->rf_tail : &c->f_tail;
             if (*tail)
                 (*tail)->next = w;
             else
@@ -415,7 +415,7 @@ void kvt__tcp_kick(kvt_engine *e, kvt_conn *c)
 
 /* Part of the batch went out: submit the rest, or finish the batch and
  * start the next. */
-static void send_continue(kvt_engine *e, kvt_conn *c)
+static void send_continue(kvt_engine *e, kvt__conn *c)
 {
     c->progress_ns = kvc__mono_ns();
     if (send_next(e, c))
@@ -424,7 +424,7 @@ static void send_continue(kvt_engine *e, kvt_conn *c)
 }
 
 /* A send or splice failed, or its connection is closing. */
-static void send_failed(kvt_engine *e, kvt_conn *c, int res, const char *op)
+static void send_failed(kvt_engine *e, kvt__conn *c, int res, const char *op)
 {
     /* The pipe's page references go before the batch is released (the
      * release may deliver a failed room's event). */
@@ -435,7 +435,7 @@ static void send_failed(kvt_engine *e, kvt_conn *c, int res, const char *op)
     kvt__conn_maybe_free(e, c);
 }
 
-static void handle_send(kvt_engine *e, kvt_conn *c, int res)
+static void handle_send(kvt_engine *e, kvt__conn *c, int res)
 {
     c->ops--;
     if (c->state == CS_CLOSING || res <= 0) {
@@ -459,7 +459,7 @@ static void handle_send(kvt_engine *e, kvt_conn *c, int res)
 
 /* The spliced payload's wait ended: the socket has room (res: the poll's
  * mask), or the NOP of a splice error. */
-static void handle_splice(kvt_engine *e, kvt_conn *c, int res)
+static void handle_splice(kvt_engine *e, kvt__conn *c, int res)
 {
     c->ops--;
     int err = c->splice_err;
@@ -475,7 +475,7 @@ static void handle_splice(kvt_engine *e, kvt_conn *c, int res)
 
 /* The socket's part of kvt__conn_close (which has set CS_CLOSING and then
  * releases the queues): drop the pipe, end the operations in flight. */
-void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
+void kvt__tcp_close(kvt_engine *e, kvt__conn *c)
 {
     bool abort_sock = c->spliced && (c->sending || c->f_head);
     pipe_close(c); /* splices are synchronous: no operation reads the pipe */
@@ -503,7 +503,7 @@ void kvt__tcp_close(kvt_engine *e, kvt_conn *c)
 }
 
 /* c is being freed (its last SQE is done): its pipe goes. */
-static void tcp_forget(kvt_engine *e, kvt_conn *c)
+static void tcp_forget(kvt_engine *e, kvt__conn *c)
 {
     (void)e;
     pipe_close(c);
@@ -519,7 +519,7 @@ void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
         return;
     }
     uint32_t id = KVT_UD_ID(cqe->user_data);
-    kvt_conn *c = id < e->nconns_cap ? e->conns[id] : NULL;
+    kvt__conn *c = id < e->nconns_cap ? e->conns[id] : NULL;
     if (!c)
         return; /* cannot happen: a conn is freed only after its last CQE */
     switch (op) {
@@ -534,7 +534,7 @@ void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
     kvt__conn_maybe_free(e, c);
 }
 
-const struct kvt_net_ops kvt__tcp_net = {
+const struct kvt__net_ops kvt__tcp_net = {
     .listen = kvt__tcp_listen,
     .arm_accept = kvt__tcp_arm_accept,
     .connect = kvt__tcp_connect,

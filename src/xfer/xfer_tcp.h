@@ -10,13 +10,13 @@
 #include "xfer_internal.h"
 
 /* The engine's net table (xfer_tcp.c). */
-extern const struct kvt_net_ops kvt__tcp_net;
+extern const struct kvt__net_ops kvt__tcp_net;
 
 kvc_err kvt__tcp_listen(kvt_engine *e);
 void kvt__tcp_arm_accept(kvt_engine *e);
 kvc_err kvt__tcp_connect(kvt_engine *e, struct kvt_peer *p, uint32_t slot);
 void kvt__tcp_cqe(kvt_engine *e, struct io_uring_cqe *cqe);
-void kvt__tcp_kick(kvt_engine *e, kvt_conn *c);
-void kvt__tcp_close(kvt_engine *e, kvt_conn *c);
+void kvt__tcp_kick(kvt_engine *e, kvt__conn *c);
+void kvt__tcp_close(kvt_engine *e, kvt__conn *c);
 
 #endif

@@ -20,9 +20,9 @@
 #include "diag.h"
 #include "xfer_verbs.h"
 
-static kvt_gid_entry gid(int index, const char *addr, int type, const char *netdev)
+static kvt__gid_entry gid(int index, const char *addr, int type, const char *netdev)
 {
-    kvt_gid_entry g;
+    kvt__gid_entry g;
     memset(&g, 0, sizeof g);
     g.index = index;
     g.type = type;
@@ -37,7 +37,7 @@ static kvt_gid_entry gid(int index, const char *addr, int type, const char *netd
 
 /* Both callers on table t; asserts they agree and returns the index, with
  * the engine's reason in why (and diag's reason checked equal to it). */
-static int choose(const kvt_gid_entry *t, size_t n, int ib, char *why)
+static int choose(const kvt__gid_entry *t, size_t n, int ib, char *why)
 {
     kvt_options o;
     kvt_options_init(&o); /* no override: verbs_gid_index -1 */
@@ -58,9 +58,9 @@ static void test_v1_first_and_link_local(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(0, "fe80::1", V1, "eth0"), gid(1, "fe80::1", V2, "eth0"),
-                         gid(2, "::ffff:10.0.0.5", V1, "eth0"),
-                         gid(3, "::ffff:10.0.0.5", V2, "eth0")};
+    kvt__gid_entry t[] = {gid(0, "fe80::1", V1, "eth0"), gid(1, "fe80::1", V2, "eth0"),
+                          gid(2, "::ffff:10.0.0.5", V1, "eth0"),
+                          gid(3, "::ffff:10.0.0.5", V2, "eth0")};
     assert_int_equal(choose(t, 4, 0, why), 3);
     assert_non_null(strstr(why, "RoCEv2 ::ffff:10.0.0.5 on eth0, IPv4-mapped routable"));
     assert_non_null(strstr(why, "2 RoCEv1"));
@@ -71,7 +71,7 @@ static void test_link_local_never_wins_a_tie(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(1, "fe80::2", V2, "eth1"), gid(3, "2001:db8::5", V2, "eth1")};
+    kvt__gid_entry t[] = {gid(1, "fe80::2", V2, "eth1"), gid(3, "2001:db8::5", V2, "eth1")};
     assert_int_equal(choose(t, 2, 0, why), 3);
     assert_non_null(strstr(why, "2001:db8::5 on eth1, global IPv6"));
 }
@@ -80,8 +80,8 @@ static void test_ipv4_mapped_before_ipv6_then_lowest_index(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(2, "2001:db8::5", V2, "eth0"), gid(7, "::ffff:10.0.0.9", V2, "eth0"),
-                         gid(5, "::ffff:10.0.0.5", V2, "eth0")};
+    kvt__gid_entry t[] = {gid(2, "2001:db8::5", V2, "eth0"), gid(7, "::ffff:10.0.0.9", V2, "eth0"),
+                          gid(5, "::ffff:10.0.0.5", V2, "eth0")};
     assert_int_equal(choose(t, 3, 0, why), 5);
     assert_non_null(strstr(why, "candidates: 2 IPv4-mapped routable, 1 global IPv6"));
 }
@@ -93,11 +93,11 @@ static void test_only_link_local_is_chosen(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(0, "::ffff:10.0.0.5", V2, ""), gid(1, "fe80::1", V2, "eth0")};
+    kvt__gid_entry t[] = {gid(0, "::ffff:10.0.0.5", V2, ""), gid(1, "fe80::1", V2, "eth0")};
     assert_int_equal(choose(t, 2, 0, why), 1);
     assert_non_null(strstr(why, "fe80::1 on eth0, link-local"));
     assert_non_null(strstr(why, "1 without a netdev"));
-    kvt_gid_entry only[] = {gid(4, "fe80::9", V2, "eth2")};
+    kvt__gid_entry only[] = {gid(4, "fe80::9", V2, "eth2")};
     assert_int_equal(choose(only, 1, 0, why), 4);
 }
 
@@ -107,12 +107,12 @@ static void test_v4_link_local_below_global_v6(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(1, "::ffff:169.254.3.4", V2, "eth0"),
-                         gid(2, "2001:db8::7", V2, "eth0")};
+    kvt__gid_entry t[] = {gid(1, "::ffff:169.254.3.4", V2, "eth0"),
+                          gid(2, "2001:db8::7", V2, "eth0")};
     assert_int_equal(choose(t, 2, 0, why), 2);
     assert_non_null(strstr(why, "candidates: 1 global IPv6, 1 link-local"));
-    kvt_gid_entry u[] = {gid(0, "fe80::1", V2, "eth0"), gid(1, "::ffff:169.254.3.4", V2, "eth0"),
-                         gid(5, "::ffff:192.168.1.2", V2, "eth0")};
+    kvt__gid_entry u[] = {gid(0, "fe80::1", V2, "eth0"), gid(1, "::ffff:169.254.3.4", V2, "eth0"),
+                          gid(5, "::ffff:192.168.1.2", V2, "eth0")};
     assert_int_equal(choose(u, 3, 0, why), 5);
 }
 
@@ -122,10 +122,10 @@ static void test_infiniband_lowest_valid_index(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(0, "::", IB, ""), gid(1, "fe80::248a:703:49:b0a1", IB, "")};
+    kvt__gid_entry t[] = {gid(0, "::", IB, ""), gid(1, "fe80::248a:703:49:b0a1", IB, "")};
     assert_int_equal(choose(t, 2, 1, why), 1);
     assert_non_null(strstr(why, "InfiniBand"));
-    kvt_gid_entry u[] = {gid(1, "fe80::2", IB, ""), gid(0, "fe80::248a:703:49:b0a0", IB, "")};
+    kvt__gid_entry u[] = {gid(1, "fe80::2", IB, ""), gid(0, "fe80::248a:703:49:b0a0", IB, "")};
     assert_int_equal(choose(u, 2, 1, why), 0);
     assert_int_equal(choose(u, 0, 1, why), -1);
     assert_non_null(strstr(why, "no valid GID on this InfiniBand port"));
@@ -135,7 +135,7 @@ static void test_no_candidate(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(0, "::ffff:10.0.0.5", V2, ""), gid(1, "::ffff:10.0.0.5", V1, "eth0")};
+    kvt__gid_entry t[] = {gid(0, "::ffff:10.0.0.5", V2, ""), gid(1, "::ffff:10.0.0.5", V1, "eth0")};
     assert_int_equal(choose(t, 2, 0, why), -1);
     assert_non_null(strstr(why, "no RoCEv2 GID"));
     assert_non_null(strstr(why, "1 without a netdev"));
@@ -147,7 +147,7 @@ static void test_empty_and_zero(void **st)
     (void)st;
     char why[512];
     assert_int_equal(choose(NULL, 0, 0, why), -1);
-    kvt_gid_entry t[] = {gid(0, "::", V2, "eth0")};
+    kvt__gid_entry t[] = {gid(0, "::", V2, "eth0")};
     assert_int_equal(choose(t, 1, 0, why), -1);
     assert_non_null(strstr(why, "1 zero"));
 }
@@ -156,12 +156,12 @@ static void test_names_and_text(void **st)
 {
     (void)st;
     char buf[64];
-    assert_string_equal(kvt_gid_type_name(IB), "IB");
-    assert_string_equal(kvt_gid_type_name(V1), "RoCEv1");
-    assert_string_equal(kvt_gid_type_name(V2), "RoCEv2");
-    assert_string_equal(kvt_gid_type_name(7), "unknown");
-    kvt_gid_entry g = gid(0, "::ffff:10.1.2.3", V2, "eth0");
-    kvt_gid_text(g.raw, buf, sizeof buf);
+    assert_string_equal(kvt__gid_type_name(IB), "IB");
+    assert_string_equal(kvt__gid_type_name(V1), "RoCEv1");
+    assert_string_equal(kvt__gid_type_name(V2), "RoCEv2");
+    assert_string_equal(kvt__gid_type_name(7), "unknown");
+    kvt__gid_entry g = gid(0, "::ffff:10.1.2.3", V2, "eth0");
+    kvt__gid_text(g.raw, buf, sizeof buf);
     assert_string_equal(buf, "::ffff:10.1.2.3");
     /* diag's table lists each entry with the engine's type names. */
     json_t *port = json_object();
@@ -179,7 +179,7 @@ static void test_engine_override(void **st)
 {
     (void)st;
     char why[512];
-    kvt_gid_entry t[] = {gid(0, "fe80::1", V1, "eth0"), gid(1, "::ffff:10.0.0.5", V2, "eth0")};
+    kvt__gid_entry t[] = {gid(0, "fe80::1", V1, "eth0"), gid(1, "::ffff:10.0.0.5", V2, "eth0")};
     kvt_options o;
     kvt_options_init(&o);
     o.verbs_gid_index = 0;

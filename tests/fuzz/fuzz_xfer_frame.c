@@ -1,7 +1,7 @@
 /*
  * fuzz_xfer_frame.c - fuzz target: the transfer engine's wire decoding
- * (src/xfer_frame.c): kvt_frame_decode(), kvt_hello_decode() and
- * kvt_read_decode().
+ * (src/xfer_frame.c): kvt__frame_decode(), kvt__hello_decode() and
+ * kvt__read_decode().
  *
  * The input is a byte stream as a TCP peer would send it.  It is cut into
  * frames the way the receiver's parser (xfer_rx.c, rx_parse) does: a
@@ -36,21 +36,21 @@
 
 static void check_hello(const uint8_t *p, size_t len)
 {
-    kvt_hello h;
+    kvt__hello h;
     char err[160];
     err[0] = '\0';
     memset(&h, 0xa5, sizeof h);
-    if (kvt_hello_decode(p, len, &h, err, sizeof err)) {
+    if (kvt__hello_decode(p, len, &h, err, sizeof err)) {
         FZ_CHECK(memchr(err, 0, sizeof err) && err[0], "refused HELLO without a reason");
         if (len >= 4)
-            FZ_CHECK(h.version == kvt_get32(p), "version not reported on error");
+            FZ_CHECK(h.version == kvt__get32(p), "version not reported on error");
         return;
     }
     size_t ls = strnlen(h.session_id, sizeof h.session_id);
     size_t lt = strnlen(h.token, sizeof h.token);
     FZ_CHECK(ls <= KVT_HELLO_STR_MAX && lt <= KVT_HELLO_STR_MAX, "unterminated string");
     uint8_t again[16 + 2 * (2 + KVT_HELLO_STR_MAX)];
-    size_t n = kvt_hello_encode(&h, again, sizeof again);
+    size_t n = kvt__hello_encode(&h, again, sizeof again);
     FZ_CHECK(n == len, "HELLO of %zu bytes re-encodes to %zu", len, n);
     FZ_CHECK(!memcmp(again, p, 4) && !memcmp(again + 8, p + 8, len - 8),
              "HELLO does not re-encode to the same bytes");
@@ -58,11 +58,11 @@ static void check_hello(const uint8_t *p, size_t len)
 
 static void check_read(const uint8_t *p, size_t len, uint64_t max_len, uint64_t max_total)
 {
-    kvt_read_ent ent[KVT_READ_ENTS_MAX];
+    kvt__read_ent ent[KVT_READ_ENTS_MAX];
     uint64_t total = 0, sum = 0;
     char err[200];
     err[0] = '\0';
-    int n = kvt_read_decode(p, len, max_len, max_total, ent, &total, err, sizeof err);
+    int n = kvt__read_decode(p, len, max_len, max_total, ent, &total, err, sizeof err);
     if (n < 0) {
         FZ_CHECK(memchr(err, 0, sizeof err) && err[0], "refused READ without a reason");
         return;
@@ -73,8 +73,8 @@ static void check_read(const uint8_t *p, size_t len, uint64_t max_len, uint64_t 
         FZ_CHECK(ent[i].len >= 1 && ent[i].len <= max_len, "entry %d length %llu accepted", i,
                  (unsigned long long)ent[i].len);
         FZ_CHECK(ent[i].addr + ent[i].len >= ent[i].addr, "entry %d wraps", i);
-        FZ_CHECK(ent[i].addr == kvt_get64(p + (size_t)i * KVT_READ_ENT_LEN) &&
-                     ent[i].len == kvt_get64(p + (size_t)i * KVT_READ_ENT_LEN + 8),
+        FZ_CHECK(ent[i].addr == kvt__get64(p + (size_t)i * KVT_READ_ENT_LEN) &&
+                     ent[i].len == kvt__get64(p + (size_t)i * KVT_READ_ENT_LEN + 8),
                  "entry %d is not the payload's bytes", i);
         sum += ent[i].len;
     }
@@ -91,23 +91,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *p = data + 1;
     size_t left = size - 1;
     while (left >= KVT_HDR_LEN) {
-        kvt_frame f;
+        kvt__frame f;
         char err[160];
         err[0] = '\0';
-        if (kvt_frame_decode(p, max_write, &f, err, sizeof err)) {
+        if (kvt__frame_decode(p, max_write, &f, err, sizeof err)) {
             FZ_CHECK(memchr(err, 0, sizeof err) && err[0], "refused frame without a reason");
             return 0; /* the receiver closes the connection here */
         }
         uint8_t again[KVT_HDR_LEN];
-        kvt_frame_encode(&f, again);
+        kvt__frame_encode(&f, again);
         FZ_CHECK(!memcmp(again, p, KVT_HDR_LEN), "header does not re-encode to the same bytes");
         FZ_CHECK(f.type >= KVT_F_HELLO && f.type <= KVT_F_MAX, "type %u accepted", f.type);
-        FZ_CHECK(strcmp(kvt_ftype_name(f.type), "unknown"), "known type without a name");
+        FZ_CHECK(strcmp(kvt__ftype_name(f.type), "unknown"), "known type without a name");
         uint32_t lim = f.type == KVT_F_WRITE || f.type == KVT_F_READ_DATA ? max_write
                        : f.type == KVT_F_DESC                             ? KVT_DESC_FRAME_MAX
                                                                           : KVT_CTL_MAX;
         FZ_CHECK(f.len <= lim, "payload of %u bytes accepted for %s", f.len,
-                 kvt_ftype_name(f.type));
+                 kvt__ftype_name(f.type));
         p += KVT_HDR_LEN, left -= KVT_HDR_LEN;
         size_t n = f.len < left ? f.len : left;
         if (f.type != KVT_F_WRITE && f.type != KVT_F_READ_DATA && f.type != KVT_F_DESC) {

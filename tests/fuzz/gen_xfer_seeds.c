@@ -1,7 +1,7 @@
 /*
  * gen_xfer_seeds.c - writes the seed corpus of fuzz_xfer_frame into DIR
  * (tests/fuzz/xfer_frame/), frames made by the real encoders
- * (kvt_frame_encode, kvt_hello_encode): the exchanges of docs/transfer.md
+ * (kvt__frame_encode, kvt__hello_encode): the exchanges of docs/transfer.md
  * on both sides, plus refused forms (bad magic, reserved bits, unknown type,
  * oversized payload, truncated HELLO).  The first byte of each seed picks
  * the fuzzer's max_write (see fuzz_xfer_frame.c).
@@ -26,9 +26,9 @@ static void start(uint8_t max_write_sel)
 static void frame(uint8_t type, uint32_t plen, int32_t status, uint64_t seq, uint64_t room,
                   uint64_t addr, const void *payload)
 {
-    kvt_frame f = {
+    kvt__frame f = {
         .type = type, .len = plen, .status = status, .seq = seq, .room = room, .addr = addr};
-    kvt_frame_encode(&f, buf + len);
+    kvt__frame_encode(&f, buf + len);
     len += KVT_HDR_LEN;
     if (payload) {
         memcpy(buf + len, payload, plen);
@@ -38,11 +38,11 @@ static void frame(uint8_t type, uint32_t plen, int32_t status, uint64_t seq, uin
 
 static void hello(uint8_t type, uint32_t version, const char *sid, const char *token)
 {
-    kvt_hello h = {.version = version, .generation = 7};
+    kvt__hello h = {.version = version, .generation = 7};
     snprintf(h.session_id, sizeof h.session_id, "%s", sid);
     snprintf(h.token, sizeof h.token, "%s", token);
     uint8_t p[600];
-    size_t n = kvt_hello_encode(&h, p, sizeof p);
+    size_t n = kvt__hello_encode(&h, p, sizeof p);
     if (!n)
         abort();
     frame(type, (uint32_t)n, 0, 0, 0, 0, p);
@@ -80,8 +80,8 @@ int main(int argc, char **argv)
     {
         uint8_t req[3 * KVT_READ_ENT_LEN];
         for (int i = 0; i < 3; i++) {
-            kvt_put64(req + i * KVT_READ_ENT_LEN, 0x7f0000100000ull + (uint64_t)i * 8192);
-            kvt_put64(req + i * KVT_READ_ENT_LEN + 8, 64);
+            kvt__put64(req + i * KVT_READ_ENT_LEN, 0x7f0000100000ull + (uint64_t)i * 8192);
+            kvt__put64(req + i * KVT_READ_ENT_LEN + 8, 64);
         }
         hello(KVT_F_HELLO, 1, "10.0.0.1:16051", "");
         frame(KVT_F_READ, sizeof req, 0, 1, 43, 192, req);
@@ -96,10 +96,10 @@ int main(int argc, char **argv)
         frame(KVT_F_DONE, 0, 0, 1, 44, 128, NULL);
         save(d, "writev");
         start(3); /* a READ whose entry wraps, then one of 0 bytes */
-        kvt_put64(req, UINT64_MAX - 10);
-        kvt_put64(req + 8, 64);
+        kvt__put64(req, UINT64_MAX - 10);
+        kvt__put64(req + 8, 64);
         frame(KVT_F_READ, KVT_READ_ENT_LEN, 0, 1, 43, 64, req);
-        kvt_put64(req + 8, 0);
+        kvt__put64(req + 8, 0);
         frame(KVT_F_READ, KVT_READ_ENT_LEN, 0, 2, 43, 0, req);
         save(d, "read-bad-entries");
         start(2); /* descriptor fetch: request, answer */

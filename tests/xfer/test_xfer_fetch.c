@@ -193,22 +193,22 @@ static void test_fetch_bad_answers(void **state)
     assert_int_equal(fetch_fake(http, sizeof http - 1, &json), KVC_E_INVAL);
     assert_non_null(strstr(kvc_last_error(), "bad frame magic"));
     uint8_t big[KVT_HDR_LEN];
-    kvt_frame f = {.type = KVT_F_DESC, .len = (2u << 20)};
-    kvt_frame_encode(&f, big);
+    kvt__frame f = {.type = KVT_F_DESC, .len = (2u << 20)};
+    kvt__frame_encode(&f, big);
     assert_int_equal(fetch_fake(big, sizeof big, &json), KVC_E_TOOBIG);
     assert_non_null(strstr(kvc_last_error(), "2097152 bytes"));
     uint8_t junk[KVT_HDR_LEN + 8];
-    f = (kvt_frame){.type = KVT_F_DESC, .len = 8};
-    kvt_frame_encode(&f, junk);
+    f = (kvt__frame){.type = KVT_F_DESC, .len = 8};
+    kvt__frame_encode(&f, junk);
     memcpy(junk + KVT_HDR_LEN, "not json", 8);
     assert_int_equal(fetch_fake(junk, sizeof junk, &json), KVC_E_INVAL);
     assert_non_null(strstr(kvc_last_error(), "not a descriptor"));
-    f = (kvt_frame){.type = KVT_F_ACK};
-    kvt_frame_encode(&f, big);
+    f = (kvt__frame){.type = KVT_F_ACK};
+    kvt__frame_encode(&f, big);
     assert_int_equal(fetch_fake(big, sizeof big, &json), KVC_E_INVAL);
     assert_non_null(strstr(kvc_last_error(), "unexpected answer frame ACK"));
-    f = (kvt_frame){.type = KVT_F_DESC, .len = 100}; /* cut short */
-    kvt_frame_encode(&f, big);
+    f = (kvt__frame){.type = KVT_F_DESC, .len = 100}; /* cut short */
+    kvt__frame_encode(&f, big);
     assert_int_equal(fetch_fake(big, sizeof big, &json), KVC_E_SYS);
     assert_non_null(strstr(kvc_last_error(), "connection closed by peer"));
     assert_null(json);

@@ -12,8 +12,8 @@
  *  - a sender with a token and a receiver without: accepted (the token
  *    authenticates a sender to the receiver whose memory it writes; a
  *    receiver that requires none ignores it);
- *  - kvt_token_equal on its own, and the options checks (empty, too long).
- * Timing is not asserted (never wall-clock); kvt_token_equal's constant
+ *  - kvt__token_equal on its own, and the options checks (empty, too long).
+ * Timing is not asserted (never wall-clock); kvt__token_equal's constant
  * time is by construction (every byte of the padded buffers compared). */
 #include <stdbool.h>
 
@@ -218,23 +218,23 @@ static void test_token_equal(void **state)
     char a[KVT_HELLO_STR_MAX + 1], b[KVT_HELLO_STR_MAX + 1];
     pad(a, "abc");
     pad(b, "abc");
-    assert_true(kvt_token_equal(a, b));
+    assert_true(kvt__token_equal(a, b));
     pad(b, "abd");
-    assert_false(kvt_token_equal(a, b));
+    assert_false(kvt__token_equal(a, b));
     pad(b, "ab");
-    assert_false(kvt_token_equal(a, b));
+    assert_false(kvt__token_equal(a, b));
     pad(b, "abcd");
-    assert_false(kvt_token_equal(a, b));
+    assert_false(kvt__token_equal(a, b));
     pad(b, "");
-    assert_false(kvt_token_equal(a, b));
+    assert_false(kvt__token_equal(a, b));
     char longest[KVT_HELLO_STR_MAX + 1];
     memset(longest, 'x', KVT_HELLO_STR_MAX);
     longest[KVT_HELLO_STR_MAX] = '\0';
     pad(a, longest);
     pad(b, longest);
-    assert_true(kvt_token_equal(a, b));
+    assert_true(kvt__token_equal(a, b));
     b[KVT_HELLO_STR_MAX - 1] = 'y'; /* the last byte differs */
-    assert_false(kvt_token_equal(a, b));
+    assert_false(kvt__token_equal(a, b));
 }
 
 static void test_token_options(void **state)

@@ -83,9 +83,9 @@ static void test_backend_names(void **state)
 
 /* ---- GID rules on recorded tables --------------------------------------------------- */
 
-static kvt_gid_entry G(int idx, const char *addr, int type, const char *netdev)
+static kvt__gid_entry G(int idx, const char *addr, int type, const char *netdev)
 {
-    kvt_gid_entry g;
+    kvt__gid_entry g;
     memset(&g, 0, sizeof g);
     g.index = idx;
     g.type = type;
@@ -95,16 +95,16 @@ static kvt_gid_entry G(int idx, const char *addr, int type, const char *netdev)
     return g;
 }
 
-static int choose(const kvt_gid_entry *t, size_t n, int ib, int ov, char *why)
+static int choose(const kvt__gid_entry *t, size_t n, int ib, int ov, char *why)
 {
-    return kvt_gid_choose(t, n, ib, ov, why, 200);
+    return kvt__gid_choose(t, n, ib, ov, why, 200);
 }
 
 /* A typical mlx5 RoCE port: v1/v2 pairs per address. */
 static void test_gid_typical(void **state)
 {
     (void)state;
-    kvt_gid_entry t[] = {
+    kvt__gid_entry t[] = {
         G(0, "fe80::5054:ff:fe12:3456", KVT_GID_ROCE_V1, "eth0"),
         G(1, "fe80::5054:ff:fe12:3456", KVT_GID_ROCE_V2, "eth0"),
         G(2, "::ffff:10.0.0.5", KVT_GID_ROCE_V1, "eth0"),
@@ -120,7 +120,7 @@ static void test_gid_typical(void **state)
 static void test_gid_v1_first(void **state)
 {
     (void)state;
-    kvt_gid_entry t[] = {
+    kvt__gid_entry t[] = {
         G(0, "::ffff:10.0.0.5", KVT_GID_ROCE_V1, "eth0"),
         G(1, "fe80::1", KVT_GID_ROCE_V2, "eth0"),
     };
@@ -131,7 +131,7 @@ static void test_gid_v1_first(void **state)
 static void test_gid_link_local_tie(void **state)
 {
     (void)state;
-    kvt_gid_entry t[] = {
+    kvt__gid_entry t[] = {
         G(0, "fe80::1", KVT_GID_ROCE_V2, "eth0"),
         G(1, "::ffff:169.254.3.4", KVT_GID_ROCE_V2, "eth0"),
         G(5, "::ffff:192.168.1.2", KVT_GID_ROCE_V2, "eth0"),
@@ -143,7 +143,7 @@ static void test_gid_link_local_tie(void **state)
 static void test_gid_netdev_and_zero(void **state)
 {
     (void)state;
-    kvt_gid_entry t[] = {
+    kvt__gid_entry t[] = {
         G(0, NULL, KVT_GID_ROCE_V2, "eth0"),              /* zero GID */
         G(2, "::ffff:10.0.0.9", KVT_GID_ROCE_V2, ""),     /* no netdev: stale */
         G(3, "2001:db8::7", KVT_GID_ROCE_V2, "eth1"),     /* global IPv6 */
@@ -159,7 +159,7 @@ static void test_gid_netdev_and_zero(void **state)
 static void test_gid_override(void **state)
 {
     (void)state;
-    kvt_gid_entry t[] = {
+    kvt__gid_entry t[] = {
         G(0, "fe80::1", KVT_GID_ROCE_V1, "eth0"),
         G(1, "::ffff:10.0.0.5", KVT_GID_ROCE_V2, "eth0"),
         G(2, NULL, KVT_GID_ROCE_V2, "eth0"),
@@ -175,7 +175,7 @@ static void test_gid_override(void **state)
 static void test_gid_infiniband(void **state)
 {
     (void)state;
-    kvt_gid_entry t[] = {
+    kvt__gid_entry t[] = {
         G(1, "fe80::2", KVT_GID_IB, ""),
         G(0, "fe80::1", KVT_GID_IB, ""),
     };

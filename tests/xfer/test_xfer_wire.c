@@ -36,21 +36,21 @@ static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_
                        uint64_t addr, const void *payload, size_t plen)
 {
     uint8_t h[KVT_HDR_LEN];
-    kvt_frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
-    kvt_frame_encode(&f, h);
+    kvt__frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
+    kvt__frame_encode(&f, h);
     assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
     if (plen)
         assert_int_equal(xu_write_all(fd, payload, plen), 0);
 }
 
 /* Read one frame; payload (NUL-terminated) into buf.  -1 on EOF. */
-static int read_frame(int fd, kvt_frame *f, char *buf, size_t cap)
+static int read_frame(int fd, kvt__frame *f, char *buf, size_t cap)
 {
     uint8_t h[KVT_HDR_LEN];
     char err[160];
     if (xu_read_all(fd, h, sizeof h, 10000))
         return -1;
-    assert_int_equal(kvt_frame_decode(h, KVT_FRAME_MAX, f, err, sizeof err), 0);
+    assert_int_equal(kvt__frame_decode(h, KVT_FRAME_MAX, f, err, sizeof err), 0);
     assert_true(f->len < cap);
     assert_int_equal(xu_read_all(fd, buf, f->len, 10000), 0);
     buf[f->len] = '\0';
@@ -59,20 +59,20 @@ static int read_frame(int fd, kvt_frame *f, char *buf, size_t cap)
 
 static void hello(int fd, uint32_t version, const char *sid, uint64_t gen)
 {
-    kvt_hello h;
+    kvt__hello h;
     memset(&h, 0, sizeof h);
     h.version = version;
     h.generation = gen;
     snprintf(h.session_id, sizeof h.session_id, "%s", sid);
     uint8_t b[600];
-    size_t n = kvt_hello_encode(&h, b, sizeof b);
+    size_t n = kvt__hello_encode(&h, b, sizeof b);
     send_frame(fd, KVT_F_HELLO, (uint32_t)n, 0, 0, 0, b, n);
 }
 
 static void hello_ok(int fd, const char *sid)
 {
     hello(fd, KVT_PROTOCOL_VERSION, sid, 42);
-    kvt_frame f;
+    kvt__frame f;
     char buf[1024];
     assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_HELLO_OK);
@@ -81,7 +81,7 @@ static void hello_ok(int fd, const char *sid)
 /* The receiver answers ERROR with msg, then closes. */
 static void expect_error(int fd, const char *msg)
 {
-    kvt_frame f;
+    kvt__frame f;
     char buf[4200];
     assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ERROR);
@@ -154,8 +154,8 @@ static void test_reserved_bits(void **state)
     int fd = raw_connect(rport);
     hello_ok(fd, "fake:3");
     uint8_t h[KVT_HDR_LEN];
-    kvt_frame f = {.type = KVT_F_DONE, .room = 1};
-    kvt_frame_encode(&f, h);
+    kvt__frame f = {.type = KVT_F_DONE, .room = 1};
+    kvt__frame_encode(&f, h);
     h[6] = 1;
     assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
     expect_error(fd, "reserved bits");
@@ -172,7 +172,7 @@ static void test_outside_region(void **state)
     memset(data, 'x', sizeof data);
     send_frame(fd, KVT_F_WRITE, 100, 1, 7, 0x1000, data, 100);
     send_frame(fd, KVT_F_WRITE, 100, 2, 7, rbase + REGION - 50, data, 100); /* straddles the end */
-    kvt_frame f;
+    kvt__frame f;
     char buf[1024];
     for (uint64_t seq = 1; seq <= 2; seq++) {
         assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
@@ -226,16 +226,16 @@ static void test_ack_coalesced(void **state)
     for (uint64_t seq = 1; seq <= N; seq++) {
         uint8_t *p = burst + (seq - 1) * fl;
         uint64_t addr = seq == BAD ? 0x1000 : rbase + 8192 + (seq - 1) * LEN;
-        kvt_frame f = {.type = KVT_F_WRITE, .len = LEN, .seq = seq, .room = 21, .addr = addr};
-        kvt_frame_encode(&f, p);
+        kvt__frame f = {.type = KVT_F_WRITE, .len = LEN, .seq = seq, .room = 21, .addr = addr};
+        kvt__frame_encode(&f, p);
         memset(p + KVT_HDR_LEN, (int)(seq & 0xff), LEN);
     }
-    kvt_frame d = {.type = KVT_F_DONE, .seq = N - 1, .room = 21, .addr = (uint64_t)(N - 1) * LEN};
-    kvt_frame_encode(&d, burst + (size_t)N * fl);
+    kvt__frame d = {.type = KVT_F_DONE, .seq = N - 1, .room = 21, .addr = (uint64_t)(N - 1) * LEN};
+    kvt__frame_encode(&d, burst + (size_t)N * fl);
     assert_int_equal(xu_write_all(fd, burst, total), 0);
     free(burst);
     uint64_t acked = 0, last = 0;
-    kvt_frame f;
+    kvt__frame f;
     char buf[1024];
     for (;;) {
         assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
@@ -275,8 +275,8 @@ static void test_truncated(void **state)
     int fd = raw_connect(rport);
     hello_ok(fd, "fake:5");
     uint8_t h[KVT_HDR_LEN];
-    kvt_frame f = {.type = KVT_F_WRITE, .len = 1000, .seq = 1, .room = 9, .addr = rbase};
-    kvt_frame_encode(&f, h);
+    kvt__frame f = {.type = KVT_F_WRITE, .len = 1000, .seq = 1, .room = 9, .addr = rbase};
+    kvt__frame_encode(&f, h);
     assert_int_equal(xu_write_all(fd, h, 20), 0);
     close(fd);
     fd = raw_connect(rport);
@@ -325,8 +325,8 @@ static void test_slow_large_write(void **state)
     uint8_t h[KVT_HDR_LEN], *payload = malloc(LEN);
     for (size_t i = 0; i < LEN; i++)
         payload[i] = (uint8_t)(i * 7 + 3);
-    kvt_frame f = {.type = KVT_F_WRITE, .len = LEN, .seq = 1, .room = 23, .addr = rbase + 65536};
-    kvt_frame_encode(&f, h);
+    kvt__frame f = {.type = KVT_F_WRITE, .len = LEN, .seq = 1, .room = 23, .addr = rbase + 65536};
+    kvt__frame_encode(&f, h);
     assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
     usleep(50000); /* the header alone: the payload is then received in place */
     for (size_t off = 0; off < LEN; off += PIECE) {
@@ -402,16 +402,16 @@ static pid_t fake_peer(int mode, int *port)
         uint8_t h[KVT_HDR_LEN], b[1024];
         if (xu_read_all(fd, h, sizeof h, 5000))
             continue;
-        uint32_t plen = kvt_get32(h + 8);
+        uint32_t plen = kvt__get32(h + 8);
         xu_read_all(fd, b, plen, 5000);
-        kvt_hello hh;
+        kvt__hello hh;
         memset(&hh, 0, sizeof hh);
         hh.version = mode == 1 ? 2 : KVT_PROTOCOL_VERSION;
         hh.generation = 5;
         snprintf(hh.session_id, sizeof hh.session_id, "127.0.0.1:%d", *port);
-        size_t n = kvt_hello_encode(&hh, b, sizeof b);
-        kvt_frame f = {.type = KVT_F_HELLO_OK, .len = (uint32_t)n};
-        kvt_frame_encode(&f, h);
+        size_t n = kvt__hello_encode(&hh, b, sizeof b);
+        kvt__frame f = {.type = KVT_F_HELLO_OK, .len = (uint32_t)n};
+        kvt__frame_encode(&f, h);
         xu_write_all(fd, h, sizeof h);
         xu_write_all(fd, b, n);
         /* mode 2: read and drop everything, never acknowledge */

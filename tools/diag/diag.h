@@ -194,8 +194,8 @@ int diag_rooms_table(kvc_segment *seg, int state, size_t limit, FILE *out);
 
 /* Set port's "gids" (the table t[0..n-1] as [{index, type, gid, netdev}]),
  * "chosen_gid_index" (-1: none) and "chosen_reason": the GID the transfer
- * engine uses on that port, by its own rule (kvt_gid_choose, no override).
+ * engine uses on that port, by its own rule (kvt__gid_choose, no override).
  * Returns the chosen index. */
-int diag_gid_port(json_t *port, const kvt_gid_entry *t, size_t n, int infiniband);
+int diag_gid_port(json_t *port, const kvt__gid_entry *t, size_t n, int infiniband);
 
 #endif /* KVC_DIAG_H */

@@ -94,8 +94,8 @@ static json_t *port_json(struct ibv_context *ctx, int port, int *usable)
     json_object_set_new(o, "gid_table_len", diag_jint(pa.gid_tbl_len));
     /* The table as the engine reads it, and the engine's own choice. */
     size_t cap = pa.gid_tbl_len > 0 ? (size_t)pa.gid_tbl_len : 1;
-    kvt_gid_entry *tab = calloc(cap, sizeof *tab);
-    size_t n = tab ? kvt_gid_read_table(ctx, port, tab, cap) : 0;
+    kvt__gid_entry *tab = calloc(cap, sizeof *tab);
+    size_t n = tab ? kvt__gid_read_table(ctx, port, tab, cap) : 0;
     int chosen = diag_gid_port(o, tab, n, pa.link_layer == IBV_LINK_LAYER_INFINIBAND);
     free(tab);
     if (pa.state == IBV_PORT_ACTIVE && chosen >= 0)

@@ -12,7 +12,7 @@ enum { KIND_NONE = 0, KIND_LINK_LOCAL = 1, KIND_GLOBAL_V6 = 2, KIND_V4_MAPPED = 
 static const char *const kind_names[KINDS] = {"", "link-local", "global IPv6",
                                               "IPv4-mapped routable"};
 
-const char *kvt_gid_type_name(int t)
+const char *kvt__gid_type_name(int t)
 {
     switch (t) {
     case KVT_GID_IB: return "IB";
@@ -22,7 +22,7 @@ const char *kvt_gid_type_name(int t)
     return "unknown";
 }
 
-void kvt_gid_text(const uint8_t raw[16], char *out, size_t cap)
+void kvt__gid_text(const uint8_t raw[16], char *out, size_t cap)
 {
     if (!inet_ntop(AF_INET6, raw, out, (socklen_t)cap))
         snprintf(out, cap, "?");
@@ -77,16 +77,16 @@ static void tally_text(const struct tally *ty, char *why, size_t cap, size_t o)
                                   k++ ? ", " : "; skipped: ", skipped[i].n, skipped[i].what);
 }
 
-static size_t entry_text(const kvt_gid_entry *g, const char *note, char *why, size_t cap)
+static size_t entry_text(const kvt__gid_entry *g, const char *note, char *why, size_t cap)
 {
     char txt[64];
-    kvt_gid_text(g->raw, txt, sizeof txt);
-    int n = snprintf(why, cap, "GID index %d (%s %s%s%s, %s)", g->index, kvt_gid_type_name(g->type),
-                     txt, g->netdev[0] ? " on " : "", g->netdev, note);
+    kvt__gid_text(g->raw, txt, sizeof txt);
+    int n = snprintf(why, cap, "GID index %d (%s %s%s%s, %s)", g->index,
+                     kvt__gid_type_name(g->type), txt, g->netdev[0] ? " on " : "", g->netdev, note);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
 }
 
-static int choose_override(const kvt_gid_entry *t, size_t n, int override, char *why, size_t cap)
+static int choose_override(const kvt__gid_entry *t, size_t n, int override, char *why, size_t cap)
 {
     for (size_t i = 0; i < n; i++)
         if (t[i].index == override && !is_zero(t[i].raw)) {
@@ -97,7 +97,7 @@ static int choose_override(const kvt_gid_entry *t, size_t n, int override, char 
     return -1;
 }
 
-static int choose_ib(const kvt_gid_entry *t, size_t n, char *why, size_t cap)
+static int choose_ib(const kvt__gid_entry *t, size_t n, char *why, size_t cap)
 {
     size_t best = n;
     for (size_t i = 0; i < n; i++)
@@ -111,8 +111,8 @@ static int choose_ib(const kvt_gid_entry *t, size_t n, char *why, size_t cap)
     return t[best].index;
 }
 
-int kvt_gid_choose(const kvt_gid_entry *t, size_t n, int link_is_ib, int override, char *why,
-                   size_t cap)
+int kvt__gid_choose(const kvt__gid_entry *t, size_t n, int link_is_ib, int override, char *why,
+                    size_t cap)
 {
     char spare[8];
     if (!why || !cap) {

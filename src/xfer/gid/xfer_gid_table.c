@@ -8,7 +8,7 @@
 
 #include "xfer_gid.h"
 
-size_t kvt_gid_read_table(struct ibv_context *ctx, int port, kvt_gid_entry *t, size_t cap)
+size_t kvt__gid_read_table(struct ibv_context *ctx, int port, kvt__gid_entry *t, size_t cap)
 {
     struct ibv_gid_entry g[256];
     ssize_t n = ibv_query_gid_table(ctx, g, 256, 0);
@@ -16,7 +16,7 @@ size_t kvt_gid_read_table(struct ibv_context *ctx, int port, kvt_gid_entry *t, s
     for (ssize_t i = 0; i < n && k < cap; i++) {
         if ((int)g[i].port_num != port)
             continue;
-        kvt_gid_entry *x = &t[k++];
+        kvt__gid_entry *x = &t[k++];
         memset(x, 0, sizeof *x);
         x->index = (int)g[i].gid_index;
         memcpy(x->raw, g[i].gid.raw, 16);

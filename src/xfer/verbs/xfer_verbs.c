@@ -41,14 +41,14 @@ kvc_err kvt__reg_error(int err, uint64_t addr, uint64_t len, const char *what)
                      err == EFAULT ? " (range not mapped)" : "", lim);
 }
 
-int kvt__verbs_gid_pick(const kvt_options *o, const kvt_gid_entry *t, size_t n, int link_is_ib,
+int kvt__verbs_gid_pick(const kvt_options *o, const kvt__gid_entry *t, size_t n, int link_is_ib,
                         char *why, size_t cap)
 {
-    return kvt_gid_choose(t, n, link_is_ib, o->verbs_gid_index, why, cap);
+    return kvt__gid_choose(t, n, link_is_ib, o->verbs_gid_index, why, cap);
 }
 
 /* Try one device: open, port active, a GID chosen.  0 on success. */
-static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, char *why,
+static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt__verbs *v, char *why,
                       size_t cap)
 {
     const char *name = ibv_get_device_name(d);
@@ -63,8 +63,8 @@ static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, 
         kvt__str(why, cap, "RDMA device %s skipped: port %d not active", name, v->port);
         return -1;
     }
-    kvt_gid_entry t[256];
-    size_t n = kvt_gid_read_table(v->ctx, v->port, t, 256);
+    kvt__gid_entry t[256];
+    size_t n = kvt__gid_read_table(v->ctx, v->port, t, 256);
     char gw[384];
     int idx =
         kvt__verbs_gid_pick(&e->o, t, n, pa.link_layer == IBV_LINK_LAYER_INFINIBAND, gw, sizeof gw);
@@ -104,7 +104,7 @@ static int try_device(kvt_engine *e, struct ibv_device *d, struct kvt_verbs *v, 
     return 0;
 }
 
-static void release(struct kvt_verbs *v)
+static void release(struct kvt__verbs *v)
 {
     if (v->cq)
         ibv_destroy_cq(v->cq);
@@ -132,7 +132,7 @@ int kvt__verbs_open(kvt_engine *e, char *why, size_t cap)
         ibv_free_device_list(list);
         return -1;
     }
-    struct kvt_verbs *v = calloc(1, sizeof *v);
+    struct kvt__verbs *v = calloc(1, sizeof *v);
     int rc = -1;
     char last[256] = "no usable RDMA device";
     for (int i = 0; v && i < num && rc; i++) {
@@ -169,7 +169,7 @@ void kvt__verbs_close(kvt_engine *e)
     e->verbs = NULL;
 }
 
-kvc_err kvt__verbs_reg(kvt_engine *e, kvt_region *r)
+kvc_err kvt__verbs_reg(kvt_engine *e, kvt__region *r)
 {
     struct ibv_mr *mr =
         ibv_reg_mr(e->verbs->pd, (void *)(uintptr_t)r->addr, r->len,
@@ -181,7 +181,7 @@ kvc_err kvt__verbs_reg(kvt_engine *e, kvt_region *r)
     return KVC_OK;
 }
 
-void kvt__verbs_dereg(kvt_engine *e, kvt_region *r)
+void kvt__verbs_dereg(kvt_engine *e, kvt__region *r)
 {
     (void)e;
     if (r->mr)
@@ -194,12 +194,12 @@ json_t *kvt__verbs_desc(kvt_engine *e)
     if (!e->verbs)
         return NULL;
     char gid[64];
-    kvt_gid_text(e->verbs->gid.raw, gid, sizeof gid);
+    kvt__gid_text(e->verbs->gid.raw, gid, sizeof gid);
     return json_pack("{s:s,s:i,s:i,s:s,s:i}", "device", e->verbs->dev, "port", e->verbs->port,
                      "gid_index", e->verbs->gid_index, "gid", gid, "lid", (int)e->verbs->lid);
 }
 
-const struct kvt_rdma_ops kvt__verbs_rdma = {
+const struct kvt__rdma_ops kvt__verbs_rdma = {
     .open = kvt__verbs_open,
     .close = kvt__verbs_close,
     .desc = kvt__verbs_desc,

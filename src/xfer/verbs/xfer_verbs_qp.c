@@ -20,7 +20,7 @@
  *      and its send completion tells the sender the same.
  * Failures: the first failed WC of a room fails it (ibv_wc_status_str and
  * the status number) and the peer (the QP is in the error state now);
- * WR_FLUSH_ERR completions after it are noise (kvt_wc_note).  QP-fatal
+ * WR_FLUSH_ERR completions after it are noise (kvt__wc_note).  QP-fatal
  * and device-fatal async events fail the rooms they affect and mark the
  * peers unhealthy.  A room's Failed event waits until every WRITE of it
  * has completed or been flushed: only then is our memory no longer read.
@@ -42,8 +42,8 @@
 #define KVT_VQP_RQ 32u   /* receive buffers per QP (end-of-room notes) */
 #define KVT_VQP_RBUF 32u /* bytes per receive buffer (>= KVT_NOTE_LEN) */
 
-struct kvt_vqp {
-    struct kvt_vqp *next; /* engine list (v->qps) */
+struct kvt__vqp {
+    struct kvt__vqp *next; /* engine list (v->qps) */
     struct ibv_qp *qp;
     struct ibv_mr *rmr; /* receive buffers */
     uint8_t *rbuf;
@@ -51,19 +51,19 @@ struct kvt_vqp {
     uint32_t sq_used;   /* send WRs outstanding */
     uint32_t rq_posted; /* receive WRs outstanding */
     kvt_peer *peer;     /* sender side */
-    kvt_rpeer *rpeer;   /* receiver side */
+    kvt__rpeer *rpeer;  /* receiver side */
     uint32_t conn_id;   /* the control connection */
-    kvt_qp_local local;
+    kvt__qp_local local;
     bool up;   /* RTS */
     bool dead; /* moved to the error state: draining */
 };
 
 /* ---- QP life ---------------------------------------------------------------------- */
 
-static void vqp_destroy(kvt_engine *e, kvt_vqp *q)
+static void vqp_destroy(kvt_engine *e, kvt__vqp *q)
 {
-    struct kvt_verbs *v = e->verbs;
-    for (kvt_vqp **pp = &v->qps; *pp; pp = &(*pp)->next)
+    struct kvt__verbs *v = e->verbs;
+    for (kvt__vqp **pp = &v->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;
             v->nqps--;
@@ -78,7 +78,7 @@ static void vqp_destroy(kvt_engine *e, kvt_vqp *q)
 }
 
 /* Destroy q once no work request of it is outstanding. */
-static void vqp_free_if_flushed(kvt_engine *e, kvt_vqp *q)
+static void vqp_free_if_flushed(kvt_engine *e, kvt__vqp *q)
 {
     if (q->dead && q->sq_used == 0 && q->rq_posted == 0)
         vqp_destroy(e, q);
@@ -88,7 +88,7 @@ static void vqp_free_if_flushed(kvt_engine *e, kvt_vqp *q)
  * WR_FLUSH_ERR, after which on_wc destroys q (vqp_free_if_flushed).
  * Hazard: never destroys q itself -- callers may be inside a WC handler
  * that still uses q. */
-static void vqp_kill(kvt_engine *e, kvt_vqp *q)
+static void vqp_kill(kvt_engine *e, kvt__vqp *q)
 {
     if (q->dead)
         return;
@@ -100,12 +100,12 @@ static void vqp_kill(kvt_engine *e, kvt_vqp *q)
                  q->qp->qp_num, strerror(errno));
 }
 
-static int post_recv(kvt_vqp *q, uint32_t slot)
+static int post_recv(kvt__vqp *q, uint32_t slot)
 {
     struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(q->rbuf + (size_t)slot * KVT_VQP_RBUF),
                           .length = KVT_VQP_RBUF,
                           .lkey = q->rmr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = kvt_wrid(q, KVT_WRID_RECV), .sg_list = &sge, .num_sge = 1};
+    struct ibv_recv_wr wr = {.wr_id = kvt__wrid(q, KVT_WRID_RECV), .sg_list = &sge, .num_sge = 1};
     struct ibv_recv_wr *bad;
     if (ibv_post_recv(q->qp, &wr, &bad))
         return -1;
@@ -114,9 +114,9 @@ static int post_recv(kvt_vqp *q, uint32_t slot)
 }
 
 /* A QP in INIT with its receive buffers posted, or NULL with err. */
-static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
+static kvt__vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
 {
-    struct kvt_verbs *v = e->verbs;
+    struct kvt__verbs *v = e->verbs;
     if (!v) {
         kvt__str(err, cap, "this engine runs tcp: no RDMA device");
         return NULL;
@@ -131,7 +131,7 @@ static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
         kvt__str(err, cap, "ibv_resize_cq to %d entries: %s", need, strerror(errno));
         return NULL;
     }
-    kvt_vqp *q = calloc(1, sizeof *q);
+    kvt__vqp *q = calloc(1, sizeof *q);
     if (!q || !(q->rbuf = calloc(KVT_VQP_RQ, KVT_VQP_RBUF))) {
         free(q);
         kvt__str(err, cap, "out of memory for a QP");
@@ -157,18 +157,18 @@ static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
         return NULL;
     }
     q->rmr = ibv_reg_mr(v->pd, q->rbuf, KVT_VQP_RQ * KVT_VQP_RBUF, IBV_ACCESS_LOCAL_WRITE);
-    q->local = (kvt_qp_local){.port = (uint8_t)v->port,
-                              .gid_index = v->gid_index,
-                              .is_roce = v->is_roce,
-                              .active_mtu = v->active_mtu,
-                              .psn = (uint32_t)(kvc__mono_ns() ^ (uint64_t)random()) & 0xffffffu};
-    kvt_qp_rd_depths(v->max_qp_init_rd_atom, v->max_qp_rd_atom, &q->local);
+    q->local = (kvt__qp_local){.port = (uint8_t)v->port,
+                               .gid_index = v->gid_index,
+                               .is_roce = v->is_roce,
+                               .active_mtu = v->active_mtu,
+                               .psn = (uint32_t)(kvc__mono_ns() ^ (uint64_t)random()) & 0xffffffu};
+    kvt__qp_rd_depths(v->max_qp_init_rd_atom, v->max_qp_rd_atom, &q->local);
     q->next = v->qps;
     v->qps = q;
     v->nqps++;
     struct ibv_qp_attr a;
     int mask;
-    kvt_qp_init_attr(&q->local, &a, &mask);
+    kvt__qp_init_attr(&q->local, &a, &mask);
     if (!q->rmr || ibv_modify_qp(q->qp, &a, mask)) {
         kvt__str(err, cap, "%s: %s",
                  q->rmr ? "ibv_modify_qp RESET->INIT" : "ibv_reg_mr (receive buffers)",
@@ -187,18 +187,18 @@ static kvt_vqp *vqp_new(kvt_engine *e, char *err, size_t cap)
 }
 
 /* INIT -> RTR -> RTS toward the peer's record. */
-static int vqp_connect(kvt_vqp *q, const kvt_qp_rec *r, char *err, size_t cap)
+static int vqp_connect(kvt__vqp *q, const kvt__qp_rec *r, char *err, size_t cap)
 {
     struct ibv_qp_attr a;
     int mask;
-    if (kvt_qp_rtr_attr(&q->local, r, &a, &mask, err, cap))
+    if (kvt__qp_rtr_attr(&q->local, r, &a, &mask, err, cap))
         return -1;
     if (ibv_modify_qp(q->qp, &a, mask)) {
         kvt__str(err, cap, "ibv_modify_qp INIT->RTR (peer QPN %u): %s", r->qpn, strerror(errno));
         return -1;
     }
     q->local.peer_resp_depth = r->rd_atom;
-    kvt_qp_rts_attr(&q->local, &a, &mask);
+    kvt__qp_rts_attr(&q->local, &a, &mask);
     if (ibv_modify_qp(q->qp, &a, mask)) {
         kvt__str(err, cap, "ibv_modify_qp RTR->RTS: %s", strerror(errno));
         return -1;
@@ -207,20 +207,20 @@ static int vqp_connect(kvt_vqp *q, const kvt_qp_rec *r, char *err, size_t cap)
     return 0;
 }
 
-static void send_qp_info(kvt_engine *e, kvt_conn *c, kvt_vqp *q)
+static void send_qp_info(kvt_engine *e, kvt__conn *c, kvt__vqp *q)
 {
-    struct kvt_verbs *v = e->verbs;
-    kvt_qp_rec r = {.qpn = q->qp->qp_num,
-                    .psn = q->local.psn,
-                    .lid = v->lid,
-                    .mtu = (uint8_t)v->active_mtu,
-                    .is_roce = v->is_roce,
-                    .gid_index = (uint16_t)v->gid_index,
-                    .rd_atom = q->local.resp_depth};
+    struct kvt__verbs *v = e->verbs;
+    kvt__qp_rec r = {.qpn = q->qp->qp_num,
+                     .psn = q->local.psn,
+                     .lid = v->lid,
+                     .mtu = (uint8_t)v->active_mtu,
+                     .is_roce = v->is_roce,
+                     .gid_index = (uint16_t)v->gid_index,
+                     .rd_atom = q->local.resp_depth};
     memcpy(r.gid, v->gid.raw, 16);
     uint8_t buf[KVT_QPREC_LEN];
-    kvt_qp_rec_encode(&r, buf);
-    kvt_wr *w = kvt__ctl_wr(KVT_F_QP_INFO, 0, 0, 0, 0, buf, KVT_QPREC_LEN);
+    kvt__qp_rec_encode(&r, buf);
+    kvt__wr *w = kvt__ctl_wr(KVT_F_QP_INFO, 0, 0, 0, 0, buf, KVT_QPREC_LEN);
     if (!w) {
         kvt__conn_fail(e, c, ENOMEM, "QP setup", "out of memory");
         return;
@@ -229,13 +229,13 @@ static void send_qp_info(kvt_engine *e, kvt_conn *c, kvt_vqp *q)
     e->net->kick(e, c);
 }
 
-void kvt__verbs_hello_ok(kvt_engine *e, kvt_conn *c)
+void kvt__verbs_hello_ok(kvt_engine *e, kvt__conn *c)
 {
     kvt_peer *p = c->peer;
     if (!p->verbs || p->vqp || p->conns[0] != c)
         return;
     char err[200];
-    kvt_vqp *q = vqp_new(e, err, sizeof err);
+    kvt__vqp *q = vqp_new(e, err, sizeof err);
     if (!q) {
         kvt__peer_fail(e, p, EIO, "QP to peer %s: %s", p->sid, err);
         return;
@@ -249,10 +249,10 @@ void kvt__verbs_hello_ok(kvt_engine *e, kvt_conn *c)
 
 /* QP_INFO arrived on c.  Server: create, connect, answer.  Client: connect.
  * Returns 0, or -1 with the reason in err (the caller fails c). */
-int kvt__verbs_qp_info(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *err, size_t cap)
+int kvt__verbs_qp_info(kvt_engine *e, kvt__conn *c, const kvt__qp_rec *r, char *err, size_t cap)
 {
     if (c->client) {
-        kvt_vqp *q = c->peer->vqp;
+        kvt__vqp *q = c->peer->vqp;
         if (!c->qp_wait || !q) {
             kvt__str(err, cap, "QP_INFO not asked for");
             return -1;
@@ -265,10 +265,10 @@ int kvt__verbs_qp_info(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *er
         kvt__peer_pump(e, c->peer);
         return 0;
     }
-    kvt_rpeer *rp = c->rpeer;
+    kvt__rpeer *rp = c->rpeer;
     if (rp->vqp)
         kvt__verbs_rpeer_down(e, rp); /* the sender set up a new one */
-    kvt_vqp *q = vqp_new(e, err, cap);
+    kvt__vqp *q = vqp_new(e, err, cap);
     if (!q)
         return -1;
     q->rpeer = rp;
@@ -284,16 +284,16 @@ int kvt__verbs_qp_info(kvt_engine *e, kvt_conn *c, const kvt_qp_rec *r, char *er
 
 void kvt__verbs_peer_down(kvt_engine *e, kvt_peer *p)
 {
-    kvt_vqp *q = p->vqp;
+    kvt__vqp *q = p->vqp;
     if (!q)
         return;
     p->vqp = NULL;
     vqp_kill(e, q);
 }
 
-void kvt__verbs_rpeer_down(kvt_engine *e, kvt_rpeer *rp)
+void kvt__verbs_rpeer_down(kvt_engine *e, kvt__rpeer *rp)
 {
-    kvt_vqp *q = rp->vqp;
+    kvt__vqp *q = rp->vqp;
     if (!q)
         return;
     rp->vqp = NULL;
@@ -303,10 +303,10 @@ void kvt__verbs_rpeer_down(kvt_engine *e, kvt_rpeer *rp)
 
 /* ---- posting ----------------------------------------------------------------------- */
 
-static kvt_rregion *peer_region(kvt_peer *p, uint64_t addr, uint64_t len)
+static kvt__rregion *peer_region(kvt_peer *p, uint64_t addr, uint64_t len)
 {
     for (size_t i = 0; i < p->nregions; i++) {
-        kvt_rregion *r = &p->regions[i];
+        kvt__rregion *r = &p->regions[i];
         if (addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr))
             return r;
     }
@@ -314,7 +314,7 @@ static kvt_rregion *peer_region(kvt_peer *p, uint64_t addr, uint64_t len)
 }
 
 /* Take w off p's backlog: it was posted, or refused. */
-static void backlog_pop(kvt_peer *p, kvt_wr *w)
+static void backlog_pop(kvt_peer *p, kvt__wr *w)
 {
     p->bl_head = w->next;
     if (!p->bl_head)
@@ -327,19 +327,19 @@ static void backlog_pop(kvt_peer *p, kvt_wr *w)
  * local buffer and remote range checked again (regions may have changed
  * since the submit).  0: posted or refused (w is off the backlog); -1: the
  * peer failed (ibv_post_send), stop. */
-static int post_reads(kvt_engine *e, kvt_peer *p, kvt_vqp *q, kvt_wr *w)
+static int post_reads(kvt_engine *e, kvt_peer *p, kvt__vqp *q, kvt__wr *w)
 {
-    kvt_sroom *r = w->room;
+    kvt__sroom *r = w->room;
     char why[KVC_REASON_MAX + 1] = "";
     int32_t code = EFAULT;
     struct ibv_send_wr wrs[KVT_READ_ENTS_MAX];
     struct ibv_sge sges[KVT_READ_ENTS_MAX];
-    if (kvt_qp_read_ok(&q->local, why, sizeof why))
+    if (kvt__qp_read_ok(&q->local, why, sizeof why))
         code = EOPNOTSUPP;
     for (uint32_t i = 0; !why[0] && i < w->nent; i++) {
-        const kvt_rent *t = &w->ent[i];
-        kvt_region *lr = kvt__region_find(e, t->laddr, t->len);
-        kvt_rregion *rr = peer_region(p, t->raddr, t->len);
+        const kvt__rent *t = &w->ent[i];
+        kvt__region *lr = kvt__region_find(e, t->laddr, t->len);
+        kvt__rregion *rr = peer_region(p, t->raddr, t->len);
         if (!lr || !lr->mr || !rr) {
             kvt__str(why, sizeof why,
                      "RDMA READ of room %llu from peer %s refused before posting: %s range "
@@ -351,7 +351,7 @@ static int post_reads(kvt_engine *e, kvt_peer *p, kvt_vqp *q, kvt_wr *w)
         }
         sges[i] = (struct ibv_sge){
             .addr = t->laddr, .length = (uint32_t)t->len, .lkey = ((struct ibv_mr *)lr->mr)->lkey};
-        wrs[i] = (struct ibv_send_wr){.wr_id = kvt_wrid(w, KVT_WRID_READ),
+        wrs[i] = (struct ibv_send_wr){.wr_id = kvt__wrid(w, KVT_WRID_READ),
                                       .next = i + 1 < w->nent ? &wrs[i + 1] : NULL,
                                       .sg_list = &sges[i],
                                       .num_sge = 1,
@@ -399,11 +399,11 @@ static int post_reads(kvt_engine *e, kvt_peer *p, kvt_vqp *q, kvt_wr *w)
  * QP has room. */
 void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
 {
-    kvt_vqp *q = p->vqp;
+    kvt__vqp *q = p->vqp;
     if (!q || !q->up)
         return;
     while (p->bl_head && q->sq_used < KVT_VQP_SQ) {
-        kvt_wr *w = p->bl_head;
+        kvt__wr *w = p->bl_head;
         if (w->rbytes) { /* a READ request: one RDMA READ per run */
             if (q->sq_used + w->nent > KVT_VQP_SQ)
                 return; /* when completions make room */
@@ -411,16 +411,16 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
                 return;
             continue;
         }
-        uint64_t raddr = kvt_get64(w->hdr + 32);
+        uint64_t raddr = kvt__get64(w->hdr + 32);
         uint64_t laddr = (uint64_t)(uintptr_t)w->payload;
         /* Checked at submit; checked again because regions may have been
          * deregistered or replaced (a new descriptor) since. */
-        kvt_region *lr = kvt__region_find(e, laddr, w->plen);
-        kvt_rregion *rr = peer_region(p, raddr, w->plen);
+        kvt__region *lr = kvt__region_find(e, laddr, w->plen);
+        kvt__rregion *rr = peer_region(p, raddr, w->plen);
         bool bad = !lr || !lr->mr || !rr || w->nsiov;
         if (bad || w->room->failed) {
             /* Never posted: off the backlog, then the room fails (once). */
-            kvt_sroom *r = w->room;
+            kvt__sroom *r = w->room;
             char why[KVC_REASON_MAX + 1];
             if (w->nsiov) /* queued as a TCP WRITEV before a descriptor made the peer verbs */
                 kvt__str(why, sizeof why,
@@ -449,7 +449,7 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
         }
         struct ibv_sge sge = {
             .addr = laddr, .length = w->plen, .lkey = ((struct ibv_mr *)lr->mr)->lkey};
-        struct ibv_send_wr wr = {.wr_id = kvt_wrid(w, KVT_WRID_DATA),
+        struct ibv_send_wr wr = {.wr_id = kvt__wrid(w, KVT_WRID_DATA),
                                  .sg_list = &sge,
                                  .num_sge = 1,
                                  .opcode = IBV_WR_RDMA_WRITE,
@@ -476,16 +476,16 @@ void kvt__verbs_pump(kvt_engine *e, kvt_peer *p)
 
 /* Every WRITE of closed room r completed: tell the receiver with a SEND
  * (inline: no buffer of ours is referenced). */
-void kvt__verbs_notify(kvt_engine *e, kvt_sroom *r)
+void kvt__verbs_notify(kvt_engine *e, kvt__sroom *r)
 {
     kvt_peer *p = r->peer;
-    kvt_vqp *q = p->vqp;
+    kvt__vqp *q = p->vqp;
     if (!q || !q->up || q->sq_used >= KVT_VQP_SQ)
         return; /* called again from the pump */
     uint8_t note[KVT_NOTE_LEN];
-    kvt_note_encode(r->room, r->writes, r->bytes, note);
+    kvt__note_encode(r->room, r->writes, r->bytes, note);
     struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)note, .length = KVT_NOTE_LEN, .lkey = 0};
-    struct ibv_send_wr wr = {.wr_id = kvt_wrid(r, KVT_WRID_NOTIFY),
+    struct ibv_send_wr wr = {.wr_id = kvt__wrid(r, KVT_WRID_NOTIFY),
                              .sg_list = &sge,
                              .num_sge = 1,
                              .opcode = IBV_WR_SEND,
@@ -504,9 +504,9 @@ void kvt__verbs_notify(kvt_engine *e, kvt_sroom *r)
 
 /* ---- completions ------------------------------------------------------------------- */
 
-static kvt_vqp *vqp_by_num(kvt_engine *e, uint32_t qpn)
+static kvt__vqp *vqp_by_num(kvt_engine *e, uint32_t qpn)
 {
-    for (kvt_vqp *q = e->verbs->qps; q; q = q->next)
+    for (kvt__vqp *q = e->verbs->qps; q; q = q->next)
         if (q->qp->qp_num == qpn)
             return q;
     return NULL;
@@ -514,12 +514,12 @@ static kvt_vqp *vqp_by_num(kvt_engine *e, uint32_t qpn)
 
 /* A send-side WC failed for room r: the first one fails the room and the
  * peer (the QP is in the error state); flushes and later ones are noise. */
-static void send_wc_failed(kvt_engine *e, kvt_vqp *q, kvt_sroom *r, const struct ibv_wc *wc,
+static void send_wc_failed(kvt_engine *e, kvt__vqp *q, kvt__sroom *r, const struct ibv_wc *wc,
                            uint32_t len, const char *what)
 {
     char why[KVC_REASON_MAX + 1];
-    int k = kvt_wc_note(&r->wc, (int)wc->status, wc->vendor_err, len, what, r->peer->sid, why,
-                        sizeof why);
+    int k = kvt__wc_note(&r->wc, (int)wc->status, wc->vendor_err, len, what, r->peer->sid, why,
+                         sizeof why);
     if (k == KVT_WC_FIRST_FAIL) {
         kvt__sroom_fail(e, r, (int32_t)wc->status, why);
         if (q->peer && q->peer->vqp == q)
@@ -535,12 +535,12 @@ static void send_wc_failed(kvt_engine *e, kvt_vqp *q, kvt_sroom *r, const struct
 
 /* A WC of one RDMA READ of request w: the request is done when every one
  * of its READs completed; a failed one fails the room (and the peer). */
-static void on_read_wc(kvt_engine *e, kvt_vqp *q, kvt_wr *w, const struct ibv_wc *wc)
+static void on_read_wc(kvt_engine *e, kvt__vqp *q, kvt__wr *w, const struct ibv_wc *wc)
 {
-    kvt_sroom *r = w->room;
+    kvt__sroom *r = w->room;
     r->pending++; /* keep r across the failure and the release */
     if (wc->status == IBV_WC_SUCCESS) {
-        kvt_wc_note(&r->wc, IBV_WC_SUCCESS, 0, wc->byte_len, "RDMA READ", r->peer->sid, NULL, 0);
+        kvt__wc_note(&r->wc, IBV_WC_SUCCESS, 0, wc->byte_len, "RDMA READ", r->peer->sid, NULL, 0);
     } else {
         w->acked = 1;
         send_wc_failed(e, q, r, wc, 0, "RDMA READ");
@@ -560,13 +560,13 @@ static void on_read_wc(kvt_engine *e, kvt_vqp *q, kvt_wr *w, const struct ibv_wc
     kvt__sroom_check(e, r);
 }
 
-static void on_send_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
+static void on_send_wc(kvt_engine *e, kvt__vqp *q, const struct ibv_wc *wc)
 {
     q->sq_used--;
-    if (kvt_wrid_tag(wc->wr_id) == KVT_WRID_NOTIFY) {
-        kvt_sroom *r = kvt_wrid_ptr(wc->wr_id);
+    if (kvt__wrid_tag(wc->wr_id) == KVT_WRID_NOTIFY) {
+        kvt__sroom *r = kvt__wrid_ptr(wc->wr_id);
         if (wc->status == IBV_WC_SUCCESS) {
-            kvt_wc_note(&r->wc, IBV_WC_SUCCESS, 0, 0, "SEND", r->peer->sid, NULL, 0);
+            kvt__wc_note(&r->wc, IBV_WC_SUCCESS, 0, 0, "SEND", r->peer->sid, NULL, 0);
             if (!r->finished && !r->failed) {
                 r->finished = true;
                 kvt__seg_success(e, r->room);
@@ -584,16 +584,16 @@ static void on_send_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
         kvt__sroom_check(e, r);
         return;
     }
-    kvt_wr *w = kvt_wrid_ptr(wc->wr_id);
-    kvt_sroom *r = w->room;
-    if (kvt_wrid_tag(wc->wr_id) == KVT_WRID_READ) {
+    kvt__wr *w = kvt__wrid_ptr(wc->wr_id);
+    kvt__sroom *r = w->room;
+    if (kvt__wrid_tag(wc->wr_id) == KVT_WRID_READ) {
         on_read_wc(e, q, w, wc);
         return;
     }
     w->in_batch = 0;
     r->in_kernel--;
     if (wc->status == IBV_WC_SUCCESS) {
-        kvt_wc_note(&r->wc, IBV_WC_SUCCESS, 0, w->plen, "RDMA WRITE", r->peer->sid, NULL, 0);
+        kvt__wc_note(&r->wc, IBV_WC_SUCCESS, 0, w->plen, "RDMA WRITE", r->peer->sid, NULL, 0);
         r->acked_writes++;
         r->acked_bytes += w->plen;
         r->peer->bytes_sent += w->plen;
@@ -612,7 +612,7 @@ static void on_send_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
 }
 
 /* Connection c closes: the QP it set up goes with it. */
-void kvt__verbs_conn_closed(kvt_engine *e, kvt_conn *c)
+void kvt__verbs_conn_closed(kvt_engine *e, kvt__conn *c)
 {
     if (c->client && c->peer && c->peer->vqp && c->peer->vqp->conn_id == c->id)
         kvt__verbs_peer_down(e, c->peer);
@@ -620,7 +620,7 @@ void kvt__verbs_conn_closed(kvt_engine *e, kvt_conn *c)
         kvt__verbs_rpeer_down(e, c->rpeer);
 }
 
-static void on_recv_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
+static void on_recv_wc(kvt_engine *e, kvt__vqp *q, const struct ibv_wc *wc)
 {
     q->rq_posted--;
     uint32_t slot = q->rq_head;
@@ -639,7 +639,7 @@ static void on_recv_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
     uint64_t room, writes, bytes;
     const uint8_t *b = q->rbuf + (size_t)slot * KVT_VQP_RBUF;
     if (q->rpeer && !q->dead) {
-        if (kvt_note_decode(b, wc->byte_len, &room, &writes, &bytes) == 0)
+        if (kvt__note_decode(b, wc->byte_len, &room, &writes, &bytes) == 0)
             kvt__rx_room_notified(e, q->rpeer, room, writes, bytes);
         else
             kvt__log(e, KVT_LOG_WARN, "peer %s: end-of-room note of %u bytes ignored",
@@ -651,12 +651,12 @@ static void on_recv_wc(kvt_engine *e, kvt_vqp *q, const struct ibv_wc *wc)
 
 static void on_wc(kvt_engine *e, const struct ibv_wc *wc)
 {
-    kvt_vqp *q = vqp_by_num(e, wc->qp_num);
+    kvt__vqp *q = vqp_by_num(e, wc->qp_num);
     if (!q)
         return; /* cannot happen: a QP is destroyed only once drained */
     /* On an error WC only wr_id, status, qp_num and vendor_err are valid:
      * the wr_id's tag says what the work request was. */
-    if (kvt_wrid_tag(wc->wr_id) == KVT_WRID_RECV)
+    if (kvt__wrid_tag(wc->wr_id) == KVT_WRID_RECV)
         on_recv_wc(e, q, wc);
     else
         on_send_wc(e, q, wc);
@@ -688,7 +688,7 @@ static void poll_cq(kvt_engine *e)
  * between the poll and the re-arm would raise no event. */
 static void on_cq_event(kvt_engine *e)
 {
-    struct kvt_verbs *v = e->verbs;
+    struct kvt__verbs *v = e->verbs;
     struct ibv_cq *cq;
     void *ctx;
     unsigned n = 0;
@@ -706,7 +706,7 @@ static void fail_everything(kvt_engine *e, int32_t code, const char *why)
     for (size_t i = 0; i < e->npeers; i++)
         if (e->peers[i]->verbs)
             kvt__peer_fail(e, e->peers[i], code, "%s", why);
-    for (kvt_rpeer *rp = e->rpeers; rp; rp = rp->next)
+    for (kvt__rpeer *rp = e->rpeers; rp; rp = rp->next)
         if (rp->vqp) {
             kvt__rx_fail_rpeer_rooms(e, rp, code, why);
             kvt__verbs_rpeer_down(e, rp);
@@ -715,14 +715,14 @@ static void fail_everything(kvt_engine *e, int32_t code, const char *why)
 
 static void on_async_event(kvt_engine *e)
 {
-    struct kvt_verbs *v = e->verbs;
+    struct kvt__verbs *v = e->verbs;
     struct ibv_async_event ev;
     while (ibv_get_async_event(v->ctx, &ev) == 0) {
         enum ibv_event_type t = ev.event_type;
-        int cls = kvt_async_classify(t);
+        int cls = kvt__async_classify(t);
         char why[KVC_REASON_MAX + 1];
         if (cls == KVT_ASYNC_QP_FATAL) {
-            kvt_vqp *q = ev.element.qp ? ev.element.qp->qp_context : NULL;
+            kvt__vqp *q = ev.element.qp ? ev.element.qp->qp_context : NULL;
             if (q && q->peer && q->peer->vqp == q) {
                 kvt__str(why, sizeof why, "RDMA QP %u to peer %s: %s", q->qp->qp_num, q->peer->sid,
                          ibv_event_type_str(t));
@@ -752,7 +752,7 @@ static void on_async_event(kvt_engine *e)
  * already in flight (one-shot: re-armed after each CQE). */
 void kvt__verbs_arm(kvt_engine *e)
 {
-    struct kvt_verbs *v = e->verbs;
+    struct kvt__verbs *v = e->verbs;
     if (!v)
         return;
     if (!v->cq_armed) {
@@ -775,7 +775,7 @@ void kvt__verbs_arm(kvt_engine *e)
 
 void kvt__verbs_cqe(kvt_engine *e, struct io_uring_cqe *cqe)
 {
-    struct kvt_verbs *v = e->verbs;
+    struct kvt__verbs *v = e->verbs;
     if (!v)
         return;
     if (KVT_UD_OP(cqe->user_data) == KVT_OP_VERBS_CQ) {
@@ -792,7 +792,7 @@ bool kvt__verbs_busy(kvt_engine *e)
     if (!e->verbs)
         return false;
     poll_cq(e); /* while draining, do not depend on the channel */
-    for (kvt_vqp *q = e->verbs->qps; q; q = q->next)
+    for (kvt__vqp *q = e->verbs->qps; q; q = q->next)
         if (q->sq_used || (q->dead && q->rq_posted))
             return true;
     return false;
@@ -804,6 +804,6 @@ void kvt__verbs_free_qps(kvt_engine *e)
         vqp_destroy(e, e->verbs->qps);
     for (size_t i = 0; i < e->npeers; i++)
         e->peers[i]->vqp = NULL;
-    for (kvt_rpeer *rp = e->rpeers; rp; rp = rp->next)
+    for (kvt__rpeer *rp = e->rpeers; rp; rp = rp->next)
         rp->vqp = NULL;
 }

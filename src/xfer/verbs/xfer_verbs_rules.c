@@ -9,15 +9,15 @@
 #include "xfer_frame.h"
 #include "xfer_verbs_rules.h"
 
-void kvt_qp_rec_encode(const kvt_qp_rec *r, uint8_t out[KVT_QPREC_LEN])
+void kvt__qp_rec_encode(const kvt__qp_rec *r, uint8_t out[KVT_QPREC_LEN])
 {
     memset(out, 0, KVT_QPREC_LEN);
     out[0] = KVT_QPREC_VERSION;
     out[1] = r->mtu;
     out[2] = r->is_roce ? 1 : 0;
     out[3] = r->rd_atom;
-    kvt_put32(out + 4, r->qpn);
-    kvt_put32(out + 8, r->psn);
+    kvt__put32(out + 4, r->qpn);
+    kvt__put32(out + 8, r->psn);
     out[12] = (uint8_t)r->lid;
     out[13] = (uint8_t)(r->lid >> 8);
     out[14] = (uint8_t)r->gid_index;
@@ -33,7 +33,7 @@ static bool gid_zero(const uint8_t g[16])
     return true;
 }
 
-int kvt_qp_rec_decode(const uint8_t *b, size_t len, kvt_qp_rec *r, char *err, size_t cap)
+int kvt__qp_rec_decode(const uint8_t *b, size_t len, kvt__qp_rec *r, char *err, size_t cap)
 {
     memset(r, 0, sizeof *r);
     if (len != KVT_QPREC_LEN) {
@@ -47,8 +47,8 @@ int kvt_qp_rec_decode(const uint8_t *b, size_t len, kvt_qp_rec *r, char *err, si
     r->mtu = b[1];
     r->is_roce = b[2];
     r->rd_atom = b[3];
-    r->qpn = kvt_get32(b + 4);
-    r->psn = kvt_get32(b + 8);
+    r->qpn = kvt__get32(b + 4);
+    r->psn = kvt__get32(b + 8);
     r->lid = (uint16_t)(b[12] | (b[13] << 8));
     r->gid_index = (uint16_t)(b[14] | (b[15] << 8));
     memcpy(r->gid, b + 16, 16);
@@ -79,7 +79,7 @@ int kvt_qp_rec_decode(const uint8_t *b, size_t len, kvt_qp_rec *r, char *err, si
     return 0;
 }
 
-void kvt_qp_init_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask)
+void kvt__qp_init_attr(const kvt__qp_local *l, struct ibv_qp_attr *a, int *mask)
 {
     memset(a, 0, sizeof *a);
     a->qp_state = IBV_QPS_INIT;
@@ -89,8 +89,8 @@ void kvt_qp_init_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask)
     *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 }
 
-int kvt_qp_rtr_attr(const kvt_qp_local *l, const kvt_qp_rec *p, struct ibv_qp_attr *a, int *mask,
-                    char *err, size_t cap)
+int kvt__qp_rtr_attr(const kvt__qp_local *l, const kvt__qp_rec *p, struct ibv_qp_attr *a, int *mask,
+                     char *err, size_t cap)
 {
     memset(a, 0, sizeof *a);
     *mask = 0;
@@ -136,7 +136,7 @@ int kvt_qp_rtr_attr(const kvt_qp_local *l, const kvt_qp_rec *p, struct ibv_qp_at
     return 0;
 }
 
-void kvt_qp_rts_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask)
+void kvt__qp_rts_attr(const kvt__qp_local *l, struct ibv_qp_attr *a, int *mask)
 {
     memset(a, 0, sizeof *a);
     a->qp_state = IBV_QPS_RTS;
@@ -152,13 +152,13 @@ void kvt_qp_rts_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask)
 
 static uint8_t clamp_depth(int v) { return v <= 0 ? 0 : v > 255 ? 255 : (uint8_t)v; }
 
-void kvt_qp_rd_depths(int max_qp_init_rd_atom, int max_qp_rd_atom, kvt_qp_local *l)
+void kvt__qp_rd_depths(int max_qp_init_rd_atom, int max_qp_rd_atom, kvt__qp_local *l)
 {
     l->init_depth = clamp_depth(max_qp_init_rd_atom);
     l->resp_depth = clamp_depth(max_qp_rd_atom);
 }
 
-int kvt_qp_read_ok(const kvt_qp_local *l, char *err, size_t cap)
+int kvt__qp_read_ok(const kvt__qp_local *l, char *err, size_t cap)
 {
     if (l->init_depth)
         return 0;
@@ -166,8 +166,8 @@ int kvt_qp_read_ok(const kvt_qp_local *l, char *err, size_t cap)
     return -1;
 }
 
-int kvt_wc_note(kvt_wc_tally *t, int status, uint32_t vendor_err, uint64_t bytes, const char *what,
-                const char *peer, char *reason, size_t cap)
+int kvt__wc_note(kvt__wc_tally *t, int status, uint32_t vendor_err, uint64_t bytes,
+                 const char *what, const char *peer, char *reason, size_t cap)
 {
     t->completed++;
     if (status == IBV_WC_SUCCESS) {
@@ -185,7 +185,7 @@ int kvt_wc_note(kvt_wc_tally *t, int status, uint32_t vendor_err, uint64_t bytes
     return KVT_WC_FIRST_FAIL;
 }
 
-int kvt_async_classify(enum ibv_event_type t)
+int kvt__async_classify(enum ibv_event_type t)
 {
     switch (t) {
     case IBV_EVENT_QP_FATAL:
@@ -202,20 +202,20 @@ int kvt_async_classify(enum ibv_event_type t)
     }
 }
 
-void kvt_note_encode(uint64_t room, uint64_t writes, uint64_t bytes, uint8_t out[KVT_NOTE_LEN])
+void kvt__note_encode(uint64_t room, uint64_t writes, uint64_t bytes, uint8_t out[KVT_NOTE_LEN])
 {
-    kvt_put64(out, room);
-    kvt_put64(out + 8, writes);
-    kvt_put64(out + 16, bytes);
+    kvt__put64(out, room);
+    kvt__put64(out + 8, writes);
+    kvt__put64(out + 16, bytes);
 }
 
-int kvt_note_decode(const uint8_t *buf, size_t len, uint64_t *room, uint64_t *writes,
-                    uint64_t *bytes)
+int kvt__note_decode(const uint8_t *buf, size_t len, uint64_t *room, uint64_t *writes,
+                     uint64_t *bytes)
 {
     if (len != KVT_NOTE_LEN)
         return -1;
-    *room = kvt_get64(buf);
-    *writes = kvt_get64(buf + 8);
-    *bytes = kvt_get64(buf + 16);
+    *room = kvt__get64(buf);
+    *writes = kvt__get64(buf + 8);
+    *bytes = kvt__get64(buf + 16);
     return 0;
 }

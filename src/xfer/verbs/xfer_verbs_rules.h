@@ -29,7 +29,7 @@
 #define KVT_QPREC_LEN 32u
 #define KVT_QPREC_VERSION 1u
 
-typedef struct kvt_qp_rec {
+typedef struct kvt__qp_rec {
     uint32_t qpn;       /* 24 bits, non-zero */
     uint32_t psn;       /* 24 bits: the sender's first packet sequence number */
     uint8_t gid[16];    /* the port's chosen GID (RoCE: must be non-zero) */
@@ -40,44 +40,44 @@ typedef struct kvt_qp_rec {
     uint8_t rd_atom;    /* the sender's responder resources: RDMA READs it
                            serves at once on this QP (its max_dest_rd_atomic);
                            0 from an engine older than READ: taken as 1 */
-} kvt_qp_rec;
+} kvt__qp_rec;
 
 /* Encode r into out (KVT_QPREC_LEN bytes, little-endian):
  *   off 0 u8 version (KVT_QPREC_VERSION), 1 u8 mtu, 2 u8 is_roce, 3 u8 rd_atom,
  *   4 u32 qpn, 8 u32 psn, 12 u16 lid, 14 u16 gid_index, 16 u8 gid[16]. */
-void kvt_qp_rec_encode(const kvt_qp_rec *r, uint8_t out[KVT_QPREC_LEN]);
+void kvt__qp_rec_encode(const kvt__qp_rec *r, uint8_t out[KVT_QPREC_LEN]);
 
 /* Decode and check a record of len bytes.  0, or -1 with the reason in
  * err: wrong length or version, QPN 0 or over 24 bits, PSN over 24 bits,
  * MTU out of 256..4096, a RoCE record with a zero GID, an InfiniBand
  * record with LID 0. */
-int kvt_qp_rec_decode(const uint8_t *buf, size_t len, kvt_qp_rec *r, char *err, size_t cap);
+int kvt__qp_rec_decode(const uint8_t *buf, size_t len, kvt__qp_rec *r, char *err, size_t cap);
 
 /* ---- QP transitions --------------------------------------------------------- */
 
 /* This engine's side of a QP. */
-typedef struct kvt_qp_local {
+typedef struct kvt__qp_local {
     uint8_t port;
     int gid_index;
     bool is_roce;
     enum ibv_mtu active_mtu;
     uint32_t psn;
-    /* RDMA READ depths (kvt_qp_rd_depths): initiator (max_rd_atomic, from
+    /* RDMA READ depths (kvt__qp_rd_depths): initiator (max_rd_atomic, from
      * the device's max_qp_init_rd_atom), responder (max_dest_rd_atomic,
      * from max_qp_rd_atom, sent to the peer in the QP record), and the
      * peer's responder depth from its record (0: not known yet / old peer,
      * taken as 1). */
     uint8_t init_depth, resp_depth, peer_resp_depth;
-} kvt_qp_local;
+} kvt__qp_local;
 
 /* The READ depths of a QP from the device's attributes (ibv_query_device:
  * max_qp_init_rd_atom, max_qp_rd_atom), clamped to 0..255; a negative
  * attribute counts as 0. */
-void kvt_qp_rd_depths(int max_qp_init_rd_atom, int max_qp_rd_atom, kvt_qp_local *l);
+void kvt__qp_rd_depths(int max_qp_init_rd_atom, int max_qp_rd_atom, kvt__qp_local *l);
 
 /* Whether RDMA READs may be posted on a QP of l: 0, or -1 with the reason
  * in err (the device cannot initiate RDMA READ: max_qp_init_rd_atom 0). */
-int kvt_qp_read_ok(const kvt_qp_local *l, char *err, size_t cap);
+int kvt__qp_read_ok(const kvt__qp_local *l, char *err, size_t cap);
 
 /* Transport timeout 4.096 us << 14 (67 ms) per try, 7 tries: a dead peer
  * fails a room with "transport retry counter exceeded" within about half
@@ -93,7 +93,7 @@ int kvt_qp_read_ok(const kvt_qp_local *l, char *err, size_t cap);
 /* RESET -> INIT: port, pkey index 0, remote write and remote read allowed
  * (the peer writes into and reads from our registered regions; MRs grant
  * it per region). */
-void kvt_qp_init_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask);
+void kvt__qp_init_attr(const kvt__qp_local *l, struct ibv_qp_attr *a, int *mask);
 
 /* INIT -> RTR toward the peer described by p: path MTU the smaller of
  * both, the peer's QPN and PSN, responder resources l->resp_depth (at
@@ -101,24 +101,24 @@ void kvt_qp_init_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask);
  * (GRH) with the peer's GID and our GID index, hop limit 64; InfiniBand:
  * the peer's LID.  Returns 0, or -1 with the reason in err (link layers
  * differ, or a record decode would have refused). */
-int kvt_qp_rtr_attr(const kvt_qp_local *l, const kvt_qp_rec *p, struct ibv_qp_attr *a, int *mask,
-                    char *err, size_t cap);
+int kvt__qp_rtr_attr(const kvt__qp_local *l, const kvt__qp_rec *p, struct ibv_qp_attr *a, int *mask,
+                     char *err, size_t cap);
 
 /* RTR -> RTS: our PSN, timeout, retry counts, and RDMA READs outstanding
  * at once: the smaller of our initiator depth and the peer's responder
  * depth (its record; 0 there counts as 1), at most 0 when our device
  * cannot initiate reads. */
-void kvt_qp_rts_attr(const kvt_qp_local *l, struct ibv_qp_attr *a, int *mask);
+void kvt__qp_rts_attr(const kvt__qp_local *l, struct ibv_qp_attr *a, int *mask);
 
 /* ---- work completions of a room ---------------------------------------------- */
 
-typedef struct kvt_wc_tally {
+typedef struct kvt__wc_tally {
     uint64_t posted;    /* work requests posted for the room */
     uint64_t completed; /* completions seen, of any status */
     uint64_t ok_bytes;  /* bytes of successful completions */
     bool failed;        /* a first failure was recorded */
     int32_t status;     /* its enum ibv_wc_status */
-} kvt_wc_tally;
+} kvt__wc_tally;
 
 enum {
     KVT_WC_OK = 0,     /* a success, counted */
@@ -131,8 +131,8 @@ enum {
  * reason receives e.g. "RDMA WRITE to peer 10.0.0.5:4000 failed: transport
  * retry counter exceeded (WC status 12, vendor error 0x81)".  The room
  * has every completion back when t->completed == t->posted. */
-int kvt_wc_note(kvt_wc_tally *t, int status, uint32_t vendor_err, uint64_t bytes, const char *what,
-                const char *peer, char *reason, size_t cap);
+int kvt__wc_note(kvt__wc_tally *t, int status, uint32_t vendor_err, uint64_t bytes,
+                 const char *what, const char *peer, char *reason, size_t cap);
 
 /* ---- asynchronous events -------------------------------------------------------- */
 
@@ -143,25 +143,25 @@ enum {
 };
 
 /* What to do about an async event of this type. */
-int kvt_async_classify(enum ibv_event_type t);
+int kvt__async_classify(enum ibv_event_type t);
 
 /* ---- wr_id ------------------------------------------------------------------------ */
 
 /* A work request's wr_id: a pointer (malloc()ed, so 16-byte aligned)
  * tagged in its low bits with what it is.  Encoded and decoded only here. */
 enum { KVT_WRID_DATA = 0, KVT_WRID_NOTIFY = 1, KVT_WRID_RECV = 2, KVT_WRID_READ = 3 };
-static inline uint64_t kvt_wrid(const void *p, int tag)
+static inline uint64_t kvt__wrid(const void *p, int tag)
 {
     return (uint64_t)(uintptr_t)p | (uint64_t)tag;
 }
-static inline int kvt_wrid_tag(uint64_t id) { return (int)(id & 3u); }
-static inline void *kvt_wrid_ptr(uint64_t id) { return (void *)(uintptr_t)(id & ~(uint64_t)3u); }
+static inline int kvt__wrid_tag(uint64_t id) { return (int)(id & 3u); }
+static inline void *kvt__wrid_ptr(uint64_t id) { return (void *)(uintptr_t)(id & ~(uint64_t)3u); }
 
 /* ---- the end-of-room notification (a SEND's 24-byte payload) ---------------------- */
 
 #define KVT_NOTE_LEN 24u
-void kvt_note_encode(uint64_t room, uint64_t writes, uint64_t bytes, uint8_t out[KVT_NOTE_LEN]);
-int kvt_note_decode(const uint8_t *buf, size_t len, uint64_t *room, uint64_t *writes,
-                    uint64_t *bytes);
+void kvt__note_encode(uint64_t room, uint64_t writes, uint64_t bytes, uint8_t out[KVT_NOTE_LEN]);
+int kvt__note_decode(const uint8_t *buf, size_t len, uint64_t *room, uint64_t *writes,
+                     uint64_t *bytes);
 
 #endif
