@@ -609,6 +609,11 @@ int main(int argc, char **argv)
         .body_timeout_ms = o.body_timeout_s * 1000,
         .max_answer_bytes = o.max_answer,
         .pd_room_interval_ms = (uint64_t)o.pd_room_interval_s * 1000,
+        /* Default: a quarter of the table per remote address, loopback
+         * exempt; given, the number applies to every address. */
+        .max_conns_per_peer =
+            GIVEN(&o, OPT_CONNS_PER_PEER) ? o.max_conns_per_peer : (o.max_conns + 3) / 4,
+        .peer_cap_loopback = GIVEN(&o, OPT_CONNS_PER_PEER),
     };
     rc = server_run(&cfg, seg);
     cluster_stop(cluster, 1); /* clean stop: this node's records go at once */

@@ -94,6 +94,12 @@ static void usage(FILE *f)
                "                         65536); at the cap, connections that waited 250 ms\n"
                "                         or more for a request are closed to make room, and\n"
                "                         with none to close a new one is answered 503\n"
+               "  --max-conns-per-peer N connections one client address may hold at once,\n"
+               "                         waiting for a slot included; more are answered 503\n"
+               "                         and closed (default a quarter of --max-conns, for\n"
+               "                         every address but loopback's, which every rank of\n"
+               "                         the node shares; given, N applies to every address,\n"
+               "                         loopback included; 0: no cap)\n"
                "  --header-timeout SECS  time to receive a request head, and a new\n"
                "                         connection's first request (default 10)\n"
                "  --idle-timeout SECS    keep-alive idle time, and the longest stall while a\n"
@@ -266,6 +272,7 @@ static const struct option long_opts[] = {
     {"max-body-bytes", required_argument, NULL, OPT_BODY},
     {"max-header-bytes", required_argument, NULL, OPT_HEAD},
     {"max-conns", required_argument, NULL, OPT_CONNS},
+    {"max-conns-per-peer", required_argument, NULL, OPT_CONNS_PER_PEER},
     {"header-timeout", required_argument, NULL, OPT_HTIMEOUT},
     {"idle-timeout", required_argument, NULL, OPT_ITIMEOUT},
     {"log-level", required_argument, NULL, OPT_LOG},
@@ -398,6 +405,13 @@ static int apply_opt(struct options *o, int c, const char *v)
                         "past http-parser's bound on a head",
                         &o->max_head);
     case OPT_CONNS: return count_arg("--max-conns", v, 65536, NULL, &o->max_conns);
+    case OPT_CONNS_PER_PEER: {
+        uint64_t n;
+        if (parse_uint(v, 65536, &n))
+            return usage_error("invalid --max-conns-per-peer '%s' (expected 0..65536)", v);
+        o->max_conns_per_peer = (uint32_t)n;
+        return 0;
+    }
     case OPT_HTIMEOUT: return count_arg("--header-timeout", v, 86400, NULL, &o->header_timeout_s);
     case OPT_ITIMEOUT: return count_arg("--idle-timeout", v, 86400, NULL, &o->idle_timeout_s);
     case OPT_LOCK_TIMEOUT:

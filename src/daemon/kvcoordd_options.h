@@ -18,6 +18,7 @@ struct options {
     uint32_t world_size, max_ranks, max_rooms, max_procs, room_ttl_s;
     uint64_t max_info_bytes, arena_bytes, max_body, max_head;
     uint32_t max_conns;
+    uint32_t max_conns_per_peer; /* --max-conns-per-peer, when given (0: no cap) */
     uint32_t header_timeout_s, idle_timeout_s;
     uint32_t bind_retry_s; /* how long EADDRINUSE is retried at start */
     uint32_t lock_timeout_ms;
@@ -69,7 +70,8 @@ enum {
     OPT_ETCD_CERT,
     OPT_ETCD_KEY,
     OPT_MAX_ANSWER,
-    OPT_PD_INTERVAL
+    OPT_PD_INTERVAL,
+    OPT_CONNS_PER_PEER
 };
 
 #define GIVEN(o, opt) (((o)->given >> ((opt)-OPT_LISTEN)) & 1)

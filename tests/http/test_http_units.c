@@ -13,6 +13,7 @@
 
 #include "http_conn.h"
 #include "http_resp.h"
+#include "peers.h"
 #include "query.h"
 
 /* ---- query.c ------------------------------------------------------------- */
@@ -326,6 +327,52 @@ static void test_json_escape_invalid_utf8(void **state)
     assert_memory_equal(out, want, n);
 }
 
+/* The per-peer table against plain counts: random takes and puts over a
+ * few addresses that collide (a small table), every count and cap right
+ * after each step, and the table empty at the end (backward-shift
+ * deletion keeps every run findable). */
+static void test_peers_table(void **state)
+{
+    (void)state;
+    enum { NADDR = 40, CAP = 5 };
+    struct peers p;
+    assert_int_equal(peers_init(&p, 30), 0);
+    struct peer_addr a[NADDR];
+    unsigned want[NADDR] = {0};
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < NADDR; i++) {
+        a[i].valid = 1;
+        a[i].a[10] = a[i].a[11] = 0xff;
+        a[i].a[12] = 10, a[i].a[15] = (uint8_t)i;
+    }
+    uint32_t x = 12345;
+    unsigned held = 0;
+    for (int step = 0; step < 200000; step++) {
+        x = x * 1103515245u + 12345u;
+        int i = (int)((x >> 8) % NADDR);
+        if ((x >> 20) & 1) {
+            int ok = held < 30 && peers_take(&p, &a[i], CAP);
+            if (held < 30) {
+                assert_int_equal(ok, want[i] < CAP);
+                if (ok)
+                    want[i]++, held++;
+            }
+        } else if (want[i]) {
+            peers_put(&p, &a[i]);
+            want[i]--, held--;
+        }
+        for (int j = 0; j < NADDR; j++)
+            assert_int_equal(peers_count(&p, &a[j]), want[j]);
+    }
+    for (int i = 0; i < NADDR; i++)
+        while (want[i]--)
+            peers_put(&p, &a[i]);
+    assert_int_equal(p.used, 0);
+    char buf[64];
+    assert_string_equal(peer_addr_str(&a[7], buf, sizeof buf), "10.0.0.7");
+    peers_free(&p);
+}
+
 static void test_resp_detail(void **state)
 {
     (void)state;
@@ -354,6 +401,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pct_decode),
+        cmocka_unit_test(test_peers_table),
         cmocka_unit_test(test_query_parse),
         cmocka_unit_test(test_parse_uint),
         cmocka_unit_test(test_pipelined_requests),

@@ -45,3 +45,9 @@ add_test(NAME http_deaths
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_deaths.py --daemon $<TARGET_FILE:kvcoordd>
           --worker $<TARGET_FILE:kvcoord-worker> --diag $<TARGET_FILE:kvcoord-diag>)
 set_tests_properties(http_deaths PROPERTIES LABELS "http" TIMEOUT 300)
+
+# Per-peer connection cap (--max-conns-per-peer): one address past its
+# share is answered 503 while another (127.0.0.2) is served.
+add_test(NAME http_peer_cap
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_peer_cap.py --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_peer_cap PROPERTIES LABELS "http" TIMEOUT 300)

@@ -140,12 +140,15 @@ static void arm_read(struct server *s, enum op op, int fd, void *dst, unsigned l
  * the ring (other connections' completions) between two batches. */
 static void accept_push(struct server *s, int fd)
 {
+    struct peer_addr peer;
+    if (!conn_admit(s, fd, &peer))
+        return; /* its address holds its share already (--max-conns-per-peer) */
     if (s->accept_len == s->accept_cap) { /* more than can be served anyway */
-        conn_open(s, fd);
+        conn_open(s, fd, &peer);
         return;
     }
     s->accept_q[(s->accept_head + s->accept_len++) % s->accept_cap] =
-        (struct accepted){.fd = fd, .ms = s->now_ms};
+        (struct accepted){.fd = fd, .ms = s->now_ms, .peer = peer};
 }
 
 /* Near the cap (no free slot), connections that have waited long for a
@@ -173,10 +176,10 @@ static void accept_drain(struct server *s, unsigned max)
     for (unsigned n = 0; n < max && s->accept_len; n++) {
         if (!accept_room(s))
             break; /* slots are on their way back, or will be evictable soon */
-        int fd = s->accept_q[s->accept_head].fd;
+        struct accepted a = s->accept_q[s->accept_head];
         s->accept_head = (s->accept_head + 1) % s->accept_cap;
         s->accept_len--;
-        conn_open(s, fd);
+        conn_open(s, a.fd, &a.peer);
     }
 }
 
@@ -431,8 +434,8 @@ static int server_init(struct server *s, const struct server_config *cfg, kvc_se
     s->conns = calloc(cfg->max_conns, sizeof *s->conns);
     s->accept_cap = cfg->max_conns + 64;
     s->accept_q = calloc(s->accept_cap, sizeof *s->accept_q);
-    if (!s->conns || !s->accept_q || routes_create(&s->routes, seg) ||
-        seg_events_init(&s->events, seg)) {
+    if (!s->conns || !s->accept_q || peers_init(&s->peers, s->accept_cap + cfg->max_conns) ||
+        routes_create(&s->routes, seg) || seg_events_init(&s->events, seg)) {
         log_event(LOG_ERROR, "server_init_failed", "err=\"out of memory\"");
         return -1;
     }
@@ -527,6 +530,7 @@ static void server_free(struct server *s)
     for (; s->accept_q && s->accept_len; s->accept_len--, s->accept_head++)
         close(s->accept_q[s->accept_head % s->accept_cap].fd);
     free(s->accept_q);
+    peers_free(&s->peers);
     routes_destroy(s->routes);
     seg_events_free(s->events);
 }

@@ -40,6 +40,11 @@ struct server_config {
                                        ROUTES_SMALL_ANSWER) gets 503 unless it would be
                                        the only one, and connections with unsent bytes
                                        are not read (0: no budget) */
+    unsigned max_conns_per_peer;    /* connections one peer address may hold, accepted
+                                     and waiting included; more get 503 and close
+                                     (0: no cap) */
+    int peer_cap_loopback;          /* the cap applies to loopback peers too (else they
+                                     are exempt: every co-located rank shares one) */
     uint64_t pd_room_interval_ms; /* PD room -> DP rank entry lifetime (pd_upkeep.h); 0: default */
 };
 

@@ -22,6 +22,7 @@
 #include "http_routes.h"
 #include "http_server.h"
 #include "http_worker.h"
+#include "peers.h"
 #include "proc_watch.h"
 #include "rank_watch.h"
 #include "uring_ud.h"
@@ -101,11 +102,13 @@ struct conn {
     struct conn *park_prev, *park_next; /* parked lookups */
     struct conn *next_free;
     struct conn *wait_prev, *wait_next; /* server.wait_head list (eviction order) */
+    struct peer_addr peer;              /* its peer; counted in server.peers when capped */
 };
 
 struct accepted {
     int fd;
-    uint64_t ms; /* when accepted: at the cap it waits for a slot, bounded */
+    uint64_t ms;           /* when accepted: at the cap it waits for a slot, bounded */
+    struct peer_addr peer; /* counted in server.peers when capped (peer_capped) */
 };
 
 struct server {
@@ -138,6 +141,8 @@ struct server {
     struct accepted *accept_q; /* accepted sockets not opened yet (a ring of accept_cap) */
     unsigned accept_head, accept_len, accept_cap;
     uint64_t cap_logged_ms;
+    struct peers peers; /* connections per peer address (--max-conns-per-peer) */
+    uint64_t peer_refused, peer_logged_ms, peer_logged;
     struct __kernel_timespec sweep_ts, backoff_ts;
     struct signalfd_siginfo sig_buf;
     uint64_t wake_buf, jobs_buf;
@@ -154,7 +159,15 @@ struct server {
 struct io_uring_sqe *op_sqe(struct server *s, enum op op, struct conn *c, uint16_t seq);
 
 /* http_session.c */
-void conn_open(struct server *s, int fd); /* a socket accept()ed */
+/* A socket accept()ed, from peer (counted in s->peers when capped:
+ * the connection now owns that count). */
+void conn_open(struct server *s, int fd, const struct peer_addr *peer);
+/* A socket just accepted: its peer address into *peer and, when capped,
+ * counted; returns 1, or 0 when the peer is at --max-conns-per-peer (the
+ * socket then answered 503 and closed, the refusal logged). */
+int conn_admit(struct server *s, int fd, struct peer_addr *peer);
+/* Is peer's count kept (and capped) in s->peers? */
+int peer_capped(const struct server *s, const struct peer_addr *peer);
 void conn_close(struct server *s, struct conn *c, const char *why);
 /* A completion of one of c's operations (OP_RECV, OP_SEND, OP_PARK_TIMEOUT). */
 void conn_complete(struct server *s, enum op op, struct conn *c, int res, uint16_t seq);

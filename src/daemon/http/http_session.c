@@ -211,6 +211,9 @@ static void conn_release(struct server *s, struct conn *c)
 {
     close(c->fd);
     c->fd = -1;
+    if (peer_capped(s, &c->peer))
+        peers_put(&s->peers, &c->peer);
+    c->peer.valid = 0;
     out_account(s, c); /* its unsent answers leave the budget */
     if (c->closing)
         s->nclosing--;
@@ -255,7 +258,7 @@ void conn_close(struct server *s, struct conn *c, const char *why)
 
 /* 503 for a connection over the cap, written directly (non-blocking): the
  * connections being served are not affected. */
-static void reject_busy(struct server *s, int fd)
+static void reject_busy(struct server *s, int fd, const struct peer_addr *peer)
 {
     static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
                                "Content-Type: application/json\r\n"
@@ -266,6 +269,8 @@ static void reject_busy(struct server *s, int fd)
     (void)n;
     shutdown(fd, SHUT_WR);
     close(fd);
+    if (peer_capped(s, peer))
+        peers_put(&s->peers, peer);
     if (s->metrics)
         metrics_conn_refused(s->metrics);
     if (!s->stopping && s->now_ms - s->cap_logged_ms >= 1000) { /* a line a second at most */
@@ -274,11 +279,61 @@ static void reject_busy(struct server *s, int fd)
     }
 }
 
-void conn_open(struct server *s, int fd)
+int peer_capped(const struct server *s, const struct peer_addr *peer)
+{
+    return s->cfg->max_conns_per_peer && peer->valid &&
+           (!peer->loopback || s->cfg->peer_cap_loopback);
+}
+
+/* 503 for a connection whose peer holds --max-conns-per-peer already,
+ * written directly (non-blocking), with a line a second at most naming
+ * the peer. */
+static void reject_peer(struct server *s, int fd, const struct peer_addr *peer)
+{
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                               "Content-Type: application/json\r\n"
+                               "Content-Length: 50\r\n"
+                               "Retry-After: 1\r\n"
+                               "Connection: close\r\n\r\n"
+                               "{\"detail\":\"Too many connections from this address\"}";
+    ssize_t n = send(fd, busy, sizeof busy - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n;
+    shutdown(fd, SHUT_WR);
+    close(fd);
+    s->peer_refused++;
+    if (s->metrics)
+        metrics_conn_refused(s->metrics);
+    if (s->now_ms - s->peer_logged_ms >= 1000) { /* a line a second at most */
+        char addr[64];
+        log_event(LOG_WARN, "peer_connection_cap",
+                  "peer=%s conns=%u max_conns_per_peer=%u refused=%llu note=\"this address "
+                  "holds its share of the connection table; its new connections are answered "
+                  "503\"",
+                  peer_addr_str(peer, addr, sizeof addr), peers_count(&s->peers, peer),
+                  s->cfg->max_conns_per_peer,
+                  (unsigned long long)(s->peer_refused - s->peer_logged));
+        s->peer_logged_ms = s->now_ms;
+        s->peer_logged = s->peer_refused;
+    }
+}
+
+int conn_admit(struct server *s, int fd, struct peer_addr *peer)
+{
+    memset(peer, 0, sizeof *peer);
+    if (!s->cfg->max_conns_per_peer)
+        return 1;
+    peer_addr_of(fd, peer);
+    if (!peer_capped(s, peer) || peers_take(&s->peers, peer, s->cfg->max_conns_per_peer))
+        return 1;
+    reject_peer(s, fd, peer);
+    return 0;
+}
+
+void conn_open(struct server *s, int fd, const struct peer_addr *peer)
 {
     struct conn *c = s->free_list;
     if (!c || s->stopping) {
-        reject_busy(s, fd);
+        reject_busy(s, fd, peer);
         return;
     }
     s->free_list = c->next_free;
@@ -291,6 +346,7 @@ void conn_open(struct server *s, int fd)
     memset(c, 0, sizeof *c);
     c->slot = slot, c->rbuf = rbuf, c->out[0] = out0, c->out[1] = out1;
     c->fd = fd;
+    c->peer = *peer;
     c->accepted_ms = s->now_ms;
     wait_touch(s, c);
     c->req_start_ns = kvc__mono_ns();

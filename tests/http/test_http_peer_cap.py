@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""kvcoordd's per-peer connection cap (--max-conns-per-peer): one client
+address cannot take the whole connection table.
+
+Loopback addresses other than 127.0.0.1 stand for other hosts: Linux
+routes all of 127.0.0.0/8 to lo, so a client socket bound to 127.0.0.2
+reaches a daemon listening on 127.0.0.1 from a peer address of its own.
+
+- Given explicitly, the cap applies to every address: past N connections
+  from 127.0.0.1, the next ones are answered 503 "Too many connections
+  from this address" and closed, a line names the peer in the log, while
+  127.0.0.2 is served; once 127.0.0.1's connections close, it is served
+  again (the count goes down with each close).
+- By default loopback is exempt (every rank of the node shares it): more
+  connections than a quarter of --max-conns from 127.0.0.1 are all served.
+
+Before the cap (the code before this test), the connections past N were
+served: the test fails there.
+
+Usage: test_http_peer_cap.py [--daemon PATH] [unittest args]
+"""
+
+import argparse
+import os
+import socket
+import sys
+import time
+import unittest
+
+import test_http_raw as raw
+from test_http_raw import Daemon
+
+TIMEOUT = 30
+
+
+def connect(port, source="127.0.0.1"):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(TIMEOUT)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def request(s, path="/health"):
+    """(status, body) of one GET on s; (None, b"") when closed unanswered."""
+    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        if b"\r\n\r\n" not in data:
+            return None, b""
+        head, body = data.split(b"\r\n\r\n", 1)
+        clen = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                clen = int(v)
+        while len(body) < clen:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return int(head.split()[1]), body
+    except (ConnectionResetError, BrokenPipeError):
+        return None, b""
+
+
+def served(port, source):
+    s = connect(port, source)
+    try:
+        return request(s)
+    finally:
+        s.close()
+
+
+class PeerCap(unittest.TestCase):
+    def test_one_address_cannot_take_the_table(self):
+        d = Daemon("--max-conns", "64", "--max-conns-per-peer", "8")
+        held = []
+        try:
+            for _ in range(8):  # each answered: open and counted
+                s = connect(d.port)
+                self.assertEqual(request(s)[0], 200)
+                held.append(s)
+            for _ in range(4):
+                status, body = served(d.port, "127.0.0.1")
+                self.assertEqual(status, 503, body)
+                self.assertIn(b"Too many connections from this address", body)
+            self.assertEqual(served(d.port, "127.0.0.2")[0], 200)
+            self.assertIn("peer_connection_cap peer=127.0.0.1", d.output())
+            self.assertIn("max_conns_per_peer=8", d.output())
+            self.assertNotIn("peer=127.0.0.2", d.output())
+            for s in held:
+                s.close()
+            held = []
+            # The closes reach the daemon soon; wait for the condition.
+            deadline = time.monotonic() + TIMEOUT
+            while served(d.port, "127.0.0.1")[0] != 200:
+                self.assertLess(time.monotonic(), deadline, "127.0.0.1 never served again")
+                time.sleep(0.05)
+        finally:
+            for s in held:
+                s.close()
+            self.assertEqual(d.stop(), 0)
+
+    def test_loopback_is_exempt_by_default(self):
+        d = Daemon("--max-conns", "16")  # a quarter: 4 per remote address
+        held = []
+        try:
+            for _ in range(10):
+                s = connect(d.port)
+                self.assertEqual(request(s)[0], 200)
+                held.append(s)
+            self.assertNotIn("peer_connection_cap", d.output())
+        finally:
+            for s in held:
+                s.close()
+            self.assertEqual(d.stop(), 0)
+
+    def test_option_checked(self):
+        for bad in ("-1", "65537", "x", ""):
+            d = None
+            try:
+                d = Daemon("--max-conns-per-peer", bad)
+            except AssertionError as e:
+                self.assertIn("--max-conns-per-peer", str(e))
+            else:
+                d.stop()
+                self.fail("--max-conns-per-peer %r accepted" % bad)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", default=os.path.join(here, "..", "..", "build", "kvcoordd"))
+    args, rest = ap.parse_known_args()
+    raw.ARGS = args
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
