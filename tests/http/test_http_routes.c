@@ -203,6 +203,25 @@ static void test_state_changing_methods_are_flagged(void **state)
                      t[i].pattern);
 }
 
+/* ROUTE_OWN_405: the path's first row (where route_find lands for a
+ * method no row takes) carries the handler of the other methods; no row
+ * has one without the flag.  One dispatch, from the table. */
+static void test_own_405_from_the_table(void **state)
+{
+    (void)state;
+    size_t n;
+    const struct route *t = routes_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        int first = 1;
+        for (size_t j = 0; j < i; j++)
+            first &= strcmp(t[j].pattern, t[i].pattern) != 0;
+        if (t[i].own_405 && !(t[i].flags & ROUTE_OWN_405))
+            fail_msg("%s has own_405 without ROUTE_OWN_405", t[i].pattern);
+        if (first && (t[i].flags & ROUTE_OWN_405) && !t[i].own_405)
+            fail_msg("%s is ROUTE_OWN_405 but its first row has no own_405", t[i].pattern);
+    }
+}
+
 /* The entry of t that serves method on t[i]'s path (as route_find picks
  * it: the first of the path's entries accepting it), or NULL. */
 static const struct route *entry_for(const struct route *t, size_t n, size_t i, int method)
@@ -317,6 +336,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_changing_methods_are_flagged),
+        cmocka_unit_test(test_own_405_from_the_table),
         cmocka_unit_test_setup_teardown(test_no_change_without_the_token, setup, teardown),
         cmocka_unit_test_setup_teardown(test_the_token_lets_each_mutating_route_change_it, setup,
                                         teardown),

@@ -196,6 +196,7 @@ void buf_reset(struct buf *b)
         release_refs(b);
     b->len = 0;
     b->oom = 0;
+    b->status = 0;
 }
 
 void buf_trim(struct buf *b, size_t keep)

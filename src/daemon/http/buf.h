@@ -56,6 +56,9 @@ struct buf {
     size_t len; /* bytes in use */
     size_t cap; /* bytes allocated behind p */
     int oom;    /* an allocation failed since the last buf_reset() */
+    int status; /* output buffers: the status of the last answer head written
+                   (resp_head: the number as the answer was made, for the
+                   metrics); 0 none since buf_reset() or the caller cleared it */
     /* Output buffers only: shared bodies queued between the bytes of p.  The
      * buffer's contents are then p's bytes with each body inserted at its
      * place (buf_total() bytes; buf_iov() lists them). */

@@ -59,6 +59,7 @@ void resp_head(struct buf *out, const struct http_req *req, int status, const ch
                size_t clen, const char *extra)
 {
     const char *reason = http_reason(status);
+    out->status = status;
     size_t need = 160 + strlen(reason) + strlen(ctype) + (extra ? strlen(extra) : 0);
     char *start = buf_space(out, need);
     if (!start)

@@ -248,36 +248,30 @@ const char *route_withdrawn_suffix(const char *note, char *buf, size_t cap)
  * here with ROUTE_MUTATING is checked and deferred without another line
  * (test_http_routes fails if a route with a state-changing method lacks
  * it, or if any route changes the segment without the token). */
-static enum route_rc route_pd(struct routes *r, struct route_slot *s, const struct http_req *req,
-                              struct buf *out)
-{
-    (void)s;
-    pd_dispatch(r->seg, r->cluster, req, out);
-    return ROUTE_DONE;
-}
-
 static const struct route route_table[] = {
-    {"/health", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_health},
-    {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_info},
+    {"/health", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_health, NULL},
+    {"/get_transfer_engine_info", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_info, NULL},
     {"/register_transfer_engine_info", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING,
-     route_put_register},
-    {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_ranks},
-    {"/transfer_engine_info", M(HTTP_DELETE), ROUTE_MUTATING, route_delete_info},
-    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_get_failures},
-    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_WAITS_IF_STALE, route_get_metrics},
-    {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_cluster},
+     route_put_register, NULL},
+    {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_ranks, NULL},
+    {"/transfer_engine_info", M(HTTP_DELETE), ROUTE_MUTATING, route_delete_info, NULL},
+    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_get_failures, NULL},
+    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_WAITS_IF_STALE, route_get_metrics, NULL},
+    {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_cluster, NULL},
     {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING,
-     route_put_parallelism},
-    {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_parallelism},
-    {"/rooms/{room}", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_room},
-    {"/rooms/{room}/failure", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, route_room_failure},
-    /* sglang's PD bootstrap server (http_pd.h): every method goes to its
-     * handler, which answers the others with aiohttp's own 405s; each
-     * takes the PD lock.  One entry per method where they differ. */
-    {"/route", M(HTTP_GET), ROUTE_MAY_WAIT | ROUTE_OWN_405, route_pd},
-    {"/route", M(HTTP_PUT), ROUTE_MUTATING | ROUTE_OWN_405, route_pd},
-    {"/register_dp_rank", M(HTTP_POST), ROUTE_MUTATING | ROUTE_OWN_405, route_pd},
-    {"/query_dp_ranks", M(HTTP_POST), ROUTE_MAY_WAIT | ROUTE_OWN_405 | ROUTE_READS_ONLY, route_pd},
+     route_put_parallelism, NULL},
+    {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_parallelism, NULL},
+    {"/rooms/{room}", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_room, NULL},
+    {"/rooms/{room}/failure", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING, route_room_failure, NULL},
+    /* sglang's PD bootstrap server (http_pd.h): a row per method, each
+     * with its handler; other methods get aiohttp's own 405s (own_405).
+     * Every handler takes the PD lock. */
+    {"/route", M(HTTP_GET), ROUTE_MAY_WAIT | ROUTE_OWN_405, route_pd_get_route, route_pd_route_405},
+    {"/route", M(HTTP_PUT), ROUTE_MUTATING | ROUTE_OWN_405, route_pd_put_route, NULL},
+    {"/register_dp_rank", M(HTTP_POST), ROUTE_MUTATING | ROUTE_OWN_405, route_pd_register_dp_rank,
+     route_pd_post_405},
+    {"/query_dp_ranks", M(HTTP_POST), ROUTE_MAY_WAIT | ROUTE_OWN_405 | ROUTE_READS_ONLY,
+     route_pd_query_dp_ranks, route_pd_post_405},
 };
 
 #define ROUTES_N (sizeof route_table / sizeof route_table[0])
@@ -495,11 +489,8 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
             resp_detail(out, req, 404, "Not Found", NULL);
         return ROUTE_DONE;
     }
-    if (!ok && (rt->flags & ROUTE_OWN_405)) { /* its handler answers the 405, off the loop */
-        if (!r->on_worker)
-            return ROUTE_DEFER;
-        return rt->fn(r, s, req, out);
-    }
+    if (!ok && rt->own_405) /* the row's own 405 (no lock: on the loop) */
+        return rt->own_405(r, s, req, out);
     if (!ok) {
         char allow[64];
         allow_header(rt, allow, sizeof allow);
@@ -594,6 +585,10 @@ void routes_set_ops(struct routes *r, const struct auth *auth, const struct metr
 }
 
 void routes_set_cluster(struct routes *r, struct cluster *c) { r->cluster = c; }
+
+kvc_segment *routes_segment(const struct routes *r) { return r->seg; }
+
+struct cluster *routes_cluster(const struct routes *r) { return r->cluster; }
 
 void routes_destroy(struct routes *r)
 {

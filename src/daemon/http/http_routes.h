@@ -107,8 +107,8 @@ enum {
     ROUTE_MAY_WAIT = 2,       /* may wait for a segment lock: runs on a helper thread */
     ROUTE_WAITS_IF_STALE = 4, /* on a helper thread only when its figures must be read
                                 under a lock (GET /metrics: metrics_rooms_fresh()) */
-    ROUTE_OWN_405 = 8,        /* another method on this path goes to the handler (on a
-                                helper thread), which answers its own 405; no redirect
+    ROUTE_OWN_405 = 8,        /* another method on this path is answered by the row's
+                                own_405 (on the loop), not the table's 405; no redirect
                                 of trailing slashes (sglang's PD bootstrap server) */
     ROUTE_READS_ONLY = 16     /* accepts POST yet changes nothing (sglang's POST
                                 /query_dp_ranks): no token; test_http_routes checks it */
@@ -133,7 +133,13 @@ struct route {
     uint64_t methods;    /* bit (1 << enum http_method) per method accepted */
     unsigned flags;      /* ROUTE_* above */
     route_fn fn;
+    route_fn own_405; /* ROUTE_OWN_405, on a path's first row: answers the other methods */
 };
+
+/* The segment r answers from, and the cluster view (NULL without --etcd):
+ * for the route families outside http/ (pd/http_pd.c). */
+kvc_segment *routes_segment(const struct routes *r);
+struct cluster *routes_cluster(const struct routes *r);
 
 /* The route table (static, count entries). */
 const struct route *routes_table(size_t *count);

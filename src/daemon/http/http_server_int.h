@@ -83,7 +83,6 @@ struct conn {
     uint64_t accepted_ms, head_start_ms, deadline_ms; /* 0: no deadline */
     uint64_t body_start_ms; /* the body being received began (its deadline) */
     uint64_t req_start_ns;  /* first byte of the request being served (metrics) */
-    size_t resp_off;        /* where its answer starts in out[cur] (its status) */
     char *rbuf;             /* RBUF_SIZE bytes, allocated at the first bytes received
                                and kept with the slot; [roff, rlen) not parsed yet */
     uint32_t roff, rlen;
@@ -91,8 +90,6 @@ struct conn {
                           bytes and the shared bodies queued in it: buf_total) */
     unsigned cur;
     size_t sent;                /* bytes of out[cur ^ 1] sent */
-    int resp_status;            /* status of the answer at resp_off when not in out's bytes
-                         (a helper thread's answer, queued whole): 0 = read it there */
     struct msghdr msg;          /* the send in flight: ... */
     struct iovec iov[SEND_IOV]; /* ... its pieces (out's bytes, shared bodies) */
     struct http_conn http;

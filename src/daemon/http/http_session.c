@@ -43,19 +43,6 @@
 
 static void conn_process(struct server *s, struct conn *c);
 
-/* The status code of the answer that starts at b->p + off ("HTTP/1.1 NNN"),
- * or 0 when none was written (out of memory). */
-static int answer_status(const struct buf *b, size_t off)
-{
-    static const char v[] = "HTTP/1.1 ";
-    if (b->oom || b->len < off + sizeof v - 1 + 3 || memcmp(b->p + off, v, sizeof v - 1))
-        return 0;
-    const char *d = b->p + off + sizeof v - 1;
-    if (d[0] < '1' || d[0] > '5' || d[1] < '0' || d[1] > '9' || d[2] < '0' || d[2] > '9')
-        return 0;
-    return (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
-}
-
 /* ---- operations ---------------------------------------------------------- */
 
 /* A recv into the connection's buffer.  A connection that has none yet (a
@@ -363,16 +350,14 @@ void conn_open(struct server *s, int fd, const struct peer_addr *peer)
 /* ---- requests ----------------------------------------------------------------------- */
 
 /* The request in c->http.req has been answered into out[cur]. */
-static void request_done(struct server *s, struct conn *c)
+static void request_done(struct server *s, struct conn *c, int status)
 {
     const struct http_req *req = &c->http.req;
     c->served++;
     c->head_pieces = 0;
     wait_touch(s, c);
     if (s->metrics)
-        metrics_request(s->metrics, metrics_route_of(req->path, req->path_len),
-                        c->resp_status ? c->resp_status
-                                       : answer_status(&c->out[c->cur], c->resp_off),
+        metrics_request(s->metrics, metrics_route_of(req->path, req->path_len), status,
                         kvc__mono_ns() - c->req_start_ns);
     /* A registration may come with a newly attached process: look at the
      * process table now rather than at the next sweep (an epoch compare
@@ -385,7 +370,6 @@ static void request_done(struct server *s, struct conn *c)
         log_event(LOG_DEBUG, "request", "slot=%u method=%s path=\"%.*s\" keep_alive=%d", c->slot,
                   http_method_str((enum http_method)req->method),
                   (int)(req->path_len > 200 ? 200 : req->path_len), req->path, req->keep_alive);
-    c->resp_status = 0;
     hconn_done(&c->http);
     route_slot_done(&c->route);
 }
@@ -409,13 +393,13 @@ static void park(struct server *s, struct conn *c)
  * the requests behind it: the caller runs conn_process), 0 if still parked. */
 static int resume_parked(struct server *s, struct conn *c, int expired)
 {
-    c->resp_off = c->out[c->cur].len;
     answer_room(s, c);
+    c->out[c->cur].status = 0;
     enum route_rc rc = routes_resume(s->routes, &c->route, &c->http.req, &c->out[c->cur], expired);
     if (rc == ROUTE_PARK)
         return 0; /* still absent; the watch keeps waiting */
     unpark(s, c);
-    request_done(s, c);
+    request_done(s, c, c->out[c->cur].status);
     return 1;
 }
 
@@ -434,12 +418,12 @@ static void defer(struct server *s, struct conn *c)
 
 static void serve(struct server *s, struct conn *c)
 {
-    c->resp_off = c->out[c->cur].len;
     answer_room(s, c);
     c->http.req.fd = c->fd;
+    c->out[c->cur].status = 0;
     enum route_rc rc = routes_dispatch(s->routes, &c->route, &c->http.req, &c->out[c->cur]);
     if (rc == ROUTE_DONE) {
-        request_done(s, c);
+        request_done(s, c, c->out[c->cur].status);
         return;
     }
     if (rc == ROUTE_DEFER) {
@@ -762,8 +746,7 @@ void conns_jobs_done(struct server *s)
                 conn_release(s, c);
             continue;
         }
-        c->resp_off = c->out[c->cur].len;
-        c->resp_status = answer_status(&job->out, 0);
+        int status = job->out.status; /* set where the answer was made */
         if (job->out.oom) {
             c->out[c->cur].oom = 1;
         } else if (job->out.len <= JOB_COPY_MAX) {
@@ -778,7 +761,7 @@ void conns_jobs_done(struct server *s)
             shared_body_unref(b);
         }
         buf_trim(&job->out, 4096);
-        request_done(s, c);
+        request_done(s, c, status);
         conn_process(s, c);
     }
 }
@@ -791,9 +774,8 @@ unsigned conns_stop_parked(struct server *s)
         unpark(s, c);
         struct http_req req = c->http.req; /* its version and method; closing */
         req.keep_alive = 0;
-        c->resp_off = c->out[c->cur].len;
         resp_detail(&c->out[c->cur], &req, 503, "kvcoordd is stopping", NULL);
-        request_done(s, c);
+        request_done(s, c, 503);
         c->close_after_send = 1;
         c->stop_answered = 1;
         flush(s, c);

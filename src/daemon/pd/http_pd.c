@@ -37,6 +37,7 @@
 
 #include "cluster.h"
 #include "http_pd.h"
+#include "http_routes.h"
 #include "http_resp.h"
 #include "kvcoord/pd.h"
 #include "log.h"
@@ -553,36 +554,54 @@ static void query_dp_ranks(kvc_segment *seg, const struct http_req *req, struct 
     json_decref(root);
 }
 
-/* ---- dispatch -------------------------------------------------------- */
+/* ---- the handlers of the route table's rows (http_routes.c) ---------- */
 
-int pd_path(const char *path, size_t len)
+enum route_rc route_pd_put_route(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out)
 {
-    static const char *const paths[] = {"/route", "/register_dp_rank", "/query_dp_ranks"};
-    for (int i = 0; i < 3; i++)
-        if (strlen(paths[i]) == len && !memcmp(paths[i], path, len))
-            return i + 1;
-    return 0;
+    (void)s;
+    put_route(routes_segment(r), req, out);
+    return ROUTE_DONE;
 }
 
-void pd_dispatch(kvc_segment *seg, struct cluster *cluster, const struct http_req *req,
-                 struct buf *out)
+enum route_rc route_pd_get_route(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out)
 {
-    int p = pd_path(req->path, req->path_len);
-    if (p == 1) {
-        if (req->method == HTTP_PUT)
-            put_route(seg, req, out);
-        else if (req->method == HTTP_GET)
-            get_route(seg, cluster, req, out);
-        else
-            text(out, req, 405, CT_JSON_AIO, NULL, "Method not allowed");
-        return;
-    }
-    if (req->method != HTTP_POST) {
-        text(out, req, 405, CT_TEXT_AIO, "Allow: POST\r\n", "405: Method Not Allowed");
-        return;
-    }
-    if (p == 2)
-        register_dp_rank(seg, req, out);
-    else
-        query_dp_ranks(seg, req, out);
+    (void)s;
+    get_route(routes_segment(r), routes_cluster(r), req, out);
+    return ROUTE_DONE;
+}
+
+enum route_rc route_pd_register_dp_rank(struct routes *r, struct route_slot *s,
+                                        const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    register_dp_rank(routes_segment(r), req, out);
+    return ROUTE_DONE;
+}
+
+enum route_rc route_pd_query_dp_ranks(struct routes *r, struct route_slot *s,
+                                      const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    query_dp_ranks(routes_segment(r), req, out);
+    return ROUTE_DONE;
+}
+
+/* sglang's handler of /route answers other methods itself. */
+enum route_rc route_pd_route_405(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                 struct buf *out)
+{
+    (void)r, (void)s;
+    text(out, req, 405, CT_JSON_AIO, NULL, "Method not allowed");
+    return ROUTE_DONE;
+}
+
+/* aiohttp's own 405 on the two POST-only routes. */
+enum route_rc route_pd_post_405(struct routes *r, struct route_slot *s, const struct http_req *req,
+                                struct buf *out)
+{
+    (void)r, (void)s;
+    text(out, req, 405, CT_TEXT_AIO, "Allow: POST\r\n", "405: Method Not Allowed");
+    return ROUTE_DONE;
 }
