@@ -223,22 +223,25 @@ static int move_aside_invalid(const char *name)
 static void warn_capacities(const struct options *o, const kvc_segment_info *si)
 {
     struct {
-        int opt;
+        int given;
         const char *flag;
         uint64_t want, have;
+        const char *unit;
     } caps[] = {
-        {OPT_WORLD, "--world-size", o->world_size, si->world_size},
-        {OPT_RANKS, "--max-ranks", o->max_ranks, si->max_ranks},
-        {OPT_INFO, "--max-info-bytes", o->max_info_bytes, si->max_info_bytes},
-        {OPT_ARENA, "--arena-bytes", o->arena_bytes, si->arena_bytes},
-        {OPT_ROOMS, "--max-rooms", o->max_rooms, si->max_rooms},
-        {OPT_PROCS, "--max-procs", o->max_procs, si->max_procs},
-        {OPT_TTL, "--room-ttl", (uint64_t)o->room_ttl_s * 1000, si->room_ttl_ms},
+        {OPTION_GIVEN(o, world_size), "--world-size", o->world_size, si->world_size, ""},
+        {OPTION_GIVEN(o, max_ranks), "--max-ranks", o->max_ranks, si->max_ranks, ""},
+        {OPTION_GIVEN(o, max_info_bytes), "--max-info-bytes", o->max_info_bytes, si->max_info_bytes,
+         ""},
+        {OPTION_GIVEN(o, arena_bytes), "--arena-bytes", o->arena_bytes, si->arena_bytes, ""},
+        {OPTION_GIVEN(o, max_rooms), "--max-rooms", o->max_rooms, si->max_rooms, ""},
+        {OPTION_GIVEN(o, max_procs), "--max-procs", o->max_procs, si->max_procs, ""},
+        {OPTION_GIVEN(o, room_ttl_s), "--room-ttl", (uint64_t)o->room_ttl_s * 1000, si->room_ttl_ms,
+         "ms"},
     };
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
-        if (!GIVEN(o, caps[i].opt) || caps[i].want == caps[i].have)
+        if (!caps[i].given || caps[i].want == caps[i].have)
             continue;
-        const char *unit = caps[i].opt == OPT_TTL ? "ms" : "";
+        const char *unit = caps[i].unit;
         char given[32], have[32];
         snprintf(given, sizeof given, "%llu%s", (unsigned long long)caps[i].want, unit);
         snprintf(have, sizeof have, "%llu%s", (unsigned long long)caps[i].have, unit);
@@ -439,7 +442,7 @@ static int open_listener(const struct options *o, char *bound, size_t boundcap, 
     }
     if (fd == -2)
         return -1;
-    bool given = GIVEN(o, OPT_BIND_RETRY);
+    bool given = OPTION_GIVEN(o, bind_retry_s);
     uint64_t deadline = kvc__mono_ms() + (uint64_t)o->bind_retry_s * 1000;
     unsigned tries = 0;
     for (;;) {
@@ -612,8 +615,8 @@ int main(int argc, char **argv)
         /* Default: a quarter of the table per remote address, loopback
          * exempt; given, the number applies to every address. */
         .max_conns_per_peer =
-            GIVEN(&o, OPT_CONNS_PER_PEER) ? o.max_conns_per_peer : (o.max_conns + 3) / 4,
-        .peer_cap_loopback = GIVEN(&o, OPT_CONNS_PER_PEER),
+            OPTION_GIVEN(&o, max_conns_per_peer) ? o.max_conns_per_peer : (o.max_conns + 3) / 4,
+        .peer_cap_loopback = OPTION_GIVEN(&o, max_conns_per_peer),
     };
     rc = server_run(&cfg, seg);
     cluster_stop(cluster, 1); /* clean stop: this node's records go at once */

@@ -1,11 +1,14 @@
 /*
- * kvcoordd_options.h - kvcoordd's command line: the options, their
- * defaults, ranges and help text (kvcoordd_options.c); main() is
- * kvcoordd.c's.
+ * kvcoordd_options.h - kvcoordd's command line.  Every option is one row
+ * of options_table.c (name, short letter, kind, field, bounds, default,
+ * help); the getopt_long array, the parsing with its range checks and the
+ * --help text are generated from those rows by kvcoordd_options.c.
+ * main() is kvcoordd.c's.
  */
 #ifndef KVC_KVCOORDD_OPTIONS_H
 #define KVC_KVCOORDD_OPTIONS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "log.h"
@@ -25,7 +28,7 @@ struct options {
     uint64_t max_buffered;   /* request bytes buffered by all connections together */
     uint32_t body_timeout_s; /* a whole body must arrive within this */
     uint64_t max_answer;     /* answer bytes all connections together may hold unsent */
-    uint64_t given;          /* bit (c - OPT_LISTEN) for each option given */
+    uint64_t given;          /* bit i: the table's row i was on the command line */
     enum log_level log_level;
     /* cluster view: off without --etcd */
     const char *etcd, *cluster, *node, *advertise;
@@ -34,52 +37,17 @@ struct options {
     uint32_t pd_room_interval_s; /* --pd-room-interval (pd_upkeep.h) */
 };
 
-/* Each option's getopt value; o->given has bit (c - OPT_LISTEN) set for
- * each option given on the command line. */
-enum {
-    OPT_LISTEN = 256,
-    OPT_SEGMENT,
-    OPT_FRESH,
-    OPT_FORCE_FRESH,
-    OPT_WORLD,
-    OPT_RANKS,
-    OPT_INFO,
-    OPT_ARENA,
-    OPT_BODY,
-    OPT_HEAD,
-    OPT_CONNS,
-    OPT_HTIMEOUT,
-    OPT_ITIMEOUT,
-    OPT_LOG,
-    OPT_AUTH,
-    OPT_ROOMS,
-    OPT_PROCS,
-    OPT_TTL,
-    OPT_BIND_RETRY,
-    OPT_LOCK_TIMEOUT,
-    OPT_MAX_BUFFERED,
-    OPT_BODY_TIMEOUT,
-    OPT_ETCD,
-    OPT_CLUSTER,
-    OPT_NODE,
-    OPT_ETCD_TTL,
-    OPT_ADVERTISE,
-    OPT_ETCD_USER,
-    OPT_ETCD_PW,
-    OPT_ETCD_CA,
-    OPT_ETCD_CERT,
-    OPT_ETCD_KEY,
-    OPT_MAX_ANSWER,
-    OPT_PD_INTERVAL,
-    OPT_CONNS_PER_PEER
-};
-
-#define GIVEN(o, opt) (((o)->given >> ((opt)-OPT_LISTEN)) & 1)
-
-/* Parse argv into *o (defaults first: the library's for the segment's
- * sizes).  Returns 0 to run; -1 when --help or --version was answered
- * (exit 0); otherwise the exit status of a usage error (2), already
- * printed on stderr with the one range each option accepts. */
+/* Parse argv into *o (defaults first: the table's, the library's for the
+ * segment's sizes).  Returns 0 to run; -1 when --help or --version was
+ * answered (exit 0); otherwise the exit status of a usage error (2),
+ * already printed on stderr naming the option and the one range it
+ * accepts.  Uses getopt_long's globals: not thread-safe. */
 int options_parse(int argc, char **argv, struct options *o);
+
+/* Whether an option that sets the field at offset off (offsetof(struct
+ * options, ...)) was on the command line; 0 for an offset no option sets. */
+int options_given(const struct options *o, size_t off);
+
+#define OPTION_GIVEN(o, field) options_given((o), offsetof(struct options, field))
 
 #endif /* KVC_KVCOORDD_OPTIONS_H */

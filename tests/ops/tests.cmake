@@ -17,6 +17,14 @@ kvc_c_test(test_notify LABEL "unit"
 kvc_c_test(test_log LABEL "unit"
   SOURCES ${KVC_OPS_DIR}/test_log.c)
 set_tests_properties(test_auth test_metrics test_notify test_log PROPERTIES LABELS "unit;ops")
+# kvcoordd's options table against the program: --help lists every row,
+# every numeric option refuses values out of its range (exit 2, named).
+if(TARGET kvcoordd)
+  add_executable(test_options ${KVC_OPS_DIR}/test_options.c)
+  target_link_libraries(test_options PRIVATE kvcoordd_lib ${CMOCKA_LIB})
+  add_test(NAME test_options COMMAND test_options $<TARGET_FILE:kvcoordd>)
+  set_tests_properties(test_options PROPERTIES LABELS "unit;ops" TIMEOUT 120)
+endif()
 
 # The exposition of a segment in a known state, checked by promtool.
 add_test(NAME ops_metrics_promtool
