@@ -12,6 +12,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=/usr/bin/python3
 JOBS=${KVCOORD_JOBS:-2}
+TEST_JOBS=${KVCOORD_TEST_JOBS:-$((JOBS * 2))}
 RUN_DIR=$ROOT/build/run
 TP=8
 PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
@@ -51,13 +52,16 @@ Commands:
         every process had already exited: it says so).
   test [--sanitize | --arm64]
         Install missing Debian packages, check the formatting (clang-format),
-        build build/ (warnings are errors) and run its ctest suite, build the
-        libraries and programs with gcc Release, Debug and MinSizeRel and with
-        clang (build-matrix/), cross-build libkvcoord and its tests for arm64
-        (build-arm64/) and run them under qemu-user-static, then build build-asan/ (-DKVCOORD_SANITIZE=ON: ASan + UBSan) and run the
-        whole suite again, then build the fuzz targets with clang in build-fuzz/
-        (-DKVCOORD_FUZZ=ON) and run each for KVCOORD_FUZZ_SECONDS (default 20;
-        ctest -L fuzz).  --sanitize: the sanitizer build and suite only.
+        build build/ (warnings are errors) and run its ctest suite; meanwhile,
+        niced, build the libraries and programs with gcc Release, Debug and
+        MinSizeRel and with clang (build-matrix/), libkvcoord and its tests
+        for arm64 (build-arm64/), the whole tree with ASan + UBSan
+        (build-asan/, -DKVCOORD_SANITIZE=ON) and the fuzz targets with clang
+        (build-fuzz/, -DKVCOORD_FUZZ=ON), their output in build-logs/.  Then
+        run the arm64 tests under qemu-user-static, the whole suite again
+        under ASan + UBSan, and each fuzz target for KVCOORD_FUZZ_SECONDS
+        (default 20; ctest -L fuzz).  --sanitize: the sanitizer build and
+        suite only.
         --arm64: the arm64 cross build and its qemu-user run only.
         Exits non-zero if any build or test fails.
   help  Print this help (also -h, --help).
@@ -67,7 +71,8 @@ test: every build and test passed); 1 a step failed (a build, a test, a
 package install, the daemon or a worker did not come up); 2 usage error (no
 or an unknown command, an unknown option, a bad value: a message on stderr).
 
-Environment: KVCOORD_JOBS (parallel build jobs and tests run at once, default 2), KVCOORD_FUZZ_SECONDS
+Environment: KVCOORD_JOBS (parallel build jobs, default 2), KVCOORD_TEST_JOBS
+(ctest slots, default twice KVCOORD_JOBS; a heavy test takes two), KVCOORD_FUZZ_SECONDS
 (seconds per fuzz target in 'test', default 20; 0 skips the fuzz pass).
 Installing packages needs root; as another user the commands work when the
 packages are already there.
@@ -331,23 +336,28 @@ EOF
 # ---- test ------------------------------------------------------------------
 
 run_suite() { # run_suite DIR : ctest; returns its status
-    # $JOBS tests at a time: most of them wait (on etcd leases, timeouts,
-    # children) more than they compute.  Those that measure time, memory or
-    # throughput, or take a port through a gap, are RUN_SERIAL in their
-    # tests.cmake and run alone.
-    log "ctest --test-dir $1 -j$JOBS"
-    ctest --test-dir "$ROOT/$1" --output-on-failure -j"$JOBS"
+    # $TEST_JOBS (twice the build jobs) tests at a time: most of them wait
+    # (on etcd leases, timeouts, children) more than they compute.  Those
+    # that keep two cores busy take two slots (PROCESSORS 2, tests/CMakeLists.txt);
+    # those that measure time, memory or throughput, or take a port through
+    # a gap, are RUN_SERIAL in their tests.cmake and run alone.
+    log "ctest --test-dir $1 -j$TEST_JOBS"
+    ctest --test-dir "$ROOT/$1" --output-on-failure -j"$TEST_JOBS"
 }
 
 # The libFuzzer targets (tests/fuzz), each for a bounded time.  Only they
 # are built in build-fuzz/ (clang, -fsanitize=fuzzer,address,undefined).
-fuzz_pass() {
-    local secs=${KVCOORD_FUZZ_SECONDS:-20}
-    ((secs > 0)) || { log "fuzz pass skipped (KVCOORD_FUZZ_SECONDS=0)"; return 0; }
+FUZZ_SECONDS=${KVCOORD_FUZZ_SECONDS:-20}
+fuzz_build() {
+    ((FUZZ_SECONDS > 0)) || return 0
     log "configure and build build-fuzz/ (clang, libFuzzer targets only)"
     CC=clang cmake -S "$ROOT" -B "$ROOT/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DKVCOORD_FUZZ=ON -DKVCOORD_FUZZ_SECONDS="$secs" || return 1
-    cmake --build "$ROOT/build-fuzz" -j"$JOBS" --target fuzz-targets || return 1
+        -DKVCOORD_FUZZ=ON -DKVCOORD_FUZZ_SECONDS="$FUZZ_SECONDS" || return 1
+    cmake --build "$ROOT/build-fuzz" -j"$JOBS" --target fuzz-targets
+}
+fuzz_run() {
+    local secs=$FUZZ_SECONDS
+    ((secs > 0)) || { log "fuzz pass skipped (KVCOORD_FUZZ_SECONDS=0)"; return 0; }
     log "ctest --test-dir build-fuzz -L fuzz (${secs} s per target)"
     ctest --test-dir "$ROOT/build-fuzz" -L fuzz --output-on-failure -j"$JOBS"
 }
@@ -365,25 +375,20 @@ format_check() {
 
 # The build types and the other compiler a user may pick: each must build
 # with zero warnings (-Werror here; users do not get -Werror).  Libraries and
-# programs only (the tests are built and run by the passes above).
+# programs only: the tests are built (gcc: build/, build-asan/; clang: the
+# fuzz targets) and run by the other passes.
 build_matrix() {
-    local t
-    for t in Release Debug MinSizeRel; do
-        log "configure and build build-matrix/gcc-$t/ (warnings are errors)"
-        cmake -S "$ROOT" -B "$ROOT/build-matrix/gcc-$t" -DCMAKE_BUILD_TYPE=$t \
+    local one cc t
+    for one in gcc:Release gcc:Debug gcc:MinSizeRel clang:RelWithDebInfo; do
+        cc=${one%%:*} t=${one#*:}
+        log "configure and build build-matrix/$cc-$t/ (warnings are errors)"
+        CC=$cc cmake -S "$ROOT" -B "$ROOT/build-matrix/$cc-$t" -DCMAKE_BUILD_TYPE="$t" \
             -DKVCOORD_WERROR=ON -DKVCOORD_TESTS=OFF >/dev/null || return 1
-        cmake --build "$ROOT/build-matrix/gcc-$t" -j"$JOBS" >/dev/null || {
-            cmake --build "$ROOT/build-matrix/gcc-$t" -j1 2>&1 | grep -E 'error|warning' | head -40
+        cmake --build "$ROOT/build-matrix/$cc-$t" -j"$JOBS" >/dev/null || {
+            cmake --build "$ROOT/build-matrix/$cc-$t" -j1 2>&1 | grep -E 'error|warning' | head -40
             return 1
         }
     done
-    log "configure and build build-matrix/clang/ (tests included, warnings are errors)"
-    CC=clang cmake -S "$ROOT" -B "$ROOT/build-matrix/clang" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DKVCOORD_WERROR=ON >/dev/null || return 1
-    cmake --build "$ROOT/build-matrix/clang" -j"$JOBS" >/dev/null || {
-        cmake --build "$ROOT/build-matrix/clang" -j1 2>&1 | grep -E 'error|warning' | head -40
-        return 1
-    }
 }
 
 # libkvcoord and its own tests (tests/lib/tests.cmake, first part) cross-built
@@ -398,7 +403,7 @@ build_matrix() {
 # (qemu answers it with its parent's) skip, saying why (tests/lib/tu_probe.h).
 # See README, arm64.
 ARM64_TIMEOUT=120
-arm64_pass() {
+arm64_build() {
     log "configure and build build-arm64/ (aarch64-linux-gnu-gcc, library and its tests only)"
     cmake -S "$ROOT" -B "$ROOT/build-arm64" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVCOORD_WERROR=ON \
         -DCMAKE_TOOLCHAIN_FILE="$ROOT/tools/aarch64-linux-gnu.cmake" -DKVCOORD_CORE_ONLY=ON \
@@ -407,6 +412,8 @@ arm64_pass() {
         cmake --build "$ROOT/build-arm64" -j1 2>&1 | grep -E 'error|warning' | head -40
         return 1
     }
+}
+arm64_run() {
     log "ctest --test-dir build-arm64 (qemu-aarch64-static, ${ARM64_TIMEOUT} s per test)"
     local status=0 log=$ROOT/build-arm64/Testing/Temporary/LastTest.log
     ctest --test-dir "$ROOT/build-arm64" --timeout "$ARM64_TIMEOUT" --output-on-failure \
@@ -419,31 +426,93 @@ arm64_pass() {
     return "$status"
 }
 
+# The builds the plain suite does not need, run while the suites run: they
+# mostly wait (on etcd leases, timeouts, children) and leave a core idle
+# much of the time.  Niced, so the tests get the CPU first; each build's
+# output goes to build-logs/NAME.log, shown when it fails.  Runs the steps
+# named, in order; prints a "NAME STATUS" line on stdout as each ends.
+background_builds() {
+    local step
+    renice -n 10 "$BASHPID" >/dev/null 2>&1 || true
+    mkdir -p "$ROOT/build-logs"
+    for step in "$@"; do
+        local st=0
+        case $step in
+        matrix) build_matrix ;;
+        arm64) arm64_build ;;
+        asan) build build-asan -DKVCOORD_SANITIZE=ON ;;
+        fuzz) fuzz_build ;;
+        esac >"$ROOT/build-logs/$step.log" 2>&1 || st=$?
+        echo "$step $st"
+    done
+}
+
+# Wait until background_builds (pid $2, its stdout in file $3) has done
+# step $1 (or has stopped).
+wait_step() {
+    while ! grep -q "^$1 " "$3" && kill -0 "$2" 2>/dev/null; do sleep 2; done
+}
+
+# Wait for background_builds (pid $1, its stdout in file $2); say how each
+# step went (a failed one: the end of its log); returns 1 if any failed.
+wait_builds() {
+    local pid=$1 out=$2 step st status=0
+    wait "$pid" || true
+    while read -r step st; do
+        if ((st == 0)); then
+            log "background build $step: done (build-logs/$step.log)"
+        else
+            log "background build $step: FAILED (build-logs/$step.log, its end:)"
+            tail -n 40 "$ROOT/build-logs/$step.log"
+            status=1
+        fi
+    done <"$out"
+    return "$status"
+}
+
 cmd_test() {
     local sanitize=0 status=0
     while (($#)); do
         case $1 in
         --sanitize) sanitize=1; shift ;;
-        --arm64) install_packages; arm64_pass; return ;;
+        --arm64) install_packages; arm64_build && arm64_run; return ;;
         -h | --help) usage; return 0 ;;
         *) usage_error "test: unknown option '$1'" ;;
         esac
     done
     install_packages
-    if ((!sanitize)); then
+    if ((sanitize)); then
+        build build-asan -DKVCOORD_SANITIZE=ON
+        run_suite build-asan || status=1
+    else
         format_check || status=1
         build build
+        # The other builds in the background while the suites run: ASan's
+        # first (its suite starts once the plain one is done), the build
+        # matrix last (nothing runs it).
+        local out=$ROOT/build-logs/background.status pid
+        mkdir -p "$ROOT/build-logs"
+        : >"$out"
+        background_builds asan fuzz arm64 matrix >"$out" &
+        pid=$!
+        log "building build-asan/, build-fuzz/, build-arm64/, build-matrix/ in the background (niced; build-logs/)"
         run_suite build || status=1
-        build_matrix || status=1
-        arm64_pass || status=1
-    fi
-    build build-asan -DKVCOORD_SANITIZE=ON
-    run_suite build-asan || status=1
-    if ((!sanitize)); then
-        fuzz_pass || status=1
+        log "waiting for the background build of build-asan/"
+        wait_step asan "$pid" "$out"
+        if grep -qx 'asan 0' "$out"; then
+            run_suite build-asan || status=1
+        fi
+        log "waiting for the background builds"
+        wait_builds "$pid" "$out" || status=1
+        if grep -qx 'arm64 0' "$out"; then
+            arm64_run || status=1
+        fi
+        if grep -qx 'fuzz 0' "$out"; then
+            fuzz_run || status=1
+        fi
     fi
     if ((status)); then
-        log "FAILED: see the ctest output above"
+        log "FAILED: see the output above"
     else
         log "all test suites passed"
     fi
