@@ -737,6 +737,15 @@ kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t origin_ran
  * of [A-Za-z0-9._-]), KVC_E_FULL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int *changed);
 
+/* Like kvc_room_fail_mirror(), but a failure record the room has already
+ * (of this node or mirrored) is kept and nothing changes: f is taken only
+ * by a room without one (created if it does not exist).  kvcoordd applies
+ * a failure pushed by a peer node this way, so that a record etcd already
+ * settled (the first of the cluster) is never replaced by a late push.
+ * *changed (may be NULL) is 1 when f was taken.  Process- and thread-safe.
+ * Errors: as kvc_room_fail_mirror(). */
+kvc_err kvc_room_fail_mirror_first(kvc_segment *seg, const kvc_failure_info *f, int *changed);
+
 /* Name this segment's node in a cluster (kvcoordd --etcd --node NAME):
  * every failure recorded on the segment from then on carries it
  * (kvc_failure_info.origin_node), and the reasons kvcoord writes itself

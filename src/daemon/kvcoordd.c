@@ -493,9 +493,13 @@ static void default_node(char *out, size_t cap)
 
 /* Start the cluster view (--etcd).  Returns 0, or -1 (logged). */
 static int start_cluster(const struct options *o, kvc_segment *seg, const char *bound,
-                         struct cluster **out)
+                         const struct auth *auth, struct cluster **out)
 {
     char node[64], url[300], err[512];
+    /* The token goes with the failures pushed to peer nodes (cluster.h). */
+    static char token[AUTH_TOKEN_MAX + 1];
+    if (auth_enabled(auth) && auth->token_len)
+        memcpy(token, auth->token, auth->token_len);
     if (o->node)
         snprintf(node, sizeof node, "%s", o->node);
     else
@@ -524,6 +528,7 @@ static int start_cluster(const struct options *o, kvc_segment *seg, const char *
         .cacert = o->etcd_cacert,
         .cert = o->etcd_cert,
         .key = o->etcd_key,
+        .http_token = token[0] ? token : NULL,
         .seg = seg,
     };
     if (cluster_start(&cc, out, err, sizeof err)) {
@@ -586,7 +591,7 @@ int main(int argc, char **argv)
     }
     install_sigbus_guard(name);
     struct cluster *cluster = NULL;
-    if (o.etcd && start_cluster(&o, seg, bound, &cluster)) {
+    if (o.etcd && start_cluster(&o, seg, bound, &auth, &cluster)) {
         seg_watch_close(file);
         kvc_close(seg);
         close(lfd);

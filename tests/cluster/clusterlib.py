@@ -44,8 +44,10 @@ def wait_for(pred, timeout, step=0.02):
 class Etcd:
     """Three etcd members on loopback ports with their own data dirs."""
 
-    def __init__(self, base_port=None):
-        self.dir = tempfile.mkdtemp(prefix="kvc-etcd-")
+    def __init__(self, base_port=None, parent=None):
+        """parent: the directory the members' data dirs go under (default
+        the system's temporary directory; e.g. /dev/shm for tmpfs)."""
+        self.dir = tempfile.mkdtemp(prefix="kvc-etcd-", dir=parent)
         # Below the ephemeral range (32768..): no outgoing connection holds them.
         self.port = base_port or 20000 + (os.getpid() % 1500) * 8
         self.endpoints = ",".join("http://127.0.0.1:%d" % (self.port + 2 * i) for i in range(3))

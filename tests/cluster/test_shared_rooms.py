@@ -23,6 +23,8 @@ import threading
 import time
 import unittest
 
+import requests
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clusterlib as cl  # noqa: E402
 
@@ -131,8 +133,16 @@ class Base(unittest.TestCase):
         if not os.environ.get("KVCOORD_KEEP_LOGS"):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def node(self, name, ttl=TTL):
-        n = cl.Node(ARGS.daemon, ETCD.endpoints, self.cluster, name, ttl=ttl, logdir=self.tmp)
+    def node(self, name, ttl=TTL, token=None):
+        extra = []
+        if token:  # the node's HTTP token (--auth-token-file, mode 0600)
+            path = os.path.join(self.tmp, "token-%s" % name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, token.encode())
+            os.close(fd)
+            extra = ["--auth-token-file", path]
+        n = cl.Node(ARGS.daemon, ETCD.endpoints, self.cluster, name, ttl=ttl, logdir=self.tmp,
+                    extra=extra)
         self.nodes.append(n)
         return n.start()
 
@@ -141,8 +151,8 @@ class Base(unittest.TestCase):
         self.ranks += rs
         return rs
 
-    def pd(self):
-        a, b = self.node("A"), self.node("B")
+    def pd(self, tokens=(None, None)):
+        a, b = self.node("A", token=tokens[0]), self.node("B", token=tokens[1])
         return a, b, self.group("prefill", a), self.group("decode", b)
 
     def open_shared(self, a, b, prefill, decode, rooms):
@@ -309,14 +319,61 @@ class EtcdTrouble(Base):
         print("etcd member %d (B's watch) frozen %d s: no room failed; a failure afterwards "
               "reached B in %.1f ms" % (member, 2 * TTL + 1, (rec["t_ns"] - t0) / 1e6))
 
-    def test_etcd_down_no_false_failure_and_failure_arrives_after(self):
+    def test_etcd_down_no_false_failure_and_the_push_alone_delivers(self):
+        """Every etcd member frozen 10 s: no room fails but the one a prefill
+        rank fails meanwhile, which reaches B through A's push alone; when
+        etcd is back, its record of the same failure changes nothing."""
         a, b, prefill, decode = self.pd()
         rooms = [4100, 4101]
         self.open_shared(a, b, prefill, decode, rooms)
         ETCD.freeze(0, 1, 2)
         try:
             time.sleep(2)
-            prefill[0].fail(4101, 9, "recorded while etcd was down")
+            t0 = prefill[0].fail(4101, 9, "recorded while etcd was down")
+            rec = decode[0].failed(8)
+            self.assertIsNotNone(rec, "the push did not deliver while etcd was down")
+            took = (rec["t_ns"] - t0) / 1e6
+            self.assertEqual(rec["room"], 4101)
+            f = rec["failure"]
+            self.assertEqual((f["reason"], f["origin_node"], f["origin_rank"], f["code"],
+                              f["origin_pid"]),
+                             ("recorded while etcd was down", "A", 0, 9, prefill[0].proc.pid))
+            self.assertTrue(f["from_another_node"])
+            self.assertEqual(rec["raised"], {"reason": "recorded while etcd was down",
+                                             "is_from_another_rank": True})
+            self.assertIsNotNone(decode[1].failed(8))
+            time.sleep(6)
+            for d in decode:
+                self.assertIsNone(d.failed(0.2), "a room failed while etcd was down")
+        finally:
+            ETCD.thaw(0, 1, 2)
+        self.assertEqual(b.cluster_view()["counts"]["room_pushes_taken"], 1)
+        # etcd back: A publishes the record, B's watch brings it; nothing changes.
+        ok, _ = cl.wait_for(lambda: ETCD.ctl("get", "--prefix", "/kvcoord/%s/rooms/4101"
+                                             % self.cluster).stdout.strip(), 30)
+        self.assertTrue(ok, "A never published the failure to etcd")
+        time.sleep(2 * TTL)
+        for d in decode:
+            self.assertIsNone(d.failed(0.2), "a room failed (again) after etcd came back")
+        st, room = b.room(4101)
+        self.assertEqual((room["failure"]["reason"], room["failure"]["origin_node"]),
+                         ("recorded while etcd was down", "A"))
+        self.assertNotIn("room_failure_mirrored room=4101", b.logtext())
+        self.assertEqual(b.room(4100)[1]["state"], "Bootstrapping")
+        print("etcd down (every member frozen) 10 s: no room failed; the failure recorded "
+              "meanwhile reached B's decode ranks through A's push in %.1f ms; etcd's record "
+              "of it, after, changed nothing" % took)
+
+    def test_etcd_down_push_refused_failure_arrives_after(self):
+        """The nodes' HTTP tokens differ (B refuses A's push, 401): the
+        failure recorded while etcd is down arrives once etcd is back."""
+        a, b, prefill, decode = self.pd(tokens=("token-of-A", "token-of-B"))
+        rooms = [4200, 4201]
+        self.open_shared(a, b, prefill, decode, rooms)
+        ETCD.freeze(0, 1, 2)
+        try:
+            time.sleep(2)
+            prefill[0].fail(4201, 9, "recorded while etcd was down")
             time.sleep(8)
             self.assertIsNone(decode[0].failed(0.2), "a room failed while etcd was down")
             t_back = time.time_ns()
@@ -324,12 +381,73 @@ class EtcdTrouble(Base):
             ETCD.thaw(0, 1, 2)
         rec = decode[0].failed(30)
         self.assertIsNotNone(rec, "the failure recorded while etcd was down never arrived")
-        self.assertEqual(rec["room"], 4101)
+        self.assertEqual(rec["room"], 4201)
         self.assertEqual(rec["failure"]["reason"], "recorded while etcd was down")
         self.assertIsNone(decode[0].failed(2 * TTL), "a shared room failed after etcd came back")
-        self.assertEqual(b.room(4100)[1]["state"], "Bootstrapping")
-        print("etcd down (every member frozen) 10 s: no room failed; the failure recorded "
-              "meanwhile reached B %.3f s after etcd was back" % ((rec["t_ns"] - t_back) / 1e9))
+        self.assertEqual(b.room(4200)[1]["state"], "Bootstrapping")
+        counts = a.cluster_view()["counts"]
+        self.assertEqual((counts["room_pushes_sent"], counts["room_pushes_failed"]), (0, 1))
+        self.assertIn("room_push_failed", a.logtext())
+        self.assertIn("401", a.logtext())
+        print("etcd down 10 s, A's push refused (the nodes' tokens differ): no room failed; "
+              "the failure recorded meanwhile reached B %.3f s after etcd was back"
+              % ((rec["t_ns"] - t_back) / 1e9))
+
+
+class Push(Base):
+    def post(self, node, record, token=None):
+        h = {"Authorization": "Bearer " + token} if token else {}
+        return requests.post(node.url + "/cluster/room_failure", data=json.dumps(record),
+                             headers=h, timeout=10)
+
+    def test_duplicates_and_late_pushes_are_harmless(self):
+        a, b, prefill, decode = self.pd(tokens=("tok", "tok"))
+        rooms = [5000, 5001]
+        self.open_shared(a, b, prefill, decode, rooms)
+        rec = {"room": 5000, "origin_rank": 1, "code": 110, "reason": "the first",
+               "time_ns": time.time_ns(), "node": "A", "pid": 4242}
+        self.assertEqual(self.post(b, rec).status_code, 401)  # the token, as any mutation
+        self.assertEqual(b.room(5000)[1]["state"], "Bootstrapping")
+        r = self.post(b, rec, "tok")
+        self.assertEqual((r.status_code, r.json()), (200, {"room": 5000, "taken": True}))
+        seen = [d.failed(20) for d in decode]
+        for x in seen:
+            self.assertEqual((x["room"], x["failure"]["reason"], x["failure"]["origin_node"],
+                              x["failure"]["origin_pid"]), (5000, "the first", "A", 4242))
+        # The same record again, and a late one of another node: kept as it was.
+        r = self.post(b, rec, "tok")
+        self.assertEqual((r.status_code, r.json()), (200, {"room": 5000, "taken": False}))
+        late = dict(rec, reason="a late one", node="C", origin_rank=0)
+        self.assertEqual(self.post(b, late, "tok").json(), {"room": 5000, "taken": False})
+        f = b.room(5000)[1]["failure"]
+        self.assertEqual((f["reason"], f["origin_node"], f["origin_rank"]), ("the first", "A", 1))
+        for d in decode:
+            self.assertIsNone(d.failed(0.5), "a duplicate push was seen as a new failure")
+        # What a peer sends is checked.
+        self.assertEqual(self.post(b, dict(rec, room=5001, node="B"), "tok").status_code, 409)
+        for bad in ({"room": 5001}, dict(rec, room=-1), dict(rec, room=5001, node="a/b"),
+                    dict(rec, room=5001, reason=7), dict(rec, room=5001, code="x")):
+            r = self.post(b, bad, "tok")
+            self.assertEqual(r.status_code, 400, (bad, r.text))
+        r = requests.post(b.url + "/cluster/room_failure", data=b"{not json",
+                          headers={"Authorization": "Bearer tok"}, timeout=10)
+        self.assertEqual(r.status_code, 400)
+        self.assertEqual(b.room(5001)[1]["state"], "Bootstrapping")
+        # A real failure on A crosses by push (same token) and etcd, once.
+        t0 = prefill[1].fail(5001, 5, "a real one")
+        got = [d.failed(20) for d in decode]
+        self.assertEqual({(x["room"], x["failure"]["reason"]) for x in got},
+                         {(5001, "a real one")})
+        time.sleep(1)
+        for d in decode:
+            self.assertIsNone(d.failed(0.5))
+        cb = b.cluster_view()["counts"]
+        self.assertEqual(a.cluster_view()["counts"]["room_pushes_sent"], 1)
+        self.assertEqual(cb["room_pushes_received"], 4)  # 2 by hand taken, 2 kept out
+        self.assertGreaterEqual(cb["room_pushes_taken"], 1)
+        print("pushes: a record taken once, its duplicate and a late one of another node kept "
+              "out, malformed ones refused; a real failure crossed in %.1f ms"
+              % ((max(x["t_ns"] for x in got) - t0) / 1e6))
 
 
 def main():

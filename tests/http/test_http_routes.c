@@ -273,6 +273,8 @@ static void test_the_token_lets_each_mutating_route_change_it(void **state)
     for (size_t i = 0; i < n; i++) {
         if (!(t[i].flags & ROUTE_MUTATING))
             continue;
+        if (!strncmp(t[i].pattern, "/cluster/", 9))
+            continue; /* 404 without --etcd; with it: tests/cluster/test_shared_rooms.py */
         for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
             int m = methods[k];
             if (!(t[i].methods & (UINT64_C(1) << m)))

@@ -44,6 +44,19 @@ def spin(stop):
         pass
 
 
+def fs_type(path):
+    """The file system type of path (from /proc/mounts: the longest mount
+    point that is a prefix of it)."""
+    best, kind = "", "?"
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, kind = mnt, fstype
+    return kind
+
+
 def load():
     return "%.1f %.1f %.1f" % os.getloadavg()
 
@@ -84,6 +97,9 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--rooms", type=int, default=1000)
     p.add_argument("--busy", type=int, default=2, help="CPU spinners in the loaded pass")
+    p.add_argument("--etcd-dir", default=None,
+                   help="where etcd's members keep their data (default: the system's temporary "
+                   "directory, on disk here; /dev/shm puts it on tmpfs, without fsync cost)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     pypath = os.path.join(args.build, "python")
@@ -93,8 +109,9 @@ def main():
     import test_shared_rooms as tsr
     tsr.ARGS = argparse.Namespace(pythonpath=pypath)
     daemon = os.path.join(args.build, "kvcoordd")
-    etcd = cl.Etcd().start()
-    out = {"load_start": load()}
+    etcd = cl.Etcd(parent=args.etcd_dir).start()
+    out = {"load_start": load(), "etcd_data_dir": etcd.dir,
+           "etcd_data_fs": fs_type(etcd.dir)}
     nodes, ranks = [], []
     try:
         a = cl.Node(daemon, etcd.endpoints, "benchx", "A", ttl=10,
@@ -124,7 +141,10 @@ def main():
                 stop.set()
                 for s in spinners:
                     s.join()
+            counts_a, counts_b = a.cluster_view()["counts"], b.cluster_view()["counts"]
             out["passes"][name] = {
+                "pushes_sent_by_A": counts_a.get("room_pushes_sent"),
+                "pushes_taken_by_B": counts_b.get("room_pushes_taken"),
                 "busy_processes": busy, "load_before": l0, "load_after": l1,
                 "record_to_segment_on_B": stats(seg), "record_to_every_decode_poll": stats(poll),
                 "etcd_put_to_watch": stats([x * 1e3 for x in put_watch])}
@@ -142,6 +162,7 @@ def main():
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
+    print("etcd's data: %s (%s)" % (out["etcd_data_dir"], out["etcd_data_fs"]))
     for name, ps in out["passes"].items():
         s, q, e = (ps["record_to_segment_on_B"], ps["record_to_every_decode_poll"],
                    ps["etcd_put_to_watch"])
@@ -155,6 +176,8 @@ def main():
         print("  etcd's own put -> watch (same run, as many puts): median %.1f ms, p99 %.1f ms, "
               "p100 %.1f ms; poll/put-watch median ratio %.1fx"
               % (e["median_ms"], e["p99_ms"], e["p100_ms"], q["median_ms"] / e["median_ms"]))
+        print("  A's pushes answered 200 so far: %s; rooms B took from a push (before etcd's "
+              "event): %s" % (ps["pushes_sent_by_A"], ps["pushes_taken_by_B"]))
     print("sglang's own anchors: a dead prefill seen after the heartbeat's 2 x 5 s = 10 s, a "
           "silent one after the 300 s waiting timeout; a recorded failure's reason never")
     print("reaches the decode.  Load at start %s, at end %s." % (out["load_start"],

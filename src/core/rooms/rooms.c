@@ -216,6 +216,7 @@ struct fail_arg {
     int32_t pid;      /* adopt: the origin's pid (0: none) */
     const char *node; /* adopt: the origin node (NULL: none) */
     uint32_t flags;   /* adopt: KVC__FAIL_* */
+    int keep;         /* adopt: a record the room has already is kept */
 };
 
 static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
@@ -242,6 +243,8 @@ static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
     char want[KVC_REASON_MAX + 1];
     kvc__copy_reason(want, a->reason && *a->reason ? a->reason : "no reason given");
     const char *node = a->node ? a->node : "";
+    if (a->keep && r->has_failure)
+        return KVC_OK;
     if (r->has_failure && r->failure.origin_rank == (int32_t)a->origin &&
         r->failure.code == a->code && !strcmp(r->failure.reason, want) &&
         r->failure.origin_pid == a->pid && !strncmp(r->failure.node, node, KVC_NODE_NAME_MAX) &&
@@ -267,7 +270,7 @@ KVC_API kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_r
     if (origin_rank >= seg->hdr->max_ranks)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
-    struct fail_arg a = {room, origin_rank, code, reason, 0, 0, 0, 0, NULL, 0};
+    struct fail_arg a = {room, origin_rank, code, reason, 0, 0, 0, 0, NULL, 0, 0};
     kvc_err e = kvc__with_stripe(seg, room, fail_op, &a);
     if (!e && kept)
         *kept = a.result;
@@ -285,7 +288,7 @@ KVC_API kvc_err kvc_room_fail_adopt(kvc_segment *seg, uint64_t room, uint32_t or
     if (origin_rank >= seg->hdr->max_ranks && origin_rank != KVC_ORIGIN_RANK_NONE)
         return kvc__fail(KVC_E_INVAL, "origin rank %u exceeds the segment's max ranks (%u)",
                          origin_rank, seg->hdr->max_ranks);
-    struct fail_arg a = {room, origin_rank, code, reason, time_ns, 1, 0, 0, NULL, 0};
+    struct fail_arg a = {room, origin_rank, code, reason, time_ns, 1, 0, 0, NULL, 0, 0};
     kvc_err e = kvc__with_stripe(seg, room, fail_op, &a);
     if (!e && changed)
         *changed = a.result;
@@ -307,7 +310,7 @@ static int node_name_ok(const char *s, int empty_ok)
     return 1;
 }
 
-KVC_API kvc_err kvc_room_fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int *changed)
+static kvc_err fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int keep, int *changed)
 {
     if (changed)
         *changed = 0;
@@ -327,11 +330,22 @@ KVC_API kvc_err kvc_room_fail_mirror(kvc_segment *seg, const kvc_failure_info *f
     reason[KVC_REASON_MAX] = '\0';
     struct fail_arg a = {
         f->room,        f->origin_rank,      f->code, reason, f->time_ns, 1, 0, f->origin_pid,
-        f->origin_node, KVC__FAIL_OTHER_NODE};
+        f->origin_node, KVC__FAIL_OTHER_NODE, keep};
     kvc_err e = kvc__with_stripe(seg, f->room, fail_op, &a);
     if (!e && changed)
         *changed = a.result;
     return e;
+}
+
+KVC_API kvc_err kvc_room_fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int *changed)
+{
+    return fail_mirror(seg, f, 0, changed);
+}
+
+KVC_API kvc_err kvc_room_fail_mirror_first(kvc_segment *seg, const kvc_failure_info *f,
+                                           int *changed)
+{
+    return fail_mirror(seg, f, 1, changed);
 }
 
 KVC_API kvc_err kvc_segment_set_node(kvc_segment *seg, const char *node)

@@ -223,6 +223,10 @@ static void free_cluster(struct cluster *c)
     etcd_close(c->ses.ec);
     if (c->fx.multi)
         curl_multi_cleanup(c->fx.multi);
+    if (c->px.multi)
+        curl_multi_cleanup(c->px.multi);
+    curl_slist_free_all(c->px.headers);
+    cluster__push_free(c->px.queue);
     cluster__fetch_free(c->fx.queue);
     cluster__fetch_free(c->in.fetched);
     for (unsigned ti = 0; ti < NTABLES; ti++) {
@@ -270,9 +274,41 @@ static void free_cluster(struct cluster *c)
     free(c->cfg.key);
     pthread_mutex_destroy(&c->in.mu);
     pthread_mutex_destroy(&c->fx.mu);
+    pthread_mutex_destroy(&c->px.mu);
+    pthread_mutex_destroy(&c->follow.mu);
     pthread_mutex_destroy(&c->fig.mu);
     pthread_cond_destroy(&c->in.cv);
     free(c);
+}
+
+/* The headers of every push (cluster_push.c): JSON, no "Expect: 100-
+ * continue" round trip, and this node's HTTP token when it has one (the
+ * peers' mutating routes want theirs; the nodes of a cluster share it).
+ * 1, or 0 when out of memory. */
+static int push_headers(struct cluster *c, const char *token)
+{
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *h2 = h ? curl_slist_append(h, "Expect:") : NULL;
+    if (!h2) {
+        curl_slist_free_all(h);
+        return 0;
+    }
+    c->px.headers = h2;
+    if (token) {
+        size_t n = strlen(token) + 32;
+        char *line = malloc(n);
+        struct curl_slist *h3 = NULL;
+        if (line) {
+            snprintf(line, n, "Authorization: Bearer %s", token);
+            h3 = curl_slist_append(c->px.headers, line);
+            memset(line, 0, n);
+            free(line);
+        }
+        if (!h3)
+            return 0;
+        c->px.headers = h3;
+    }
+    return 1;
 }
 
 int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *err, size_t cap)
@@ -298,6 +334,9 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     }
     pthread_mutex_init(&c->in.mu, NULL);
     pthread_mutex_init(&c->fx.mu, NULL);
+    pthread_mutex_init(&c->px.mu, NULL);
+    pthread_mutex_init(&c->follow.mu, NULL);
+    c->px.tail = &c->px.queue;
     pthread_mutex_init(&c->fig.mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -357,8 +396,11 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
     c->rooms.pending = calloc(PENDING_ROOMS_MAX, sizeof *c->rooms.pending);
     c->follow.names = calloc(FOLLOW_NODES, sizeof *c->follow.names);
     c->fx.multi = curl_multi_init();
+    c->px.multi = curl_multi_init();
     c->pd.mirror = pd_mirror_new();
-    if (!c->tab.list || !c->rooms.pending || !c->fx.multi || !c->pd.mirror || !c->follow.names) {
+    int headers_ok = push_headers(c, conf->http_token);
+    if (!c->tab.list || !c->rooms.pending || !c->fx.multi || !c->px.multi || !c->pd.mirror ||
+        !c->follow.names || !headers_ok) {
         snprintf(err, cap, "out of memory for the cluster view of %u ranks", c->cfg.max_ranks);
         free_cluster(c);
         return -1;
@@ -397,7 +439,10 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
         c->thr.started_room = 1;
     if (c->thr.started_room && pthread_create(&c->thr.fetcher, NULL, cluster__fetch_main, c) == 0)
         c->thr.started_fetcher = 1;
-    if (!c->thr.started_fetcher) {
+    if (c->thr.started_fetcher &&
+        pthread_create(&c->thr.pusher, NULL, cluster__push_main, c) == 0)
+        c->thr.started_pusher = 1;
+    if (!c->thr.started_pusher) {
         snprintf(err, cap, "cannot start the cluster threads");
         cluster_stop(c, 0);
         return -1;
@@ -429,6 +474,13 @@ void cluster_stop(struct cluster *c, int clean)
     pthread_mutex_unlock(&c->fx.mu);
     if (c->fx.multi)
         curl_multi_wakeup(c->fx.multi);
+    pthread_mutex_lock(&c->px.mu);
+    c->px.stop = 1;
+    pthread_mutex_unlock(&c->px.mu);
+    if (c->px.multi)
+        curl_multi_wakeup(c->px.multi);
+    if (c->thr.started_pusher)
+        pthread_join(c->thr.pusher, NULL);
     if (c->thr.started_fetcher)
         pthread_join(c->thr.fetcher, NULL);
     if (c->thr.started_room)

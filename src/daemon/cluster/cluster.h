@@ -66,7 +66,9 @@ struct cluster_conf {
     const char *user;          /* --etcd-user, or NULL */
     const char *password_file; /* --etcd-password-file */
     const char *cacert, *cert, *key;
-    kvc_segment *seg; /* borrowed; outlives the cluster */
+    const char *http_token; /* this node's HTTP token (auth.h), sent with the
+                               failures pushed to peer nodes; NULL: none */
+    kvc_segment *seg;       /* borrowed; outlives the cluster */
 };
 
 struct cluster;
@@ -109,6 +111,8 @@ struct cluster_stats {
     uint64_t mirror_writes, mirror_withdrawals;
     uint64_t fetches, fetch_failures, digest_mismatches;
     uint64_t rooms_published, rooms_lost_race, rooms_adopted;
+    uint64_t pushes, push_failures;       /* this node's failures pushed to peers: answered 200, not */
+    uint64_t pushes_received, pushes_taken; /* peers' pushes checked here; taken (room had none) */
     uint32_t rooms_followed;         /* rooms a local rank follows, published */
     uint32_t rooms_shared;           /* (room, node) pairs other nodes follow */
     uint64_t rooms_failed_node_left; /* rooms failed when a node sharing them left */
@@ -127,6 +131,18 @@ struct cluster_stats {
 };
 
 void cluster_get_stats(struct cluster *c, struct cluster_stats *out);
+
+/* A room failure pushed by a peer node (POST /cluster/room_failure, body:
+ * etcd's rooms/<room> record of the origin node): checked as a record read
+ * from etcd, and taken only by a room without a failure record
+ * (kvc_room_fail_mirror_first: the first record stays, so a push never
+ * displaces what etcd settled, and the same record twice is harmless).
+ * Returns the HTTP status: 200 (*taken 1 when the room took it, 0 when it
+ * had a record; *room the record's room), 400 (malformed: err says what),
+ * 409 (the record names this node), 503/500 (the segment refused: err).
+ * Any thread (it uses the segment's API and the figures' mutex). */
+int cluster_push_receive(struct cluster *c, const char *body, size_t len, uint64_t *room,
+                         int *taken, char *err, size_t cap);
 
 /* The other nodes' PD prefill tables mirrored (pd_mirror.h; lives as long
  * as c), and this node's name (c's). */

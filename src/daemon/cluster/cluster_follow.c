@@ -255,7 +255,29 @@ static void map_drop(struct cluster_follow *f, struct follow_entry *e)
     f->used--;
 }
 
+size_t cluster__room_followers(struct cluster *c, uint64_t room,
+                               char (*out)[CLUSTER_NAME_MAX + 1], size_t max)
+{
+    struct cluster_follow *f = &c->follow;
+    size_t n = 0;
+    pthread_mutex_lock(&f->mu);
+    for (unsigned i = 0; i < f->nnames && n < max; i++)
+        if (f->names[i][0] && map_find(f, room, i))
+            memcpy(out[n++], f->names[i], sizeof out[0]);
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+static void follow_record(struct cluster *c, const char *node, uint64_t room, int is_delete);
+
 void cluster__follow_record(struct cluster *c, const char *node, uint64_t room, int is_delete)
+{
+    pthread_mutex_lock(&c->follow.mu);
+    follow_record(c, node, room, is_delete);
+    pthread_mutex_unlock(&c->follow.mu);
+}
+
+static void follow_record(struct cluster *c, const char *node, uint64_t room, int is_delete)
 {
     if (!strcmp(node, c->cfg.node) || room > KVC_ROOM_ID_MAX)
         return;
@@ -344,7 +366,9 @@ void cluster__follow_node_back(struct cluster *c, const char *node)
         f->left[i] = f->left[--f->nleft];
         uint64_t *rooms;
         size_t n;
+        pthread_mutex_lock(&f->mu);
         take_pairs(f, ni, &rooms, &n); /* it republishes what it follows now */
+        pthread_mutex_unlock(&f->mu);
         free(rooms);
         log_event(LOG_INFO, "node_back",
                   "node=%s shared=%zu note=\"back before its rooms "
@@ -376,8 +400,10 @@ static void fail_shared(struct cluster *c, int ni, const char *node)
     struct cluster_follow *f = &c->follow;
     size_t nr = 0, failed = 0;
     uint64_t *rooms = NULL;
+    pthread_mutex_lock(&f->mu);
     take_pairs(f, ni, &rooms, &nr);
     f->names[ni][0] = '\0';
+    pthread_mutex_unlock(&f->mu);
     kvc_failure_info fi;
     memset(&fi, 0, sizeof fi);
     fi.origin_rank = KVC_ORIGIN_RANK_NONE;
@@ -413,6 +439,7 @@ void cluster__follow_snapshot_begin(struct cluster *c)
 void cluster__follow_snapshot_end(struct cluster *c)
 {
     struct cluster_follow *f = &c->follow;
+    pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < f->cap; i++) {
         int deferred = 0; /* a departed node's pairs wait for its verdict */
         for (unsigned k = 0; k < f->nleft; k++)
@@ -420,6 +447,7 @@ void cluster__follow_snapshot_end(struct cluster *c)
         if (f->tab[i].st == FE_USED && f->tab[i].stale && !deferred)
             map_drop(f, &f->tab[i]);
     }
+    pthread_mutex_unlock(&f->mu);
     pthread_mutex_lock(&c->fig.mu);
     c->fig.st.rooms_shared = (uint32_t)f->used;
     pthread_mutex_unlock(&c->fig.mu);

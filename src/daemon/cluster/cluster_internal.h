@@ -37,6 +37,8 @@
  *                      and events; the mirror's drop and its leftovers
  *   cluster_fetch.c    large entries fetched from their origin, off the
  *                      cluster thread
+ *   cluster_push.c     this node's room failures pushed to the nodes that
+ *                      follow the room, beside etcd; a peer's push taken
  *   cluster_watch.c    the watch thread and the futex waiters
  *   cluster_follow.c   which nodes follow which rooms: this node's published,
  *                      the others' known, a departed node's shared rooms failed
@@ -186,6 +188,16 @@ struct fetch_job {
     void *xfer; /* the fetch thread's transfer state */
 };
 
+/* A room failure pushed to one peer node (cluster_push.c): made by the
+ * cluster thread, sent and freed by the push thread. */
+struct push_job {
+    struct push_job *next;
+    char node[CLUSTER_NAME_MAX + 1];
+    char url[URL_MAX + 32]; /* <the node's url>/cluster/room_failure */
+    char *body;             /* the record, as etcd's rooms/<room> value */
+    CURL *h;                /* the push thread's transfer */
+};
+
 /* Each part of the state names the thread that owns it and the lock, if
  * any, that guards it; nothing else is shared. */
 
@@ -210,8 +222,8 @@ struct cluster_cfg {
 /* The threads.  Written by cluster_start() and cluster_stop() only (on
  * the thread that calls them). */
 struct cluster_threads {
-    pthread_t thread, watch_thread, rank_waiter, room_waiter, fetcher;
-    int started_thread, started_watch, started_rank, started_room, started_fetcher;
+    pthread_t thread, watch_thread, rank_waiter, room_waiter, fetcher, pusher;
+    int started_thread, started_watch, started_rank, started_room, started_fetcher, started_pusher;
 };
 
 /* What the helper threads hand the cluster thread, and cluster_stop()'s
@@ -239,6 +251,20 @@ struct cluster_fetcher {
     struct fetch_job *queue; /* asked for, not started, oldest first */
     int stop;
     CURLM *multi; /* created by cluster_start(), then the fetch thread's */
+};
+
+/* The push thread's inbox: scan and stop under `mu`; the rest is the push
+ * thread's (multi and headers made by cluster_start()). */
+struct cluster_pusher {
+    pthread_mutex_t mu;
+    int scan; /* the room waiter saw a new failure record */
+    int stop;
+    uint64_t seen; /* the segment's failures_total last looked at */
+    struct push_job *queue, **tail; /* not started yet, oldest first */
+    size_t nqueued;
+    CURLM *multi;
+    struct curl_slist *headers; /* Content-Type, Expect, the token's Authorization */
+    unsigned failed_in_row;
 };
 
 /* This node's session with etcd.  The cluster thread's alone (no lock). */
@@ -295,8 +321,10 @@ struct follow_entry {
 
 /* Which rooms this node follows (published as follows/<node>/<room>) and
  * which rooms the other nodes follow (from the watch).  The cluster
- * thread's alone. */
+ * thread's; the remote map (tab, cap, used, filled, names, nnames) is
+ * written by it under `mu`, and read by the push thread under `mu`. */
 struct cluster_follow {
+    pthread_mutex_t mu;
     kvc_room_info *list; /* scratch of kvc_room_list */
     size_t cap_list;
     uint64_t *cur, *pub; /* followed now / as etcd has them; sorted */
@@ -345,6 +373,7 @@ struct cluster {
     struct cluster_threads thr;
     struct cluster_inbox in;
     struct cluster_fetcher fx;
+    struct cluster_pusher px;
     struct cluster_session ses;
     struct cluster_tables tab;
     struct cluster_peers peers;
@@ -482,6 +511,9 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len);
 void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns);
 /* Publish the queued failures, create-only; 0, or -1 when etcd failed. */
 int cluster__publish_rooms(struct cluster *c);
+/* etcd's rooms/<room> value of a failure of this node (malloc'd; NULL: out
+ * of memory).  Any thread (reads cfg only). */
+char *cluster__room_record(const struct cluster *c, const struct pending_room *p);
 
 /* ---- cluster_follow.c ---------------------------------------------------- */
 
@@ -509,6 +541,10 @@ void cluster__follow_snapshot_end(struct cluster *c);
 /* The figures' count of known pairs. */
 void cluster__follow_count(struct cluster *c);
 void cluster__follow_free(struct cluster *c);
+/* The other nodes that follow room, as etcd last said: at most max names
+ * copied into out; how many.  Any thread (takes follow.mu). */
+size_t cluster__room_followers(struct cluster *c, uint64_t room,
+                               char (*out)[CLUSTER_NAME_MAX + 1], size_t max);
 
 /* ---- cluster_mirror.c ---------------------------------------------------- */
 
@@ -554,6 +590,16 @@ void cluster__fetched(struct cluster *c, struct fetch_job *j);
 void cluster__fetch_free(struct fetch_job *j);
 /* The fetch thread (arg: the cluster); runs until fx.stop is set. */
 void *cluster__fetch_main(void *arg);
+
+/* ---- cluster_push.c ------------------------------------------------------ */
+
+/* Ask the push thread to look for new failures of this node (the room
+ * waiter, on a new failure record). */
+void cluster__push_wake(struct cluster *c);
+/* The push thread (arg: the cluster); runs until px.stop is set. */
+void *cluster__push_main(void *arg);
+/* Free a list of jobs (NULL ignored). */
+void cluster__push_free(struct push_job *j);
 
 /* ---- cluster_watch.c ----------------------------------------------------- */
 

@@ -182,6 +182,13 @@ void cluster_render_metrics(struct cluster *c, struct buf *o)
     val(o, "kvcoord_cluster_room_failures_total", "{result=\"published\"}", s.rooms_published);
     val(o, "kvcoord_cluster_room_failures_total", "{result=\"lost_race\"}", s.rooms_lost_race);
     val(o, "kvcoord_cluster_room_failures_total", "{result=\"adopted\"}", s.rooms_adopted);
+    fam(o, "kvcoord_cluster_room_pushes_total", "counter",
+        "Room failures of this node pushed to the nodes that follow the room (answered 200, or "
+        "not), and peers' pushes received here (taken: the room had no failure record yet).");
+    val(o, "kvcoord_cluster_room_pushes_total", "{result=\"sent\"}", s.pushes);
+    val(o, "kvcoord_cluster_room_pushes_total", "{result=\"failed\"}", s.push_failures);
+    val(o, "kvcoord_cluster_room_pushes_total", "{result=\"received\"}", s.pushes_received);
+    val(o, "kvcoord_cluster_room_pushes_total", "{result=\"taken\"}", s.pushes_taken);
     one(o, "kvcoord_cluster_rooms_followed", "gauge",
         "Rooms a rank of this node follows, published for the other nodes.", s.rooms_followed);
     one(o, "kvcoord_cluster_rooms_shared", "gauge",
@@ -271,6 +278,11 @@ void cluster_render_json(struct cluster *c, struct buf *o)
                                   "unconfirmed_episodes", (json_int_t)s.unconfirmed_episodes));
     json_t *counts = json_object_get(root, "counts");
     json_object_set_new(counts, "local_role_ranks", json_integer(s.local_role_ranks));
+    json_object_set_new(counts, "room_pushes_sent", json_integer((json_int_t)s.pushes));
+    json_object_set_new(counts, "room_pushes_failed", json_integer((json_int_t)s.push_failures));
+    json_object_set_new(counts, "room_pushes_received",
+                        json_integer((json_int_t)s.pushes_received));
+    json_object_set_new(counts, "room_pushes_taken", json_integer((json_int_t)s.pushes_taken));
     json_object_set_new(counts, "mirrored_role_ranks", json_integer(s.mirrored_role_ranks));
     json_object_set_new(counts, "local_parallelism_configs", json_integer(s.local_parallelism));
     json_object_set_new(counts, "mirrored_parallelism_configs",

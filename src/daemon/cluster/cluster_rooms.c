@@ -2,8 +2,8 @@
  * cluster_rooms.c - room failures across the cluster: this node's new
  * failure records queued and published create-only under the node's lease
  * (the first record of a room wins cluster-wide; the key is deleted once
- * the room TTL has passed), and the records of other nodes (or of the
- * winner of a race) taken into this node's segment with their provenance.
+ * the room TTL has passed), and the records of other nodes (or of the winner of a
+ * race) taken into this node's segment with their provenance.
  */
 
 #include <inttypes.h>
@@ -70,6 +70,17 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len)
     }
     json_decref(o);
     return 0;
+}
+
+char *cluster__room_record(const struct cluster *c, const struct pending_room *p)
+{
+    json_t *o = json_pack("{s:I, s:I, s:i, s:s, s:I, s:s, s:i}", "room", (json_int_t)p->room,
+                          "origin_rank", (json_int_t)p->origin_rank, "code", (int)p->code,
+                          "reason", p->reason, "time_ns", (json_int_t)p->time_ns, "node",
+                          c->cfg.node, "pid", (int)p->pid);
+    char *val = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return val;
 }
 
 /* Queue the failures recorded since the last look (failures_seen) for
@@ -167,12 +178,7 @@ int cluster__publish_rooms(struct cluster *c)
     int rc = 0;
     for (; done < c->rooms.npending; done++) {
         struct pending_room *p = &c->rooms.pending[done];
-        json_t *o = json_pack("{s:I, s:I, s:i, s:s, s:I, s:s, s:i}", "room", (json_int_t)p->room,
-                              "origin_rank", (json_int_t)p->origin_rank, "code", (int)p->code,
-                              "reason", p->reason, "time_ns", (json_int_t)p->time_ns, "node",
-                              c->cfg.node, "pid", (int)p->pid);
-        char *val = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
+        char *val = cluster__room_record(c, p);
         if (!val)
             break;
         char key[200];

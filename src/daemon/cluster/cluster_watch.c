@@ -234,6 +234,7 @@ void *cluster__room_waiter_main(void *arg)
         if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == failures)
             continue;
         failures = si.failures_total;
+        cluster__push_wake(c); /* first: the push thread never waits for etcd */
         pthread_mutex_lock(&c->in.mu);
         c->in.room_changed = 1;
         pthread_cond_signal(&c->in.cv);

@@ -46,6 +46,10 @@
  *     newest first (default 100, at most 1024).
  *   - GET /metrics: Prometheus text exposition (metrics.h); with --etcd,
  *     the cluster view's families too (cluster.h).
+ *   - POST /cluster/room_failure: a room failure pushed by a peer node's
+ *     kvcoordd (--etcd; body: etcd's rooms/<room> record), taken only by a
+ *     room without a failure record: 200 {"room": R, "taken": bool}; 400,
+ *     409 (the record names this node), 404 without --etcd (cluster.h)
  *   - GET /cluster: the cluster view (--etcd) as JSON: this node, etcd's
  *     state, the lease, the nodes, conflicts (cluster.h); 404 "Cluster view
  *     off (kvcoordd runs without --etcd)" otherwise.
@@ -258,6 +262,7 @@ static const struct route route_table[] = {
     {"/failures", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_get_failures, NULL},
     {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_WAITS_IF_STALE, route_get_metrics, NULL},
     {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_cluster, NULL},
+    {"/cluster/room_failure", M(HTTP_POST), ROUTE_MUTATING, route_post_room_push, NULL},
     {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING,
      route_put_parallelism, NULL},
     {"/get_parallelism_config", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_parallelism, NULL},

@@ -126,6 +126,8 @@ enum route_rc route_get_health(struct routes *, struct route_slot *, const struc
                                struct buf *);
 enum route_rc route_get_metrics(struct routes *, struct route_slot *, const struct http_req *,
                                 struct buf *);
+enum route_rc route_post_room_push(struct routes *, struct route_slot *, const struct http_req *,
+                                   struct buf *);
 enum route_rc route_get_cluster(struct routes *, struct route_slot *, const struct http_req *,
                                 struct buf *);
 

@@ -1,6 +1,7 @@
 /*
  * http_routes_ops.c - kvcoordd's routes for operators: GET /health, GET
- * /metrics and GET /cluster.  Routes: http_routes.c.
+ * /metrics and GET /cluster; and POST /cluster/room_failure, a peer
+ * node's pushed room failure (cluster.h).  Routes: http_routes.c.
  */
 #include "http_routes_int.h"
 
@@ -53,5 +54,31 @@ enum route_rc route_get_cluster(struct routes *r, struct route_slot *s, const st
     else
         resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
     buf_trim(b, RI_KEEP);
+    return ROUTE_DONE;
+}
+
+/* ---- POST /cluster/room_failure --------------------------------------------- */
+
+enum route_rc route_post_room_push(struct routes *r, struct route_slot *s,
+                                   const struct http_req *req, struct buf *out)
+{
+    (void)s;
+    if (!r->cluster) {
+        resp_detail(out, req, 404, "Cluster view off (kvcoordd runs without --etcd)", NULL);
+        return ROUTE_DONE;
+    }
+    char err[256] = "";
+    uint64_t room = 0;
+    int taken = 0;
+    int st = cluster_push_receive(r->cluster, req->body ? req->body : "", req->body_len, &room,
+                                  &taken, err, sizeof err);
+    if (st != 200) {
+        route_detailf(out, req, st, "%s", err);
+        return ROUTE_DONE;
+    }
+    char body[96];
+    int n = snprintf(body, sizeof body, "{\"room\":%" PRIu64 ",\"taken\":%s}", room,
+                     taken ? "true" : "false");
+    resp_send(out, req, 200, CT_JSON, body, (size_t)n, NULL);
     return ROUTE_DONE;
 }
