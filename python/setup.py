@@ -3,20 +3,24 @@
     python3 -m pip install --no-build-isolation ./python    (into a venv too)
     python3 -m pip wheel --no-build-isolation ./python       (a wheel)
 
-builds the extension kvcoord._kvcoord from the project's own C sources (the
-binding in python/ext/ and libkvcoord's src/core/ and src/common/,
-compiled in, nothing linked from a kvcoord install) and kvcoord._engine
-(python/ext/engine*.c and the transfer engine src/xfer/, for
-kvcoord.mooncake) with Debian's setuptools, offline.  Needs a C11 compiler,
-python3-dev, libjansson-dev, liburing-dev and libibverbs-dev.  The CMake
-build (python/CMakeLists.txt) builds the same package into build/python.
+The extensions kvcoord._kvcoord and kvcoord._engine have one build, the
+project's CMake (python/CMakeLists.txt): this file configures the checkout
+with KVCOORD_PYTHON_ONLY=ON for the interpreter running pip, builds the two
+targets and packages the modules they make, beside the pure-Python files.
+No source list and no compiler flag is written here.  Offline, with Debian's
+setuptools; needs cmake, pkg-config, a C11 compiler, python3-dev,
+libjansson-dev, liburing-dev and libibverbs-dev.
 """
 
 import glob
 import os
 import re
+import shutil
+import subprocess
+import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -27,35 +31,38 @@ def version():
         return re.search(r'#define KVC_VERSION "([^"]+)"', f.read()).group(1)
 
 
-def sources():
-    binding = sorted(glob.glob(os.path.join(HERE, "ext", "_*.c")))
-    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*", "*.c")))
-    hier = sorted(glob.glob(os.path.join(ROOT, "src", "hier", "*.c")))
-    return binding + core + hier + [os.path.join(ROOT, "src", "common", "json_scan.c")]
+class CMakeExtension(Extension):
+    """A module CMake builds: `target` in python/CMakeLists.txt."""
+
+    def __init__(self, name, target):
+        super().__init__(name, sources=[])
+        self.target = target
 
 
-def engine_sources():
-    """kvcoord._engine: python/ext/engine*.c, the transfer engine (src/xfer/**)
-    and the library it reports through (the core sources of _kvcoord)."""
-    ext = sorted(glob.glob(os.path.join(HERE, "ext", "engine*.c")))
-    xfer = sorted(glob.glob(os.path.join(ROOT, "src", "xfer", "**", "*.c"), recursive=True))
-    core = [f for f in sources() if not f.startswith(os.path.join(HERE, ""))]
-    return ext + xfer + core
+class CMakeBuild(build_ext):
+    """Configures the project once (build_temp/cmake), then builds each
+    extension's CMake target and copies the module to where setuptools
+    packages it."""
 
+    def run(self):
+        self.cmake_dir = os.path.join(os.path.abspath(self.build_temp), "cmake")
+        cmd = ["cmake", "-S", ROOT, "-B", self.cmake_dir, "-DCMAKE_BUILD_TYPE=Release",
+               "-DKVCOORD_PYTHON_ONLY=ON", "-DKVCOORD_TESTS=OFF",
+               "-DPython3_EXECUTABLE=" + sys.executable]
+        subprocess.run(cmd, check=True)
+        super().run()
 
-def engine_macros():
-    """What this transfer.h offers (python/ext/engine_peer.c): READ, descriptor fetch."""
-    with open(os.path.join(ROOT, "include", "kvcoord", "transfer.h"), encoding="utf-8") as f:
-        text = f.read()
-    return [("KVT_HAVE_" + fn.upper(), None) for fn in ("submit_read", "descriptor_fetch")
-            if "kvt_%s(" % fn in text]
-
-
-def engine_includes():
-    xfer = os.path.join(ROOT, "src", "xfer")
-    dirs = {os.path.dirname(f) for f in glob.glob(os.path.join(xfer, "**", "*.h"), recursive=True)}
-    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*", "")))
-    return [os.path.join(ROOT, "include")] + core + [os.path.join(ROOT, "src", "common")] + sorted(dirs)
+    def build_extension(self, ext):
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
+        subprocess.run(["cmake", "--build", self.cmake_dir, "--target", ext.target,
+                        "-j", jobs], check=True)
+        leaf = ext.name.rsplit(".", 1)[1]
+        built = glob.glob(os.path.join(self.cmake_dir, "python", "kvcoord", leaf + ".*.so"))
+        if len(built) != 1:
+            raise RuntimeError("CMake target %s made %r" % (ext.target, built))
+        dest = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(built[0], dest)
 
 
 setup(
@@ -68,29 +75,9 @@ setup(
                  "kvcoord.mooncake": os.path.relpath(os.path.join(HERE, "kvcoord", "mooncake"))},
     package_data={"kvcoord": ["py.typed", "*.pyi"], "kvcoord.sglang": ["*.pyi"]},
     python_requires=">=3.10",  # Py_NewRef (python/ext/)
-    ext_modules=[
-        Extension(
-            "kvcoord._kvcoord",
-            sources=sources(),
-            include_dirs=[os.path.join(ROOT, "include"), os.path.join(HERE, "ext")]
-            + sorted(glob.glob(os.path.join(ROOT, "src", "core", "*", "")))
-            + [os.path.join(ROOT, "src", "common")],
-            define_macros=[("_GNU_SOURCE", None)],
-            libraries=["jansson", "rt"],
-            # the library's kvc_* symbols stay inside the module (only PyInit_ is exported)
-            extra_compile_args=["-std=c11", "-fvisibility=hidden"],
-            extra_link_args=["-pthread"],
-        ),
-        Extension(
-            "kvcoord._engine",
-            sources=engine_sources(),
-            include_dirs=engine_includes(),
-            define_macros=[("_GNU_SOURCE", None)] + engine_macros(),
-            libraries=["jansson", "uring", "ibverbs", "rt"],
-            extra_compile_args=["-std=c11", "-fvisibility=hidden"],
-            extra_link_args=["-pthread"],
-        ),
-    ],
+    ext_modules=[CMakeExtension("kvcoord._kvcoord", "kvcoord_python"),
+                 CMakeExtension("kvcoord._engine", "kvcoord_python_engine")],
+    cmdclass={"build_ext": CMakeBuild},
     # sglang's plugin framework (sglang.srt.plugins.load_plugins) runs it in every
     # sglang process: docs/mooncake.md, "sglang on it, unchanged"
     entry_points={"sglang.srt.plugins": ["kvcoord = kvcoord.sglang_plugin:load"]},
