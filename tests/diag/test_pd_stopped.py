@@ -12,16 +12,16 @@ Usage: test_pd_stopped.py --daemon PATH --diag PATH --fixture PATH [unittest arg
 """
 
 import argparse
-import http.client
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import Daemon  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -52,46 +52,6 @@ def diag(segment, *args, json_out=True):
     return p.returncode, json.loads(p.stdout) if json_out else p.stdout, p.stderr
 
 
-class Daemon:
-    def __init__(self, segment):
-        self.segment = segment
-        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-pdstop-", delete=False)
-        self.proc = subprocess.Popen([ARGS.daemon, "--listen", "127.0.0.1:0", "--segment",
-                                      segment, "--fresh", "--log-level", "debug"],
-                                     stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        end = time.monotonic() + 60
-        while True:
-            with open(self.log.name, errors="replace") as f:
-                m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", f.read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None or time.monotonic() > end:
-                raise AssertionError("kvcoordd did not start")
-            time.sleep(0.02)
-
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=DEADLINE)
-        try:
-            c.request(method, path, body=None if body is None else json.dumps(body))
-            r = c.getresponse()
-            return r.status, r.read().decode()
-        finally:
-            c.close()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
-        os.unlink(self.log.name)
-        try:
-            os.unlink("/dev/shm/" + self.segment)
-        except FileNotFoundError:
-            pass
-
-
 class StoppedHolder:
     """diag_fixture attached to the daemon's segment, its child stopped (SIGSTOP)
     inside the PD lock at the scenario's point."""
@@ -119,7 +79,8 @@ class StoppedHolder:
 
 class PdReadsNeverLock(unittest.TestCase):
     def setUp(self):
-        self.d = Daemon("kvctest-pdstop-%d-%s" % (os.getpid(), self._testMethodName[-12:]))
+        self.d = Daemon("kvctest-pdstop-%d-%s" % (os.getpid(), self._testMethodName[-12:]),
+                        exe=ARGS.daemon)
         self.assertEqual(self.d.request("PUT", "/route", REG)[0], 200)
         self.assertEqual(self.d.request("POST", "/register_dp_rank",
                                         {"bootstrap_room": 77, "dp_rank": 1})[0], 200)

@@ -12,19 +12,15 @@ Usage: test_small_shm.py KVCOORDD
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import free_port  # noqa: E402  (the tests' one helper module)
+
 SKIP = 77
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def put(port, rank, nbytes):

@@ -21,7 +21,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import wait_for  # noqa: E402  (the tests' one helper module)
 
 TOKEN1, TOKEN2 = "tok-123.A_b", "tok-456~Z"
 BODY = json.dumps({"rank": 0, "transfer_engine_info": {
@@ -89,17 +91,6 @@ def expect_401(d, method, path, body, auth, what):
         fail("%s: body %r" % (what, data))
     if hdr.get("www-authenticate", "").split()[0].lower() != "bearer":
         fail("%s: WWW-Authenticate %r" % (what, hdr.get("www-authenticate")))
-
-
-def wait_for(what, pred, timeout=60):
-    """Poll pred until it is true; the bound is only against a hang."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    fail("timed out waiting for " + what)
 
 
 def crash(exe, d, mode, rank):
@@ -208,9 +199,9 @@ def main():
         st, _, data = d.request("PUT", reg, body3, "Bearer " + TOKEN2)
         if st != 200:
             fail("registration after the crash: %d %r" % (st, data))
-        wait_for("lock_recovered in the log",
-                 lambda: re.search(r" warn lock_recovered count=1 total=1\b",
-                                   open(d.log_path).read()))
+        wait_for(lambda: re.search(r" warn lock_recovered count=1 total=1\b",
+                                   open(d.log_path).read()),
+                 "lock_recovered in the log", step=0.02)
 
         # workers that register and die at once, reaped by their parent at
         # once: the daemon watches each from its attach on, so the exit
@@ -225,7 +216,8 @@ def main():
         for rank in range(10, 15):
             pid = crash(a.crash, d, "kill", rank)
             path = "/get_transfer_engine_info?rank=%d" % rank
-            wait_for("rank %d withdrawn" % rank, lambda: d.request("GET", path)[0] == 404)
+            wait_for(lambda: d.request("GET", path)[0] == 404, "rank %d withdrawn" % rank,
+                     step=0.02)
             detail = json.loads(d.request("GET", path)[2])["detail"]
             if "process %d killed by signal 9" % pid in detail:
                 known += 1

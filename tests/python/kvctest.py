@@ -1,17 +1,25 @@
-"""Helpers shared by the Python tests: unique segment names, small segments,
-forked children that report back over a pipe, and a real kvcoordd.
+"""The Python tests' one helper module: unique segment names, small
+segments, forked children that report back over a pipe, a free loopback
+port (free_port), waiting for a condition (wait_for), a child's exit status
+decoded (exit_code) and a real kvcoordd (Daemon).  One of each: a test that
+needs one imports it from here rather than writing its own.
 
-The tests run from ctest as `/usr/bin/python3 -m unittest` with PYTHONPATH
-set to the build tree's python/ directory and KVCOORD_DAEMON,
-KVCOORD_BUILD_DIR and KVCOORD_SOURCE_DIR in the environment
-(tests/python/tests.cmake).
+The tests of tests/python run from ctest as `/usr/bin/python3 -m unittest`
+with PYTHONPATH set to the build tree's python/ directory and
+KVCOORD_DAEMON, KVCOORD_BUILD_DIR and KVCOORD_SOURCE_DIR in the environment
+(tests/python/tests.cmake).  Tests in other folders put this folder on
+sys.path (`sys.path.insert(0, <tests>/python)`); without the package on the
+path, everything here but SegmentCase and the kvcoord-based discard() still
+works (discard() then removes /dev/shm/<name>).
 """
 
+import http.client
 import itertools
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +27,10 @@ import time
 import traceback
 import unittest
 
-import kvcoord
+try:
+    import kvcoord
+except ImportError:  # a test outside tests/python that only starts kvcoordd
+    kvcoord = None
 
 # Capacities small enough for many test segments in /dev/shm at once.
 SMALL = dict(max_ranks=64, max_rooms=256, arena_bytes=64 << 20, max_info_bytes=4 << 20,
@@ -34,6 +45,13 @@ def new_name(tag):
 
 
 def discard(name):
+    """Remove segment `name` if it exists."""
+    if kvcoord is None:
+        try:
+            os.unlink("/dev/shm/" + name)
+        except FileNotFoundError:
+            pass
+        return
     try:
         kvcoord.unlink(name)
     except kvcoord.SegmentNotFoundError:
@@ -95,13 +113,32 @@ def collect(kids, skip=()):
     return out
 
 
-def wait_for(pred, what, deadline=DEADLINE):
-    """Poll pred() until true; AssertionError naming `what` after deadline."""
-    end = time.monotonic() + deadline
-    while not pred():
+def wait_for(cond, what="the condition", timeout=DEADLINE, step=0.005):
+    """Call cond() every `step` seconds until it returns a true value, and
+    return that value; AssertionError("timed out waiting for <what>") after
+    `timeout` seconds (a hang guard, never an assertion about speed)."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
         if time.monotonic() > end:
             raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.005)
+        time.sleep(step)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (another process
+    can take it before the caller binds: retry on EADDRINUSE where it matters)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def exit_code(status):
+    """A waitpid() status as subprocess reports it: the exit code, or -N for
+    a child killed by signal N (so exit_code(st) == -signal.SIGKILL)."""
+    return os.waitstatus_to_exitcode(status)
 
 
 def rss_kib():
@@ -110,19 +147,23 @@ def rss_kib():
 
 
 class Daemon:
-    """kvcoordd on a free loopback port serving a fresh segment."""
+    """kvcoordd serving a fresh segment `segment` on 127.0.0.1: on a port the
+    kernel picks (port=0, read back from its "listening" log line) or on
+    `port`.  exe: the daemon (default $KVCOORD_DAEMON; the test is skipped
+    without one); extra: more options; env: the daemon's environment.
+    Attributes: proc (its Popen), port, url, log (its stdout+stderr file)."""
 
-    def __init__(self, segment, extra=()):
-        path = os.environ.get("KVCOORD_DAEMON")
+    def __init__(self, segment, extra=(), *, exe=None, port=0, log_level="debug", env=None):
+        path = exe or os.environ.get("KVCOORD_DAEMON")
         if not path:
             raise unittest.SkipTest("KVCOORD_DAEMON not set (run the tests through ctest)")
         self.segment = segment
         self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-py-", suffix=".log",
                                                delete=False)
-        cmd = [path, "--listen", "127.0.0.1:0", "--segment", segment, "--fresh",
-               "--max-rooms", "256", "--log-level", "debug", *extra]
+        cmd = [path, "--listen", "127.0.0.1:%d" % port, "--segment", segment, "--fresh",
+               "--max-rooms", "256", "--log-level", log_level, *extra]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, env=env)
         end = time.monotonic() + DEADLINE
         while True:
             m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
@@ -138,8 +179,24 @@ class Daemon:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
 
+    def request(self, method, path, body=None, headers=None):
+        """One HTTP request on a new connection: (status, body text).  A
+        dict or list body is sent as JSON."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=DEADLINE)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
     def stop(self):
+        """SIGCONT (it may have been stopped), then SIGTERM; SIGKILL if it
+        has not exited 30 s later.  Removes its log and its segment."""
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)

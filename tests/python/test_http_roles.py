@@ -8,14 +8,13 @@ for the same requests, where docs/http-api.md says they differ.
 
 import json
 import os
-import socket
 import time
 import unittest
 
 import requests
 
 import kvcoord
-from kvctest import DEADLINE, Daemon, new_name
+from kvctest import DEADLINE, Daemon, free_port, new_name
 
 CFG = {"tp_size": 8, "tp_rank": 2, "pp_size": 1, "pp_rank": 0, "ep_size": 1, "ep_rank": 0,
        "moe_tp_size": 8, "moe_tp_rank": 2, "attn_tp_size": 8, "attn_tp_rank": 2,
@@ -166,12 +165,6 @@ class Routes(unittest.TestCase):
         for path in ("/no_such_route/", "/health/x/", "//"):
             r = requests.get(self.url + path, allow_redirects=False, timeout=DEADLINE)
             self.assertEqual((r.status_code, r.json()), (404, {"detail": "Not Found"}), path)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class StatusCodesAgainstFastAPI(unittest.TestCase):

@@ -17,16 +17,10 @@ import requests
 
 import kvcoord
 from kvcoord.sglang import EngineInfoBootstrapServer, KVStatusBook, poll_and_all_reduce
-from kvctest import DEADLINE, SMALL, Daemon, collect, discard, fork_children, new_name
+from kvctest import DEADLINE, SMALL, Daemon, collect, discard, fork_children, free_port, new_name
 
 P = kvcoord.KVPoll
 REASON = "ibv_post_send: transport retry counter exceeded"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_open(port):

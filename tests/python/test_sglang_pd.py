@@ -8,22 +8,15 @@ gives sglang's own server back.  Off by default."""
 import json
 import os
 import signal
-import socket
 import time
 import unittest
 import urllib.request
 
 import kvcoord
-from kvctest import DEADLINE, wait_for
+from kvctest import DEADLINE, free_port, wait_for
 import sgltest
 
 TOPOLOGY = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port, path):

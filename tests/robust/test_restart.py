@@ -30,23 +30,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "load"))
 import loadlib  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import wait_for  # noqa: E402  (the tests' one helper module)
+
 REGISTER = "/register_transfer_engine_info"
 LOOKUP = "/get_transfer_engine_info"
-
-
-def wait_for(pred, deadline_s, what):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.01)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def read_log(path):
@@ -69,8 +61,8 @@ def case_loop(args, work):
                                       seg, "--max-rooms", "64"], stdout=f, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
             try:
-                wait_for(lambda: " listening addr=" in read_log(log) or p.poll() is not None, 30,
-                         "start %d" % i)
+                wait_for(lambda: " listening addr=" in read_log(log) or p.poll() is not None,
+                         "start %d" % i, timeout=30, step=0.01)
                 text = read_log(log)
                 if " listening addr=" not in text:
                     raise AssertionError("start %d did not listen (exit %s):\n%s"
@@ -113,7 +105,8 @@ def case_taken(args, work):
 
     try:
         a, alog = start("a")
-        wait_for(lambda: " listening addr=" in read_log(alog) or a.poll() is not None, 30, "first")
+        wait_for(lambda: " listening addr=" in read_log(alog) or a.poll() is not None, "first",
+                 timeout=30, step=0.01)
         assert a.poll() is None, read_log(alog)
         holder = "held by pid %d (kvcoordd), which listens on it" % a.pid
         for name, extra in (("b", ()), ("b0", ("--bind-retry", "0"))):
@@ -128,14 +121,14 @@ def case_taken(args, work):
                   % (" ".join(extra) or "(no --bind-retry)",
                      [ln for ln in text.splitlines() if "listen_failed" in ln][0]))
         c, clog = start("c", "--bind-retry", "120")
-        wait_for(lambda: "listen_retry" in read_log(clog) or c.poll() is not None, 60,
-                 "--bind-retry to wait")
+        wait_for(lambda: "listen_retry" in read_log(clog) or c.poll() is not None,
+                 "--bind-retry to wait", timeout=60, step=0.01)
         text = read_log(clog)
         assert c.poll() is None and holder in text and "--bind-retry" in text, text
         a.send_signal(signal.SIGTERM)
         a.wait(timeout=60)
-        wait_for(lambda: " listening addr=" in read_log(clog) or c.poll() is not None, 60,
-                 "--bind-retry to bind once the holder stopped")
+        wait_for(lambda: " listening addr=" in read_log(clog) or c.poll() is not None,
+                 "--bind-retry to bind once the holder stopped", timeout=60, step=0.01)
         text = read_log(clog)
         assert c.poll() is None and "listen_bound addr=%s" % addr in text, text
         status, _, _ = loadlib.get(port, "/health", timeout=10)
@@ -244,18 +237,20 @@ def case_activate(args, work):
     kills = []
     try:
         # The socket listens before anything runs: the first request starts the daemon.
-        wait_for(lambda: "Listening on" in read_log(logpath), 30, "systemd-socket-activate")
+        wait_for(lambda: "Listening on" in read_log(logpath), "systemd-socket-activate",
+                 timeout=30, step=0.01)
         for t in load.threads:
             t.start()
-        wait_for(lambda: load.acks() >= 20, 60, "first registrations")
+        wait_for(lambda: load.acks() >= 20, "first registrations", timeout=60, step=0.01)
         for k in range(args.kills):
             before = load.acks()
-            wait_for(lambda: load.acks() >= before + 15, 60, "registrations before kill %d" % k)
+            wait_for(lambda: load.acks() >= before + 15, "registrations before kill %d" % k,
+                     timeout=60, step=0.01)
             pid = int(open(pidfile).read())
             os.kill(pid, signal.SIGKILL)
             kills.append(pid)
             wait_for(lambda: os.path.exists(pidfile) and int(open(pidfile).read() or 0) != pid,
-                     30, "restart %d" % k)
+                     "restart %d" % k, timeout=30, step=0.01)
         for t in load.threads:  # the load goes on until every rank is registered
             t.join(120)
         load.stop.set()

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,12 @@ import unittest
 
 import requests
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import free_port  # noqa: E402  (the tests' one helper module)
+
 ARGS = None
 TP = 8
 STRESS_RANK = 100
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_body(path):
