@@ -15,6 +15,7 @@
 #include <kvcoord/hier.h>
 
 #include "../lib/testutil.h"
+#include "tu_proc.h"
 
 #define WAIT_MS 60000u /* hang guard: never expected to run out */
 #define SIZE 4
@@ -204,12 +205,7 @@ static void two_nodes_agree(void **state)
     }
     close(sv[0]);
     close(sv[1]);
-    for (uint32_t r = 0; r < SIZE; r++) {
-        int st;
-        assert_int_equal(waitpid(kids[r], &st, 0), kids[r]);
-        assert_true(WIFEXITED(st));
-        assert_int_equal(WEXITSTATUS(st), 0);
-    }
+    tu_reap_ok(kids, SIZE);
     kvc_unlink(a);
     kvc_unlink(b);
 }
@@ -289,11 +285,8 @@ static void leader_killed(void **state)
         assert_int_equal(rep.node2, 1);
     }
     for (uint32_t r = 0; r < SIZE; r++)
-        if (r != 2) {
-            int st;
-            assert_int_equal(waitpid(kids[r], &st, 0), kids[r]);
-            assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-        }
+        if (r != 2)
+            assert_int_equal(tu_wait_exit(kids[r]), 0);
     close(ready[0]);
     close(out[0]);
     kvc_unlink(a);

@@ -11,6 +11,7 @@
 
 #include "kvcoord/transfer.h"
 #include "testutil.h"
+#include "tu_proc.h"
 #include "internal.h"
 #include "xfer_internal.h"
 
@@ -515,10 +516,7 @@ static void test_close_reports_failed_withdrawal(void **st)
         waitpid(holder, NULL, 0);
         _exit(ok ? 0 : 11);
     }
-    int status;
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(tu_wait_exit(child), 0);
     /* Reported, and so left to be reaped: rank 3 still registered. */
     kvc_rank_info ri = {0};
     assert_int_equal(kvc_rank_lookup(d, 3, &ri), KVC_OK);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
+#include "tu_proc.h"
 #include "tu_robust.h"
 #include "internal.h"
 
@@ -82,10 +83,7 @@ static void crash_at(const char *name, const struct point *pt, uint32_t rank, in
         kill(child, SIGKILL);
     }
     close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGKILL);
+    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
     tu_owner_died(s, child); /* the kernel's part, where it does not */
 
     /* A lock-free reader sees exactly one whole value. */

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
+#include "tu_proc.h"
 
 #define WORKERS 8
 
@@ -81,12 +82,7 @@ static void test_eight_workers_register_and_read_all(void **st)
     kvc_segment_stat(s, &mid);
     assert_int_equal(mid.ranks_registered, WORKERS);
     close(stay[1]); /* now they may go */
-    for (int i = 0; i < WORKERS; i++) {
-        int status;
-        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
-        assert_true(WIFEXITED(status));
-        assert_int_equal(WEXITSTATUS(status), 0);
-    }
+    tu_reap_ok(pids, WORKERS);
     /* Gone: their ranks were withdrawn when they closed. */
     kvc_segment_info si;
     kvc_segment_stat(s, &si);
@@ -159,9 +155,7 @@ static void test_same_bytes_from_another_process_take_over(void **st)
     assert_true(ri.generation > gen_a); /* a new owner is a change */
     assert_int_equal(ri.pid, b);
     close(go_a[1]); /* A closes its handle and exits */
-    int status;
-    assert_int_equal(waitpid(a, &status, 0), a);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(tu_wait_exit(a), 0);
     assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK); /* still B's */
     assert_int_equal(ri.pid, b);
     /* The daemon (HTTP) registering the same bytes takes it over too: B's
@@ -170,7 +164,7 @@ static void test_same_bytes_from_another_process_take_over(void **st)
     assert_int_equal(kvc_rank_register(s, 5, "127.0.0.1:17005", info, strlen(info), NULL), KVC_OK);
     free(info);
     kill(b, SIGKILL);
-    assert_int_equal(waitpid(b, &status, 0), b);
+    assert_int_equal(waitpid(b, NULL, 0), b);
     assert_int_equal(kvc_proc_reap_dead(s, NULL), KVC_OK);
     assert_int_equal(kvc_rank_lookup(s, 5, &ri), KVC_OK);
     assert_int_equal(ri.pid, getpid());
@@ -205,9 +199,7 @@ static void test_reader_in_other_process_wakes(void **st)
     int status;
     assert_int_equal(waitpid(child, &status, WNOHANG), 0); /* still blocked */
     assert_int_equal(kvc_rank_register(s, 30, "[::1]:16030", "{}", 2, NULL), KVC_OK);
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(tu_wait_exit(child), 0);
     kvc_close(s);
     kvc_unlink(name);
 }
@@ -233,9 +225,7 @@ static void test_proc_wait_change_wakes_on_attach(void **st)
     assert_int_equal(write(fds[1], "g", 1), 1);
     assert_int_equal(kvc_proc_wait_change(s, ep, 60000), KVC_OK);
     assert_int_not_equal(kvc_proc_epoch(s), ep);
-    int status;
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(tu_wait_exit(child), 0);
     kvc_close(s);
     kvc_unlink(name);
 }

@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "testutil.h"
 #include "tu_probe.h"
+#include "tu_proc.h"
 #include "tu_robust.h"
 
 #define N 8
@@ -23,14 +24,6 @@ static kvc_segment *open_seg(const char *name, kvc_open_mode mode, kvc_role role
     o.max_rooms = max_rooms;
     o.room_ttl_ms = ttl_ms;
     return tu_open_with(&o);
-}
-
-static int wait_child(pid_t pid)
-{
-    int st;
-    if (waitpid(pid, &st, 0) != pid)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
 /* ---- one failure, seen the same by all 8 ranks ---------------------- */
@@ -85,20 +78,17 @@ static void test_failure_seen_by_all_ranks(void **st)
     (void)st;
     const char *name = tu_name();
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, 60000);
-    int ready[2], go[2];
-    assert_int_equal(pipe(ready), 0);
-    assert_int_equal(pipe(go), 0);
+    int ready, go;
     pid_t pids[N];
-    for (uint32_t r = 0; r < N; r++)
-        if ((pids[r] = fork()) == 0)
-            _exit(rank_main(name, r, ready[1], go[0]));
+    tu_fork_gated(name, N, rank_main, pids, &ready, &go);
     char c;
     for (int i = 0; i < N - 1; i++)
-        assert_int_equal(read(ready[0], &c, 1), 1);
+        assert_int_equal(read(ready, &c, 1), 1);
     usleep(100000); /* let the 7 waiters reach the futex */
-    assert_int_equal(write(go[1], "g", 1), 1);
-    for (int r = 0; r < N; r++)
-        assert_int_equal(wait_child(pids[r]), 0);
+    assert_int_equal(write(go, "g", 1), 1);
+    tu_reap_ok(pids, N);
+    close(ready);
+    close(go);
     /* A second failure from another rank changes nothing. */
     int kept = 1;
     assert_int_equal(kvc_room_fail(s, ROOM, 2, 110, "timed out", &kept), KVC_OK);
@@ -321,7 +311,7 @@ static void test_close_fails_unreleased_rooms(void **st)
         kvc_close(a);
         _exit(0);
     }
-    assert_int_equal(wait_child(child), 0);
+    assert_int_equal(tu_wait_exit(child), 0);
     kvc_room_info ri;
     assert_int_equal(kvc_room_get(s, 77, 1, &ri), KVC_OK);
     assert_int_equal(ri.state, KVC_POLL_FAILED);
@@ -388,7 +378,7 @@ static void crash_room_op(const char *name, const char *point, enum op op, int c
         }
         _exit(3);
     }
-    assert_int_equal(wait_child(child), 100 + SIGKILL);
+    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
     tu_owner_died(s, child); /* the kernel's part, where it does not */
     /* Read without a lock while the dead writer's lock awaits recovery: old
      * or new, never a mix (a reader that keeps seeing an odd sequence takes
@@ -598,7 +588,7 @@ static void test_random_against_model(void **st)
     for (int p = 0; p < P; p++)
         assert_int_equal(read(fds[p][0], oc[p], sizeof oc[p]), sizeof oc[p]);
     for (int p = 0; p < P; p++)
-        assert_int_equal(wait_child(pids[p]), 0);
+        assert_int_equal(tu_wait_exit(pids[p]), 0);
     /* kvc_room_list does no liveness check, so the exited participants do
      * not fail the rooms being checked. */
     size_t count = 0;

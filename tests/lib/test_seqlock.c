@@ -35,6 +35,7 @@
 
 #include "seqlock.h"
 #include "testutil.h"
+#include "tu_proc.h"
 
 #define WRITERS 2
 #define READERS 2
@@ -75,16 +76,6 @@ static void spawn(pid_t *pids, int n, void (*fn)(int, void *), void *arg)
             fn(i, arg);
             _exit(0);
         }
-    }
-}
-
-static void reap(pid_t *pids, int n)
-{
-    for (int i = 0; i < n; i++) {
-        int st = 0;
-        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
-        assert_true(WIFEXITED(st));
-        assert_int_equal(WEXITSTATUS(st), 0);
     }
 }
 
@@ -184,8 +175,8 @@ static void test_words(void **st)
     pid_t rd[READERS], wr[WRITERS];
     spawn(rd, READERS, word_reader, w);
     spawn(wr, WRITERS, word_writer, w);
-    reap(wr, WRITERS);
-    reap(rd, READERS);
+    tu_reap_ok(wr, WRITERS);
+    tu_reap_ok(rd, READERS);
     assert_int_equal(w->counter, (uint64_t)WRITERS * WORD_WRITES);
     report("words", &w->t);
     munmap(w, sizeof *w);
@@ -274,8 +265,8 @@ static void test_rooms(void **st)
     pid_t rd[READERS], wr[WRITERS];
     spawn(rd, READERS, room_reader, &a);
     spawn(wr, WRITERS, room_writer, &a);
-    reap(wr, WRITERS);
-    reap(rd, READERS);
+    tu_reap_ok(wr, WRITERS);
+    tu_reap_ok(rd, READERS);
     report("rooms", t);
     kvc_room_info ri;
     assert_int_equal(kvc_room_get(s, ROOM, -1, &ri), KVC_OK);
@@ -361,8 +352,8 @@ static void test_ranks(void **st)
     pid_t rd[READERS], wr[WRITERS];
     spawn(rd, READERS, rank_reader, &a);
     spawn(wr, WRITERS, rank_writer, &a);
-    reap(wr, WRITERS);
-    reap(rd, READERS);
+    tu_reap_ok(wr, WRITERS);
+    tu_reap_ok(rd, READERS);
     report("ranks", t);
     munmap(t, sizeof *t);
     kvc_close(s);
