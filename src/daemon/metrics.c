@@ -586,7 +586,8 @@ static void render_http(struct buf *out, const struct metrics *m)
     sample(out, "kvcoord_http_answer_bytes_max", ld(&m->answers_max));
     family(out, "kvcoord_http_answer_renders_total", "counter",
            "Answer bodies rendered into a shared buffer (a rank's answer once per change of "
-           "the rank table; a helper thread's large answer once).");
+           "the rank table; /metrics and /cluster once per batch of the event loop; a helper "
+           "thread's answer once, for every identical request that joined it).");
     sample(out, "kvcoord_http_answer_renders_total", shared_body_renders());
     family(out, "kvcoord_http_answer_shared_sends_total", "counter",
            "Answers queued from a shared buffer, by reference (no copy of the body).");

@@ -51,3 +51,9 @@ set_tests_properties(http_deaths PROPERTIES LABELS "http" TIMEOUT 300)
 add_test(NAME http_peer_cap
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_peer_cap.py --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(http_peer_cap PROPERTIES LABELS "http" TIMEOUT 300)
+
+# Heavy answers rendered once: pipelined /metrics share one rendering per
+# batch of the loop; 40 clients of /failures at once join each other's jobs.
+add_test(NAME http_shared
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_shared.py --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_shared PROPERTIES LABELS "http" TIMEOUT 300)

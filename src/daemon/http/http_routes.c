@@ -259,8 +259,10 @@ static const struct route route_table[] = {
      route_put_register, NULL},
     {"/ranks", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_ranks, NULL},
     {"/transfer_engine_info", M(HTTP_DELETE), ROUTE_MUTATING, route_delete_info, NULL},
-    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT, route_get_failures, NULL},
-    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_WAITS_IF_STALE, route_get_metrics, NULL},
+    {"/failures", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_MAY_WAIT | ROUTE_SHARED, route_get_failures,
+     NULL},
+    {"/metrics", M(HTTP_GET) | M(HTTP_HEAD), ROUTE_WAITS_IF_STALE | ROUTE_SHARED, route_get_metrics,
+     NULL},
     {"/cluster", M(HTTP_GET) | M(HTTP_HEAD), 0, route_get_cluster, NULL},
     {"/cluster/room_failure", M(HTTP_POST), ROUTE_MUTATING, route_post_room_push, NULL},
     {"/register_parallelism_config", M(HTTP_PUT) | M(HTTP_POST), ROUTE_MUTATING,
@@ -271,7 +273,8 @@ static const struct route route_table[] = {
     /* sglang's PD bootstrap server (http_pd.h): a row per method, each
      * with its handler; other methods get aiohttp's own 405s (own_405).
      * Every handler takes the PD lock. */
-    {"/route", M(HTTP_GET), ROUTE_MAY_WAIT | ROUTE_OWN_405, route_pd_get_route, route_pd_route_405},
+    {"/route", M(HTTP_GET), ROUTE_MAY_WAIT | ROUTE_OWN_405 | ROUTE_SHARED, route_pd_get_route,
+     route_pd_route_405},
     {"/route", M(HTTP_PUT), ROUTE_MUTATING | ROUTE_OWN_405, route_pd_put_route, NULL},
     {"/register_dp_rank", M(HTTP_POST), ROUTE_MUTATING | ROUTE_OWN_405, route_pd_register_dp_rank,
      route_pd_post_405},
@@ -488,6 +491,7 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
     size_t n;
     route_path(req, &path, &n);
     int ok;
+    s->shared = 0;
     const struct route *rt = route_find(path, n, req->method, &r->match, &ok);
     if (!rt) {
         if (!redirect_slash(req, out))
@@ -506,8 +510,10 @@ enum route_rc routes_dispatch(struct routes *r, struct route_slot *s, const stru
      * never sees an unauthenticated body (and never reads the token). */
     if (!r->on_worker && (rt->flags & ROUTE_MUTATING) && unauthorized(r, req, out))
         return ROUTE_DONE;
-    if (!r->on_worker && may_wait(r, rt))
+    if (!r->on_worker && may_wait(r, rt)) {
+        s->shared = (rt->flags & ROUTE_SHARED) != 0;
         return ROUTE_DEFER;
+    }
     return rt->fn(r, s, req, out);
 }
 
@@ -591,6 +597,8 @@ void routes_set_ops(struct routes *r, const struct auth *auth, const struct metr
 
 void routes_set_cluster(struct routes *r, struct cluster *c) { r->cluster = c; }
 
+void routes_batch(struct routes *r, uint64_t n) { r->batch = n; }
+
 kvc_segment *routes_segment(const struct routes *r) { return r->seg; }
 
 struct cluster *routes_cluster(const struct routes *r) { return r->cluster; }
@@ -606,6 +614,8 @@ void routes_destroy(struct routes *r)
     for (int i = 0; r->cache && i < ANSWER_CACHE_SLOTS; i++)
         shared_body_unref(r->cache[i].body);
     shared_body_unref(r->ranks);
+    shared_body_unref(r->memo[0]);
+    shared_body_unref(r->memo[1]);
     free(r->cache);
     free(r);
 }

@@ -43,8 +43,9 @@ struct route_slot {
      * answer that would take the total past the budget, while others are
      * unsent, is answered 503 instead (routes_answer_fits()). */
     size_t answer_used, answer_max;
-    uint32_t park_rank;                    /* parked lookup: the rank waited for */
-    uint32_t park_wait_ms;                 /* ... how long to wait at most */
+    int shared;            /* set by routes_dispatch() on ROUTE_DEFER of a ROUTE_SHARED row */
+    uint32_t park_rank;    /* parked lookup: the rank waited for */
+    uint32_t park_wait_ms; /* ... how long to wait at most */
     char park_role[KVC_ROLE_NAME_MAX + 1]; /* ... under this role ("": default) */
 };
 
@@ -110,6 +111,9 @@ enum {
     ROUTE_OWN_405 = 8,        /* another method on this path is answered by the row's
                                 own_405 (on the loop), not the table's 405; no redirect
                                 of trailing slashes (sglang's PD bootstrap server) */
+    ROUTE_SHARED = 32,        /* the answer depends on the method, path, query and the
+                                state only: identical requests deferred together share
+                                one rendering (route_slot.shared) */
     ROUTE_READS_ONLY = 16     /* accepts POST yet changes nothing (sglang's POST
                                 /query_dp_ranks): no token; test_http_routes checks it */
 };
@@ -135,6 +139,12 @@ struct route {
     route_fn fn;
     route_fn own_405; /* ROUTE_OWN_405, on a path's first row: answers the other methods */
 };
+
+/* The loop took a new batch of completions (number n, increasing): every
+ * request it answers from now on arrived before this call, so a body
+ * rendered after it is theirs all (GET /metrics and /cluster render once
+ * per batch).  Loop thread only. */
+void routes_batch(struct routes *r, uint64_t n);
 
 /* The segment r answers from, and the cluster view (NULL without --etcd):
  * for the route families outside http/ (pd/http_pd.c). */

@@ -45,7 +45,13 @@ struct routes {
     struct shared_body *ranks;   /* the GET /ranks body of ranks_epoch (NULL: none) */
     uint32_t ranks_epoch;
     uint64_t ranks_world;
-    int on_worker;            /* a helper thread's clone: runs what the loop defers */
+    int on_worker; /* a helper thread's clone: runs what the loop defers */
+    /* GET /metrics and /cluster answered on the loop: the body rendered
+     * for the loop's batch of completions memo_batch[i] (routes_batch),
+     * shared by every request of that batch (MEMO_METRICS, MEMO_CLUSTER). */
+    uint64_t batch;
+    struct shared_body *memo[2];
+    uint64_t memo_batch[2];
     struct route_match match; /* the "{name}" segment of the route being run */
 };
 
@@ -68,6 +74,8 @@ struct cached_answer {
     char extra[64 + 2 * KVC_ORIGIN_MAX];
     struct shared_body *body; /* NULL: empty slot */
 };
+
+enum { MEMO_METRICS, MEMO_CLUSTER };
 
 #define ROUTES_FAILURES_DEFAULT 100
 #define ROUTES_FAILURES_MAX KVC_FAILURE_RING

@@ -15,12 +15,50 @@ enum route_rc route_get_health(struct routes *r, struct route_slot *s, const str
     return ROUTE_DONE;
 }
 
+/* ---- render once per batch ---------------------------------------------- */
+
+/* Answer from the body memo[i] rendered for this batch of the loop's
+ * completions; 0 when there is none (the caller renders into r->body and
+ * calls memo_answer). */
+static int memo_hit(struct routes *r, struct route_slot *s, int i, const struct http_req *req,
+                    struct buf *out, const char *ctype)
+{
+    if (r->on_worker || !r->batch || !r->memo[i] || r->memo_batch[i] != r->batch)
+        return 0;
+    if (r->memo[i]->queued || route_answer_fits(s, req, out, r->memo[i]->len)) {
+        resp_head(out, req, 200, ctype, r->memo[i]->len, NULL);
+        if (resp_has_body(req))
+            buf_attach(out, r->memo[i]);
+    }
+    return 1;
+}
+
+/* Answer 200 with r->body, just rendered; on the loop it becomes memo[i]
+ * for the rest of this batch (a shared body, never copied); a helper
+ * thread copies it into its answer. */
+static void memo_answer(struct routes *r, struct route_slot *s, int i, const struct http_req *req,
+                        struct buf *out, const char *ctype)
+{
+    struct buf *b = &r->body;
+    struct shared_body *body = r->on_worker || !r->batch ? NULL : shared_body_take(b);
+    if (!body) {
+        resp_send(out, req, 200, ctype, b->p, b->len, NULL);
+        buf_trim(b, RI_KEEP);
+        return;
+    }
+    shared_body_unref(r->memo[i]);
+    r->memo[i] = body;
+    r->memo_batch[i] = r->batch;
+    memo_hit(r, s, i, req, out, ctype);
+}
+
 /* ---- GET /metrics ------------------------------------------------------------ */
 
 enum route_rc route_get_metrics(struct routes *r, struct route_slot *s, const struct http_req *req,
                                 struct buf *out)
 {
-    (void)s;
+    if (memo_hit(r, s, MEMO_METRICS, req, out, METRICS_CONTENT_TYPE))
+        return ROUTE_DONE;
     struct buf *b = &r->body;
     buf_reset(b);
     int rc = metrics_render(b, r->seg, r->metrics);
@@ -28,11 +66,12 @@ enum route_rc route_get_metrics(struct routes *r, struct route_slot *s, const st
         cluster_render_metrics(r->cluster, b);
         rc = b->oom ? -1 : 0;
     }
-    if (rc)
+    if (rc) {
         resp_detail(out, req, 500, "Out of memory rendering metrics", NULL);
-    else
-        resp_send(out, req, 200, METRICS_CONTENT_TYPE, b->p, b->len, NULL);
-    buf_trim(b, RI_KEEP);
+        buf_trim(b, RI_KEEP);
+    } else {
+        memo_answer(r, s, MEMO_METRICS, req, out, METRICS_CONTENT_TYPE);
+    }
     return ROUTE_DONE;
 }
 
@@ -41,19 +80,21 @@ enum route_rc route_get_metrics(struct routes *r, struct route_slot *s, const st
 enum route_rc route_get_cluster(struct routes *r, struct route_slot *s, const struct http_req *req,
                                 struct buf *out)
 {
-    (void)s;
     if (!r->cluster) {
         resp_detail(out, req, 404, "Cluster view off (kvcoordd runs without --etcd)", NULL);
         return ROUTE_DONE;
     }
+    if (memo_hit(r, s, MEMO_CLUSTER, req, out, CT_JSON))
+        return ROUTE_DONE;
     struct buf *b = &r->body;
     buf_reset(b);
     cluster_render_json(r->cluster, b);
-    if (b->oom)
+    if (b->oom) {
         resp_detail(out, req, 500, "Out of memory rendering the cluster view", NULL);
-    else
-        resp_send(out, req, 200, CT_JSON, b->p, b->len, NULL);
-    buf_trim(b, RI_KEEP);
+        buf_trim(b, RI_KEEP);
+    } else {
+        memo_answer(r, s, MEMO_CLUSTER, req, out, CT_JSON);
+    }
     return ROUTE_DONE;
 }
 

@@ -350,6 +350,7 @@ static void drain_completions(struct server *s)
     unsigned n;
     while ((n = io_uring_peek_batch_cqe(&s->ring, cqes, CQE_BATCH)) > 0) {
         unsigned nn = 0, nl = 0;
+        routes_batch(s->routes, ++s->batches); /* what is answered now arrived before */
         for (unsigned i = 0; i < n; i++) {
             struct done d = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
             if (done_slow(s, d.ud))

@@ -100,6 +100,11 @@ struct conn {
     struct conn *next_free;
     struct conn *wait_prev, *wait_next; /* server.wait_head list (eviction order) */
     struct peer_addr peer;              /* its peer; counted in server.peers when capped */
+    /* Shared renderings (ROUTE_SHARED): a deferred request identical to
+     * another's whose job has not started joins it (leader) and is
+     * answered with the same bytes; the leader lists its joiners. */
+    struct conn *leader, *joiners, *join_next;
+    uint32_t share_hash;
 };
 
 struct accepted {
@@ -132,6 +137,7 @@ struct server {
     struct conn *parked;
     uint64_t pending; /* operations in flight (every SQE but OP_IGNORE) */
     uint64_t now_ms;
+    uint64_t batches; /* batches of completions taken (routes_batch) */
     int stopping, exit_code;
     int accept_armed, accept_waiting;
     unsigned accept_errors;
@@ -139,6 +145,10 @@ struct server {
     unsigned accept_head, accept_len, accept_cap;
     uint64_t cap_logged_ms;
     struct peers peers; /* connections per peer address (--max-conns-per-peer) */
+#define SHARE_SLOTS 64
+    struct conn *share[SHARE_SLOTS]; /* deferred ROUTE_SHARED requests others may join,
+                                        by hash of what their answer depends on */
+    uint64_t shared_answers;         /* requests answered by joining another's job */
     uint64_t peer_refused, peer_logged_ms, peer_logged;
     struct __kernel_timespec sweep_ts, backoff_ts;
     struct signalfd_siginfo sig_buf;

@@ -42,6 +42,7 @@
 #define JOB_COPY_MAX 4096
 
 static void conn_process(struct server *s, struct conn *c);
+static void share_leave(struct conn *c);
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -227,6 +228,7 @@ void conn_close(struct server *s, struct conn *c, const char *why)
     c->closing = 1;
     s->nclosing++;
     wait_unlink(s, c);
+    share_leave(c);
     out_account(s, c);
     unpark(s, c);
     if (log_enabled(LOG_DEBUG))
@@ -403,6 +405,79 @@ static int resume_parked(struct server *s, struct conn *c, int expired)
     return 1;
 }
 
+/* ---- shared renderings (ROUTE_SHARED) ------------------------------------ */
+
+/* What a shared answer's bytes depend on besides the state: the method
+ * (HEAD has no body), the version and keep-alive (its Connection line),
+ * the path and the query as received. */
+static uint32_t share_hash_of(const struct http_req *q)
+{
+    const char *p;
+    size_t n;
+    uint32_t h = 2166136261u ^ (uint32_t)q->method ^ ((uint32_t)q->keep_alive << 8) ^
+                 ((uint32_t)q->http_minor << 9);
+    for (int part = 0; part < 2; part++) {
+        p = part ? q->query : (q->raw_path ? q->raw_path : q->path);
+        n = part ? q->query_len : (q->raw_path ? q->raw_path_len : q->path_len);
+        for (size_t i = 0; p && i < n; i++)
+            h = (h ^ (uint8_t)p[i]) * 16777619u;
+        h = (h ^ 0xff) * 16777619u;
+    }
+    return h;
+}
+
+static int same_bytes(const char *a, size_t an, const char *b, size_t bn)
+{
+    return an == bn && (!an || !memcmp(a, b, an));
+}
+
+static int same_answer(const struct http_req *a, const struct http_req *b)
+{
+    return a->method == b->method && a->keep_alive == b->keep_alive &&
+           a->http_minor == b->http_minor &&
+           same_bytes(
+               a->raw_path ? a->raw_path : a->path, a->raw_path ? a->raw_path_len : a->path_len,
+               b->raw_path ? b->raw_path : b->path, b->raw_path ? b->raw_path_len : b->path_len) &&
+           same_bytes(a->query, a->query_len, b->query, b->query_len);
+}
+
+/* c's request (a deferred ROUTE_SHARED one) joins an identical request's
+ * job that no thread has begun: its answer is read from the state after
+ * both arrived, so it is c's answer too.  Returns 1 when joined (c then
+ * waits, deferred, for the leader's job); else c becomes the one later
+ * identical requests may join. */
+static int share_join(struct server *s, struct conn *c)
+{
+    uint32_t h = share_hash_of(&c->http.req);
+    struct conn **slot = &s->share[h % SHARE_SLOTS];
+    struct conn *l = *slot;
+    if (l && l != c && l->deferred && !l->closing && l->share_hash == h &&
+        same_answer(&l->http.req, &c->http.req) && !worker_job_started(s->worker, &l->job)) {
+        c->deferred = 1;
+        c->leader = l;
+        c->join_next = l->joiners;
+        l->joiners = c;
+        return 1;
+    }
+    c->share_hash = h;
+    *slot = c;
+    return 0;
+}
+
+/* c (a joiner) leaves its leader's list: it closes. */
+static void share_leave(struct conn *c)
+{
+    struct conn *l = c->leader;
+    if (!l)
+        return;
+    for (struct conn **p = &l->joiners; *p; p = &(*p)->join_next)
+        if (*p == c) {
+            *p = c->join_next;
+            break;
+        }
+    c->leader = c->join_next = NULL;
+}
+
 /* Hand the request to the helper thread; parsing of this connection stops
  * until it is answered (conns_jobs_done).  The job counts as an operation
  * in flight: the slot, and the request buffers the thread reads, stay until
@@ -427,7 +502,8 @@ static void serve(struct server *s, struct conn *c)
         return;
     }
     if (rc == ROUTE_DEFER) {
-        defer(s, c);
+        if (!c->route.shared || !share_join(s, c))
+            defer(s, c);
         return;
     }
     park(s, c);
@@ -733,6 +809,20 @@ unsigned conns_evict(struct server *s, unsigned want)
 }
 
 /* Append the helper thread's answers and go on with each connection. */
+/* Queue a helper thread's answer (its buffer, status) in c's output:
+ * copied when small, else the shared body b (made once for all). */
+static void queue_answer(struct conn *c, const struct buf *job_out, struct shared_body *b)
+{
+    if (b)
+        buf_attach(&c->out[c->cur], b);
+    else if (job_out->oom || job_out->len > JOB_COPY_MAX) /* out of memory */
+        c->out[c->cur].oom = 1;
+    else
+        buf_append(&c->out[c->cur], job_out->p, job_out->len);
+}
+
+/* Append the helper thread's answers and go on with each connection; the
+ * requests that joined one (share_join) get the same bytes. */
 void conns_jobs_done(struct server *s)
 {
     struct worker_job *job = worker_take_done(s->worker), *next;
@@ -741,25 +831,35 @@ void conns_jobs_done(struct server *s)
         struct conn *c = (struct conn *)((char *)job - offsetof(struct conn, job));
         c->inflight--;
         c->deferred = 0;
+        if (s->share[c->share_hash % SHARE_SLOTS] == c)
+            s->share[c->share_hash % SHARE_SLOTS] = NULL;
+        int status = job->out.status; /* set where the answer was made */
+        /* A large answer, or one several connections send, becomes a
+         * shared body: the helper's bytes are never copied again. */
+        struct shared_body *b = NULL;
+        if (!job->out.oom && (job->out.len > JOB_COPY_MAX || c->joiners))
+            b = shared_body_take(&job->out);
+        struct conn *j = c->joiners;
+        c->joiners = NULL;
+        while (j) {
+            struct conn *jn = j->join_next;
+            j->leader = j->join_next = NULL;
+            j->deferred = 0;
+            s->shared_answers++;
+            queue_answer(j, &job->out, b);
+            request_done(s, j, status);
+            conn_process(s, j);
+            j = jn;
+        }
         if (c->closing) {
+            shared_body_unref(b);
+            buf_trim(&job->out, 4096);
             if (c->inflight == 0)
                 conn_release(s, c);
             continue;
         }
-        int status = job->out.status; /* set where the answer was made */
-        if (job->out.oom) {
-            c->out[c->cur].oom = 1;
-        } else if (job->out.len <= JOB_COPY_MAX) {
-            buf_append(&c->out[c->cur], job->out.p, job->out.len);
-        } else {
-            /* Queued as it is: the helper's buffer becomes a shared body
-             * (its bytes are never copied again). */
-            struct shared_body *b = shared_body_take(&job->out);
-            if (!b)
-                c->out[c->cur].oom = 1;
-            buf_attach(&c->out[c->cur], b);
-            shared_body_unref(b);
-        }
+        queue_answer(c, &job->out, b);
+        shared_body_unref(b);
         buf_trim(&job->out, 4096);
         request_done(s, c, status);
         conn_process(s, c);

@@ -42,6 +42,7 @@ static void *worker_main(void *arg)
         if (w->stop)
             break;
         struct worker_job *job = w->queue_head;
+        job->started = 1;
         w->queue_head = job->next;
         if (!w->queue_head)
             w->queue_tail = NULL;
@@ -95,6 +96,7 @@ void worker_submit(struct http_worker *w, struct worker_job *job)
 {
     job->next = NULL;
     pthread_mutex_lock(&w->mu);
+    job->started = 0;
     if (w->queue_tail)
         w->queue_tail->next = job;
     else
@@ -102,6 +104,14 @@ void worker_submit(struct http_worker *w, struct worker_job *job)
     w->queue_tail = job;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+int worker_job_started(struct http_worker *w, const struct worker_job *job)
+{
+    pthread_mutex_lock(&w->mu);
+    int started = job->started;
+    pthread_mutex_unlock(&w->mu);
+    return started;
 }
 
 struct worker_job *worker_take_done(struct http_worker *w)

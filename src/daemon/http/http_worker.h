@@ -26,6 +26,7 @@ struct worker_job {
     const struct http_req *req; /* read by the worker until the job is done */
     struct buf out;             /* the answer, written by the worker */
     struct worker_job *next;
+    int started; /* a thread took it (under the worker's lock) */
 };
 
 /* Number of threads kvcoordd starts: so many requests may wait for a busy
@@ -39,6 +40,11 @@ int worker_start(struct http_worker **out, struct routes *r, unsigned nthreads, 
 
 /* Queue a job (the loop thread only). */
 void worker_submit(struct http_worker *w, struct worker_job *job);
+
+/* Has a thread begun job (submitted by the loop, not yet taken back)?
+ * Until it has, a request identical to job's that arrives may share its
+ * answer: the state is read after both arrived (the loop thread only). */
+int worker_job_started(struct http_worker *w, const struct worker_job *job);
 
 /* Take every finished job, as a list linked by next (NULL if none). */
 struct worker_job *worker_take_done(struct http_worker *w);
