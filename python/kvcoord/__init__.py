@@ -39,6 +39,10 @@ leaves the parent's registrations and rooms alone.
 """
 
 import enum as _enum
+from typing import Any, Dict, Literal, Optional, cast
+
+# The annotations below are the package's types for its pure-Python parts;
+# the C extension's are in _kvcoord.pyi, the package's one stub.
 
 from . import _kvcoord
 from ._kvcoord import (
@@ -126,18 +130,18 @@ class KVTransferError(Exception):
         self.bootstrap_room = bootstrap_room
         self.failure_reason = failure_reason
         self.is_from_another_rank = is_from_another_rank
-        self.origin_rank = None
-        self.code = None
-        self.time_ns = None
+        self.origin_rank: Optional[int] = None
+        self.code: Optional[int] = None
+        self.time_ns: Optional[int] = None
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"
 
 
 _kvcoord._register_transfer_error(KVTransferError)  # raised by Segment.check_room (C)
 
 
-def transfer_error(failure):
+def transfer_error(failure: FailureInfo) -> KVTransferError:
     """The KVTransferError for a FailureInfo (not raised)."""
     if isinstance(failure, FailureInfo):
         return _kvcoord._transfer_error(failure)  # the same object, built in C
@@ -175,24 +179,25 @@ class Segment(_kvcoord.Segment):
     the GIL.
     """
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self.closed:
             return "<kvcoord.Segment closed>"
         return f"<kvcoord.Segment {self.name!r} role={self.role} rank={self.rank}>"
 
-    def parallelism_config(self, rank, role=None):
+    def parallelism_config(self, rank: int, role: Optional[str] = None) -> Dict[str, Any]:
         """rank's parallelism config under role, as a dict.  Errors as parallelism_lookup()."""
-        return self.parallelism_lookup(rank, role).weights_info_dict
+        return cast(Dict[str, Any], self.parallelism_lookup(rank, role).weights_info_dict)
 
-    def room_state(self, room, rank=None):
+    def room_state(self, room: int, rank: Optional[int] = None) -> KVPoll:
         """The room's KVPoll (minimum over participants).  Errors as room_get()."""
         return self.room_get(room, rank).state
 
-    def room_failure(self, room, rank=None):
+    def room_failure(self, room: int, rank: Optional[int] = None) -> Optional[FailureInfo]:
         """The room's FailureInfo as `rank` sees it, or None.  Errors as room_get()."""
         return self.room_get(room, rank).failure
 
-    def room(self, room, rank=None, participants=0, role="unspecified"):
+    def room(self, room: int, rank: Optional[int] = None, participants: int = 0,
+             role: str = "unspecified") -> "Room":
         """A Room: this process's part in bootstrap room `room` as `rank` (default: the
         rank given at open).  Opened here; released by release() or on leaving a
         `with` block."""
@@ -205,61 +210,62 @@ class Room:
     Every method is a Segment call for this (room, rank); states are KVPoll.
     """
 
-    def __init__(self, segment, room, rank=None, participants=0, role="unspecified"):
+    def __init__(self, segment: Segment, room: int, rank: Optional[int] = None,
+                 participants: int = 0, role: str = "unspecified") -> None:
         if rank is None:
             rank = segment.rank
         if rank is None:
             raise ValueError("Room needs a rank (none was given, nor to the Segment)")
-        self.segment = segment
+        self.segment: Segment = segment  # None once released
         self.room = room
-        self.rank = rank
+        self.rank: int = rank
         segment.room_open(room, rank, participants, role)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<kvcoord.Room {self.room} rank={self.rank}>"
 
-    def __enter__(self):
+    def __enter__(self) -> "Room":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.release()
         return False
 
-    def set_state(self, state):
+    def set_state(self, state: int) -> None:
         """Set this rank's own KVPoll state."""
         self.segment.room_set_state(self.room, self.rank, state)
 
-    def fail(self, reason, code=0):
+    def fail(self, reason: Optional[str], code: int = 0) -> bool:
         """Record a failure from this rank (first record wins; True if kept)."""
         return self.segment.room_fail(self.room, self.rank, reason, code)
 
-    def state(self):
+    def state(self) -> KVPoll:
         """The room's KVPoll (minimum over participants)."""
         return self.segment.room_get(self.room, self.rank).state
 
-    def info(self):
+    def info(self) -> RoomInfo:
         """The RoomInfo as this rank sees it."""
         return self.segment.room_get(self.room, self.rank)
 
-    def failure(self):
+    def failure(self) -> Optional[FailureInfo]:
         """The FailureInfo as this rank sees it, or None."""
         return self.segment.room_get(self.room, self.rank).failure
 
-    def wait(self, known, timeout=None, check=False):
+    def wait(self, known: int, timeout: Optional[float] = None, check: bool = False) -> RoomInfo:
         """Wait (seconds) until the room's state differs from `known`; RoomInfo.
         check=True: raise KVTransferError if it failed (Segment.room_wait)."""
         return self.segment.room_wait(self.room, known, self.rank, timeout, check=check)
 
-    def check(self):
+    def check(self) -> KVPoll:
         """Raise KVTransferError if the room failed; else its KVPoll."""
         return self.segment.check_room(self.room, self.rank).state
 
-    def release(self):
+    def release(self) -> None:
         """Release this rank's part (idempotent; a room already reclaimed is fine)."""
         seg = self.segment
         if seg is None:
             return
-        self.segment = None
+        self.segment = None  # type: ignore[assignment]
         if seg.closed or seg.forked:
             return
         try:

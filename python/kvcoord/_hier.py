@@ -27,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Any, Dict, Tuple
 
 from . import HierGroup
 from ._kvcoord import host_addresses
@@ -35,7 +36,7 @@ MAX_NODES = 16
 _HELLO = struct.Struct("<8s16sQII")  # magic, token, group id, node, rank
 _MAGIC = b"KVCHIER1"
 _ACK = b"\x01"
-_seen = {}
+_seen: Dict[Tuple[Any, ...], int] = {}
 _seen_lock = threading.Lock()
 
 

@@ -18,7 +18,7 @@ kvcoord with no line of sglang or of its launcher changed:
                              install(..., pd_bootstrap=True), in every process,
                              also those that construct no KV manager)
 
-Failures of the deferred install are logged (logger "kvcoord.sglang") and
+Failures of the deferred install are logged (logger "kvcoord.sglang_plugin") and
 leave sglang as it is.  docs/mooncake.md, "sglang on it, unchanged".
 """
 
@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 
-log = logging.getLogger("kvcoord.sglang")
+log = logging.getLogger(__name__)
 
 MANAGER = "sglang.srt.disaggregation.common.conn"
 _lock = threading.Lock()

@@ -36,7 +36,8 @@
 
 Units: seconds for timeouts.  Thread safety: install()/uninstall() take a
 process-wide lock; the patched methods may run on any of sglang's threads.
-Errors at run time in the segment are logged once (logger "kvcoord.sglang")
+Errors at run time in the segment are logged once (on the loggers under
+"kvcoord.sglang": each module logs on its own, logging.getLogger(__name__))
 and never reach sglang: its own bookkeeping goes on.
 """
 
@@ -47,6 +48,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from .. import (
     KVPoll,
@@ -64,8 +66,9 @@ __all__ = ["install", "uninstall", "EngineInfoBootstrapServer", "KVStatusBook",
            "poll_and_all_reduce", "KVPoll", "KVTransferError"]
 
 
-def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
-            transfer_engine=False):
+def install(segment: Union[str, Segment, None], rank: int, *, size: Optional[int] = None,
+            timeout: float = 30.0, pd_bootstrap: Union[None, bool, Dict[str, Any]] = None,
+            transfer_engine: bool = False) -> List[Tuple[str, str]]:
     """Patch the importable `sglang` package so that its disaggregation code
     shares failure reasons through the node's kvcoord segment and agrees on
     polls with a shared-memory all-reduce (see the module docstring).
@@ -108,7 +111,7 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
                                 pd_bootstrap=pd_bootstrap, transfer_engine=transfer_engine)
 
 
-def uninstall():
+def uninstall() -> bool:
     """Put every patched function and method back (the originals, by identity),
     release the rooms this process still follows and close the segment
     install() opened by name.  True if something was installed."""
@@ -188,12 +191,13 @@ class EngineInfoBootstrapServer:
     TimeoutError (it did not come up in time).
     """
 
-    def __init__(self, host: str, port: int, *, kvcoordd=None, daemon_args=(),
-                 start_timeout=30.0, log_path=None):
+    def __init__(self, host: str, port: int, *, kvcoordd: Optional[str] = None,
+                 daemon_args: Sequence[str] = (), start_timeout: float = 30.0,
+                 log_path: Optional[str] = None) -> None:
         self.host = host
         self.port = port
         self.segment_name = name_for_port(port)
-        self._proc = None
+        self._proc: Optional[subprocess.Popen] = None
         self._log = None
         self.lock = threading.Lock()
         if not self._adopt():
@@ -238,11 +242,11 @@ class EngineInfoBootstrapServer:
         self.adopted = False
 
     @property
-    def pid(self):
+    def pid(self) -> Optional[int]:
         """pid of the kvcoordd this object started, or None (adopted)."""
         return self._proc.pid if self._proc else None
 
-    def close(self, *, unlink=False):
+    def close(self, *, unlink: bool = False) -> None:
         """Stop the kvcoordd this object started (SIGTERM, then SIGKILL after 10 s)
         and detach.  Idempotent.  The segment stays in /dev/shm for the next
         start (its registrations survive); unlink=True removes it once the
@@ -266,14 +270,15 @@ class EngineInfoBootstrapServer:
             self._log.close()
             self._log = None
 
-    def __enter__(self):
+    def __enter__(self) -> "EngineInfoBootstrapServer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 
-    def get_transfer_engine_info(self, rank: int, role=None):
+    def get_transfer_engine_info(self, rank: int,
+                                 role: Optional[str] = None) -> Optional[Tuple[str, Dict[str, Any]]]:
         """(session_id, weights_info_dict) of rank (under role), read from the segment
         without HTTP; None when it is not registered (or withdrawn), as sglang's."""
         try:
@@ -281,7 +286,8 @@ class EngineInfoBootstrapServer:
         except NotFoundError:
             return None
 
-    def get_parallelism_config_info(self, rank: int, role=None):
+    def get_parallelism_config_info(self, rank: int,
+                                    role: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """rank's parallelism config (dict) from the segment, or None."""
         try:
             return self.segment.parallelism_config(rank, role)

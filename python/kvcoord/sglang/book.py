@@ -4,8 +4,9 @@ bookkeeping without sglang, for programs that follow rooms themselves
 
 import threading
 import zlib
+from typing import Any, Dict, List, Optional, Sequence
 
-from .. import KVPoll, KVTransferError, UNKNOWN_REASON
+from .. import KVPoll, KVTransferError, UNKNOWN_REASON, FailureInfo, Segment
 from .bridge import Bridge
 
 
@@ -44,7 +45,8 @@ class KVStatusBook:
     Thread safety: the methods may be called from this rank's threads.
     """
 
-    def __init__(self, segment, rank, participants=0, *, group=None, timeout=30.0):
+    def __init__(self, segment: Segment, rank: int, participants: int = 0, *,
+                 group: Optional[int] = None, timeout: float = 30.0) -> None:
         participants = participants or segment.stat()["world_size"]
         if not 0 <= rank < participants:
             raise ValueError("rank %d out of range 0..%d" % (rank, participants - 1))
@@ -55,13 +57,13 @@ class KVStatusBook:
             group = zlib.crc32(repr(("KVStatusBook", segment.name, participants)).encode())
             group &= 0x7FFFFFFF
         self.group = group
-        self.request_status = {}
-        self.failure_records = {}
+        self.request_status: Dict[int, KVPoll] = {}
+        self.failure_records: Dict[int, str] = {}
         self.failure_lock = threading.Lock()
-        self._codes = {}
+        self._codes: Dict[int, int] = {}
         self._bridge = Bridge(segment, rank, participants, float(timeout), owned=False)
 
-    def update_status(self, bootstrap_room: int, status):
+    def update_status(self, bootstrap_room: int, status: int) -> None:
         """sglang's rule: a room not followed (or cleared) ignores Failed; Failed
         sticks; otherwise the state only moves up.  The room is then followed in
         the segment (this rank's part of it).  Thread-safe (failure_lock)."""
@@ -78,14 +80,14 @@ class KVStatusBook:
             self.request_status[bootstrap_room] = new
         self._bridge.follow(self, bootstrap_room, new)
 
-    def check_status(self, bootstrap_room: int):
+    def check_status(self, bootstrap_room: int) -> KVPoll:
         """This rank's KVPoll for the room; KeyError for a room not followed."""
         return self.request_status[bootstrap_room]
 
-    def __contains__(self, bootstrap_room):
+    def __contains__(self, bootstrap_room: object) -> bool:
         return bootstrap_room in self.request_status
 
-    def record_failure(self, bootstrap_room: int, failure_reason: str, code: int = 0):
+    def record_failure(self, bootstrap_room: int, failure_reason: str, code: int = 0) -> None:
         """Keep the reason locally (the last one wins, as sglang's) and record
         it in the segment's room (the first record there wins), so every rank
         reads it.  code: an errno or status, 0 when none.  Thread-safe."""
@@ -95,18 +97,18 @@ class KVStatusBook:
         if self._bridge.follows_room(self, bootstrap_room):
             self.segment.room_fail(bootstrap_room, self.rank, failure_reason, code)
 
-    def clear(self, bootstrap_room: int):
+    def clear(self, bootstrap_room: int) -> None:
         """Forget the room here and release this rank's part of the segment's
         room.  Clearing a room not followed does nothing."""
         with self.failure_lock:
             self.request_status.pop(bootstrap_room, None)
         self._bridge.leave(self, bootstrap_room)
 
-    def failure(self, bootstrap_room: int):
+    def failure(self, bootstrap_room: int) -> Optional[FailureInfo]:
         """The node's FailureInfo for the room as this rank sees it, or None."""
         return self._bridge.node_failure(bootstrap_room)
 
-    def failure_exception(self, bootstrap_room: int):
+    def failure_exception(self, bootstrap_room: int) -> None:
         """Pop the room (as sglang's) and raise its KVTransferError: this rank's
         own reason with is_from_another_rank False, or the origin rank's reason
         from the segment with is_from_another_rank True (UNKNOWN_REASON only when
@@ -127,7 +129,7 @@ class KVStatusBook:
         raise e or KVTransferError(bootstrap_room, UNKNOWN_REASON, is_from_another_rank=True)
 
 
-def poll_and_all_reduce(pollers, book):
+def poll_and_all_reduce(pollers: Sequence[Any], book: KVStatusBook) -> List[int]:
     """sglang's poll_and_all_reduce for a KVStatusBook's group: each poller's
     poll() (an int KVPoll) for its bootstrap_room, then the element-wise MIN
     over the book's `participants` ranks, a real all-reduce in the segment:

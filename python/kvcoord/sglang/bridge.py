@@ -22,7 +22,9 @@ import threading
 
 from .. import FAILURE_RING, ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
 
-log = logging.getLogger("kvcoord.sglang")
+# This module's logger (kvcoord.sglang.bridge), as each module of the package
+# has its own: docs/python.md, "Logging".
+log = logging.getLogger(__name__)
 
 
 def _boot_id():
@@ -73,13 +75,14 @@ class Bridge:
 
     # ---- logging ---------------------------------------------------------
 
-    def warn_once(self, key, msg, *args):
-        """Log msg at WARNING the first time key is seen (the fallbacks, runtime errors)."""
+    def warn_once(self, key, msg, *args, logger=None):
+        """Log msg at WARNING on `logger` (the calling module's; default this
+        module's) the first time key is seen (the fallbacks, runtime errors)."""
         with self.lock:
             if key in self._warned:
                 return
             self._warned.add(key)
-        log.warning(msg, *args)
+        (logger or log).warning(msg, *args)
 
     def _failed_call(self, what, e):
         self.warn_once(("segment", what, type(e).__name__),

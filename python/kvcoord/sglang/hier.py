@@ -18,9 +18,12 @@ ranks calling different variants or lengths in the same step raise
 InvalidArgumentError on every rank, naming the first rank that differs.
 """
 
+import logging
+
 from .. import CollectiveError, Error, InvalidArgumentError, NotFoundError
 from .._hier import handshake
-from .bridge import log
+
+log = logging.getLogger(__name__)
 
 FAILED = 0  # sglang's KVPoll.Failed
 
@@ -69,7 +72,8 @@ def fold(bridge, pollers, polls):
     except Error as e:
         bridge.warn_once(("segment", "room_sync", type(e).__name__),
                          "kvcoord.sglang: reading the polled rooms failed (%s); the poll "
-                         "all-reduce goes on without kvcoord's own failures (logged once)", e)
+                         "all-reduce goes on without kvcoord's own failures (logged once)", e,
+                         logger=log)
         return
     for i, room, state in zip(idx, rooms, states):
         if state == FAILED and bridge.kvcoord_failure(room) is not None:

@@ -3,12 +3,15 @@ package in place (see kvcoord.sglang's docstring for what and why)."""
 
 import functools
 import importlib
+import logging
 import sys
 import threading
 
 from .. import Segment
 from . import pd as _sgl_pd, poll as _sgl_poll
-from .bridge import Bridge, log
+from .bridge import Bridge
+
+log = logging.getLogger(__name__)
 
 UTILS = "sglang.srt.disaggregation.utils"
 # Imported by install() when they import (a backend whose own dependencies

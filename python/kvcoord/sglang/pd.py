@@ -11,8 +11,9 @@ EngineInfoBootstrapServer does both).  sglang's prefill workers then PUT
 """
 
 import functools
+import logging
 
-from .bridge import log
+log = logging.getLogger(__name__)
 
 CONN = "sglang.srt.disaggregation.common.conn"
 SERVER = "CommonKVBootstrapServer"
