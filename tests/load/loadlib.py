@@ -11,10 +11,13 @@ import os
 import re
 import resource
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import free_port  # noqa: E402,F401  (the tests' one helper; loadlib.free_port)
 
 REGISTER = "/register_transfer_engine_info"
 LOOKUP = "/get_transfer_engine_info"
@@ -27,12 +30,6 @@ def raise_nofile(want=65536):
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def weights(n, seed=0):
