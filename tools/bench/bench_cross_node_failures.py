@@ -20,15 +20,23 @@ dead prefill after the heartbeat's 2 x 5 s, or of a silent one after the
 waiting timeout of 300 s; a prefill's recorded failure never reaches the
 decode (no reason travels prefill -> decode).
 
+A's kvcoordd pushes each failure to B's beside its etcd put (docs/cluster.md);
+--etcd-only makes B refuse the pushes (the nodes' HTTP tokens differ), so the
+failures cross through etcd alone, as before the push.  etcd's members keep
+their data under the system's temporary directory (on disk: each put pays a
+quorum's fsyncs) unless --etcd-dir says where (/dev/shm: tmpfs).
+
 Usage: tools/bench/bench_cross_node_failures.py [--build build] [--rooms 1000]
-       [--busy 2] [--json]"""
+       [--busy 2] [--etcd-dir DIR] [--etcd-only] [--json]"""
 
 import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 
@@ -100,6 +108,9 @@ def main():
     p.add_argument("--etcd-dir", default=None,
                    help="where etcd's members keep their data (default: the system's temporary "
                    "directory, on disk here; /dev/shm puts it on tmpfs, without fsync cost)")
+    p.add_argument("--etcd-only", action="store_true",
+                   help="the nodes get different HTTP tokens, so B refuses A's pushes (401): "
+                   "the failures cross through etcd alone, as before the push")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     pypath = os.path.join(args.build, "python")
@@ -112,12 +123,21 @@ def main():
     etcd = cl.Etcd(parent=args.etcd_dir).start()
     out = {"load_start": load(), "etcd_data_dir": etcd.dir,
            "etcd_data_fs": fs_type(etcd.dir)}
+    out["path"] = "etcd only (pushes refused)" if args.etcd_only else "push and etcd"
     nodes, ranks = [], []
+    tokdir = tempfile.mkdtemp(prefix="kvc-bench-tok-")
     try:
-        a = cl.Node(daemon, etcd.endpoints, "benchx", "A", ttl=10,
-                    extra=["--max-rooms", str(4 * args.rooms + 64)]).start()
-        b = cl.Node(daemon, etcd.endpoints, "benchx", "B", ttl=10,
-                    extra=["--max-rooms", str(4 * args.rooms + 64)]).start()
+        def extra(name):
+            x = ["--max-rooms", str(4 * args.rooms + 64)]
+            if args.etcd_only:
+                path = os.path.join(tokdir, name)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+                os.write(fd, b"token-of-" + name.encode())
+                os.close(fd)
+                x += ["--auth-token-file", path]
+            return x
+        a = cl.Node(daemon, etcd.endpoints, "benchx", "A", ttl=10, extra=extra("A")).start()
+        b = cl.Node(daemon, etcd.endpoints, "benchx", "B", ttl=10, extra=extra("B")).start()
         nodes += [a, b]
         prefill = [tsr.Ranks("prefill", a, r) for r in range(2)]
         decode = [tsr.Ranks("decode", b, r) for r in range(2)]
@@ -159,10 +179,12 @@ def main():
             n.stop()
             n.unlink()
         etcd.close()
+        shutil.rmtree(tokdir, ignore_errors=True)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print("etcd's data: %s (%s)" % (out["etcd_data_dir"], out["etcd_data_fs"]))
+    print("path: %s; etcd's data: %s (%s)" % (out["path"], out["etcd_data_dir"],
+                                               out["etcd_data_fs"]))
     for name, ps in out["passes"].items():
         s, q, e = (ps["record_to_segment_on_B"], ps["record_to_every_decode_poll"],
                    ps["etcd_put_to_watch"])
