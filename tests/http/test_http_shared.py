@@ -88,7 +88,8 @@ class Shared(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.d.stop()
+        rc = cls.d.stop()
+        assert rc == 0 and "Sanitizer" not in cls.d.output(), cls.d.output()[-4000:]
 
     def test_metrics_pipelined_share_renderings(self):
         n = 64
