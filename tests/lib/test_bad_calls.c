@@ -549,9 +549,7 @@ static void test_full_proc_table_reaps_before_reuse(void **st)
             _exit(10);
         _exit(0);
     }
-    int status;
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(tu_wait_exit(child), 0);
     /* The table (2 entries: this daemon, the dead child) is full: the next
      * attach (another process: this one's handles share its entry) reaps
      * the dead child before taking its slot. */
@@ -591,12 +589,11 @@ static void test_full_proc_table_reaps_before_reuse(void **st)
                   ? 0
                   : 11);
     }
-    assert_int_equal(waitpid(third, &status, 0), third);
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(tu_wait_exit(third), 0);
     assert_int_equal(kvc_open(&o, &w2), KVC_OK);
     kvc_close(w2);
     kill(second, SIGKILL);
-    waitpid(second, &status, 0);
+    (void)tu_wait_exit(second);
     kvc_close(d);
     kvc_unlink(name);
 }

@@ -40,6 +40,9 @@ if(TARGET kvcoord_python)
   kvc_py_test(python_sglang_poll test_sglang_poll.py "python;multiproc")
   kvc_py_test(python_sglang_readme test_sglang_readme.py "python;docs")
   kvc_py_test(python_pip test_pip.py "python;install")
+  # two from-scratch builds of the extensions (pip install, pip wheel): a
+  # hang guard that a loaded machine does not trip
+  set_tests_properties(python_pip PROPERTIES TIMEOUT 1200)
   kvc_py_test(python_collective test_collective.py "python;multiproc;crash;coll")
   # kvcoord.mooncake.TransferEngine between processes (mooncake_peer.py)
   kvc_py_test(python_mooncake test_mooncake.py "python;multiproc;crash;xfer")
