@@ -151,10 +151,16 @@ typedef struct kvt_engine kvt_engine;
 /* Create an engine: choose the backend (auto logs one line saying which and
  * why), bind and listen on opts->listen.  *out owns the engine until
  * kvt_engine_destroy().
+ * A fixed port refused with EADDRINUSE is retried every 20 ms for up to
+ * 3 s before the call fails: a predecessor killed at that port holds its
+ * listening socket until its io_uring is torn down, shortly after the
+ * process is gone.  The call blocks meanwhile (sleeps, no signal).
  * Errors: KVC_E_INVAL (bad options or address), KVC_E_NOENT (verbs asked and
  * no usable RDMA device: the message says why, e.g. "no RDMA device found by
  * ibv_get_device_list"), KVC_E_SYS (socket, bind, listen, io_uring setup,
- * ibv_* failed: the message names the call and errno). */
+ * ibv_* failed: the message names the call and errno; a port still in use
+ * after the retries: "... Address already in use (still after 3000 ms of
+ * retries)"). */
 kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out);
 
 /* Close every connection and free the engine.  Rooms still in flight are

@@ -640,10 +640,11 @@ static int conclude(mce *m, mce_waiter *w, int rc)
 }
 
 /* A call's runs go to the engine as rooms of at most MCE_ROOM_BYTES each
- * (split at run boundaries), all submitted at once: measured here, a single
- * room of more than the peer's connections' windows (2 x 32 MiB) stalled
- * the engine for seconds (kvcoord-bench transfer --block 1M --batch 64:
- * 2.6 s a batch, --batch 32: 0.18 s), 16 MiB rooms 8 deep did not. */
+ * (split at run boundaries), all submitted at once.  Made for what looked
+ * like a stall of rooms larger than the windows; it was the benchmark's
+ * working set leaving the L3 (docs/transfer.md, "Rooms larger than the
+ * windows": one 256 MiB room over 16 MiB of pages runs as fast as 16 rooms
+ * of 16 MiB).  Kept until measured without it on a quiet machine. */
 #define MCE_ROOM_BYTES (16ull << 20)
 #define MCE_ROOMS_MAX 64
 

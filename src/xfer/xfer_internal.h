@@ -66,6 +66,12 @@
 #define KVT_RX_LOWAT (256u << 10)  /* SO_RCVLOWAT while a large payload is received (kvt__rx_arm) */
 #define KVT_SOCK_RCVBUF (2 << 20)  /* SO_RCVBUF of accepted connections (kernel doubles it) */
 #define KVT_TICK_MS 50             /* deadline timer granularity */
+/* kvt_engine_create: a bind refused with EADDRINUSE is retried every
+ * KVT_BIND_RETRY_STEP_MS for up to KVT_BIND_RETRY_MS (a killed
+ * predecessor's io_uring releases its listening socket shortly after the
+ * process is gone). */
+#define KVT_BIND_RETRY_MS 3000
+#define KVT_BIND_RETRY_STEP_MS 20
 /* The receiver acknowledges applied writes (one cumulative ACK) when its
  * input goes idle (the recv's CQE lacks IORING_CQE_F_SOCK_NONEMPTY), or
  * once this many writes / bytes are unacknowledged, or before a NACK or a

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "xfer_conn.h"
@@ -60,9 +61,22 @@ kvc_err kvt__tcp_listen(kvt_engine *e)
      * and wakeups (docs/transfer.md, Benchmark).  Best effort: the kernel
      * caps it at net.core.rmem_max (and doubles it). */
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, 1024)) {
+    /* A fixed port still held by a predecessor that just died: its
+     * io_uring gives the socket back only once the ring is torn down,
+     * shortly after the process is gone.  Retried for a bounded time. */
+    uint64_t give_up = kvc__mono_ns() + (uint64_t)KVT_BIND_RETRY_MS * 1000000ull;
+    int rc;
+    while ((rc = bind(fd, (struct sockaddr *)&sa, len)) && errno == EADDRINUSE &&
+           kvc__mono_ns() < give_up) {
+        const struct timespec pause = {0, KVT_BIND_RETRY_STEP_MS * 1000000l};
+        nanosleep(&pause, NULL);
+    }
+    if (rc || listen(fd, 1024)) {
         int er = errno;
         close(fd);
+        if (er == EADDRINUSE)
+            return kvt__fail(KVC_E_SYS, "bind/listen %s: %s (still after %d ms of retries)",
+                             e->o.listen, strerror(er), KVT_BIND_RETRY_MS);
         return kvt__fail(KVC_E_SYS, "bind/listen %s: %s", e->o.listen, strerror(er));
     }
     len = sizeof sa;
