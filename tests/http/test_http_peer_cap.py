@@ -107,6 +107,46 @@ class PeerCap(unittest.TestCase):
                 s.close()
             self.assertEqual(d.stop(), 0)
 
+    def test_one_address_cannot_take_the_body_budget(self):
+        # A quarter of --max-buffered-bytes per address: 256 KiB of 1 MiB.
+        d = Daemon("--max-conns-per-peer", "8", "--max-buffered-bytes", "1M",
+                   "--max-body-bytes", "1M")
+        head = ("PUT /register_transfer_engine_info HTTP/1.1\r\nHost: x\r\n"
+                "Content-Type: application/json\r\nContent-Length: 200000\r\n"
+                "Expect: 100-continue\r\n\r\n").encode()
+        held = []
+        try:
+            a = connect(d.port)
+            a.sendall(head)
+            self.assertIn(b" 100 ", a.recv(4096))  # reserved: 200 KB of its 256 KiB
+            held.append(a)
+            b = connect(d.port)
+            b.sendall(head)
+            answer = b.recv(4096)
+            self.assertIn(b" 503 ", answer)
+            self.assertIn(b"from this address exceed its share", answer)
+            b.close()
+            c = connect(d.port, "127.0.0.2")
+            c.sendall(head)
+            self.assertIn(b" 100 ", c.recv(4096))  # another address: its own share
+            held.append(c)
+            a.close()  # its reservation goes back with it
+            held.remove(a)
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                e = connect(d.port)
+                e.sendall(head)
+                got = e.recv(4096)
+                e.close()
+                if b" 100 " in got:
+                    break
+                self.assertLess(time.monotonic(), deadline, got)
+                time.sleep(0.05)
+        finally:
+            for s in held:
+                s.close()
+            self.assertEqual(d.stop(), 0)
+
     def test_loopback_is_exempt_by_default(self):
         d = Daemon("--max-conns", "16")  # a quarter: 4 per remote address
         held = []

@@ -354,15 +354,21 @@ static void test_peers_table(void **state)
             int ok = held < 30 && peers_take(&p, &a[i], CAP);
             if (held < 30) {
                 assert_int_equal(ok, want[i] < CAP);
-                if (ok)
-                    want[i]++, held++;
+                if (ok && !want[i]++) /* a new entry: its record marked */
+                    *peers_bytes(&p, &a[i]) = 1000u + (unsigned)i;
+                held += (unsigned)ok;
             }
         } else if (want[i]) {
             peers_put(&p, &a[i]);
             want[i]--, held--;
         }
-        for (int j = 0; j < NADDR; j++)
+        for (int j = 0; j < NADDR; j++) {
             assert_int_equal(peers_count(&p, &a[j]), want[j]);
+            if (want[j]) /* records stay put while entries move */
+                assert_int_equal(*peers_bytes(&p, &a[j]), 1000u + (unsigned)j);
+            else
+                assert_null(peers_bytes(&p, &a[j]));
+        }
     }
     for (int i = 0; i < NADDR; i++)
         while (want[i]--)

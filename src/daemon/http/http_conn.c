@@ -48,6 +48,8 @@ static void unreserve(struct http_conn *c)
         *c->lim->buffered -= c->reserved;
     if (c->reserved && c->untrusted && c->lim->untrusted)
         *c->lim->untrusted -= c->reserved;
+    if (c->reserved && c->peer_bytes)
+        *c->peer_bytes -= c->reserved;
     c->reserved = 0;
     c->untrusted = 0;
 }
@@ -65,6 +67,12 @@ static int reserve(struct http_conn *c, uint64_t n)
     if (!c->lim->max_buffered || !c->lim->buffered || n == 0)
         return 0;
     int share = c->untrusted && c->lim->untrusted && c->lim->max_untrusted;
+    if (c->peer_bytes && c->peer_max && !fits(*c->peer_bytes, c->peer_max, n)) {
+        fail(c, 503,
+             "Server busy: request bodies being received from this address exceed its share of "
+             "the buffer budget");
+        return -1;
+    }
     if (!fits(*c->lim->buffered, c->lim->max_buffered, n) ||
         (share && !fits(*c->lim->untrusted, c->lim->max_untrusted, n))) {
         fail(c, 503,
@@ -76,6 +84,8 @@ static int reserve(struct http_conn *c, uint64_t n)
     *c->lim->buffered += (size_t)n;
     if (share)
         *c->lim->untrusted += (size_t)n;
+    if (c->peer_bytes)
+        *c->peer_bytes += (size_t)n;
     c->reserved += (size_t)n;
     return 0;
 }

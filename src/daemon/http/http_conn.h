@@ -94,6 +94,9 @@ struct http_conn {
     const char *err_detail;
     const char *err_extra;   /* extra header lines of the error answer, or NULL */
     size_t reserved;         /* body bytes reserved in *lim->buffered */
+    size_t *peer_bytes;      /* its peer's reserved body bytes (set by the server
+                                after hconn_init; NULL: its peer has no share) */
+    size_t peer_max;         /* ... the most they may be */
     unsigned char untrusted; /* the request being read is an unauthenticated
                                 peer's (HEAD_UNTRUSTED): its body reserves from
                                 *lim->untrusted too, and its connection may be

@@ -199,9 +199,6 @@ static void conn_release(struct server *s, struct conn *c)
 {
     close(c->fd);
     c->fd = -1;
-    if (peer_capped(s, &c->peer))
-        peers_put(&s->peers, &c->peer);
-    c->peer.valid = 0;
     out_account(s, c); /* its unsent answers leave the budget */
     if (c->closing)
         s->nclosing--;
@@ -214,6 +211,9 @@ static void conn_release(struct server *s, struct conn *c)
     buf_free(&c->job.out);
     buf_trim(&c->out[0], OUT_KEEP);
     buf_trim(&c->out[1], OUT_KEEP);
+    if (peer_capped(s, &c->peer)) /* after hconn_free gave its bytes back */
+        peers_put(&s->peers, &c->peer);
+    c->peer.valid = 0;
     c->next_free = s->free_list;
     s->free_list = c;
     s->nconns--;
@@ -340,6 +340,10 @@ void conn_open(struct server *s, int fd, const struct peer_addr *peer)
     wait_touch(s, c);
     c->req_start_ns = kvc__mono_ns();
     hconn_init(&c->http, &s->limits);
+    if (peer_capped(s, peer)) { /* a quarter of the body budget per address */
+        c->http.peer_bytes = peers_bytes(&s->peers, peer);
+        c->http.peer_max = s->cfg->max_buffered_bytes / 4;
+    }
     if (!s->nodelay_inherited) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

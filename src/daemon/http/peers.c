@@ -18,13 +18,25 @@ int peers_init(struct peers *p, unsigned max_conns)
     p->t = calloc(size, sizeof *p->t);
     p->mask = size - 1;
     p->used = 0;
-    return p->t ? 0 : -1;
+    p->bytes = calloc(size, sizeof *p->bytes);
+    p->free_recs = calloc(size, sizeof *p->free_recs);
+    if (!p->t || !p->bytes || !p->free_recs) {
+        peers_free(p);
+        return -1;
+    }
+    for (p->nfree = 0; p->nfree < size; p->nfree++)
+        p->free_recs[p->nfree] = size - 1 - p->nfree;
+    return 0;
 }
 
 void peers_free(struct peers *p)
 {
     free(p->t);
+    free(p->bytes);
+    free(p->free_recs);
     p->t = NULL;
+    p->bytes = NULL;
+    p->free_recs = NULL;
 }
 
 void peer_addr_of(int fd, struct peer_addr *a)
@@ -84,9 +96,11 @@ int peers_take(struct peers *p, const struct peer_addr *a, unsigned cap)
     if (p->t[i].count >= cap)
         return 0;
     if (!p->t[i].count) {
-        if (p->used + 1 > p->mask) /* cannot happen: sized for every connection */
+        if (p->used + 1 > p->mask || !p->nfree) /* cannot happen: sized for every connection */
             return 0;
         memcpy(p->t[i].a, a->a, 16);
+        p->t[i].rec = p->free_recs[--p->nfree];
+        p->bytes[p->t[i].rec] = 0;
         p->used++;
     }
     p->t[i].count++;
@@ -98,12 +112,19 @@ unsigned peers_count(const struct peers *p, const struct peer_addr *a)
     return p->t[find(p, a->a)].count;
 }
 
+size_t *peers_bytes(const struct peers *p, const struct peer_addr *a)
+{
+    uint32_t i = find(p, a->a);
+    return p->t[i].count ? &p->bytes[p->t[i].rec] : NULL;
+}
+
 void peers_put(struct peers *p, const struct peer_addr *a)
 {
     uint32_t i = find(p, a->a);
     if (!p->t[i].count || --p->t[i].count)
         return;
     p->used--;
+    p->free_recs[p->nfree++] = p->t[i].rec;
     /* Backward-shift deletion: move later entries of the run into the
      * hole when their home slot is at or before it. */
     for (uint32_t j = (i + 1) & p->mask; p->t[j].count; j = (j + 1) & p->mask) {

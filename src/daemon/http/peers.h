@@ -24,12 +24,17 @@ struct peer_addr {
 struct peer_entry {
     uint8_t a[16];
     uint32_t count; /* 0: empty */
+    uint32_t rec;   /* its record in peers.bytes (entries move; records do not) */
 };
 
 struct peers {
     struct peer_entry *t;
     uint32_t mask; /* size - 1 (a power of two) */
     uint32_t used;
+    size_t *bytes;       /* per record: request body bytes the peer's connections
+                            have reserved (http_conn's per-peer share) */
+    uint32_t *free_recs; /* records not in use */
+    uint32_t nfree;
 };
 
 /* A table for up to max_conns connections.  Returns 0, or -1 out of memory. */
@@ -48,7 +53,11 @@ const char *peer_addr_str(const struct peer_addr *a, char *buf, size_t cap);
 int peers_take(struct peers *p, const struct peer_addr *a, unsigned cap);
 /* Connections a holds now (0 when none). */
 unsigned peers_count(const struct peers *p, const struct peer_addr *a);
-/* One connection of a (counted by peers_take) is gone. */
+/* The body bytes a's connections hold (a record that stays put while a
+ * holds a connection), or NULL when a holds none. */
+size_t *peers_bytes(const struct peers *p, const struct peer_addr *a);
+/* One connection of a (counted by peers_take) is gone (its reserved bytes
+ * given back before). */
 void peers_put(struct peers *p, const struct peer_addr *a);
 
 #endif /* KVC_PEERS_H */
