@@ -15,7 +15,7 @@ JOBS=${KVCOORD_JOBS:-2}
 TEST_JOBS=${KVCOORD_TEST_JOBS:-$((JOBS * 2))}
 RUN_DIR=$ROOT/build/run
 TP=8
-PACKAGES=(build-essential cmake pkg-config liburing-dev libjansson-dev libhttp-parser-dev
+PACKAGES=(build-essential cmake pkg-config file mmdebstrap liburing-dev libjansson-dev libhttp-parser-dev
           libcmocka-dev libibverbs-dev libcurl4-openssl-dev libssl-dev openssl etcd-server etcd-client
           rdma-core python3 python3-dev python3-requests python3-fastapi python3-uvicorn python3-uvloop
           python3-httptools python3-torch python3-venv python3-pip python3-setuptools
@@ -57,7 +57,9 @@ Commands:
         MinSizeRel and with clang (build-matrix/), libkvcoord and its tests
         for arm64 (build-arm64/), the whole tree with ASan + UBSan
         (build-asan/, -DKVCOORD_SANITIZE=ON) and the fuzz targets with clang
-        (build-fuzz/, -DKVCOORD_FUZZ=ON), their output in build-logs/.  Then
+        (build-fuzz/, -DKVCOORD_FUZZ=ON), their output in build-logs/.  Once
+        that suite is done, make the .debs from build/ (cpack -G DEB) and, as
+        root, apt-install them in a fresh bookworm root (mmdebstrap).  Then
         run the arm64 tests under qemu-user-static, the whole suite again
         under ASan + UBSan, and each fuzz target for KVCOORD_FUZZ_SECONDS
         (default 20; ctest -L fuzz).  --sanitize: the sanitizer build and
@@ -426,6 +428,37 @@ arm64_run() {
     return "$status"
 }
 
+# The Debian packages (tools/cpack.cmake: kvcoord, libkvcoord-dev) made from
+# build/ with cpack, then installed by apt in a fresh Debian 12 root that
+# mmdebstrap makes and throws away: apt resolves the dependencies
+# dpkg-shlibdeps found from Debian's archive alone, kvcoordd and
+# kvcoord-diag start, the Python package imports, the headers and
+# kvcoord.pc are in place.  Mostly downloads (about 6 minutes, one of CPU):
+# run in the background while the ASan suite runs.  Needs root
+# (mmdebstrap's root mode); skipped, saying so, otherwise.
+deb_pass() {
+    if ((EUID != 0)); then
+        log "Debian packages: install check skipped (mmdebstrap needs root here)"
+        return 0
+    fi
+    log "cpack -G DEB in build/"
+    rm -f "$ROOT"/build/kvcoord_*.deb "$ROOT"/build/libkvcoord-dev_*.deb
+    (cd "$ROOT/build" && cpack -G DEB) || return 1
+    local debs=("$ROOT"/build/kvcoord_*.deb "$ROOT"/build/libkvcoord-dev_*.deb) deb inc=()
+    for deb in "${debs[@]}"; do inc+=(--include="$deb"); done # a path: its own --include
+    log "apt install ${debs[*]##*/} in a fresh bookworm root (mmdebstrap)"
+    # the hook makes the .debs visible at the same paths inside the root,
+    # where dpkg opens them
+    mmdebstrap --variant=apt "${inc[@]}" \
+        --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
+        --customize-hook='chroot "$1" kvcoordd --version' \
+        --customize-hook='chroot "$1" kvcoord-diag --help >/dev/null' \
+        --customize-hook='chroot "$1" python3 -c "import kvcoord, kvcoord.sglang"' \
+        --customize-hook='test -f "$1/usr/include/kvcoord/kvcoord.h"' \
+        --customize-hook='find "$1/usr/lib" -name kvcoord.pc | grep -q .' \
+        bookworm /dev/null
+}
+
 # The builds the plain suite does not need, run while the suites run: they
 # mostly wait (on etcd leases, timeouts, children) and leave a core idle
 # much of the time.  Niced, so the tests get the CPU first; each build's
@@ -442,6 +475,7 @@ background_builds() {
         arm64) arm64_build ;;
         asan) build build-asan -DKVCOORD_SANITIZE=ON ;;
         fuzz) fuzz_build ;;
+        deb) deb_pass ;;
         esac >"$ROOT/build-logs/$step.log" 2>&1 || st=$?
         echo "$step $st"
     done
@@ -497,6 +531,11 @@ cmd_test() {
         pid=$!
         log "building build-asan/, build-fuzz/, build-arm64/, build-matrix/ in the background (niced; build-logs/)"
         run_suite build || status=1
+        # the .debs from build/ (its suite done), installed in a fresh root
+        local dout=$ROOT/build-logs/deb.status dpid
+        background_builds deb >"$dout" &
+        dpid=$!
+        log "cpack -G DEB and its install in a fresh root in the background (build-logs/deb.log)"
         log "waiting for the background build of build-asan/"
         wait_step asan "$pid" "$out"
         if grep -qx 'asan 0' "$out"; then
@@ -504,6 +543,7 @@ cmd_test() {
         fi
         log "waiting for the background builds"
         wait_builds "$pid" "$out" || status=1
+        wait_builds "$dpid" "$dout" || status=1
         if grep -qx 'arm64 0' "$out"; then
             arm64_run || status=1
         fi
