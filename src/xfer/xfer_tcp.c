@@ -134,6 +134,11 @@ kvc_err kvt__tcp_connect(kvt_engine *e, kvt_peer *p, uint32_t slot)
     int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return kvt__fail(KVC_E_SYS, "socket: %s", strerror(errno));
+    /* The client receives READ data: the same fixed receive buffer as an
+     * accepted socket (kvt__tcp_listen), set before connect so that it
+     * counts in the window scale.  Best effort. */
+    int rcvbuf = KVT_SOCK_RCVBUF;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     kvt__conn *c = tcp_conn(e, fd, true);
     if (!c) {
         close(fd);
