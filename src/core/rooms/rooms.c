@@ -329,7 +329,7 @@ static kvc_err fail_mirror(kvc_segment *seg, const kvc_failure_info *f, int keep
     memcpy(reason, f->reason, sizeof reason);
     reason[KVC_REASON_MAX] = '\0';
     struct fail_arg a = {
-        f->room,        f->origin_rank,      f->code, reason, f->time_ns, 1, 0, f->origin_pid,
+        f->room,        f->origin_rank,       f->code, reason, f->time_ns, 1, 0, f->origin_pid,
         f->origin_node, KVC__FAIL_OTHER_NODE, keep};
     kvc_err e = kvc__with_stripe(seg, f->room, fail_op, &a);
     if (!e && changed)

@@ -439,8 +439,7 @@ int cluster_start(const struct cluster_conf *conf, struct cluster **out, char *e
         c->thr.started_room = 1;
     if (c->thr.started_room && pthread_create(&c->thr.fetcher, NULL, cluster__fetch_main, c) == 0)
         c->thr.started_fetcher = 1;
-    if (c->thr.started_fetcher &&
-        pthread_create(&c->thr.pusher, NULL, cluster__push_main, c) == 0)
+    if (c->thr.started_fetcher && pthread_create(&c->thr.pusher, NULL, cluster__push_main, c) == 0)
         c->thr.started_pusher = 1;
     if (!c->thr.started_pusher) {
         snprintf(err, cap, "cannot start the cluster threads");

@@ -111,8 +111,10 @@ struct cluster_stats {
     uint64_t mirror_writes, mirror_withdrawals;
     uint64_t fetches, fetch_failures, digest_mismatches;
     uint64_t rooms_published, rooms_lost_race, rooms_adopted;
-    uint64_t pushes, push_failures;       /* this node's failures pushed to peers: answered 200, not */
-    uint64_t pushes_received, pushes_taken; /* peers' pushes checked here; taken (room had none) */
+    /* This node's failures pushed to peers (answered 200, or not); peers'
+     * pushes received here, and taken (the room had no record). */
+    uint64_t pushes, push_failures;
+    uint64_t pushes_received, pushes_taken;
     uint32_t rooms_followed;         /* rooms a local rank follows, published */
     uint32_t rooms_shared;           /* (room, node) pairs other nodes follow */
     uint64_t rooms_failed_node_left; /* rooms failed when a node sharing them left */

@@ -255,8 +255,8 @@ static void map_drop(struct cluster_follow *f, struct follow_entry *e)
     f->used--;
 }
 
-size_t cluster__room_followers(struct cluster *c, uint64_t room,
-                               char (*out)[CLUSTER_NAME_MAX + 1], size_t max)
+size_t cluster__room_followers(struct cluster *c, uint64_t room, char (*out)[CLUSTER_NAME_MAX + 1],
+                               size_t max)
 {
     struct cluster_follow *f = &c->follow;
     size_t n = 0;

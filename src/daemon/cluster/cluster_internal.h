@@ -259,7 +259,7 @@ struct cluster_pusher {
     pthread_mutex_t mu;
     int scan; /* the room waiter saw a new failure record */
     int stop;
-    uint64_t seen; /* the segment's failures_total last looked at */
+    uint64_t seen;                  /* the segment's failures_total last looked at */
     struct push_job *queue, **tail; /* not started yet, oldest first */
     size_t nqueued;
     CURLM *multi;
@@ -543,8 +543,8 @@ void cluster__follow_count(struct cluster *c);
 void cluster__follow_free(struct cluster *c);
 /* The other nodes that follow room, as etcd last said: at most max names
  * copied into out; how many.  Any thread (takes follow.mu). */
-size_t cluster__room_followers(struct cluster *c, uint64_t room,
-                               char (*out)[CLUSTER_NAME_MAX + 1], size_t max);
+size_t cluster__room_followers(struct cluster *c, uint64_t room, char (*out)[CLUSTER_NAME_MAX + 1],
+                               size_t max);
 
 /* ---- cluster_mirror.c ---------------------------------------------------- */
 

@@ -179,14 +179,13 @@ static void finish_push(struct cluster *c, struct push_job *j, CURLcode cc)
                       "node=%s url=%s status=%ld err=\"%s\" note=\"the failure still crosses "
                       "through etcd\"",
                       j->node, j->url, status,
-                      cc != CURLE_OK ? curl_easy_strerror(cc)
+                      cc != CURLE_OK  ? curl_easy_strerror(cc)
                       : status == 401 ? "401: the nodes' HTTP tokens differ"
                                       : "not 200");
         return;
     }
     c->px.failed_in_row = 0;
 }
-
 
 void *cluster__push_main(void *arg)
 {
@@ -284,13 +283,13 @@ int cluster_push_receive(struct cluster *c, const char *body, size_t len, uint64
     else if (!reason)
         snprintf(err, cap, "Invalid field 'reason': a string is needed");
     else if (!node || !cluster_name_ok(node))
-        snprintf(err, cap, "Invalid field 'node': 1..%d bytes of [A-Za-z0-9._-]",
-                 CLUSTER_NAME_MAX);
+        snprintf(err, cap, "Invalid field 'node': 1..%d bytes of [A-Za-z0-9._-]", CLUSTER_NAME_MAX);
     else if (!strcmp(node, c->cfg.node))
         st = 409, snprintf(err, cap, "A failure of this node (%s) is not taken from a peer", node);
     else if ((code && !json_is_integer(code)) || (pid && !json_is_integer(pid)) ||
-             (t && !json_is_integer(t)) || (code && (json_integer_value(code) < INT32_MIN ||
-                                                     json_integer_value(code) > INT32_MAX)) ||
+             (t && !json_is_integer(t)) ||
+             (code &&
+              (json_integer_value(code) < INT32_MIN || json_integer_value(code) > INT32_MAX)) ||
              (pid && (json_integer_value(pid) < 0 || json_integer_value(pid) > INT32_MAX)) ||
              (t && json_integer_value(t) < 0))
         snprintf(err, cap, "Invalid field 'code', 'pid' or 'time_ns': integers are needed");

@@ -74,10 +74,10 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len)
 
 char *cluster__room_record(const struct cluster *c, const struct pending_room *p)
 {
-    json_t *o = json_pack("{s:I, s:I, s:i, s:s, s:I, s:s, s:i}", "room", (json_int_t)p->room,
-                          "origin_rank", (json_int_t)p->origin_rank, "code", (int)p->code,
-                          "reason", p->reason, "time_ns", (json_int_t)p->time_ns, "node",
-                          c->cfg.node, "pid", (int)p->pid);
+    json_t *o =
+        json_pack("{s:I, s:I, s:i, s:s, s:I, s:s, s:i}", "room", (json_int_t)p->room, "origin_rank",
+                  (json_int_t)p->origin_rank, "code", (int)p->code, "reason", p->reason, "time_ns",
+                  (json_int_t)p->time_ns, "node", c->cfg.node, "pid", (int)p->pid);
     char *val = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return val;
