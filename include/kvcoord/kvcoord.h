@@ -635,8 +635,10 @@ typedef struct kvc_room_info {
  * again from the same rank is a no-op.  Records this process (pid + start
  * time) as the rank's participant, for liveness checks.
  * Errors: KVC_E_INVAL (room > KVC_ROOM_ID_MAX, role outside the enum,
- * participants > KVC_ROOM_MAX_PARTICIPANTS, rank out of
- * range, count differing from the room's), KVC_E_FULL (as many active rooms
+ * participants > KVC_ROOM_MAX_PARTICIPANTS, rank out of range: "rank R
+ * out of range for room ID: it has N participants (ranks 0..N-1)", with
+ * "; participants 0 means the segment's world size, N" when 0 was passed,
+ * count differing from the room's), KVC_E_FULL (as many active rooms
  * as the segment's max rooms: no active room is ever evicted), KVC_E_BUSY,
  * KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, uint32_t rank,
@@ -665,8 +667,8 @@ kvc_err kvc_room_set_state(kvc_segment *seg, uint64_t room, uint32_t rank, kvc_p
  * reported from another node is not lost.  *kept (may be NULL) is 1 when
  * this call's record is the one kept.  Wakes waiters.
  * Errors: KVC_E_INVAL (origin_rank >= max ranks, or >= the room's
- * participants / the world size: "rank R out of range for room ID
- * (participants 0..N-1)"; nothing is recorded or created, room >
+ * participants / the world size: "rank R out of range for room ID: it
+ * has N participants (ranks 0..N-1)"; nothing is recorded or created, room >
  * KVC_ROOM_ID_MAX), KVC_E_FULL, KVC_E_BUSY, KVC_E_NOTRECOVERABLE. */
 kvc_err kvc_room_fail(kvc_segment *seg, uint64_t room, uint32_t origin_rank, int32_t code,
                       const char *reason, int *kept);

@@ -242,7 +242,7 @@ class RoomsHttpTest(unittest.TestCase):
             r = self.put_failure(9, {"rank": rank, "reason": "x"})
             self.assertEqual(r.status_code, 400, r.text)
             self.assertEqual(r.json()["detail"], "Invalid field 'rank': rank %d out of range "
-                             "for room 9 (participants 0..7)" % rank)
+                             "for room 9: it has 8 participants (ranks 0..7)" % rank)
         r = self.put_failure(9, {"rank": 1024, "reason": "x"})
         self.assertEqual(r.status_code, 400, r.text)
         self.assertIn("Invalid field 'rank': origin rank 1024 exceeds", r.json()["detail"])

@@ -151,11 +151,21 @@ static void test_success_needs_all_and_is_sticky(void **st)
     /* A failure's origin is a participant: below the room's count (2), or
      * the world size (N) for a room not there yet, which is not created. */
     assert_int_equal(kvc_room_fail(s, 8, 2, 1, "x", NULL), KVC_E_INVAL);
-    assert_string_equal(kvc_last_error(), "rank 2 out of range for room 8 (participants 0..1)");
+    assert_string_equal(kvc_last_error(),
+                        "rank 2 out of range for room 8: it has 2 participants (ranks 0..1)");
     assert_int_equal(kvc_room_fail(s, 557, N, 1, "x", NULL), KVC_E_INVAL);
     assert_int_equal(kvc_room_get(s, 557, 0, &ri), KVC_E_NOENT);
     /* A refused open leaves no room behind; an origin beyond the table is refused. */
     assert_int_equal(kvc_room_open(s, 555, 2, 5, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
+    assert_int_equal(kvc_room_get(s, 555, 0, &ri), KVC_E_NOENT);
+    /* participants 0 is the world size (N), and the refusal says so. */
+    assert_int_equal(kvc_room_open(s, 555, 0, N + 3, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
+    assert_string_equal(kvc_last_error(),
+                        "rank 11 out of range for room 555: it has 8 participants (ranks 0..7; "
+                        "participants 0 means the segment's world size, 8)");
+    assert_int_equal(kvc_room_open(s, 555, 1, 1, KVC_ROOM_ROLE_DECODE), KVC_E_INVAL);
+    assert_string_equal(kvc_last_error(),
+                        "rank 1 out of range for room 555: it has 1 participant (rank 0)");
     assert_int_equal(kvc_room_get(s, 555, 0, &ri), KVC_E_NOENT);
     assert_int_equal(kvc_room_fail(s, 556, 64, 1, "x", NULL), KVC_E_INVAL);
     assert_int_equal(kvc_room_get(s, 556, 0, &ri), KVC_E_NOENT);

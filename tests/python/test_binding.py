@@ -524,7 +524,12 @@ class BadArguments(SegmentCase):
         self.check(ValueError, lambda: s.room_set_state(1, 0, -1), "KVPoll state must be")
         self.check(ValueError, lambda: s.room_fail(1, 64, "x"), "max ranks")
         self.check(ValueError, lambda: s.room_fail(1, s.stat()["world_size"], "x"),
-                   "out of range for room 1 (participants 0..")
+                   "out of range for room 1: it has %d participants (ranks 0.."
+                   % s.stat()["world_size"])
+        ws = s.stat()["world_size"]
+        self.check(ValueError, lambda: s.room_open(3, ws + 3, participants=0),
+                   "rank %d out of range for room 3: it has %d participants (ranks 0..%d; "
+                   "participants 0 means the segment's world size, %d)" % (ws + 3, ws, ws - 1, ws))
         self.check(TypeError, lambda: s.room_fail(1, 0, 42), "reason must be str, bytes or None, not int")
         self.check(ValueError, lambda: s.room_fail(1, 0, "a\0b"), "NUL")
         self.check(ValueError, lambda: s.room_fail(1, 0, "x", 2 ** 40), "failure code must be in")

@@ -41,10 +41,22 @@ static kvc_err check_participants(const kvc_segment *seg, uint32_t *participants
     return KVC_OK;
 }
 
-static kvc_err rank_range(uint64_t room, uint32_t rank, uint32_t participants)
+/* "rank R out of range for room ID: it has N participants (ranks 0..N-1)";
+ * world (the caller passed participants 0 and the count is the segment's
+ * world size) says so, so 0..N-1 does not read as the count given. */
+static kvc_err rank_range(uint64_t room, uint32_t rank, uint32_t participants, bool world)
 {
-    return kvc__fail(KVC_E_INVAL, "rank %u out of range for room %llu (participants 0..%u)", rank,
-                     (unsigned long long)room, participants - 1);
+    char ranks[32] = "no ranks", why[64] = "";
+    if (participants == 1)
+        snprintf(ranks, sizeof ranks, "rank 0");
+    else if (participants > 1)
+        snprintf(ranks, sizeof ranks, "ranks 0..%u", participants - 1);
+    if (world)
+        snprintf(why, sizeof why, "; participants 0 means the segment's world size, %u",
+                 participants);
+    return kvc__fail(
+        KVC_E_INVAL, "rank %u out of range for room %llu: it has %u participant%s (%s%s)", rank,
+        (unsigned long long)room, participants, participants == 1 ? "" : "s", ranks, why);
 }
 
 static kvc_err open_locked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t room, uint32_t asked,
@@ -53,14 +65,16 @@ static kvc_err open_locked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t ro
     kvc_room *r = kvc__stripe_find(seg, s, h, room);
     kvc_err e = KVC_OK;
     if (!r && rank >= participants)
-        return rank_range(room, rank, participants);
+        return rank_range(room, rank, participants, asked == 0);
     if (!r && (e = kvc__room_create(seg, s, h, room, participants, &r)))
         return e;
     if (asked != 0 && asked != r->participants)
-        return kvc__fail(KVC_E_INVAL, "room %llu has %u participants, not %u",
-                         (unsigned long long)room, r->participants, participants);
+        return kvc__fail(KVC_E_INVAL, "room %llu has %u participant%s, not %u",
+                         (unsigned long long)room, r->participants, r->participants == 1 ? "" : "s",
+                         participants);
     if (rank >= r->participants)
-        return rank_range(room, rank, r->participants);
+        return rank_range(room, rank, r->participants,
+                          asked == 0 && r->participants == seg->hdr->world_size);
     seg->rooms_opened = true;
     kvc_room_part *p = &r->part[rank];
     int32_t slot = seg->proc_slot;
@@ -116,7 +130,7 @@ static kvc_err find_participant(kvc_segment *seg, uint32_t s, uint64_t h, uint64
 {
     kvc_err e = kvc__room_find_or_create(seg, s, h, room, 0, out);
     if (!e && rank >= (*out)->participants)
-        e = rank_range(room, rank, (*out)->participants);
+        e = rank_range(room, rank, (*out)->participants, false);
     return e;
 }
 
@@ -199,7 +213,7 @@ KVC_API kvc_err kvc_room_sync(kvc_segment *seg, uint32_t rank, size_t n, const u
         if ((e = kvc_room_get(seg, rooms[i], (int32_t)rank, &ri)))
             return e;
         if (rank >= ri.participants)
-            return rank_range(rooms[i], rank, ri.participants);
+            return rank_range(rooms[i], rank, ri.participants, false);
         out[i] = ri.state;
     }
     return KVC_OK;
@@ -230,7 +244,7 @@ static kvc_err fail_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
         kvc_room *have = kvc__stripe_find(seg, s, h, a->room);
         uint32_t n = have ? have->participants : seg->hdr->world_size;
         if (a->origin >= n)
-            return rank_range(a->room, a->origin, n);
+            return rank_range(a->room, a->origin, n, false);
     }
     kvc_err e = kvc__room_find_or_create(seg, s, h, a->room, seg->hdr->world_size, &r);
     if (e)
