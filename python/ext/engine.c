@@ -266,17 +266,29 @@ static PyObject *Engine_unregister(EngineObject *self, PyObject *args)
     return PyLong_FromLong(rc);
 }
 
+/* The arguments of transfer() and submit(): (session_id, op, buffers,
+ * peer_buffer_addresses, lengths) into *sid (borrowed from args), *op and
+ * the thread's run buffer (*runs, *n); then enter(self).  -1 with an
+ * exception. */
+static int batch_args(EngineObject *self, PyObject *args, const char **sid, int *op, kvt_run **runs,
+                      size_t *n)
+{
+    PyObject *bufs, *peers, *lens;
+    if (!PyArg_ParseTuple(args, "siOOO", sid, op, &bufs, &peers, &lens))
+        return -1;
+    *n = 0;
+    *runs = runs_of(bufs, peers, lens, n);
+    return !*runs || enter(self) ? -1 : 0;
+}
+
 /* transfer(session_id, op, buffers, peer_buffer_addresses, lengths) -> 0 / -1 */
 static PyObject *Engine_transfer(EngineObject *self, PyObject *args)
 {
     const char *sid;
     int op;
-    PyObject *bufs, *peers, *lens;
-    if (!PyArg_ParseTuple(args, "siOOO", &sid, &op, &bufs, &peers, &lens))
-        return NULL;
-    size_t n = 0;
-    kvt_run *runs = runs_of(bufs, peers, lens, &n);
-    if (!runs || enter(self))
+    kvt_run *runs;
+    size_t n;
+    if (batch_args(self, args, &sid, &op, &runs, &n))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -308,12 +320,9 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args)
 {
     const char *sid;
     int op;
-    PyObject *bufs, *peers, *lens;
-    if (!PyArg_ParseTuple(args, "siOOO", &sid, &op, &bufs, &peers, &lens))
-        return NULL;
-    size_t n = 0;
-    kvt_run *runs = runs_of(bufs, peers, lens, &n);
-    if (!runs || enter(self))
+    kvt_run *runs;
+    size_t n;
+    if (batch_args(self, args, &sid, &op, &runs, &n))
         return NULL;
     uint64_t id;
     Py_BEGIN_ALLOW_THREADS
