@@ -741,7 +741,7 @@ class StaleProcess(Base):
             self.assertEqual(rc, 0)
             reaped = [a for a in doc["actions"] if a["action"] == "reap_process"]
             self.assertEqual(reaped[0]["target"], "pid %d" % worker)
-            self.assertIn("1 ranks withdrawn", reaped[0]["detail"])
+            self.assertIn("1 rank withdrawn", reaped[0]["detail"])
             self.assert_check(fx.name, 0)
             ranks = self.ranks(fx.name)
             self.assertEqual((ranks[0]["state"], ranks[1]["state"]), ("registered", "registered"))

@@ -92,6 +92,9 @@ kvc_segment *diag_open(const diag *d, const char *command, int *rc);
 json_t *diag_raw_header_json(const kvc_raw_header *h);
 /* Liveness word: "alive" / "dead". */
 const char *diag_alive(int alive);
+/* The noun that agrees with count n: one ("rank") for 1, else many
+ * ("ranks"), for "%llu %s" in a printed message. */
+const char *diag_noun(unsigned long long n, const char *one, const char *many);
 /* Exit status for a verdict severity. */
 int diag_verdict_exit(kvc_severity s);
 /* "healthy", "degraded", "broken". */

@@ -113,9 +113,11 @@ static int segment_part(diag *d, json_t *doc, int *rc)
         json_object_set_new(doc, "mirrored", arr);
         diag_table_free(t);
     } else {
-        printf("segment %s: %zu local ranks, %zu under other roles, %zu parallelism configs; "
-               "%zu entries mirrored from other nodes\n",
-               d->segment, local[0], local[1], local[2], json_array_size(arr));
+        size_t m = json_array_size(arr);
+        printf("segment %s: %zu local %s, %zu under other roles, %zu parallelism %s; "
+               "%zu %s mirrored from other nodes\n",
+               d->segment, local[0], diag_noun(local[0], "rank", "ranks"), local[1], local[2],
+               diag_noun(local[2], "config", "configs"), m, diag_noun(m, "entry", "entries"));
         if (json_array_size(arr))
             diag_table_print(t, stdout, 2);
         else
@@ -363,8 +365,10 @@ static int etcd_part(diag *d, const struct diag_etcd_opts *o, json_t *doc)
     } else {
         printf("\netcd members (%zu of %zu up)\n", up, etcd_endpoint_count(c));
         diag_table_print(mt, stdout, 2);
-        printf("\ncluster %s: %zu nodes, %zu entry records (revision %lld)\n", o->cluster,
-               json_array_size(nodes), nrecs, (long long)rev);
+        size_t nn = json_array_size(nodes);
+        printf("\ncluster %s: %zu %s, %zu entry %s (revision %lld)\n", o->cluster, nn,
+               diag_noun(nn, "node", "nodes"), nrecs, diag_noun(nrecs, "record", "records"),
+               (long long)rev);
         if (json_array_size(nodes))
             diag_table_print(nt, stdout, 2);
         else

@@ -75,7 +75,8 @@ static void failures_text(const diag *d, const kvc_failure_info *f, size_t n, ui
     }
     diag_table_print(t, stdout, 0);
     if (total > n)
-        printf("(%zu of %llu failures ever recorded shown)\n", n, (unsigned long long)total);
+        printf("(%zu of %llu %s ever recorded shown)\n", n, (unsigned long long)total,
+               diag_noun(total, "failure", "failures"));
 }
 
 static int run_failures(diag *d, int argc, char **argv)

@@ -11,6 +11,11 @@
 
 const char *diag_alive(int alive) { return alive ? "alive" : "dead"; }
 
+const char *diag_noun(unsigned long long n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
+
 int diag_verdict_exit(kvc_severity s)
 {
     return s >= KVC_SEV_BROKEN     ? DIAG_EXIT_BROKEN

@@ -116,11 +116,12 @@ static void pd_text(const char *what, const kvc_pd_status *st, const kvc_pd_rank
             snprintf(page, sizeof page, "%d", (int)st->page_size);
         if (st->has_prefill_http_port)
             snprintf(port, sizeof port, "%d", (int)st->prefill_http_port);
-        printf("PD bootstrap table of %s: %s, %u of %u ranks registered (tp %d x cp %d x dp %d x "
+        printf("PD bootstrap table of %s: %s, %u of %u %s registered (tp %d x cp %d x dp %d x "
                "pp %d), page size %s, kv cache dtype %s, prefill http port %s\n",
                what, st->ready ? "ready" : "NOT READY", st->registered, st->expected,
-               st->attn_tp_size, st->attn_cp_size, st->dp_size, st->pp_size, page,
-               st->has_kv_cache_dtype ? st->kv_cache_dtype : "none", port);
+               diag_noun(st->expected, "rank", "ranks"), st->attn_tp_size, st->attn_cp_size,
+               st->dp_size, st->pp_size, page, st->has_kv_cache_dtype ? st->kv_cache_dtype : "none",
+               port);
     }
     if (rooms)
         printf("rooms in the room -> DP rank map: %u\n", st->rooms);

@@ -248,7 +248,8 @@ static void one_text(const rank_row *w, int full)
     diag_table_addf(t, "rank\t%u", w->ri.rank);
     diag_table_addf(t, "state\t%s", state_name(w->ri.state));
     diag_table_addf(t, "session_id\t%s", w->ri.session_id);
-    diag_table_addf(t, "weights_info_dict\t%u entries, %llu bytes", w->ri.entries,
+    diag_table_addf(t, "weights_info_dict\t%u %s, %llu bytes", w->ri.entries,
+                    diag_noun(w->ri.entries, "entry", "entries"),
                     (unsigned long long)w->pk.info_len);
     diag_table_addf(t, "generation\t%llu", (unsigned long long)w->ri.generation);
     diag_table_addf(t, "registered\t%s  (%s ago)",

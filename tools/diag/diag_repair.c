@@ -157,8 +157,8 @@ static void reap_one(repair *rp, const char *action, int32_t pid, uint64_t start
     if (kvc_proc_reap(rp->seg, pid, start, NULL, &rooms, &ranks) != KVC_OK)
         act(rp, 0, action, target, "%s: %s", what, kvc_last_error());
     else
-        act(rp, 1, action, target, "%s is not running: %zu rooms failed, %zu ranks withdrawn", what,
-            rooms, ranks);
+        act(rp, 1, action, target, "%s is not running: %zu %s failed, %zu %s withdrawn", what,
+            rooms, diag_noun(rooms, "room", "rooms"), ranks, diag_noun(ranks, "rank", "ranks"));
 }
 
 static void reap_procs(repair *rp)
@@ -223,7 +223,8 @@ static void sweep_rooms(repair *rp)
     if (kvc_room_sweep(rp->seg, &reclaimed) != KVC_OK)
         act(rp, 0, "sweep_rooms", "rooms", "%s", kvc_last_error());
     else if (reclaimed)
-        act(rp, 1, "sweep_rooms", "rooms", "reclaimed %zu rooms idle past the room TTL", reclaimed);
+        act(rp, 1, "sweep_rooms", "rooms", "reclaimed %zu %s idle past the room TTL", reclaimed,
+            diag_noun(reclaimed, "room", "rooms"));
 }
 
 /* ---- output ---------------------------------------------------------------- */

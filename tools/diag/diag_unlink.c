@@ -95,8 +95,9 @@ static void describe(const diag *d, const kvc_raw_header *h, int64_t ranks, int6
     else if (h->has_prefix)
         printf(", not a kvcoord segment (no valid magic)");
     if (ranks >= 0)
-        printf(", %lld ranks registered, %lld live processes attached", (long long)ranks,
-               (long long)alive);
+        printf(", %lld %s registered, %lld live %s attached", (long long)ranks,
+               diag_noun((unsigned long long)ranks, "rank", "ranks"), (long long)alive,
+               diag_noun((unsigned long long)alive, "process", "processes"));
     else
         printf(" (cannot be attached to: %s)", kvc_last_error());
     printf("\n");
