@@ -158,8 +158,12 @@ def run_children(a, infos, rooms):
 
 def report(a, results, rooms):
     failing, ok = rooms[-1], True
-    print("%-4s %-7s %-20s %-5s %-9s %-6s %s" % ("RANK", "PID", "REGISTRATION", "PEERS",
-                                                "ROOMS OK", "OTHER", "KVTransferError"))
+    # RANKS_SEEN: ranks whose info this rank read back as registered;
+    # ROOMS_SUCCESS: the other rooms it saw end in Success; the last room's
+    # KVTransferError: its is_from_another_rank, then its message.
+    print("%-4s %-7s %-20s %-10s %-13s %-20s %s" % (
+        "RANK", "PID", "REGISTRATION", "RANKS_SEEN", "ROOMS_SUCCESS", "IS_FROM_ANOTHER_RANK",
+        "KVTransferError"))
     for res in results:
         if "error" in res:
             print("%-4s %s" % (res.get("rank"), res["error"]))
@@ -168,8 +172,8 @@ def report(a, results, rooms):
         good = [e for e in res["rooms"] if e["room"] != failing and e["state"] == "Success"]
         bad = [e for e in res["rooms"] if e["room"] == failing]
         err = bad[0] if bad else {}
-        print("%-4d %-7d %-20s %-5d %-9s %-6s %s" % (
-            res["rank"], res["pid"], res["registration"][:20], res["peers"],
+        print("%-4d %-7d %-20s %-10s %-13s %-20s %s" % (
+            res["rank"], res["pid"], res["registration"][:20], "%d/%d" % (res["peers"], TP),
             "%d/%d" % (len(good), len(rooms) - 1), err.get("other"), err.get("error")))
         ok &= res["peers"] == TP and len(good) == len(rooms) - 1
         ok &= err.get("reason") == REASON and err.get("origin") == a.fail_rank

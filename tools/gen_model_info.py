@@ -238,8 +238,8 @@ def main(argv):
             path = write_rank(args.out, body)
             if not args.quiet:
                 info = body["transfer_engine_info"]
-                print("%s rank %d: %d entries, %d bytes of weights (%s), %d bytes of JSON, "
-                      "session_id %s -> %s"
+                print("%s rank %d: %d entries, %d bytes of weights (%s), a %d-byte file "
+                      "(the PUT body), session_id %s -> %s"
                       % (args.model, rank, len(info["weights_info_dict"]), nbytes,
                          human_bytes(nbytes), os.path.getsize(path), info["session_id"], path))
     except (OSError, ValueError) as e:

@@ -582,7 +582,7 @@ main() {
     stop) cmd_stop "$@" ;;
     test) cmd_test "$@" ;;
     help | -h | --help) usage ;;
-    *) usage >&2; usage_error "unknown command '$cmd' (run, stop, test or help)" ;;
+    *) usage_error "unknown command '$cmd' (run, stop, test or help)" ;;
     esac
 }
 

@@ -5,7 +5,7 @@ Does what a remote sglang instance does before pulling weights from this
 node: GET /get_transfer_engine_info?rank=N for each rank, with Python
 `requests`, and reads `remote_instance_transfer_engine_info`
 ([session_id, weights_info_dict]).  Prints a table (rank, session_id,
-entries, response bytes, generation, time) and the total time taken.  The
+entries, answer bytes: the HTTP body, generation, time) and the total time taken.  The
 generation comes from kvcoordd's X-Kvcoord-Generation header, else from the
 workers' logs (--worker-logs), else "-".
 
@@ -131,20 +131,21 @@ def main(argv):
         rows.append(row)
     total_ms = (time.perf_counter() - t0) * 1000.0
 
-    head = "%4s  %-22s  %8s  %10s  %10s  %8s" % ("rank", "session_id", "entries", "bytes",
+    # answer bytes: the HTTP answer's body (not the registered dict alone)
+    head = "%4s  %-22s  %8s  %12s  %10s  %8s" % ("rank", "session_id", "entries", "answer bytes",
                                                   "generation", "ms")
     if args.expect_dir:
         head += "  match"
     print(head)
     for row in rows:
         gen = "-" if row["generation"] is None else str(row["generation"])
-        line = "%4d  %-22s  %8d  %10d  %10s  %8.2f" % (
+        line = "%4d  %-22s  %8d  %12d  %10s  %8.2f" % (
             row["rank"], row["session_id"], len(row["weights"]), row["bytes"], gen, row["ms"])
         if args.expect_dir:
             line += "  " + row["match"].split(":")[0]
         print(line)
     total_bytes = sum(r["bytes"] for r in rows)
-    print("%d of %d ranks answered, %d bytes, %.1f ms in all (requests, JSON decoding, checks; "
+    print("%d of %d ranks answered, %d answer bytes, %.1f ms in all (requests, JSON decoding, checks; "
           "GET %s/get_transfer_engine_info)"
           % (len(rows), args.ranks, total_bytes, total_ms, url))
     for err in errors:

@@ -115,6 +115,14 @@ class ExitStatus(unittest.TestCase):
                         self.assertRegex(err, r"^\S*%s(?: [a-z]+)?: (unrecognized|unknown) option '%s'"
                                          % (re.escape(name), bogus[0]), (name, argv[1:]))
 
+    def test_kvcoord_sh_unknown_command_is_one_line(self):
+        # the error and a hint, not the whole help before it
+        rc, out, err = run(["bash", os.path.join(ARGS.tools, "kvcoord.sh"), "bogus"])
+        self.assertEqual((rc, out), (2, ""))
+        self.assertEqual(err.splitlines(), [
+            "kvcoord.sh: unknown command 'bogus' (run, stop, test or help)",
+            "Try 'tools/kvcoord.sh --help' for more information."])
+
     def test_help_exits_0_and_documents_the_exit_status(self):
         for name, (helpv, _) in self.bins().items():
             with self.subTest(name=name):

@@ -155,7 +155,8 @@ class ModelLayoutTest(unittest.TestCase):
             self.assertEqual(len(lines), TP)
             self.assertIn("rank 0: ", lines[0])
             self.assertIn(" entries, ", lines[0])
-            self.assertIn(" bytes", lines[0])
+            self.assertIn(" bytes of weights", lines[0])
+            self.assertIn("-byte file (the PUT body)", lines[0])
 
 
 class StressTest(unittest.TestCase):

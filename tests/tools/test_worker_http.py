@@ -250,7 +250,7 @@ class WorkerHttpTest(unittest.TestCase):
             self.assertEqual(int(line["rank"]), r)
             self.assertGreaterEqual(int(line["generation"]), 1)
             self.assertEqual(int(line["entries"]), 195)
-            self.assertEqual(int(line["bytes"]),
+            self.assertEqual(int(line["dict_bytes"]),
                              len(json.dumps(tei["weights_info_dict"], separators=(",", ":"))))
             self.assertEqual(line["segment"], self.segment)
             self.assertEqual(line["session_id"], tei["session_id"])
@@ -285,6 +285,8 @@ class WorkerHttpTest(unittest.TestCase):
         self.assertEqual(len(rows), TP, p.stdout)
         self.assertIn("127.0.0.1:16007", p.stdout)
         self.assertIn("8 of 8 ranks answered", p.stdout)
+        # each byte count says what it counts: here the HTTP answer's body
+        self.assertIn("answer bytes", p.stdout.splitlines()[0])
 
     def test_5_stress_rank_with_rank_override(self):
         """A 50,000-entry (about 4 MB) weights_info_dict round-trips intact,

@@ -71,10 +71,11 @@ static void usage(FILE *out)
             "as a worker for rank N, registers session_id and weights_info_dict, and\n"
             "prints one line:\n"
             "\n"
-            "  kvcoord-worker: rank=N generation=G entries=E bytes=B register_us=T open_us=T\n"
-            "  segment=NAME session_id=S\n"
+            "  kvcoord-worker: rank=N generation=G entries=E dict_bytes=B register_us=T\n"
+            "  open_us=T segment=NAME session_id=S\n"
             "\n"
-            "(on one line; bytes is the size of the weights_info_dict JSON registered).\n"
+            "(on one line; dict_bytes is the size of the weights_info_dict JSON registered,\n"
+            "not of the file nor of an HTTP answer).\n"
             "\n"
             "Options:\n"
             "  -i, --info FILE       rank info file to register (required)\n"
@@ -467,7 +468,7 @@ static int run(const worker_args *a, const sigset_t *stop)
         fail("registering rank %ld: %s (%s)", rank, kvc_last_error(), kvc_strerror(e));
         goto out;
     }
-    printf("%s: rank=%ld generation=%llu entries=%zu bytes=%zu register_us=%llu "
+    printf("%s: rank=%ld generation=%llu entries=%zu dict_bytes=%zu register_us=%llu "
            "open_us=%llu segment=%s session_id=%s\n",
            prog, rank, (unsigned long long)gen, wi.entries, wi.dict_len,
            (unsigned long long)(t2 - t1), (unsigned long long)(t1 - t0), kvc_segment_name(seg),
