@@ -1032,6 +1032,38 @@ static void test_poll_fold_and_join(void **st)
     close_unlink(s, name);
 }
 
+/* Rooms reclaimed after they failed: the newest record of each in the ring
+ * of recent failures says whose the failure was (more than one batch of
+ * rooms, so that the batches and the one ring pass per batch are crossed). */
+static void test_poll_fold_reclaimed(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    enum { N = 150 };
+    uint8_t polls[N];
+    uint64_t rooms[N];
+    for (int i = 0; i < N; i++) {
+        uint64_t id = 1000 + (uint64_t)i;
+        rooms[i] = id;
+        polls[i] = 3;
+        assert_int_equal(kvc_room_open(s, id, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+        if (i % 3 == 0) /* kvcoord's record (origin pid 0) */
+            assert_int_equal(
+                kvc_room_fail_adopt(s, id, KVC_ORIGIN_RANK_NONE, 110, "timed out", 0, NULL),
+                KVC_OK);
+        else if (i % 3 == 1) /* the rank's own */
+            assert_int_equal(kvc_room_fail(s, id, 0, 0, "rank 0's own", NULL), KVC_OK);
+        assert_int_equal(kvc_room_release(s, id, 0), KVC_OK);
+        kvc_room_info ri;
+        assert_int_equal(kvc_room_get(s, id, -1, &ri), KVC_E_NOENT);
+    }
+    assert_int_equal(kvc_poll_allreduce(s, 0x72, 1, 0, polls, rooms, N, NULL, NULL), KVC_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(polls[i], i % 3 == 0 ? KVC_POLL_FAILED : 3);
+    close_unlink(s, name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1055,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_kind_mismatch),
         cmocka_unit_test(test_stop_hook),
         cmocka_unit_test(test_poll_fold_and_join),
+        cmocka_unit_test(test_poll_fold_reclaimed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,14 +36,21 @@
 
 #include "collective_internal.h"
 
-/* Spin this long for the round to complete before sleeping on the futex,
- * when the group has no more ranks than this process may use CPUs, and
- * while spinning pays (wait_round): long enough to catch a peer on another
- * core.  A larger group sleeps at once (a spinning rank would take the CPU
- * its late peers need). */
-#define SPIN_NS 20000ull
-#define SPIN_SCORE_MAX 16 /* a spin that caught the round: +1, up to this */
-#define SPIN_SCORE_LOSS 2 /* one that did not: -2 (0: sleep at once) */
+/* Spin up to this long for the round to complete before sleeping on the
+ * futex, when the group has no more ranks than this process may use CPUs
+ * and this thread's recent waits were short (wait_round): a futex wake-up
+ * costs tens of µs (an idle virtual CPU's far more), about what a typical
+ * wait for a peer on another core is, so a spin that catches the round
+ * halves the call.  A larger group sleeps at once (a spinning rank would
+ * take the CPU its late peers need), and so does a thread whose waits run
+ * long (its peers were busy elsewhere or not running). */
+#define SPIN_NS 150000ull
+/* The thread's wait estimate: an average over its recent waits (from its
+ * arrival to the round's decision, ns), each weighing 1/WAIT_AVG_DIV and
+ * counted at most WAIT_AVG_CAP, so that one long wait does not stop the
+ * spinning for long; it spins while the estimate is below SPIN_NS. */
+#define WAIT_AVG_DIV 8
+#define WAIT_AVG_CAP (4 * SPIN_NS)
 /* While waiting, test the members' liveness locks first after this long
  * and then this often (the process table's own marks, which need no
  * system call, are read at every wake-up). */
@@ -146,31 +153,34 @@ static uint64_t missing(call *c, uint64_t gen)
     return ranks;
 }
 
+/* Count a wait that began at `arrived` into the thread's average *avg. */
+static void wait_note(uint64_t *avg, uint64_t arrived)
+{
+    uint64_t d = kvc__mono_ns() - arrived;
+    d = d < WAIT_AVG_CAP ? d : WAIT_AVG_CAP;
+    *avg = *avg + d / WAIT_AVG_DIV - *avg / WAIT_AVG_DIV;
+}
+
 /* Wait for round gen (this rank arrived; word w) to be decided. */
 static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
 {
     kvc_coll_group *g = c->g;
-    /* Spin only while spinning pays: a thread whose recent spins mostly
-     * ended with the round still open (its peers were not running: more
-     * runnable processes than CPUs) sleeps at once, and tries a spin again
-     * now and then. */
-    static _Thread_local int score = SPIN_SCORE_MAX;
-    static _Thread_local unsigned probe;
-    bool spin = c->size <= cpus_usable() && (score > 0 || (++probe & 31) == 0);
-    uint64_t spin_end = kvc__mono_ns() + (spin ? SPIN_NS : 0);
+    /* Spin only while spinning pays: a thread whose recent waits ran long
+     * sleeps at once; its waits still count, so it spins again once its
+     * peers come back in time. */
+    static _Thread_local uint64_t wait_avg;
+    bool spin = c->size <= cpus_usable() && wait_avg < SPIN_NS;
+    uint64_t arrived = kvc__mono_ns(), spin_end = arrived + (spin ? SPIN_NS : 0);
     for (unsigned i = 0;; i++) {
         w = atomic_load_explicit(&g->round, memory_order_acquire);
         if (w_ahead(w, gen) != 0 || w_decided(w, c->size)) {
-            if (spin && score < SPIN_SCORE_MAX)
-                score++;
+            wait_note(&wait_avg, arrived);
             return w;
         }
         if ((i & 63) == 63 && kvc__mono_ns() >= spin_end)
             break;
         spin_pause();
     }
-    if (spin)
-        score = score > SPIN_SCORE_LOSS ? score - SPIN_SCORE_LOSS : 0;
     uint64_t bit = 1ull << c->rank;
     atomic_fetch_or(&g->sleepers, bit);
     uint64_t now = kvc__mono_ns();
@@ -207,6 +217,7 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
         kvc__futex_wait(round_futex(g), (uint32_t)w, ms ? ms : 1);
     }
     atomic_fetch_and(&g->sleepers, ~bit);
+    wait_note(&wait_avg, arrived);
     return w;
 }
 

@@ -8,34 +8,56 @@
  * none taken here (room reads are lock-free; kvc_room_get takes a room's
  * stripe lock only to fail a room whose participant died).
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-/* Whether kvcoord itself failed room (a record no rank process made: a
- * participant died, the TTL passed), reading it as kvc_room_get does; once
- * the room was reclaimed, its record in the ring of recent failures. */
-static bool failed_by_kvcoord(kvc_segment *seg, uint64_t room)
+/* Rooms checked per batch: their slots prefetched together (the misses
+ * overlap: a poll step's rooms are mostly out of cache), the reclaimed
+ * ones looked up in the failure ring in one pass. */
+#define BATCH 64
+
+/* Start loading the home slot of room (its head, first participants and
+ * liveness check stamps): most rooms sit there. */
+static void prefetch_room(kvc_segment *seg, uint64_t room)
 {
-    bool ours;
-    kvc_err e = kvc__room_failed_by_kvcoord(seg, room, &ours);
-    if (e == KVC_OK)
-        return ours;
-    if (e != KVC_E_NOENT)
-        return false; /* unreadable now: left as polled */
-    kvc_failure_info *ring = malloc(KVC_FAILURE_RING * sizeof *ring);
-    size_t n = 0;
-    ours = false;
-    if (ring && kvc_failures_recent(seg, ring, KVC_FAILURE_RING, &n) == KVC_OK) {
-        for (size_t i = 0; i < n && i < KVC_FAILURE_RING; i++)
-            if (ring[i].room == room) { /* newest first */
-                ours = ring[i].origin_pid == 0;
-                break;
-            }
+    uint64_t h = kvc__room_hash(room);
+    uint32_t n = seg->hdr->stripe_slots;
+    const kvc_room *r = seg->rooms + (size_t)kvc__room_stripe(h) * n + kvc__room_home(h, n);
+    __builtin_prefetch(r);
+    __builtin_prefetch((const char *)r + 64);
+    __builtin_prefetch(&r->checked_ms[0]);
+}
+
+/* Fail polls[at[j]] (room rooms[at[j]]), j < k, whose room kvcoord itself
+ * failed (a record no rank process made: a participant died, the TTL
+ * passed), reading each as kvc_room_get does; a room already reclaimed by
+ * its newest record in the ring of recent failures. */
+static void fold_batch(kvc_segment *seg, uint8_t *polls, const uint64_t *rooms, const size_t *at,
+                       size_t k)
+{
+    uint64_t gone[BATCH];
+    size_t gone_at[BATCH];
+    size_t ng = 0;
+    for (size_t j = 0; j < k; j++)
+        prefetch_room(seg, rooms[at[j]]);
+    for (size_t j = 0; j < k; j++) {
+        bool ours = false;
+        kvc_err e = kvc__room_failed_by_kvcoord(seg, rooms[at[j]], &ours);
+        if (e == KVC_OK && ours)
+            polls[at[j]] = KVC_POLL_FAILED;
+        else if (e == KVC_E_NOENT) {
+            gone[ng] = rooms[at[j]];
+            gone_at[ng++] = at[j];
+        } /* any other error: unreadable now, left as polled */
     }
-    free(ring);
-    return ours;
+    if (!ng)
+        return;
+    int32_t origin[BATCH];
+    kvc__ring_origins(seg, gone, origin, ng);
+    for (size_t j = 0; j < ng; j++)
+        if (origin[j] == 0)
+            polls[gone_at[j]] = KVC_POLL_FAILED;
 }
 
 KVC_API kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,
@@ -53,9 +75,18 @@ KVC_API kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t si
                              "kvc_poll_allreduce: polls[%zu] is %u, not a KVPoll "
                              "state 0..4",
                              i, (unsigned)polls[i]);
-    for (size_t i = 0; rooms && i < n; i++)
-        if (rooms[i] != KVC_ROOM_NONE && polls[i] != KVC_POLL_FAILED &&
-            failed_by_kvcoord(seg, rooms[i]))
-            polls[i] = KVC_POLL_FAILED;
+    size_t at[BATCH];
+    size_t k = 0;
+    for (size_t i = 0; rooms && i < n; i++) {
+        if (rooms[i] == KVC_ROOM_NONE || polls[i] == KVC_POLL_FAILED)
+            continue;
+        at[k++] = i;
+        if (k == BATCH) {
+            fold_batch(seg, polls, rooms, at, k);
+            k = 0;
+        }
+    }
+    if (k)
+        fold_batch(seg, polls, rooms, at, k);
     return kvc_allreduce_min_opt(seg, group, size, rank, polls, n, opts, why);
 }

@@ -180,6 +180,38 @@ static bool ring_read(kvc_segment *seg, uint64_t k, kvc_failure_rec *out)
     return false;
 }
 
+void kvc__ring_origins(kvc_segment *seg, const uint64_t *rooms, int32_t *origin, size_t n)
+{
+    size_t left = n;
+    for (size_t i = 0; i < n; i++)
+        origin[i] = -1;
+    uint64_t total = atomic_load(&seg->hdr->failures_total);
+    for (uint64_t k = total; k > 0 && left && total - k < KVC_FAILURE_RING; k--) {
+        const kvc_failure_slot *f = &seg->failures[(k - 1) % KVC_FAILURE_RING];
+        uint64_t room = 0, at = 0;
+        int32_t pid = 0;
+        bool read = false;
+        for (int spins = 0; spins < KVC__RING_SPINS && !read; spins++) {
+            uint64_t c1 = kvc_seq_read_begin(&f->claim);
+            if ((c1 >> 32) & 1) {
+                sched_yield();
+                continue;
+            }
+            kvc_seq_load(&at, &f->n, sizeof at);
+            kvc_seq_load(&room, &f->rec.room, sizeof room);
+            kvc_seq_load(&pid, &f->rec.origin_pid, sizeof pid);
+            read = !kvc_seq_read_retry(&f->claim, c1);
+        }
+        if (!read || at != k)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (origin[i] == -1 && rooms[i] == room) {
+                origin[i] = pid;
+                left--;
+            }
+    }
+}
+
 KVC_API kvc_err kvc_failures_recent(kvc_segment *seg, kvc_failure_info *out, size_t cap,
                                     size_t *count)
 {

@@ -307,6 +307,10 @@ kvc_room *kvc__room_find(kvc_segment *seg, uint64_t id);
 /* rooms_read.c, for kvc_poll_allreduce: whether kvcoord itself failed room
  * (judged as kvc_room_get does); kvc_room_get's errors. */
 kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours);
+/* rooms_ring.c: for each of the n rooms, the origin pid of its newest
+ * record in the failure ring (0: kvcoord made it), -1 when the ring holds
+ * none; one pass over the ring, reading two fields per entry.  Lock-free. */
+void kvc__ring_origins(kvc_segment *seg, const uint64_t *rooms, int32_t *origin, size_t n);
 
 /* arena.c (rank lock held) */
 kvc_err kvc__arena_alloc(kvc_segment *seg, uint64_t bytes, uint64_t *off, uint64_t *blocks);
