@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -117,6 +118,65 @@ struct kvt__sroom;
 typedef struct kvt__rent {
     uint64_t laddr, raddr, len;
 } kvt__rent;
+
+/* Scattered landing: a byte stream spread over runs, each an entry whose
+ * u64 address is at offset 0 and u64 length at len_off, stride bytes
+ * apart (a WRITEV's kvt__read_ent table on the server, a READ request's
+ * kvt__rent runs on the client).  One position (entry *ent, offset *off)
+ * is carried between recvs.  The one loop both landings use. */
+typedef struct kvt__scatter {
+    const uint8_t *ents;
+    size_t stride, len_off;
+    uint32_t n;
+} kvt__scatter;
+
+static inline uint64_t kvt__scatter_u64(const kvt__scatter *s, uint32_t i, size_t at)
+{
+    uint64_t v;
+    memcpy(&v, s->ents + (size_t)i * s->stride + at, sizeof v);
+    return v;
+}
+
+/* n bytes arrived at the position: advance it, copying them from src to
+ * their places when src is not NULL (they were staged in rbuf). */
+static inline void kvt__scatter_step(const kvt__scatter *s, uint32_t *ent, uint64_t *off,
+                                     const uint8_t *src, size_t n)
+{
+    while (n) {
+        uint64_t len = kvt__scatter_u64(s, *ent, s->len_off);
+        uint64_t k = len - *off;
+        if (k > n)
+            k = n;
+        if (src) {
+            memcpy((uint8_t *)(uintptr_t)(kvt__scatter_u64(s, *ent, 0) + *off), src, (size_t)k);
+            src += k;
+        }
+        *off += k;
+        n -= (size_t)k;
+        if (*off == len) {
+            (*ent)++;
+            *off = 0;
+        }
+    }
+}
+
+/* The places still to fill from the position, as up to cap iovecs in
+ * iov, and msg pointing at them (for one recvmsg); returns their bytes. */
+static inline size_t kvt__scatter_iov(const kvt__scatter *s, uint32_t ent, uint64_t off,
+                                      struct iovec *iov, size_t cap, struct msghdr *msg)
+{
+    size_t k = 0, bytes = 0;
+    for (uint32_t i = ent; i < s->n && k < cap; i++) {
+        uint64_t skip = i == ent ? off : 0;
+        iov[k].iov_base = (void *)(uintptr_t)(kvt__scatter_u64(s, i, 0) + skip);
+        iov[k].iov_len = (size_t)(kvt__scatter_u64(s, i, s->len_off) - skip);
+        bytes += iov[k++].iov_len;
+    }
+    memset(msg, 0, sizeof *msg);
+    msg->msg_iov = iov;
+    msg->msg_iovlen = k;
+    return bytes;
+}
 
 typedef struct kvt__wr {
     struct kvt__wr *next;    /* backlog / send queue / ack FIFO link */

@@ -18,6 +18,7 @@
  * the request is done: deregistering them is refused with KVC_E_BUSY.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,28 +165,22 @@ static void read_done(kvt_engine *e, kvt__conn *c)
     kvt__peer_pump(e, c->peer);
 }
 
+/* A READ request's local runs as a scatter (kvt__scatter). */
+_Static_assert(offsetof(kvt__rent, laddr) == 0, "kvt__scatter reads the address at offset 0");
+
+static kvt__scatter rd_scatter(const kvt__wr *w)
+{
+    return (kvt__scatter){(const uint8_t *)w->ent, sizeof w->ent[0], offsetof(kvt__rent, len),
+                          w->nent};
+}
+
 /* Account n bytes arrived at the current position; copy them from src
  * when not NULL. */
 static void rd_step(kvt_engine *e, kvt__conn *c, const uint8_t *src, size_t n)
 {
-    kvt__wr *w = c->rd;
     c->left -= n;
-    while (n) {
-        kvt__rent *t = &w->ent[c->rd_ent];
-        uint64_t k = t->len - c->rd_off;
-        if (k > n)
-            k = n;
-        if (src) {
-            memcpy((uint8_t *)(uintptr_t)(t->laddr + c->rd_off), src, (size_t)k);
-            src += k;
-        }
-        c->rd_off += k;
-        n -= (size_t)k;
-        if (c->rd_off == t->len) {
-            c->rd_ent++;
-            c->rd_off = 0;
-        }
-    }
+    kvt__scatter s = rd_scatter(c->rd);
+    kvt__scatter_step(&s, &c->rd_ent, &c->rd_off, src, n);
     if (!c->left)
         read_done(e, c);
 }
@@ -199,19 +194,8 @@ void kvt__read_advance(kvt_engine *e, kvt__conn *c, size_t n) { rd_step(e, c, NU
 
 size_t kvt__read_arm(kvt__conn *c)
 {
-    kvt__wr *w = c->rd;
-    size_t k = 0, bytes = 0;
-    for (uint32_t i = c->rd_ent; i < w->nent && k < KVT_RIOV; i++) {
-        uint64_t off = i == c->rd_ent ? c->rd_off : 0;
-        c->riov[k].iov_base = (void *)(uintptr_t)(w->ent[i].laddr + off);
-        c->riov[k].iov_len = (size_t)(w->ent[i].len - off);
-        bytes += c->riov[k].iov_len;
-        k++;
-    }
-    memset(&c->rmsg, 0, sizeof c->rmsg);
-    c->rmsg.msg_iov = c->riov;
-    c->rmsg.msg_iovlen = k;
-    return bytes;
+    kvt__scatter s = rd_scatter(c->rd);
+    return kvt__scatter_iov(&s, c->rd_ent, c->rd_off, c->riov, KVT_RIOV, &c->rmsg);
 }
 
 /* Take the oldest request off c's read FIFO (its answer will not come). */

@@ -11,6 +11,7 @@
  * A write is acknowledged only after all of its bytes are in place.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,19 +40,18 @@ static void rx_lowat(kvt__conn *c, int want)
 
 /* The iovecs of a WRITEV's runs still to fill (c->wv from run rd_ent,
  * offset rd_off) into c->rmsg; returns their bytes. */
+_Static_assert(offsetof(kvt__read_ent, addr) == 0, "kvt__scatter reads the address at offset 0");
+
+static kvt__scatter wv_scatter(const kvt__conn *c)
+{
+    return (kvt__scatter){(const uint8_t *)c->wv, sizeof c->wv[0], offsetof(kvt__read_ent, len),
+                          c->wv_n};
+}
+
 static size_t wv_arm(kvt__conn *c)
 {
-    size_t k = 0, bytes = 0;
-    for (uint32_t i = c->rd_ent; i < c->wv_n; i++) {
-        uint64_t off = i == c->rd_ent ? c->rd_off : 0;
-        c->riov[k].iov_base = (void *)(uintptr_t)(c->wv[i].addr + off);
-        c->riov[k].iov_len = (size_t)(c->wv[i].len - off);
-        bytes += c->riov[k++].iov_len;
-    }
-    memset(&c->rmsg, 0, sizeof c->rmsg);
-    c->rmsg.msg_iov = c->riov;
-    c->rmsg.msg_iovlen = k;
-    return bytes;
+    kvt__scatter s = wv_scatter(c);
+    return kvt__scatter_iov(&s, c->rd_ent, c->rd_off, c->riov, KVT_RIOV, &c->rmsg);
 }
 
 /* Arm the connection's one recv.  Three shapes:
@@ -425,22 +425,8 @@ static void on_writev(kvt_engine *e, kvt__conn *c)
 static void wv_step(kvt_engine *e, kvt__conn *c, const uint8_t *src, size_t n)
 {
     c->left -= n;
-    while (n) {
-        kvt__read_ent *t = &c->wv[c->rd_ent];
-        uint64_t k = t->len - c->rd_off;
-        if (k > n)
-            k = n;
-        if (src) {
-            memcpy((uint8_t *)(uintptr_t)(t->addr + c->rd_off), src, (size_t)k);
-            src += k;
-        }
-        c->rd_off += k;
-        n -= (size_t)k;
-        if (c->rd_off == t->len) {
-            c->rd_ent++;
-            c->rd_off = 0;
-        }
-    }
+    kvt__scatter s = wv_scatter(c);
+    kvt__scatter_step(&s, &c->rd_ent, &c->rd_off, src, n);
     if (c->left)
         return;
     kvt__rx_wv_release(e, c);
