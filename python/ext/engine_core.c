@@ -236,6 +236,11 @@ static void *progress_main(void *arg)
                             {.fd = m->efd, .events = POLLIN}};
     for (;;) {
         poll(fds, 2, MCE_TICK_MS);
+        if (fds[1].revents & POLLIN) { /* a submit's wake-up (or stop) */
+            uint64_t v;
+            if (read(m->efd, &v, sizeof v) < 0) { /* EAGAIN: another took it */
+            }
+        }
         pthread_mutex_lock(&m->mu);
         if (m->stop) {
             pthread_mutex_unlock(&m->mu);
@@ -573,7 +578,12 @@ static mce_waiter *submit(mce *m, const char *sid, int op, kvt_run *runs, size_t
         if (err == KVC_OK) {
             if (async)
                 m->nasync++;
-            drive(m); /* the SQEs go to the kernel now, not at the next tick */
+            /* The progress thread submits the SQEs, now: io_uring runs an
+             * operation's completion work in the thread that submitted it,
+             * and this one is about to sleep on its condition variable. */
+            uint64_t one = 1;
+            if (write(m->efd, &one, sizeof one) < 0) { /* it wakes within a tick anyway */
+            }
             return w;
         }
         char why[MCE_REASON];
