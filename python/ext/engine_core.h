@@ -7,9 +7,9 @@
  * Threading: a mutex serialises every call into the kvt_engine; one
  * progress thread drives it (poll on kvt_fd(), then kvt_progress(0)) and
  * hands each finished room's event to the call waiting for it.  A call
- * submits its batch as one room (a fresh room id per call), drives the
- * engine once, and sleeps on its waiter's condition variable until the
- * event or its deadline.  Waiters come from a pool that only grows: after
+ * submits its batch as rooms of at most 16 MiB (fresh room ids), wakes the
+ * progress thread (which submits the SQEs), and sleeps on its waiters'
+ * condition variables until their events or its deadline.  Waiters come from a pool that only grows: after
  * warm-up a call allocates nothing in this file (the engine copies the
  * runs).
  *
