@@ -57,3 +57,9 @@ set_tests_properties(http_peer_cap PROPERTIES LABELS "http" TIMEOUT 300)
 add_test(NAME http_shared
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_shared.py --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(http_shared PROPERTIES LABELS "http" TIMEOUT 300)
+
+# The long-poll lookup with a crowd: 150 waiters parked (wait_ms=600000)
+# are all answered 200 by the registration's wake, not by their expiry.
+add_test(NAME http_longpoll
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_longpoll.py --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_longpoll PROPERTIES LABELS "http" TIMEOUT 300)
