@@ -533,7 +533,7 @@ class DiagText(Base):
         d = subprocess.run([ARGS.diag, "cluster", "--segment", a.segment, "--etcd",
                             ETCD.endpoints, "--cluster", self.cluster], capture_output=True,
                            text=True, timeout=30)
-        self.assertIn("cluster %s: 1 nodes" % self.cluster, d.stdout)
+        self.assertIn("cluster %s: 1 node," % self.cluster, d.stdout)
         self.assertNotIn("no node in cluster", d.stdout)
 
 
