@@ -96,13 +96,19 @@ class Adoption(unittest.TestCase):
                 rcv = mooncake.MooncakeKVReceiver(m1, "10.0.0.9:8998", 51)
                 os.write(w, b"joined\n")
                 bridge = ksg._sgl_install.active_bridge()
-                wait_for(lambda: bridge.node_failure(51) is not None, "rank 0's record")
+                # a hang guard only: rank 0 first starts a peer process and an
+                # engine, which under ASan on a loaded machine takes minutes
+                wait_for(lambda: bridge.node_failure(51) is not None, "rank 0's record",
+                         timeout=5 * DEADLINE)
                 try:
                     rcv.failure_exception()
+                    os.write(w, b"failure_exception() raised nothing\n")
                 except common.KVTransferError as e:
                     os.write(w, ("%s|%s|%s\n" % (e.origin_rank, e.is_from_another_rank,
                                                  e.failure_reason)).encode())
                     code = 0
+            except BaseException as e:  # the parent's assertion shows it
+                os.write(w, ("rank 1: %r\n" % (e,)).encode())
             finally:
                 os._exit(code)
         os.close(w)
