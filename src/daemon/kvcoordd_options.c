@@ -167,7 +167,7 @@ static void help_text(FILE *f, int col, const char *text)
 /* " (default D; LO..HI)" for row r, from its fields and the defaults d. */
 static void help_tail(const struct opt_row *r, struct options *d, char *buf, size_t cap)
 {
-    char def[160] = "", range[64] = "", lo[32], hi[32];
+    char def[160] = "", range[2 * 32 + 8] = "", lo[32], hi[32];
     if (r->def_text)
         snprintf(def, sizeof def, "%s", r->def_text);
     else if (r->kind == OPT_COUNT)
