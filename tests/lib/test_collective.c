@@ -10,6 +10,7 @@
 
 #include "testutil.h"
 #include "internal.h"
+#include "tu_proc.h"
 #include "tu_robust.h"
 
 #define LONG_WAIT_MS 60000u /* hang guard: never expected to run out */
@@ -91,44 +92,10 @@ static long run_steps(kvc_segment *s, uint64_t group, uint32_t size, uint32_t ra
     return wrong;
 }
 
-static int wait_exit(pid_t pid)
-{
-    int status;
-    if (waitpid(pid, &status, 0) != pid)
-        return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static void close_unlink(kvc_segment *s, const char *name)
 {
     kvc_close(s);
     kvc_unlink(name);
-}
-
-/* A child that writes a byte to ready_fd once it is where the test wants it
- * and then waits for go_fd to reach EOF (the parent closing its end). */
-typedef int (*gated_child)(const char *name, uint32_t rank, int ready_fd, int go_fd);
-
-/* Fork ranks 0..n-1 as child(name, rank, ready, go) into pids[].  The
- * parent keeps *ready, the ready pipe's read end (EOF once every child has
- * exited: a child that dies before reporting ends the read), and *go, the
- * go pipe's write end (closing it lets the children go on). */
-static void fork_gated(const char *name, uint32_t n, gated_child child, pid_t *pids, int *ready,
-                       int *go)
-{
-    int rep[2], g[2];
-    assert_int_equal(pipe(rep), 0);
-    assert_int_equal(pipe(g), 0);
-    for (uint32_t r = 0; r < n; r++)
-        if ((pids[r] = fork()) == 0) {
-            close(g[1]);
-            close(rep[0]);
-            _exit(child(name, r, rep[1], g[0]));
-        }
-    close(rep[1]);
-    close(g[0]);
-    *ready = rep[0];
-    *go = g[1];
 }
 
 /* ---- equality with the independently computed MIN ----------------------- */
@@ -154,7 +121,7 @@ static void random_steps(uint32_t size, uint64_t steps)
         if ((pids[r] = fork()) == 0)
             _exit(random_child(name, size, r, steps));
     for (uint32_t r = 0; r < size; r++)
-        assert_int_equal(wait_exit(pids[r]), 0);
+        assert_int_equal(tu_wait_exit(pids[r]), 0);
     close_unlink(s, name);
 }
 
@@ -223,7 +190,7 @@ static void test_bad_calls(void **st)
                       strstr(kvc_last_error(), "inherited across fork()")
                   ? 0
                   : 1);
-    assert_int_equal(wait_exit(pid), 0);
+    assert_int_equal(tu_wait_exit(pid), 0);
     close_unlink(s, name);
 }
 
@@ -258,7 +225,7 @@ static void test_rank_held(void **st)
     assert_int_equal(kvc_allreduce_min(s, 77, 2, 0, v, 1, 10), KVC_E_INVAL);
     assert_non_null(strstr(kvc_last_error(), "rank 0 of group 0x4d is held by another live"));
     close(go[1]);
-    assert_int_equal(wait_exit(pid), 0);
+    assert_int_equal(tu_wait_exit(pid), 0);
     /* Its holder left: the rank is free to take (the round it waits in
      * is rank 1's, which does not come: timeout). */
     assert_int_equal(kvc_allreduce_min(s, 77, 2, 0, v, 1, 10), KVC_E_TIMEDOUT);
@@ -303,8 +270,8 @@ static void test_len_mismatch(void **st)
         pid_t b = fork();
         if (b == 0)
             _exit(mismatch_child(name, 1, lens[t][1]));
-        assert_int_equal(wait_exit(a), 0);
-        assert_int_equal(wait_exit(b), 0);
+        assert_int_equal(tu_wait_exit(a), 0);
+        assert_int_equal(tu_wait_exit(b), 0);
         close_unlink(s, name);
     }
 }
@@ -362,14 +329,14 @@ static void test_never_arrives(void **st)
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
     int ready, go;
     pid_t pids[3];
-    fork_gated(name, 3, late_child, pids, &ready, &go);
+    tu_fork_gated(name, 3, late_child, pids, &ready, &go);
     char x;
     assert_int_equal(read(ready, &x, 1), 1);
     assert_int_equal(read(ready, &x, 1), 1);
     close(go);
     close(ready);
     for (uint32_t r = 0; r < 3; r++)
-        assert_int_equal(wait_exit(pids[r]), 0);
+        assert_int_equal(tu_wait_exit(pids[r]), 0);
     close_unlink(s, name);
 }
 
@@ -558,17 +525,17 @@ static void kill_at(const char *point, int external)
         assert_int_equal(read(rep[0], &x, 1), 1);
         kill(pids[KILL_RANK], SIGKILL);
     }
-    assert_int_equal(wait_exit(pids[KILL_RANK]), 128 + SIGKILL);
+    assert_int_equal(tu_wait_exit(pids[KILL_RANK]), 128 + SIGKILL);
     for (int i = 0; i < KILL_SIZE - 1; i++)
         assert_int_equal(read(rep[0], &x, 1), 1);
     close(rep[0]);
     pid_t rp = fork();
     if (rp == 0)
         _exit(replacement_child(name, group));
-    assert_int_equal(wait_exit(rp), 0);
+    assert_int_equal(tu_wait_exit(rp), 0);
     close(go[1]); /* the old ranks leave */
     for (uint32_t r = 0; r < KILL_SIZE - 1; r++)
-        assert_int_equal(wait_exit(pids[r]), 0);
+        assert_int_equal(tu_wait_exit(pids[r]), 0);
     /* Now none of the old epoch lives: new processes re-form the group (of
      * another size, even) and agree from their first call on. */
     pid_t fresh[KILL_SIZE - 1];
@@ -576,10 +543,10 @@ static void kill_at(const char *point, int external)
         if ((fresh[r] = fork()) == 0)
             _exit(new_epoch_child(name, group, KILL_SIZE - 1, r, 9, 500));
     for (uint32_t r = 0; r < KILL_SIZE - 1; r++)
-        assert_int_equal(wait_exit(fresh[r]), 0);
+        assert_int_equal(tu_wait_exit(fresh[r]), 0);
     close(stop[1]);
     for (uint32_t r = 0; r < 2; r++)
-        assert_int_equal(wait_exit(by[r]), 0);
+        assert_int_equal(tu_wait_exit(by[r]), 0);
     close_unlink(s, name);
 }
 
@@ -641,7 +608,7 @@ static void test_whole_group_restarted(void **st)
     close(rep[0]);
     for (uint32_t r = 0; r < 3; r++) {
         kill(old[r], SIGKILL);
-        assert_int_equal(wait_exit(old[r]), 128 + SIGKILL);
+        assert_int_equal(tu_wait_exit(old[r]), 128 + SIGKILL);
     }
     /* The first new one to call re-forms the group; the others join its
      * epoch at generation 0 and meet it there. */
@@ -650,7 +617,7 @@ static void test_whole_group_restarted(void **st)
         if ((fresh[r] = fork()) == 0)
             _exit(restart_child(name, r, 100, -1));
     for (uint32_t r = 0; r < 3; r++)
-        assert_int_equal(wait_exit(fresh[r]), 0);
+        assert_int_equal(tu_wait_exit(fresh[r]), 0);
     close_unlink(s, name);
 }
 
@@ -708,7 +675,7 @@ static void test_whole_group_killed_reused(void **st)
         for (uint32_t r = 0; r < size; r++)
             kill(pids[r], SIGKILL);
         for (uint32_t r = 0; r < size; r++)
-            assert_int_equal(wait_exit(pids[r]), 128 + SIGKILL);
+            assert_int_equal(tu_wait_exit(pids[r]), 128 + SIGKILL);
     }
     /* The last set starts one after the other: the first waits in the new
      * epoch's generation 0 for the others. */
@@ -719,7 +686,7 @@ static void test_whole_group_killed_reused(void **st)
         usleep(20000);
     }
     for (uint32_t r = 0; r < 3; r++)
-        assert_int_equal(wait_exit(fresh[r]), 0);
+        assert_int_equal(tu_wait_exit(fresh[r]), 0);
     close_unlink(s, name);
 }
 
@@ -763,8 +730,8 @@ static void test_reuse_after_clean_exit(void **st)
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
     int ready, go;
     pid_t old[2];
-    fork_gated(name, 2, leaver_child, old, &ready, &go);
-    assert_int_equal(wait_exit(old[1]), 0);
+    tu_fork_gated(name, 2, leaver_child, old, &ready, &go);
+    assert_int_equal(tu_wait_exit(old[1]), 0);
     char x;
     assert_int_equal(read(ready, &x, 1), 1);
     close(ready);
@@ -778,7 +745,7 @@ static void test_reuse_after_clean_exit(void **st)
     assert_int_equal(why.ranks, 2);
     assert_int_equal(v[0], 3);
     close(go);
-    assert_int_equal(wait_exit(old[0]), 0);
+    assert_int_equal(tu_wait_exit(old[0]), 0);
     pid_t fresh[3];
     for (uint32_t r = 0; r < 3; r++) {
         if ((fresh[r] = fork()) == 0)
@@ -786,7 +753,7 @@ static void test_reuse_after_clean_exit(void **st)
         usleep(10000);
     }
     for (uint32_t r = 0; r < 3; r++)
-        assert_int_equal(wait_exit(fresh[r]), 0);
+        assert_int_equal(tu_wait_exit(fresh[r]), 0);
     close_unlink(s, name);
 }
 
@@ -836,7 +803,7 @@ static void test_sleeper_killed_asleep(void **st)
     kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
     int ready, go;
     pid_t pids[2];
-    fork_gated(name, 2, sleeper_child, pids, &ready, &go);
+    tu_fork_gated(name, 2, sleeper_child, pids, &ready, &go);
     char x;
     assert_int_equal(read(ready, &x, 1), 1);
     close(ready);
@@ -848,10 +815,10 @@ static void test_sleeper_killed_asleep(void **st)
     assert_int_equal(atomic_load(&g->sleepers), 2);
     usleep(2000);
     kill(pids[1], SIGKILL);
-    assert_int_equal(wait_exit(pids[1]), 128 + SIGKILL);
+    assert_int_equal(tu_wait_exit(pids[1]), 128 + SIGKILL);
     assert_int_equal(atomic_load(&g->sleepers), 2); /* left by the dead sleeper */
     close(go);
-    assert_int_equal(wait_exit(pids[0]), 0);
+    assert_int_equal(tu_wait_exit(pids[0]), 0);
     assert_int_equal(atomic_load(&g->sleepers), 0); /* repaired when its death was seen */
     assert_int_not_equal(atomic_load(&g->broken), 0);
     close_unlink(s, name);
@@ -875,7 +842,7 @@ static void test_kill_claiming(void **st)
             kvc_allreduce_min(c, 5, 1, 0, v, 1, 10);
             _exit(1);
         }
-        assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+        assert_int_equal(tu_wait_exit(pid), 128 + SIGKILL);
         tu_owner_died(s, pid); /* the kernel's part (procs lock), where it does not */
         uint8_t v[2] = {4, 2};
         assert_int_equal(kvc_allreduce_min(s, 5, 1, 0, v, 2, 1000), KVC_OK);
@@ -915,7 +882,7 @@ static void test_groups_full_and_reclaimed(void **st)
                 _exit(1);
         raise(SIGKILL);
     }
-    assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+    assert_int_equal(tu_wait_exit(pid), 128 + SIGKILL);
     s = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_CLIENT);
     for (uint64_t g = 0; g < KVC_COLL_GROUPS; g++)
         assert_int_equal(kvc_allreduce_min(s, 4000 + g, 1, 0, v, 1, 10), KVC_OK);
