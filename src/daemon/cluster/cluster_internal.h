@@ -509,6 +509,12 @@ int cluster__adopt_room(struct cluster *c, const char *value, size_t len);
 /* Queue the failures recorded since the last look, leaving out those
  * recorded before not_before_ns (CLOCK_REALTIME; 0: none left out). */
 void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns);
+/* The failures recorded in c's segment since *seen (its failures_total at
+ * the caller's last look), newest first, at most the ring's size: a
+ * calloc'd array of *n the caller frees, and *seen moved to the current
+ * total; NULL (nothing to free, *seen unchanged) when none is new or the
+ * ring cannot be read now.  Shared by the publisher and the push. */
+kvc_failure_info *cluster__failures_since(struct cluster *c, uint64_t *seen, size_t *n);
 /* Publish the queued failures, create-only; 0, or -1 when etcd failed. */
 int cluster__publish_rooms(struct cluster *c);
 /* etcd's rooms/<room> value of a failure of this node (malloc'd; NULL: out

@@ -101,19 +101,10 @@ static void queue_failure(struct cluster *c, const kvc_failure_info *f)
 /* The failures recorded on this node since the last look, pushed. */
 static void scan(struct cluster *c)
 {
-    kvc_segment_info si;
-    if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == c->px.seen)
+    size_t n;
+    kvc_failure_info *f = cluster__failures_since(c, &c->px.seen, &n);
+    if (!f)
         return;
-    uint64_t d = si.failures_total - c->px.seen;
-    if (d > KVC_FAILURE_RING)
-        d = KVC_FAILURE_RING;
-    kvc_failure_info *f = calloc(d, sizeof *f);
-    size_t n = 0;
-    if (!f || kvc_failures_recent(c->cfg.seg, f, d, &n) != KVC_OK) {
-        free(f);
-        return;
-    }
-    c->px.seen = si.failures_total;
     for (size_t i = n; i-- > 0;) /* oldest first */
         if (!f[i].from_another_node)
             queue_failure(c, &f[i]);

@@ -86,21 +86,31 @@ char *cluster__room_record(const struct cluster *c, const struct pending_room *p
 /* Queue the failures recorded since the last look (failures_seen) for
  * publishing, leaving out those recorded before not_before_ns (CLOCK_
  * REALTIME; 0: none left out) and the ones taken from other nodes. */
-void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
+kvc_failure_info *cluster__failures_since(struct cluster *c, uint64_t *seen, size_t *n)
 {
     kvc_segment_info si;
-    if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == c->rooms.failures_seen)
-        return;
-    uint64_t d = si.failures_total - c->rooms.failures_seen;
+    *n = 0;
+    if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == *seen)
+        return NULL;
+    uint64_t d = si.failures_total - *seen;
     if (d > KVC_FAILURE_RING)
         d = KVC_FAILURE_RING;
     kvc_failure_info *f = calloc(d, sizeof *f);
-    size_t n = 0;
-    if (!f || kvc_failures_recent(c->cfg.seg, f, d, &n) != KVC_OK) {
+    if (!f || kvc_failures_recent(c->cfg.seg, f, d, n) != KVC_OK) {
         free(f);
-        return;
+        *n = 0;
+        return NULL;
     }
-    c->rooms.failures_seen = si.failures_total;
+    *seen = si.failures_total;
+    return f;
+}
+
+void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
+{
+    size_t n;
+    kvc_failure_info *f = cluster__failures_since(c, &c->rooms.failures_seen, &n);
+    if (!f)
+        return;
     for (size_t i = n; i-- > 0;) { /* oldest first */
         if (f[i].time_ns < not_before_ns || f[i].from_another_node || adopted_has(c, f[i].room))
             continue;
