@@ -81,7 +81,9 @@ packages are already there.
 EOF
 }
 
-log() { printf '==> %s\n' "$*"; }
+# Each line says the seconds since the command started ([+ 123s]): where a
+# fresh machine's time goes is read off these (and the "step ...: N s" lines).
+log() { printf '==> [+%4ds] %s\n' "$SECONDS" "$*"; }
 die() { printf 'kvcoord.sh: %s\n' "$*" >&2; exit 1; }
 # A usage error: the message, a hint, exit 2 (as every kvcoord program).
 usage_error() {
@@ -119,7 +121,7 @@ install_packages() {
         ! dpkg --print-foreign-architectures | grep -qx arm64; then
         dpkg --add-architecture arm64
     fi
-    apt-get update
+    apt-get update || die "apt-get update failed"
     apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
@@ -129,7 +131,7 @@ build() { # build DIR [cmake options...]
     local dir=$1
     shift
     log "configure and build $dir/"
-    cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVCOORD_WERROR=ON "$@"
+    cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVCOORD_WERROR=ON "$@" || return 1
     cmake --build "$ROOT/$dir" -j"$JOBS"
 }
 
@@ -469,7 +471,7 @@ background_builds() {
     renice -n 10 "$BASHPID" >/dev/null 2>&1 || true
     mkdir -p "$ROOT/build-logs"
     for step in "$@"; do
-        local st=0
+        local st=0 t0=$SECONDS
         case $step in
         matrix) build_matrix ;;
         arm64) arm64_build ;;
@@ -477,7 +479,7 @@ background_builds() {
         fuzz) fuzz_build ;;
         deb) deb_pass ;;
         esac >"$ROOT/build-logs/$step.log" 2>&1 || st=$?
-        echo "$step $st"
+        echo "$step $st $((SECONDS - t0))"
     done
 }
 
@@ -489,14 +491,25 @@ wait_step() {
 
 # Wait for background_builds (pid $1, its stdout in file $2); say how each
 # step went (a failed one: the end of its log); returns 1 if any failed.
+# Run "$@" as step NAME: its seconds are logged and kept for the summary.
+STEP_TIMES=()
+timed() { # timed NAME COMMAND...
+    local name=$1 t0=$SECONDS st=0
+    shift
+    "$@" || st=$?
+    STEP_TIMES+=("$name $((SECONDS - t0))s")
+    log "step $name: $((SECONDS - t0)) s (exit $st; load $(cut -d' ' -f1-3 /proc/loadavg))"
+    return "$st"
+}
+
 wait_builds() {
-    local pid=$1 out=$2 step st status=0
+    local pid=$1 out=$2 step st secs status=0
     wait "$pid" || true
-    while read -r step st; do
+    while read -r step st secs; do
         if ((st == 0)); then
-            log "background build $step: done (build-logs/$step.log)"
+            log "background build $step: done in ${secs} s (build-logs/$step.log)"
         else
-            log "background build $step: FAILED (build-logs/$step.log, its end:)"
+            log "background build $step: FAILED after ${secs} s (build-logs/$step.log, its end:)"
             tail -n 40 "$ROOT/build-logs/$step.log"
             status=1
         fi
@@ -514,13 +527,13 @@ cmd_test() {
         *) usage_error "test: unknown option '$1'" ;;
         esac
     done
-    install_packages
+    timed apt install_packages
     if ((sanitize)); then
-        build build-asan -DKVCOORD_SANITIZE=ON
-        run_suite build-asan || status=1
+        timed build-asan build build-asan -DKVCOORD_SANITIZE=ON
+        timed suite-asan run_suite build-asan || status=1
     else
-        format_check || status=1
-        build build
+        timed format format_check || status=1
+        timed build build build
         # The other builds in the background while the suites run: ASan's
         # first (its suite starts once the plain one is done), the build
         # matrix last (nothing runs it).
@@ -530,27 +543,30 @@ cmd_test() {
         background_builds asan fuzz arm64 matrix >"$out" &
         pid=$!
         log "building build-asan/, build-fuzz/, build-arm64/, build-matrix/ in the background (niced; build-logs/)"
-        run_suite build || status=1
+        timed suite run_suite build || status=1
         # the .debs from build/ (its suite done), installed in a fresh root
         local dout=$ROOT/build-logs/deb.status dpid
         background_builds deb >"$dout" &
         dpid=$!
         log "cpack -G DEB and its install in a fresh root in the background (build-logs/deb.log)"
         log "waiting for the background build of build-asan/"
-        wait_step asan "$pid" "$out"
-        if grep -qx 'asan 0' "$out"; then
-            run_suite build-asan || status=1
+        timed wait-asan wait_step asan "$pid" "$out"
+        if grep -q '^asan 0 ' "$out"; then
+            timed suite-asan run_suite build-asan || status=1
         fi
         log "waiting for the background builds"
-        wait_builds "$pid" "$out" || status=1
-        wait_builds "$dpid" "$dout" || status=1
-        if grep -qx 'arm64 0' "$out"; then
-            arm64_run || status=1
+        timed wait-builds wait_builds "$pid" "$out" || status=1
+        timed wait-deb wait_builds "$dpid" "$dout" || status=1
+        if grep -q '^arm64 0 ' "$out"; then
+            timed arm64-qemu arm64_run || status=1
         fi
-        if grep -qx 'fuzz 0' "$out"; then
-            fuzz_run || status=1
+        if grep -q '^fuzz 0 ' "$out"; then
+            timed fuzz-run fuzz_run || status=1
         fi
+        local step st secs
+        while read -r step st secs; do STEP_TIMES+=("bg-$step ${secs}s"); done < <(cat "$out" "$dout")
     fi
+    log "step times (bg- = in the background, niced): ${STEP_TIMES[*]}; total ${SECONDS}s; load $(cut -d' ' -f1-3 /proc/loadavg)"
     if ((status)); then
         log "FAILED: see the output above"
     else
