@@ -62,8 +62,9 @@ Commands:
         root, apt-install them in a fresh bookworm root (mmdebstrap).  Then
         run the arm64 tests under qemu-user-static, the whole suite again
         under ASan + UBSan, and each fuzz target for KVCOORD_FUZZ_SECONDS
-        (default 20; ctest -L fuzz).  --sanitize: the sanitizer build and
-        suite only.
+        (default 20; ctest -L fuzz).  Each step's seconds are printed, and
+        a summary line at the end.  At most one of:
+        --sanitize: the sanitizer build and suite only.
         --arm64: the arm64 cross build and its qemu-user run only.
         Exits non-zero if any build or test fails.
   help  Print this help (also -h, --help).
@@ -518,15 +519,24 @@ wait_builds() {
 }
 
 cmd_test() {
-    local sanitize=0 status=0
+    local sanitize=0 arm64=0 status=0
     while (($#)); do
         case $1 in
         --sanitize) sanitize=1; shift ;;
-        --arm64) install_packages; arm64_build && arm64_run; return ;;
+        --arm64) arm64=1; shift ;;
         -h | --help) usage; return 0 ;;
-        *) usage_error "test: unknown option '$1'" ;;
+        *) usage_error "test: unknown option '$1' (--sanitize or --arm64)" ;;
         esac
     done
+    # Each option runs one part instead of the whole: two of them would
+    # silently run only one.
+    ((sanitize && arm64)) &&
+        usage_error "test: --sanitize and --arm64 each run one part alone: give at most one"
+    if ((arm64)); then
+        timed apt install_packages
+        timed build-arm64 arm64_build && timed arm64-qemu arm64_run
+        return
+    fi
     timed apt install_packages
     if ((sanitize)); then
         timed build-asan build build-asan -DKVCOORD_SANITIZE=ON

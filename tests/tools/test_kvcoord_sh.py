@@ -172,6 +172,20 @@ class Stop(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("already gone", out)  # --help describes it
 
+    def test_test_options_conflicting_or_unknown(self):
+        # Checked before anything runs (no package, no build): each part
+        # option runs one part alone, so two of them would run only one.
+        for args, msg in ((["--sanitize", "--arm64"], "give at most one"),
+                          (["--arm64", "--sanitize"], "give at most one"),
+                          (["--fast"], "test: unknown option '--fast'"),
+                          (["--arm64", "extra"], "test: unknown option 'extra'")):
+            r = subprocess.run(["bash", self.script, "test"] + args, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(msg, r.stderr)
+            self.assertIn("Try 'tools/kvcoord.sh --help'", r.stderr)
+            self.assertEqual(r.stdout, "", args)
+
 
 def main():
     global ARGS
