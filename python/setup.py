@@ -73,7 +73,7 @@ setup(
     package_dir={"kvcoord": os.path.relpath(os.path.join(HERE, "kvcoord")),
                  "kvcoord.sglang": os.path.relpath(os.path.join(HERE, "kvcoord", "sglang")),
                  "kvcoord.mooncake": os.path.relpath(os.path.join(HERE, "kvcoord", "mooncake"))},
-    package_data={"kvcoord": ["py.typed", "*.pyi"]},  # _kvcoord.pyi: the one stub
+    package_data={"kvcoord": ["py.typed", "*.pyi"]},  # the C extensions' stubs
     python_requires=">=3.10",  # Py_NewRef (python/ext/)
     ext_modules=[CMakeExtension("kvcoord._kvcoord", "kvcoord_python"),
                  CMakeExtension("kvcoord._engine", "kvcoord_python_engine")],

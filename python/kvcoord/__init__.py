@@ -42,7 +42,7 @@ import enum as _enum
 from typing import Any, Dict, Literal, Optional, cast
 
 # The annotations below are the package's types for its pure-Python parts;
-# the C extension's are in _kvcoord.pyi, the package's one stub.
+# the C extensions' are in their stubs, _kvcoord.pyi and _engine.pyi.
 
 from . import _kvcoord
 from ._kvcoord import (

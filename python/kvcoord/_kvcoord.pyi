@@ -1,8 +1,11 @@
-# Type stub of the C extension kvcoord._kvcoord, the one stub of the package:
-# the pure-Python parts (kvcoord/__init__.py, kvcoord.sglang, ...) carry their
+# Type stub of the C extension kvcoord._kvcoord (_engine.pyi is the other
+# extension's; tests/python/test_stubs.py holds both to their modules): the
+# pure-Python parts (kvcoord/__init__.py, kvcoord.sglang, ...) carry their
 # annotations in their source (PEP 561, py.typed).  Units: timeouts in
 # seconds, *_ns in nanoseconds since the Unix epoch, sizes in bytes.
-from typing import Mapping, Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Mapping, Any, Dict, List, Optional, Sequence, Set, Tuple, TypeVar, Union, Final, final
+
+from _typeshed import structseq  # the checkers' own (typeshed), as os.stat_result's
 
 from . import KVPoll, KVTransferError
 
@@ -41,6 +44,7 @@ class CollectiveError(Error):
     node: int
     step: int
 
+@final
 class HierGroup:
     node: int
     leader: bool
@@ -57,6 +61,7 @@ class HierGroup:
 COLL_GROUPS: int
 COLL_MAX_SIZE: int
 
+@final
 class RankInfo:
     rank: int
     state: str
@@ -74,36 +79,67 @@ class RankInfo:
     @property
     def info(self) -> Tuple[str, Dict[str, Any]]: ...
 
-class FailureInfo(NamedTuple):
-    room: int
-    origin_rank: int
-    origin_pid: int
-    code: int
-    reason: str
-    time_ns: int
-    is_from_another_rank: bool
-    text: str
-    origin_node: str
-    from_another_node: bool
+@final  # a C struct sequence: a read-only tuple with named fields
+class FailureInfo(structseq[Any], Tuple[int, int, int, int, str, int, bool, str, str, bool]):
+    __match_args__: Final = ("room", "origin_rank", "origin_pid", "code", "reason", "time_ns", "is_from_another_rank", "text", "origin_node", "from_another_node")
+    @property
+    def room(self) -> int: ...
+    @property
+    def origin_rank(self) -> int: ...
+    @property
+    def origin_pid(self) -> int: ...
+    @property
+    def code(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def time_ns(self) -> int: ...
+    @property
+    def is_from_another_rank(self) -> bool: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def origin_node(self) -> str: ...
+    @property
+    def from_another_node(self) -> bool: ...
 
-class RoomInfo(NamedTuple):
-    room: int
-    state: KVPoll
-    participants: int
-    joined: int
-    released: int
-    opened_ns: int
-    updated_ns: int
-    local: Tuple[Optional[KVPoll], ...]
-    failure: Optional[FailureInfo]
+@final  # a C struct sequence: a read-only tuple with named fields
+class RoomInfo(structseq[Any], Tuple[int, KVPoll, int, int, int, int, int, Tuple[Optional[KVPoll], ...], Optional[FailureInfo]]):
+    __match_args__: Final = ("room", "state", "participants", "joined", "released", "opened_ns", "updated_ns", "local", "failure")
+    @property
+    def room(self) -> int: ...
+    @property
+    def state(self) -> KVPoll: ...
+    @property
+    def participants(self) -> int: ...
+    @property
+    def joined(self) -> int: ...
+    @property
+    def released(self) -> int: ...
+    @property
+    def opened_ns(self) -> int: ...
+    @property
+    def updated_ns(self) -> int: ...
+    @property
+    def local(self) -> Tuple[Optional[KVPoll], ...]: ...
+    @property
+    def failure(self) -> Optional[FailureInfo]: ...
 
-class ProcInfo(NamedTuple):
-    pid: int
-    role: str
-    rank: Optional[int]
-    start: int
-    attached_ns: int
-    alive: bool
+@final  # a C struct sequence: a read-only tuple with named fields
+class ProcInfo(structseq[Any], Tuple[int, str, Optional[int], int, int, bool]):
+    __match_args__: Final = ("pid", "role", "rank", "start", "attached_ns", "alive")
+    @property
+    def pid(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def rank(self) -> Optional[int]: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def attached_ns(self) -> int: ...
+    @property
+    def alive(self) -> bool: ...
 
 _Info = Union[Dict[str, Any], bytes, bytearray, memoryview]
 _Timeout = Optional[float]

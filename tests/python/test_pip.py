@@ -82,7 +82,7 @@ class Pip(unittest.TestCase):
         files = self.run_ok(py, "-m", "pip", "show", "-f", "kvcoord")
         for f in ("kvcoord/_kvcoord.cpython", "kvcoord/_engine.cpython",
                   "kvcoord/mooncake/__init__.py", "kvcoord/sglang/__init__.py",
-                  "kvcoord/sglang/install.py", "kvcoord/_kvcoord.pyi",
+                  "kvcoord/sglang/install.py", "kvcoord/_kvcoord.pyi", "kvcoord/_engine.pyi",
                   "kvcoord/py.typed"):
             self.assertIn(f, files)
 

@@ -42,13 +42,14 @@ joined are failed by the library's liveness check.
 """
 
 import inspect
+import logging
 import os
 import zlib
 
 from .. import CollectiveError, Error, InvalidArgumentError
 from . import hier as _hier_poll
-from .bridge import log
 
+log = logging.getLogger(__name__)
 FAILED = 0  # sglang's KVPoll.Failed
 TRANSFERRING = 3
 SUCCESS = 4
