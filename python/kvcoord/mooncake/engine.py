@@ -26,6 +26,7 @@ the operation, the errno or work-completion status) and one log line
 """
 
 import ctypes
+import functools
 import logging
 import os
 import threading
@@ -124,8 +125,35 @@ class _Cuda:
         return rc == 0 and kind.value == cls.CU_MEMORYTYPE_DEVICE
 
 
+class _NotInitialized(RuntimeError):
+    """Raised by TransferEngine._engine() before initialize() (or after
+    close()); the public methods turn it into their failure value."""
+
+
+def _or_fail(value):
+    """A TransferEngine method that, called before initialize() succeeded
+    (or after close()), returns `value` (Mooncake's failure value for it: -1,
+    0 for a batch id, "" or {} for the extensions) with last_error() set,
+    instead of raising.  Mooncake's own binding has no guard there (its
+    engine pointer is null; only sendProbe checks and returns -1), and
+    sglang's callers test the return value."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def guarded(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            except _NotInitialized as exc:
+                self._fail(-1, "%s: %s" % (fn.__name__, exc))
+                return value() if callable(value) else value
+        return guarded
+    return wrap
+
+
 class TransferEngine:
-    """Mooncake's TransferEngine, on kvcoord's engine.  Thread-safe."""
+    """Mooncake's TransferEngine, on kvcoord's engine.  Thread-safe.  Every
+    call before a successful initialize() (or after close()) returns its
+    failure value (-1; 0 for a batch id; "" or {} for the extensions) and
+    sets last_error(), as a failed call does."""
 
     def __init__(self):
         self._e = None
@@ -173,10 +201,12 @@ class TransferEngine:
         log.info("kvcoord.mooncake: engine %s (%s backend)", e.session_id(), e.backend())
         return 0
 
+    @_or_fail(-1)
     def get_rpc_port(self):
         """The port of this engine's session id."""
         return self._engine().rpc_port()
 
+    @_or_fail("")
     def get_session_id(self):
         """This engine's session id, "host:port" (an extension: sglang builds
         it from the host and get_rpc_port())."""
@@ -186,6 +216,7 @@ class TransferEngine:
         """Mooncake returns its inner engine; here, this object."""
         return self
 
+    @_or_fail("")
     def backend(self):
         """"tcp" or "verbs" (extension)."""
         return self._engine().backend()
@@ -200,6 +231,7 @@ class TransferEngine:
 
     # ---- memory --------------------------------------------------------------------
 
+    @_or_fail(-1)
     def register_memory(self, buffer_addr, capacity, location="*"):
         """Register [buffer_addr, +capacity) as a source and target of transfers.
         0, or negative (-1 invalid, -7 overlaps a registered region)."""
@@ -212,11 +244,13 @@ class TransferEngine:
                               "host memory" % buffer_addr)
         return self._rc(e.register(buffer_addr, capacity))
 
+    @_or_fail(-1)
     def unregister_memory(self, buffer_addr):
         """Deregister the region that starts at buffer_addr, once no call in
         flight uses it.  0, or -3 (not registered)."""
         return self._rc(self._engine().unregister(buffer_addr))
 
+    @_or_fail(-1)
     def batch_register_memory(self, buffer_addresses, capacities, location="*"):
         """register_memory of each; on the first failure the ones registered by
         this call are deregistered again and that failure is returned."""
@@ -233,6 +267,7 @@ class TransferEngine:
             done.append(addr)
         return 0
 
+    @_or_fail(-1)
     def batch_unregister_memory(self, buffer_addresses):
         """unregister_memory of each; the first failure is returned (the others
         are still deregistered)."""
@@ -244,6 +279,7 @@ class TransferEngine:
 
     # ---- transfers -------------------------------------------------------------------
 
+    @_or_fail(-1)
     def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length,
                             transport_hint=""):
         """Write length bytes at buffer into the peer's peer_buffer_address.
@@ -251,6 +287,7 @@ class TransferEngine:
         return self._call(self._engine().transfer_one, target_hostname, _engine.WRITE, buffer,
                           peer_buffer_address, length)
 
+    @_or_fail(-1)
     def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length,
                            transport_hint=""):
         """Read length bytes of the peer's peer_buffer_address into buffer.
@@ -258,6 +295,7 @@ class TransferEngine:
         return self._call(self._engine().transfer_one, target_hostname, _engine.READ, buffer,
                           peer_buffer_address, length)
 
+    @_or_fail(-1)
     def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses,
                                   lengths, transport_hint=""):
         """Write every buffers[i] (lengths[i] bytes) to peer_buffer_addresses[i].
@@ -265,6 +303,7 @@ class TransferEngine:
         return self._call(self._engine().transfer, target_hostname, _engine.WRITE, buffers,
                           peer_buffer_addresses, lengths)
 
+    @_or_fail(-1)
     def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses,
                                  lengths, transport_hint=""):
         """Read every peer_buffer_addresses[i] into buffers[i].  0 only when every
@@ -272,6 +311,7 @@ class TransferEngine:
         return self._call(self._engine().transfer, target_hostname, _engine.READ, buffers,
                           peer_buffer_addresses, lengths)
 
+    @_or_fail(-1)
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
                       notify=None, transport_hint=""):
         """transfer_sync_read / _write by opcode (TransferOpcode.Read / Write)."""
@@ -280,6 +320,7 @@ class TransferEngine:
         return self._call(self._engine().transfer_one, target_hostname, _op(opcode), buffer,
                           peer_buffer_address, length)
 
+    @_or_fail(-1)
     def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
                             opcode, notify=None, transport_hint=""):
         """batch_transfer_sync_read / _write by opcode."""
@@ -288,30 +329,35 @@ class TransferEngine:
         return self._call(self._engine().transfer, target_hostname, _op(opcode), buffers,
                           peer_buffer_addresses, lengths)
 
+    @_or_fail(0)
     def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses,
                                    lengths, transport_hint=""):
         """Start a batch of writes: its batch id, or 0 on failure."""
         return self._submit(target_hostname, _engine.WRITE, buffers, peer_buffer_addresses,
                             lengths)
 
+    @_or_fail(0)
     def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses,
                                   lengths, transport_hint=""):
         """Start a batch of reads: its batch id, or 0 on failure."""
         return self._submit(target_hostname, _engine.READ, buffers, peer_buffer_addresses,
                             lengths)
 
+    @_or_fail(0)
     def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths,
                              opcode, transport_hint=""):
         """batch_transfer_async_read / _write by opcode."""
         return self._submit(target_hostname, _op(opcode), buffers, peer_buffer_addresses,
                             lengths)
 
+    @_or_fail(0)
     def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
                               transport_hint=""):
         """Start one write: its batch id, or 0 on failure."""
         return self._submit(target_hostname, _engine.WRITE, [buffer], [peer_buffer_address],
                             [length])
 
+    @_or_fail(-1)
     def get_batch_transfer_status(self, batch_ids):
         """Wait for every batch of batch_ids: 0 when all succeeded, -1 as soon as
         one failed or passed its deadline (the others are then released)."""
@@ -325,6 +371,7 @@ class TransferEngine:
                 return self._rc(-1)
         return 0
 
+    @_or_fail(-1)
     def transfer_check_status(self, batch_id):
         """1 done, -1 failed, -2 deadline passed, 0 still in flight."""
         rc = self._engine().batch_wait(batch_id, False)
@@ -332,11 +379,10 @@ class TransferEngine:
             self._note()
         return rc
 
+    @_or_fail(-1)
     def send_probe(self, peer_server_name):
         """Handshake with the peer now (fetch its descriptor): 0 when it answers."""
-        if self._e is None:
-            return -1
-        return self._rc(self._e.probe(peer_server_name))
+        return self._rc(self._engine().probe(peer_server_name))
 
     # ---- reasons -----------------------------------------------------------------------
 
@@ -353,15 +399,18 @@ class TransferEngine:
         t, why = self._e.engine_last_error()
         return t / 1e9, why
 
+    @_or_fail(dict)
     def stats(self):
         """Counters of the engine (dict; extension)."""
         return self._engine().stats()
 
+    @_or_fail(-1)
     def peer_add(self, descriptor_json):
         """Import a peer's descriptor directly (extension, for engines whose
         descriptor travels another way).  0 or -1."""
         return self._rc(self._engine().peer_add(descriptor_json))
 
+    @_or_fail("")
     def descriptor(self):
         """This engine's descriptor, JSON text (extension)."""
         return self._engine().descriptor()
@@ -371,7 +420,7 @@ class TransferEngine:
     def _engine(self):
         e = self._e
         if e is None:
-            raise RuntimeError("TransferEngine is not initialized (call initialize() first)")
+            raise _NotInitialized("the engine is not initialized (call initialize() first)")
         return e
 
     def _call(self, fn, *args):
@@ -442,5 +491,7 @@ def _op(opcode):
 
 
 def last_error():
-    """The calling thread's last failure of any kvcoord.mooncake engine ("" if none)."""
-    return _engine.last_error()[1]
+    """The calling thread's last failure of any kvcoord.mooncake engine ("" if
+    none): what that engine's last_error() said, including a failed
+    initialize() and a call before it."""
+    return getattr(_thread, "last", (0.0, ""))[1]
