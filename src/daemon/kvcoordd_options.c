@@ -223,6 +223,11 @@ static int check_options(const struct options *o)
 {
     if (o->world_size > o->max_ranks)
         return usage_error("--world-size %u is above --max-ranks %u", o->world_size, o->max_ranks);
+    if (OPTION_GIVEN(o, max_conns_per_peer) && o->max_conns_per_peer > o->max_conns)
+        return usage_error("--max-conns-per-peer %u is above --max-conns %u: a cap on one "
+                           "address above the whole table's caps nothing (give at most %u, "
+                           "or raise --max-conns)",
+                           o->max_conns_per_peer, o->max_conns, o->max_conns);
     if (o->max_buffered < o->max_body)
         return usage_error("--max-buffered-bytes %llu is below --max-body-bytes %llu: a body "
                            "of the largest size allowed could never be received",

@@ -570,7 +570,8 @@ static void render_http(struct buf *out, const struct metrics *m)
            "The daemon-wide budget of request body bytes (--max-buffered-bytes; 0: none).");
     sample(out, "kvcoord_http_buffered_bytes_max", ld(&m->buffered_max));
     family(out, "kvcoord_http_connections_refused_total", "counter",
-           "HTTP connections answered 503 and closed because max-conns were open.");
+           "HTTP connections answered 503 and closed: max-conns were open, or the client's "
+           "address held max-conns-per-peer connections already.");
     sample(out, "kvcoord_http_connections_refused_total", ld(&m->conns_refused));
     family(out, "kvcoord_http_connections_evicted_total", "counter",
            "HTTP connections closed at max-conns to make room for new ones (they had waited "

@@ -60,7 +60,8 @@ void metrics_request(struct metrics *m, unsigned route, int status, uint64_t dur
 void metrics_conn_open(struct metrics *m);
 void metrics_conn_close(struct metrics *m);
 
-/* A connection refused because max-conns were open (the 503). */
+/* A connection refused (the 503): max-conns were open, or its address held
+ * max-conns-per-peer already. */
 void metrics_conn_refused(struct metrics *m);
 
 /* The request body bytes reserved now by all connections, and the budget

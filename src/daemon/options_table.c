@@ -122,7 +122,9 @@ const struct opt_row opt_rows[] = {
      .off = TEXT(listen),
      .def_str = "127.0.0.1:" XSTR(KVC_DEFAULT_PORT),
      .fn = check_listen,
-     .help = "address to listen on; IPv6 in brackets: [::1]:6789; port 0 picks a free one"},
+     .help = "address to listen on; IPv6 in brackets: [::1]:6789, and an IPv6 address "
+             "listens for IPv6 only ([::]:6789 takes no IPv4 connection: use 0.0.0.0:6789 "
+             "for IPv4); port 0 picks a free one"},
     {.name = "segment",
      .kind = OPT_TEXT,
      .arg = "NAME",
@@ -246,7 +248,7 @@ const struct opt_row opt_rows[] = {
                  "rank of the node shares",
      .help = "connections one client address may hold at once, waiting for a slot "
              "included; more are answered 503 and closed; given, N applies to every "
-             "address, loopback included; 0: no cap"},
+             "address, loopback included, and may not exceed --max-conns; 0: no cap"},
     {.name = "header-timeout",
      .kind = OPT_COUNT,
      .arg = "SECS",

@@ -22,6 +22,7 @@ Usage: test_http_peer_cap.py [--daemon PATH] [unittest args]
 
 import argparse
 import os
+import re
 import socket
 import sys
 import time
@@ -69,10 +70,10 @@ def request(s, path="/health"):
         return None, b""
 
 
-def served(port, source):
+def served(port, source, path="/health"):
     s = connect(port, source)
     try:
-        return request(s)
+        return request(s, path)
     finally:
         s.close()
 
@@ -93,6 +94,15 @@ class PeerCap(unittest.TestCase):
             self.assertEqual(served(d.port, "127.0.0.2")[0], 200)
             self.assertIn("peer_connection_cap peer=127.0.0.1", d.output())
             self.assertIn("max_conns_per_peer=8", d.output())
+            # the start line says the cap, and /metrics' help counts these refusals
+            self.assertRegex(d.output(), r"listening addr=\S+ segment=\S+ max_conns=64 "
+                             r"max_conns_per_peer=8 peer_cap=every_address")
+            status, body = served(d.port, "127.0.0.2", "/metrics")
+            self.assertEqual(status, 200)
+            m = re.search(rb"# HELP kvcoord_http_connections_refused_total (.*)", body)
+            self.assertIsNotNone(m, body[:2000])
+            self.assertIn(b"max-conns-per-peer", m.group(1))
+            self.assertRegex(body.decode(), r"\nkvcoord_http_connections_refused_total [1-9]")
             self.assertNotIn("peer=127.0.0.2", d.output())
             for s in held:
                 s.close()
@@ -156,9 +166,33 @@ class PeerCap(unittest.TestCase):
                 self.assertEqual(request(s)[0], 200)
                 held.append(s)
             self.assertNotIn("peer_connection_cap", d.output())
+            self.assertIn("max_conns_per_peer=4 peer_cap=remote_addresses", d.output())
         finally:
             for s in held:
                 s.close()
+            self.assertEqual(d.stop(), 0)
+
+    def test_cap_above_max_conns_refused(self):
+        with self.assertRaises(AssertionError) as cm:
+            Daemon("--max-conns", "10", "--max-conns-per-peer", "20").stop()
+        self.assertIn("--max-conns-per-peer 20 is above --max-conns 10", str(cm.exception))
+
+    def test_ipv6_wildcard_is_ipv6_only(self):
+        # documented: [::]:P listens for IPv6 only (IPV6_V6ONLY)
+        try:
+            probe = socket.socket(socket.AF_INET6)
+            probe.bind(("::1", 0))
+            probe.close()
+        except OSError:
+            self.skipTest("no IPv6 on this host")
+        d = Daemon(host="::")
+        try:
+            s6 = socket.create_connection(("::1", d.port), TIMEOUT)
+            self.assertEqual(request(s6)[0], 200)
+            s6.close()
+            with self.assertRaises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", d.port), TIMEOUT).close()
+        finally:
             self.assertEqual(d.stop(), 0)
 
     def test_option_checked(self):

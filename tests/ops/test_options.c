@@ -155,6 +155,25 @@ static void test_numeric_values_checked(void **st)
     assert_true(checked >= 19); /* 13 counts and 6 sizes when written */
 }
 
+/* Options each valid alone that cannot work together: refused, exit 2,
+ * naming both.  (The token file that does not exist makes a daemon that
+ * accepted them exit 1 at start instead of serving.) */
+#define NO_TOKEN "--auth-token-file", "/nonexistent/kvcoord-test-token"
+static void test_per_peer_cap_above_max_conns(void **st)
+{
+    (void)st;
+    int rc =
+        run(2, (const char *[]){"--max-conns", "10", "--max-conns-per-peer", "20", NO_TOKEN, NULL});
+    assert_int_equal(rc, 2);
+    if (!strstr(out, "kvcoordd: --max-conns-per-peer 20 is above --max-conns 10"))
+        fail_msg("not named: %s", out);
+    assert_non_null(strstr(out, "Try 'kvcoordd --help'"));
+    rc =
+        run(2, (const char *[]){"--max-conns-per-peer", "20", "--max-conns", "10", NO_TOKEN, NULL});
+    assert_int_equal(rc, 2); /* in either order */
+    assert_non_null(strstr(out, "is above --max-conns 10"));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -165,6 +184,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_lists_every_row),
         cmocka_unit_test(test_numeric_values_checked),
+        cmocka_unit_test(test_per_peer_cap_above_max_conns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

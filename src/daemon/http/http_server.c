@@ -581,8 +581,12 @@ int server_run(const struct server_config *cfg, kvc_segment *seg)
         return 1;
     }
     /* Ready: say so only now that the socket listens and the ring runs. */
-    log_event(LOG_INFO, "listening", "addr=%s segment=%s max_conns=%u", cfg->listen_addr,
-              cfg->segment_name, cfg->max_conns);
+    log_event(LOG_INFO, "listening",
+              "addr=%s segment=%s max_conns=%u max_conns_per_peer=%u peer_cap=%s", cfg->listen_addr,
+              cfg->segment_name, cfg->max_conns, cfg->max_conns_per_peer,
+              !cfg->max_conns_per_peer ? "off"
+              : cfg->peer_cap_loopback ? "every_address"
+                                       : "remote_addresses");
     char status[256], err[128];
     snprintf(status, sizeof status, "READY=1\nSTATUS=listening on %s segment %s", cfg->listen_addr,
              cfg->segment_name);
