@@ -334,6 +334,52 @@ static void test_paths_match_by_segment(void **state)
     }
 }
 
+/* A long-poll lookup of an absent rank: wait_ms above the cap parks for the
+ * cap, and the 404 at its end says the wait was capped; one within the cap
+ * parks for what was asked and ends in the plain 404. */
+static void test_wait_ms_capped_and_said(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *query;
+        uint32_t parked_ms;
+        int capped;
+    } cases[] = {
+        {"rank=9&wait_ms=600000", ROUTES_MAX_WAIT_MS, 1},
+        {"rank=9&wait_ms=18446744073709551615", ROUTES_MAX_WAIT_MS, 1},
+        {"rank=9&wait_ms=60000", ROUTES_MAX_WAIT_MS, 0},
+        {"rank=9&wait_ms=250", 250, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct http_req req = {.method = HTTP_GET,
+                               .path = "/get_transfer_engine_info",
+                               .path_len = strlen("/get_transfer_engine_info"),
+                               .raw_path = "/get_transfer_engine_info",
+                               .raw_path_len = strlen("/get_transfer_engine_info"),
+                               .query = cases[i].query,
+                               .query_len = strlen(cases[i].query),
+                               .body = "",
+                               .http_minor = 1,
+                               .keep_alive = 1};
+        struct route_slot slot = {0};
+        struct buf out = {0};
+        assert_int_equal(routes_dispatch(f->loop, &slot, &req, &out), ROUTE_PARK);
+        assert_int_equal(slot.park_wait_ms, cases[i].parked_ms);
+        assert_int_equal(routes_resume(f->loop, &slot, &req, &out, 1), ROUTE_DONE);
+        buf_flatten(&out);
+        buf_append(&out, "", 1);
+        if (strncmp(out.p, "HTTP/1.1 404", 12))
+            fail_msg("%s: %s", cases[i].query, out.p);
+        const char *said = strstr(out.p, "No transfer engine info for rank 9");
+        assert_non_null(said);
+        int has = strstr(said, "(waited 60000 ms: wait_ms is capped at 60000)") != NULL;
+        if (has != cases[i].capped)
+            fail_msg("%s: %s", cases[i].query, said);
+        buf_free(&out);
+        route_slot_free(&slot);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +389,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_the_token_lets_each_mutating_route_change_it, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_paths_match_by_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_ms_capped_and_said, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,8 +16,9 @@
  *        404 "No transfer engine info for rank N"
  * Extensions:
  *   - wait_ms=N on the lookup: long-poll; a rank not (yet) registered is
- *     waited for up to N ms (clamped to 60000) before the 404.  The wait
- *     parks the connection; the event loop keeps serving others.
+ *     waited for up to N ms (clamped to 60000) before the 404, whose
+ *     detail then says the wait was capped.  The wait parks the
+ *     connection; the event loop keeps serving others.
  *   - the lookup answer carries "X-Kvcoord-Generation: G", the rank's
  *     generation (changes on every re-registration).
  *   - 404 for a withdrawn rank says why: "... (withdrawn: <note>)", or
@@ -113,10 +114,10 @@ int route_role_value(const char *v, char *role)
 }
 
 /* Read rank (required), role (optional: "" when absent) and wait_ms
- * (optional, 0 when absent) from the query; on a bad one the 400 is
- * written and -1 returned. */
+ * (optional, 0 when absent; as given, not capped) from the query; on a bad
+ * one the 400 is written and -1 returned. */
 int route_rank_params(const struct http_req *req, struct buf *out, uint32_t *rank, char *role,
-                      uint32_t *wait_ms)
+                      uint64_t *wait_ms)
 {
     char rv[24], wv[24], ov[KVC_ROLE_NAME_MAX + 2];
     struct query_param want[3] = {{"rank", rv, sizeof rv, 0, 0},
@@ -146,11 +147,10 @@ int route_rank_params(const struct http_req *req, struct buf *out, uint32_t *ran
         return 0;
     *wait_ms = 0;
     if (want[2].found) {
-        if (want[2].too_long || parse_uint(wv, UINT64_MAX, &v)) {
+        if (want[2].too_long || parse_uint(wv, UINT64_MAX, wait_ms)) {
             resp_detail(out, req, 400, "Invalid wait_ms parameter", NULL);
             return -1;
         }
-        *wait_ms = v > ROUTES_MAX_WAIT_MS ? ROUTES_MAX_WAIT_MS : (uint32_t)v;
     }
     return 0;
 }

@@ -24,7 +24,8 @@
 #include "http_req.h"
 #include "kvcoord/kvcoord.h"
 
-/* Longest long-poll accepted; larger wait_ms values are clamped to it. */
+/* Longest long-poll; larger wait_ms values are clamped to it, and the 404
+ * after such a wait says so. */
 #define ROUTES_MAX_WAIT_MS 60000u
 
 struct routes;
@@ -46,6 +47,7 @@ struct route_slot {
     int shared;            /* set by routes_dispatch() on ROUTE_DEFER of a ROUTE_SHARED row */
     uint32_t park_rank;    /* parked lookup: the rank waited for */
     uint32_t park_wait_ms; /* ... how long to wait at most */
+    int park_capped;       /* ... the wait_ms asked for was above ROUTES_MAX_WAIT_MS */
     char park_role[KVC_ROLE_NAME_MAX + 1]; /* ... under this role ("": default) */
 };
 

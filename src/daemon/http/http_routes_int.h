@@ -91,10 +91,11 @@ void route_detailf(struct buf *out, const struct http_req *req, int status, cons
 int route_lib_status(kvc_err e);
 /* A role name from a request into role ("" when absent); -1: not one. */
 int route_role_value(const char *v, char *role);
-/* rank (required), role and wait_ms (optional; wait_ms NULL: not read)
- * from the query; on a bad one the 400 is written and -1 returned. */
+/* rank (required), role and wait_ms (optional; wait_ms NULL: not read;
+ * its value as given, 0..UINT64_MAX, the caller applies the cap) from the
+ * query; on a bad one the 400 is written and -1 returned. */
 int route_rank_params(const struct http_req *req, struct buf *out, uint32_t *rank, char *role,
-                      uint32_t *wait_ms);
+                      uint64_t *wait_ms);
 /* Does an answer with a body of len bytes fit the daemon-wide budget of
  * unsent answers?  Else the 503 is written and 0 returned. */
 int route_answer_fits(const struct route_slot *s, const struct http_req *req, struct buf *out,

@@ -106,17 +106,22 @@ static int cached_info(struct routes *r, struct route_slot *s, const struct http
     return 1;
 }
 
+/* capped: the wait that just ended was cut to ROUTES_MAX_WAIT_MS (the
+ * client asked for more): the 404 says so. */
 static void write_lookup_error(struct buf *out, const struct http_req *req, uint32_t rank,
-                               const char *role, kvc_err e, const kvc_rank_info *ri)
+                               const char *role, kvc_err e, const kvc_rank_info *ri, int capped)
 {
-    char rs[KVC_ROLE_NAME_MAX + 16], ws[KVC_NOTE_MAX + 16];
+    char rs[KVC_ROLE_NAME_MAX + 16], ws[KVC_NOTE_MAX + 16], cap[64] = "";
+    if (capped)
+        snprintf(cap, sizeof cap, " (waited %u ms: wait_ms is capped at %u)", ROUTES_MAX_WAIT_MS,
+                 ROUTES_MAX_WAIT_MS);
     if (e == KVC_E_NOENT || e == KVC_E_CAPACITY)
-        route_detailf(out, req, 404, "No transfer engine info for rank %u%s", rank,
-                      route_role_suffix(role, rs, sizeof rs));
-    else if (e == KVC_E_WITHDRAWN)
         route_detailf(out, req, 404, "No transfer engine info for rank %u%s%s", rank,
+                      route_role_suffix(role, rs, sizeof rs), cap);
+    else if (e == KVC_E_WITHDRAWN)
+        route_detailf(out, req, 404, "No transfer engine info for rank %u%s%s%s", rank,
                       route_role_suffix(role, rs, sizeof rs),
-                      route_withdrawn_suffix(ri->note, ws, sizeof ws));
+                      route_withdrawn_suffix(ri->note, ws, sizeof ws), cap);
     else
         route_detailf(out, req, route_lib_status(e), "Lookup of rank %u failed: %s", rank,
                       kvc_last_error());
@@ -144,15 +149,19 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
     }
     if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN))
         return ROUTE_PARK;
-    write_lookup_error(out, req, s->park_rank, s->park_role, e, &s->ri);
+    write_lookup_error(out, req, s->park_rank, s->park_role, e, &s->ri,
+                       !may_park && s->park_capped);
     return ROUTE_DONE;
 }
 
 enum route_rc route_get_info(struct routes *r, struct route_slot *s, const struct http_req *req,
                              struct buf *out)
 {
-    if (route_rank_params(req, out, &s->park_rank, s->park_role, &s->park_wait_ms))
+    uint64_t wait_ms;
+    if (route_rank_params(req, out, &s->park_rank, s->park_role, &wait_ms))
         return ROUTE_DONE;
+    s->park_capped = wait_ms > ROUTES_MAX_WAIT_MS;
+    s->park_wait_ms = s->park_capped ? ROUTES_MAX_WAIT_MS : (uint32_t)wait_ms;
     return lookup_once(r, s, req, out, s->park_wait_ms > 0);
 }
 
