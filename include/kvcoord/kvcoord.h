@@ -771,7 +771,9 @@ kvc_err kvc_room_wait_change(kvc_segment *seg, uint32_t seen, uint32_t timeout_m
 /* Write into buf (cap bytes, always NUL-terminated when cap > 0) the error
  * text a rank raises for a failed room, naming the room, the origin rank
  * and the real reason, e.g. "KV transfer of room 42 failed on rank 5
- * (another rank; code 110): timed out".  Returns the length it would have
+ * (another rank; code 110): timed out".  With f->is_from_another_rank
+ * negative the reader is no rank (an outside observer, e.g. an HTTP
+ * client): "... failed on rank 5 (code 110): timed out".  Returns the length it would have
  * written, as snprintf.  buf NULL: nothing is written (any cap).  f NULL:
  * the text is "no failure record". */
 int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap);

@@ -159,8 +159,9 @@ class RoomsHttpTest(unittest.TestCase):
     def get(self, path, **kw):
         return self.http.get(self.url + path, timeout=DEADLINE, **kw)
 
-    def put_failure(self, room, body):
+    def put_failure(self, room, body, params=None):
         return self.http.put("%s/rooms/%s/failure" % (self.url, room), timeout=DEADLINE,
+                             params=params,
                              data=body if isinstance(body, (str, bytes)) else json.dumps(body))
 
     def lookup(self, rank):
@@ -254,7 +255,7 @@ class RoomsHttpTest(unittest.TestCase):
     def test_failure_first_wins_across_two_puts(self):
         room = INT63_MAX - 7
         r = self.put_failure(room, {"rank": 5, "reason": "RDMA WRITE failed: retry exceeded",
-                                    "code": 12})
+                                    "code": 12}, params={"rank": 5})
         self.assertEqual(r.status_code, 200, r.text)
         first = r.json()
         self.assertIs(first["kept"], True)
@@ -264,7 +265,8 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertEqual(f["code"], 12)
         self.assertEqual(f["reason"], "RDMA WRITE failed: retry exceeded")
         self.assertIs(f["is_from_another_rank"], False)
-        r = self.put_failure(room, {"rank": 2, "reason": "later", "code": 110})
+        r = self.put_failure(room, {"rank": 2, "reason": "later", "code": 110},
+                             params={"rank": 2})
         self.assertEqual(r.status_code, 200, r.text)
         second = r.json()
         self.assertIs(second["kept"], False)
@@ -283,6 +285,32 @@ class RoomsHttpTest(unittest.TestCase):
         head = self.http.head("%s/rooms/%d" % (self.url, room), timeout=DEADLINE)
         self.assertEqual(head.status_code, 200)
         self.assertEqual(head.content, b"")
+
+    def test_failure_answer_to_a_caller_without_rank(self):
+        # The body's rank is the failure's origin; the HTTP caller is no rank
+        # unless it says so (?rank=R): its answer's text names the origin and
+        # never calls it "this rank".
+        room = 4242
+        r = self.put_failure(room, {"rank": 3, "reason": "ibv_reg_mr: Cannot allocate memory",
+                                    "code": 12})
+        self.assertEqual(r.status_code, 200, r.text)
+        f = r.json()["failure"]
+        self.assertEqual(f["origin_rank"], 3)
+        self.assertIs(f["is_from_another_rank"], True)  # an outside observer
+        self.assertEqual(f["text"], "KV transfer of room 4242 failed on rank 3 (code 12): "
+                                    "ibv_reg_mr: Cannot allocate memory")
+        r = self.put_failure(room, {"rank": 1, "reason": "later"})
+        self.assertEqual(r.json()["failure"]["text"], f["text"])  # the first one kept
+        outside = self.get("/rooms/%d" % room).json()["failure"]
+        self.assertEqual(outside["text"], f["text"])
+        self.assertNotIn("this rank", self.get("/failures").text)
+        mine = self.get("/rooms/%d" % room, params={"rank": 3}).json()["failure"]
+        self.assertIn("failed on rank 3 (this rank; code 12)", mine["text"])
+        self.assertEqual(self.put_failure(room, {"rank": 1, "reason": "x"},
+                                          params={"rank": "x"}).status_code, 400)
+        r = self.put_failure(room + 1, {"rank": 0, "reason": "no code"})
+        self.assertEqual(r.json()["failure"]["text"],
+                         "KV transfer of room 4243 failed on rank 0: no code")
 
     def test_failures_list(self):
         self.assertEqual(self.get("/failures").json(), {"failures": [], "count": 0})

@@ -152,6 +152,10 @@ KVC_API int kvc_failure_text(const kvc_failure_info *f, char *buf, size_t cap)
         return snprintf(buf, cap,
                         "KV transfer of room %llu failed (timed out, no rank recorded it%s): %s",
                         (unsigned long long)f->room, code, f->reason);
+    if (f->is_from_another_rank < 0) /* an outside observer: no rank of its own */
+        return snprintf(buf, cap, "KV transfer of room %llu failed on rank %u%s%s%s: %s",
+                        (unsigned long long)f->room, f->origin_rank, *code ? " (" : "",
+                        *code ? code + 2 : "", *code ? ")" : "", f->reason);
     return snprintf(buf, cap, "KV transfer of room %llu failed on rank %u (%s%s): %s",
                     (unsigned long long)f->room, f->origin_rank,
                     f->is_from_another_rank ? "another rank" : "this rank", code, f->reason);

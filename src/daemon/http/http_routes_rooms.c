@@ -62,13 +62,14 @@ static void put_i64(struct buf *b, int64_t v)
 }
 
 /* A failure record as JSON; is_from_another_rank relative to asking (-1:
- * an outside observer, for whom every record is from another rank). */
+ * an outside observer, for whom every record is from another rank, and
+ * whose text names the origin rank only, not "this/another rank"). */
 static void append_failure(struct buf *b, const kvc_failure_info *f, int32_t asking)
 {
     char text[KVC_REASON_MAX + 256];
     kvc_failure_info seen = *f;
-    seen.is_from_another_rank =
-        asking < 0 || (uint32_t)asking != f->origin_rank || f->from_another_node;
+    int other = asking < 0 || (uint32_t)asking != f->origin_rank || f->from_another_node;
+    seen.is_from_another_rank = asking < 0 ? -1 : other;
     kvc_failure_text(&seen, text, sizeof text);
     buf_puts(b, "{\"room\":");
     buf_putu64(b, f->room);
@@ -83,7 +84,7 @@ static void append_failure(struct buf *b, const kvc_failure_info *f, int32_t ask
     buf_puts(b, "\",\"time_ns\":");
     buf_putu64(b, f->time_ns);
     buf_puts(b, ",\"is_from_another_rank\":");
-    put_bool(b, seen.is_from_another_rank);
+    put_bool(b, other);
     buf_puts(b, ",\"origin_node\":\"");
     json_escape_append(b, f->origin_node, strlen(f->origin_node));
     buf_puts(b, "\",\"from_another_node\":");
@@ -205,6 +206,9 @@ static int failure_body(json_t *root, const struct http_req *req, struct buf *ou
 static void put_room_failure(struct routes *r, const struct http_req *req, struct buf *out,
                              uint64_t room)
 {
+    int32_t asking; /* who reads the answer: ?rank=R, else an outside observer */
+    if (asking_rank(req, out, NULL, &asking))
+        return;
     json_t *root = route_parse_body(req, out);
     if (!root)
         return;
@@ -232,16 +236,17 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
         log_event(LOG_DEBUG, "http_room_failure", "room=%" PRIu64 " rank=%u code=%d reason=\"%s\"",
                   room, rank, (int)code, reason);
     json_decref(root);
-    /* The record kept (this call's or an earlier one), as the rank sees it. */
+    /* The record kept (this call's or an earlier one), as the caller sees
+     * it: the body's rank is the failure's origin, not the reader. */
     kvc_room_info ri;
-    e = kvc_room_get(r->seg, room, (int32_t)rank, &ri);
+    e = kvc_room_get(r->seg, room, asking, &ri);
     struct buf *b = &r->body;
     buf_reset(b);
     buf_puts(b, "{\"kept\":");
     put_bool(b, kept);
     buf_puts(b, ",\"failure\":");
     if (!e && ri.has_failure)
-        append_failure(b, &ri.failure, (int32_t)rank);
+        append_failure(b, &ri.failure, asking);
     else
         buf_puts(b, "null"); /* reclaimed meanwhile */
     buf_puts(b, "}");
