@@ -82,9 +82,17 @@ packages are already there.
 EOF
 }
 
-# Each line says the seconds since the command started ([+ 123s]): where a
-# fresh machine's time goes is read off these (and the "step ...: N s" lines).
-log() { printf '==> [+%4ds] %s\n' "$SECONDS" "$*"; }
+# In 'test', each line also says the seconds since the command started
+# ([+ 123s]): where a fresh machine's time goes is read off these (and the
+# "step ...: N s" lines).
+LOG_CLOCK=0
+log() {
+    if ((LOG_CLOCK)); then
+        printf '==> [+%4ds] %s\n' "$SECONDS" "$*"
+    else
+        printf '==> %s\n' "$*"
+    fi
+}
 die() { printf 'kvcoord.sh: %s\n' "$*" >&2; exit 1; }
 # A usage error: the message, a hint, exit 2 (as every kvcoord program).
 usage_error() {
@@ -532,6 +540,7 @@ cmd_test() {
     # silently run only one.
     ((sanitize && arm64)) &&
         usage_error "test: --sanitize and --arm64 each run one part alone: give at most one"
+    LOG_CLOCK=1
     if ((arm64)); then
         timed apt install_packages
         timed build-arm64 arm64_build && timed arm64-qemu arm64_run
