@@ -46,11 +46,13 @@ static void save_room(kvc_pd_region *pd, uint32_t i)
     atomic_store_explicit(&pd->undo.valid, 1, memory_order_release);
 }
 
-/* Open a window on seq once the undo record is saved: the release fence
- * orders the undo record before the odd value, so a reader that sees the
- * odd value sees the record. */
-static void window_open(_Atomic uint32_t *seq)
+/* Open a window on seq once the undo record is saved (asserted in debug
+ * builds): the release fence orders the undo record before the odd value,
+ * so a reader that sees the odd value sees the record. */
+static void window_open(kvc_pd_region *pd, _Atomic uint32_t *seq)
 {
+    kvc__assert(atomic_load_explicit(&pd->undo.valid, memory_order_relaxed));
+    (void)pd;
     atomic_thread_fence(memory_order_release);
     kvc_seq_write_begin(seq);
 }
@@ -87,7 +89,7 @@ static void pd_recover(kvc_segment *seg, int id)
          * dead writer left open, whose readers read the undo record). */
         _Atomic uint32_t *seq = u->kind == 1 ? &pd->seq_ranks : &pd->seq_rooms;
         if (!(atomic_load_explicit(seq, memory_order_relaxed) & 1))
-            window_open(seq);
+            window_open(pd, seq);
         if (u->kind == 1 && u->index < KVC_PD_MAX_RANKS) {
             kvc_seq_store(&pd->topo, &u->topo, sizeof pd->topo);
             kvc_seq_store(&pd->slots[u->index], &u->slot, sizeof u->slot);
@@ -501,7 +503,7 @@ KVC_API kvc_err kvc_pd_register(kvc_segment *seg, const kvc_pd_registration *r, 
     uint32_t was = pd->slots[i].state;
     save_rank(pd, (uint32_t)i);
     KVC_INJECT("pd.rank.saved");
-    window_open(&pd->seq_ranks);
+    window_open(pd, &pd->seq_ranks);
     kvc_seq_store(&pd->topo, &t, sizeof t);
     KVC_INJECT("pd.rank.half");
     kvc_seq_store(&pd->slots[i], &ns, sizeof ns);
@@ -801,7 +803,7 @@ static void withdraw_slot(kvc_pd_region *pd, uint32_t i, const char *note)
     ns.registered_ns = kvc__now_ns();
     snprintf(ns.note, sizeof ns.note, "%s", note && *note ? note : "withdrawn");
     save_rank(pd, i);
-    window_open(&pd->seq_ranks);
+    window_open(pd, &pd->seq_ranks);
     kvc_seq_store(&pd->slots[i], &ns, sizeof ns);
     kvc_seq_write_end(&pd->seq_ranks);
     commit_rank(pd);
@@ -885,7 +887,7 @@ static int32_t room_find(kvc_pd_region *pd, int64_t room, int32_t *free_at)
 static void put_room(kvc_pd_region *pd, uint32_t i, const kvc_pd_room *v)
 {
     save_room(pd, i);
-    window_open(&pd->seq_rooms);
+    window_open(pd, &pd->seq_rooms);
     kvc_seq_store(&pd->rooms[i], v, sizeof *v);
     kvc_seq_write_end(&pd->seq_rooms);
     commit(pd);
@@ -951,7 +953,7 @@ KVC_API kvc_err kvc_pd_room_set(kvc_segment *seg, int64_t room, int32_t dp_rank)
     if (pd->rooms[i].state != KVC_PD_ROOM_USED)
         pd->rooms_used++;
     save_room(pd, (uint32_t)i);
-    window_open(&pd->seq_rooms);
+    window_open(pd, &pd->seq_rooms);
     KVC_INJECT("pd.room.half");
     kvc_seq_store(&pd->rooms[i], &v, sizeof v);
     kvc_seq_write_end(&pd->seq_rooms);

@@ -108,9 +108,12 @@ static kvc_err validate_json(const char *json, size_t len, const char *what, uin
 }
 
 /* Publish the inactive half: the single store of the active index sits in
- * an odd sequence window, so a reader never mixes halves. */
-static void publish(kvc_rank_entry *e, uint32_t next)
+ * an odd sequence window, so a reader never mixes halves.  The rank lock
+ * is held (asserted in debug builds): it is the seq's one writer. */
+static void publish(kvc_segment *seg, kvc_rank_entry *e, uint32_t next)
 {
+    kvc__assert(kvc__lock_held(seg, KVC_LOCK_RANKS));
+    (void)seg;
     kvc_seq_write_begin(&e->seq);
     KVC_INJECT("reg.seq_odd");
     atomic_store_explicit(&e->active, next, memory_order_release);
@@ -214,7 +217,7 @@ static kvc_err write_registration(kvc_segment *seg, unsigned table, uint32_t ran
     kvc_seq_store(nxt, &w, sizeof w);
     KVC_INJECT("reg.slot_written");
     int delta = cur->state == KVC_RANK_REGISTERED || table ? 0 : 1;
-    publish(e, a ^ 1);
+    publish(seg, e, a ^ 1);
     retire(seg, cur, delta);
     *gen_out = w.generation;
     return KVC_OK;
@@ -430,7 +433,7 @@ static kvc_err withdraw_locked(kvc_segment *seg, unsigned table, uint32_t rank, 
     w.origin_generation = cur->origin_generation;
     kvc_seq_write_prepare(); /* nxt may still be read by readers of older values */
     kvc_seq_store(nxt, &w, sizeof w);
-    publish(e, a ^ 1);
+    publish(seg, e, a ^ 1);
     retire(seg, cur, table ? 0 : -1);
     return KVC_OK;
 }

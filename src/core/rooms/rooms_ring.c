@@ -66,6 +66,7 @@ kvc_failure_slot *kvc__ring_claim(kvc__upd *u)
 void kvc__ring_release(kvc_failure_slot *f)
 {
     uint64_t c = atomic_load(&f->claim);
+    kvc__assert(((c >> 32) & 1) && "released by the writer that claimed it (odd)");
     atomic_store_explicit(&f->claim, ((c >> 32) + 1) << 32, memory_order_release);
 }
 

@@ -66,18 +66,36 @@
     (atomic_thread_fence(memory_order_acquire), \
      atomic_load_explicit((seq), memory_order_relaxed) != (s1))
 
+/* The protocol's invariants, checked in debug builds (kvc__assert,
+ * segment/internal.h: with KVC_ASSERTS, the library's Debug and sanitizer
+ * builds, a false one aborts naming it).  In other builds the check is
+ * nothing and the window macros below are the same loads and stores as
+ * without it.  A window opens on an even seq (odd would be a second writer
+ * inside: writers hold their lock) and closes an odd one. */
+#ifdef KVC_ASSERTS
+#define KVC__SEQ_CHECK(c) kvc__assert(c)
+#else
+#define KVC__SEQ_CHECK(c) ((void)0)
+#endif
+
 /* Writer: make seq odd, and order every later store after it. */
-#define kvc_seq_write_begin(seq)                                                            \
-    do {                                                                                    \
-        atomic_store_explicit((seq), atomic_load_explicit((seq), memory_order_relaxed) + 1, \
-                              memory_order_relaxed);                                        \
-        atomic_thread_fence(memory_order_release);                                          \
+#define kvc_seq_write_begin(seq)                                                 \
+    do {                                                                         \
+        __typeof__(atomic_load_explicit((seq), memory_order_relaxed)) even_ =    \
+            atomic_load_explicit((seq), memory_order_relaxed);                   \
+        KVC__SEQ_CHECK(!(even_ & 1) && "a seqlock window opens on an even seq"); \
+        atomic_store_explicit((seq), even_ + 1, memory_order_relaxed);           \
+        atomic_thread_fence(memory_order_release);                               \
     } while (0)
 
 /* Writer: make seq even again, publishing the stores made since begin. */
-#define kvc_seq_write_end(seq)                                                          \
-    atomic_store_explicit((seq), atomic_load_explicit((seq), memory_order_relaxed) + 1, \
-                          memory_order_release)
+#define kvc_seq_write_end(seq)                                               \
+    do {                                                                     \
+        __typeof__(atomic_load_explicit((seq), memory_order_relaxed)) odd_ = \
+            atomic_load_explicit((seq), memory_order_relaxed);               \
+        KVC__SEQ_CHECK((odd_ & 1) && "a seqlock window closes an odd seq");  \
+        atomic_store_explicit((seq), odd_ + 1, memory_order_release);        \
+    } while (0)
 
 /* Writer of a double buffer (ranks.c), after taking its lock and before it
  * writes an inactive half or a blob a reader of an older value may still be
