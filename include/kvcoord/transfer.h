@@ -137,6 +137,25 @@ typedef struct kvt_options {
                                    time, length included.  Sent in clear.
                                    NULL: none.  Copied.  docs/transfer.md,
                                    "Handshake token". */
+    int force_socket;            /* 1: the data of writes and reads always goes
+                                   through the socket.  0 (default): to a peer
+                                   on this host (same boot_id and pid
+                                   namespace, its process proven in the
+                                   handshake) the bytes are copied by
+                                   process_vm_readv(2) instead, by the process
+                                   whose memory is written, after it checked
+                                   the ranges against its registered regions;
+                                   requests, acknowledgements and refusals
+                                   still go on the connection.  Where the
+                                   kernel refuses it (EPERM: Yama
+                                   ptrace_scope, seccomp, another uid, a
+                                   non-dumpable process) the connection falls
+                                   back to the socket (logged once per peer).
+                                   The environment variable
+                                   KVCOORD_FORCE_SOCKET, set to anything but
+                                   "", "0", "false", "no" or "off", forces it
+                                   too.  Either side forcing it is enough.
+                                   docs/transfer.md, "Same-host copy". */
     kvt_log_fn log;              /* NULL: no logging */
     void *log_ctx;               /* passed to log */
 } kvt_options;
@@ -280,8 +299,10 @@ typedef struct kvt_peer_info {
     uint64_t unhealthy_left_ms; /* time left on the mark, 0 when healthy */
     int32_t last_code;          /* errno / WC status of the failure that marked it */
     char last_error[KVC_REASON_MAX + 1];
-    uint32_t conns_up;   /* connections established */
-    uint64_t bytes_sent; /* payload bytes acknowledged by the peer */
+    uint32_t conns_up;        /* connections established */
+    uint64_t bytes_sent;      /* payload bytes acknowledged by the peer */
+    uint32_t conns_same_host; /* of conns_up, those whose data is copied
+                                 (force_socket) */
 } kvt_peer_info;
 
 /* Fill *out for peer p.  Errors: KVC_E_INVAL. */
@@ -423,7 +444,14 @@ typedef struct kvt_stats {
                                (tcp_splice_min), whether acknowledged or not */
     uint64_t reads_done, bytes_read;     /* this engine's reads, in place */
     uint64_t reads_served, bytes_served; /* peers' reads answered from here
-                                            (queued to send) */
+                                            (queued to send, or granted to a
+                                            same-host copy) */
+    /* The same-host copy (force_socket): copies this engine made with
+     * process_vm_readv (a peer's writes into here, this engine's reads)
+     * and their bytes; connections whose negotiation failed on this host
+     * (they use the socket). */
+    uint64_t same_host_copies, same_host_bytes;
+    uint64_t same_host_fallbacks;
 } kvt_stats;
 
 /* Fill *out.  Errors: KVC_E_INVAL. */

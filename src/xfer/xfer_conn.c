@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "xfer_cma.h"
 #include "xfer_conn.h"
 
 /* ---- the connection table ------------------------------------------------------- */
@@ -37,6 +38,7 @@ kvt__conn *kvt__conn_new(kvt_engine *e, int fd, bool client)
     c->id = id;
     c->fd = fd;
     c->pipe_r = c->pipe_w = -1;
+    c->cma_pidfd = -1;
     c->client = client;
     c->started_ns = c->progress_ns = kvc__mono_ns();
     e->conns[id] = c;
@@ -50,6 +52,7 @@ void kvt__conn_maybe_free(kvt_engine *e, kvt__conn *c)
     /* Every SQE of c has completed: the kernel no longer reads our iovecs
      * or writes into rbuf / region memory. */
     e->net->forget(e, c);
+    kvt__cma_forget(c);
     close(c->fd);
     e->conns[c->id] = NULL;
     free(c->rbuf);
@@ -186,6 +189,10 @@ void kvt__conn_hello(kvt_engine *e, kvt__conn *c, uint8_t type)
     memset(&h, 0, sizeof h);
     h.version = KVT_PROTOCOL_VERSION;
     h.generation = e->generation;
+    /* The same-host copy: offered by a client whose engine has it on, and
+     * by a server to a client that offered it (kvt__cma_on_hello). */
+    if (type == KVT_F_HELLO ? e->cma_on : c->cma_offer)
+        h.flags |= KVT_HELLO_F_CMA;
     kvt__str(h.session_id, sizeof h.session_id, "%s", e->sid);
     if (e->token && type == KVT_F_HELLO)
         kvt__str(h.token, sizeof h.token, "%s", e->token);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "xfer_cma.h"
 #include "xfer_conn.h"
 
 KVT_API const char *kvt_backend_name(kvt_backend b)
@@ -169,6 +170,8 @@ KVT_API kvc_err kvt_engine_create(const kvt_options *opts, kvt_engine **out)
         err = choose_backend(e);
         e->o.verbs_device = NULL;
     }
+    if (!err)
+        kvt__cma_init(e);
     if (!err) {
         int rc = io_uring_queue_init(1024, &e->ring, 0);
         if (rc < 0)

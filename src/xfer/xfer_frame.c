@@ -26,6 +26,12 @@ const char *kvt__ftype_name(uint8_t type)
     case KVT_F_DESC_REQ: return "DESC_REQ";
     case KVT_F_DESC: return "DESC";
     case KVT_F_WRITEV: return "WRITEV";
+    case KVT_F_CMA_HELLO: return "CMA_HELLO";
+    case KVT_F_CMA_CHECK: return "CMA_CHECK";
+    case KVT_F_CMA_WRITE: return "CMA_WRITE";
+    case KVT_F_CMA_READ: return "CMA_READ";
+    case KVT_F_CMA_READ_GO: return "CMA_READ_GO";
+    case KVT_F_CMA_READ_END: return "CMA_READ_END";
     }
     return "unknown";
 }
@@ -70,6 +76,7 @@ int kvt__frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt__fr
     }
     uint32_t lim = f->type == KVT_F_WRITE || f->type == KVT_F_READ_DATA ? max_write
                    : f->type == KVT_F_DESC                              ? KVT_DESC_FRAME_MAX
+                   : f->type == KVT_F_CMA_WRITE                         ? KVT_CMA_CTL_MAX
                                                                         : KVT_CTL_MAX;
     if (f->len > lim) {
         snprintf(err, cap, "frame %s payload of %u bytes exceeds the limit of %u bytes",
@@ -95,7 +102,7 @@ size_t kvt__hello_encode(const kvt__hello *h, uint8_t *buf, size_t cap)
     if (ls > KVT_HELLO_STR_MAX || lt > KVT_HELLO_STR_MAX || need > cap)
         return 0;
     kvt__put32(buf, h->version);
-    kvt__put32(buf + 4, 0);
+    kvt__put32(buf + 4, h->flags);
     kvt__put64(buf + 8, h->generation);
     size_t off = 16;
     off += put_str(buf + off, h->session_id, ls);
@@ -130,6 +137,7 @@ int kvt__hello_decode(const uint8_t *buf, size_t len, kvt__hello *h, char *err, 
         snprintf(err, cap, "HELLO of %zu bytes is too short", len);
         return -1;
     }
+    h->flags = kvt__get32(buf + 4);
     h->generation = kvt__get64(buf + 8);
     size_t off = 16;
     if (get_str(buf, len, &off, h->session_id) || get_str(buf, len, &off, h->token) || off != len) {

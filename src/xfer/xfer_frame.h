@@ -30,7 +30,8 @@
 
 #define KVT_FRAME_MAGIC 0x4654564bu
 #define KVT_HDR_LEN 40u
-/* Largest payload of a frame other than WRITE (HELLO, NACK, ERROR...). */
+/* Largest payload of a frame other than WRITE (HELLO, NACK, ERROR...);
+ * CMA_WRITE's is KVT_CMA_CTL_MAX. */
 #define KVT_CTL_MAX 4096u
 /* Longest session_id / token carried in a HELLO. */
 #define KVT_HELLO_STR_MAX 255u
@@ -58,13 +59,41 @@ enum kvt__ftype {
                              descriptor; payload: a HELLO payload (version, token) */
     KVT_F_DESC = 15,      /* server -> client: the descriptor's JSON text
                              (payload up to KVT_DESC_MAX), then the server closes */
-    KVT_F_WRITEV = 16     /* client -> server: a write of several runs: payload
+    KVT_F_WRITEV = 16,    /* client -> server: a write of several runs: payload
                              1..256 entries (kvt__read_ent: destination, length),
                              then addr more bytes, the runs' data back to back;
                              seq, ACK and NACK as a WRITE's */
+    /* The same-host copy (xfer_cma.h), only after both HELLOs carried
+     * KVT_HELLO_F_CMA: */
+    KVT_F_CMA_HELLO = 17,    /* either way, once: payload a kvt__cma_id (status 0),
+                                or (server, status errno) the reason it is off */
+    KVT_F_CMA_CHECK = 18,    /* client -> server: my slot holds your nonce;
+                                server -> client: status 0 (copies on), or errno
+                                and the reason */
+    KVT_F_CMA_WRITE = 19,    /* client -> server: a write the server copies from
+                                the client: payload 1..256 entries (kvt__read_ent:
+                                destination, length) then as many u64 source
+                                addresses; addr = the bytes in all; seq, ACK and
+                                NACK as a WRITE's; no data follows */
+    KVT_F_CMA_READ = 20,     /* client -> server: a READ's payload; answered by
+                                CMA_READ_GO (or READ_NACK), no data */
+    KVT_F_CMA_READ_GO = 21,  /* server -> client: read seq's runs are checked and
+                                pinned: copy them (addr = bytes) */
+    KVT_F_CMA_READ_END = 22  /* client -> server: read seq copied (or given up):
+                                unpin its runs */
 };
 /* The highest frame type a decoder accepts. */
-#define KVT_F_MAX KVT_F_WRITEV
+#define KVT_F_MAX KVT_F_CMA_READ_END
+
+/* HELLO flags (the u32 after the version; 0 from engines before them,
+ * ignored by their decoders). */
+#define KVT_HELLO_F_CMA 1u /* this engine offers the same-host copy */
+
+/* A CMA_WRITE's payload: KVT_CMA_ENT_LEN bytes per run (a 16-byte
+ * kvt__read_ent, then the run's u64 source address, tables one after the
+ * other), up to KVT_READ_ENTS_MAX runs. */
+#define KVT_CMA_ENT_LEN 24u
+#define KVT_CMA_CTL_MAX (KVT_READ_ENTS_MAX * KVT_CMA_ENT_LEN)
 
 /* Largest payload of a DESC frame (= transfer.h's KVT_DESC_MAX). */
 #define KVT_DESC_FRAME_MAX (1u << 20)
@@ -108,10 +137,11 @@ int kvt__frame_decode(const uint8_t in[KVT_HDR_LEN], uint32_t max_write, kvt__fr
                       size_t cap);
 
 /* HELLO / HELLO_OK payload:
- *   u32 version, u32 flags (0), u64 generation,
+ *   u32 version, u32 flags (KVT_HELLO_F_*), u64 generation,
  *   u16 session_id length, session_id bytes, u16 token length, token bytes */
 typedef struct kvt__hello {
     uint32_t version;
+    uint32_t flags; /* KVT_HELLO_F_* */
     uint64_t generation;
     char session_id[KVT_HELLO_STR_MAX + 1];
     char token[KVT_HELLO_STR_MAX + 1];

@@ -198,6 +198,11 @@ typedef struct kvt__wr {
     const void *payload;
     uint32_t plen;
     uint64_t seq;
+    /* A data write's CMA_WRITE table (KVT_CMA_ENT_LEN bytes per run, in
+     * owned), sent instead of its data on a same-host connection
+     * (kvt__cma_frame); ncma 0: none. */
+    const uint8_t *cma;
+    uint32_t ncma;
     uint8_t in_q, in_batch, in_fifo, acked;
     _Alignas(16) uint8_t owned[]; /* control payload copy (payload points here),
                                      a READ request's runs, a READ answer's iovecs */
@@ -242,6 +247,7 @@ struct kvt_peer {
     uint64_t next_seq;
     bool verbs;           /* both engines run verbs: data by RDMA WRITE,
                                       connection slot 0 is the control channel */
+    bool cma_logged;      /* the same-host copy's refusal was logged */
     struct kvt__vqp *vqp; /* its RC QP (NULL until set up, and after a failure) */
 };
 
@@ -271,6 +277,9 @@ typedef struct kvt__expect {
 } kvt__expect;
 
 enum kvt__cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
+/* A connection's same-host copy: off, being negotiated (client: CMA_HELLO
+ * sent; CMA_CHECK sent; server: waiting for CMA_CHECK), on. */
+enum { KVT_CMA_OFF, KVT_CMA_HELLO, KVT_CMA_CHECK, KVT_CMA_ON };
 enum kvt__rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA, RS_WDATA };
 #define KVT_RIOV KVT_READ_ENTS_MAX /* iovecs of one recvmsg of READ data */
 
@@ -321,7 +330,7 @@ struct kvt__conn {
     bool qp_wait;                /* verbs: QP_INFO sent, the answer is due */
     uint64_t ack_seq, ack_count; /* writes applied, not yet acknowledged */
     uint64_t ack_bytes;          /* their payload bytes */
-    char ctl[KVT_CTL_MAX + 1];   /* control payload being assembled, NUL-terminated */
+    char ctl[KVT_CMA_CTL_MAX + 1]; /* control payload being assembled, NUL-terminated */
     /* client: READ_DATA being received (RS_RDATA) into the runs of rd,
      * at run rd_ent, offset rd_off; left is the bytes still to come */
     kvt__wr *rd;
@@ -336,6 +345,19 @@ struct kvt__conn {
     kvt__read_ent wv[KVT_READ_ENTS_MAX];
     uint32_t wv_n;
     uint32_t ctl_len;
+    /* The same-host copy (xfer_cma.c): negotiation state, the peer's
+     * verified pid (and a pidfd on it, -1: none), our slot the peer reads
+     * (it must hold the nonce it chose), the nonce we chose, the peer's
+     * slot address.  Server: reads granted (CMA_READ_GO sent), their runs
+     * pinned until CMA_READ_END, oldest first. */
+    uint8_t cma;      /* KVT_CMA_* */
+    bool cma_offer;   /* server: both HELLOs carried KVT_HELLO_F_CMA */
+    uint32_t cma_pid;
+    uint64_t cma_start; /* server: the start time the client claimed */
+    int cma_pidfd;
+    uint8_t cma_slot[16], cma_nonce[16];
+    uint64_t cma_peer_slot;
+    kvt__wr *pin_head, *pin_tail;
     struct sockaddr_storage sa;
     socklen_t salen;
 };
@@ -440,6 +462,12 @@ struct kvt_engine {
     const struct kvt__net_ops *net;   /* kvt__backends_bind */
     const struct kvt__rdma_ops *rdma; /* kvt__backends_bind */
     int pending_sqes;
+    /* The same-host copy (xfer_cma.c): on unless forced off or this
+     * process's identity is unknown; the identity peers compare. */
+    bool cma_on;
+    char boot_id[40];
+    uint64_t pidns_dev, pidns_ino, start_ticks;
+    uint32_t pid;
 };
 
 /* xfer_net.c: split "host:port" by the project's one rule
@@ -515,6 +543,14 @@ void kvt__wr_free(kvt_engine *e, kvt__wr *w);
 void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c);
 /* xfer_rx.c: a protocol error on input (ERROR frame to the peer, close). */
 void kvt__rx_proto_error(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg);
+
+/* xfer_rx.c: a client connection's handshake is over: it is up, data may
+ * flow (the peer's backlog is pumped). */
+void kvt__rx_up(kvt_engine *e, kvt__conn *c);
+/* xfer_read.c: the same-host read's frames: server, CMA_READ_END (unpin
+ * the oldest grant); client, CMA_READ_GO (copy, then CMA_READ_END). */
+void kvt__read_cma_end(kvt_engine *e, kvt__conn *c);
+void kvt__read_cma_go(kvt_engine *e, kvt__conn *c);
 
 /* xfer_rx.c: the receiving side of a connection: (re)arm its recv, handle
  * its completions. */

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xfer_cma.h"
 #include "xfer_conn.h"
 
 /* ---- busy counts --------------------------------------------------------------- */
@@ -232,6 +233,14 @@ void kvt__read_nack(kvt_engine *e, kvt__conn *c)
 
 void kvt__read_conn_closed(kvt_engine *e, kvt__conn *c)
 {
+    /* Server: same-host reads granted and not ended: unpinned (a copy the
+     * peer may still make reads memory that is no longer promised). */
+    while (c->pin_head) {
+        kvt__wr *w = c->pin_head;
+        c->pin_head = w->next;
+        kvt__wr_free(e, w);
+    }
+    c->pin_tail = NULL;
     c->rd = NULL;
     while (c->rf_head) {
         kvt__wr *w = rf_pop(c);
@@ -286,6 +295,12 @@ void kvt__read_serve(kvt_engine *e, kvt__conn *c)
         kvt__conn_enqueue(c, w);
         return;
     }
+    bool cma = c->cur.type == KVT_F_CMA_READ;
+    if (cma && c->cma != KVT_CMA_ON) {
+        kvt__rx_proto_error(e, c, EPROTO,
+                            "same-host read on a connection whose peer is not proven on this host");
+        return;
+    }
     if (c->read_out + total > KVT_READ_OUT_MAX) {
         kvt__str(err, sizeof err,
                  "more than %u bytes of read answers outstanding on one connection (%llu queued, "
@@ -315,7 +330,79 @@ void kvt__read_serve(kvt_engine *e, kvt__conn *c)
     c->read_out += total;
     e->st.reads_served++;
     e->st.bytes_served += total;
-    kvt__conn_enqueue(c, w);
+    if (!cma) {
+        kvt__conn_enqueue(c, w);
+        return;
+    }
+    /* Same host: the runs stay pinned (busy) until the reader's
+     * CMA_READ_END; the reader copies them itself (xfer_cma.h). */
+    kvt__wr *go = kvt__ctl_wr(KVT_F_CMA_READ_GO, c->cur.seq, c->cur.room, total, 0, NULL, 0);
+    if (!go) {
+        c->read_out -= total;
+        kvt__wr_free(e, w);
+        kvt__conn_fail(e, c, ENOMEM, "read", "out of memory");
+        return;
+    }
+    w->seq = c->cur.seq;
+    if (c->pin_tail)
+        c->pin_tail->next = w;
+    else
+        c->pin_head = w;
+    c->pin_tail = w;
+    kvt__conn_enqueue(c, go);
+}
+
+void kvt__read_cma_end(kvt_engine *e, kvt__conn *c)
+{
+    kvt__wr *w = c->pin_head;
+    if (!w || w->seq != c->cur.seq) {
+        kvt__rx_proto_error(e, c, EPROTO, "CMA_READ_END out of order");
+        return;
+    }
+    c->pin_head = w->next;
+    if (!c->pin_head)
+        c->pin_tail = NULL;
+    c->read_out -= w->dlen;
+    kvt__wr_free(e, w); /* unpinned */
+}
+
+void kvt__read_cma_go(kvt_engine *e, kvt__conn *c)
+{
+    kvt__wr *w = c->rf_head;
+    if (!w || w->seq != c->cur.seq || w->rbytes != c->cur.addr) {
+        kvt__conn_fail(e, c, EPROTO, "read", "CMA_READ_GO does not match the oldest request");
+        return;
+    }
+    struct iovec local[KVT_READ_ENTS_MAX], remote[KVT_READ_ENTS_MAX];
+    for (uint32_t i = 0; i < w->nent; i++) {
+        local[i] = (struct iovec){(void *)(uintptr_t)w->ent[i].laddr, (size_t)w->ent[i].len};
+        remote[i] = (struct iovec){(void *)(uintptr_t)w->ent[i].raddr, (size_t)w->ent[i].len};
+    }
+    char why[KVC_REASON_MAX + 1];
+    int err = kvt__cma_pull(e, c, local, remote, w->nent, why, sizeof why);
+    /* The peer unpins its runs whatever the outcome. */
+    kvt__wr *end = kvt__ctl_wr(KVT_F_CMA_READ_END, w->seq, c->cur.room, 0, err, NULL, 0);
+    if (!end) {
+        kvt__conn_fail(e, c, ENOMEM, "read", "out of memory");
+        return;
+    }
+    kvt__conn_enqueue(c, end);
+    c->progress_ns = kvc__mono_ns();
+    if (!err) {
+        c->rd = w;
+        read_done(e, c); /* the room may end here */
+        c->big = false;  /* no data on this connection: frames many to a recv */
+        return;
+    }
+    kvt__log(e, KVT_LOG_WARN, "read of room %llu: %s", (unsigned long long)c->cur.room, why);
+    w = rf_pop(c);
+    kvt__sroom *r = w->room;
+    r->pending++; /* keep r alive across the release */
+    kvt__sroom_fail(e, r, err, why);
+    kvt__wr_release(e, w);
+    r->pending--;
+    kvt__sroom_check(e, r);
+    kvt__peer_pump(e, c->peer);
 }
 
 /* DESC_REQ: instead of a HELLO; version and token as a HELLO's.  The

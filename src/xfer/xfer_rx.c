@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "xfer_cma.h"
 #include "xfer_conn.h"
 
 /* The socket's SO_RCVLOWAT for the recv being armed: want bytes (0: the
@@ -303,6 +304,7 @@ static void on_hello(kvt_engine *e, kvt__conn *c)
     rp->conns++;
     c->rpeer = rp;
     c->state = CS_UP;
+    c->cma_offer = (h.flags & KVT_HELLO_F_CMA) && e->cma_on;
     kvt__conn_hello(e, c, KVT_F_HELLO_OK);
 }
 
@@ -443,6 +445,84 @@ static void wv_step(kvt_engine *e, kvt__conn *c, const uint8_t *src, size_t n)
     c->rstate = RS_HDR;
 }
 
+/* NACK write f->seq (outside the regions, or its copy failed): status
+ * code, reason msg, logged. */
+static void nack_write(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg)
+{
+    e->st.frames_refused++;
+    kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
+    flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
+    kvt__wr *w =
+        kvt__ctl_wr(KVT_F_NACK, c->cur.seq, c->cur.room, 0, code, msg, (uint32_t)strlen(msg));
+    if (w)
+        kvt__conn_enqueue(c, w);
+}
+
+/* CMA_WRITE: the runs checked against the registered regions exactly as
+ * a WRITEV's (one outside refuses the whole frame, nothing written), kept
+ * busy (deregistering refused) while they are copied from the sender's
+ * memory (xfer_cma.c), then applied and acknowledged as a WRITEV. */
+static void on_cma_write(kvt_engine *e, kvt__conn *c)
+{
+    kvt__frame *f = &c->cur;
+    uint64_t total = 0;
+    char msg[KVC_REASON_MAX + 1];
+    uint32_t n = c->ctl_len / KVT_CMA_ENT_LEN;
+    if (c->cma != KVT_CMA_ON) {
+        kvt__rx_proto_error(e, c, EPROTO,
+                            "same-host write on a connection whose peer is not proven on this host");
+        return;
+    }
+    int k = c->ctl_len % KVT_CMA_ENT_LEN
+                ? -1
+                : kvt__read_decode((const uint8_t *)c->ctl, (size_t)n * KVT_READ_ENT_LEN,
+                                   KVT_FRAME_MAX, KVT_FRAME_MAX, c->wv, &total, msg, sizeof msg);
+    if (k < 0 || total != f->addr) {
+        if (k >= 0 || c->ctl_len % KVT_CMA_ENT_LEN)
+            kvt__str(msg, sizeof msg, "CMA_WRITE of %u bytes announces %llu bytes, its entries %llu",
+                     c->ctl_len, (unsigned long long)f->addr, (unsigned long long)total);
+        proto_error(e, c, EPROTO, msg);
+        return;
+    }
+    struct iovec local[KVT_READ_ENTS_MAX], remote[KVT_READ_ENTS_MAX];
+    const uint8_t *src = (const uint8_t *)c->ctl + (size_t)n * KVT_READ_ENT_LEN;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!kvt__region_find(e, c->wv[i].addr, c->wv[i].len)) {
+            kvt__str(msg, sizeof msg,
+                     "write of %llu bytes to 0x%llx (run %u of write %llu, room %llu) is outside "
+                     "every region registered here",
+                     (unsigned long long)c->wv[i].len, (unsigned long long)c->wv[i].addr, i,
+                     (unsigned long long)f->seq, (unsigned long long)f->room);
+            nack_write(e, c, EFAULT, msg);
+            return;
+        }
+        local[i] = (struct iovec){(void *)(uintptr_t)c->wv[i].addr, (size_t)c->wv[i].len};
+        remote[i] = (struct iovec){(void *)(uintptr_t)kvt__get64(src + (size_t)i * 8),
+                                   (size_t)c->wv[i].len};
+    }
+    kvt__rroom *r = rroom_get(e, c->rpeer, f->room, true);
+    if (!r) {
+        proto_error(e, c, ENOMEM, "out of memory for a room");
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) /* pinned against deregistration for the copy */
+        kvt__region_find(e, c->wv[i].addr, c->wv[i].len)->busy++;
+    c->wv_n = n;
+    int err = kvt__cma_pull(e, c, local, remote, n, msg, sizeof msg);
+    kvt__rx_wv_release(e, c);
+    if (err) {
+        nack_write(e, c, err, msg);
+        return;
+    }
+    r->writes++;
+    r->bytes += total;
+    e->st.writes_recv++;
+    e->st.bytes_recv += total;
+    c->ack_seq = f->seq;
+    c->ack_count++;
+    c->ack_bytes += total;
+}
+
 void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c)
 {
     for (uint32_t i = 0; i < c->wv_n; i++) {
@@ -525,6 +605,15 @@ static void on_hello_ok(kvt_engine *e, kvt__conn *c)
                        p->sid, (unsigned long long)h.generation, (unsigned long long)p->generation);
         return;
     }
+    /* Both offered the same-host copy: negotiate it first (xfer_cma.c),
+     * the connection goes up at its end. */
+    if (kvt__cma_client_start(e, c, h.flags))
+        return;
+    kvt__rx_up(e, c);
+}
+
+void kvt__rx_up(kvt_engine *e, kvt__conn *c)
+{
     c->state = CS_UP;
     c->progress_ns = kvc__mono_ns();
     e->rdma->hello_ok(e, c); /* verbs peer: set up the QP first */
@@ -642,13 +731,19 @@ static void on_frame(kvt_engine *e, kvt__conn *c)
         return;
     }
     bool ok = c->client ? (c->state == CS_HELLO
-                               ? t == KVT_F_HELLO_OK
+                               ? (c->cma == KVT_CMA_OFF
+                                      ? t == KVT_F_HELLO_OK
+                                      : t == KVT_F_CMA_HELLO || t == KVT_F_CMA_CHECK)
                                : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
-                                     t == KVT_F_QP_INFO || t == KVT_F_READ_NACK)
+                                     t == KVT_F_QP_INFO || t == KVT_F_READ_NACK ||
+                                     t == KVT_F_CMA_READ_GO)
                         : (c->state == CS_HELLO
                                ? t == KVT_F_HELLO || t == KVT_F_DESC_REQ
                                : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
-                                     t == KVT_F_QP_INFO || t == KVT_F_READ || t == KVT_F_WRITEV);
+                                     t == KVT_F_QP_INFO || t == KVT_F_READ || t == KVT_F_WRITEV ||
+                                     t == KVT_F_CMA_HELLO || t == KVT_F_CMA_CHECK ||
+                                     t == KVT_F_CMA_WRITE || t == KVT_F_CMA_READ ||
+                                     t == KVT_F_CMA_READ_END);
     if (!ok) {
         kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt__ftype_name(t),
                  c->state == CS_HELLO ? "before the handshake" : "here");
@@ -664,7 +759,13 @@ static void on_frame(kvt_engine *e, kvt__conn *c)
     case KVT_F_ACK: on_ack(e, c); break;
     case KVT_F_NACK: on_nack(e, c); break;
     case KVT_F_QP_INFO: on_qp_info(e, c); break;
-    case KVT_F_READ: kvt__read_serve(e, c); break;
+    case KVT_F_READ:
+    case KVT_F_CMA_READ: kvt__read_serve(e, c); break;
+    case KVT_F_CMA_HELLO: kvt__cma_on_hello(e, c); break;
+    case KVT_F_CMA_CHECK: kvt__cma_on_check(e, c); break;
+    case KVT_F_CMA_WRITE: on_cma_write(e, c); break;
+    case KVT_F_CMA_READ_GO: kvt__read_cma_go(e, c); break;
+    case KVT_F_CMA_READ_END: kvt__read_cma_end(e, c); break;
     case KVT_F_WRITEV: on_writev(e, c); break;
     case KVT_F_READ_NACK: kvt__read_nack(e, c); break;
     case KVT_F_DESC_REQ: kvt__desc_serve(e, c); break;
@@ -703,8 +804,9 @@ static void rx_parse(kvt_engine *e, kvt__conn *c)
                     kvt__read_data_header(e, c);
                 else
                     on_frame(e, c);                /* refused there */
-            } else if (c->cur.len > KVT_CTL_MAX) { /* a DESC: only kvt_descriptor_fetch
-                                                      takes one */
+            } else if (c->cur.len > (c->cur.type == KVT_F_CMA_WRITE ? KVT_CMA_CTL_MAX
+                                                                     : KVT_CTL_MAX)) {
+                /* a DESC: only kvt_descriptor_fetch takes one */
                 char msg[96];
                 kvt__str(msg, sizeof msg, "unexpected frame %s of %u bytes",
                          kvt__ftype_name(c->cur.type), c->cur.len);

@@ -62,8 +62,10 @@ KVT_API kvc_err kvt_peer_stat(kvt_engine *e, const kvt_peer *p, kvt_peer_info *o
     out->last_code = p->last_code;
     kvt__str(out->last_error, sizeof out->last_error, "%s", p->last_error);
     for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
-        if (p->conns[i] && p->conns[i]->state == CS_UP)
+        if (p->conns[i] && p->conns[i]->state == CS_UP) {
             out->conns_up++;
+            out->conns_same_host += p->conns[i]->cma == KVT_CMA_ON;
+        }
     out->bytes_sent = p->bytes_sent;
     return KVC_OK;
 }
@@ -377,9 +379,15 @@ static size_t coalesce(kvt_engine *e, kvt_peer *p, kvt_run *v, size_t n)
 
 static kvt__wr *data_wr(kvt_peer *p, kvt__sroom *r, uint64_t laddr, uint64_t raddr, uint32_t len)
 {
-    kvt__wr *w = calloc(1, sizeof *w);
+    kvt__wr *w = calloc(1, sizeof *w + KVT_CMA_ENT_LEN);
     if (!w)
         return NULL;
+    /* Its CMA_WRITE table (one run), for a same-host connection. */
+    kvt__put64(w->owned, raddr);
+    kvt__put64(w->owned + 8, len);
+    kvt__put64(w->owned + 16, laddr);
+    w->cma = w->owned;
+    w->ncma = 1;
     w->room = r;
     w->payload = (const void *)(uintptr_t)laddr;
     w->plen = len;
@@ -414,15 +422,22 @@ static kvt__wr *writev_wr(kvt_peer *p, kvt__sroom *r, const kvt__rent *v, uint32
                           uint64_t total)
 {
     size_t plen = (size_t)k * KVT_READ_ENT_LEN;
-    kvt__wr *w = calloc(1, sizeof *w + plen + (size_t)k * sizeof(struct iovec));
+    /* owned: the entries (the WRITEV's payload), the source addresses
+     * (with the entries, a CMA_WRITE's payload), the iovecs.  24 k rounds
+     * up to 16 bytes for the iovecs. */
+    size_t tab = ((size_t)k * KVT_CMA_ENT_LEN + 15) & ~(size_t)15;
+    kvt__wr *w = calloc(1, sizeof *w + tab + (size_t)k * sizeof(struct iovec));
     if (!w)
         return NULL;
-    w->siov = (struct iovec *)(void *)(w->owned + plen); /* plen: a multiple of 16 */
+    w->siov = (struct iovec *)(void *)(w->owned + tab);
     for (uint32_t i = 0; i < k; i++) {
         kvt__put64(w->owned + (size_t)i * KVT_READ_ENT_LEN, v[i].raddr);
         kvt__put64(w->owned + (size_t)i * KVT_READ_ENT_LEN + 8, v[i].len);
+        kvt__put64(w->owned + plen + (size_t)i * 8, v[i].laddr);
         w->siov[i] = (struct iovec){(void *)(uintptr_t)v[i].laddr, (size_t)v[i].len};
     }
+    w->cma = w->owned;
+    w->ncma = k;
     w->nsiov = k;
     w->dlen = total;
     w->room = r;

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "xfer_cma.h"
 #include "xfer_conn.h"
 #include "xfer_tcp.h"
 
@@ -389,7 +390,12 @@ void kvt__tcp_kick(kvt_engine *e, kvt__conn *c)
     c->nbatch = c->niov = c->iov_at = 0;
     while (c->q_head && c->nbatch < KVT_BATCH_WRS) {
         kvt__wr *w = c->q_head;
-        int need = 1 + (w->plen ? 1 : 0) + (int)w->nsiov;
+        /* On a same-host connection a data write or read request goes as
+         * its CMA frame: a table, no data (xfer_cma.h). */
+        const void *cpay = NULL;
+        uint32_t cplen = 0;
+        bool cma = kvt__cma_frame(c, w, &cpay, &cplen);
+        int need = cma ? 2 : 1 + (w->plen ? 1 : 0) + (int)w->nsiov;
         if (c->niov + need > (int)KVT_IOV_MAX)
             break; /* the next batch takes it */
         c->q_head = w->next;
@@ -401,14 +407,17 @@ void kvt__tcp_kick(kvt_engine *e, kvt__conn *c)
         c->batch[c->nbatch++] = w;
         c->iov_splice[c->niov] = 0;
         c->iov[c->niov++] = (struct iovec){w->hdr, KVT_HDR_LEN};
-        if (w->plen) {
+        if (cma) {
+            c->iov_splice[c->niov] = 0;
+            c->iov[c->niov++] = (struct iovec){(void *)cpay, cplen};
+        } else if (w->plen) {
             c->iov_splice[c->niov] = w->room && !w->nsiov && !w->rbytes && e->o.tcp_splice_min &&
                                      w->plen >= e->o.tcp_splice_min && pipe_get(e, c);
             c->iov[c->niov++] = (struct iovec){(void *)w->payload, w->plen};
         }
         /* The data of a READ answer or a WRITEV: one iovec per run, straight
          * from the memory (registered regions; the caller's runs). */
-        for (uint32_t i = 0; i < w->nsiov; i++) {
+        for (uint32_t i = 0; !cma && i < w->nsiov; i++) {
             c->iov_splice[c->niov] = 0;
             c->iov[c->niov++] = w->siov[i];
         }

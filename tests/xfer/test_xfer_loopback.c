@@ -245,7 +245,8 @@ static void test_refused_before_send(void **state)
 }
 
 /* Replace c's sender by one with these options (conns, io_timeout_ms,
- * tcp_splice_min), its source registered and the receiver imported. */
+ * tcp_splice_min) on the socket path, its source registered and the
+ * receiver imported. */
 static void resender(ctx *c, uint32_t conns, uint32_t io_timeout_ms, uint32_t splice_min)
 {
     kvt_engine_destroy(c->e);
@@ -258,6 +259,7 @@ static void resender(ctx *c, uint32_t conns, uint32_t io_timeout_ms, uint32_t sp
     if (io_timeout_ms)
         o.io_timeout_ms = io_timeout_ms;
     o.tcp_splice_min = splice_min;
+    o.force_socket = 1; /* splice is the socket path's (the receiver is on this host) */
     o.log = xu_quiet_log;
     assert_int_equal(kvt_engine_create(&o, &c->e), KVC_OK);
     assert_int_equal(kvt_mr_register(c->e, c->src, REGION, NULL), KVC_OK);

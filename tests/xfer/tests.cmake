@@ -12,6 +12,14 @@ kvc_xfer_test(test_xfer_loopback)
 kvc_xfer_test(test_xfer_wire)
 kvc_xfer_test(test_xfer_token)
 kvc_xfer_test(test_xfer_read)
+kvc_xfer_test(test_xfer_cma)
+# Engines on one host copy the data (xfer_cma.c); the socket path of the
+# same tests, forced (KVCOORD_FORCE_SOCKET):
+add_test(NAME test_xfer_read_socket COMMAND test_xfer_read)
+add_test(NAME test_xfer_loopback_socket COMMAND test_xfer_loopback)
+set_tests_properties(test_xfer_read_socket test_xfer_loopback_socket PROPERTIES
+                     LABELS "xfer" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "KVCOORD_FORCE_SOCKET=1")
 kvc_xfer_test(test_xfer_window)
 kvc_xfer_test(test_xfer_bind)
 kvc_xfer_test(test_xfer_fetch)

@@ -1,0 +1,640 @@
+/* test_xfer_cma.c - the same-host copy (src/xfer/xfer_cma.c) between real
+ * processes on this host: scattered writes and reads verified by checksum
+ * and proven to have gone by process_vm_readv (the engines' counters); a
+ * write outside the server's regions refused with nothing written; a
+ * server SIGKILLed mid-call fails the call within 3 s naming it; a writer
+ * SIGKILLed while the server copies leaves the server usable; a server
+ * restarted at the same port with its region elsewhere: nothing written at
+ * the old addresses; KVCOORD_FORCE_SOCKET and force_socket really use the
+ * socket; a server that may not read this process (another uid: EPERM)
+ * falls back to the socket, logged once, bytes still right. */
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "testutil.h"
+#include "xfer_util.h"
+
+#define REGION (32u << 20)
+
+enum { SRV_FORCE = 1, SRV_NOBODY = 2 };
+
+/* What a server reports: per event and per query. */
+typedef struct srep {
+    uint64_t room;
+    int32_t state, code;
+    uint64_t sum, decoy_sum; /* its region, the decoy mapping (0: none) */
+    kvt_stats st;
+} srep;
+
+typedef struct srv {
+    pid_t pid;
+    int rd, cmd; /* reports from it; queries to it */
+    char *desc;
+} srv;
+
+/* A serving process: one region of `bytes` filled with pattern seed; a
+ * decoy mapping of the same size at `decoy` (not registered) when not 0;
+ * answers a query byte on its command pipe with a report. */
+static void srv_main(int fd, int cmd, const char *listen, size_t bytes, uint64_t seed,
+                     unsigned flags, uint64_t decoy)
+{
+    if ((flags & SRV_NOBODY) && (setgid(65534) || setuid(65534))) {
+        fprintf(stderr, "server: setuid(nobody): %s\n", strerror(errno));
+        _exit(2);
+    }
+    unsigned char *dec = NULL;
+    if (decoy) {
+        /* MAP_FIXED: what the parent had there (inherited) is not used */
+        dec = mmap((void *)(uintptr_t)decoy, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (dec == MAP_FAILED || (uint64_t)(uintptr_t)dec != decoy)
+            _exit(2);
+        xu_fill(dec, bytes, seed);
+    }
+    kvt_options o;
+    kvt_options_init(&o);
+    o.backend = KVT_BACKEND_TCP;
+    o.listen = listen;
+    o.log = xu_quiet_log;
+    o.io_timeout_ms = 3000;
+    o.force_socket = (flags & SRV_FORCE) != 0;
+    kvt_engine *e;
+    /* A restart at a killed server's port: its io_uring holds the socket
+     * until it is reaped; retry EADDRINUSE. */
+    for (int tries = 0;; tries++) {
+        if (kvt_engine_create(&o, &e) == KVC_OK)
+            break;
+        if (!strstr(kvc_last_error(), "Address already in use") || tries >= 200) {
+            fprintf(stderr, "server: %s\n", kvc_last_error());
+            _exit(2);
+        }
+        usleep(50000);
+    }
+    unsigned char *buf = xu_map(bytes);
+    xu_fill(buf, bytes, seed);
+    char *desc = NULL;
+    if (kvt_mr_register(e, buf, bytes, NULL) || kvt_descriptor_export(e, &desc) ||
+        xu_send_str(fd, desc))
+        _exit(2);
+    free(desc);
+    for (;;) {
+        kvt_event ev[16];
+        size_t n;
+        if (kvt_progress(e, 20, ev, 16, &n))
+            _exit(3);
+        struct pollfd pf = {cmd, POLLIN, 0};
+        bool query = poll(&pf, 1, 0) == 1;
+        if (query) {
+            char q;
+            if (read(cmd, &q, 1) != 1)
+                _exit(0);
+        }
+        for (size_t i = 0; i < n + query; i++) {
+            srep r;
+            memset(&r, 0, sizeof r);
+            if (i < n) {
+                r.room = ev[i].room;
+                r.state = (int32_t)ev[i].state;
+                r.code = ev[i].code;
+            } else {
+                r.room = UINT64_MAX; /* the query's answer */
+            }
+            r.sum = xu_sum(buf, bytes);
+            r.decoy_sum = dec ? xu_sum(dec, bytes) : 0;
+            kvt_engine_stat(e, &r.st);
+            if (xu_write_all(fd, &r, sizeof r))
+                _exit(0);
+        }
+    }
+}
+
+static void srv_start(srv *s, const char *listen, uint64_t seed, unsigned flags, uint64_t decoy)
+{
+    int p[2], q[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(pipe(q), 0);
+    s->pid = fork();
+    if (s->pid == 0) {
+        close(p[0]);
+        close(q[1]);
+        srv_main(p[1], q[0], listen, REGION, seed, flags, decoy);
+    }
+    close(p[1]);
+    close(q[0]);
+    s->rd = p[0];
+    s->cmd = q[1];
+    s->desc = xu_recv_str(s->rd, 10000);
+    assert_non_null(s->desc);
+}
+
+static void srv_stop(srv *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, NULL, 0);
+        s->pid = 0;
+    }
+    if (s->rd >= 0)
+        close(s->rd);
+    if (s->cmd >= 0)
+        close(s->cmd);
+    s->rd = s->cmd = -1;
+    free(s->desc);
+    s->desc = NULL;
+}
+
+/* The server's state now (its reports of events before are skipped). */
+static srep srv_query(srv *s)
+{
+    srep r;
+    assert_int_equal(write(s->cmd, "q", 1), 1);
+    do
+        assert_int_equal(xu_read_all(s->rd, &r, sizeof r, 10000), 0);
+    while (r.room != UINT64_MAX);
+    return r;
+}
+
+static uint64_t desc_base(const char *desc)
+{
+    const char *a = strstr(desc, "\"addr\":");
+    return a ? strtoull(a + 7, NULL, 10) : 0;
+}
+
+static const char *desc_sid(const char *desc, char *out, size_t cap)
+{
+    const char *a = strstr(desc, "\"session_id\":\"");
+    assert_non_null(a);
+    a += 14;
+    snprintf(out, cap, "%.*s", (int)strcspn(a, "\""), a);
+    return out;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* This process's engine logs WARN lines here (the fallback's). */
+static char warned[4096];
+static int nwarned;
+
+static void log_fn(void *ctx, int level, const char *msg)
+{
+    (void)ctx;
+    if (level <= KVT_LOG_WARN && strstr(msg, "same-host")) {
+        nwarned++;
+        snprintf(warned, sizeof warned, "%s", msg);
+    }
+    xu_quiet_log(NULL, level, msg);
+}
+
+static kvt_engine *engine(int force)
+{
+    kvt_options o;
+    kvt_options_init(&o);
+    o.backend = KVT_BACKEND_TCP;
+    o.io_timeout_ms = 3000;
+    o.force_socket = force;
+    o.log = log_fn;
+    kvt_engine *e = NULL;
+    if (kvt_engine_create(&o, &e))
+        fail_msg("engine: %s", kvc_last_error());
+    return e;
+}
+
+/* Events that arrived while another room's was awaited. */
+static kvt_event stash[64];
+static size_t nstash;
+
+static kvt_event wait_ev(kvt_engine *e, uint64_t room)
+{
+    for (int waited = 0; waited < 30000; waited += 50) {
+        for (size_t i = 0; i < nstash; i++)
+            if (stash[i].room == room) {
+                kvt_event ev = stash[i];
+                stash[i] = stash[--nstash];
+                return ev;
+            }
+        kvt_event ev[16];
+        size_t n;
+        if (kvt_progress(e, 50, ev, 16, &n))
+            fail_msg("kvt_progress: %s", kvc_last_error());
+        for (size_t i = 0; i < n && nstash < 64; i++)
+            stash[nstash++] = ev[i];
+    }
+    fail_msg("no event for room %llu", (unsigned long long)room);
+    return stash[0];
+}
+
+typedef struct ctx {
+    srv s;
+    kvt_engine *e;
+    kvt_peer *peer;
+    unsigned char *local, *mirror; /* mirror: what the server's region holds */
+    uint64_t rbase;
+} ctx;
+
+static void ctx_open(ctx *c, unsigned srv_flags, int force)
+{
+    memset(c, 0, sizeof *c);
+    nstash = 0;
+    nwarned = 0;
+    warned[0] = '\0';
+    srv_start(&c->s, "127.0.0.1:0", 11, srv_flags, 0);
+    c->e = engine(force);
+    c->local = xu_map(REGION);
+    c->mirror = xu_map(REGION);
+    xu_fill(c->mirror, REGION, 11);
+    assert_int_equal(kvt_mr_register(c->e, c->local, REGION, NULL), KVC_OK);
+    assert_int_equal(kvt_peer_import(c->e, c->s.desc, strlen(c->s.desc), &c->peer), KVC_OK);
+    c->rbase = desc_base(c->s.desc);
+}
+
+static int setup(void **state)
+{
+    ctx *c = malloc(sizeof *c);
+    ctx_open(c, 0, 0);
+    *state = c;
+    return 0;
+}
+
+static void ctx_close(ctx *c)
+{
+    kvt_engine_destroy(c->e);
+    srv_stop(&c->s);
+    munmap(c->local, REGION);
+    munmap(c->mirror, REGION);
+}
+
+static int teardown(void **state)
+{
+    ctx_close(*state);
+    free(*state);
+    return 0;
+}
+
+static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
+{
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = i;
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t j = (uint32_t)(x % (i + 1));
+        uint32_t t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+/* n pages of `page` bytes written to the server (write) or read from it,
+ * every other page of both regions in a random order on each side
+ * (nothing an engine could merge); the bytes checked on the side written.
+ * Returns the bytes moved. */
+static uint64_t scattered(ctx *c, bool write, uint32_t page, uint32_t n, uint64_t room)
+{
+    uint32_t slots = REGION / page / 2;
+    assert_true(n <= slots);
+    uint32_t *pl = malloc(slots * sizeof *pl), *pr = malloc(slots * sizeof *pr);
+    shuffle(pl, slots, room);
+    shuffle(pr, slots, room + 1);
+    kvt_run *runs = calloc(n, sizeof *runs);
+    unsigned char *want = xu_map(REGION);
+    xu_fill(c->local, REGION, room * 7 + 3);
+    memcpy(want, write ? c->mirror : c->local, REGION);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t lo = (uint64_t)pl[i] * 2 * page, ro = (uint64_t)pr[i] * 2 * page;
+        runs[i] = (kvt_run){(uint64_t)(uintptr_t)c->local + lo, c->rbase + ro, page};
+        if (write)
+            memcpy(want + ro, c->local + lo, page);
+        else
+            memcpy(want + lo, c->mirror + ro, page);
+    }
+    kvc_err err = write ? kvt_submit(c->e, c->peer, room, runs, n, 0)
+                        : kvt_submit_read(c->e, c->peer, room, runs, n, 0);
+    assert_int_equal(err, KVC_OK);
+    kvt_event ev = wait_ev(c->e, room);
+    if (ev.state != KVC_POLL_SUCCESS)
+        fail_msg("room %llu failed: %s", (unsigned long long)room, ev.reason);
+    assert_int_equal(ev.bytes, (uint64_t)page * n);
+    if (write) {
+        memcpy(c->mirror, want, REGION);
+        assert_true(srv_query(&c->s).sum == xu_sum(want, REGION));
+    } else {
+        assert_true(xu_sum(c->local, REGION) == xu_sum(want, REGION));
+    }
+    munmap(want, REGION);
+    free(runs);
+    free(pl);
+    free(pr);
+    return (uint64_t)page * n;
+}
+
+static uint32_t same_host_conns(ctx *c)
+{
+    kvt_peer_info pi;
+    assert_int_equal(kvt_peer_stat(c->e, c->peer, &pi), KVC_OK);
+    return pi.conns_same_host;
+}
+
+/* Writes: the server copied every byte (its counter), bytes right. */
+static void test_write_scattered(void **state)
+{
+    ctx *c = *state;
+    srep r0 = srv_query(&c->s);
+    uint64_t bytes = scattered(c, true, 4096, 1024, 1);
+    bytes += scattered(c, true, 64u << 10, 256, 2);
+    srep r1 = srv_query(&c->s);
+    assert_int_equal(r1.st.same_host_bytes - r0.st.same_host_bytes, bytes);
+    assert_true(r1.st.same_host_copies > r0.st.same_host_copies);
+    assert_int_equal(r1.st.bytes_recv - r0.st.bytes_recv, bytes);
+    assert_true(same_host_conns(c) >= 1);
+    kvt_stats st;
+    assert_int_equal(kvt_engine_stat(c->e, &st), KVC_OK);
+    assert_int_equal(st.same_host_bytes, 0); /* the writer copies nothing */
+    assert_int_equal(st.bytes_sent, bytes);
+}
+
+/* Reads: this process copied every byte (its counter), bytes right. */
+static void test_read_scattered(void **state)
+{
+    ctx *c = *state;
+    uint64_t bytes = scattered(c, false, 4096, 1024, 3);
+    bytes += scattered(c, false, 64u << 10, 256, 4);
+    kvt_stats st;
+    assert_int_equal(kvt_engine_stat(c->e, &st), KVC_OK);
+    assert_int_equal(st.same_host_bytes, bytes);
+    assert_int_equal(st.bytes_read, bytes);
+    assert_true(same_host_conns(c) >= 1);
+    assert_int_equal(srv_query(&c->s).st.same_host_bytes, 0);
+}
+
+/* A write with one run outside the server's regions (our descriptor
+ * claims a larger region): the whole frame refused, EFAULT, the range and
+ * the peer named, nothing of it written there. */
+static void test_write_out_of_region(void **state)
+{
+    ctx *c = *state;
+    char *d = strdup(c->s.desc), buf[4096];
+    char *len = strstr(d, "\"length\":");
+    snprintf(buf, sizeof buf, "%.*s\"length\":%u%s", (int)(len - d), d, 2 * REGION,
+             len + 9 + strspn(len + 9, "0123456789"));
+    free(d);
+    kvt_peer *p;
+    assert_int_equal(kvt_peer_import(c->e, buf, strlen(buf), &p), KVC_OK);
+    scattered(c, true, 4096, 4, 9); /* the connections are up, same host */
+    srep r0 = srv_query(&c->s);
+    xu_fill(c->local, REGION, 31);
+    kvt_run w[3] = {{(uint64_t)(uintptr_t)c->local, c->rbase, 4096},
+                    {(uint64_t)(uintptr_t)c->local + 8192, c->rbase + REGION + 4096, 4096},
+                    {(uint64_t)(uintptr_t)c->local + 65536, c->rbase + 65536, 4096}};
+    assert_int_equal(kvt_submit(c->e, p, 10, w, 3, 0), KVC_OK);
+    kvt_event ev = wait_ev(c->e, 10);
+    assert_int_equal(ev.state, KVC_POLL_FAILED);
+    assert_int_equal(ev.code, EFAULT);
+    assert_non_null(strstr(ev.reason, "outside every region"));
+    char sid[128];
+    assert_non_null(strstr(ev.reason, desc_sid(c->s.desc, sid, sizeof sid)));
+    srep r1 = srv_query(&c->s);
+    assert_true(r1.sum == r0.sum); /* nothing written */
+    assert_int_equal(r1.st.same_host_bytes, r0.st.same_host_bytes);
+    assert_true(r1.st.frames_refused > r0.st.frames_refused);
+    assert_true(same_host_conns(c) >= 1);
+}
+
+/* The server SIGKILLed mid-call (stopped with requests queued, then
+ * killed): the call fails within 3 s, the reason naming the peer. */
+static void test_server_killed(void **state)
+{
+    ctx *c = *state;
+    scattered(c, false, 4096, 4, 11); /* connections up, same host */
+    kill(c->s.pid, SIGSTOP);
+    kvt_run run = {(uint64_t)(uintptr_t)c->local, c->rbase, REGION};
+    assert_int_equal(kvt_submit(c->e, c->peer, 12, &run, 1, 0), KVC_OK);
+    assert_int_equal(kvt_submit_read(c->e, c->peer, 13, &run, 1, 0), KVC_OK);
+    kvt_event ev;
+    size_t n;
+    assert_int_equal(kvt_progress(c->e, 100, &ev, 1, &n), KVC_OK);
+    assert_int_equal(n, 0);
+    kill(c->s.pid, SIGKILL);
+    waitpid(c->s.pid, NULL, 0);
+    c->s.pid = 0;
+    uint64_t t0 = mono_ms();
+    kvt_event a = wait_ev(c->e, 12), b = wait_ev(c->e, 13);
+    uint64_t ms = mono_ms() - t0;
+    fprintf(stderr, "server killed: failed after %llu ms: %s | %s\n", (unsigned long long)ms,
+            a.reason, b.reason);
+    assert_true(ms < 3000);
+    char sid[128];
+    desc_sid(c->s.desc, sid, sizeof sid);
+    assert_int_equal(a.state, KVC_POLL_FAILED);
+    assert_int_equal(b.state, KVC_POLL_FAILED);
+    assert_non_null(strstr(a.reason, sid));
+    assert_non_null(strstr(b.reason, sid));
+    /* Nothing of ours is in use any more. */
+    assert_int_equal(kvt_mr_deregister(c->e, c->local), KVC_OK);
+    assert_int_equal(kvt_mr_register(c->e, c->local, REGION, NULL), KVC_OK);
+}
+
+/* A writer SIGKILLed while this engine copies from it: its writes fail
+ * here (ESRCH or the connection's end), nothing hangs, the region can be
+ * deregistered, and the next writer is served. */
+static void test_writer_killed(void **state)
+{
+    (void)state;
+    kvt_engine *srv_e = engine(0);
+    unsigned char *buf = xu_map(REGION);
+    assert_int_equal(kvt_mr_register(srv_e, buf, REGION, NULL), KVC_OK);
+    char *desc;
+    assert_int_equal(kvt_descriptor_export(srv_e, &desc), KVC_OK);
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* a writer of the whole region, over and over */
+        kvt_engine *e = engine(0);
+        unsigned char *l = xu_map(REGION);
+        kvt_peer *p;
+        if (!e || kvt_mr_register(e, l, REGION, NULL) || kvt_peer_import(e, desc, strlen(desc), &p))
+            _exit(2);
+        kvt_run run = {(uint64_t)(uintptr_t)l, desc_base(desc), REGION};
+        for (uint64_t room = 1;; room++) {
+            if (kvt_submit(e, p, room, &run, 1, KVT_SUBMIT_NOROOM))
+                _exit(3);
+            kvt_event ev;
+            if (xu_wait_event(e, room, 30000, &ev) || ev.state != KVC_POLL_SUCCESS)
+                _exit(4);
+            if (room == 1 && write(go[1], "g", 1) != 1)
+                _exit(5);
+        }
+    }
+    close(go[1]);
+    struct pollfd pf = {go[0], POLLIN, 0};
+    for (int i = 0; i < 600 && poll(&pf, 1, 0) == 0; i++) {
+        kvt_event ev[4];
+        size_t n;
+        kvt_progress(srv_e, 50, ev, 4, &n);
+    }
+    char g;
+    assert_int_equal(read(go[0], &g, 1), 1);
+    kvt_stats st;
+    assert_int_equal(kvt_engine_stat(srv_e, &st), KVC_OK);
+    assert_true(st.same_host_bytes >= REGION);
+    kill(pid, SIGKILL); /* while its next writes are in flight */
+    waitpid(pid, NULL, 0);
+    kvc_err err = KVC_E_BUSY;
+    for (int i = 0; i < 200 && err == KVC_E_BUSY; i++) {
+        kvt_event ev[4];
+        size_t n;
+        assert_int_equal(kvt_progress(srv_e, 50, ev, 4, &n), KVC_OK);
+        err = kvt_mr_deregister(srv_e, buf);
+    }
+    assert_int_equal(err, KVC_OK);
+    assert_int_equal(kvt_engine_stat(srv_e, &st), KVC_OK);
+    assert_int_equal(st.conns_up, 0);
+    close(go[0]);
+    free(desc);
+    kvt_engine_destroy(srv_e);
+    munmap(buf, REGION);
+}
+
+/* The server restarted at the same port, its region elsewhere and an
+ * unregistered mapping at the old addresses: a write with the old
+ * descriptor fails (ESTALE), nothing is written at the old addresses nor
+ * in the new region; with the new descriptor the write lands by copy. */
+static void test_restarted_peer(void **state)
+{
+    ctx *c = *state;
+    scattered(c, true, 4096, 4, 20); /* connections up, same host */
+    char sid[128];
+    desc_sid(c->s.desc, sid, sizeof sid);
+    srv_stop(&c->s);
+    srv_start(&c->s, sid, 12, 0, c->rbase); /* decoy at the old region */
+    uint64_t nbase = desc_base(c->s.desc);
+    assert_true(nbase != c->rbase);
+    for (int i = 0; i < 4; i++) { /* the old connections' end is seen */
+        kvt_event ev[4];
+        size_t n;
+        kvt_progress(c->e, 20, ev, 4, &n);
+    }
+    srep r0 = srv_query(&c->s);
+    xu_fill(c->local, REGION, 5);
+    kvt_run w = {(uint64_t)(uintptr_t)c->local, c->rbase, 1u << 20};
+    assert_int_equal(kvt_submit(c->e, c->peer, 21, &w, 1, 0), KVC_OK);
+    kvt_event ev = wait_ev(c->e, 21);
+    assert_int_equal(ev.state, KVC_POLL_FAILED);
+    assert_int_equal(ev.code, ESTALE);
+    assert_non_null(strstr(ev.reason, "restarted"));
+    srep r1 = srv_query(&c->s);
+    assert_true(r1.decoy_sum == r0.decoy_sum);
+    assert_true(r1.sum == r0.sum);
+    assert_int_equal(r1.st.same_host_bytes, 0);
+    /* The new descriptor: the write lands in the new region, by copy. */
+    char *fresh = NULL;
+    assert_int_equal(kvt_descriptor_fetch(sid, NULL, 5000, &fresh), KVC_OK);
+    kvt_peer *p;
+    assert_int_equal(kvt_peer_import(c->e, fresh, strlen(fresh), &p), KVC_OK);
+    free(fresh);
+    w.raddr = nbase;
+    assert_int_equal(kvt_submit(c->e, p, 22, &w, 1, 0), KVC_OK);
+    ev = wait_ev(c->e, 22);
+    if (ev.state != KVC_POLL_SUCCESS)
+        fail_msg("write after the new descriptor: %s", ev.reason);
+    srep r2 = srv_query(&c->s);
+    assert_true(r2.decoy_sum == r0.decoy_sum);
+    assert_int_equal(r2.st.same_host_bytes, 1u << 20);
+    unsigned char *want = xu_map(REGION);
+    xu_fill(want, REGION, 12);
+    memcpy(want, c->local, 1u << 20);
+    assert_true(r2.sum == xu_sum(want, REGION));
+    munmap(want, REGION);
+}
+
+/* KVCOORD_FORCE_SOCKET on this side, then force_socket on the server's:
+ * the bytes go through the socket (no copy counted anywhere), still right. */
+static void test_force_socket(void **state)
+{
+    (void)state;
+    ctx c;
+    setenv("KVCOORD_FORCE_SOCKET", "1", 1);
+    ctx_open(&c, 0, 0);
+    unsetenv("KVCOORD_FORCE_SOCKET");
+    uint64_t bytes = scattered(&c, true, 64u << 10, 256, 30);
+    bytes += scattered(&c, false, 4096, 512, 31);
+    kvt_stats st;
+    assert_int_equal(kvt_engine_stat(c.e, &st), KVC_OK);
+    assert_int_equal(st.same_host_bytes, 0);
+    assert_int_equal(st.bytes_sent + st.bytes_read, bytes);
+    assert_int_equal(same_host_conns(&c), 0);
+    assert_int_equal(srv_query(&c.s).st.same_host_bytes, 0);
+    ctx_close(&c);
+}
+
+static void test_force_socket_server(void **state)
+{
+    (void)state;
+    ctx cc, *c = &cc;
+    ctx_open(c, SRV_FORCE, 0);
+    uint64_t bytes = scattered(c, true, 4096, 256, 32);
+    bytes += scattered(c, false, 64u << 10, 64, 33);
+    kvt_stats st;
+    assert_int_equal(kvt_engine_stat(c->e, &st), KVC_OK);
+    assert_int_equal(st.same_host_bytes, 0);
+    assert_int_equal(st.bytes_sent + st.bytes_read, bytes);
+    assert_int_equal(same_host_conns(c), 0);
+    assert_int_equal(srv_query(&c->s).st.same_host_bytes, 0);
+    assert_int_equal(nwarned, 0); /* a choice, not a refusal */
+    ctx_close(c);
+}
+
+/* The server runs as nobody: it may not read this (root's) process, so
+ * its check of us fails with EPERM; the connections fall back to the
+ * socket, logged once, and the bytes are still right. */
+static void test_eperm_fallback(void **state)
+{
+    (void)state;
+    if (getuid() != 0)
+        skip(); /* needs root to become nobody */
+    ctx cc, *c = &cc;
+    ctx_open(c, SRV_NOBODY, 0);
+    uint64_t bytes = scattered(c, true, 4096, 1024, 40);
+    bytes += scattered(c, false, 64u << 10, 256, 41);
+    kvt_stats st;
+    assert_int_equal(kvt_engine_stat(c->e, &st), KVC_OK);
+    fprintf(stderr, "fallback: %d line(s): %s\n", nwarned, warned);
+    assert_int_equal(st.same_host_bytes, 0);
+    assert_int_equal(st.bytes_sent + st.bytes_read, bytes);
+    assert_true(st.same_host_fallbacks >= 1);
+    assert_int_equal(same_host_conns(c), 0);
+    assert_int_equal(nwarned, 1); /* once per peer, whatever the connections */
+    assert_non_null(strstr(warned, "EPERM"));
+    char sid[128];
+    assert_non_null(strstr(warned, desc_sid(c->s.desc, sid, sizeof sid)));
+    srep r = srv_query(&c->s);
+    assert_int_equal(r.st.same_host_bytes, 0);
+    assert_true(r.st.same_host_fallbacks >= 1);
+    ctx_close(c);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (argc > 1) /* one test by name */
+        cmocka_set_test_filter(argv[1]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_write_scattered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_scattered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_out_of_region, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
+        cmocka_unit_test(test_writer_killed),
+        cmocka_unit_test_setup_teardown(test_restarted_peer, setup, teardown),
+        cmocka_unit_test(test_force_socket),
+        cmocka_unit_test(test_force_socket_server),
+        cmocka_unit_test(test_eperm_fallback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
