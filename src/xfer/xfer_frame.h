@@ -65,21 +65,21 @@ enum kvt__ftype {
                              seq, ACK and NACK as a WRITE's */
     /* The same-host copy (xfer_cma.h), only after both HELLOs carried
      * KVT_HELLO_F_CMA: */
-    KVT_F_CMA_HELLO = 17,    /* either way, once: payload a kvt__cma_id (status 0),
+    KVT_F_CMA_HELLO = 17,   /* either way, once: payload a kvt__cma_id (status 0),
                                 or (server, status errno) the reason it is off */
-    KVT_F_CMA_CHECK = 18,    /* client -> server: my slot holds your nonce;
+    KVT_F_CMA_CHECK = 18,   /* client -> server: my slot holds your nonce;
                                 server -> client: status 0 (copies on), or errno
                                 and the reason */
-    KVT_F_CMA_WRITE = 19,    /* client -> server: a write the server copies from
+    KVT_F_CMA_WRITE = 19,   /* client -> server: a write the server copies from
                                 the client: payload 1..256 entries (kvt__read_ent:
                                 destination, length) then as many u64 source
                                 addresses; addr = the bytes in all; seq, ACK and
                                 NACK as a WRITE's; no data follows */
-    KVT_F_CMA_READ = 20,     /* client -> server: a READ's payload; answered by
+    KVT_F_CMA_READ = 20,    /* client -> server: a READ's payload; answered by
                                 CMA_READ_GO (or READ_NACK), no data */
-    KVT_F_CMA_READ_GO = 21,  /* server -> client: read seq's runs are checked and
+    KVT_F_CMA_READ_GO = 21, /* server -> client: read seq's runs are checked and
                                 pinned: copy them (addr = bytes) */
-    KVT_F_CMA_READ_END = 22  /* client -> server: read seq copied (or given up):
+    KVT_F_CMA_READ_END = 22 /* client -> server: read seq copied (or given up):
                                 unpin its runs */
 };
 /* The highest frame type a decoder accepts. */

@@ -323,13 +323,13 @@ struct kvt__conn {
     uint8_t *dst;  /* payload destination (RS_PAYLOAD) */
     uint64_t left; /* payload bytes still to come */
     kvt__region *dreg;
-    bool direct;                 /* current recv goes straight to dst */
-    bool big;                    /* last WRITE was large: recv headers alone */
-    int lowat;                   /* SO_RCVLOWAT set on the socket; 0: the default (1) */
-    int inq_seen;                /* bytes queued on the socket at the last deadline look */
-    bool qp_wait;                /* verbs: QP_INFO sent, the answer is due */
-    uint64_t ack_seq, ack_count; /* writes applied, not yet acknowledged */
-    uint64_t ack_bytes;          /* their payload bytes */
+    bool direct;                   /* current recv goes straight to dst */
+    bool big;                      /* last WRITE was large: recv headers alone */
+    int lowat;                     /* SO_RCVLOWAT set on the socket; 0: the default (1) */
+    int inq_seen;                  /* bytes queued on the socket at the last deadline look */
+    bool qp_wait;                  /* verbs: QP_INFO sent, the answer is due */
+    uint64_t ack_seq, ack_count;   /* writes applied, not yet acknowledged */
+    uint64_t ack_bytes;            /* their payload bytes */
     char ctl[KVT_CMA_CTL_MAX + 1]; /* control payload being assembled, NUL-terminated */
     /* client: READ_DATA being received (RS_RDATA) into the runs of rd,
      * at run rd_ent, offset rd_off; left is the bytes still to come */
@@ -350,8 +350,8 @@ struct kvt__conn {
      * (it must hold the nonce it chose), the nonce we chose, the peer's
      * slot address.  Server: reads granted (CMA_READ_GO sent), their runs
      * pinned until CMA_READ_END, oldest first. */
-    uint8_t cma;      /* KVT_CMA_* */
-    bool cma_offer;   /* server: both HELLOs carried KVT_HELLO_F_CMA */
+    uint8_t cma;    /* KVT_CMA_* */
+    bool cma_offer; /* server: both HELLOs carried KVT_HELLO_F_CMA */
     uint32_t cma_pid;
     uint64_t cma_start; /* server: the start time the client claimed */
     int cma_pidfd;

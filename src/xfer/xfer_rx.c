@@ -469,8 +469,8 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
     char msg[KVC_REASON_MAX + 1];
     uint32_t n = c->ctl_len / KVT_CMA_ENT_LEN;
     if (c->cma != KVT_CMA_ON) {
-        kvt__rx_proto_error(e, c, EPROTO,
-                            "same-host write on a connection whose peer is not proven on this host");
+        kvt__rx_proto_error(
+            e, c, EPROTO, "same-host write on a connection whose peer is not proven on this host");
         return;
     }
     int k = c->ctl_len % KVT_CMA_ENT_LEN
@@ -479,8 +479,9 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
                                    KVT_FRAME_MAX, KVT_FRAME_MAX, c->wv, &total, msg, sizeof msg);
     if (k < 0 || total != f->addr) {
         if (k >= 0 || c->ctl_len % KVT_CMA_ENT_LEN)
-            kvt__str(msg, sizeof msg, "CMA_WRITE of %u bytes announces %llu bytes, its entries %llu",
-                     c->ctl_len, (unsigned long long)f->addr, (unsigned long long)total);
+            kvt__str(msg, sizeof msg,
+                     "CMA_WRITE of %u bytes announces %llu bytes, its entries %llu", c->ctl_len,
+                     (unsigned long long)f->addr, (unsigned long long)total);
         proto_error(e, c, EPROTO, msg);
         return;
     }
@@ -730,20 +731,19 @@ static void on_frame(kvt_engine *e, kvt__conn *c)
         on_error(e, c);
         return;
     }
-    bool ok = c->client ? (c->state == CS_HELLO
-                               ? (c->cma == KVT_CMA_OFF
-                                      ? t == KVT_F_HELLO_OK
-                                      : t == KVT_F_CMA_HELLO || t == KVT_F_CMA_CHECK)
-                               : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
-                                     t == KVT_F_QP_INFO || t == KVT_F_READ_NACK ||
-                                     t == KVT_F_CMA_READ_GO)
-                        : (c->state == CS_HELLO
-                               ? t == KVT_F_HELLO || t == KVT_F_DESC_REQ
-                               : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
-                                     t == KVT_F_QP_INFO || t == KVT_F_READ || t == KVT_F_WRITEV ||
-                                     t == KVT_F_CMA_HELLO || t == KVT_F_CMA_CHECK ||
-                                     t == KVT_F_CMA_WRITE || t == KVT_F_CMA_READ ||
-                                     t == KVT_F_CMA_READ_END);
+    bool ok =
+        c->client
+            ? (c->state == CS_HELLO
+                   ? (c->cma == KVT_CMA_OFF ? t == KVT_F_HELLO_OK
+                                            : t == KVT_F_CMA_HELLO || t == KVT_F_CMA_CHECK)
+                   : t == KVT_F_ACK || t == KVT_F_NACK || t == KVT_F_DONE_ACK ||
+                         t == KVT_F_QP_INFO || t == KVT_F_READ_NACK || t == KVT_F_CMA_READ_GO)
+            : (c->state == CS_HELLO
+                   ? t == KVT_F_HELLO || t == KVT_F_DESC_REQ
+                   : t == KVT_F_WRITE || t == KVT_F_DONE || t == KVT_F_ABORT ||
+                         t == KVT_F_QP_INFO || t == KVT_F_READ || t == KVT_F_WRITEV ||
+                         t == KVT_F_CMA_HELLO || t == KVT_F_CMA_CHECK || t == KVT_F_CMA_WRITE ||
+                         t == KVT_F_CMA_READ || t == KVT_F_CMA_READ_END);
     if (!ok) {
         kvt__str(msg, sizeof msg, "unexpected frame %s %s", kvt__ftype_name(t),
                  c->state == CS_HELLO ? "before the handshake" : "here");
@@ -803,9 +803,9 @@ static void rx_parse(kvt_engine *e, kvt__conn *c)
                 if (c->state == CS_UP && c->client)
                     kvt__read_data_header(e, c);
                 else
-                    on_frame(e, c);                /* refused there */
-            } else if (c->cur.len > (c->cur.type == KVT_F_CMA_WRITE ? KVT_CMA_CTL_MAX
-                                                                     : KVT_CTL_MAX)) {
+                    on_frame(e, c); /* refused there */
+            } else if (c->cur.len >
+                       (c->cur.type == KVT_F_CMA_WRITE ? KVT_CMA_CTL_MAX : KVT_CTL_MAX)) {
                 /* a DESC: only kvt_descriptor_fetch takes one */
                 char msg[96];
                 kvt__str(msg, sizeof msg, "unexpected frame %s of %u bytes",
