@@ -115,6 +115,21 @@ class ExitStatus(unittest.TestCase):
                         self.assertRegex(err, r"^\S*%s(?: [a-z]+)?: (unrecognized|unknown) option '%s'"
                                          % (re.escape(name), bogus[0]), (name, argv[1:]))
 
+    def test_worker_usage_errors_end_with_the_hint(self):
+        # as kvcoordd's and kvcoord-bench's: the reason, then one hint line
+        w = os.path.join(ARGS.bin, "kvcoord-worker")
+        for argv in ([w], [w, "--bogus"], [w, "--rank", "x"], [w, "--info", "f", "extra"],
+                     [w, "--info", "f", "--fail", "x"], [w, "--room", "-1"]):
+            with self.subTest(argv=argv[1:]):
+                rc, out, err = run(argv)
+                self.assertEqual((rc, out), (2, ""), err)
+                lines = err.splitlines()
+                self.assertEqual(lines[-1],
+                                 "Try 'kvcoord-worker --help' for more information.", err)
+                self.assertRegex(lines[0], r"^kvcoord-worker: \S", err)
+        rc, _, err = run([w])
+        self.assertIn("no arguments: --info FILE is required", err)
+
     def test_kvcoord_sh_unknown_command_is_one_line(self):
         # the error and a hint, not the whole help before it
         rc, out, err = run(["bash", os.path.join(ARGS.tools, "kvcoord.sh"), "bogus"])

@@ -115,7 +115,8 @@ class WorkerCliTest(unittest.TestCase):
                              "--fail and --room-participants need --room ID")):
             p = run_worker("--info", info, "--segment", "kvctest-none", *given)
             self.assertEqual(p.returncode, 2, (given, p.stderr))
-            self.assertEqual(p.stderr, "kvcoord-worker: %s\n" % text, given)
+            self.assertEqual(p.stderr, "kvcoord-worker: %s\nTry 'kvcoord-worker --help' for "
+                             "more information.\n" % text, given)
 
     def test_each_option_states_one_range(self):
         # every wrong value of an option gets the same message, naming the one

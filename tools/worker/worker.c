@@ -132,6 +132,21 @@ static void fail(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+/* A usage error: "kvcoord-worker: MESSAGE" and the hint line every program
+ * of the project prints (kvcoordd, kvcoord-diag, kvcoord-bench); returns
+ * EXIT_USAGE. */
+static int usage_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s --help' for more information.\n", prog);
+    return EXIT_USAGE;
+}
+
 static int parse_long(const char *s, long min, long max, long *out)
 {
     char *end;
@@ -174,20 +189,17 @@ static int parse_args(int argc, char **argv, worker_args *a)
         case 'l': a->linger = 1; break;
         case 'h': usage(stdout); return -1;
         case 'r':
-            if (parse_long(optarg, 0, INT32_MAX, &v)) {
-                fail("--rank: '%s' is not an integer in 0..%ld", optarg, (long)INT32_MAX);
-                return EXIT_USAGE;
-            }
+            if (parse_long(optarg, 0, INT32_MAX, &v))
+                return usage_fail("--rank: '%s' is not an integer in 0..%ld", optarg,
+                                  (long)INT32_MAX);
             a->rank = v;
             break;
         case 'R': {
             char *end;
             errno = 0;
             unsigned long long id = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-' || id > INT64_MAX) {
-                fail("--room: '%s' is not a room id (0..2^63-1)", optarg);
-                return EXIT_USAGE;
-            }
+            if (errno || end == optarg || *end || optarg[0] == '-' || id > INT64_MAX)
+                return usage_fail("--room: '%s' is not a room id (0..2^63-1)", optarg);
             a->has_room = 1;
             a->room = id;
             break;
@@ -197,60 +209,48 @@ static int parse_args(int argc, char **argv, worker_args *a)
             for (long i = KVC_POLL_FAILED; i <= KVC_POLL_SUCCESS; i++)
                 if (!strcasecmp(optarg, kvc_poll_name((kvc_poll)i)))
                     a->room_state = i;
-            if (a->room_state < 0 && parse_long(optarg, 0, 4, &a->room_state)) {
-                fail("--room-state: '%s' is not a KVPoll state (failed, bootstrapping, "
-                     "waitingforinput, transferring, success or 0..4)",
-                     optarg);
-                return EXIT_USAGE;
-            }
+            if (a->room_state < 0 && parse_long(optarg, 0, 4, &a->room_state))
+                return usage_fail(
+                    "--room-state: '%s' is not a KVPoll state (failed, bootstrapping, "
+                    "waitingforinput, transferring, success or 0..4)",
+                    optarg);
             break;
         case 'P':
-            if (parse_long(optarg, 1, KVC_ROOM_MAX_PARTICIPANTS, &v)) {
-                fail("--room-participants: '%s' is not in 1..%d", optarg,
-                     KVC_ROOM_MAX_PARTICIPANTS);
-                return EXIT_USAGE;
-            }
+            if (parse_long(optarg, 1, KVC_ROOM_MAX_PARTICIPANTS, &v))
+                return usage_fail("--room-participants: '%s' is not in 1..%d", optarg,
+                                  KVC_ROOM_MAX_PARTICIPANTS);
             a->room_participants = (uint32_t)v;
             break;
         case 'F': a->fail_reason = optarg; break;
         case 'C':
-            if (parse_long(optarg, INT32_MIN, INT32_MAX, &v)) {
-                fail("--fail-code: '%s' is not a 32-bit integer", optarg);
-                return EXIT_USAGE;
-            }
+            if (parse_long(optarg, INT32_MIN, INT32_MAX, &v))
+                return usage_fail("--fail-code: '%s' is not a 32-bit integer", optarg);
             a->fail_code = v;
             break;
         case 't':
-            if (parse_long(optarg, 0, UINT32_MAX, &v)) {
-                fail("--timeout-ms: '%s' is not a number of milliseconds in 0..%lu", optarg,
-                     (unsigned long)UINT32_MAX);
-                return EXIT_USAGE;
-            }
+            if (parse_long(optarg, 0, UINT32_MAX, &v))
+                return usage_fail("--timeout-ms: '%s' is not a number of milliseconds in 0..%lu",
+                                  optarg, (unsigned long)UINT32_MAX);
             a->timeout_ms = (uint32_t)v;
             break;
-        default: fprintf(stderr, "Try '%s --help'.\n", prog); return EXIT_USAGE;
+        default: /* getopt named the option */
+            fprintf(stderr, "Try '%s --help' for more information.\n", prog);
+            return EXIT_USAGE;
         }
     }
-    if (optind < argc) {
-        fail("unexpected argument '%s'; try '%s --help'", argv[optind], prog);
-        return EXIT_USAGE;
-    }
-    if (!a->info_path) {
-        fail("--info FILE is required; try '%s --help'", prog);
-        return EXIT_USAGE;
-    }
+    if (optind < argc)
+        return usage_fail("unexpected argument '%s'", argv[optind]);
+    if (!a->info_path)
+        return usage_fail(argc < 2 ? "no arguments: --info FILE is required"
+                                   : "--info FILE is required");
     if ((a->fail_reason || a->room_participants) && !a->has_room) {
         /* name only the options given */
         if (a->fail_reason && a->room_participants)
-            fail("--fail and --room-participants need --room ID");
-        else
-            fail("%s needs --room ID", a->fail_reason ? "--fail" : "--room-participants");
-        return EXIT_USAGE;
+            return usage_fail("--fail and --room-participants need --room ID");
+        return usage_fail("%s needs --room ID", a->fail_reason ? "--fail" : "--room-participants");
     }
-    if (a->segment && kvc_name_check(a->segment) != KVC_OK) {
-        fail("--segment: %s", kvc_last_error());
-        return EXIT_USAGE;
-    }
+    if (a->segment && kvc_name_check(a->segment) != KVC_OK)
+        return usage_fail("--segment: %s", kvc_last_error());
     return 0;
 }
 
@@ -442,9 +442,9 @@ static int run(const worker_args *a, const sigset_t *stop)
     if (a->has_room && a->room_participants && (uint64_t)rank >= a->room_participants) {
         /* Before registering: a rank that cannot join the room is a
          * mistake in the options, not a registration to undo. */
-        fail("rank %ld cannot join room %llu of --room-participants %u (ranks 0..%u)", rank,
-             (unsigned long long)a->room, a->room_participants, a->room_participants - 1);
-        rc = EXIT_USAGE;
+        rc = usage_fail("rank %ld cannot join room %llu of --room-participants %u (ranks 0..%u)",
+                        rank, (unsigned long long)a->room, a->room_participants,
+                        a->room_participants - 1);
         goto out;
     }
 
