@@ -40,6 +40,8 @@ if(TARGET kvcoord_python)
   kvc_py_test(python_sglang_ranks test_sglang_ranks.py "python;multiproc;crash")
   kvc_py_test(python_sglang_poll test_sglang_poll.py "python;multiproc")
   kvc_py_test(python_sglang_readme test_sglang_readme.py "python;docs")
+  # install() where sglang cannot be imported: the error says what is missing
+  kvc_py_test(python_sglang_missing test_sglang_missing.py "python;unit")
   kvc_py_test(python_pip test_pip.py "python;install")
   # two from-scratch builds of the extensions (pip install, pip wheel): a
   # hang guard that a loaded machine does not trip

@@ -102,7 +102,9 @@ def install(segment: Union[str, Segment, None], rank: int, *, size: Optional[int
     before sglang's KV managers are created.  It imports
     sglang.srt.disaggregation.utils and the backends' conn modules that
     import.  Returns the (owner, name) pairs it patched.
-    Errors: ImportError (no sglang on sys.path), SegmentNotFoundError and
+    Errors: ImportError (ModuleNotFoundError when sglang or its module is
+    missing; the message says "sglang is not installed for this Python
+    (...)" with the import's own error), SegmentNotFoundError and
     the other Segment() errors, ValueError (rank, size or timeout out of
     range), TypeError (segment of another type), RuntimeError (already
     installed).  Not thread-safe against sglang running meanwhile: call it

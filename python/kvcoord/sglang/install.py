@@ -121,6 +121,27 @@ def _class_patches(bridge, mod):
     return out
 
 
+def _import_utils():
+    """sglang's disaggregation utils module, or an ImportError (of the same
+    class: ModuleNotFoundError stays one) that says what is missing and for
+    which Python, instead of a bare "No module named 'sglang'"."""
+    try:
+        return importlib.import_module(UTILS)
+    except ImportError as e:
+        where = "for this Python (%s)" % sys.executable
+        if e.name == "sglang":
+            msg = ("sglang is not installed %s (import sglang failed: %s): install sglang "
+                   "in this environment, then call kvcoord.sglang.install() in each of its "
+                   "rank processes" % (where, e))
+        elif e.name and (e.name == UTILS or UTILS.startswith(e.name + ".")):
+            msg = ("the sglang installed %s has no %s (import failed: %s): kvcoord.sglang "
+                   "needs an sglang with PD disaggregation" % (where, UTILS, e))
+        else:
+            msg = ("sglang is installed %s but %s could not be imported (import failed: %s)"
+                   % (where, UTILS, e))
+        raise type(e)(msg, name=e.name, path=e.path) from e
+
+
 def _open(segment):
     if segment is None or isinstance(segment, Segment):
         return segment, False
@@ -145,7 +166,7 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
         if _active is not None:
             raise RuntimeError("kvcoord.sglang is already installed in this process "
                                "(uninstall() first)")
-        utils = importlib.import_module(UTILS)  # ImportError: no sglang on sys.path
+        utils = _import_utils()  # ImportError naming what is missing
         for name in BACKENDS:
             try:
                 importlib.import_module(name)
