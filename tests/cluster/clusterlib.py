@@ -6,12 +6,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import kvctest  # noqa: E402  (the tests' one helper module)
+from kvctest import free_port  # noqa: E402,F401  (cl.free_port: the callers' name)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tools", "etcd-cluster.sh")
@@ -22,23 +26,23 @@ def have_etcd():
     return os.access("/usr/bin/etcd", os.X_OK)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(pred, timeout, step=0.02):
-    """Poll pred() until it returns a true value or timeout seconds pass;
-    returns (value, seconds waited)."""
+    """kvctest.wait_for's loop with this library's answer: (pred's last
+    value, seconds waited), the value false when timeout seconds passed (the
+    callers assert it with their own message, and some bound the seconds)."""
+    last = [None]
+
+    def probe():
+        last[0] = pred()
+        return last[0]
+
     t0 = time.monotonic()
-    while True:
-        v = pred()
-        if v:
-            return v, time.monotonic() - t0
-        if time.monotonic() - t0 > timeout:
-            return v, time.monotonic() - t0
-        time.sleep(step)
+    try:
+        kvctest.wait_for(probe, what="pred", timeout=timeout, step=step)
+    except AssertionError as e:  # timed out: last[0] is pred's last, false, value
+        if str(e) != "timed out waiting for pred":
+            raise  # pred's own
+    return last[0], time.monotonic() - t0
 
 
 class Etcd:

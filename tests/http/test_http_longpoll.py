@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import selectors
-import socket
 import sys
 import time
 import unittest
@@ -34,27 +33,19 @@ import unittest
 import test_http_raw as raw
 from test_http_raw import Daemon
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import answer_complete, connect, read_answer  # noqa: E402  (tests/python)
+
 WAITERS = 150
 WAIT_MS = 600000
 CLIENT_TIMEOUT = 40  # below the daemon's 60 s cap on a wait: only a wake answers in time
 
 
 def open_waiter(port, rank):
-    s = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
+    s = connect(port, timeout=CLIENT_TIMEOUT)
     s.sendall(("GET /get_transfer_engine_info?rank=%d&wait_ms=%d HTTP/1.1\r\n"
                "Host: x\r\n\r\n" % (rank, WAIT_MS)).encode())
     return s
-
-
-def answer_complete(data):
-    if b"\r\n\r\n" not in data:
-        return False
-    head, body = data.split(b"\r\n\r\n", 1)
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            return len(body) >= int(v)
-    return True
 
 
 def collect(socks):
@@ -94,20 +85,16 @@ def silent(socks, seconds):
 
 
 def register(d, rank):
+    """(status, body) of rank's registration on a connection of its own."""
     body = json.dumps({"rank": rank, "transfer_engine_info": {
         "session_id": "127.0.0.1:%d" % (20000 + rank), "weights_info_dict": {}}}).encode()
-    s = socket.create_connection(("127.0.0.1", d.port), timeout=CLIENT_TIMEOUT)
+    s = connect(d.port, timeout=CLIENT_TIMEOUT)
     try:
         s.sendall(b"PUT /register_transfer_engine_info HTTP/1.1\r\nHost: x\r\n"
                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                   % len(body) + body)
-        data = b""
-        while not answer_complete(data):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        return data
+        status, answer, _ = read_answer(s)
+        return status, answer
     finally:
         s.close()
 
@@ -143,14 +130,14 @@ class LongPollCrowd(unittest.TestCase):
 
     def test_registration_answers_every_waiter(self):
         by_rank = self.park([703])
-        self.assertIn(b" 200 ", register(self.d, 703).split(b"\r\n", 1)[0])
+        self.assertEqual(register(self.d, 703)[0], 200)
         self.check_answers(collect(by_rank[703]), 703)
 
     def test_each_registration_answers_its_own_waiters(self):
         ranks = [11, 12, 13]
         by_rank = self.park(ranks)
         for i, rank in enumerate(ranks):
-            self.assertIn(b" 200 ", register(self.d, rank).split(b"\r\n", 1)[0])
+            self.assertEqual(register(self.d, rank)[0], 200)
             self.check_answers(collect(by_rank[rank]), rank)
             rest = [s for r in ranks[i + 1:] for s in by_rank[r]]
             if rest:

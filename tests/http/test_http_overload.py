@@ -33,6 +33,9 @@ import unittest
 import test_http_raw as raw
 from test_http_raw import Conn, Daemon, build, registration
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import scrape  # noqa: E402  (the tests' one helper module)
+
 MIB = 1 << 20
 
 
@@ -40,22 +43,6 @@ def sanitized(path):
     """True when the daemon was built with AddressSanitizer."""
     with open(path, "rb") as f:
         return b"__asan_init" in f.read()
-
-
-def scrape(port):
-    """GET /metrics as {name: value} (unlabelled samples only)."""
-    c = Conn(port)
-    try:
-        status, _, body = c.request("GET", "/metrics")
-    finally:
-        c.close()
-    assert status == 200, status
-    out = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, value = line.split()[:2]
-            out[name] = float(value)
-    return out
 
 
 def fresh_request(port, target):

@@ -31,42 +31,19 @@ import unittest
 import test_http_raw as raw
 from test_http_raw import Daemon
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import connect, read_answer  # noqa: E402  (the tests' one helper module)
+
 TIMEOUT = 30
-
-
-def connect(port, source="127.0.0.1"):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(TIMEOUT)
-    s.bind((source, 0))
-    s.connect(("127.0.0.1", port))
-    return s
 
 
 def request(s, path="/health"):
     """(status, body) of one GET on s; (None, b"") when closed unanswered."""
     s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
-    data = b""
     try:
-        while b"\r\n\r\n" not in data:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        if b"\r\n\r\n" not in data:
-            return None, b""
-        head, body = data.split(b"\r\n\r\n", 1)
-        clen = 0
-        for line in head.split(b"\r\n")[1:]:
-            k, _, v = line.partition(b":")
-            if k.strip().lower() == b"content-length":
-                clen = int(v)
-        while len(body) < clen:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return int(head.split()[1]), body
-    except (ConnectionResetError, BrokenPipeError):
+        status, body, _ = read_answer(s)
+        return status, body
+    except (EOFError, ConnectionResetError, BrokenPipeError):
         return None, b""
 
 

@@ -16,55 +16,14 @@ Usage: test_http_shared.py [--daemon PATH] [unittest args]
 
 import argparse
 import os
-import socket
 import sys
 import unittest
 
 import test_http_raw as raw
 from test_http_raw import Daemon
 
-TIMEOUT = 30
-
-
-def read_answer(s, buf):
-    """(status, body, rest) of one answer from socket s, buf holding what was read."""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            raise EOFError("closed")
-        buf += chunk
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    clen = 0
-    for line in head.split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
-            clen = int(v)
-    while len(rest) < clen:
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            raise EOFError("closed")
-        rest += chunk
-    return int(head.split()[1]), rest[:clen], rest[clen:]
-
-
-def connect(port):
-    return socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-
-
-def scrape(port):
-    s = connect(port)
-    try:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        status, body, _ = read_answer(s, b"")
-    finally:
-        s.close()
-    assert status == 200, status
-    out = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, value = line.split()[:2]
-            out[name] = float(value)
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import connect, read_answer, scrape  # noqa: E402  (the tests' one helper module)
 
 
 class Shared(unittest.TestCase):

@@ -1,8 +1,10 @@
 """The Python tests' one helper module: unique segment names, small
 segments, forked children that report back over a pipe, a free loopback
 port (free_port), waiting for a condition (wait_for), a child's exit status
-decoded (exit_code) and a real kvcoordd (Daemon).  One of each: a test that
-needs one imports it from here rather than writing its own.
+decoded (exit_code), a real kvcoordd (Daemon) and raw HTTP on a socket
+(connect, read_answer, answer_complete, scrape: the /metrics samples).  One
+of each: a test that needs one imports it from here rather than writing its
+own.
 
 The tests of tests/python run from ctest as `/usr/bin/python3 -m unittest`
 with PYTHONPATH set to the build tree's python/ directory and
@@ -133,6 +135,79 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def connect(port, source=None, timeout=DEADLINE):
+    """A blocking TCP connection to 127.0.0.1:port, its timeout `timeout`
+    seconds (a hang guard); from address `source` when given (another
+    loopback address such as "127.0.0.2" stands for another host)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        if source:
+            s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _head_length(head):
+    """The Content-Length of a raw header block (bytes), 0 without one."""
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            return int(v)
+    return 0
+
+
+def answer_complete(data):
+    """True when the bytes `data` hold a whole HTTP answer: its head and as
+    much body as its Content-Length says (for a reader that collects the
+    bytes itself, e.g. from a selector)."""
+    if b"\r\n\r\n" not in data:
+        return False
+    head, body = data.split(b"\r\n\r\n", 1)
+    return len(body) >= _head_length(head)
+
+
+def read_answer(sock, buf=b""):
+    """Read one HTTP answer from socket `sock`, `buf` holding bytes already
+    read from it: (status, body bytes, the bytes after the answer: pass them
+    as buf to read the next pipelined one).  EOFError when the server closes
+    before the answer is whole."""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError("closed before the answer's head was whole")
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    clen = _head_length(head)
+    while len(rest) < clen:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError("closed after %d of %d body bytes" % (len(rest), clen))
+        rest += chunk
+    return int(head.split()[1]), rest[:clen], rest[clen:]
+
+
+def scrape(port):
+    """GET /metrics of the daemon on 127.0.0.1:port as {name: value}, its
+    unlabelled samples only; AssertionError unless answered 200."""
+    s = connect(port)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, body, _ = read_answer(s)
+    finally:
+        s.close()
+    assert status == 200, status
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.split()[:2]
+            out[name] = float(value)
+    return out
 
 
 def exit_code(status):

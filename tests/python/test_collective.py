@@ -6,11 +6,11 @@ rank that does not arrive; bad arguments."""
 import os
 import random
 import signal
-import socket
 import unittest
 
 import kvcoord
-from kvctest import SMALL, SegmentCase, collect, discard, fork_children, new_name
+from kvctest import (SMALL, SegmentCase, collect, discard, exit_code, fork_children, free_port,
+                     new_name)
 
 try:
     import torch  # imported before forking: the children inherit it
@@ -21,12 +21,6 @@ except ImportError:  # pragma: no cover - Debian's python3-torch is a test depen
 STEPS = 300
 ROOMS = 64
 LONG = 60.0  # hang guard, never expected to run out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def polls(seed, step, rank, n):
@@ -119,7 +113,7 @@ class PeerFailures(SegmentCase):
         victim = kids[3][0]
         res = collect(kids, skip=(victim,))
         _, status = os.waitpid(victim, 0)
-        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
+        self.assertEqual(exit_code(status), -signal.SIGKILL)
         for i in range(3):
             self.assertNotIn("error", res[i], res[i].get("error"))
             r = res[i]["result"]
@@ -167,7 +161,7 @@ class Epochs(SegmentCase):
         kids = fork_children(2, epoch_child, self.name, 2, 5, 40, (stay_r, stay_w))
         os.close(stay_r)
         _, status = os.waitpid(kids[1][0], 0)
-        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
+        self.assertEqual(exit_code(status), -signal.SIGKILL)
         with kvcoord.Segment(self.name, role="worker", rank=9) as seg:
             with self.assertRaises(kvcoord.CollectiveError) as cm:
                 seg.allreduce_min(0xe90, 2, 1, b"\x01" * 8, timeout=LONG)

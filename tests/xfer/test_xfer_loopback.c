@@ -97,7 +97,7 @@ static void submit(ctx *c, uint64_t room, kvt_run *runs, size_t n)
 static void expect_success(ctx *c, uint64_t room, uint64_t bytes)
 {
     kvt_event ev;
-    assert_int_equal(xu_wait_event(c->e, room, 20000, &ev), 0);
+    assert_int_equal(xu_wait_event(c->e, room, &ev), 0);
     if (ev.state != KVC_POLL_SUCCESS)
         fail_msg("room %llu failed: %s", (unsigned long long)room, ev.reason);
     assert_int_equal(ev.bytes, bytes);

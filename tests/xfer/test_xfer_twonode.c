@@ -351,9 +351,9 @@ static void prefill_room(kvt_engine *e, kvc_segment *seg, uint32_t rank, unsigne
     }
     free(runs);
     kvt_event ev;
-    if (xu_wait_event(e, room, 30000, &ev)) {
+    if (xu_wait_event(e, room, &ev)) {
         r->state = -2;
-        snprintf(r->reason, sizeof r->reason, "no event within the 30 s deadline");
+        snprintf(r->reason, sizeof r->reason, "kvt_progress: %s", kvc_last_error());
         return;
     }
     r->state = (int32_t)ev.state;

@@ -103,7 +103,8 @@ static void mirror_writes(ctx *c, const kvt_run *runs, size_t n)
 }
 
 /* Drive the engine until the events of want rooms [first, first+want)
- * arrived (no limit of its own); each must be Success with bytes each. */
+ * arrived (xu_next_events: no limit of its own); each must be Success
+ * with bytes each. */
 static void wait_rooms(ctx *c, uint64_t first, uint32_t want, uint64_t bytes, kvt_side side)
 {
     bool *seen = calloc(want, sizeof *seen);
@@ -111,7 +112,7 @@ static void wait_rooms(ctx *c, uint64_t first, uint32_t want, uint64_t bytes, kv
     while (got < want) {
         kvt_event ev[16];
         size_t n;
-        if (kvt_progress(c->e, 100, ev, 16, &n))
+        if (xu_next_events(c->e, ev, 16, &n))
             fail_msg("kvt_progress: %s", kvc_last_error());
         for (size_t i = 0; i < n; i++) {
             if (ev[i].state != KVC_POLL_SUCCESS)

@@ -364,7 +364,7 @@ static void test_still_serving(void **state)
     kvt_run run = {(uint64_t)(uintptr_t)src, rbase, REGION};
     assert_int_equal(kvt_submit(e, p, 12, &run, 1, 0), KVC_OK);
     kvt_event ev;
-    assert_int_equal(xu_wait_event(e, 12, 20000, &ev), 0);
+    assert_int_equal(xu_wait_event(e, 12, &ev), 0);
     assert_int_equal(ev.state, KVC_POLL_SUCCESS);
     xu_report r;
     assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
@@ -453,7 +453,7 @@ static kvt_event run_to_fake(int mode, uint32_t timeout_ms, kvt_engine **eo, kvt
     kvt_run run = {(uint64_t)(uintptr_t)buf, 4096, sizeof buf};
     assert_int_equal(kvt_submit(*eo, *po, room, &run, 1, 0), KVC_OK);
     kvt_event ev;
-    assert_int_equal(xu_wait_event(*eo, room, 20000, &ev), 0);
+    assert_int_equal(xu_wait_event(*eo, room, &ev), 0);
     assert_int_equal(ev.state, KVC_POLL_FAILED);
     kvc_room_info ri;
     assert_int_equal(kvc_room_get(seg, room, 0, &ri), KVC_OK);

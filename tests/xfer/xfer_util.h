@@ -226,13 +226,28 @@ static inline void xu_receiver_stop(xu_receiver *r)
     r->desc = NULL;
 }
 
-/* Drive e until the sender event of room arrives (or timeout_ms). */
-static inline int xu_wait_event(kvt_engine *e, uint64_t room, int timeout_ms, kvt_event *out)
+/* Drive e until it reports events: up to cap of them into ev, their
+ * count in *n (> 0).  No time limit of its own: a test that never gets its
+ * event hangs until ctest's TIMEOUT, which names it.  0, or -1 when
+ * kvt_progress() fails (kvc_last_error() says why). */
+static inline int xu_next_events(kvt_engine *e, kvt_event *ev, size_t cap, size_t *n)
 {
-    for (int waited = 0; waited < timeout_ms; waited += 50) {
+    do {
+        if (kvt_progress(e, 100, ev, cap, n))
+            return -1;
+    } while (*n == 0);
+    return 0;
+}
+
+/* Drive e until the event of room arrives, into *out; the events of other
+ * rooms meanwhile are dropped.  No time limit of its own (as
+ * xu_next_events); 0, or -1 when kvt_progress() fails. */
+static inline int xu_wait_event(kvt_engine *e, uint64_t room, kvt_event *out)
+{
+    for (;;) {
         kvt_event ev[16];
         size_t n;
-        if (kvt_progress(e, 50, ev, 16, &n))
+        if (xu_next_events(e, ev, 16, &n))
             return -1;
         for (size_t i = 0; i < n; i++)
             if (ev[i].room == room) {
@@ -240,7 +255,6 @@ static inline int xu_wait_event(kvt_engine *e, uint64_t room, int timeout_ms, kv
                 return 0;
             }
     }
-    return -1;
 }
 
 /* A sender engine (TCP) with its own log. */
