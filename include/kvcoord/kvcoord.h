@@ -44,7 +44,7 @@ extern "C" {
 /* Layout version of the shared-memory segment this build reads and writes.
  * Bumped on any change to the segment's structures; a segment with another
  * layout version is never read (kvc_open fails with KVC_E_VERSION). */
-#define KVC_LAYOUT_VERSION 12u
+#define KVC_LAYOUT_VERSION 13u
 
 /* Default HTTP port, as sglang's --engine-info-bootstrap-port default. */
 #define KVC_DEFAULT_PORT 6789

@@ -1,9 +1,9 @@
 /*
  * inspect_rooms.c - the check of the rooms (kvc__check_rooms): in every
  * stripe, the slots' states and sequence counters, each room found by the
- * core's probe (kvc__room_find), its fields and participants, dead
- * participants and TTLs, the undo record and the live count; then the
- * failure ring's records.
+ * core's probe (kvc__room_find) and each index entry naming its room, its
+ * fields and participants, dead participants and TTLs, the undo record
+ * and the live count; then the failure ring's records.
  *
  * Lock rule: each stripe under its own lock, one at a time (kvc__ck_take_q,
  * quiet: the stripes' locks are summed up in one finding), or as its dead
@@ -85,11 +85,9 @@ static void scan_room(kvc__ck *ck, room_scan *rs, uint32_t i, bool dead_owner)
                         i, q,
                         dead_owner ? "its writer died; the stripe's recovery evens it"
                                    : "readers take the stripe lock for it");
-    if (r->slot > KVC_SLOT_TOMB) {
+    if (r->slot > KVC_SLOT_USED) {
         kvc__ck_problem(ck, &rs->slot, KVC_SEV_BROKEN,
-                        "room slot %u has state %u (not free, used or "
-                        "deleted)",
-                        i, r->slot);
+                        "room slot %u has state %u (not free or used)", i, r->slot);
         return;
     }
     if (r->slot != KVC_SLOT_USED)
@@ -167,6 +165,22 @@ static void check_stripe(kvc__ck *ck, room_scan *rs, uint32_t s)
     uint32_t n = ck->seg->hdr->stripe_slots;
     for (uint32_t i = 0; i < n; i++)
         scan_room(ck, rs, s * n + i, a == KVC__UNLOCKED_DEAD);
+    /* Each used index entry names a used slot of the stripe that names it
+     * back (its ix) and whose id has the entry's tag (layout.h). */
+    const _Atomic uint64_t *ix = ck->seg->room_index + (size_t)s * n;
+    const kvc_room *t = ck->seg->rooms + (size_t)s * n;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t e = atomic_load(&ix[i]);
+        uint32_t b = (uint32_t)e - 2u;
+        if (e == KVC_IX_FREE || e == KVC_IX_TOMB)
+            continue;
+        if ((uint32_t)e < 2 || b >= n || t[b].slot != KVC_SLOT_USED || t[b].ix != i ||
+            (uint32_t)(e >> 32) != kvc__ix_tag(kvc__room_hash(t[b].id)))
+            kvc__ck_problem(ck, &rs->probe, KVC_SEV_BROKEN,
+                            "room stripe %u: index entry %u (0x%llx) names no room slot of its own "
+                            "(recovery makes it a tombstone)",
+                            s, i, (unsigned long long)e);
+    }
     if (atomic_load(&st->undo.valid))
         kvc__ck_problem(ck, &rs->undo, KVC_SEV_BROKEN,
                         "room stripe %u: the undo record is valid: a room update was "
@@ -218,7 +232,9 @@ void kvc__check_rooms(kvc__ck *ck)
                    rs.used);
     kvc__ck_settle(ck, &rs.seq, "every room's sequence counter is even (no writer inside)");
     kvc__ck_settle(ck, &rs.slot, "all %u room slots hold a valid slot state", h->room_slots);
-    kvc__ck_settle(ck, &rs.probe, "every room in use is found by its probe sequence");
+    kvc__ck_settle(ck, &rs.probe,
+                   "every room in use is found by its probe sequence, every index entry names "
+                   "its room");
     kvc__ck_settle(ck, &rs.ranks, "every room's participants are ranks within the table");
     kvc__ck_settle(ck, &rs.fields, "room states and failure records are consistent");
     kvc__ck_settle(ck, &rs.live, "no active room waits on a dead participant");

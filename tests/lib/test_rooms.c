@@ -422,6 +422,7 @@ static void test_crash_inside_room_updates(void **st)
     }
     crash_room_op(name, "room.state_written", OP_STATE, 0);
     crash_room_op(name, "room.creating", OP_CREATE, 0);
+    crash_room_op(name, "room.index_written", OP_CREATE, 0);
     crash_room_op(name, "room.ring_claimed", OP_FAIL, 0);
     crash_room_op(name, "room.failure_half", OP_FAIL, 0);
     /* Killed after it (sequence still odd): the new room, whole. */
@@ -433,6 +434,116 @@ static void test_crash_inside_room_updates(void **st)
     int kept = 0;
     assert_int_equal(kvc_room_fail(s, 102, 1, 5, "real", &kept), KVC_OK);
     assert_int_equal(kept, 1);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* A release that deletes room 7 (its only participant), its writer killed
+ * at point: deleted is whether the room is gone afterwards.  Either way the
+ * stripe reads the same before and after its recovery, the count agrees,
+ * and the id opens, reads and deletes again as one room. */
+static void crash_delete(const char *name, const char *point, int deleted)
+{
+    kvc_segment *s = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
+    assert_int_equal(kvc_room_open(s, 7, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    kvc_segment_info sb, sa;
+    kvc_segment_stat(s, &sb);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
+        target = point;
+        kvc_test_set_inject(die_at);
+        kvc_room_release(c, 7, 0);
+        _exit(3);
+    }
+    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
+    tu_owner_died(s, child);
+    kvc_room_info ri;
+    for (int pass = 0; pass < 2; pass++) { /* before the recovery, then after it */
+        assert_int_equal(kvc_room_get(s, 7, 0, &ri), deleted ? KVC_E_NOENT : KVC_OK);
+        if (!deleted)
+            assert_int_equal(ri.released, 0);
+        assert_int_equal(kvc_room_sweep(s, NULL), KVC_OK);
+    }
+    kvc_segment_stat(s, &sa);
+    assert_int_equal(sa.lock_recoveries, sb.lock_recoveries + 1);
+    assert_int_equal(sa.rooms_live, sb.rooms_live - (uint32_t)deleted);
+    assert_int_equal(kvc_room_open(s, 7, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    kvc_segment_stat(s, &sa);
+    assert_int_equal(sa.rooms_live, sb.rooms_live);
+    assert_int_equal(kvc_room_release(s, 7, 0), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 7, 0, &ri), KVC_E_NOENT);
+    assert_null(kvc__room_find(s, 7));
+    kvc_close(s);
+}
+
+static void test_crash_deleting_room(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 128, 60000);
+    /* Rooms beside 7 in its stripe, so that its index entry has neighbours. */
+    uint32_t s7 = kvc__room_stripe(kvc__room_hash(7));
+    for (uint64_t id = 8, k = 0; k < 20; id++)
+        if (kvc__room_stripe(kvc__room_hash(id)) == s7) {
+            assert_int_equal(kvc_room_open(s, id, 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+            k++;
+        }
+    const char *kept[] = {"room.undo_saved", "room.seq_odd", "room.half_written",
+                          "room.before_commit"};
+    for (int i = 0; i < 4; i++)
+        crash_delete(name, kept[i], 0);
+    crash_delete(name, "room.committed", 1);
+    crash_delete(name, "room.entry_tombed", 1);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* Two processes creating rooms of one stripe take slots of their own
+ * parts of it (issue 30: a new room does not land on lines the other
+ * process wrote), and a process whose part is full takes any free slot. */
+static void test_rooms_land_in_own_part(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, 4096, 60000);
+    uint32_t n = s->hdr->stripe_slots, stripe = kvc__room_stripe(kvc__room_hash(1));
+    uint64_t ids[64];
+    size_t nid = 0;
+    for (uint64_t id = 1; nid < 64; id++)
+        if (kvc__room_stripe(kvc__room_hash(id)) == stripe)
+            ids[nid++] = id;
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        _exit(c && c->proc_slot != s->proc_slot && !kvc_room_open(c, ids[0], 2, 0, 0) ? 0 : 1);
+    }
+    assert_int_equal(tu_wait_exit(child), 0);
+    kvc_room *theirs = kvc__room_find(s, ids[0]);
+    assert_non_null(theirs);
+    int32_t their_slot = theirs->part[0].proc_slot;
+    assert_true(their_slot >= 0 && their_slot != s->proc_slot);
+    kvc_room *t = s->rooms + (size_t)stripe * n;
+    /* Each process's first room sits at the start of its part. */
+    assert_int_equal(theirs - t, (uint64_t)(their_slot % KVC_ROOM_PARTS) * n / KVC_ROOM_PARTS);
+    uint32_t lo = (uint32_t)((uint64_t)(s->proc_slot % KVC_ROOM_PARTS) * n / KVC_ROOM_PARTS),
+             hi = (uint32_t)((uint64_t)(s->proc_slot % KVC_ROOM_PARTS + 1) * n / KVC_ROOM_PARTS);
+    /* Ours fill our part, then go on past it; all found, none evicted. */
+    for (size_t k = 1; k < nid; k++) {
+        assert_int_equal(kvc_room_open(s, ids[k], 1, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+        kvc_room *r = kvc__room_find(s, ids[k]);
+        assert_non_null(r);
+        assert_ptr_not_equal(r, theirs);
+        if (k <= hi - lo)
+            assert_int_equal(r - t, lo + k - 1);
+        else
+            assert_false(r - t >= lo && r - t < hi);
+    }
+    for (size_t k = 0; k < nid; k++) {
+        kvc_room_info ri;
+        assert_int_equal(kvc_room_get(s, ids[k], 0, &ri), KVC_OK);
+        assert_int_equal(ri.room, ids[k]);
+    }
     kvc_close(s);
     kvc_unlink(name);
 }
@@ -744,6 +855,8 @@ int main(void)
         cmocka_unit_test(test_watched_liveness_from_marks),
         cmocka_unit_test(test_close_fails_unreleased_rooms),
         cmocka_unit_test(test_crash_inside_room_updates),
+        cmocka_unit_test(test_crash_deleting_room),
+        cmocka_unit_test(test_rooms_land_in_own_part),
         cmocka_unit_test(test_load_full_and_ttl),
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_fail_adopt),

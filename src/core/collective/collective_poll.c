@@ -12,18 +12,35 @@
 
 #include "internal.h"
 
-/* Rooms checked per batch: their slots prefetched together (the misses
+/* Rooms checked per batch: their index entries, then their slots,
+ * prefetched together (the misses
  * overlap: a poll step's rooms are mostly out of cache), the reclaimed
  * ones looked up in the failure ring in one pass. */
 #define BATCH 64
 
-/* Start loading the home slot of room (its head, first participants and
- * liveness check stamps): most rooms sit there. */
+/* Start loading room's home index entry (layout.h), where most rooms'
+ * probes end; the room slot it names is read once the entry is in. */
 static void prefetch_room(kvc_segment *seg, uint64_t room)
 {
     uint64_t h = kvc__room_hash(room);
     uint32_t n = seg->hdr->stripe_slots;
-    const kvc_room *r = seg->rooms + (size_t)kvc__room_stripe(h) * n + kvc__room_home(h, n);
+    __builtin_prefetch(
+        (const void *)&seg->room_index[(size_t)kvc__room_stripe(h) * n + kvc__room_home(h, n)]);
+}
+
+/* Then the room slot that entry names (its head, first participants and
+ * liveness check stamps), if it names one. */
+static void prefetch_slot(kvc_segment *seg, uint64_t room)
+{
+    uint64_t h = kvc__room_hash(room);
+    uint32_t n = seg->hdr->stripe_slots;
+    size_t base = (size_t)kvc__room_stripe(h) * n;
+    uint64_t e =
+        atomic_load_explicit(&seg->room_index[base + kvc__room_home(h, n)], memory_order_relaxed);
+    uint32_t b = (uint32_t)e - 2u;
+    if ((uint32_t)e < 2 || b >= n)
+        return;
+    const kvc_room *r = seg->rooms + base + b;
     __builtin_prefetch(r);
     __builtin_prefetch((const char *)r + 64);
     __builtin_prefetch(&r->checked_ms[0]);
@@ -41,6 +58,8 @@ static void fold_batch(kvc_segment *seg, uint8_t *polls, const uint64_t *rooms, 
     size_t ng = 0;
     for (size_t j = 0; j < k; j++)
         prefetch_room(seg, rooms[at[j]]);
+    for (size_t j = 0; j < k; j++)
+        prefetch_slot(seg, rooms[at[j]]);
     for (size_t j = 0; j < k; j++) {
         bool ours = false;
         kvc_err e = kvc__room_failed_by_kvcoord(seg, rooms[at[j]], &ours);

@@ -440,18 +440,19 @@ static kvc_err release_op(kvc_segment *seg, uint32_t s, uint64_t h, void *arg)
         released += r->part[i].released || i == a->rank;
     kvc__upd u;
     uint64_t now = kvc__now_coarse_ns();
+    _Atomic uint64_t *entry = released == r->participants ? kvc__room_entry(seg, s, r) : NULL;
     kvc_room *w = kvc__upd_begin(&u, seg, s, r, kvc__room_len(r), 0);
     w->part[a->rank].released = 1;
     w->updated_ns = now;
     w->updated_mono = kvc__seg_mono_coarse_ns();
     if (released == r->participants) { /* the last one out reclaims it */
-        w->slot = KVC_SLOT_TOMB;
+        w->slot = KVC_SLOT_FREE;
         kvc__stripe_uncount(seg, s);
         a->deleted = 1;
     }
     kvc__upd_commit(&u, now);
     if (a->deleted) {
-        kvc__tombs_to_free(seg, s, r);
+        kvc__entry_delete(seg, s, entry);
         kvc__room_unreserve(seg);
     }
     return KVC_OK;

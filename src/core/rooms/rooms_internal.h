@@ -20,9 +20,11 @@
  * stripe lock.
  *
  * The room table is split into KVC_ROOM_STRIPES stripes by the top bits of
- * the room id's hash; each stripe is an open-addressing table of its own
- * (linear probing that wraps inside the stripe), with its own robust
- * mutex, count, change epoch and undo record (kvc_room_stripe, layout.h).
+ * the room id's hash; each stripe has an open-addressing index of its own
+ * (linear probing that wraps inside the stripe) naming the room slot each
+ * room sits in, its room slots (a creator takes one from its process's
+ * part first), and its own robust mutex, count, change epoch and undo
+ * record (kvc_room_stripe, layout.h).
  *
  * The lock rule, for every file: writers hold their room's stripe lock
  * (kvc__stripe_lock; one stripe at a time, never with another lock of the
@@ -51,6 +53,25 @@
 static inline kvc_room *kvc__stripe_table(kvc_segment *seg, uint32_t s)
 {
     return seg->rooms + (size_t)s * seg->hdr->stripe_slots;
+}
+
+/* Stripe s's index entries (layout.h). */
+static inline _Atomic uint64_t *kvc__stripe_index(kvc_segment *seg, uint32_t s)
+{
+    return seg->room_index + (size_t)s * seg->hdr->stripe_slots;
+}
+
+static inline uint64_t kvc__ix_used(uint64_t h, uint32_t slot)
+{
+    return (uint64_t)kvc__ix_tag(h) << 32 | (slot + 2u);
+}
+
+/* The room slot index entry e names when it may hold the room of hash h
+ * (used, the tag matches, the slot within the stripe's n); else UINT32_MAX. */
+static inline uint32_t kvc__ix_slot(uint64_t e, uint64_t h, uint32_t n)
+{
+    uint32_t b = (uint32_t)e - 2u;
+    return (uint32_t)(e >> 32) == kvc__ix_tag(h) && (uint32_t)e >= 2 && b < n ? b : UINT32_MAX;
 }
 
 static inline uint32_t kvc__slot_next(uint32_t i, uint32_t n) { return i + 1 == n ? 0 : i + 1; }
@@ -93,25 +114,54 @@ static inline void kvc__stripe_unlock(kvc_segment *seg, uint32_t s, uint32_t epo
         kvc__futex_wake_all(&st->epoch);
 }
 
-/* Slot of room id in stripe s (lock held), or NULL. */
+/* Slot of room id in stripe s (lock held), or NULL: the index probed from
+ * the id's home. */
 static inline kvc_room *kvc__stripe_find(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id)
 {
     uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
     kvc_room *t = kvc__stripe_table(seg, s);
+    _Atomic uint64_t *ix = kvc__stripe_index(seg, s);
     for (uint32_t k = 0; k < n; k++, i = kvc__slot_next(i, n)) {
-        if (t[i].slot == KVC_SLOT_FREE)
+        uint64_t e = atomic_load_explicit(&ix[i], memory_order_relaxed);
+        if (e == KVC_IX_FREE)
             return NULL;
-        if (t[i].slot == KVC_SLOT_USED && t[i].id == id)
-            return &t[i];
+        uint32_t b = kvc__ix_slot(e, h, n);
+        if (b != UINT32_MAX && t[b].slot == KVC_SLOT_USED && t[b].id == id)
+            return &t[b];
+    }
+    return NULL;
+}
+
+/* The index entry of room r (stripe s, used; lock held): the one its ix
+ * names when that names r, else found by probing for its id; NULL when
+ * none does (a damaged index). */
+static inline _Atomic uint64_t *kvc__room_entry(kvc_segment *seg, uint32_t s, const kvc_room *r)
+{
+    uint32_t n = seg->hdr->stripe_slots, b = (uint32_t)(r - kvc__stripe_table(seg, s));
+    _Atomic uint64_t *ix = kvc__stripe_index(seg, s);
+    uint64_t h = kvc__room_hash(r->id);
+    if (r->ix < n && kvc__ix_slot(atomic_load(&ix[r->ix]), h, n) == b)
+        return &ix[r->ix];
+    uint32_t i = kvc__room_home(h, n);
+    for (uint32_t k = 0; k < n; k++, i = kvc__slot_next(i, n)) {
+        uint64_t e = atomic_load(&ix[i]);
+        if (e == KVC_IX_FREE)
+            return NULL;
+        if (kvc__ix_slot(e, h, n) == b)
+            return &ix[i];
     }
     return NULL;
 }
 
 /* ---- rooms_table.c: the stripe table (lock held unless said) ------------- */
 
-/* After r became a tombstone: turn tombstones before a free slot back into
- * free slots. */
-void kvc__tombs_to_free(kvc_segment *seg, uint32_t s, kvc_room *r);
+/* After a room's deletion committed (its slot free): its index entry e
+ * (NULL: none) made a tombstone, and tombstones before a free entry turned
+ * back into free entries.  Until then the entry names a free slot, which
+ * readers pass over as any other room's; a writer that dies in between
+ * leaves it to the stripe's recovery, which makes such entries tombstones
+ * (rooms_update.c). */
+void kvc__entry_delete(kvc_segment *seg, uint32_t s, _Atomic uint64_t *e);
 /* Create room id in stripe s with participants (their states Bootstrapping,
  * nobody joined), reserving it against max rooms; KVC_E_FULL (message set)
  * when the table or the stripe is full. */
@@ -159,6 +209,8 @@ typedef struct kvc__upd {
     kvc_room_stripe *st;
     kvc_room *r;            /* the slot, in the segment */
     size_t len;             /* bytes of it the update saves and rewrites */
+    _Atomic uint64_t *ix;   /* the index entry it rewrites, or NULL */
+    uint64_t ix_new;        /* what it writes there */
     kvc_failure_slot *ring; /* claimed ring entry, or NULL */
     uint64_t ring_n;        /* 1 + its index */
     kvc_room w;             /* the new bytes, made here (private) first */
@@ -169,6 +221,9 @@ typedef struct kvc__upd {
  * Returns the private copy of those bytes the caller changes. */
 kvc_room *kvc__upd_begin(kvc__upd *u, kvc_segment *seg, uint32_t s, kvc_room *r, size_t len,
                          int with_ring);
+/* After kvc__upd_begin: the update also stores v into index entry e (its
+ * old value saved in the undo record first). */
+void kvc__upd_index(kvc__upd *u, _Atomic uint64_t *e, uint64_t v);
 /* Write the private copy into the room inside its seqlock window, clear
  * the undo, release the ring entry, move the epochs.  now_real: the
  * header's "updated" time (CLOCK_REALTIME ns). */

@@ -61,10 +61,11 @@ static void sweep_stripe(kvc_segment *seg, uint32_t s, size_t *reclaimed)
         kvc__room_apply_verdict(seg, s, r, &v); /* records the timeout if not terminal */
         kvc__upd u;
         uint64_t now = kvc__now_coarse_ns();
-        kvc__upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0)->slot = KVC_SLOT_TOMB;
+        _Atomic uint64_t *entry = kvc__room_entry(seg, s, r);
+        kvc__upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0)->slot = KVC_SLOT_FREE;
         kvc__stripe_uncount(seg, s);
         kvc__upd_commit(&u, now);
-        kvc__tombs_to_free(seg, s, r);
+        kvc__entry_delete(seg, s, entry);
         kvc__room_unreserve(seg);
         if (reclaimed)
             (*reclaimed)++;

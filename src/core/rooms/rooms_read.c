@@ -3,7 +3,8 @@
  * kvc_room_wait and kvc_room_list, and judging what was read.
  *
  * Readers take no lock and make no system call: they probe the stripe's
- * table copying each slot under its seq (seqlock.h), re-check, retry.  A
+ * index and copy each room slot an entry names (its tag matching) under
+ * its seq (seqlock.h), re-check, retry.  A
  * reader that keeps seeing an odd seq (a writer stopped or dead inside)
  * takes the stripe lock, which recovers a dead writer, and reads under it.
  * The copy is then judged (judge): the liveness of participants comes from
@@ -85,9 +86,9 @@ static bool odd_wait(int *spins)
 }
 
 /* Copy slot r into *out if it holds room id (seqlock read; parts and the
- * failure record only when it matches).  Returns 1 copied, 0 not this room
- * (*free_slot says whether the probe ends here), -1 a writer is inside. */
-static int snap(const kvc_room *r, uint64_t id, kvc_room *out, bool *free_slot)
+ * failure record only when it matches).  Returns 1 copied, 0 not this room,
+ * -1 a writer is inside. */
+static int snap(const kvc_room *r, uint64_t id, kvc_room *out)
 {
     uint32_t s1 = kvc_seq_read_begin(&r->seq);
     if (s1 & 1)
@@ -102,7 +103,6 @@ static int snap(const kvc_room *r, uint64_t id, kvc_room *out, bool *free_slot)
     }
     if (kvc_seq_read_retry(&r->seq, s1))
         return -1;
-    *free_slot = out->slot == KVC_SLOT_FREE;
     return match;
 }
 
@@ -114,19 +114,24 @@ static kvc_err read_unlocked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t 
 {
     uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
     kvc_room *t = kvc__stripe_table(seg, s);
+    _Atomic uint64_t *ix = kvc__stripe_index(seg, s);
     int spins = 0;
     for (uint32_t k = 0; k < n; k++, i = kvc__slot_next(i, n)) {
-        bool free_slot = false;
+        /* Acquire: the room's bytes were written before its entry. */
+        uint64_t e = atomic_load_explicit(&ix[i], memory_order_acquire);
+        if (e == KVC_IX_FREE)
+            break;
+        uint32_t b = kvc__ix_slot(e, h, n);
+        if (b == UINT32_MAX)
+            continue;
         int got;
-        while ((got = snap(&t[i], id, out, &free_slot)) < 0)
+        while ((got = snap(&t[b], id, out)) < 0)
             if (!odd_wait(&spins))
                 return KVC_E_BUSY;
         if (got) {
-            *where = &t[i];
+            *where = &t[b];
             return KVC_OK;
         }
-        if (free_slot)
-            break;
     }
     return KVC_E_NOENT;
 }

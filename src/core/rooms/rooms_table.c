@@ -1,12 +1,17 @@
 /*
  * rooms_table.c - the room table: KVC_ROOM_STRIPES stripes, each an
- * open-addressing table of its own (linear probing that wraps inside the
- * stripe, kvc__stripe_find in rooms_internal.h), room creation and the
- * reservations that hold the table to max rooms.
+ * open-addressing index of its own (linear probing that wraps inside the
+ * stripe, kvc__stripe_find in rooms_internal.h) naming the room slot of
+ * each room, room creation and the reservations that hold the table to max
+ * rooms.
  *
- * Deletion leaves a tombstone, and every tombstone followed by a free slot
- * is turned back into a free slot (a probe reaching it would stop at the
- * next slot anyway), so tombstones do not pile up.  A room is reserved
+ * A new room takes a free slot of its creator's part of the stripe first
+ * (free_slot): two processes creating rooms in turn then each write their
+ * own slots' lines, not lines the other wrote last (issue 30; the index
+ * entry, 8 bytes, is all they share of a room they do not both join).
+ * Deletion leaves a tombstone in the index, and every tombstone followed
+ * by a free entry is turned back into a free entry (a probe reaching it
+ * would stop at the next entry anyway), so tombstones do not pile up.  A room is reserved
  * against max rooms before it is created: from the handle's credit, else
  * from the header's rooms_reserved in batches (layout.h), the exact count
  * deciding at max rooms.
@@ -29,10 +34,30 @@ kvc_room *kvc__room_find(kvc_segment *seg, uint64_t id)
     return kvc__stripe_find(seg, kvc__room_stripe(h), h, id);
 }
 
-/* First reusable slot on id's probe path in stripe s (after find failed). */
-static kvc_room *find_free(kvc_segment *seg, uint32_t s, uint64_t h)
+/* First reusable index entry on id's probe path in stripe s (after find
+ * failed): its position, or UINT32_MAX. */
+static uint32_t find_free_entry(kvc_segment *seg, uint32_t s, uint64_t h)
 {
     uint32_t n = seg->hdr->stripe_slots, i = kvc__room_home(h, n);
+    _Atomic uint64_t *ix = kvc__stripe_index(seg, s);
+    for (uint32_t k = 0; k < n; k++, i = kvc__slot_next(i, n)) {
+        uint64_t e = atomic_load_explicit(&ix[i], memory_order_relaxed);
+        if (e == KVC_IX_FREE || e == KVC_IX_TOMB)
+            return i;
+    }
+    return UINT32_MAX;
+}
+
+/* A free room slot of stripe s for a room this process creates: the first
+ * free one of its own part (KVC_ROOM_PARTS parts of the stripe's slots, by
+ * process table slot), so that it reuses the lines it wrote itself and not
+ * another process's; else the first free one after that part, wrapping
+ * (any free slot: a creation never fails that a free slot allows). */
+static kvc_room *free_slot(kvc_segment *seg, uint32_t s)
+{
+    uint32_t n = seg->hdr->stripe_slots;
+    uint32_t who = seg->proc_slot >= 0 ? (uint32_t)seg->proc_slot : (uint32_t)seg->pid;
+    uint32_t i = (uint32_t)((uint64_t)(who % KVC_ROOM_PARTS) * n / KVC_ROOM_PARTS);
     kvc_room *t = kvc__stripe_table(seg, s);
     for (uint32_t k = 0; k < n; k++, i = kvc__slot_next(i, n))
         if (t[i].slot != KVC_SLOT_USED)
@@ -40,17 +65,23 @@ static kvc_room *find_free(kvc_segment *seg, uint32_t s, uint64_t h)
     return NULL;
 }
 
-/* After r became a tombstone: turn tombstones before a free slot back into
- * free slots, each step a single store that leaves every probe's result
- * unchanged (a probe stops at the free slot that follows anyway). */
-void kvc__tombs_to_free(kvc_segment *seg, uint32_t s, kvc_room *r)
+/* A deleted room's entry e a tombstone, then the tombstones before a free
+ * entry turned back into free entries, each step a single store that
+ * leaves every probe's result unchanged (a probe stops at the free entry
+ * that follows anyway). */
+void kvc__entry_delete(kvc_segment *seg, uint32_t s, _Atomic uint64_t *e)
 {
-    uint32_t n = seg->hdr->stripe_slots, i = (uint32_t)(r - kvc__stripe_table(seg, s));
-    kvc_room *t = kvc__stripe_table(seg, s);
-    if (t[kvc__slot_next(i, n)].slot != KVC_SLOT_FREE)
+    if (!e)
         return;
-    for (uint32_t k = 0; k < n && t[i].slot == KVC_SLOT_TOMB; k++) {
-        __atomic_store_n(&t[i].slot, KVC_SLOT_FREE, __ATOMIC_RELEASE);
+    atomic_store_explicit(e, KVC_IX_TOMB, memory_order_release);
+    KVC_INJECT("room.entry_tombed");
+    _Atomic uint64_t *ix = kvc__stripe_index(seg, s);
+    uint32_t n = seg->hdr->stripe_slots, i = (uint32_t)(e - ix);
+    if (atomic_load_explicit(&ix[kvc__slot_next(i, n)], memory_order_relaxed) != KVC_IX_FREE)
+        return;
+    for (uint32_t k = 0; k < n && atomic_load_explicit(&ix[i], memory_order_relaxed) == KVC_IX_TOMB;
+         k++) {
+        atomic_store_explicit(&ix[i], KVC_IX_FREE, memory_order_release);
         KVC_INJECT("room.tomb_freed");
         i = kvc__slot_prev(i, n);
     }
@@ -170,7 +201,8 @@ kvc_err kvc__room_create(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
                          "room table of segment %s is full: %u active rooms (max "
                          "rooms %u); no active room is evicted",
                          seg->name, rooms_in_use(seg), hd->max_rooms);
-    kvc_room *r = st->rooms_live + 1 < hd->stripe_slots ? find_free(seg, s, h) : NULL;
+    uint32_t at = st->rooms_live + 1 < hd->stripe_slots ? find_free_entry(seg, s, h) : UINT32_MAX;
+    kvc_room *r = at != UINT32_MAX ? free_slot(seg, s) : NULL;
     if (!r) {
         kvc__room_unreserve(seg);
         return kvc__fail(KVC_E_FULL,
@@ -189,6 +221,7 @@ kvc_err kvc__room_create(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
     w->participants = participants;
     w->terminal = -1;
     w->has_failure = 0;
+    w->ix = at;
     w->opened_ns = w->updated_ns = now;
     w->updated_mono = kvc__seg_mono_coarse_ns();
     memset(w->part, 0, participants * sizeof *w->part);
@@ -198,6 +231,8 @@ kvc_err kvc__room_create(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
     }
     KVC_INJECT("room.creating");
     w->slot = KVC_SLOT_USED;
+    kvc__upd_index(&u, &kvc__stripe_index(seg, s)[at],
+                   kvc__ix_used(h, (uint32_t)(r - kvc__stripe_table(seg, s))));
     __atomic_store_n(&st->rooms_live, st->rooms_live + 1, __ATOMIC_RELAXED);
     kvc__upd_commit(&u, now);
     *out = r;

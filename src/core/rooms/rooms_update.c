@@ -5,9 +5,10 @@
  * Every change of a room (rooms.c's writers, rooms_table.c's creation,
  * rooms_ring.c's failure records, rooms_liveness.c's sweep) runs as
  *   save the bytes about to change (the room, and the failure ring entry
- *   it appends to, claimed first) -> undo valid -> compute the new bytes in
- *   a private copy -> room seq odd -> copy them in -> undo clear -> room seq
- *   even.
+ *   it appends to, claimed first) -> undo valid -> (a creation: save its
+ *   index entry) -> compute the new bytes in a private copy -> room seq
+ *   odd -> copy them in -> (a creation: the index entry) -> undo clear ->
+ *   room seq even (-> a deletion: its index entry a tombstone).
  * A writer that dies before the undo is cleared is rolled back by the
  * stripe's recovery (stripe_recover, run by the next locker under
  * EOWNERDEAD); one that dies after it left complete new bytes, and recovery
@@ -36,7 +37,9 @@ kvc_room *kvc__upd_begin(kvc__upd *u, kvc_segment *seg, uint32_t s, kvc_room *r,
     u->r = r;
     u->len = len;
     u->ring = with_ring ? kvc__ring_claim(u) : NULL;
+    u->ix = NULL;
     kvc_undo *un = &u->st->undo;
+    atomic_store_explicit(&un->ix_off, 0, memory_order_relaxed);
     un->room_off = (uint64_t)((unsigned char *)r - seg->base);
     un->room_len = len;
     /* Word copies (seqlock.h's; under the lock plain copies would do, but
@@ -52,9 +55,21 @@ kvc_room *kvc__upd_begin(kvc__upd *u, kvc_segment *seg, uint32_t s, kvc_room *r,
     return &u->w;
 }
 
+void kvc__upd_index(kvc__upd *u, _Atomic uint64_t *e, uint64_t v)
+{
+    kvc_undo *un = &u->st->undo;
+    un->ix_old = atomic_load_explicit(e, memory_order_relaxed);
+    /* The offset last: recovery restores an entry only once its old value
+     * is saved (the entry itself changes only in kvc__upd_commit). */
+    atomic_store_explicit(&un->ix_off, (uint64_t)((unsigned char *)e - u->seg->base),
+                          memory_order_release);
+    u->ix = e;
+    u->ix_new = v;
+}
+
 /* Write the new bytes inside r's seqlock window: seq odd, the bytes (in
  * two halves, so that a crash test can stop a writer between them), the
- * undo cleared (the new bytes are whole), seq even, the ring entry
+ * index entry, the undo cleared (the new bytes are whole), seq even, the ring entry
  * released. */
 void kvc__upd_commit(kvc__upd *u, uint64_t now_real)
 {
@@ -70,6 +85,12 @@ void kvc__upd_commit(kvc__upd *u, uint64_t now_real)
     kvc_seq_store(dst, src, half);
     KVC_INJECT("room.half_written");
     kvc_seq_store(dst + half, src + half, n - half);
+    /* The index entry after the room's bytes: a reader that finds the room
+     * through it finds them written (or the seq still odd). */
+    if (u->ix) {
+        atomic_store_explicit(u->ix, u->ix_new, memory_order_release);
+        KVC_INJECT("room.index_written");
+    }
     KVC_INJECT("room.before_commit");
     atomic_store_explicit(&u->st->undo.valid, 0, memory_order_release);
     KVC_INJECT("room.committed");
@@ -91,7 +112,8 @@ void kvc__upd_commit(kvc__upd *u, uint64_t now_real)
 
 /* Stripe recovery, with the stripe lock held after EOWNERDEAD (or on
  * demand by repair): roll back an interrupted update, finish a ring entry
- * the dead writer claimed, even every seq it left odd, recount the rooms. */
+ * the dead writer claimed, even every seq it left odd, make an index entry
+ * that names no room of its own a tombstone, recount the rooms. */
 static void stripe_recover(kvc_segment *seg, int id)
 {
     if (id < KVC_LOCK_ROOMS || id >= KVC_LOCK_COUNT)
@@ -100,6 +122,7 @@ static void stripe_recover(kvc_segment *seg, int id)
     kvc_room_stripe *st = &seg->stripes[s];
     kvc_undo *u = &st->undo;
     kvc_room *t = kvc__stripe_table(seg, s);
+    _Atomic uint64_t *ix = kvc__stripe_index(seg, s);
     uint64_t lo = (uint64_t)((unsigned char *)t - seg->base), hi = lo + (uint64_t)n * sizeof *t;
     if (atomic_load(&u->valid)) {
         if (u->room_off >= lo && u->room_off < hi && (u->room_off - lo) % sizeof *t == 0 &&
@@ -114,6 +137,10 @@ static void stripe_recover(kvc_segment *seg, int id)
                           (unsigned char *)&u->room + sizeof r->seq, u->room_len - sizeof r->seq);
             atomic_store_explicit(&r->seq, (saved | 1) + 1, memory_order_release);
         }
+        uint64_t xo = atomic_load(&u->ix_off), xlo = (uint64_t)((unsigned char *)ix - seg->base);
+        if (xo >= xlo && xo < xlo + (uint64_t)n * sizeof *ix && (xo - xlo) % sizeof *ix == 0)
+            atomic_store_explicit((_Atomic uint64_t *)(seg->base + xo), u->ix_old,
+                                  memory_order_release);
         if (u->ring_off) {
             kvc_failure_slot *f = (kvc_failure_slot *)(seg->base + u->ring_off);
             uint64_t c = atomic_load(&f->claim);
@@ -146,6 +173,18 @@ static void stripe_recover(kvc_segment *seg, int id)
         if (q & 1) /* the writer died after its undo was cleared: bytes complete */
             atomic_store(&t[i].seq, q + 1);
         live += t[i].slot == KVC_SLOT_USED;
+    }
+    /* An entry that does not name a used slot holding it (a deletion whose
+     * writer died before the entry was made a tombstone; or damage) becomes
+     * a tombstone: the probe paths stay, and the entry can be reused. */
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t e = atomic_load(&ix[i]);
+        if (e == KVC_IX_FREE || e == KVC_IX_TOMB)
+            continue;
+        uint32_t b = (uint32_t)e - 2u;
+        if ((uint32_t)e < 2 || b >= n || t[b].slot != KVC_SLOT_USED || t[b].ix != i ||
+            kvc__ix_slot(e, kvc__room_hash(t[b].id), n) != b)
+            atomic_store(&ix[i], KVC_IX_TOMB);
     }
     __atomic_store_n(&st->rooms_live, live, __ATOMIC_RELAXED);
     atomic_fetch_add(&st->epoch, 1);

@@ -48,6 +48,7 @@ struct kvc_segment {
     kvc_proc *procs;
     kvc_room_stripe *stripes;
     kvc_room *rooms;
+    _Atomic uint64_t *room_index; /* the stripes' room index entries (layout.h) */
     kvc_failure_slot *failures;
     kvc_coll_group *coll; /* KVC_COLL_GROUPS collective groups (collective.c) */
     kvc_pd_region *pd;
@@ -191,6 +192,10 @@ static inline uint32_t kvc__room_home(uint64_t h, uint32_t stripe_slots)
 {
     return (uint32_t)(((h & 0xffffffffull) * stripe_slots) >> 32);
 }
+
+/* The tag a room's index entry carries (layout.h): bits of the hash
+ * besides the stripe's, so that a probe reads only the rooms it may want. */
+static inline uint32_t kvc__ix_tag(uint64_t h) { return (uint32_t)(h >> 26); }
 
 /* With no process watcher beating, a reader of a room looks a participant
  * up in /proc at most this often (outside any lock). */

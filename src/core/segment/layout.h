@@ -4,7 +4,7 @@
  * offsets (each process maps the segment at its own address).
  *
  *   [kvc_header | kvc_rank_entry x max_ranks x KVC_RANK_TABLES | kvc_proc x max_procs |
- *    kvc_room_stripe x KVC_ROOM_STRIPES | kvc_room x room_slots |
+ *    kvc_room_stripe x KVC_ROOM_STRIPES | room index entry x room_slots | kvc_room x room_slots |
  *    kvc_failure_slot x KVC_FAILURE_RING | kvc_coll_group x KVC_COLL_GROUPS | kvc_pd_region |
  *    arena bitmap | arena (info blobs, KVC_BLOCK-byte blocks)]
  *
@@ -129,7 +129,7 @@ typedef struct kvc_proc {
 } kvc_proc;
 
 /* ---- rooms ---- */
-enum { KVC_SLOT_FREE = 0, KVC_SLOT_USED = 1, KVC_SLOT_TOMB = 2 };
+enum { KVC_SLOT_FREE = 0, KVC_SLOT_USED = 1 };
 
 typedef struct kvc_room_part {
     int32_t pid;  /* 0: has not opened the room */
@@ -157,10 +157,23 @@ typedef struct kvc_failure_rec {
  * kvcoordd's cluster view, kvc_room_fail_mirror). */
 #define KVC__FAIL_OTHER_NODE 1u
 
-/* A slot of a stripe's open-addressing table (linear probing inside the
- * stripe, tombstones turned back into free slots whenever the next slot is
- * free).  seq is the room's seqlock: odd while a writer (stripe lock held)
- * changes anything below it; readers copy, re-check, retry. */
+/* A stripe's room table is two arrays of stripe_slots each: the index, an
+ * open-addressing table of 8-byte entries (linear probing inside the
+ * stripe from the id's home, tombstones turned back into free entries
+ * whenever the next entry is free), and the rooms (kvc_room), where a room
+ * may sit in any slot: its creator takes a free one from its own part of
+ * the stripe's rooms (KVC_ROOM_PARTS parts, by process table slot) first,
+ * so that a process's new room lands on lines it wrote itself.  An index
+ * entry is KVC_IX_FREE, KVC_IX_TOMB, or (tag << 32 | (room slot + 2)),
+ * tag = kvc__ix_tag(hash): written under the stripe lock with one atomic
+ * store, read without a lock. */
+#define KVC_IX_FREE 0ull
+#define KVC_IX_TOMB 1ull
+#define KVC_ROOM_PARTS 8u
+
+/* A room slot.  slot is KVC_SLOT_USED while it holds a room, else
+ * KVC_SLOT_FREE.  seq is the room's seqlock: odd while a writer (stripe
+ * lock held) changes anything below it; readers copy, re-check, retry. */
 typedef struct kvc_room {
     _Atomic uint32_t seq;
     uint32_t slot; /* KVC_SLOT_* */
@@ -168,7 +181,7 @@ typedef struct kvc_room {
     uint32_t participants;
     int32_t terminal; /* -1, KVC_POLL_FAILED or KVC_POLL_SUCCESS: sticky */
     uint32_t has_failure;
-    uint32_t pad;
+    uint32_t ix;           /* while used: its index entry (0..stripe_slots-1) */
     uint64_t opened_ns;    /* CLOCK_REALTIME, shown */
     uint64_t updated_ns;   /* CLOCK_REALTIME, shown */
     uint64_t updated_mono; /* CLOCK_MONOTONIC (coarse): the TTL counts from it */
@@ -195,7 +208,7 @@ typedef struct kvc_failure_slot {
 } kvc_failure_slot;
 
 /* Undo record of one stripe: the bytes an update is about to change (a
- * room slot, and the failure ring entry it appends to), saved first and
+ * room slot, its index entry, and the failure ring entry it appends to), saved first and
  * marked valid last; recovery under EOWNERDEAD copies them back (the seq
  * words excepted, which it moves past the dead writer's value). */
 typedef struct kvc_undo {
@@ -205,6 +218,10 @@ typedef struct kvc_undo {
     uint64_t room_len;
     uint64_t ring_off; /* set before the entry is claimed; 0 = none */
     uint64_t ring_n;   /* 1 + the ring index claimed (failures_total after it) */
+    /* The index entry the update rewrites (offset from the segment start,
+     * 0 = none; stored after ix_old) and its value before. */
+    _Atomic uint64_t ix_off;
+    uint64_t ix_old;
     kvc_room room;
     kvc_failure_slot ring;
 } kvc_undo;
@@ -349,10 +366,10 @@ typedef struct kvc_header {
     uint32_t stripe_slots; /* slots of one stripe's table */
     uint32_t room_ttl_ms;
     uint64_t stripes_off;            /* KVC_ROOM_STRIPES kvc_room_stripe */
-    uint64_t rooms_off;              /* stripe s's table: slots [s * stripe_slots, +stripe_slots) */
+    uint64_t rooms_off;              /* stripe s's rooms: slots [s * stripe_slots, +stripe_slots) */
     uint64_t failures_off;           /* ring of KVC_FAILURE_RING kvc_failure_slot */
     _Atomic uint64_t failures_total; /* ring appends claimed, ever */
-    uint32_t pad5[2];
+    uint64_t index_off;       /* stripe s's index: uint64 [s * stripe_slots, +stripe_slots) */
     uint64_t coll_off;        /* KVC_COLL_GROUPS kvc_coll_group */
     uint32_t coll_group_size; /* sizeof(kvc_coll_group) */
     uint32_t coll_pad;

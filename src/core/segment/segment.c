@@ -81,8 +81,8 @@ KVC_API kvc_err kvc_name_check(const char *name)
  * recomputes it and compares, so a header with inconsistent numbers is
  * refused rather than trusted. */
 struct geometry {
-    uint64_t ranks_off, procs_off, stripes_off, rooms_off, failures_off, coll_off, pd_off,
-        bitmap_off, arena_off, arena_blocks, total;
+    uint64_t ranks_off, procs_off, stripes_off, index_off, rooms_off, failures_off, coll_off,
+        pd_off, bitmap_off, arena_off, arena_blocks, total;
     uint32_t room_slots, stripe_slots;
 };
 
@@ -101,8 +101,9 @@ static struct geometry geometry_of(uint32_t max_ranks, uint32_t max_procs, uint3
     g.procs_off = ALIGN_UP(
         g.ranks_off + (uint64_t)max_ranks * KVC_RANK_TABLES * sizeof(kvc_rank_entry), KVC_ALIGN);
     g.stripes_off = ALIGN_UP(g.procs_off + (uint64_t)max_procs * sizeof(kvc_proc), KVC_ALIGN);
-    g.rooms_off =
+    g.index_off =
         ALIGN_UP(g.stripes_off + (uint64_t)KVC_ROOM_STRIPES * sizeof(kvc_room_stripe), KVC_ALIGN);
+    g.rooms_off = ALIGN_UP(g.index_off + (uint64_t)g.room_slots * sizeof(uint64_t), KVC_ALIGN);
     g.failures_off = ALIGN_UP(g.rooms_off + (uint64_t)g.room_slots * sizeof(kvc_room), KVC_ALIGN);
     g.coll_off =
         ALIGN_UP(g.failures_off + (uint64_t)KVC_FAILURE_RING * sizeof(kvc_failure_slot), KVC_ALIGN);
@@ -200,6 +201,7 @@ static void bind_regions(kvc_segment *seg)
     seg->procs = (kvc_proc *)(seg->base + h->procs_off);
     seg->stripes = (kvc_room_stripe *)(seg->base + h->stripes_off);
     seg->rooms = (kvc_room *)(seg->base + h->rooms_off);
+    seg->room_index = (_Atomic uint64_t *)(seg->base + h->index_off);
     seg->failures = (kvc_failure_slot *)(seg->base + h->failures_off);
     seg->coll = (kvc_coll_group *)(seg->base + h->coll_off);
     seg->pd = (kvc_pd_region *)(seg->base + h->pd_off);
@@ -251,6 +253,7 @@ static kvc_err init_header(kvc_segment *seg, const kvc_options *o, const struct 
     h->stripes_off = g->stripes_off;
     h->room_ttl_ms = o->room_ttl_ms;
     h->rooms_off = g->rooms_off;
+    h->index_off = g->index_off;
     h->failures_off = g->failures_off;
     h->coll_off = g->coll_off;
     h->coll_group_size = sizeof(kvc_coll_group);
@@ -384,11 +387,11 @@ static kvc_err validate(kvc_segment *seg, uint64_t file_size)
                          (unsigned)h->roles_used);
     struct geometry g = geometry_of(h->max_ranks, h->max_procs, h->max_rooms, h->arena_bytes);
     if (g.total != h->total_size || g.ranks_off != h->ranks_off || g.procs_off != h->procs_off ||
-        g.rooms_off != h->rooms_off || g.failures_off != h->failures_off ||
-        g.coll_off != h->coll_off || g.pd_off != h->pd_off || g.room_slots != h->room_slots ||
-        g.stripe_slots != h->stripe_slots || g.stripes_off != h->stripes_off ||
-        h->room_ttl_ms < 1 || g.bitmap_off != h->bitmap_off || g.arena_off != h->arena_off ||
-        g.arena_blocks != h->arena_blocks)
+        g.rooms_off != h->rooms_off || g.index_off != h->index_off ||
+        g.failures_off != h->failures_off || g.coll_off != h->coll_off || g.pd_off != h->pd_off ||
+        g.room_slots != h->room_slots || g.stripe_slots != h->stripe_slots ||
+        g.stripes_off != h->stripes_off || h->room_ttl_ms < 1 || g.bitmap_off != h->bitmap_off ||
+        g.arena_off != h->arena_off || g.arena_blocks != h->arena_blocks)
         return kvc__fail(KVC_E_CORRUPT,
                          "segment %s has an inconsistent header (capacities do "
                          "not match region offsets)",
