@@ -573,15 +573,19 @@ cmd_test() {
         if grep -q '^asan 0 ' "$out"; then
             timed suite-asan run_suite build-asan || status=1
         fi
-        log "waiting for the background builds"
-        timed wait-builds wait_builds "$pid" "$out" || status=1
-        timed wait-deb wait_builds "$dpid" "$dout" || status=1
-        if grep -q '^arm64 0 ' "$out"; then
-            timed arm64-qemu arm64_run || status=1
-        fi
+        # The fuzz and arm64 builds come before the matrix: their runs start
+        # as soon as they are built, while the matrix still builds.
+        timed wait-fuzz wait_step fuzz "$pid" "$out"
         if grep -q '^fuzz 0 ' "$out"; then
             timed fuzz-run fuzz_run || status=1
         fi
+        timed wait-arm64 wait_step arm64 "$pid" "$out"
+        if grep -q '^arm64 0 ' "$out"; then
+            timed arm64-qemu arm64_run || status=1
+        fi
+        log "waiting for the background builds"
+        timed wait-builds wait_builds "$pid" "$out" || status=1
+        timed wait-deb wait_builds "$dpid" "$dout" || status=1
         local step st secs
         while read -r step st secs; do STEP_TIMES+=("bg-$step ${secs}s"); done < <(cat "$out" "$dout")
     fi
