@@ -49,16 +49,22 @@ print("mooncake", a.transfer_sync_write(b.get_session_id(), ctypes.addressof(src
 
 
 class Pip(unittest.TestCase):
-    def setUp(self):
-        self.work = tempfile.mkdtemp(prefix="kvctest-pip-")
-        # an out-of-tree copy: the checkout gets no build/ or egg-info from the test
-        self.src = os.path.join(self.work, "src")
-        shutil.copytree(SRC, self.src, ignore=shutil.ignore_patterns(
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="kvctest-pip-")
+        # An out-of-tree copy: the checkout gets no build/ or egg-info from
+        # the test.  One copy for both tests: pip builds in the tree, so the
+        # first test compiles the extension from clean and the second
+        # (pip wheel) reuses that CMake build rather than compiling it all
+        # again (the suite's longest compile otherwise, on 2 cores).
+        cls.src = os.path.join(cls.work, "src")
+        shutil.copytree(SRC, cls.src, ignore=shutil.ignore_patterns(
             "build", "build-*", ".git", "__pycache__", "*.egg-info"))
-        self.env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        cls.env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
-    def tearDown(self):
-        shutil.rmtree(self.work, ignore_errors=True)
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
 
     def run_ok(self, *cmd, cwd=None):
         r = subprocess.run(cmd, cwd=cwd or self.src, env=self.env, capture_output=True,
