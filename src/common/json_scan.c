@@ -8,6 +8,7 @@
  */
 #include "json_scan.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -266,7 +267,7 @@ static void reset_under(struct kvc_json_watch *watch, size_t nwatch, int anc)
 {
     for (size_t i = 0; i < nwatch; i++)
         if (under(watch, (int)i, anc))
-            watch[i].type = KVC_JSON_NONE;
+            watch[i].type = KVC_JSON_NONE, watch[i].seen = 0;
 }
 
 static void record(struct kvc_json_watch *watch, struct kvc_json_root *root, int w,
@@ -311,7 +312,7 @@ int kvc__json_scan(const char *text, size_t len, struct kvc_json_watch *watch, s
     int w = -1; /* the watch the next value fills */
     int rc = -1;
     for (size_t i = 0; i < nwatch; i++)
-        watch[i].type = KVC_JSON_NONE, watch[i].members = 0;
+        watch[i].type = KVC_JSON_NONE, watch[i].members = 0, watch[i].seen = 0;
     if (root)
         root->type = KVC_JSON_NONE, root->members = 0;
 
@@ -430,8 +431,11 @@ int kvc__json_scan(const char *text, size_t len, struct kvc_json_watch *watch, s
             /* A repeated key: its last occurrence wins whole, whatever the
              * type of its new value, so what an earlier occurrence recorded
              * below it is forgotten now. */
-            if (w >= 0)
+            if (w >= 0) {
                 reset_under(watch, nwatch, w);
+                if (watch[w].seen < UINT_MAX)
+                    watch[w].seen++;
+            }
         }
         skip_ws(&s);
         if (s.pos >= s.len || p[s.pos] != ':') {

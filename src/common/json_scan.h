@@ -52,14 +52,17 @@ enum kvc_json_type {
  * top-level object; a watch must come after its parent.  key is compared
  * with the decoded key (escapes resolved), byte for byte.  The scanner
  * fills the rest: type (KVC_JSON_NONE when absent), the value's bytes
- * [start, end) as offsets into the text, and members (for an object or
- * array: its number of members or elements). */
+ * [start, end) as offsets into the text, members (for an object or
+ * array: its number of members or elements), and seen: how many times the
+ * key occurred in its object (2 or more: a duplicate key, whose last
+ * occurrence is the one recorded; a caller may refuse it). */
 struct kvc_json_watch {
     int parent;
     const char *key;
     enum kvc_json_type type;
     size_t start, end;
     size_t members;
+    unsigned seen;
 };
 
 /* Why a text was refused: the byte offset of the offending character (the

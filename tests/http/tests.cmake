@@ -63,3 +63,11 @@ set_tests_properties(http_shared PROPERTIES LABELS "http" TIMEOUT 300)
 add_test(NAME http_longpoll
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_longpoll.py --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(http_longpoll PROPERTIES LABELS "http" TIMEOUT 300)
+
+# Registration bodies that could replace a live worker's rank unseen: a
+# field kvcoordd reads repeated is a 400; an HTTP registration replacing a
+# live worker's rank is logged at warn (kvcoord-worker holds rank 0).
+add_test(NAME http_register_rules
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_register_rules.py
+          --daemon $<TARGET_FILE:kvcoordd> --worker $<TARGET_FILE:kvcoord-worker>)
+set_tests_properties(http_register_rules PROPERTIES LABELS "http" TIMEOUT 300)

@@ -6,6 +6,10 @@
  */
 #include "http_routes_int.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
 /* ---- PUT /register_transfer_engine_info ---------------------------------- */
 
 /* The members of a registration body the scanner locates (json_scan.h);
@@ -20,6 +24,36 @@ static const struct kvc_json_watch register_watch[W_COUNT] = {
     [W_ROLE] = {.parent = -1, .key = "role"},
     [W_PCFG] = {.parent = -1, .key = "parallelism_config"}, /* its own route */
 };
+
+/* Field paths of the watches, for the 400 of a repeated one. */
+static const char *const register_field[W_COUNT] = {
+    [W_RANK] = "rank",
+    [W_TP_RANK] = "tp_rank",
+    [W_TEI] = "transfer_engine_info",
+    [W_SID] = "transfer_engine_info.session_id",
+    [W_WID] = "transfer_engine_info.weights_info_dict",
+    [W_ROLE] = "role",
+    [W_PCFG] = "parallelism_config",
+};
+
+/* A field kvcoordd reads occurs at most once: parsers disagree on which
+ * occurrence of a repeated key counts (Python's json and FastAPI take the
+ * last, others the first), so {"rank":9,"rank":0,...} would name one rank
+ * to kvcoordd and another to a proxy or a log reader in front of it.
+ * sglang's clients build bodies from dicts and never repeat a key.  On a
+ * repeated one the 400 is written and -1 returned. */
+static int register_unique(const struct http_req *req, struct buf *out,
+                           const struct kvc_json_watch *w)
+{
+    for (int i = 0; i < W_COUNT; i++)
+        if (w[i].seen > 1) {
+            route_detailf(out, req, 400,
+                          "Duplicate field '%s': it occurs %u times; send each field once",
+                          register_field[i], w[i].seen);
+            return -1;
+        }
+    return 0;
+}
 
 /* The rank of a registration: "rank", else "tp_rank" (rank 0 is valid). */
 static int register_rank(struct routes *r, const struct http_req *req, struct buf *out,
@@ -114,6 +148,23 @@ static int register_role(const struct http_req *req, struct buf *out,
     return 0;
 }
 
+/* The pid of the process that registered rank (under role) itself, when
+ * it is alive: a worker through the library, not this daemon (an HTTP
+ * registration's pid) nor a mirror of another node; else 0.  Its entry is
+ * left in r->scratch.  (A pid reused since is a false alarm in a log
+ * line, never a refusal.) */
+static int32_t registrant_alive(struct routes *r, const char *role, uint32_t rank)
+{
+    kvc_err e = kvc_role_lookup(r->seg, role, rank, &r->scratch);
+    kvc_rank_info_free(&r->scratch); /* its info is not needed: no buffer kept */
+    if (e != KVC_OK)
+        return 0;
+    int32_t pid = r->scratch.pid;
+    if (pid <= 0 || pid == (int32_t)getpid() || r->scratch.origin[0])
+        return 0;
+    return kill(pid, 0) == 0 || errno == EPERM ? pid : 0;
+}
+
 /* Store a validated registration: weights_info_dict's bytes exactly as
  * they were sent (validated, never re-encoded); writes the answer. */
 static void register_store(struct routes *r, const struct http_req *req, struct buf *out,
@@ -123,6 +174,7 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
     const char *text = req->body + wid->start;
     size_t len = wid->end - wid->start;
     uint64_t gen = 0;
+    int32_t live = registrant_alive(r, role, rank);
     kvc_err e = kvc_role_register_validated(
         r->seg, role, rank, sid, text, len,
         wid->members > UINT32_MAX ? UINT32_MAX : (uint32_t)wid->members, &gen);
@@ -132,6 +184,15 @@ static void register_store(struct routes *r, const struct http_req *req, struct 
                       route_role_suffix(role, rs, sizeof rs), kvc_last_error());
         return;
     }
+    if (live > 0)
+        log_event(
+            LOG_WARN, "http_register_replaces_live",
+            "rank=%u role=%s pid=%d session_id_was=\"%s\" session_id=\"%s\" generation=%" PRIu64
+            " note=\"rank %u was registered by process %d, which is alive: this HTTP "
+            "registration replaces it, and that process's exit will no longer withdraw "
+            "the rank\"",
+            rank, role[0] ? role : KVC_DEFAULT_ROLE, (int)live, r->scratch.session_id, sid, gen,
+            rank, (int)live);
     /* At debug: the daemon's rank table watch logs every registration
      * once at info, whoever made it (seg_events.c). */
     log_event(LOG_DEBUG, "http_register",
@@ -154,8 +215,8 @@ static void register_now(struct routes *r, const struct http_req *req, struct bu
                       jerr.column, jerr.text);
     else if (root.type != KVC_JSON_OBJECT)
         resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
-    else if (!register_rank(r, req, out, w, &rank) && !register_info(req, out, w, sid) &&
-             !register_role(req, out, w, role))
+    else if (!register_unique(req, out, w) && !register_rank(r, req, out, w, &rank) &&
+             !register_info(req, out, w, sid) && !register_role(req, out, w, role))
         register_store(r, req, out, rank, role, sid, &w[W_WID]);
 }
 
@@ -203,7 +264,8 @@ enum route_rc route_put_parallelism(struct routes *r, struct route_slot *s,
                       jerr.column, jerr.text);
     else if (root.type != KVC_JSON_OBJECT)
         resp_detail(out, req, 400, "Request body must be a JSON object", NULL);
-    else if (register_rank(r, req, out, w, &rank) || register_role(req, out, w, role))
+    else if (register_unique(req, out, w) || register_rank(r, req, out, w, &rank) ||
+             register_role(req, out, w, role))
         ; /* answered */
     else if (w[W_PCFG].type == KVC_JSON_NONE)
         route_bad_field(out, req, "parallelism_config", NULL);

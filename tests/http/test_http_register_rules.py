@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Registration bodies that could overwrite a live worker's rank unseen.
+
+- A field kvcoordd reads occurs once: {"rank":9,"rank":0,...} is refused
+  (400 "Duplicate field 'rank'"), and so is a repeated transfer_engine_info,
+  session_id or weights_info_dict, role or parallelism_config; nothing is
+  stored (before: the last "rank" counted and replaced rank 0).  "rank"
+  beside "tp_rank" stays valid (rank wins, sglang's rule); keys repeated
+  inside weights_info_dict are the client's data, stored as sent.
+- An HTTP registration that replaces a rank whose registrant (a worker,
+  through the library) is alive is logged at warn, naming the rank, the
+  process and both session ids; none for a rank nobody holds, nor for one
+  registered over HTTP before.
+
+Usage: test_http_register_rules.py --daemon PATH --worker PATH
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import test_http_raw as raw
+from test_http_raw import Conn, Daemon, detail
+
+DEADLINE = 30
+WID = '{"w":[4096,1024,2]}'
+
+
+def body(*members):
+    return ("{" + ",".join(members) + "}").encode()
+
+
+def tei(sid="10.0.0.9:1", wid=WID):
+    return '"transfer_engine_info":{"session_id":"%s","weights_info_dict":%s}' % (sid, wid)
+
+
+class RegisterRules(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon()
+        self.info = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump({"rank": 0, "transfer_engine_info": {
+            "session_id": "127.0.0.1:17000", "weights_info_dict": {"w": [1, 2, 3]}}}, self.info)
+        self.info.close()
+        self.out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
+        self.worker = subprocess.Popen(
+            [ARGS.worker, "--segment", self.d.segment, "--info", self.info.name, "--linger"],
+            stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            with open(self.out.name, encoding="utf-8", errors="replace") as f:
+                if "kvcoord-worker: rank=0" in f.read():
+                    break
+            self.assertIsNone(self.worker.poll(), "the worker exited")
+            self.assertLess(time.monotonic(), deadline, "the worker never registered")
+            time.sleep(0.02)
+        self.c = Conn(self.d.port)
+
+    def tearDown(self):
+        self.c.close()
+        if self.worker.poll() is None:
+            self.worker.send_signal(signal.SIGTERM)
+            self.worker.wait()
+        self.d.stop()
+        for f in (self.info.name, self.out.name):
+            os.unlink(f)
+
+    def put(self, data):
+        return self.c.request("PUT", "/register_transfer_engine_info", data)
+
+    def rank0_session(self):
+        status, _, b = self.c.request("GET", "/get_transfer_engine_info?rank=0")
+        self.assertEqual(status, 200, b)
+        return json.loads(b)["remote_instance_transfer_engine_info"][0]
+
+    def test_duplicate_fields_refused(self):
+        cases = [
+            (body('"rank":9', '"rank":0', tei()), "rank", 2),
+            (body('"tp_rank":0', '"tp_rank":0', tei()), "tp_rank", 2),
+            (body('"rank":0', tei(), tei("10.0.0.8:1")), "transfer_engine_info", 2),
+            (body('"rank":0', '"transfer_engine_info":{"session_id":"a:1","session_id":"b:1",'
+                  '"session_id":"c:1","weights_info_dict":{}}'),
+             "transfer_engine_info.session_id", 3),
+            (body('"rank":0', '"transfer_engine_info":{"session_id":"a:1",'
+                  '"weights_info_dict":{},"weights_info_dict":{}}'),
+             "transfer_engine_info.weights_info_dict", 2),
+            (body('"rank":0', '"role":"draft"', '"role":"target"', tei()), "role", 2),
+            (body('"r\\u0061nk":9', '"rank":0', tei()), "rank", 2),  # an escaped key too
+        ]
+        for data, field, times in cases:
+            with self.subTest(field=field, body=data):
+                status, _, b = self.put(data)
+                self.assertEqual(status, 400, b)
+                self.assertEqual(detail(b), "Duplicate field '%s': it occurs %d times; send "
+                                            "each field once" % (field, times))
+        self.assertEqual(self.rank0_session(), "127.0.0.1:17000")  # nothing stored
+        status, _, b = self.c.request(
+            "PUT", "/register_parallelism_config",
+            body('"rank":3', '"parallelism_config":{}', '"parallelism_config":{"tp":2}'))
+        self.assertEqual(status, 400, b)
+        self.assertIn("Duplicate field 'parallelism_config'", detail(b))
+        self.assertNotIn("http_register_replaces_live", self.d.output())
+
+    def test_allowed_repeats(self):
+        # rank beside tp_rank: rank wins (sglang's server); keys repeated in
+        # weights_info_dict are stored as sent
+        status, _, b = self.put(body('"tp_rank":4', '"rank":5',
+                                     tei(wid='{"w":[1,2,3],"w":[4,5,6]}')))
+        self.assertEqual(status, 200, b)
+        status, _, b = self.c.request("GET", "/get_transfer_engine_info?rank=5")
+        self.assertEqual(status, 200, b)
+        self.assertIn(b'{"w":[1,2,3],"w":[4,5,6]}', b)
+
+    def test_replacing_a_live_workers_rank_is_logged(self):
+        status, _, b = self.put(body('"rank":7', tei("10.0.0.7:1")))  # nobody held rank 7
+        self.assertEqual(status, 200, b)
+        status, _, b = self.put(body('"rank":7', tei("10.0.0.77:1")))  # an HTTP one did
+        self.assertEqual(status, 200, b)
+        self.assertNotIn("http_register_replaces_live", self.d.output())
+        status, _, b = self.put(body('"rank":0', tei("10.0.0.9:1")))
+        self.assertEqual(status, 200, b)
+        self.assertEqual(self.rank0_session(), "10.0.0.9:1")
+        lines = [l for l in self.d.output().splitlines() if "http_register_replaces_live" in l]
+        self.assertEqual(len(lines), 1, self.d.output())
+        self.assertIn(" warn http_register_replaces_live rank=0 role=target pid=%d "
+                      'session_id_was="127.0.0.1:17000" session_id="10.0.0.9:1"'
+                      % self.worker.pid, lines[0])
+
+
+def main():
+    global ARGS
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", default=os.path.join(here, "..", "..", "build", "kvcoordd"))
+    ap.add_argument("--worker", default=os.path.join(here, "..", "..", "build", "kvcoord-worker"))
+    ARGS, rest = ap.parse_known_args()
+    raw.ARGS = ARGS
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
