@@ -360,57 +360,151 @@ static int followed_room(PyObject *poller, PyObject *follows, uint64_t *room)
     return 0;
 }
 
+/* polls[i]: this rank's poll of one room as int() makes it (an int, or an
+ * object int() accepts when called: what pollers[i].poll() returned), in
+ * 0..4.  -1 with an exception. */
+static int poll_value(PyObject *o, Py_ssize_t i, int called, uint8_t *out)
+{
+    long v = -2;
+    int overflow = 0; /* out of range too */
+    if (PyLong_CheckExact(o)) {
+        v = PyLong_AsLongAndOverflow(o, &overflow);
+    } else if (called) { /* int(poller.poll()), as sglang's list comprehension */
+        PyObject *iv = PyNumber_Long(o);
+        if (!iv)
+            return -1;
+        v = PyLong_AsLongAndOverflow(iv, &overflow);
+        Py_DECREF(iv);
+    } else if (PyLong_Check(o) && !PyBool_Check(o)) {
+        v = PyLong_AsLongAndOverflow(o, &overflow);
+    }
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || v < 0 || v > 4) {
+        if (called)
+            PyErr_Format(kvcpy_InvalidError,
+                         "pollers[%zd].poll() returned %R, not a KVPoll int 0..4", i, o);
+        else
+            PyErr_Format(kvcpy_InvalidError, "polls[%zd] is %R, not a KVPoll int 0..4", i, o);
+        return -1;
+    }
+    *out = (uint8_t)v;
+    return 0;
+}
+
+/* After poll_allreduce polled the pollers itself and then failed: the
+ * polls it made, as a list, in the exception's .polls (a caller that falls
+ * back to another reduction must not poll again: a poll() has effects). */
+static void attach_polls(const uint8_t *polls, Py_ssize_t n)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    PyObject *l = v ? PyList_New(n) : NULL;
+    for (Py_ssize_t i = 0; l && i < n; i++)
+        PyList_SET_ITEM(l, i, PyLong_FromLong(polls[i]));
+    if (!l || PyObject_SetAttrString(v, "polls", l) < 0)
+        PyErr_Clear(); /* the original exception goes on without them */
+    Py_XDECREF(l);
+    PyErr_Restore(t, v, tb);
+}
+
+/* The arguments of poll_allreduce, positional (the fast path: no tuple or
+ * dict is made) or by keyword (parsed as by PyArg_ParseTupleAndKeywords).
+ * 0, or -1 with an exception. */
+static int poll_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **o)
+{
+    static char *kwlist[] = {"group",   "size",    "rank", "polls", "pollers",
+                             "follows", "timeout", "kind", NULL};
+    if (!kwnames && nargs >= 4 && nargs <= 8) {
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            o[i] = args[i];
+        return 0;
+    }
+    PyObject *t = PyTuple_New(nargs), *kw = NULL;
+    int ok = 0;
+    if (!t)
+        return -1;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nk && !(kw = PyDict_New()))
+        goto out;
+    for (Py_ssize_t i = 0; i < nk; i++)
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+            goto out;
+    /* borrowed from t and kw, which the caller's arguments keep alive */
+    ok = PyArg_ParseTupleAndKeywords(t, kw, "OOOO|OOOO", kwlist, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                     &o[5], &o[6], &o[7]);
+out:
+    Py_DECREF(t);
+    Py_XDECREF(kw);
+    return ok ? 0 : -1;
+}
+
 const char kvcpy_doc_poll_allreduce[] =
     "poll_allreduce(group, size, rank, polls, pollers=None, follows=None, timeout=30.0, "
     "kind=0) -> list[int]\n\nsglang's poll agreement in one call (kvc_poll_allreduce): "
-    "polls is this rank's list of KVPoll ints (0..4) for the step; for each i whose poll is "
+    "polls is this rank's list of KVPoll ints (0..4) for the step, or None: then each "
+    "pollers[i].poll() is called here, in order, and taken as int() takes it (what "
+    "sglang's [int(p.poll()) for p in pollers] gives; an exception it raises propagates "
+    "before any reduction); for each i whose poll is "
     "not Failed and whose pollers[i].bootstrap_room is in `follows` (a dict or set of the "
     "rooms this process follows in the segment), a room kvcoord itself failed (a "
     "participant died, the room TTL passed) makes polls[i] Failed; then the element-wise "
     "MIN over the group's ranks, as allreduce_min (same group, rounds and errors; kind "
     "names the caller's variant), returned as a new list of ints.  Allocates nothing but "
     "the result for up to 256 polls.  Errors: those of allreduce_min; TypeError / "
-    "ValueError for bad arguments (polls not ints, pollers of another length).";
+    "ValueError for bad arguments (polls not ints, pollers of another length, neither "
+    "given), InvalidArgumentError for a poll outside 0..4.  When it polled the pollers "
+    "itself and fails after the polls, the exception's .polls is the list of them "
+    "(before the fold).";
 
-PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw)
+PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
 {
-    static char *kwlist[] = {"group",   "size",    "rank", "polls", "pollers",
-                             "follows", "timeout", "kind", NULL};
-    PyObject *group_o, *size_o, *rank_o, *polls_o, *pollers_o = Py_None, *follows = Py_None,
-                                                   *timeout_o = NULL, *kind_o = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOOO", kwlist, &group_o, &size_o, &rank_o,
-                                     &polls_o, &pollers_o, &follows, &timeout_o, &kind_o))
+    static PyObject *s_poll;
+    PyObject *o[8] = {NULL, NULL, NULL, NULL, Py_None, Py_None, NULL, NULL};
+    if (poll_args(args, nargs, kwnames, o) < 0)
         return NULL;
+    PyObject *polls_o = o[3], *pollers_o = o[4], *follows = o[5];
     uint64_t group;
     unsigned long long size, rank, kind = 0;
     double timeout = 30.0;
-    if (!conv_group(group_o, &group) || !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
-        !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank) ||
-        (kind_o && !kvcpy_conv_uint(kind_o, 0xffff, "kind", "", &kind)) ||
-        (timeout_o && !kvcpy_conv_timeout(timeout_o, &timeout)))
+    if (!conv_group(o[0], &group) || !kvcpy_conv_uint(o[1], UINT32_MAX, "size", "", &size) ||
+        !kvcpy_conv_uint(o[2], UINT32_MAX, "rank", "", &rank) ||
+        (o[7] && !kvcpy_conv_uint(o[7], 0xffff, "kind", "", &kind)) ||
+        (o[6] && !kvcpy_conv_timeout(o[6], &timeout)))
         return NULL;
     if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows)) {
         PyErr_Format(PyExc_TypeError, "follows must be a dict, a set or None, not %.100s",
                      Py_TYPE(follows)->tp_name);
         return NULL;
     }
-    PyObject *pl = PySequence_Fast(polls_o, "polls must be a sequence of ints 0..4");
-    if (!pl)
+    int call = polls_o == Py_None; /* poll the pollers here */
+    if (call && pollers_o == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "poll_allreduce: polls and pollers are both None");
         return NULL;
-    PyObject *pv = NULL, *res = NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(pl);
-    uint8_t pstack[POLL_STACK], *polls = pstack;
-    uint64_t rstack[POLL_STACK], *rooms = NULL;
+    }
+    if (call && !s_poll && !(s_poll = PyUnicode_InternFromString("poll")))
+        return NULL;
+    PyObject *pl = NULL, *pv = NULL, *res = NULL;
+    int polled = 0;
+    if (!call && !(pl = PySequence_Fast(polls_o, "polls must be a sequence of ints 0..4")))
+        return NULL;
     int fold = follows != Py_None && pollers_o != Py_None &&
                (PyDict_Check(follows) ? PyDict_GET_SIZE(follows) : PySet_GET_SIZE(follows)) > 0;
-    if (n > POLL_STACK && !(polls = PyMem_Malloc((size_t)n))) {
+    if ((call || fold) && !(pv = PySequence_Fast(pollers_o, "pollers must be a sequence")))
+        goto out0;
+    Py_ssize_t n = call ? PySequence_Fast_GET_SIZE(pv) : PySequence_Fast_GET_SIZE(pl);
+    /* polls, then (when polled here) a copy of them as polled: n bytes each */
+    uint8_t pstack[2 * POLL_STACK], *polls = pstack;
+    uint64_t rstack[POLL_STACK], *rooms = NULL;
+    if (n > POLL_STACK && !(polls = PyMem_Malloc(2 * (size_t)n))) {
         PyErr_NoMemory();
         goto out;
     }
     if (fold) {
-        pv = PySequence_Fast(pollers_o, "pollers must be a sequence");
-        if (!pv)
-            goto out;
         if (PySequence_Fast_GET_SIZE(pv) != n) {
             PyErr_Format(PyExc_ValueError, "%zd polls but %zd pollers", n,
                          PySequence_Fast_GET_SIZE(pv));
@@ -423,42 +517,67 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw)
         }
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *o = PySequence_Fast_GET_ITEM(pl, i);
-        long v = PyLong_Check(o) && !PyBool_Check(o) ? PyLong_AsLong(o) : -2;
-        if (v < 0 || v > 4) {
-            if (!PyErr_Occurred())
-                PyErr_Format(kvcpy_InvalidError, "polls[%zd] is %R, not a KVPoll int 0..4", i, o);
-            goto out;
-        }
-        polls[i] = (uint8_t)v;
-        if (rooms) {
-            rooms[i] = KVC_ROOM_NONE;
-            if (v != 0 && followed_room(PySequence_Fast_GET_ITEM(pv, i), follows, &rooms[i]) < 0)
+        int bad;
+        if (call) {
+            /* a poll() may change the list: sglang's loop would stop early */
+            if (i >= PySequence_Fast_GET_SIZE(pv)) {
+                PyErr_SetString(PyExc_RuntimeError, "pollers changed size during the polls");
                 goto out;
+            }
+            PyObject *argv[2] = {NULL, PySequence_Fast_GET_ITEM(pv, i)};
+            Py_INCREF(argv[1]);
+            PyObject *r = PyObject_VectorcallMethod(s_poll, argv + 1,
+                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_DECREF(argv[1]);
+            if (!r)
+                goto out;
+            bad = poll_value(r, i, 1, &polls[i]);
+            Py_DECREF(r);
+        } else {
+            bad = poll_value(PySequence_Fast_GET_ITEM(pl, i), i, 0, &polls[i]);
         }
+        if (bad)
+            goto out;
+    }
+    if (call) { /* from here, a failure tells the polls made (attach_polls) */
+        memcpy(polls + n, polls, (size_t)n);
+        polled = 1;
+    }
+    if (fold && PySequence_Fast_GET_SIZE(pv) != n) {
+        PyErr_SetString(PyExc_RuntimeError, "pollers changed size during the polls");
+        goto out;
+    }
+    for (Py_ssize_t i = 0; rooms && i < n; i++) {
+        rooms[i] = KVC_ROOM_NONE;
+        if (polls[i] != 0 && followed_room(PySequence_Fast_GET_ITEM(pv, i), follows, &rooms[i]) < 0)
+            goto out;
     }
     stop_ctx sc = {s, _PyOS_IsMainThread(), 0};
-    kvc_coll_opts o = {.timeout_ms = timeout_to_ms(timeout),
-                       .kind = (uint32_t)kind,
-                       .stop = stop_hook,
-                       .stop_arg = &sc};
+    kvc_coll_opts co = {.timeout_ms = timeout_to_ms(timeout),
+                        .kind = (uint32_t)kind,
+                        .stop = stop_hook,
+                        .stop_arg = &sc};
     kvc_coll_failure why;
     int e;
     KVCPY_RUN(s, e,
               kvc_poll_allreduce(g, group, (uint32_t)size, (uint32_t)rank, polls, rooms, (size_t)n,
-                                 &o, &why));
+                                 &co, &why));
     if (after_wait(&sc) < 0 || coll_failed(s, e, &why, "poll_allreduce"))
         goto out;
     if (!(res = PyList_New(n)))
         goto out;
     for (Py_ssize_t i = 0; i < n; i++)
         PyList_SET_ITEM(res, i, PyLong_FromLong(polls[i])); /* small ints: cached */
+    polled = 0;
 out:
+    if (polled)
+        attach_polls(polls + n, n);
     if (polls != pstack)
         PyMem_Free(polls);
     if (rooms && rooms != rstack)
         PyMem_Free(rooms);
+out0:
     Py_XDECREF(pv);
-    Py_DECREF(pl);
+    Py_XDECREF(pl);
     return res;
 }

@@ -193,7 +193,8 @@ PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw);
 extern const char kvcpy_doc_allreduce_min[];
 PyObject *kvcpy_allreduce_join(SegmentObject *s, PyObject *args, PyObject *kw);
 extern const char kvcpy_doc_allreduce_join[];
-PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *args, PyObject *kw);
+PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames);
 extern const char kvcpy_doc_poll_allreduce[];
 /* close() starting on g: wake its collective waiters (they give up). */
 void kvcpy_coll_closing(kvc_segment *g);

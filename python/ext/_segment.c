@@ -777,7 +777,7 @@ static PyMethodDef seg_methods[] = {
      kvcpy_doc_allreduce_min},
     {"allreduce_join", KW kvcpy_allreduce_join, METH_VARARGS | METH_KEYWORDS,
      kvcpy_doc_allreduce_join},
-    {"poll_allreduce", KW kvcpy_poll_allreduce, METH_VARARGS | METH_KEYWORDS,
+    {"poll_allreduce", KW kvcpy_poll_allreduce, METH_FASTCALL | METH_KEYWORDS,
      kvcpy_doc_poll_allreduce},
     {NULL, NULL, 0, NULL}};
 

@@ -14,8 +14,16 @@ Issue 30's rows, with real processes:
 - rooms after a rank dies: rank 1 SIGKILLed after joining 1,500 of rank
   0's 3,000 rooms: every one of the 3,000 is Failed when rank 0's poll
   tells it, the 1,500 it never joined naming it.
+
+The polls made by the C call (Segment.poll_allreduce with polls None, the
+installed poll's way while sglang's failure injection is off), in one
+process: each poller's poll() called once, in order, taken as int() takes
+it; what poll() raises propagates; a value outside 0..4 is named; a call
+that fails after polling hands its polls on (.polls), so that sglang's own
+reduction runs on them without polling again.
 """
 
+import enum
 import logging
 import os
 import random
@@ -344,6 +352,94 @@ class RoomsAfterARankDies(Segmented):
         self.assertIn("rank 1", r["joined"])
         self.assertIn("rank 1 (pid %d) of this room's TP group died before it joined room %d"
                       % (kids[1][0], 10000 + ROOMS - 1), r["never_joined"])
+
+
+class Counted:
+    """A poller whose poll() is counted and answers what int() takes."""
+
+    class State(enum.IntEnum):
+        BOOTSTRAPPING = 1
+        SUCCESS = 4
+
+    class AsInt:
+        def __init__(self, v):
+            self.v = v
+
+        def __int__(self):
+            return self.v
+
+    def __init__(self, room, answer, order):
+        self.bootstrap_room = room
+        self.answer = answer
+        self.order = order
+        self.calls = 0
+
+    def poll(self):
+        self.calls += 1
+        self.order.append(self.bootstrap_room)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@unittest.skipUnless(has_collective(), "this build has no Segment.allreduce_min")
+class PollsInC(Segmented):
+    def setUp(self):
+        super().setUp()
+        self.seg = kvcoord.Segment(self.name, role="client")
+        self.order = []
+
+    def tearDown(self):
+        self.seg.close()
+        super().tearDown()
+
+    def pollers(self, answers):
+        return [Counted(100 + k, a, self.order) for k, a in enumerate(answers)]
+
+    def test_each_poller_polled_once_in_order_as_int(self):
+        ps = self.pollers([Counted.State.SUCCESS, 3, Counted.AsInt(2), Counted.State.BOOTSTRAPPING,
+                           True, 0])
+        got = self.seg.poll_allreduce(0x5e11, 1, 0, None, ps, None, 5.0, 1)
+        self.assertEqual(got, [4, 3, 2, 1, 1, 0])
+        self.assertEqual([type(v) for v in got], [int] * 6)
+        self.assertEqual([p.calls for p in ps], [1] * 6)
+        self.assertEqual(self.order, list(range(100, 106)))
+
+    def test_what_poll_raises_propagates(self):
+        ps = self.pollers([1, KeyError(101), 1])
+        with self.assertRaises(KeyError):
+            self.seg.poll_allreduce(0x5e12, 1, 0, None, ps)
+        self.assertEqual([p.calls for p in ps], [1, 1, 0])  # as sglang's loop: stops there
+
+    def test_a_poll_outside_the_states_is_named(self):
+        for bad in (5, -1, 1 << 70):
+            with self.assertRaisesRegex(kvcoord.InvalidArgumentError,
+                                        r"pollers\[1\]\.poll\(\) returned"):
+                self.seg.poll_allreduce(0x5e13, 1, 0, None, self.pollers([2, bad]))
+        with self.assertRaises(ValueError):  # int() refuses them, as in sglang's loop
+            self.seg.poll_allreduce(0x5e13, 1, 0, None, self.pollers([2, "x"]))
+        with self.assertRaises(TypeError):
+            self.seg.poll_allreduce(0x5e13, 1, 0, None, self.pollers([2, None]))
+        with self.assertRaises(TypeError):
+            self.seg.poll_allreduce(0x5e13, 1, 0, None, None)
+
+    def test_a_call_failing_after_the_polls_hands_them_on(self):
+        ps = self.pollers([3, 4, 2])
+        self.seg.close()
+        with self.assertRaises(kvcoord.Error) as cm:
+            self.seg.poll_allreduce(0x5e14, 1, 0, None, ps)
+        self.assertEqual(cm.exception.polls, [3, 4, 2])
+        self.assertEqual([p.calls for p in ps], [1, 1, 1])
+        with self.assertRaises(kvcoord.Error) as cm:  # polls given: nothing to hand on
+            self.seg.poll_allreduce(0x5e14, 1, 0, [3, 4, 2])
+        self.assertFalse(hasattr(cm.exception, "polls"))
+
+    def test_keywords_as_positionals(self):
+        ps = self.pollers([2, 3])
+        got = self.seg.poll_allreduce(group=0x5e15, size=1, rank=0, polls=None, pollers=ps,
+                                      kind=1, timeout=5.0)
+        self.assertEqual(got, [2, 3])
+        self.assertEqual(self.seg.poll_allreduce(0x5e15, 1, 0, [4, 0], kind=1), [4, 0])
 
 
 if __name__ == "__main__":

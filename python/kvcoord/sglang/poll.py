@@ -150,8 +150,12 @@ def _torch_min(polls, pg):
 
 def reduce(bridge, g, pg, pollers, polls, kind):
     """The MIN of polls over g (pg's group in the segment), with the rooms
-    kvcoord failed folded in; the run-time error rule of the module's top."""
+    kvcoord failed folded in; the run-time error rule of the module's top.
+    polls None: each pollers[i].poll() as int, polled by the C call (what
+    sglang's helper gives with its failure injection off: polls_or_none)."""
     if type(g) is _hier_poll.HierPoll:  # the group spans nodes
+        if polls is None:
+            polls = [int(p.poll()) for p in pollers]
         return _hier_poll.reduce(bridge, g, pollers, polls, kind)
     try:
         return bridge.segment.poll_allreduce(g.gid, g.size, g.rank, polls, pollers,
@@ -168,6 +172,10 @@ def reduce(bridge, g, pg, pollers, polls, kind):
         raise
     except Error as e:
         err = e
+    if polls is None:  # polled by the C call before it failed: those polls, not new ones
+        polls = getattr(err, "polls", None)
+        if polls is None:  # it failed before polling (the segment closed)
+            polls = [int(p.poll()) for p in pollers]
     bridge.warn_once(("poll", type(err).__name__),
                      "kvcoord.sglang: the poll all-reduce in the segment failed (%s: %s); this "
                      "group runs sglang's own (gloo) from now on (logged once)",
@@ -220,6 +228,19 @@ def make(bridge, utils, originals):
     inject = getattr(utils, "_poll_with_failure_injection", None)
     polls_of = inject if inject is not None else (lambda ps: raw_polls(utils, ps))
     gate_fn = getattr(utils, "_apply_metadata_gate", None)
+    prob_fn = getattr(utils, "_get_failure_prob", None)
+
+    def polls_or_none(pollers):
+        """None when sglang's polls would be [int(p.poll()) for p in pollers]
+        (its failure injection is off: the C call polls, cheaper), else
+        sglang's polls.  sglang's probability is read every step, as its
+        helper does (a test may turn it on at run time)."""
+        if inject is not None:
+            if prob_fn is None:  # a helper of unknown shape: its polls
+                return inject(pollers)
+            return inject(pollers) if prob_fn() > 0 else None
+        return None if not float(getattr(utils, "FAILURE_PROB", 0) or 0) > 0 \
+            else raw_polls(utils, pollers)
 
     def group_of(pg):
         hit = groups.get(id(pg))
@@ -244,7 +265,8 @@ def make(bridge, utils, originals):
             if g is None:
                 return o_par(pollers, gloo_group, *args, **kwargs)
             if not (args or kwargs):  # sglang's prefill and decode steps: no gate
-                return reduce(bridge, g, gloo_group, pollers, polls_of(pollers), KIND_PLAIN)
+                return reduce(bridge, g, gloo_group, pollers, polls_or_none(pollers),
+                              KIND_PLAIN)
             gate = gate_of(bind_par(args, kwargs), "poll_and_all_reduce")
             if gate is False:
                 return o_par(pollers, gloo_group, *args, **kwargs)

@@ -141,7 +141,9 @@ static kvc_err read_unlocked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t 
  * a process entry: the watcher's dead mark, else (no watcher beating) its
  * liveness lock (liveness.c), namespace-proof; one without (a handle of
  * role none): /proc.  Either system call at most every
- * KVC__LIVENESS_RECHECK_MS per participant; a lock found free publishes
+ * KVC__LIVENESS_RECHECK_MS per participant, and a lock this handle found
+ * held within that period is not tested again (one test per process for
+ * all its rooms: kvc__proc_seen_alive); a lock found free publishes
  * the dead mark (as the collective does on finding a member dead), so the
  * rate limit never hides a death some process has already seen. */
 static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *r, uint32_t i,
@@ -166,6 +168,7 @@ static int participant_alive(kvc_segment *seg, kvc_room *where, const kvc_room *
     _Atomic uint32_t *c = &where->checked_ms[i];
     uint32_t now_ms = (uint32_t)(now_mono / 1000000), last = atomic_load(c);
     if ((uint32_t)(now_ms - last) < KVC__LIVENESS_RECHECK_MS ||
+        (entry && kvc__proc_seen_alive(seg, p->proc_slot, p->proc_gen, now_ms)) ||
         !atomic_compare_exchange_strong(c, &last, now_ms))
         return 1;
     if (entry) {

@@ -38,6 +38,9 @@
  * recompute or roll back: never fails, never takes another lock. */
 typedef void (*kvc_recover_fn)(kvc_segment *seg, int id);
 
+/* Entries of kvc_segment.seen_alive (liveness.c). */
+#define KVC__SEEN_ALIVE_SLOTS 256
+
 struct kvc_segment {
     char name[KVC_NAME_MAX + 1];
     int fd;
@@ -84,6 +87,10 @@ struct kvc_segment {
     /* Each lock's recovery, registered by the table that owns the lock
      * (kvc__lock_register); see lock.c. */
     kvc_recover_fn recover[KVC_LOCK_COUNT];
+    /* The liveness locks this handle found held lately (liveness.c,
+     * kvc__proc_seen_alive): one test per process and
+     * KVC__LIVENESS_RECHECK_MS for all the rooms it joined. */
+    _Atomic uint64_t seen_alive[KVC__SEEN_ALIVE_SLOTS];
 };
 
 /* errors.c: set the calling thread's last error message; returns err. */
@@ -216,6 +223,13 @@ typedef enum kvc_slot_state {
  * One fcntl(F_OFD_GETLK) on seg's descriptor; no lock, no /proc; right in
  * every PID and time namespace.  Any thread. */
 kvc_slot_state kvc__proc_slot_state(kvc_segment *seg, int32_t slot, uint32_t gen);
+/* Whether this handle found the liveness lock of (slot, gen) held (a
+ * kvc__proc_slot_state answering ALIVE, which notes it) at or after
+ * ms now_ms - KVC__LIVENESS_RECHECK_MS (kvc__seg_mono_coarse_ns): a room reader
+ * trusts it instead of testing again, so that the participants of many
+ * rooms cost one test per process and period.  No system call; any
+ * thread. */
+bool kvc__proc_seen_alive(kvc_segment *seg, int32_t slot, uint32_t gen, uint32_t now_ms);
 /* Whether the liveness lock of slot is held by anyone (true when it
  * cannot be told). */
 bool kvc__liveness_held(kvc_segment *seg, int32_t slot);

@@ -223,6 +223,33 @@ bool kvc__liveness_held(kvc_segment *seg, int32_t slot)
     return fl.l_type != F_UNLCK;
 }
 
+/* seen_alive[slot % KVC__SEEN_ALIVE_SLOTS]: the slot's high bits (12:
+ * slots below 2^20, KVC_LIMIT_MAX_PROCS), the gen's low 20 bits (a slot is
+ * not re-taken 2^20 times within the period an entry is trusted) and the
+ * ms of the test (kvc__seg_mono_coarse_ns, as the room readers'), in one word. */
+static uint64_t seen_key(int32_t slot, uint32_t gen)
+{
+    return ((uint64_t)((uint32_t)slot / KVC__SEEN_ALIVE_SLOTS) & 0xfff) << 52 |
+           (uint64_t)(gen & 0xfffff) << 32;
+}
+
+static void note_alive(kvc_segment *seg, int32_t slot, uint32_t gen)
+{
+    uint32_t ms = (uint32_t)(kvc__seg_mono_coarse_ns() / 1000000); /* the room readers' clock */
+    atomic_store_explicit(&seg->seen_alive[(uint32_t)slot % KVC__SEEN_ALIVE_SLOTS],
+                          seen_key(slot, gen) | ms, memory_order_relaxed);
+}
+
+bool kvc__proc_seen_alive(kvc_segment *seg, int32_t slot, uint32_t gen, uint32_t now_ms)
+{
+    if (slot < 0 || (uint32_t)slot >= seg->max_procs)
+        return false;
+    uint64_t w = atomic_load_explicit(&seg->seen_alive[(uint32_t)slot % KVC__SEEN_ALIVE_SLOTS],
+                                      memory_order_relaxed);
+    return w && (w & ~0xffffffffull) == seen_key(slot, gen) &&
+           (uint32_t)(now_ms - (uint32_t)w) < KVC__LIVENESS_RECHECK_MS;
+}
+
 kvc_slot_state kvc__proc_slot_state(kvc_segment *seg, int32_t slot, uint32_t gen)
 {
     if (slot < 0 || (uint32_t)slot >= seg->max_procs)
@@ -232,8 +259,10 @@ kvc_slot_state kvc__proc_slot_state(kvc_segment *seg, int32_t slot, uint32_t gen
     int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
     if (pid == 0 || g != gen)
         return KVC__SLOT_GONE;
-    if (kvc__liveness_held(seg, slot))
+    if (kvc__liveness_held(seg, slot)) {
+        note_alive(seg, slot, gen);
         return KVC__SLOT_ALIVE;
+    }
     /* The lock was free.  Its owner unpublishes the entry (pid 0) before
      * it unlocks, so an entry still published with the same gen after the
      * test is a process that died. */
