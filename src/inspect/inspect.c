@@ -46,6 +46,26 @@ static int pid_stopped(int32_t pid)
            (st.state == 'T' || st.state == 't');
 }
 
+int32_t kvc__adopter(kvc_segment *seg, int32_t creator_pid)
+{
+    for (uint32_t i = 0; seg && seg->procs && i < seg->hdr->max_procs; i++) {
+        const kvc_proc *p = &seg->procs[i];
+        int32_t pid = atomic_load(&p->pid);
+        if (pid <= 0 || p->role != KVC_ROLE_DAEMON ||
+            kvc__proc_slot_state(seg, (int32_t)i, atomic_load(&p->gen)) == KVC__SLOT_DEAD)
+            continue;
+        int32_t shown = p->shown_pid > 0 ? p->shown_pid : pid;
+        if (shown != creator_pid)
+            return shown;
+    }
+    return 0;
+}
+
+int kvc__pid_stopped(int32_t pid, uint64_t start)
+{
+    return pid > 0 && kvc__proc_alive(pid, start) && pid_stopped(pid);
+}
+
 /* ---- header ----------------------------------------------------------- */
 
 void kvc__magic_text(uint64_t magic, char buf[9])

@@ -87,6 +87,16 @@ void kvc__magic_text(uint64_t magic, char buf[9]);
 /* Alive: pid runs with that start time (0: any) and is not a zombie. */
 int kvc__pid_alive(int32_t pid, uint64_t start);
 
+/* The pid (as this /proc names it) of a live kvcoordd attached to seg
+ * other than creator_pid: the daemon that adopted the segment after its
+ * creator ended (a restart); 0 when none.  Reads the process table
+ * without its lock (each entry's pid atomically; a hint for people). */
+int32_t kvc__adopter(kvc_segment *seg, int32_t creator_pid);
+
+/* Alive as kvc__pid_alive() and stopped: state T (SIGSTOP) or t (a tracer)
+ * in /proc, so it runs nothing until continued. */
+int kvc__pid_stopped(int32_t pid, uint64_t start);
+
 /* Unmap and free a handle of a diagnostic reader (opened with
  * KVC_ROLE_NONE, no room opened through it) without taking any lock.
  * kvc_close() fails the rooms its process takes part in, under the rooms
@@ -170,6 +180,7 @@ typedef struct kvc_check_stats {
     uint32_t rooms_live, rooms_by_state[5]; /* by KVPoll state */
     int rooms_counted;                      /* 0: the rooms lock was busy, rooms not read */
     uint32_t procs_attached, procs_alive, procs_dead;
+    uint32_t procs_stopped;          /* of procs_alive: stopped (state T or t in /proc) */
     uint64_t arena_marked_blocks;    /* bits set in the arena bitmap */
     uint64_t arena_published_blocks; /* blocks of published rank info */
     uint64_t failures_total;

@@ -82,6 +82,7 @@ static bool check_header(kvc__ck *ck)
 {
     kvc_raw_header h;
     kvc__header_of(ck->seg, &h);
+    int32_t adopter;
     char magic[9];
     kvc__magic_text(h.magic, magic);
     kvc__ck_say(ck, KVC_SEV_OK, "header.magic", "magic %s", magic);
@@ -116,6 +117,10 @@ static bool check_header(kvc__ck *ck)
     else if (h.creator_alive)
         kvc__ck_say(ck, KVC_SEV_OK, "header.creator", "creator pid %d is running",
                     (int)h.creator_pid);
+    else if ((adopter = kvc__adopter(ck->seg, h.creator_pid)) > 0)
+        kvc__ck_say(ck, KVC_SEV_OK, "header.creator",
+                    "creator pid %d has ended; kvcoordd pid %d adopted the segment and runs",
+                    (int)h.creator_pid, (int)adopter);
     else
         kvc__ck_say(ck, KVC_SEV_INFO, "header.creator",
                     "creator pid %d is not running (the segment "
@@ -221,6 +226,16 @@ static void check_procs(kvc__ck *ck)
         /* Its liveness lock (liveness.c), right in any PID namespace. */
         if (kvc__proc_slot_state(ck->seg, (int32_t)i, atomic_load(&p->gen)) != KVC__SLOT_DEAD) {
             ck->st->procs_alive++;
+            /* Alive but stopped (by the pid this /proc names it, when its
+             * start time matches): it holds its rooms and collectives. */
+            int32_t shown = p->shown_pid > 0 ? p->shown_pid : pid;
+            if (kvc__pid_stopped(shown, p->start) && ++ck->st->procs_stopped)
+                kvc__ck_problem(ck, &alive, KVC_SEV_DEGRADED,
+                                "pid %d (%s, rank %d) is stopped (state T in /proc: SIGSTOP or a "
+                                "debugger): its rooms, polls and collectives wait for it until "
+                                "it is continued (kill -CONT %d)",
+                                (int)shown, kvc_role_name((kvc_role)p->role), (int)p->rank,
+                                (int)shown);
             continue;
         }
         ck->st->procs_dead++;

@@ -24,3 +24,12 @@ add_test(NAME diag_pd_stopped
           --daemon $<TARGET_FILE:kvcoordd> --diag $<TARGET_FILE:kvcoord-diag>
           --fixture $<TARGET_FILE:diag_fixture>)
 set_tests_properties(diag_pd_stopped PROPERTIES LABELS "diag;http;multiproc" TIMEOUT 300)
+
+# The processes behind a served segment: a SIGSTOPped worker is a finding
+# (check degraded, procs "stopped"); a segment adopted by a restarted
+# kvcoordd names its adopter.
+add_test(NAME diag_procs
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_diag_procs.py
+          --daemon $<TARGET_FILE:kvcoordd> --diag $<TARGET_FILE:kvcoord-diag>
+          --worker $<TARGET_FILE:kvcoord-worker>)
+set_tests_properties(diag_procs PROPERTIES LABELS "diag;multiproc" TIMEOUT 300)

@@ -33,7 +33,8 @@ static const char check_help[] =
     "                     in use but unmarked: broken; leaked blocks: degraded)\n"
     "    arena.used       the used-block count matches the bitmap (degraded)\n"
     "    procs.entry      process entries are well-formed\n"
-    "    procs.alive      every attached process runs (dead ones still listed:\n"
+    "    procs.alive      every attached process runs (dead ones still listed, or\n"
+    "                     live ones stopped - state T: SIGSTOP, a debugger:\n"
     "                     degraded)\n"
     "    rooms.undo       no interrupted room update (a valid undo record: broken)\n"
     "    rooms.count      the live-room count matches the slots in use\n"
@@ -72,7 +73,7 @@ static const char check_help[] =
     "  --json: {\"schema\", \"command\": \"check\", \"segment\", \"readable\": true,\n"
     "  \"verdict\", \"exit_code\", \"counts\": {\"ok\", \"info\", \"degraded\", \"broken\"},\n"
     "  \"stats\": {ranks_registered, ranks_withdrawn, ranks_odd, rooms_live, procs_attached,\n"
-    "  procs_alive, procs_dead, arena_marked_blocks, arena_published_blocks,\n"
+    "  procs_alive, procs_stopped, procs_dead, arena_marked_blocks, arena_published_blocks,\n"
     "  failures_total}, \"locks\": [...as in locks...], \"findings\": [{\"check\",\n"
     "  \"severity\" (ok|info|degraded|broken), \"message\"}]}.\n";
 
@@ -99,6 +100,7 @@ static json_t *stats_json(const kvc_check_stats *st)
     json_object_set_new(o, "rooms_live", diag_jint(st->rooms_live));
     json_object_set_new(o, "procs_attached", diag_jint(st->procs_attached));
     json_object_set_new(o, "procs_alive", diag_jint(st->procs_alive));
+    json_object_set_new(o, "procs_stopped", diag_jint(st->procs_stopped));
     json_object_set_new(o, "procs_dead", diag_jint(st->procs_dead));
     json_object_set_new(o, "arena_marked_blocks", diag_jint((int64_t)st->arena_marked_blocks));
     json_object_set_new(o, "arena_published_blocks",

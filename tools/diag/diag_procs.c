@@ -27,7 +27,9 @@ static const char procs_help[] =
     "  --json: {\"schema\", \"command\": \"procs\", \"segment\", \"count\", \"alive\", \"dead\",\n"
     "  \"procs\": [{\"pid\", \"role\" (none|worker|daemon|client), \"rank\", \"start_ticks\",\n"
     "  \"started_ns\", \"started_utc\", \"attached_ns\", \"attached_utc\", \"alive\",\n"
-    "  \"shown_pid\" (its pid as its /proc names it: the host's when it sees the\n"
+    "  \"stopped\" (alive but state T in /proc: SIGSTOP or a debugger; ALIVE then\n"
+    "  reads \"stopped\"), \"shown_pid\" (its pid as its /proc names it: the host's when it sees "
+    "the\n"
     "  host's /proc), \"handles\" (its open handles on the segment)}]}.\n";
 
 kvc_proc_info *diag_procs_fetch(kvc_segment *seg, size_t *n)
@@ -50,6 +52,13 @@ kvc_proc_info *diag_procs_fetch(kvc_segment *seg, size_t *n)
     return NULL;
 }
 
+/* Alive and stopped (state T or t: SIGSTOP, a debugger), by the pid this
+ * /proc names it when its start time matches. */
+static int proc_stopped(const kvc_proc_info *p)
+{
+    return p->alive && kvc__pid_stopped(p->shown_pid > 0 ? p->shown_pid : p->pid, p->start);
+}
+
 static json_t *proc_json(const kvc_proc_info *p)
 {
     json_t *o = json_object();
@@ -60,6 +69,7 @@ static json_t *proc_json(const kvc_proc_info *p)
     diag_jtime(o, "started", diag_ticks_to_ns(p->start));
     diag_jtime(o, "attached", p->attached_ns);
     json_object_set_new(o, "alive", json_boolean(p->alive));
+    json_object_set_new(o, "stopped", json_boolean(proc_stopped(p)));
     json_object_set_new(o, "shown_pid", diag_jint(p->shown_pid));
     json_object_set_new(o, "handles", diag_jint(p->handles));
     return o;
@@ -80,7 +90,7 @@ static void procs_text(const diag *d, const kvc_proc_info *p, size_t n)
             t, "%d\t%s\t%d\t%s\t%llu\t%s\t%s", (int)p[i].pid, kvc_role_name(p[i].role),
             (int)p[i].rank, diag_time(diag_ticks_to_ns(p[i].start), started, sizeof started),
             (unsigned long long)p[i].start, diag_time(p[i].attached_ns, attached, sizeof attached),
-            diag_alive(p[i].alive));
+            proc_stopped(&p[i]) ? "stopped" : diag_alive(p[i].alive));
     diag_table_print(t, stdout, 0);
 }
 

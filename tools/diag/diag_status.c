@@ -38,7 +38,8 @@ static const char status_help[] =
     "  lock was busy; rooms_live is then the header's count and rooms_by_state zeros),\n"
     "  rooms_live, rooms_by_state:\n"
     "  {Failed, Bootstrapping, WaitingForInput, Transferring, Success}, failures_total,\n"
-    "  failures_kept, procs_attached, procs_alive, procs_dead, lock_recoveries},\n"
+    "  failures_kept, procs_attached, procs_alive, procs_stopped, procs_dead,\n"
+    "  lock_recoveries},\n"
     "  \"locks\": [{name, state, owner_pid, owner_alive, owner_stopped, waiters,\n"
     "  recoveries}],\n"
     "  \"verdict\", \"verdict_exit_code\", \"findings\": [{check, severity, message}, ...\n"
@@ -85,6 +86,7 @@ static json_t *counts_json(kvc_segment *seg, const kvc_check_stats *st)
                                       : KVC_FAILURE_RING));
     json_object_set_new(o, "procs_attached", diag_jint(st->procs_attached));
     json_object_set_new(o, "procs_alive", diag_jint(st->procs_alive));
+    json_object_set_new(o, "procs_stopped", diag_jint(st->procs_stopped));
     json_object_set_new(o, "procs_dead", diag_jint(st->procs_dead));
     json_object_set_new(o, "lock_recoveries", diag_jint((int64_t)si.lock_recoveries));
     return o;
@@ -109,8 +111,12 @@ static void header_text(const diag *d, kvc_segment *seg, FILE *out)
                     "block %u bytes",
                     h.header_size, h.rank_entry_size, h.proc_size, h.lock_size, h.room_size,
                     h.block_size);
+    int32_t adopter = h.creator_alive ? 0 : kvc__adopter(seg, h.creator_pid);
+    char ended[64];
+    snprintf(ended, sizeof ended, "ended; adopted by kvcoordd pid %d, running", (int)adopter);
     diag_table_addf(t, "creator\tpid %d (%s)", (int)h.creator_pid,
                     h.creator_stopped ? "stopped: state T, SIGSTOP or a debugger"
+                    : adopter         ? ended
                                       : diag_alive(h.creator_alive));
     diag_table_addf(t, "created\t%s  (%s ago)", diag_time(h.created_ns, t1, sizeof t1),
                     diag_age(h.created_ns, b2, sizeof b2));
@@ -179,8 +185,11 @@ static void contents_text(kvc_segment *seg, const kvc_check_stats *st, FILE *out
     diag_table_addf(t, "rooms\t%s", rooms);
     diag_table_addf(t, "failures\t%llu recorded (the last %d are kept)",
                     (unsigned long long)st->failures_total, KVC_FAILURE_RING);
-    diag_table_addf(t, "processes\t%u attached: %u alive, %u dead", st->procs_attached,
-                    st->procs_alive, st->procs_dead);
+    char stopped[32] = "";
+    if (st->procs_stopped)
+        snprintf(stopped, sizeof stopped, " (%u stopped)", st->procs_stopped);
+    diag_table_addf(t, "processes\t%u attached: %u alive%s, %u dead", st->procs_attached,
+                    st->procs_alive, stopped, st->procs_dead);
     diag_table_addf(t, "locks\t%s", locks);
     diag_table_addf(t, "lock recoveries\t%llu since creation",
                     (unsigned long long)si.lock_recoveries);

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""kvcoord-diag on the processes behind a segment kvcoordd serves:
+
+- a worker (kvcoord-worker, attached through the library) SIGSTOPped is a
+  finding: `check` degraded (procs.alive names it "stopped"), `procs` shows
+  it stopped, `status` counts it - as a stopped kvcoordd is reported; once
+  continued, `check` is healthy again;
+- after kvcoordd was SIGKILLed and another one adopted the segment, `check`
+  and `status` name the adopter instead of only "creator pid N is not
+  running".
+
+Usage: test_diag_procs.py --daemon PATH --diag PATH --worker PATH
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import Daemon, discard, new_name  # noqa: E402
+
+ARGS = None
+DEADLINE = 30.0  # hang guard for waits, not an assertion
+
+
+def proc_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def wait_for(pred, what):
+    end = time.monotonic() + DEADLINE
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("never: " + what)
+        time.sleep(0.02)
+
+
+def diag(segment, *args, json_out=True):
+    cmd = [ARGS.diag, "--segment", segment] + (["--json"] if json_out else []) + list(args)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    return p.returncode, json.loads(p.stdout) if json_out else p.stdout
+
+
+def findings(doc, check):
+    return [f for f in doc["findings"] if f["check"] == check]
+
+
+class DiagProcs(unittest.TestCase):
+    def test_stopped_worker_is_a_finding(self):
+        d = Daemon(new_name("diagprocs"), exe=ARGS.daemon)
+        info = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump({"rank": 0, "transfer_engine_info": {
+            "session_id": "127.0.0.1:17000", "weights_info_dict": {"w": [1, 2, 3]}}}, info)
+        info.close()
+        out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
+        w = subprocess.Popen([ARGS.worker, "--segment", d.segment, "--info", info.name,
+                              "--linger"], stdin=subprocess.DEVNULL, stdout=out,
+                             stderr=subprocess.STDOUT)
+        try:
+            def registered():
+                with open(out.name, encoding="utf-8", errors="replace") as f:
+                    return "kvcoord-worker: rank=0" in f.read()
+            wait_for(registered, "the worker's registration")
+            rc, doc = diag(d.segment, "check")
+            self.assertEqual((rc, doc["verdict"]), (0, "healthy"), doc)
+            os.kill(w.pid, signal.SIGSTOP)
+            wait_for(lambda: proc_state(w.pid) == "T", "the worker stopped")
+            rc, doc = diag(d.segment, "check")
+            self.assertEqual((rc, doc["verdict"]), (1, "degraded"), doc)
+            f = findings(doc, "procs.alive")
+            self.assertEqual(len(f), 1, doc["findings"])
+            self.assertEqual(f[0]["severity"], "degraded")
+            self.assertIn("pid %d (worker, rank 0) is stopped (state T" % w.pid, f[0]["message"])
+            self.assertEqual(doc["stats"]["procs_stopped"], 1)
+            rc, doc = diag(d.segment, "procs")
+            mine = [p for p in doc["procs"] if p["pid"] == w.pid]
+            self.assertEqual(len(mine), 1, doc)
+            self.assertIs(mine[0]["stopped"], True)
+            self.assertIs(mine[0]["alive"], True)
+            rc, text = diag(d.segment, "procs", json_out=False)
+            self.assertRegex(text, r"(?m)^\s*%d\s+worker\s.*\bstopped\s*$" % w.pid)
+            rc, text = diag(d.segment, "status", json_out=False)
+            self.assertIn("(1 stopped)", text)
+            self.assertIn("verdict: degraded", text)
+            os.kill(w.pid, signal.SIGCONT)
+            wait_for(lambda: proc_state(w.pid) != "T", "the worker continued")
+            rc, doc = diag(d.segment, "check")
+            self.assertEqual((rc, doc["verdict"]), (0, "healthy"), doc)
+        finally:
+            os.kill(w.pid, signal.SIGCONT)
+            w.send_signal(signal.SIGTERM)
+            w.wait(DEADLINE)
+            d.stop()
+            for p in (info.name, out.name):
+                os.unlink(p)
+
+    def test_adopted_segment_names_its_daemon(self):
+        d = Daemon(new_name("diagadopt"), exe=ARGS.daemon)
+        first = d.proc.pid
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait()
+        log = tempfile.NamedTemporaryFile(prefix="kvcoordd-", suffix=".log", delete=False)
+        second = subprocess.Popen([ARGS.daemon, "--listen", "127.0.0.1:0", "--segment",
+                                   d.segment], stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        try:
+            def listening():
+                with open(log.name, encoding="utf-8", errors="replace") as f:
+                    return re.search(r"listening addr=", f.read()) is not None
+            wait_for(listening, "the second kvcoordd listening")
+            rc, doc = diag(d.segment, "check")
+            f = findings(doc, "header.creator")
+            self.assertEqual(len(f), 1, doc["findings"])
+            self.assertEqual(f[0]["severity"], "ok", f)
+            self.assertEqual(f[0]["message"], "creator pid %d has ended; kvcoordd pid %d adopted "
+                             "the segment and runs" % (first, second.pid))
+            rc, text = diag(d.segment, "status", json_out=False)
+            self.assertIn("pid %d (ended; adopted by kvcoordd pid %d, running)"
+                          % (first, second.pid), text)
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(DEADLINE)
+            os.unlink(log.name)
+            d.stop()
+            discard(d.segment)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--diag", required=True)
+    ap.add_argument("--worker", required=True)
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
