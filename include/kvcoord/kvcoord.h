@@ -185,6 +185,10 @@ typedef struct kvc_options {
 #define KVC_LIMIT_ARENA_MIN 1024ull      /* arena_bytes: 1 KiB (one block).. */
 #define KVC_LIMIT_ARENA_MAX (1ull << 40) /* ..1 TiB */
 #define KVC_LIMIT_INFO_MIN 64ull         /* max_info_bytes: at least 64 bytes */
+/* lock_timeout_ms: 1..3600000 (one hour), for the library, kvcoordd's and
+ * kvcoord-diag's --lock-timeout and Python's lock_timeout alike (a written
+ * number, without a suffix, so that tools can print it in their help). */
+#define KVC_LIMIT_LOCK_TIMEOUT_MS 3600000
 
 /* Fill *opts with the defaults documented above.  Never fails; NULL is
  * ignored. */
@@ -281,6 +285,12 @@ typedef struct kvc_segment_info {
 kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out);
 
 /* ---- Rank table ------------------------------------------------------ */
+
+/* The largest rank number any interface takes (the C API's uint32_t ranks,
+ * Python's int, kvcoord-diag's --rank): 0..4294967294.  UINT32_MAX is
+ * KVC_ORIGIN_RANK_NONE, no rank.  A segment serves ranks below its
+ * max_ranks; a larger one is refused there with that bound. */
+#define KVC_RANK_MAX 4294967294u
 
 /* State of a rank entry. */
 typedef enum kvc_rank_state {

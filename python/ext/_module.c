@@ -158,7 +158,7 @@ int kvcpy_conv_uint(PyObject *o, unsigned long long max, const char *what, const
 int kvcpy_conv_rank(PyObject *o, void *out)
 {
     unsigned long long v;
-    if (!kvcpy_conv_uint(o, UINT32_MAX - 1ull, "rank", "", &v))
+    if (!kvcpy_conv_uint(o, KVC_RANK_MAX, "rank", "", &v))
         return 0;
     *(uint32_t *)out = (uint32_t)v;
     return 1;

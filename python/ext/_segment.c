@@ -189,16 +189,17 @@ static int opt_u64(PyObject *o, const char *what, unsigned long long max, uint64
 }
 
 /* Seconds (None keeps the default) into milliseconds. */
-static int opt_ms(PyObject *o, const char *what, uint32_t *out)
+/* Seconds o into *out ms, 1..max_ms. */
+static int opt_ms(PyObject *o, const char *what, uint32_t max_ms, uint32_t *out)
 {
     if (!o || o == Py_None)
         return 0;
     double t;
     if (!kvcpy_conv_timeout(o, &t))
         return -1;
-    if (t * 1000.0 < 1.0 || t * 1000.0 > (double)UINT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s must be between 0.001 and 4294967 seconds, not %R", what,
-                     o);
+    if (t * 1000.0 < 1.0 || t * 1000.0 > (double)max_ms) {
+        PyErr_Format(PyExc_ValueError, "%s must be between 0.001 and %u seconds, not %R", what,
+                     max_ms / 1000, o);
         return -1;
     }
     *out = (uint32_t)(t * 1000.0 + 0.5);
@@ -228,8 +229,8 @@ static int fill_capacities(kvc_options *o, PyObject *mr, PyObject *mi, PyObject 
     if (opt_u64(mro, "max_rooms", UINT32_MAX, &v))
         return -1;
     o->max_rooms = (uint32_t)v;
-    return opt_ms(lt, "lock_timeout", &o->lock_timeout_ms) ||
-                   opt_ms(ttl, "room_ttl", &o->room_ttl_ms)
+    return opt_ms(lt, "lock_timeout", KVC_LIMIT_LOCK_TIMEOUT_MS, &o->lock_timeout_ms) ||
+                   opt_ms(ttl, "room_ttl", UINT32_MAX, &o->room_ttl_ms)
                ? -1
                : 0;
 }

@@ -311,7 +311,7 @@ const struct opt_row opt_rows[] = {
      .arg = "MS",
      .off = U32(lock_timeout_ms),
      .min = 1,
-     .max = 3600000,
+     .max = KVC_LIMIT_LOCK_TIMEOUT_MS,
      .def_fn = lib_lock_timeout_ms,
      .help = "longest wait for a segment lock; a lock held longer (by a stopped process) "
              "answers the request 503 with Retry-After, naming the lock and its holder; for "

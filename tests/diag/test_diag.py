@@ -255,8 +255,8 @@ class HelpAndUsage(Base):
         # the message states the same range, the one really accepted
         name = unique_name()
         cases = [("--port", ["0", "65536", "x", "-1"], "--port must be an integer in 1..65535"),
-                 ("--lock-timeout", ["0", "600001", "x"],
-                  "--lock-timeout must be an integer in 1..600000")]
+                 ("--lock-timeout", ["0", "3600001", "x"],
+                  "--lock-timeout must be an integer in 1..3600000")]
         for opt, values, text in cases:
             for v in values:
                 p = subprocess.run([ARGS.diag, "--segment", name, opt, v, "status"],
@@ -265,7 +265,12 @@ class HelpAndUsage(Base):
                 self.assertIn("%s, not '%s'" % (text, v), p.stderr)
         p = subprocess.run([ARGS.diag, "--help"], capture_output=True, text=True, check=False)
         self.assertIn("1..65535", p.stdout)
-        self.assertIn("1..600000", p.stdout)
+        self.assertIn("1..3600000", p.stdout)
+        for v in ("4294967295", "-1", "x"):  # one rank range, the library's (KVC_RANK_MAX)
+            p = subprocess.run([ARGS.diag, "--segment", name, "ranks", "--rank", v],
+                               capture_output=True, text=True, check=False)
+            self.assertEqual(p.returncode, EXIT_USAGE, (v, p.stderr))
+            self.assertIn("--rank must be an integer in 0..4294967294, not '%s'" % v, p.stderr)
 
     def test_global_options_after_the_command(self):
         with Fixture("empty") as fx:

@@ -130,6 +130,39 @@ class ExitStatus(unittest.TestCase):
         rc, _, err = run([w])
         self.assertIn("no arguments: --info FILE is required", err)
 
+    def test_one_range_per_value(self):
+        # --lock-timeout: kvcoordd, kvcoord-diag and Python's lock_timeout
+        # take 1..3600000 ms (KVC_LIMIT_LOCK_TIMEOUT_MS); a rank: diag's
+        # --rank and Python's 0..4294967294 (KVC_RANK_MAX)
+        b = lambda n: os.path.join(ARGS.bin, n)
+        rc, _, err = run([b("kvcoordd"), "--lock-timeout", "3600001"])
+        self.assertEqual(rc, 2)
+        self.assertIn("1..3600000", err)
+        rc, _, err = run([b("kvcoord-diag"), "--lock-timeout", "3600001", "status"])
+        self.assertEqual(rc, 2)
+        self.assertIn("1..3600000", err)
+        rc, _, err = run([b("kvcoord-diag"), "ranks", "--rank", "4294967295"])
+        self.assertEqual(rc, 2)
+        self.assertIn("0..4294967294", err)
+        code = ("import kvcoord, sys\n"
+                "s = kvcoord.Segment(sys.argv[1], mode='create', max_ranks=8)\n"
+                "for f in (lambda: kvcoord.Segment(sys.argv[1], lock_timeout=3600.001),\n"
+                "          lambda: s.lookup(4294967295)):\n"
+                "    try:\n"
+                "        f()\n"
+                "    except ValueError as e:\n"
+                "        print(e)\n"
+                "s.close(); kvcoord.unlink(sys.argv[1])\n")
+        name = "kvctest-ranges-%d" % os.getpid()
+        p = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
+                           timeout=120, check=False,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(ARGS.bin, "python")))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 2, p.stdout)
+        self.assertIn("between 0.001 and 3600 seconds", lines[0])
+        self.assertIn("0..4294967294", lines[1])
+
     def test_kvcoord_sh_unknown_command_is_one_line(self):
         # the error and a hint, not the whole help before it
         rc, out, err = run(["bash", os.path.join(ARGS.tools, "kvcoord.sh"), "bogus"])

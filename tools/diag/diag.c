@@ -14,6 +14,10 @@
 
 #include "diag.h"
 
+#define DIAG_STR(x) #x
+#define DIAG_XSTR(x) DIAG_STR(x) /* a number macro as its digits */
+#define LOCK_TIMEOUT_RANGE "1.." DIAG_XSTR(KVC_LIMIT_LOCK_TIMEOUT_MS)
+
 static const diag_cmd *const commands[] = {
     &diag_cmd_status, &diag_cmd_ranks,   &diag_cmd_rooms,  &diag_cmd_failures, &diag_cmd_procs,
     &diag_cmd_locks,  &diag_cmd_check,   &diag_cmd_repair, &diag_cmd_unlink,   &diag_cmd_rdma,
@@ -29,8 +33,8 @@ static const char global_options[] =
     "                         1..65535)\n"
     "  -j, --json             print one JSON document instead of text (see OUTPUT)\n"
     "  -T, --lock-timeout MS  longest wait for any lock of the segment, in milliseconds\n"
-    "                         (1..600000, default 300); a lock held longer is reported\n"
-    "                         with its owner, never waited on\n"
+    "                         (" LOCK_TIMEOUT_RANGE ", default 300); a lock held longer is\n"
+    "                         reported with its owner, never waited on\n"
     "  -h, --help             print the help of the tool, or of the command\n";
 
 static const char exit_status[] =
@@ -177,7 +181,7 @@ static int global_opt(diag *d, const diag_cmd *c, int opt, const char *arg)
         return 1;
     case 'j': d->json = 1; return 1;
     case 'T':
-        if (diag_parse_range(d, c, "--lock-timeout", arg, 1, 600000, &v) < 0)
+        if (diag_parse_range(d, c, "--lock-timeout", arg, 1, KVC_LIMIT_LOCK_TIMEOUT_MS, &v) < 0)
             return -1;
         d->lock_timeout_ms = (uint32_t)v;
         return 1;

@@ -58,7 +58,7 @@ static int ranks_opt(void *ctx, int opt, const char *arg)
     uint64_t v;
     switch (opt) {
     case 'r':
-        if (diag_parse_u64(o->d, &diag_cmd_ranks, "--rank", arg, UINT32_MAX, &v) < 0)
+        if (diag_parse_u64(o->d, &diag_cmd_ranks, "--rank", arg, KVC_RANK_MAX, &v) < 0)
             return -1;
         o->rank = (int64_t)v;
         return 0;

@@ -141,8 +141,9 @@ static kvc_err check_options(const kvc_options *o)
                          KVC_LIMIT_MAX_ROOMS);
     if (o->room_ttl_ms < 1)
         return kvc__fail(KVC_E_INVAL, "room TTL must be at least 1 ms");
-    if (o->lock_timeout_ms < 1)
-        return kvc__fail(KVC_E_INVAL, "lock timeout must be at least 1 ms");
+    if (o->lock_timeout_ms < 1 || o->lock_timeout_ms > KVC_LIMIT_LOCK_TIMEOUT_MS)
+        return kvc__fail(KVC_E_INVAL, "lock timeout %u ms out of range 1..%u ms",
+                         o->lock_timeout_ms, (unsigned)KVC_LIMIT_LOCK_TIMEOUT_MS);
     return KVC_OK;
 }
 
