@@ -538,19 +538,20 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
         }
         if (bad)
             goto out;
+        if (rooms) { /* the poller just polled: its attributes are in cache */
+            rooms[i] = KVC_ROOM_NONE;
+            if (i >= PySequence_Fast_GET_SIZE(pv)) { /* a poll() or getattr shrank it */
+                PyErr_SetString(PyExc_RuntimeError, "pollers changed size during the polls");
+                goto out;
+            }
+            if (polls[i] != 0 &&
+                followed_room(PySequence_Fast_GET_ITEM(pv, i), follows, &rooms[i]) < 0)
+                goto out;
+        }
     }
     if (call) { /* from here, a failure tells the polls made (attach_polls) */
         memcpy(polls + n, polls, (size_t)n);
         polled = 1;
-    }
-    if (fold && PySequence_Fast_GET_SIZE(pv) != n) {
-        PyErr_SetString(PyExc_RuntimeError, "pollers changed size during the polls");
-        goto out;
-    }
-    for (Py_ssize_t i = 0; rooms && i < n; i++) {
-        rooms[i] = KVC_ROOM_NONE;
-        if (polls[i] != 0 && followed_room(PySequence_Fast_GET_ITEM(pv, i), follows, &rooms[i]) < 0)
-            goto out;
     }
     stop_ctx sc = {s, _PyOS_IsMainThread(), 0};
     kvc_coll_opts co = {.timeout_ms = timeout_to_ms(timeout),

@@ -388,7 +388,7 @@ static kvc_err check_call(kvc_segment *seg, uint32_t size, uint32_t rank)
         return kvc__fail(KVC_E_INVAL,
                          "kvc_allreduce_min: the handle has no process table entry (opened with "
                          "role none), so its peers could not tell whether it lives");
-    if ((int32_t)getpid() != seg->pid)
+    if (atomic_load_explicit(&seg->forked, memory_order_relaxed)) /* no getpid() per call */
         return kvc__fail(KVC_E_INVAL,
                          "kvc_allreduce_min: the handle was opened by pid %d, not this process "
                          "(inherited across fork(): open the segment again)",

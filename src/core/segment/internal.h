@@ -60,6 +60,9 @@ struct kvc_segment {
     int32_t proc_slot; /* our process table entry, -1 if none */
     uint32_t proc_gen; /* its gen when we attached */
     int32_t pid;
+    /* Set in a fork() child (session.c's atfork handler): the handle is its
+     * parent's (pid above), told without a getpid() system call. */
+    _Atomic bool forked;
     uint64_t start; /* our start time, ticks since the host's boot */
     int32_t shown_pid;
     uint64_t pid_ns, time_ns;    /* namespace inodes (kvc__self_identity) */

@@ -38,6 +38,7 @@ static void fork_child(void)
     for (size_t i = 0; i < nhandles; i++) {
         kvc__liveness_forget_child(handles[i], handles[i]->proc_slot, forking_pid);
         atomic_store(&handles[i]->room_credit, 0); /* the parent's (rooms.c) */
+        atomic_store(&handles[i]->forked, true);
     }
     pthread_mutex_unlock(&handles_mu);
 }
