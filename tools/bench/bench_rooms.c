@@ -16,9 +16,10 @@
  * process count are cut into --slices slices, run 1, 2, 8, 1, 2, 8, ...
  * so that a change in the machine's load hits every count alike; figures
  * are medians over the slices (a ratio is the median of the slices' own
- * ratios).  Baseline in the same run, the same slices: the same P
- * processes each on a segment of its own (nothing shared), which is how
- * far this machine lets P processes scale at all; the last ratio is shared
+ * ratios).  Baseline in the same run, the same slices (shared first in
+ * even slices, private first in odd ones): the same P processes each on
+ * a segment of its own (nothing shared), which is how far this machine
+ * lets P processes scale at all; the last ratio is shared
  * over private.  Both run on segments created for the ops run (empty room
  * tables).
  *
@@ -246,10 +247,16 @@ static void run_ops_slices(const char *name, unsigned slices, double duration, s
     double shs[OPS_COUNTS][OPS_MAX_SLICES], prs[OPS_COUNTS][OPS_MAX_SLICES];
     double vs[OPS_COUNTS][OPS_MAX_SLICES];
     double each = duration / slices;
+    /* Shared and private in turn, the first of the two alternating slice
+     * by slice, so that neither always runs on the caches and the
+     * frequency the other left. */
     for (unsigned k = 0; k < slices; k++)
         for (int i = 0; i < OPS_COUNTS; i++) {
+            if (k % 2)
+                pr[i][k] = run_ops(shared, privates, ops_procs[i], each);
             sh[i][k] = run_ops(shared, NULL, ops_procs[i], each);
-            pr[i][k] = run_ops(shared, privates, ops_procs[i], each);
+            if (!(k % 2))
+                pr[i][k] = run_ops(shared, privates, ops_procs[i], each);
         }
     for (int i = 0; i < OPS_COUNTS; i++) {
         for (unsigned k = 0; k < slices; k++) {

@@ -6,7 +6,8 @@
  * cycle (open, 3 state updates, kvc_room_get, release) on rooms of its
  * own; every cycle is timed (TSC ticks on x86, else ns) and each process reports its
  * median (a cycle preempted by the machine's other work is an outlier, not
- * the median).  Four modes, interleaved round by round:
+ * the median) and its mean (what throughput pays, slow cycles included).
+ * Four modes, interleaved round by round:
  *   shared     one segment, room ids in sequence (the bench's shared case)
  *   private    a segment per process (the bench's baseline)
  *   split      one segment, process p only takes ids whose stripe is
@@ -43,6 +44,7 @@ static const char *const mode_names[MODES] = {"shared", "private", "split", "slo
 struct sync {
     volatile int ready;
     double median[2]; /* TSC ticks per cycle, per process */
+    double mean[2];   /* the same, the mean: what throughput pays, slow cycles included */
 };
 
 static kvc_segment *open_seg(const char *name, kvc_open_mode mode)
@@ -132,6 +134,10 @@ static void worker(const char *name, int m, int p, long cycles, struct sync *sy,
             goto fail;
         t[i] = ticks() - a;
     }
+    double sum = 0;
+    for (long i = 0; i < cycles; i++)
+        sum += (double)t[i];
+    sy->mean[p] = sum / (double)cycles;
     qsort(t, (size_t)cycles, sizeof *t, cmp_u64);
     sy->median[p] = (double)t[cycles / 2];
     kvc_close(s);
@@ -163,7 +169,7 @@ int main(int argc, char **argv)
         perror("kvcoord-probe-rooms: mmap");
         return 1;
     }
-    double v[MODES][MAX_ROUNDS];
+    double v[MODES][MAX_ROUNDS], mv[MODES][MAX_ROUNDS];
     for (int k = 0; k < rounds; k++)
         for (int m = 0; m < MODES; m++) {
             sy->ready = 0;
@@ -183,6 +189,7 @@ int main(int argc, char **argv)
             if (bad)
                 return 1;
             v[m][k] = (sy->median[0] + sy->median[1]) / 2;
+            mv[m][k] = (sy->mean[0] + sy->mean[1]) / 2;
         }
     printf("median TSC ticks per room cycle, 2 processes on CPUs 0 and 1, %d rounds of %ld "
            "cycles\n",
@@ -201,6 +208,16 @@ int main(int argc, char **argv)
     printf("private / shared %.2f; room slots' lines (shared - slotsplit) %.0f, stripes' lines "
            "(slotsplit - split) %.0f ticks per cycle\n",
            med[PRIVATE] / med[SHARED], med[SHARED] - med[SLOTSPLIT], med[SLOTSPLIT] - med[SPLIT]);
+    double mmed[MODES];
+    for (int m = 0; m < MODES; m++) {
+        double x[MAX_ROUNDS];
+        memcpy(x, mv[m], (size_t)rounds * sizeof *x);
+        qsort(x, (size_t)rounds, sizeof *x, cmp_d);
+        mmed[m] = x[rounds / 2];
+    }
+    printf("mean ticks per cycle (slow cycles included; median of rounds): shared %.0f, private "
+           "%.0f, split %.0f, slotsplit %.0f; private / shared %.2f\n",
+           mmed[SHARED], mmed[PRIVATE], mmed[SPLIT], mmed[SLOTSPLIT], mmed[PRIVATE] / mmed[SHARED]);
     for (int i = 0; i < 3; i++) {
         kvc_close(segs[i]);
         kvc_unlink(names[i]);
