@@ -442,12 +442,15 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS
     leave(self);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsIsI}", "calls_ok", (unsigned long long)ok, "calls_failed",
+        "{sKsKsKsKsKsKsKsKsIsIsKsKsK}", "calls_ok", (unsigned long long)ok, "calls_failed",
         (unsigned long long)failed, "writes_sent", (unsigned long long)st.writes_sent, "bytes_sent",
         (unsigned long long)st.bytes_sent, "writes_recv", (unsigned long long)st.writes_recv,
         "bytes_recv", (unsigned long long)st.bytes_recv, "frames_refused",
         (unsigned long long)st.frames_refused, "conns_failed", (unsigned long long)st.conns_failed,
-        "peers", st.peers, "peers_unhealthy", st.peers_unhealthy);
+        "peers", st.peers, "peers_unhealthy", st.peers_unhealthy, "same_host_copies",
+        (unsigned long long)st.same_host_copies, "same_host_bytes",
+        (unsigned long long)st.same_host_bytes, "same_host_fallbacks",
+        (unsigned long long)st.same_host_fallbacks);
 }
 
 static PyMethodDef Engine_methods[] = {

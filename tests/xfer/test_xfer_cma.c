@@ -7,12 +7,20 @@
  * restarted at the same port with its region elsewhere: nothing written at
  * the old addresses; KVCOORD_FORCE_SOCKET and force_socket really use the
  * socket; a server that may not read this process (another uid: EPERM)
- * falls back to the socket, logged once, bytes still right. */
+ * falls back to the socket, logged once, bytes still right.  On the wire:
+ * a same-host write without the negotiation is refused; a client naming
+ * another process (which even holds the server's nonce, as a relay would
+ * arrange) is refused because that process does not hold its socket. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "testutil.h"
+#include "xfer_frame.h"
 #include "xfer_util.h"
 
 #define REGION (32u << 20)
@@ -620,6 +628,167 @@ static void test_eperm_fallback(void **state)
     ctx_close(c);
 }
 
+/* ---- on the wire ---------------------------------------------------------------- */
+
+static int raw_connect(const char *desc)
+{
+    char sid[128];
+    desc_sid(desc, sid, sizeof sid);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(strrchr(sid, ':') + 1))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+static void send_frame(int fd, uint8_t type, int32_t status, uint64_t seq, uint64_t addr,
+                       const void *payload, uint32_t plen)
+{
+    uint8_t h[KVT_HDR_LEN];
+    kvt__frame f = {.type = type, .len = plen, .status = status, .seq = seq, .addr = addr};
+    kvt__frame_encode(&f, h);
+    assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
+    if (plen)
+        assert_int_equal(xu_write_all(fd, payload, plen), 0);
+}
+
+static int read_frame(int fd, kvt__frame *f, char *buf, size_t cap)
+{
+    uint8_t h[KVT_HDR_LEN];
+    char err[160];
+    if (xu_read_all(fd, h, sizeof h, 10000))
+        return -1;
+    assert_int_equal(kvt__frame_decode(h, KVT_FRAME_MAX, f, err, sizeof err), 0);
+    assert_true(f->len < cap);
+    assert_int_equal(xu_read_all(fd, buf, f->len, 10000), 0);
+    buf[f->len] = '\0';
+    return 0;
+}
+
+/* HELLO offering the copy; the server's HELLO_OK must offer it too. */
+static void raw_hello(int fd)
+{
+    kvt__hello h;
+    memset(&h, 0, sizeof h);
+    h.version = KVT_PROTOCOL_VERSION;
+    h.flags = KVT_HELLO_F_CMA;
+    h.generation = 7;
+    snprintf(h.session_id, sizeof h.session_id, "127.0.0.1:1");
+    uint8_t b[600];
+    size_t n = kvt__hello_encode(&h, b, sizeof b);
+    send_frame(fd, KVT_F_HELLO, 0, 0, 0, b, (uint32_t)n);
+    kvt__frame f;
+    char buf[1024];
+    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(f.type, KVT_F_HELLO_OK);
+    assert_int_equal(kvt__hello_decode((const uint8_t *)buf, f.len, &h, buf, sizeof buf), 0);
+    assert_true(h.flags & KVT_HELLO_F_CMA);
+}
+
+static uint64_t start_of(pid_t pid)
+{
+    char path[64], b[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(b, 1, sizeof b - 1, f);
+    fclose(f);
+    b[n] = '\0';
+    char *p = strrchr(b, ')') + 1;
+    for (int field = 3; field < 22; field++) {
+        while (*p == ' ')
+            p++;
+        while (*p && *p != ' ')
+            p++;
+    }
+    return strtoull(p, NULL, 10);
+}
+
+/* A CMA_WRITE with no negotiation: refused (ERROR), nothing written. */
+static void test_wire_unproven(void **state)
+{
+    ctx *c = *state;
+    srep r0 = srv_query(&c->s);
+    int fd = raw_connect(c->s.desc);
+    raw_hello(fd);
+    uint8_t tab[KVT_CMA_ENT_LEN];
+    kvt__put64(tab, c->rbase);
+    kvt__put64(tab + 8, 4096);
+    kvt__put64(tab + 16, (uint64_t)(uintptr_t)c->local);
+    send_frame(fd, KVT_F_CMA_WRITE, 0, 1, 4096, tab, sizeof tab);
+    kvt__frame f;
+    char buf[4096];
+    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(f.type, KVT_F_ERROR);
+    assert_non_null(strstr(buf, "not proven"));
+    close(fd);
+    srep r1 = srv_query(&c->s);
+    assert_true(r1.sum == r0.sum);
+    assert_int_equal(r1.st.same_host_bytes, 0);
+}
+
+/* The relay: a client names another process of this host as itself, and
+ * that process even holds the server's nonce at the slot named (put there
+ * here, as another engine would have been made to).  The server refuses:
+ * that process does not hold the client's socket; a CMA_WRITE after is a
+ * protocol error, nothing written. */
+static void test_wire_relay_refused(void **state)
+{
+    ctx *c = *state;
+    static uint8_t slot[16]; /* the same address in the forked decoy */
+    pid_t decoy = fork();
+    if (decoy == 0) {
+        for (;;)
+            pause();
+    }
+    srep r0 = srv_query(&c->s);
+    int fd = raw_connect(c->s.desc);
+    raw_hello(fd);
+    uint8_t id[92];
+    memset(id, 0, sizeof id);
+    FILE *b = fopen("/proc/sys/kernel/random/boot_id", "r");
+    assert_non_null(b);
+    assert_int_equal(fread(id, 1, 36, b), 36);
+    fclose(b);
+    struct stat st;
+    assert_int_equal(stat("/proc/self/ns/pid", &st), 0);
+    kvt__put64(id + 36, (uint64_t)st.st_dev);
+    kvt__put64(id + 44, (uint64_t)st.st_ino);
+    kvt__put32(id + 52, (uint32_t)decoy);
+    kvt__put64(id + 60, start_of(decoy));
+    kvt__put64(id + 68, (uint64_t)(uintptr_t)slot);
+    memset(id + 76, 0x5a, 16);
+    send_frame(fd, KVT_F_CMA_HELLO, 0, 0, 0, id, sizeof id);
+    kvt__frame f;
+    char buf[4096];
+    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(f.type, KVT_F_CMA_HELLO);
+    assert_int_equal(f.status, 0);
+    assert_int_equal(f.len, 92);
+    /* The server's nonce, into the decoy's slot. */
+    struct iovec l = {buf + 76, 16}, r = {slot, 16};
+    assert_int_equal(process_vm_writev(decoy, &l, 1, &r, 1, 0), 16);
+    send_frame(fd, KVT_F_CMA_CHECK, 0, 0, 0, NULL, 0);
+    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(f.type, KVT_F_CMA_CHECK);
+    assert_int_equal(f.status, EACCES);
+    assert_non_null(strstr(buf, "does not hold the peer's end of the connection"));
+    uint8_t tab[KVT_CMA_ENT_LEN];
+    kvt__put64(tab, c->rbase);
+    kvt__put64(tab + 8, 4096);
+    kvt__put64(tab + 16, (uint64_t)(uintptr_t)slot);
+    send_frame(fd, KVT_F_CMA_WRITE, 0, 1, 4096, tab, sizeof tab);
+    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(f.type, KVT_F_ERROR);
+    close(fd);
+    kill(decoy, SIGKILL);
+    waitpid(decoy, NULL, 0);
+    srep r1 = srv_query(&c->s);
+    assert_true(r1.sum == r0.sum);
+    assert_int_equal(r1.st.same_host_bytes, 0);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -635,6 +804,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_force_socket),
         cmocka_unit_test(test_force_socket_server),
         cmocka_unit_test(test_eperm_fallback),
+        cmocka_unit_test_setup_teardown(test_wire_unproven, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wire_relay_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
 kvcoord.mooncake.TransferEngine and Mooncake's own TransferEngine, side by
 side with iperf3 in one run.
 
-    bench_mooncake.py pages [--engines kvcoord,mooncake,mooncake-pool]
+    bench_mooncake.py pages [--engines kvcoord,kvcoord-socket,mooncake,mooncake-pool]
                             [--pages 4096,65536,1048576] [--threads 1,4]
                             [--per-call 256] [--secs 5] [--rounds 1]
     bench_mooncake.py weights [--engines ...] [--model llama-3.1-8b --tp 8]
@@ -25,7 +25,12 @@ Mooncake's engine comes from a build of ../shared/anchors/mooncake-te
 (MOONCAKE_OUT, default /work/anchors-out/mooncake): its py/ on PYTHONPATH and
 build-mc/mooncake-common on LD_LIBRARY_PATH; mooncake-pool is Mooncake with
 MC_TCP_ENABLE_CONNECTION_POOL=1.  kvcoord's comes from PYTHONPATH (e.g.
-build/python).  Figures, not assertions; run it on a quiet machine and say
+build/python): kvcoord is its default (both processes on this host: the
+bytes are copied by process_vm_readv, docs/transfer.md "Same-host copy"),
+kvcoord-socket the same with KVCOORD_FORCE_SOCKET=1 (the bytes through the
+socket: the figure that holds across nodes).  Each kvcoord row says how many
+bytes the target copied (copied_GB); each (page, threads) group ends with a
+line of kvcoord's and kvcoord-socket's ratios to the best Mooncake row.  Figures, not assertions; run it on a quiet machine and say
 the load (printed with each round).
 """
 
@@ -121,6 +126,8 @@ def target_main(kind):
             out = {"sid": session_of(e), "info": info, "sha": sums, "desc": descriptor_of(e)}
         elif "hash" in c:
             out = {"sha": sha(bufs[0], c["hash"])}
+        elif "stats" in c:
+            out = e.stats() if hasattr(e, "stats") else {}
         else:
             break
         print(json.dumps(out), flush=True)
@@ -152,6 +159,9 @@ class Target:
 def env_for(kind):
     env = dict(os.environ)
     env.pop("MC_TCP_ENABLE_CONNECTION_POOL", None)
+    env.pop("KVCOORD_FORCE_SOCKET", None)
+    if kind == "kvcoord-socket":
+        env["KVCOORD_FORCE_SOCKET"] = "1"
     if kind.startswith("mooncake"):
         env["PYTHONPATH"] = os.path.join(MOONCAKE_OUT, "py")
         env["LD_LIBRARY_PATH"] = os.path.join(MOONCAKE_OUT, "build-mc", "mooncake-common")
@@ -167,7 +177,7 @@ def pages_main(kind, page, per_call, threads, secs):
     env = env_for(kind)
     npages = per_call * threads
     size = 2 * npages * page
-    side = "kvcoord" if kind == "kvcoord" else "mooncake"
+    side = "kvcoord" if kind.startswith("kvcoord") else "mooncake"
     t = Target(side, env)
     r = t.cmd(size=size)
     e = new_engine(side)
@@ -205,12 +215,14 @@ def pages_main(kind, page, per_call, threads, secs):
     dt = time.monotonic() - t0
     ok = t.cmd(hash=[[i * page, page] for i in dst])["sha"] == sha(m, [[i * page, page]
                                                                        for i in src])
+    copied = t.cmd(stats=1).get("same_host_bytes") if side == "kvcoord" else None
     t.close()
     lat.sort()
     print(json.dumps({"gbps": round(sum(done) * per_call * page / dt / 1e9, 3),
                       "calls": sum(done), "failed": sum(fails), "verify": ok,
                       "call_ms_median": round(1e3 * lat[len(lat) // 2], 1) if lat else None,
-                      "call_ms_max": round(1e3 * lat[-1], 1) if lat else None}))
+                      "call_ms_max": round(1e3 * lat[-1], 1) if lat else None,
+                      **({"copied_GB": round(copied / 1e9, 2)} if copied is not None else {})}))
 
 
 def weights_main(kind, model, tp):
@@ -223,10 +235,11 @@ def weights_main(kind, model, tp):
         with open(os.path.join(d, "rank-0.json")) as f:
             info = json.load(f)["transfer_engine_info"]["weights_info_dict"]
     shapes = [[k, v[1], v[2]] for k, v in info.items()]
-    t = Target("kvcoord" if kind == "kvcoord" else "mooncake", env)
+    side = "kvcoord" if kind.startswith("kvcoord") else "mooncake"
+    t = Target(side, env)
     r = t.cmd(weights=shapes, seed=5)
-    e = new_engine("kvcoord" if kind == "kvcoord" else "mooncake")
-    if kind == "kvcoord":
+    e = new_engine(side)
+    if side == "kvcoord":
         from kvcoord import _engine
         if not _engine.HAVE_FETCH:
             e.peer_add(r["desc"])
@@ -298,7 +311,7 @@ def main():
         return weights_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=["pages", "weights"])
-    ap.add_argument("--engines", default="kvcoord,mooncake,mooncake-pool")
+    ap.add_argument("--engines", default="kvcoord,kvcoord-socket,mooncake,mooncake-pool")
     ap.add_argument("--pages", default="4096,65536,1048576")
     ap.add_argument("--threads", default="1,4")
     ap.add_argument("--per-call", type=int, default=256)
@@ -313,15 +326,24 @@ def main():
             for page in map(int, a.pages.split(",")):
                 for th in map(int, a.threads.split(",")):
                     ip = iperf3(a.secs)
+                    got = {}
                     for kind in engines:
                         r = child(["_pages", kind, str(page), str(a.per_call), str(th),
                                    str(a.secs)], kind)
+                        got[kind] = r.get("gbps") if r.get("verify") and not r.get("failed") \
+                            else None
                         print("round=%d page=%d per_call=%d threads=%d engine=%s %s "
                               "iperf3_GBps=%.3f ratio=%s load=%.1f" % (
                                   rnd, page, a.per_call, th, kind,
                                   " ".join("%s=%s" % kv for kv in r.items()), ip,
                                   "%.2f" % (r["gbps"] / ip) if "gbps" in r else "-", load()),
                               flush=True)
+                    mc = max([got[k] or 0 for k in got if k.startswith("mooncake")] or [0])
+                    if mc:
+                        print("round=%d page=%d threads=%d vs_mooncake_best=%.3f %s load=%.1f" % (
+                            rnd, page, th, mc, " ".join(
+                                "%s=%s" % (k, "%.2fx" % (got[k] / mc) if got[k] else "-")
+                                for k in got if k.startswith("kvcoord")), load()), flush=True)
         else:
             ip = iperf3(a.secs)
             for kind in engines:

@@ -401,7 +401,14 @@ class TransferEngine:
 
     @_or_fail(dict)
     def stats(self):
-        """Counters of the engine (dict; extension)."""
+        """Counters of the engine (dict; extension): calls_ok, calls_failed,
+        writes_sent, bytes_sent, writes_recv, bytes_recv, frames_refused,
+        conns_failed, peers, peers_unhealthy, and the same-host copy's
+        same_host_copies, same_host_bytes (copies this process made with
+        process_vm_readv: peers' writes into it, its own reads) and
+        same_host_fallbacks (connections on this host left on the socket).
+        KVCOORD_FORCE_SOCKET=1 in the environment turns the copy off
+        (docs/mooncake.md)."""
         return self._engine().stats()
 
     @_or_fail(-1)
