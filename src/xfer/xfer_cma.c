@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,17 +188,14 @@ static bool peer_exited(const kvt__conn *c)
 }
 
 /* The copy loop: 0 or the errno; *bytes: what was copied. */
-static int pull(const kvt__conn *c, struct iovec *local, struct iovec *remote, size_t n,
-                uint64_t *out)
+static int pull_pid(pid_t pid, struct iovec *local, struct iovec *remote, size_t n, uint64_t *out)
 {
     size_t li = 0, ri = 0;
     int err = 0;
     uint64_t bytes = 0;
-    if (peer_exited(c))
-        err = ESRCH;
     while (!err && li < n) {
-        /* process_vm_readv takes at most IOV_MAX (1024) of each; n <= 256 */
-        ssize_t k = process_vm_readv((pid_t)c->cma_pid, local + li, n - li, remote + ri, n - ri, 0);
+        /* process_vm_readv takes at most IOV_MAX (1024) of each; n <= 257 */
+        ssize_t k = process_vm_readv(pid, local + li, n - li, remote + ri, n - ri, 0);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
@@ -226,11 +225,158 @@ static int pull(const kvt__conn *c, struct iovec *local, struct iovec *remote, s
     return err;
 }
 
+/* The copy helper: a thread of the engine that copies the second half of
+ * a large copy while the engine's thread copies the first.  Measured here
+ * (2 vCPUs, AMD EPYC, kernel 6.18): process_vm_readv moves 1.2 / 2.2 /
+ * 3.3 GB per CPU-second at 4 KiB / 64 KiB / 1 MiB runs, against 6-10 for
+ * a user-space memcpy of the same pages; one thread would copy slower than
+ * the socket path, whose two copies run on both sides' CPUs at once.  Made
+ * on the first copy of at least KVT_CMA_SPLIT_MIN bytes; joined at
+ * destroy. */
+#define KVT_CMA_SPLIT_MIN (512u << 10)
+
+struct kvt__cma_worker {
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    bool job, finished, stop;
+    pid_t pid;
+    struct iovec l[KVT_READ_ENTS_MAX + 1], r[KVT_READ_ENTS_MAX + 1];
+    size_t n;
+    int err;
+    uint64_t bytes;
+};
+
+static void *worker_main(void *arg)
+{
+    struct kvt__cma_worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->job && !w->stop)
+            pthread_cond_wait(&w->go, &w->mu);
+        if (w->stop)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        uint64_t bytes = 0;
+        int err = pull_pid(w->pid, w->l, w->r, w->n, &bytes);
+        pthread_mutex_lock(&w->mu);
+        w->err = err;
+        w->bytes = bytes;
+        w->job = false;
+        w->finished = true;
+        pthread_cond_signal(&w->done);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* The helper, started on first use; NULL when it cannot be (the copy is
+ * then made by the engine's thread alone). */
+static struct kvt__cma_worker *worker(kvt_engine *e)
+{
+    if (e->cmaw || e->cmaw_failed)
+        return e->cmaw;
+    struct kvt__cma_worker *w = calloc(1, sizeof *w);
+    if (w) {
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->go, NULL);
+        pthread_cond_init(&w->done, NULL);
+        /* Signals stay with the caller's threads. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&w->thr, NULL, worker_main, w);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (!rc) {
+            e->cmaw = w;
+            return w;
+        }
+        pthread_cond_destroy(&w->done);
+        pthread_cond_destroy(&w->go);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+    }
+    e->cmaw_failed = true;
+    kvt__log(e, KVT_LOG_DEBUG, "same-host copy: no helper thread, one thread copies");
+    return NULL;
+}
+
+void kvt__cma_fini(kvt_engine *e)
+{
+    struct kvt__cma_worker *w = e->cmaw;
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->go);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thr, NULL);
+    pthread_cond_destroy(&w->done);
+    pthread_cond_destroy(&w->go);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    e->cmaw = NULL;
+}
+
+/* Copy n paired runs (local[i] and remote[i] of the same length) from
+ * c's peer: a large copy split in two halves by bytes (a run cut in two
+ * where the middle falls), the second half by the helper.  0 or the
+ * errno; *out: the bytes copied by both. */
+static int pull(kvt_engine *e, const kvt__conn *c, struct iovec *local, struct iovec *remote,
+                size_t n, uint64_t *out)
+{
+    *out = 0;
+    if (peer_exited(c))
+        return ESRCH;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += local[i].iov_len;
+    struct kvt__cma_worker *w = total >= KVT_CMA_SPLIT_MIN ? worker(e) : NULL;
+    if (!w)
+        return pull_pid((pid_t)c->cma_pid, local, remote, n, out);
+    /* The first half: runs [0, k) and the head of run k (h bytes). */
+    uint64_t half = total / 2, acc = 0;
+    size_t k = 0;
+    while (acc + local[k].iov_len <= half)
+        acc += local[k++].iov_len;
+    size_t h = (size_t)(half - acc);
+    pthread_mutex_lock(&w->mu);
+    w->pid = (pid_t)c->cma_pid;
+    w->n = n - k;
+    for (size_t i = k; i < n; i++) {
+        w->l[i - k] = local[i];
+        w->r[i - k] = remote[i];
+    }
+    w->l[0].iov_base = (char *)w->l[0].iov_base + h;
+    w->l[0].iov_len -= h;
+    w->r[0].iov_base = (char *)w->r[0].iov_base + h;
+    w->r[0].iov_len -= h;
+    w->job = true;
+    w->finished = false;
+    pthread_cond_signal(&w->go);
+    pthread_mutex_unlock(&w->mu);
+    size_t mine = k;
+    if (h) { /* the head of run k is ours */
+        local[k].iov_len = h;
+        remote[k].iov_len = h;
+        mine++;
+    }
+    uint64_t b1 = 0;
+    int err = mine ? pull_pid((pid_t)c->cma_pid, local, remote, mine, &b1) : 0;
+    pthread_mutex_lock(&w->mu);
+    while (!w->finished)
+        pthread_cond_wait(&w->done, &w->mu);
+    int err2 = w->err;
+    *out = b1 + w->bytes;
+    pthread_mutex_unlock(&w->mu);
+    return err ? err : err2;
+}
+
 int kvt__cma_pull(kvt_engine *e, kvt__conn *c, struct iovec *local, struct iovec *remote, size_t n,
                   char *why, size_t cap)
 {
     uint64_t bytes = 0;
-    int err = pull(c, local, remote, n, &bytes);
+    int err = pull(e, c, local, remote, n, &bytes);
     e->st.same_host_bytes += bytes;
     if (!err) {
         e->st.same_host_copies++;
@@ -365,7 +511,7 @@ static int prove(kvt__conn *c, const cma_id *id, char *why, size_t cap)
     uint8_t got[16];
     struct iovec l = {got, sizeof got}, r = {(void *)(uintptr_t)c->cma_peer_slot, sizeof got};
     uint64_t bytes;
-    int rc = pull(c, &l, &r, 1, &bytes);
+    int rc = peer_exited(c) ? ESRCH : pull_pid((pid_t)id->pid, &l, &r, 1, &bytes);
     if (rc) {
         char w[96];
         errno_words(rc, w, sizeof w);

@@ -73,4 +73,8 @@ bool kvt__cma_frame(kvt__conn *c, kvt__wr *w, const void **pay, uint32_t *plen);
 /* c closes: its pidfd. */
 void kvt__cma_forget(kvt__conn *c);
 
+/* The engine is destroyed: its copy helper thread (if one was started)
+ * is joined. */
+void kvt__cma_fini(kvt_engine *e);
+
 #endif

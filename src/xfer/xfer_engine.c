@@ -525,6 +525,7 @@ KVT_API void kvt_engine_destroy(kvt_engine *e)
     if (e->lfd >= 0)
         close(e->lfd);
     kvt__peers_free(e);
+    kvt__cma_fini(e);
     while (e->rpeers) {
         kvt__rpeer *rp = e->rpeers;
         e->rpeers = rp->next;

@@ -465,6 +465,8 @@ struct kvt_engine {
     /* The same-host copy (xfer_cma.c): on unless forced off or this
      * process's identity is unknown; the identity peers compare. */
     bool cma_on;
+    struct kvt__cma_worker *cmaw; /* the copy helper thread, NULL until used */
+    bool cmaw_failed;             /* it could not be started: one thread copies */
     char boot_id[40];
     uint64_t pidns_dev, pidns_ino, start_ticks;
     uint32_t pid;
