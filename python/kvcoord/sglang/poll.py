@@ -10,7 +10,12 @@ the room TTL passed) polls Failed on the rank that sees it, and the
 element-wise MIN over the process group's ranks runs in the node's segment
 (futex-woken, failing fast naming a dead rank).  The per-step Python work
 is sglang's own plus one dict lookup; nothing is allocated but the list
-returned (up to 256 rooms).
+returned (up to 256 rooms).  In the plain variant (sglang's prefill and
+decode steps) with sglang's failure injection off (its _get_failure_prob,
+read every step), the C call makes the polls itself: each poller's own
+poll(), as int() takes it, in order - sglang's list comprehension without
+its frames - and a call failing after them hands them to the gloo
+fallback (.polls) rather than polling twice.
 
 Which path a group takes is decided once per process group by a handshake
 (gloo all_gather_object: every rank's node and segment identity, pid and
