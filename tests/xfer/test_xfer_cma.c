@@ -474,7 +474,7 @@ static void test_writer_killed(void **state)
             if (kvt_submit(e, p, room, &run, 1, KVT_SUBMIT_NOROOM))
                 _exit(3);
             kvt_event ev;
-            if (xu_wait_event(e, room, 30000, &ev) || ev.state != KVC_POLL_SUCCESS)
+            if (xu_wait_event(e, room, &ev) || ev.state != KVC_POLL_SUCCESS)
                 _exit(4);
             if (room == 1 && write(go[1], "g", 1) != 1)
                 _exit(5);
