@@ -2,7 +2,8 @@
  * processes on this host: scattered writes and reads verified by checksum
  * and proven to have gone by process_vm_readv (the engines' counters); a
  * write outside the server's regions refused with nothing written; a
- * server SIGKILLed mid-call fails the call within 3 s naming it; a writer
+ * server SIGKILLed mid-call fails the call at once (its connections'
+ * reset, not a deadline) naming it; a writer
  * SIGKILLed while the server copies leaves the server usable; a server
  * restarted at the same port with its region elsewhere: nothing written at
  * the old addresses; KVCOORD_FORCE_SOCKET and force_socket really use the
@@ -217,9 +218,11 @@ static kvt_engine *engine(int force)
 static kvt_event stash[64];
 static size_t nstash;
 
+/* Drive e until room's event (no wall-clock limit: ctest's TIMEOUT ends
+ * a hang). */
 static kvt_event wait_ev(kvt_engine *e, uint64_t room)
 {
-    for (int waited = 0; waited < 30000; waited += 50) {
+    for (;;) {
         for (size_t i = 0; i < nstash; i++)
             if (stash[i].room == room) {
                 kvt_event ev = stash[i];
@@ -233,8 +236,6 @@ static kvt_event wait_ev(kvt_engine *e, uint64_t room)
         for (size_t i = 0; i < n && nstash < 64; i++)
             stash[nstash++] = ev[i];
     }
-    fail_msg("no event for room %llu", (unsigned long long)room);
-    return stash[0];
 }
 
 typedef struct ctx {
@@ -437,7 +438,9 @@ static void test_server_killed(void **state)
     uint64_t ms = mono_ms() - t0;
     fprintf(stderr, "server killed: failed after %llu ms: %s | %s\n", (unsigned long long)ms,
             a.reason, b.reason);
-    assert_true(ms < 3000);
+    /* Prompt by construction: the connections' reset fails them, not a
+     * deadline (io_timeout_ms is 3 s here). */
+    assert_true(a.code != ETIMEDOUT && b.code != ETIMEDOUT);
     char sid[128];
     desc_sid(c->s.desc, sid, sizeof sid);
     assert_int_equal(a.state, KVC_POLL_FAILED);
