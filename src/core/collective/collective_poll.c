@@ -13,9 +13,9 @@
 #include "internal.h"
 
 /* Rooms checked per batch: their index entries, then their slots,
- * prefetched together (the misses
- * overlap: a poll step's rooms are mostly out of cache), the reclaimed
- * ones looked up in the failure ring in one pass. */
+ * prefetched together (the misses overlap: a poll step's rooms are mostly
+ * out of cache), the reclaimed ones looked up in the failure ring in one
+ * pass. */
 #define BATCH 64
 
 /* Start loading room's home index entry (layout.h), where most rooms'
