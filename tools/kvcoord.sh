@@ -60,10 +60,10 @@ Commands:
         (build-fuzz/, -DKVCOORD_FUZZ=ON), their output in build-logs/.  Once
         that suite is done, make the .debs from build/ (cpack -G DEB) and, as
         root, apt-install them in a fresh bookworm root (mmdebstrap).  Then
-        run the arm64 tests under qemu-user-static, the whole suite again
-        under ASan + UBSan, and each fuzz target for KVCOORD_FUZZ_SECONDS
-        (default 20; ctest -L fuzz).  Each step's seconds are printed, and
-        a summary line at the end.  At most one of:
+        run the whole suite again under ASan + UBSan (but python_pip),
+        each fuzz target for KVCOORD_FUZZ_SECONDS (default 20; ctest -L
+        fuzz) and the arm64 tests under qemu-user-static.  Each step's
+        seconds are printed, and a summary line at the end.  At most one of:
         --sanitize: the sanitizer build and suite only.
         --arm64: the arm64 cross build and its qemu-user run only.
         Exits non-zero if any build or test fails.
