@@ -5,13 +5,16 @@ side with iperf3 in one run.
 
     bench_mooncake.py pages [--engines kvcoord,kvcoord-socket,mooncake,mooncake-pool]
                             [--pages 4096,65536,1048576] [--threads 1,4]
-                            [--per-call 256] [--secs 5] [--rounds 1]
+                            [--per-call 256] [--secs 5] [--rounds 1] [--warmup 0]
     bench_mooncake.py weights [--engines ...] [--model llama-3.1-8b --tp 8]
 
 pages: one initiator process, one target process (loopback, P2PHANDSHAKE,
 TCP), batch_transfer_sync_write of PER_CALL scattered pages (shuffled, no two
 adjacent on either side, so no engine can merge them) per call, from 1 or 4
-caller threads for SECS; then every page of every thread's last call is
+caller threads for SECS (each thread first makes WARMUP untimed calls of its
+own pages: the first transfer of a page costs far more here, see
+docs/transfer.md "The first transfer of a page"); then every page of every
+thread's last call is
 hashed on both sides (verify=True when equal).  GB/s counts calls that
 returned 0.
 weights: the target registers the weights of one TP rank of the model
@@ -173,7 +176,7 @@ def env_for(kind):
 
 # ---- the initiator (a child of the driver, in the engine's environment) ----------
 
-def pages_main(kind, page, per_call, threads, secs):
+def pages_main(kind, page, per_call, threads, secs, warmup=0):
     env = env_for(kind)
     npages = per_call * threads
     size = 2 * npages * page
@@ -198,6 +201,9 @@ def pages_main(kind, page, per_call, threads, secs):
         s = [a + i * page for i in src[k * per_call:(k + 1) * per_call]]
         d = [r["addr"] + i * page for i in dst[k * per_call:(k + 1) * per_call]]
         lens = [page] * per_call
+        for _ in range(warmup):
+            e.batch_transfer_sync_write(r["sid"], s, d, lens)
+        ready.wait()
         while not stop[0]:
             t1 = time.monotonic()
             if e.batch_transfer_sync_write(r["sid"], s, d, lens) == 0:
@@ -206,9 +212,11 @@ def pages_main(kind, page, per_call, threads, secs):
             else:
                 fails[k] += 1
 
+    ready = threading.Barrier(threads + 1)
     ths = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    t0 = time.monotonic()
     [x.start() for x in ths]
+    ready.wait()  # every thread's warm-up calls are done
+    t0 = time.monotonic()
     time.sleep(secs)
     stop[0] = True
     [x.join() for x in ths]
@@ -305,8 +313,8 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "_target":
         return target_main(sys.argv[2])
     if len(sys.argv) > 1 and sys.argv[1] == "_pages":
-        k, p, n, th, s = sys.argv[2:7]
-        return pages_main(k, int(p), int(n), int(th), float(s))
+        k, p, n, th, s, w = sys.argv[2:8]
+        return pages_main(k, int(p), int(n), int(th), float(s), int(w))
     if len(sys.argv) > 1 and sys.argv[1] == "_weights":
         return weights_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -317,6 +325,9 @@ def main():
     ap.add_argument("--per-call", type=int, default=256)
     ap.add_argument("--secs", type=float, default=5)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="untimed calls per thread before the timed window (default 0: "
+                         "the figures include each page's first transfer)")
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--tp", type=int, default=8)
     a = ap.parse_args()
@@ -329,12 +340,12 @@ def main():
                     got = {}
                     for kind in engines:
                         r = child(["_pages", kind, str(page), str(a.per_call), str(th),
-                                   str(a.secs)], kind)
+                                   str(a.secs), str(a.warmup)], kind)
                         got[kind] = r.get("gbps") if r.get("verify") and not r.get("failed") \
                             else None
-                        print("round=%d page=%d per_call=%d threads=%d engine=%s %s "
+                        print("round=%d page=%d per_call=%d threads=%d warmup=%d engine=%s %s "
                               "iperf3_GBps=%.3f ratio=%s load=%.1f" % (
-                                  rnd, page, a.per_call, th, kind,
+                                  rnd, page, a.per_call, th, a.warmup, kind,
                                   " ".join("%s=%s" % kv for kv in r.items()), ip,
                                   "%.2f" % (r["gbps"] / ip) if "gbps" in r else "-", load()),
                               flush=True)
