@@ -21,7 +21,9 @@
  * head x 128 dim x bf16 per token, 4096 tokens in scattered pages of 16
  * tokens (16384 runs of 4 KiB, 64 MiB).  One summary line: GB/s (1e9
  * bytes), writes/s, room latency median and p99.  The receiver is a
- * forked process on the same host.  --read: the same blocks are read
+ * forked process on the same host; the data goes through the socket
+ * (force_socket) unless --same-host lets the engines copy it
+ * (docs/transfer.md, "Same-host copy").  --read: the same blocks are read
  * (kvt_submit_read) from the forked process into this one's memory.
  */
 #include <errno.h>
@@ -71,7 +73,7 @@ void bench_transfer_usage(FILE *out)
         "                       [--working-set N] [--conns N] [--depth N] [--duration S]\n"
         "                       [--pin SENDER_CPU,RECEIVER_CPU] [--splice-min SIZE]\n"
         "                       [--compare [--rounds N]] [--read] [--rw [--rounds N]]\n"
-        "                       [--listen HOST:PORT] [--json]\n"
+        "                       [--listen HOST:PORT] [--same-host] [--json]\n"
         "       kvcoord-bench kv [--backend B] [--conns N] [--depth N] [--duration S] [--json]\n");
 }
 
@@ -100,12 +102,12 @@ static void parse(int argc, char **argv, bt_args *a)
                    .splice_min = -1,
                    .rounds = 5};
     static struct option opts[] = {
-        {"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'},  {"batch", 1, 0, 'n'},
-        {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'},  {"duration", 1, 0, 't'},
-        {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},   {"working-set", 1, 0, 'w'},
-        {"pin", 1, 0, 'p'},     {"help", 0, 0, 'h'},   {"splice-min", 1, 0, 's'},
-        {"compare", 0, 0, 'C'}, {"rounds", 1, 0, 'r'}, {"read", 0, 0, 'R'},
-        {"rw", 0, 0, 'W'},      {0, 0, 0, 0}};
+        {"backend", 1, 0, 'b'}, {"block", 1, 0, 'k'},     {"batch", 1, 0, 'n'},
+        {"conns", 1, 0, 'c'},   {"depth", 1, 0, 'd'},     {"duration", 1, 0, 't'},
+        {"listen", 1, 0, 'l'},  {"json", 0, 0, 'j'},      {"working-set", 1, 0, 'w'},
+        {"pin", 1, 0, 'p'},     {"help", 0, 0, 'h'},      {"splice-min", 1, 0, 's'},
+        {"compare", 0, 0, 'C'}, {"rounds", 1, 0, 'r'},    {"read", 0, 0, 'R'},
+        {"rw", 0, 0, 'W'},      {"same-host", 0, 0, 'S'}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -139,6 +141,7 @@ static void parse(int argc, char **argv, bt_args *a)
             break;
         case 'C': a->compare = 1; break;
         case 'R': a->read = 1; break;
+        case 'S': a->same_host = 1; break;
         case 'W': a->rw = 1; break;
         case 'r': a->rounds = atoi(optarg); break;
         case 'p':
@@ -215,6 +218,9 @@ static kvt_engine *make_engine(const bt_args *a, uint64_t slice)
     o.slice_bytes = (uint32_t)slice;
     o.window_bytes = (uint32_t)(slice * 4 > (32u << 20) ? slice * 4 : (32u << 20));
     o.log = log_err;
+    /* The receiver is on this host: without --same-host the data goes
+     * through the socket, the path measured against iperf3. */
+    o.force_socket = !a->same_host;
     if (a->splice_min >= 0)
         o.tcp_splice_min = (uint32_t)a->splice_min;
     kvt_engine *e;

@@ -32,6 +32,8 @@ typedef struct bt_args {
                         from the forked one instead of writing them */
     int rw;          /* --rw: rounds of iperf3, engine write, engine read */
     int batch_given, depth_given;
+    int same_host; /* --same-host: let the engines copy (xfer_cma.c); default:
+                        force_socket, the TCP engine against iperf3 */
 } bt_args;
 
 /* What one measurement gave. */
