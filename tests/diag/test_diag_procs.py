@@ -7,7 +7,7 @@
   continued, `check` is healthy again;
 - after kvcoordd was SIGKILLed and another one adopted the segment, `check`
   and `status` name the adopter instead of only "creator pid N is not
-  running".
+  running", and `unlink` refuses to remove it while that adopter runs.
 
 Usage: test_diag_procs.py --daemon PATH --diag PATH --worker PATH
 """
@@ -125,6 +125,14 @@ class DiagProcs(unittest.TestCase):
             rc, text = diag(d.segment, "status", json_out=False)
             self.assertIn("pid %d (ended; adopted by kvcoordd pid %d, running)"
                           % (first, second.pid), text)
+            # unlink refuses while the adopter runs, as it does for a running creator
+            rc, doc = diag(d.segment, "unlink", "--yes")
+            self.assertEqual(rc, 1, doc)
+            self.assertFalse(doc["removed"], doc)
+            self.assertIn("adopted it after its creator ended, pid %d, is running" % second.pid,
+                          doc["error"])
+            self.assertTrue(os.path.exists("/dev/shm/" + d.segment))
+            self.assertIsNone(second.poll(), "the adopting kvcoordd exited")
         finally:
             second.send_signal(signal.SIGTERM)
             second.wait(DEADLINE)

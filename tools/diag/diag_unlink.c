@@ -23,14 +23,15 @@ static const char unlink_help[] =
     "  and asks for confirmation on the terminal.  Without a terminal on stdin\n"
     "  (or with --json) it removes nothing unless --yes is given.\n"
     "\n"
-    "  A segment whose creator (its kvcoordd) is running is not removed unless\n"
+    "  A segment whose kvcoordd is running - its creator, or the kvcoordd that\n"
+    "  adopted it after the creator ended - is not removed unless\n"
     "  --force is given: that kvcoordd notices its file is gone and exits with\n"
     "  status 1 (no new worker could attach to it), and every worker attached must\n"
     "  be restarted with the next one.  Stop it first.\n"
     "\n"
     "OPTIONS\n"
     "  -y, --yes     do not ask (for scripts)\n"
-    "  -f, --force   remove it even though its creator runs\n"
+    "  -f, --force   remove it even though its kvcoordd runs\n"
     "\n"
     "OUTPUT\n"
     "  --json: {\"schema\", \"command\": \"unlink\", \"segment\", \"removed\",\n"
@@ -38,7 +39,7 @@ static const char unlink_help[] =
     "  \"procs_alive\" (null if unreadable), \"error\" (when not removed)}.\n"
     "\n"
     "  Exit status: 0 removed; 1 not removed: not confirmed (answered no, no\n"
-    "  terminal to ask on and no --yes, or --json without --yes) or its creator\n"
+    "  terminal to ask on and no --yes, or --json without --yes) or its kvcoordd\n"
     "  runs and no --force; 2 no such segment or removal failed.\n";
 
 struct unlink_opts {
@@ -58,8 +59,11 @@ static int unlink_opt(void *ctx, int opt, const char *arg)
     return 0;
 }
 
-/* Registered ranks and live processes, when the segment can be attached. */
-static int contents(const diag *d, int64_t *ranks, int64_t *alive)
+/* Registered ranks, live processes and the running kvcoordd that adopted
+ * the segment after its creator ended (0: none), when the segment can be
+ * attached. */
+static int contents(const diag *d, const kvc_raw_header *h, int64_t *ranks, int64_t *alive,
+                    int32_t *adopter)
 {
     kvc_options o;
     kvc_segment *seg = NULL;
@@ -68,8 +72,11 @@ static int contents(const diag *d, int64_t *ranks, int64_t *alive)
     o.role = KVC_ROLE_NONE;
     o.lock_timeout_ms = d->lock_timeout_ms;
     *ranks = *alive = -1;
+    *adopter = 0;
     if (kvc_open(&o, &seg) != KVC_OK)
         return -1;
+    if (!h->creator_alive)
+        *adopter = kvc__adopter(seg, h->creator_pid);
     kvc_segment_info si;
     kvc_segment_stat(seg, &si);
     *ranks = si.ranks_registered;
@@ -85,14 +92,17 @@ static int contents(const diag *d, int64_t *ranks, int64_t *alive)
     return 0;
 }
 
-static void describe(const diag *d, const kvc_raw_header *h, int64_t ranks, int64_t alive)
+static void describe(const diag *d, const kvc_raw_header *h, int64_t ranks, int64_t alive,
+                     int32_t adopter)
 {
     char b[32];
     printf("segment /dev/shm/%s: %s", d->segment, diag_bytes(h->file_bytes, b, sizeof b));
     if (h->has_prefix && h->magic_ok)
         printf(", layout version %u, creator pid %d (%s)", h->layout_version, (int)h->creator_pid,
                diag_alive(h->creator_alive));
-    else if (h->has_prefix)
+    if (h->has_prefix && h->magic_ok && adopter > 0)
+        printf(", adopted by kvcoordd pid %d (running)", (int)adopter);
+    if (h->has_prefix && !h->magic_ok)
         printf(", not a kvcoord segment (no valid magic)");
     if (ranks >= 0)
         printf(", %lld %s registered, %lld live %s attached", (long long)ranks,
@@ -151,14 +161,15 @@ static int run_unlink(diag *d, int argc, char **argv)
     }
     kvc_raw_header h;
     int64_t ranks, alive;
+    int32_t adopter = 0;
     kvc_err he = kvc__header_read(d->segment, &h);
     if (he == KVC_E_NOENT || he == KVC_E_INVAL)
         return finish(d, &h, -1, -1, 0, kvc_last_error(), DIAG_EXIT_BROKEN);
     ranks = alive = -1;
     if (he == KVC_OK && !h.creating) /* attaching would wait on its creator's flock */
-        contents(d, &ranks, &alive);
+        contents(d, &h, &ranks, &alive, &adopter);
     if (!d->json)
-        describe(d, &h, ranks, alive);
+        describe(d, &h, ranks, alive, adopter);
     char why[256];
     if (h.magic_ok && h.creator_alive && h.creator_pid != (int32_t)getpid() && !o.force) {
         snprintf(why, sizeof why,
@@ -168,9 +179,25 @@ static int run_unlink(diag *d, int argc, char **argv)
                  (int)h.creator_pid);
         return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
     }
+    if (h.magic_ok && adopter > 0 && adopter != (int32_t)getpid() && !o.force) {
+        snprintf(why, sizeof why,
+                 "not removed: the kvcoordd that adopted it after its creator ended, pid %d, "
+                 "is running (a kvcoordd whose segment is removed exits with status 1, and its "
+                 "workers must be restarted); stop it first, or pass --force",
+                 (int)adopter);
+        return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
+    }
     if (!o.yes && (d->json || !isatty(STDIN_FILENO))) {
         snprintf(why, sizeof why, "not removed: not confirmed (%s); pass --yes",
                  d->json ? "--json cannot ask" : "stdin is not a terminal");
+        return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
+    }
+    if (h.magic_ok && adopter > 0 && adopter != (int32_t)getpid() && !o.force) {
+        snprintf(why, sizeof why,
+                 "not removed: the kvcoordd that adopted it after its creator ended, pid %d, "
+                 "is running (a kvcoordd whose segment is removed exits with status 1, and its "
+                 "workers must be restarted); stop it first, or pass --force",
+                 (int)adopter);
         return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
     }
     if (!o.yes && !confirm(d)) {
