@@ -231,6 +231,9 @@ class RoomsHttpTest(unittest.TestCase):
             ('{"rank": 1, "reason": "a\\u0000b"}', "Invalid field 'reason': must not contain NUL"),
             ({"rank": 1, "reason": "x", "code": "110"}, "Invalid field 'code'"),
             ({"rank": 1, "reason": "x", "code": 1 << 31}, "Invalid field 'code'"),
+            # a repeated key: parsers disagree on which occurrence counts
+            ('{"rank": 5, "rank": 6, "reason": "x"}', "Duplicate field at line 1"),
+            ('{"rank": 5, "reason": "x", "reason": "y"}', "Duplicate field at line 1"),
         ]
         for body, detail in cases:
             r = self.put_failure(9, body)

@@ -220,12 +220,19 @@ int route_bad_field(struct buf *out, const struct http_req *req, const char *fie
 /* The request body as JSON, or NULL after answering 400 with jansson's
  * reason and position.  \u0000 is parsed (JSON_ALLOW_NUL) so that the
  * caller refuses it naming the field, as registration does, instead of
- * jansson's "\u0000 is not allowed without JSON_ALLOW_NUL". */
+ * jansson's "\u0000 is not allowed without JSON_ALLOW_NUL".  A repeated
+ * key is refused (JSON_REJECT_DUPLICATES), as registration refuses a
+ * repeated field: parsers disagree on which occurrence counts. */
 json_t *route_parse_body(const struct http_req *req, struct buf *out)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
-    if (!root)
+    json_t *root = json_loadb(req->body, req->body_len,
+                              JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_duplicate_key)
+        route_detailf(out, req, 400,
+                      "Duplicate field at line %d, column %d (%s); send each field once", jerr.line,
+                      jerr.column, jerr.text);
+    else if (!root)
         route_detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
                       jerr.column, jerr.text);
     return root;
