@@ -20,7 +20,8 @@ static const char ranks_help[] =
     "  (registered or withdrawn), session_id (verbatim), the number of top-level\n"
     "  entries and the bytes of its weights_info_dict JSON, its generation (bumped by\n"
     "  every change), when it was registered (or withdrawn), the pid of the process\n"
-    "  that did it and whether that process is alive (pid + start time), and for a\n"
+    "  that did it and whether that process is alive, stopped (SIGSTOP or a\n"
+    "  debugger: alive but running nothing) or dead (pid + start time), and for a\n"
     "  withdrawn rank the note saying why.  WORKER marks ranks registered by an\n"
     "  attached worker, which are withdrawn when that worker dies.\n"
     "\n"
@@ -38,7 +39,8 @@ static const char ranks_help[] =
     "  --json: {\"schema\", \"command\": \"ranks\", \"segment\", \"max_ranks\", \"count\",\n"
     "  \"ranks\": [{\"rank\", \"state\" (registered|withdrawn), \"session_id\", \"entries\",\n"
     "  \"info_bytes\", \"generation\", \"registered_ns\", \"registered_utc\", \"pid\",\n"
-    "  \"pid_start\", \"pid_alive\", \"owned_by_worker\", \"note\"}], \"recovered_lock\"}.\n"
+    "  \"pid_start\", \"pid_alive\", \"pid_stopped\", \"owned_by_worker\", \"note\"}],\n"
+    "  \"recovered_lock\"}.\n"
     "  With --rank N: {..., \"rank\": {the same fields, and with --full\n"
     "  \"weights_info_dict\": {...}}}, or \"rank\": null and \"error\" when not registered.\n"
     "\n"
@@ -85,6 +87,15 @@ typedef struct rank_row {
     kvc_rank_info ri;
     kvc_rank_peek pk;
 } rank_row;
+
+/* "alive", "stopped" (alive, state T or t in /proc: SIGSTOP, a debugger) or
+ * "dead", for the process that registered a rank. */
+static const char *pid_word(int32_t pid, uint64_t start)
+{
+    if (!kvc__pid_alive(pid, start))
+        return diag_alive(0);
+    return kvc__pid_stopped(pid, start) ? "stopped" : diag_alive(1);
+}
 
 static const char *state_name(kvc_rank_state s)
 {
@@ -165,6 +176,8 @@ static json_t *row_json(const rank_row *w)
     json_object_set_new(o, "pid", diag_jint(w->ri.pid));
     json_object_set_new(o, "pid_start", diag_jint((int64_t)w->pk.pid_start));
     json_object_set_new(o, "pid_alive", json_boolean(kvc__pid_alive(w->ri.pid, w->pk.pid_start)));
+    json_object_set_new(o, "pid_stopped",
+                        json_boolean(kvc__pid_stopped(w->ri.pid, w->pk.pid_start)));
     json_object_set_new(o, "owned_by_worker", json_boolean(w->pk.owned));
     json_object_set_new(o, "note", diag_jstr(w->ri.note));
     return o;
@@ -179,13 +192,12 @@ static void rows_table(const rank_row *rows, size_t n, size_t limit, FILE *out)
     char when[40];
     for (size_t i = 0; i < n && (!limit || i < limit); i++) {
         const rank_row *w = &rows[i];
-        diag_table_addf(t, "%u\t%s\t%s\t%u\t%llu\t%llu\t%s\t%d\t%s\t%s\t%s", w->ri.rank,
-                        state_name(w->ri.state), w->ri.session_id[0] ? w->ri.session_id : "-",
-                        w->ri.entries, (unsigned long long)w->pk.info_len,
-                        (unsigned long long)w->ri.generation,
-                        diag_time(w->ri.registered_ns, when, sizeof when), (int)w->ri.pid,
-                        diag_alive(kvc__pid_alive(w->ri.pid, w->pk.pid_start)),
-                        w->pk.owned ? "yes" : "no", w->ri.note);
+        diag_table_addf(
+            t, "%u\t%s\t%s\t%u\t%llu\t%llu\t%s\t%d\t%s\t%s\t%s", w->ri.rank,
+            state_name(w->ri.state), w->ri.session_id[0] ? w->ri.session_id : "-", w->ri.entries,
+            (unsigned long long)w->pk.info_len, (unsigned long long)w->ri.generation,
+            diag_time(w->ri.registered_ns, when, sizeof when), (int)w->ri.pid,
+            pid_word(w->ri.pid, w->pk.pid_start), w->pk.owned ? "yes" : "no", w->ri.note);
     }
     diag_table_print(t, out, 0);
     if (limit && n > limit)
@@ -256,8 +268,7 @@ static void one_text(const rank_row *w, int full)
                     diag_time(w->ri.registered_ns, when, sizeof when),
                     diag_age(w->ri.registered_ns, ago, sizeof ago));
     diag_table_addf(t, "by\tpid %d (%s), start %llu%s", (int)w->ri.pid,
-                    diag_alive(kvc__pid_alive(w->ri.pid, w->pk.pid_start)),
-                    (unsigned long long)w->pk.pid_start,
+                    pid_word(w->ri.pid, w->pk.pid_start), (unsigned long long)w->pk.pid_start,
                     w->pk.owned ? "; a worker: withdrawn when it dies" : "");
     if (w->ri.note[0])
         diag_table_addf(t, "note\t%s", w->ri.note);
