@@ -95,6 +95,16 @@ static json_t *reference(const uint8_t *data, size_t size, int *tolerated)
     return v;
 }
 
+/* 1 when some object of the body repeats a key (jansson's reading). */
+static int repeated_key(const uint8_t *data, size_t size)
+{
+    json_error_t je;
+    json_t *v = json_loadb((const char *)data, size,
+                           JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
+    json_decref(v);
+    return !v && json_error_code(&je) == json_error_duplicate_key;
+}
+
 static void via_route(const uint8_t *data, size_t size)
 {
     struct route_slot slot;
@@ -126,6 +136,12 @@ static void via_route(const uint8_t *data, size_t size)
         json_t *d = json_loadb(body, blen, 0, NULL);
         FZ_CHECK(!utf8 || (d && json_is_string(json_object_get(d, "detail"))),
                  "bad error body: %.*s", (int)blen, body);
+        /* A repeated field kvcoordd reads is refused (parsers disagree on
+         * which occurrence counts): only for a body that repeats a key. */
+        const char *detail = d ? json_string_value(json_object_get(d, "detail")) : NULL;
+        int dup = detail && !strncmp(detail, "Duplicate field", strlen("Duplicate field"));
+        FZ_CHECK(!dup || repeated_key(data, size), "'Duplicate field' without a repeated key: %.*s",
+                 (int)blen, body);
         json_decref(d);
         /* A well-formed registration of an allowed rank must not be refused
          * as a bad request (a "role" member has a rule of its own, checked
@@ -133,7 +149,7 @@ static void via_route(const uint8_t *data, size_t size)
         json_int_t r = sent ? body_rank(sent) : -1;
         json_t *tei = sent ? json_object_get(sent, "transfer_engine_info") : NULL;
         json_t *sid = json_object_get(tei, "session_id");
-        if (status == 400 && r >= 0 && r < FZ_MAX_RANKS && json_is_string(sid) &&
+        if (status == 400 && !dup && r >= 0 && r < FZ_MAX_RANKS && json_is_string(sid) &&
             json_string_length(sid) > 0 && json_string_length(sid) <= KVC_SESSION_ID_MAX &&
             strlen(json_string_value(sid)) == json_string_length(sid) &&
             json_is_object(json_object_get(tei, "weights_info_dict")) &&
