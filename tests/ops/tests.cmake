@@ -63,9 +63,13 @@ endif()
 # Every program's exit status on a usage error (2, message on stderr, nothing
 # on stdout) and its --help documenting it.
 if(TARGET kvcoordd)
+  set(kvc_cli_exit_sanitized "")
+  if(KVCOORD_SANITIZE)
+    set(kvc_cli_exit_sanitized --sanitized)
+  endif()
   add_test(NAME ops_cli_exit
     COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_cli_exit.py --bin $<TARGET_FILE_DIR:kvcoordd>
-            --tools ${CMAKE_SOURCE_DIR}/tools)
+            --tools ${CMAKE_SOURCE_DIR}/tools ${kvc_cli_exit_sanitized})
   set_tests_properties(ops_cli_exit PROPERTIES LABELS "ops;tools" TIMEOUT 300)
 endif()
 
