@@ -232,9 +232,12 @@ static void check_procs(kvc__ck *ck)
             if (kvc__pid_stopped(shown, p->start) && ++ck->st->procs_stopped)
                 kvc__ck_problem(ck, &alive, KVC_SEV_DEGRADED,
                                 "pid %d (%s, rank %d) is stopped (state T in /proc: SIGSTOP or a "
-                                "debugger): its rooms, polls and collectives wait for it until "
-                                "it is continued (kill -CONT %d)",
+                                "debugger): %s until it is continued (kill -CONT %d)",
                                 (int)shown, kvc_role_name((kvc_role)p->role), (int)p->rank,
+                                p->role == KVC_ROLE_DAEMON
+                                    ? "HTTP clients, its watch of dead processes and the "
+                                      "cluster view wait for it"
+                                    : "its rooms, polls and collectives wait for it",
                                 (int)shown);
             continue;
         }
