@@ -154,6 +154,12 @@ class PdReadsNeverLock(unittest.TestCase):
             cr = [f for f in doc["findings"] if f["check"] == "header.creator"][0]
             self.assertEqual(cr["severity"], "degraded")
             self.assertIn("pid %d (kvcoordd) is stopped" % self.d.proc.pid, cr["message"])
+            # its process entry's finding says what waits for a daemon, not a worker's rooms
+            pa = [f for f in doc["findings"] if f["check"] == "procs.alive"
+                  and "pid %d (" % self.d.proc.pid in f["message"]]
+            self.assertEqual(len(pa), 1, doc["findings"])
+            self.assertIn("HTTP clients", pa[0]["message"])
+            self.assertNotIn("collectives", pa[0]["message"])
             rc, out, _ = diag(self.d.segment, "status", json_out=False)
             self.assertIn("pid %d (stopped" % self.d.proc.pid, out)
         finally:
