@@ -170,21 +170,21 @@ static int run_unlink(diag *d, int argc, char **argv)
         contents(d, &h, &ranks, &alive, &adopter);
     if (!d->json)
         describe(d, &h, ranks, alive, adopter);
-    char why[256];
-    if (h.magic_ok && h.creator_alive && h.creator_pid != (int32_t)getpid() && !o.force) {
+    char why[320];
+    /* Its kvcoordd: the creator, or the one that adopted it after the
+     * creator ended; removing the file under it makes it exit. */
+    int32_t running = 0;
+    const char *who = "its creator";
+    if (h.magic_ok && h.creator_alive && h.creator_pid != (int32_t)getpid())
+        running = h.creator_pid;
+    else if (h.magic_ok && adopter > 0 && adopter != (int32_t)getpid())
+        running = adopter, who = "the kvcoordd that adopted it after its creator ended";
+    if (running && !o.force) {
         snprintf(why, sizeof why,
-                 "not removed: its creator, pid %d, is running (a kvcoordd whose segment is "
-                 "removed exits with status 1, and its workers must be restarted); stop it "
-                 "first, or pass --force",
-                 (int)h.creator_pid);
-        return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
-    }
-    if (h.magic_ok && adopter > 0 && adopter != (int32_t)getpid() && !o.force) {
-        snprintf(why, sizeof why,
-                 "not removed: the kvcoordd that adopted it after its creator ended, pid %d, "
-                 "is running (a kvcoordd whose segment is removed exits with status 1, and its "
-                 "workers must be restarted); stop it first, or pass --force",
-                 (int)adopter);
+                 "not removed: %s, pid %d, is running (a kvcoordd whose segment is removed "
+                 "exits with status 1, and its workers must be restarted); stop it first, or "
+                 "pass --force",
+                 who, (int)running);
         return finish(d, &h, ranks, alive, 0, why, DIAG_EXIT_DEGRADED);
     }
     if (!o.yes && (d->json || !isatty(STDIN_FILENO))) {
