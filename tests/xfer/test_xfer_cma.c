@@ -68,18 +68,7 @@ static void srv_main(int fd, int cmd, const char *listen, size_t bytes, uint64_t
     o.log = xu_quiet_log;
     o.io_timeout_ms = 3000;
     o.force_socket = (flags & SRV_FORCE) != 0;
-    kvt_engine *e;
-    /* A restart at a killed server's port: its io_uring holds the socket
-     * until it is reaped; retry EADDRINUSE. */
-    for (int tries = 0;; tries++) {
-        if (kvt_engine_create(&o, &e) == KVC_OK)
-            break;
-        if (!strstr(kvc_last_error(), "Address already in use") || tries >= 200) {
-            fprintf(stderr, "server: %s\n", kvc_last_error());
-            _exit(2);
-        }
-        usleep(50000);
-    }
+    kvt_engine *e = xu_engine_create_retry(&o);
     unsigned char *buf = xu_map(bytes);
     xu_fill(buf, bytes, seed);
     char *desc = NULL;

@@ -32,20 +32,7 @@ static void srv_main(int fd, const char *listen, size_t bytes, uint64_t seed, co
     o.log = xu_quiet_log;
     if (io_ms)
         o.io_timeout_ms = io_ms;
-    kvt_engine *e;
-    /* A restart on the killed server's port: the old process's io_uring is
-     * torn down by the kernel after it is reaped (its armed accept holds the
-     * listening socket until then), so the port may be busy for a moment:
-     * retry EADDRINUSE for up to 10 s. */
-    for (int tries = 0;; tries++) {
-        if (kvt_engine_create(&o, &e) == KVC_OK)
-            break;
-        if (!strstr(kvc_last_error(), "Address already in use") || tries >= 200) {
-            fprintf(stderr, "server: %s\n", kvc_last_error());
-            _exit(2);
-        }
-        usleep(50000);
-    }
+    kvt_engine *e = xu_engine_create_retry(&o);
     unsigned char *buf = xu_map(bytes);
     xu_fill(buf, bytes, seed);
     char *desc = NULL;

@@ -132,6 +132,24 @@ static void xu_quiet_log(void *ctx, int level, const char *msg)
         fprintf(stderr, "[%d] %s\n", (int)getpid(), msg);
 }
 
+/* Child side: the engine of o, retrying EADDRINUSE every 50 ms for up to
+ * 10 s (a restart at a killed server's port: its io_uring holds the
+ * listening socket until the process is reaped); any other error, or a
+ * port still busy, ends the child with status 2. */
+static inline kvt_engine *xu_engine_create_retry(const kvt_options *o)
+{
+    kvt_engine *e;
+    for (int tries = 0;; tries++) {
+        if (kvt_engine_create(o, &e) == KVC_OK)
+            return e;
+        if (!strstr(kvc_last_error(), "Address already in use") || tries >= 200) {
+            fprintf(stderr, "server: %s\n", kvc_last_error());
+            _exit(2);
+        }
+        usleep(50000);
+    }
+}
+
 /* Child body: engine on listen with one region of region_bytes (zeroed),
  * segment seg_name (NULL: none) as rank; descriptor then one report per
  * event on fd; runs until killed (xu_receiver_stop sends SIGTERM). */
