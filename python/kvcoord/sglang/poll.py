@@ -80,7 +80,7 @@ class Group:
 def _fallback(bridge, size, why):
     bridge.warn_once(("fallback", why),
                      "kvcoord.sglang: the poll all-reduce of a %d-rank process group runs "
-                     "sglang's own (gloo): %s (logged once)", size, why)
+                     "sglang's own (gloo): %s (logged once)", size, why, logger=log)
     return None
 
 
@@ -184,7 +184,7 @@ def reduce(bridge, g, pg, pollers, polls, kind):
     bridge.warn_once(("poll", type(err).__name__),
                      "kvcoord.sglang: the poll all-reduce in the segment failed (%s: %s); this "
                      "group runs sglang's own (gloo) from now on (logged once)",
-                     type(err).__name__, err)
+                     type(err).__name__, err, logger=log)
     with bridge.lock:
         bridge.groups[id(pg)] = (pg, None)
     return _torch_min(polls, pg)
@@ -258,7 +258,8 @@ def make(bridge, utils, originals):
         if extra:
             bridge.warn_once(("args", what, tuple(sorted(extra))),
                              "kvcoord.sglang: %s called with %s, unknown to kvcoord: sglang's "
-                             "own runs (logged once)", what, ", ".join(sorted(extra)))
+                             "own runs (logged once)", what, ", ".join(sorted(extra)),
+                             logger=log)
             return False
         return tuple(bound.get(k) for k in _GATE_ARGS)
 
