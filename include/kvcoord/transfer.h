@@ -452,6 +452,11 @@ typedef struct kvt_stats {
      * (they use the socket). */
     uint64_t same_host_copies, same_host_bytes;
     uint64_t same_host_fallbacks;
+    /* Sending engines known here now: one per (session id, generation)
+     * with a connection up, at most 1024 (a handshake past that is
+     * refused); one that restarts replaces its old entry, one whose last
+     * connection closes is forgotten. */
+    uint32_t senders;
 } kvt_stats;
 
 /* Fill *out.  Errors: KVC_E_INVAL. */

@@ -442,7 +442,7 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS
     leave(self);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsIsIsKsKsK}", "calls_ok", (unsigned long long)ok, "calls_failed",
+        "{sKsKsKsKsKsKsKsKsIsIsKsKsKsI}", "calls_ok", (unsigned long long)ok, "calls_failed",
         (unsigned long long)failed, "writes_sent", (unsigned long long)st.writes_sent, "bytes_sent",
         (unsigned long long)st.bytes_sent, "writes_recv", (unsigned long long)st.writes_recv,
         "bytes_recv", (unsigned long long)st.bytes_recv, "frames_refused",
@@ -450,7 +450,7 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *unused)
         "peers", st.peers, "peers_unhealthy", st.peers_unhealthy, "same_host_copies",
         (unsigned long long)st.same_host_copies, "same_host_bytes",
         (unsigned long long)st.same_host_bytes, "same_host_fallbacks",
-        (unsigned long long)st.same_host_fallbacks);
+        (unsigned long long)st.same_host_fallbacks, "senders", st.senders);
 }
 
 static PyMethodDef Engine_methods[] = {

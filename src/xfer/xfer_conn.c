@@ -95,6 +95,11 @@ void kvt__conn_close(kvt_engine *e, kvt__conn *c)
     }
     c->f_tail = NULL;
     kvt__read_conn_closed(e, c);
+    if (c->rpeer) { /* freed with its last connection */
+        kvt__rpeer *rp = c->rpeer;
+        c->rpeer = NULL;
+        kvt__rx_rpeer_closed(e, rp);
+    }
 }
 
 void kvt__conn_fail(kvt_engine *e, kvt__conn *c, int32_t code, const char *op, const char *what)

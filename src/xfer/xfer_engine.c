@@ -246,6 +246,7 @@ KVT_API kvc_err kvt_engine_stat(const kvt_engine *e, kvt_stats *out)
     for (size_t i = 0; i < e->npeers; i++)
         if (e->peers[i]->unhealthy_until_ns > now)
             out->peers_unhealthy++;
+    out->senders = e->nrpeers;
     out->conns_up = 0;
     for (uint32_t i = 0; i < e->nconns_cap; i++)
         if (e->conns[i] && e->conns[i]->state == CS_UP)
@@ -518,6 +519,7 @@ KVT_API void kvt_engine_destroy(kvt_engine *e)
 {
     if (!e)
         return;
+    e->destroying = true; /* the rpeers are freed below, rooms silently */
     if (e->ring_ok) {
         drain_all(e);
         io_uring_queue_exit(&e->ring);

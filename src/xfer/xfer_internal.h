@@ -52,6 +52,13 @@
 
 #define KVT_MAX_REGIONS 4096
 #define KVT_MAX_PEERS 1024
+/* Caps on what peers make here (secure by default): sending engines
+ * connected at once, connections of one of them, rooms one of them has
+ * open at once.  Past a cap the handshake, or the frame opening a room, is
+ * refused (ERROR naming the cap, the connection closed). */
+#define KVT_MAX_RPEERS 1024
+#define KVT_RPEER_CONNS_MAX 64
+#define KVT_RPEER_ROOMS_MAX 16384
 #define KVT_BATCH_WRS 64 /* frames per sendmsg */
 /* iovecs of one sendmsg batch: a header and a payload per frame, plus the
  * entries of one READ answer (its data is sent from the registered
@@ -258,12 +265,17 @@ typedef struct kvt__rroom {
     uint64_t writes, bytes;
 } kvt__rroom;
 
-/* A sending engine, as seen by this (receiving) engine. */
+/* A sending engine, as seen by this (receiving) engine: one per (session
+ * id, generation) with a connection up.  Freed when its last connection
+ * closes (its open rooms fail); a handshake with a new generation of the
+ * same session id (the sender restarted) supersedes it: its rooms fail and
+ * its connections are closed (xfer_rx.c, rpeer_get). */
 typedef struct kvt__rpeer {
     struct kvt__rpeer *next;
     char sid[KVC_SESSION_ID_MAX + 1];
     uint64_t generation;
-    uint32_t conns;
+    uint32_t conns;  /* connections not closing */
+    uint32_t nrooms; /* of rooms */
     kvt__rroom *rooms;
     struct kvt__vqp *vqp; /* verbs: the QP its RDMA WRITEs arrive on */
 } kvt__rpeer;
@@ -452,6 +464,8 @@ struct kvt_engine {
     struct kvt_peer *peers[KVT_MAX_PEERS];
     size_t npeers;
     kvt__rpeer *rpeers;
+    uint32_t nrpeers;
+    bool destroying; /* kvt_engine_destroy: rpeers are freed at its end */
     kvt__expect *expects;
     kvt__conn **conns;
     uint32_t nconns_cap;
@@ -558,6 +572,10 @@ void kvt__read_cma_go(kvt_engine *e, kvt__conn *c);
  * its completions. */
 void kvt__rx_arm(kvt_engine *e, kvt__conn *c);
 void kvt__rx_cqe(kvt_engine *e, kvt__conn *c, int res, unsigned cflags);
+
+/* xfer_rx.c: a connection of rp closed (rp->conns already counts it
+ * out): once none is left, its open rooms fail and it is freed. */
+void kvt__rx_rpeer_closed(kvt_engine *e, kvt__rpeer *rp);
 
 /* xfer_rx.c: fail every receiver room of rp (a connection or QP of it
  * failed). */

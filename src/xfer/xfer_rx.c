@@ -162,14 +162,36 @@ static kvt__rroom *rroom_get(kvt_engine *e, kvt__rpeer *rp, uint64_t room, bool 
             return r;
     if (!create)
         return NULL;
+    if (rp->nrooms >= KVT_RPEER_ROOMS_MAX)
+        return NULL;
     kvt__rroom *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->room = room;
     r->next = rp->rooms;
     rp->rooms = r;
+    rp->nrooms++;
     kvt__seg_open(e, room, KVC_ROOM_ROLE_DECODE);
     return r;
+}
+
+/* The room a frame on c adds to, opened on first use; NULL after refusing
+ * the connection (the sender's cap on open rooms, out of memory). */
+static kvt__rroom *rroom_need(kvt_engine *e, kvt__conn *c, uint64_t room)
+{
+    kvt__rroom *r = rroom_get(e, c->rpeer, room, true);
+    if (r)
+        return r;
+    char msg[256];
+    if (c->rpeer->nrooms >= KVT_RPEER_ROOMS_MAX) {
+        kvt__str(msg, sizeof msg,
+                 "room %llu refused: peer %s has %u rooms open here, the most one sender may",
+                 (unsigned long long)room, c->rpeer->sid, c->rpeer->nrooms);
+        proto_error(e, c, ENOSPC, msg);
+    } else {
+        proto_error(e, c, ENOMEM, "out of memory for a room");
+    }
+    return NULL;
 }
 
 static void rroom_remove(kvt__rpeer *rp, kvt__rroom *r)
@@ -177,8 +199,10 @@ static void rroom_remove(kvt__rpeer *rp, kvt__rroom *r)
     kvt__rroom **pp = &rp->rooms;
     while (*pp && *pp != r)
         pp = &(*pp)->next;
-    if (*pp)
+    if (*pp) {
         *pp = r->next;
+        rp->nrooms--;
+    }
     free(r);
 }
 
@@ -209,6 +233,23 @@ void kvt__rx_fail_rpeer_rooms(kvt_engine *e, kvt__rpeer *rp, int32_t code, const
         rx_event(e, rp, r->room, r->bytes, code, msg);
         rroom_remove(rp, r);
     }
+}
+
+void kvt__rx_rpeer_closed(kvt_engine *e, kvt__rpeer *rp)
+{
+    if (rp->conns || e->destroying)
+        return;    /* the engine's teardown frees every rpeer at its end */
+    if (rp->rooms) /* no connection left to finish them on */
+        kvt__rx_fail_rpeer_rooms(e, rp, ECONNRESET, "every connection of the sender closed");
+    if (rp->vqp) /* verbs: freed when its QP goes (kvt__verbs_rpeer_down) */
+        return;
+    for (kvt__rpeer **pp = &e->rpeers; *pp; pp = &(*pp)->next)
+        if (*pp == rp) {
+            *pp = rp->next;
+            e->nrpeers--;
+            break;
+        }
+    free(rp);
 }
 
 KVT_API kvc_err kvt_room_expect(kvt_engine *e, uint64_t room, uint32_t senders)
@@ -257,18 +298,67 @@ static void rx_room_done(kvt_engine *e, kvt__rpeer *rp, kvt__rroom *r)
 
 /* ---- frame handlers: server side --------------------------------------------------- */
 
-static kvt__rpeer *rpeer_get(kvt_engine *e, const kvt__hello *h)
+/* A sender restarted (a handshake with a new generation of its session
+ * id): what its old process left here goes.  Its open rooms fail, its
+ * connections close (the old process is gone; a connection of its still
+ * open here is one whose end was not seen), which frees it. */
+static void rpeer_supersede(kvt_engine *e, kvt__rpeer *old, uint64_t generation)
 {
-    for (kvt__rpeer *rp = e->rpeers; rp; rp = rp->next)
-        if (rp->generation == h->generation && !strcmp(rp->sid, h->session_id))
-            return rp;
-    kvt__rpeer *rp = calloc(1, sizeof *rp);
-    if (!rp)
+    char why[KVC_REASON_MAX + 1];
+    kvt__str(why, sizeof why, "peer %s restarted (generation %llu replaces %llu)", old->sid,
+             (unsigned long long)generation, (unsigned long long)old->generation);
+    kvt__log(e, KVT_LOG_INFO, "%s: closing what its old process left here", why);
+    kvt__rx_fail_rpeer_rooms(e, old, ESTALE, why);
+    uint32_t left = old->conns;
+    for (uint32_t i = 0; left && i < e->nconns_cap; i++) {
+        kvt__conn *c = e->conns[i];
+        if (c && !c->client && c->state != CS_CLOSING && c->rpeer == old) {
+            left--; /* the last close frees old */
+            kvt__conn_fail(e, c, ESTALE, "connection", why);
+        }
+    }
+}
+
+/* The sender of handshake h: found, or created.  NULL with msg and *code
+ * when refused (a cap, out of memory). */
+static kvt__rpeer *rpeer_get(kvt_engine *e, const kvt__hello *h, int32_t *code, char *msg,
+                             size_t cap)
+{
+    kvt__rpeer *old = NULL;
+    for (kvt__rpeer *rp = e->rpeers; rp; rp = rp->next) {
+        if (strcmp(rp->sid, h->session_id))
+            continue;
+        if (rp->generation != h->generation) {
+            old = rp;
+            continue;
+        }
+        if (rp->conns >= KVT_RPEER_CONNS_MAX) {
+            *code = EMFILE;
+            kvt__str(msg, cap, "peer %s has %u connections here, the most one sender may", rp->sid,
+                     rp->conns);
+            return NULL;
+        }
+        return rp;
+    }
+    if (old) /* at most one generation per session id is ever kept */
+        rpeer_supersede(e, old, h->generation);
+    if (e->nrpeers >= KVT_MAX_RPEERS) {
+        *code = EUSERS;
+        kvt__str(msg, cap, "peer %s refused: %u senders are connected here, the most allowed",
+                 h->session_id, e->nrpeers);
         return NULL;
+    }
+    kvt__rpeer *rp = calloc(1, sizeof *rp);
+    if (!rp) {
+        *code = ENOMEM;
+        kvt__str(msg, cap, "out of memory");
+        return NULL;
+    }
     kvt__str(rp->sid, sizeof rp->sid, "%s", h->session_id);
     rp->generation = h->generation;
     rp->next = e->rpeers;
     e->rpeers = rp;
+    e->nrpeers++;
     return rp;
 }
 
@@ -296,9 +386,10 @@ static void on_hello(kvt_engine *e, kvt__conn *c)
         proto_error(e, c, EACCES, msg);
         return;
     }
-    kvt__rpeer *rp = rpeer_get(e, &h);
+    int32_t code = 0;
+    kvt__rpeer *rp = rpeer_get(e, &h, &code, msg, sizeof msg);
     if (!rp) {
-        proto_error(e, c, ENOMEM, "out of memory");
+        proto_error(e, c, code, msg);
         return;
     }
     rp->conns++;
@@ -343,10 +434,8 @@ static void on_write_header(kvt_engine *e, kvt__conn *c)
         c->left = f->len;
         return;
     }
-    if (!rroom_get(e, c->rpeer, f->room, true)) {
-        proto_error(e, c, ENOMEM, "out of memory for a room");
+    if (!rroom_need(e, c, f->room))
         return;
-    }
     reg->busy++;
     c->big = f->len >= KVT_DIRECT_MIN; /* sizes the next header's recv (kvt__rx_arm) */
     c->dreg = reg;
@@ -408,10 +497,8 @@ static void on_writev(kvt_engine *e, kvt__conn *c)
         c->left = total;
         return;
     }
-    if (!rroom_get(e, c->rpeer, f->room, true)) {
-        proto_error(e, c, ENOMEM, "out of memory for a room");
+    if (!rroom_need(e, c, f->room))
         return;
-    }
     for (int i = 0; i < n; i++)
         kvt__region_find(e, c->wv[i].addr, c->wv[i].len)->busy++;
     c->wv_n = (uint32_t)n;
@@ -501,11 +588,9 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
         remote[i] = (struct iovec){(void *)(uintptr_t)kvt__get64(src + (size_t)i * 8),
                                    (size_t)c->wv[i].len};
     }
-    kvt__rroom *r = rroom_get(e, c->rpeer, f->room, true);
-    if (!r) {
-        proto_error(e, c, ENOMEM, "out of memory for a room");
+    kvt__rroom *r = rroom_need(e, c, f->room);
+    if (!r)
         return;
-    }
     for (uint32_t i = 0; i < n; i++) /* pinned against deregistration for the copy */
         kvt__region_find(e, c->wv[i].addr, c->wv[i].len)->busy++;
     c->wv_n = n;
@@ -537,11 +622,9 @@ void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c)
 static void on_done(kvt_engine *e, kvt__conn *c)
 {
     kvt__frame *f = &c->cur;
-    kvt__rroom *r = rroom_get(e, c->rpeer, f->room, true);
-    if (!r) {
-        proto_error(e, c, ENOMEM, "out of memory for a room");
+    kvt__rroom *r = rroom_need(e, c, f->room);
+    if (!r)
         return;
-    }
     flush_acks(e, c);
     char msg[256] = "";
     int32_t st = 0;
@@ -642,8 +725,9 @@ void kvt__rx_room_notified(kvt_engine *e, kvt__rpeer *rp, uint64_t room, uint64_
 {
     kvt__rroom *r = rroom_get(e, rp, room, true); /* Transferring, then at once: */
     if (!r) {
-        kvt__log(e, KVT_LOG_ERROR, "room %llu from %s: out of memory", (unsigned long long)room,
-                 rp->sid);
+        kvt__log(e, KVT_LOG_ERROR, "room %llu from %s: %s", (unsigned long long)room, rp->sid,
+                 rp->nrooms >= KVT_RPEER_ROOMS_MAX ? "too many rooms open from this sender"
+                                                   : "out of memory");
         return;
     }
     r->writes = writes;

@@ -21,6 +21,8 @@ set_tests_properties(test_xfer_read_socket test_xfer_loopback_socket PROPERTIES
                      LABELS "xfer" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "KVCOORD_FORCE_SOCKET=1")
 kvc_xfer_test(test_xfer_window)
+# The receiver's table of senders: bounded, capped (kvt_stats.senders).
+kvc_xfer_test(test_xfer_senders)
 kvc_xfer_test(test_xfer_bind)
 kvc_xfer_test(test_xfer_fetch)
 kvc_xfer_test(test_xfer_verbs)

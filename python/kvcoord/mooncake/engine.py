@@ -406,7 +406,9 @@ class TransferEngine:
         conns_failed, peers, peers_unhealthy, and the same-host copy's
         same_host_copies, same_host_bytes (copies this process made with
         process_vm_readv: peers' writes into it, its own reads) and
-        same_host_fallbacks (connections on this host left on the socket).
+        same_host_fallbacks (connections on this host left on the socket);
+        senders: sending engines connected here now (at most 1024; one
+        that restarts replaces its entry, one that disconnects is dropped).
         KVCOORD_FORCE_SOCKET=1 in the environment turns the copy off
         (docs/mooncake.md)."""
         return self._engine().stats()
