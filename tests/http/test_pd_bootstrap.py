@@ -232,7 +232,10 @@ class BeyondSglang(unittest.TestCase):
                 child.wait()
         status, _, body = self.c.request("GET", lookup(1, 1))
         self.assertEqual(status, 503)
-        self.assertEqual(body, "Prefill server not fully registered yet (3 workers registered).")
+        # sglang's text, then why the table holds a withdrawn entry (its note)
+        self.assertRegex(body, r"^Prefill server not fully registered yet \(3 workers "
+                         r"registered\)\. 1 entry withdrawn: its process %d (killed by signal 9 "
+                         r"\(Killed\)|is gone .*)\.$" % child.pid)
         self.assertRegex(self.d.output(), r"pd_withdraw entries=1")
         diag = json.loads(subprocess.run(
             [ARGS.diag, "--segment", self.d.segment, "--json", "pd"], check=True,
@@ -392,12 +395,34 @@ class Readiness(unittest.TestCase):
         # Its successor, another layout: taken at once (the old entry withdrawn).
         self.assertEqual(self.put(3, attn_tp_size=4)[0], 200)
         status, _, body = self.c.request("GET", TOPOLOGY)
-        self.assertEqual((status, body), (503, "Prefill server not fully registered yet "
-                                               "(1 workers registered)."))
+        self.assertEqual(status, 503)
+        self.assertTrue(body.startswith("Prefill server not fully registered yet (1 workers "
+                                        "registered). 1 entry withdrawn: "), body)
         for tp in range(3):
             self.assertEqual(self.put(tp, attn_tp_size=4)[0], 200)
         status, _, body = self.c.request("GET", TOPOLOGY)
         self.assertEqual((status, json.loads(body)["attn_tp_size"]), (200, 4))
+
+    def test_503_says_why_entries_were_withdrawn(self):
+        # A prefill rank registers from its own process, which exits 0.
+        child = subprocess.Popen([sys.executable, "-c", (
+            "import http.client, json\n"
+            "c = http.client.HTTPConnection('127.0.0.1', %d)\n"
+            "c.request('PUT', '/route', body=json.dumps(%r))\n"
+            "assert c.getresponse().status == 200\n") % (
+                self.d.port, registration(0, 0, attn_tp_size=2, attn_dp_size=1))])
+        self.assertEqual(child.wait(), 0)
+        end = time.monotonic() + DEADLINE
+        while True:  # until kvcoordd notices the exit (about a second)
+            status, _, body = self.c.request("GET", TOPOLOGY)
+            if "(1 workers registered)" not in body or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, 503)
+        # the exit status, unless the test reaped the child before kvcoordd looked
+        self.assertRegex(body, r"^Prefill server not fully registered yet \(0 workers "
+                         r"registered\)\. 1 entry withdrawn: its process %d (exited with "
+                         r"status 0|is gone .*)\.$" % child.pid)
 
     def test_a_topology_beyond_the_table_is_refused(self):
         for kw in ({"attn_tp_size": 2048}, {"attn_tp_size": 32, "attn_cp_size": 32,

@@ -167,6 +167,28 @@ class Routes(unittest.TestCase):
             self.assertEqual((r.status_code, r.json()), (404, {"detail": "Not Found"}), path)
 
 
+class RoleSlots(unittest.TestCase):
+    def test_a_fifth_role_gets_507_naming_the_remedy(self):
+        daemon = Daemon(new_name("roles"))
+        try:
+            put = lambda role: requests.put(daemon.url + "/register_transfer_engine_info",
+                                            json=engine_body(0, "s-" + role, {"w": [1, 1, 1]},
+                                                             role=role), timeout=DEADLINE)
+            for role in ("a", "b", "c"):
+                self.assertEqual(put(role).status_code, 200)
+                r = requests.delete(daemon.url + "/transfer_engine_info",
+                                    params={"rank": 0, "role": role}, timeout=DEADLINE)
+                self.assertEqual(r.status_code, 200)
+            # Every entry of a, b and c withdrawn: their names still hold the slots.
+            r = put("d")
+            self.assertEqual(r.status_code, 507)
+            detail = r.json()["detail"]
+            self.assertIn("role 'd' cannot be added", detail)
+            self.assertIn("register under one of those, or start kvcoordd with --fresh", detail)
+        finally:
+            daemon.stop()
+
+
 class StatusCodesAgainstFastAPI(unittest.TestCase):
     """Every request here is sent to kvcoordd and to a FastAPI server shaped like
     sglang's; the table is what docs/http-api.md states, both columns checked."""

@@ -80,7 +80,10 @@ static kvc_err role_for_write(kvc_segment *seg, const char *role, unsigned *out)
     kvc__unlock(seg, KVC_LOCK_RANKS);
     if (i < 0)
         return kvc__fail(KVC_E_FULL,
-                         "segment %s keeps %d roles (%s, %s, %s, %s): role '%s' cannot be added",
+                         "segment %s keeps %d roles (%s, %s, %s, %s): role '%s' cannot be "
+                         "added; a role's name stays taken while the segment lasts, even with "
+                         "all its entries withdrawn: register under one of those, or start "
+                         "kvcoordd with --fresh (a new segment: every registration is lost)",
                          seg->name, KVC_RANK_ROLES, h->role_names[0], h->role_names[1],
                          h->role_names[2], h->role_names[3], role);
     *out = (unsigned)i;

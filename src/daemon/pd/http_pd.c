@@ -31,6 +31,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <http_parser.h>
@@ -307,10 +308,51 @@ struct pd_source {
     kvc_pd_status st;
 };
 
+/* Why this node's table holds withdrawn entries, for the 503 text: " N
+ * entries withdrawn: <the latest one's note>" (the note the table
+ * records, e.g. "its process 4242 exited with status 0"), with how many
+ * of them share it when they differ; "" when none is withdrawn or the
+ * list cannot be read. */
+static void withdrawn_why(kvc_segment *seg, uint32_t withdrawn, char *why, size_t cap)
+{
+    why[0] = '\0';
+    if (!withdrawn)
+        return;
+    kvc_pd_rank *all = malloc(KVC_PD_MAX_RANKS * sizeof *all);
+    size_t n = 0;
+    if (!all || kvc_pd_list(seg, all, KVC_PD_MAX_RANKS, &n)) {
+        free(all);
+        return;
+    }
+    if (n > KVC_PD_MAX_RANKS)
+        n = KVC_PD_MAX_RANKS;
+    const kvc_pd_rank *last = NULL;
+    size_t wd = 0, same = 0;
+    for (size_t i = 0; i < n; i++)
+        if (all[i].withdrawn && (!last || all[i].registered_ns > last->registered_ns))
+            last = &all[i];
+    for (size_t i = 0; last && i < n; i++)
+        if (all[i].withdrawn) {
+            wd++;
+            same += !strcmp(all[i].note, last->note);
+        }
+    if (last && same == wd)
+        snprintf(why, cap, " %zu %s withdrawn: %s.", wd, wd == 1 ? "entry" : "entries", last->note);
+    else if (last)
+        snprintf(why, cap, " %zu entries withdrawn; the latest %zu: %s.", wd, same, last->note);
+    free(all);
+}
+
+/* sglang's 503 text; for this node's table, followed by why its entries
+ * were withdrawn (a client reads the status, as sglang's decode does). */
 static void not_ready(struct buf *out, const struct http_req *req, const struct pd_source *src)
 {
+    char why[KVC_NOTE_MAX + 96] = "";
+    if (!src->remote)
+        withdrawn_why(src->seg, src->st.withdrawn, why, sizeof why);
     text(out, req, 503, CT_TEXT_AIO, src->remote ? src->extra : NULL,
-         "Prefill server not fully registered yet (%u workers registered).", src->st.registered);
+         "Prefill server not fully registered yet (%u workers registered).%s", src->st.registered,
+         why);
 }
 
 static json_t *topology_json(const kvc_pd_status *st)
