@@ -604,15 +604,21 @@ class RawHttpTest(unittest.TestCase):
                "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n")
         self.assert_error_then_close(c, 501)
 
-    def test_megabyte_head_without_line_end_431(self):
+    def test_megabyte_head_without_line_end_414_431(self):
         rss_before = self.d.rss_kib()
-        for head in (b"GET /" + b"a" * (1 << 20),
-                     b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * (1 << 20),
-                     b"GET /health HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 100000):
+        for head, status, says in (
+                (b"GET /" + b"a" * (1 << 20), 414, "URI too long"),
+                (b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * (1 << 20), 431, "too large"),
+                (b"GET /health HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 100000, 431, "too large")):
             c = self.conn()
             c.send(head)
             c.sock.shutdown(socket.SHUT_WR)
-            self.assertIn("too large", self.assert_error_then_close(c, 431))
+            self.assertIn(says, self.assert_error_then_close(c, status))
+        # A whole 100 KB URL, request line ended: 414 URI Too Long (RFC 9110 15.5.15).
+        c = self.conn()
+        c.send(b"GET /get_transfer_engine_info?rank=0&x=" + b"y" * 100000 +
+               b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        self.assertIn("URI too long", self.assert_error_then_close(c, 414))
         self.assert_health()
         # Nothing of the megabyte was kept (generous bound: allocator noise).
         self.assertLess(self.d.rss_kib() - rss_before, 32 * 1024)

@@ -90,15 +90,30 @@ static int reserve(struct http_conn *c, uint64_t n)
     return 0;
 }
 
-/* Count n more bytes of request head; 431 past the limit. */
-static int add_head(struct http_conn *c, size_t n)
+/* The answer to a head over the limit, its detail in err_buf: 414 when
+ * the request line (its target) is what overflowed, else 431 (RFC 9110
+ * 15.5.15, RFC 6585 5). */
+static int head_too_large(struct http_conn *c, int in_line)
+{
+    if (in_line) {
+        snprintf(c->err_buf, sizeof c->err_buf,
+                 "URI too long: the request line exceeds the head's limit of %zu bytes",
+                 c->lim->max_head);
+        return 414;
+    }
+    snprintf(c->err_buf, sizeof c->err_buf, "Request header fields too large (limit %zu bytes)",
+             c->lim->max_head);
+    return 431;
+}
+
+/* Count n more bytes of request head (in_line: of the request target);
+ * 414 or 431 past the limit. */
+static int add_head(struct http_conn *c, size_t n, int in_line)
 {
     c->head_bytes += n;
     if (c->head_bytes <= c->lim->max_head)
         return 0;
-    snprintf(c->err_buf, sizeof c->err_buf, "Request header fields too large (limit %zu bytes)",
-             c->lim->max_head);
-    fail(c, 431, c->err_buf);
+    fail(c, head_too_large(c, in_line), c->err_buf);
     return -1;
 }
 
@@ -134,7 +149,7 @@ static int on_message_begin(http_parser *p)
 static int on_url(http_parser *p, const char *at, size_t n)
 {
     struct http_conn *c = conn_of(p);
-    if (add_head(c, n))
+    if (add_head(c, n, 1))
         return 0;
     buf_append(&c->url, at, n);
     return 0;
@@ -143,7 +158,7 @@ static int on_url(http_parser *p, const char *at, size_t n)
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
     struct http_conn *c = conn_of(p);
-    if (add_head(c, n + (c->in_value || !c->field_len ? HEADER_LINE_EXTRA : 0)))
+    if (add_head(c, n + (c->in_value || !c->field_len ? HEADER_LINE_EXTRA : 0), 0))
         return 0;
     if (c->in_value) { /* a new header starts */
         c->field_len = 0;
@@ -192,7 +207,7 @@ static void keep_bytes(char *dst, unsigned char *len, size_t cap, const char *at
 static int on_header_value(http_parser *p, const char *at, size_t n)
 {
     struct http_conn *c = conn_of(p);
-    if (add_head(c, n))
+    if (add_head(c, n, 0))
         return 0;
     if (!c->in_value)
         classify_field(c);
@@ -408,9 +423,9 @@ void hconn_init(struct http_conn *c, const struct http_limits *lim)
 static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
 {
     if (e == HPE_HEADER_OVERFLOW) {
-        snprintf(c->err_buf, sizeof c->err_buf, "Request header fields too large (limit %zu bytes)",
-                 c->lim->max_head);
-        c->err_status = 431;
+        /* http-parser's own limit, met before a callback: the head scan
+         * (head_folded) says whether the request line had ended. */
+        c->err_status = head_too_large(c, !c->line_seen);
         c->err_detail = c->err_buf;
     } else if (e == HPE_INVALID_CONTENT_LENGTH) {
         /* http-parser reports both a bad Content-Length and a bad chunk size
@@ -454,6 +469,8 @@ static int head_folded(struct http_conn *c, const char *p, size_t n)
     unsigned st = c->fold_st;
     for (size_t i = 0; i < n && st != FOLD_DONE; i++) {
         char b = p[i];
+        if (st == FOLD_LINE && b == '\n')
+            c->line_seen = 1;
         if (st == FOLD_LINE)
             st = b == '\n' ? FOLD_BOL : FOLD_LINE;
         else if (st == FOLD_BOL && (b == ' ' || b == '\t'))
@@ -470,8 +487,10 @@ static int head_folded(struct http_conn *c, const char *p, size_t n)
 enum hconn_event hconn_parse(struct http_conn *c, const char *data, size_t len, size_t *consumed)
 {
     c->event = HCONN_MORE;
-    if (c->phase == HCONN_IDLE) /* the next bytes start a request */
+    if (c->phase == HCONN_IDLE) { /* the next bytes start a request */
         c->fold_st = FOLD_LINE;
+        c->line_seen = 0;
+    }
     *consumed = http_parser_execute(&c->parser, &settings, data, len);
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
     if (e == HPE_PAUSED)

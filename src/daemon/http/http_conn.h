@@ -16,6 +16,7 @@
  *           HTTP/1.1 request without Host or with more than one (RFC 9112
  *           3.2), a header line folded onto the next (obs-fold, RFC 9112
  *           5.2)
+ *       414 request line over max_head bytes (no header field begun)
  *       431 request line + headers over max_head bytes
  *       413 body over max_body bytes (declared or received)
  *       503 body over what is left of the daemon-wide budget (max_buffered)
@@ -111,6 +112,7 @@ struct http_conn {
     unsigned char te_count;
     unsigned char host_count; /* Host header fields seen (RFC 9112 3.2: exactly one) */
     unsigned char fold_st;    /* where the obs-fold scan of the head is (http_conn.c) */
+    unsigned char line_seen;  /* that scan met the request line's end (414 or 431) */
     char expect[24];
     unsigned char expect_len;
     char te[32];

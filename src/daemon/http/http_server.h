@@ -19,7 +19,7 @@ struct server_config {
     int signal_fd;                  /* signalfd of SIGINT/SIGTERM/SIGHUP (blocked in every
                                     thread); SIGHUP re-reads the token file */
     unsigned max_conns;             /* connections served at once; more get 503 and close */
-    size_t max_head_bytes;          /* request line + headers: 431 beyond */
+    size_t max_head_bytes;          /* request line + headers: 414/431 beyond */
     size_t max_body_bytes;          /* request body: 413 beyond */
     unsigned header_timeout_ms;     /* a request head (and a new connection's first
                                     request) must arrive within this */
