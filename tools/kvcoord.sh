@@ -49,7 +49,8 @@ Commands:
         after 5 s).  Says which processes were already gone, and leaves alone a
         pid that now belongs to another program.  Exits 0 whenever nothing of
         the run is left running, so also when nothing was (no pid files, or
-        every process had already exited: it says so).
+        every process had already exited: it says so); exits 1, naming the
+        pid, when the run's port still answers (a kvcoordd started by hand).
   test [--sanitize | --arm64]
         Install missing Debian packages, check the formatting (clang-format),
         build build/ (warnings are errors) and run its ctest suite; meanwhile,
@@ -197,6 +198,15 @@ stop_pids() { # stop_pids WHAT PID... : SIGTERM, wait up to 5 s, then SIGKILL
     kill -KILL "${left[@]}" 2>/dev/null || true
 }
 
+still_serving() { # says what answers on the last run's port (kvcoord-PORT); 0 if any
+    local port holders
+    port=$(cat "$RUN_DIR/segment" 2>/dev/null) && port=${port#kvcoord-} || return 1
+    [[ $port =~ ^[0-9]+$ ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || return 1
+    holders=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | sort -u |
+        sed 's/pid=//' | paste -sd' ') || true
+    log "NOT stopped: 127.0.0.1:$port still answers (pid ${holders:-unknown, another user}; not a pid of the run files, e.g. a kvcoordd restarted by hand): stop it with kill PID" >&2
+}
+
 cmd_stop() {
     case ${1:-} in
     "") ;;
@@ -207,13 +217,16 @@ cmd_stop() {
     [[ -f $RUN_DIR/workers.pid ]] && mapfile -t workers <"$RUN_DIR/workers.pid"
     [[ -f $RUN_DIR/kvcoordd.pid ]] && daemon=$(<"$RUN_DIR/kvcoordd.pid")
     if ((${#workers[@]} == 0)) && [[ -z $daemon ]]; then
+        still_serving && return 1
         log "nothing to stop (no pid files in build/run/)"
         return 0
     fi
     ((${#workers[@]})) && stop_pids "workers" "${workers[@]}" && stopped=1
     [[ -n $daemon ]] && stop_pids "kvcoordd" "$daemon" && stopped=1
     rm -f "$RUN_DIR/workers.pid" "$RUN_DIR/kvcoordd.pid"
-    if ((stopped)); then
+    if still_serving; then
+        return 1
+    elif ((stopped)); then
         log "stopped"
     else
         log "nothing to stop: the last run's processes had already exited (log: build/run/kvcoordd.log)"

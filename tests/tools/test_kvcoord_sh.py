@@ -145,6 +145,45 @@ class Stop(unittest.TestCase):
         self.assertEqual((rc, out, err), (0, "==> nothing to stop (no pid files in build/run/)\n",
                                           ""))
 
+    def test_a_daemon_restarted_by_hand_on_the_port_is_named(self):
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(os.path.join(self.run_dir, "segment"), "w") as f:
+            f.write("kvcoord-%d\n" % port)
+        d, ws = self.start_run()
+        # The run's kvcoordd exits; one started by hand serves the run's port.
+        d.kill()
+        d.wait()
+        hand = self.start([ARGS.daemon, "--listen", "127.0.0.1:%d" % port, "--segment",
+                           self.segment + "-hand", "--fresh"])
+        while True:  # until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                self.assertIsNone(hand.poll(), "kvcoordd by hand exited at start")
+                time.sleep(0.05)
+        try:
+            for _ in range(2):  # with the pid files, then without them
+                rc, out, err = self.stop()
+                self.assertEqual(rc, 1, out + err)
+                self.assertIn("NOT stopped: 127.0.0.1:%d still answers (pid %d" % (port, hand.pid),
+                              err)
+                self.assertNotIn("==> stopped", out)
+                self.assertNotIn("nothing to stop", out)
+                self.assertIsNone(hand.poll())
+        finally:
+            hand.terminate()
+            hand.wait()
+            try:
+                os.unlink("/dev/shm/" + self.segment + "-hand")
+            except FileNotFoundError:
+                pass
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)
+
     def test_previous_run_note(self):
         # what 'run' says when it stops the previous run: one true thing
         # (it said "segment kvcoord-7850 is kept; this run starts kvcoord-7850 fresh")
