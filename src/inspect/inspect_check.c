@@ -235,8 +235,9 @@ static void check_procs(kvc__ck *ck)
                                 "debugger): %s until it is continued (kill -CONT %d)",
                                 (int)shown, kvc_role_name((kvc_role)p->role), (int)p->rank,
                                 p->role == KVC_ROLE_DAEMON
-                                    ? "HTTP clients, its watch of dead processes and the "
-                                      "cluster view wait for it"
+                                    ? "HTTP clients wait for it, dead workers' ranks and PD "
+                                      "entries stay registered (nothing withdraws them) and the "
+                                      "cluster view goes stale"
                                     : "its rooms, polls and collectives wait for it",
                                 (int)shown);
             continue;

@@ -217,6 +217,15 @@ class HelpAndUsage(Base):
             self.assertIn("or a usage error", p.stdout)
             self.assertNotIn("  64 ", p.stdout)
 
+    def test_version_as_kvcoordd_prints_it(self):
+        want = subprocess.run([ARGS.daemon, "--version"], capture_output=True, text=True,
+                              check=True).stdout
+        self.assertTrue(want.startswith("kvcoordd "), want)
+        for opt in ("--version", "-V"):
+            p = subprocess.run([ARGS.diag, opt], capture_output=True, text=True, check=False)
+            self.assertEqual((p.returncode, p.stdout, p.stderr),
+                             (0, "kvcoord-diag" + want[len("kvcoordd"):], ""))
+
     def test_each_command_help(self):
         for c in COMMANDS:
             a = subprocess.run([ARGS.diag, "help", c], capture_output=True, text=True, check=False)
@@ -484,8 +493,9 @@ class Rooms(Base):
             for r in doc["rooms"]:
                 state, local = self.WANT[r["room"]]
                 self.assertEqual(r["state"], state)
-                self.assertEqual(r["state_code"], ["Failed", "Bootstrapping", "WaitingForInput",
-                                                   "Transferring", "Success"].index(state))
+                self.assertEqual(r["state_value"], ["Failed", "Bootstrapping", "WaitingForInput",
+                                                    "Transferring", "Success"].index(state))
+                self.assertEqual(r["state_code"], r["state_value"])  # the older name, schema 1
                 self.assertEqual((r["participants"], r["joined"], r["released"]), (2, 2, 0))
                 self.assertEqual(r["local"], local)
                 self.assertGreaterEqual(r["updated_ns"], r["opened_ns"])
@@ -1025,6 +1035,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--diag", required=True)
     ap.add_argument("--fixture", required=True)
+    ap.add_argument("--daemon", required=True)
     ARGS, rest = ap.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 

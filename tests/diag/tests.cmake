@@ -14,7 +14,8 @@ target_include_directories(test_diag_gid PRIVATE ${CMAKE_SOURCE_DIR}/tools/diag)
 add_test(NAME diag_tool
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/diag/test_diag.py
           --diag $<TARGET_FILE:kvcoord-diag>
-          --fixture $<TARGET_FILE:diag_fixture>)
+          --fixture $<TARGET_FILE:diag_fixture>
+          --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(diag_tool PROPERTIES LABELS "diag" TIMEOUT 300)
 
 # PD reads under a SIGSTOPped PD lock holder (a real stopped process inside

@@ -60,6 +60,8 @@ static void main_help(const diag *d, FILE *out)
             "SYNOPSIS\n"
             "  %s [--segment NAME | --port PORT] [--json] [--lock-timeout MS] COMMAND [ARGS]\n"
             "  %s help [COMMAND]\n"
+            "  %s --version   its version and the segment layout version it reads, as\n"
+            "                           kvcoordd --version prints them\n"
             "\n"
             "DESCRIPTION\n"
             "  kvcoord keeps a node's rank table (each TP rank's transfer-engine info),\n"
@@ -76,7 +78,7 @@ static void main_help(const diag *d, FILE *out)
             "  (and they say so).  repair and unlink change the segment.\n"
             "\n"
             "COMMANDS\n",
-            d->prog, d->prog, d->prog, d->prog);
+            d->prog, d->prog, d->prog, d->prog, d->prog);
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out, "\n  `%s help COMMAND` or `%s COMMAND --help` describes each.\n\n%s\n", d->prog,
@@ -196,6 +198,17 @@ static const struct option global_long[] = {
 };
 #define NGLOBAL (sizeof global_long / sizeof *global_long)
 
+/* The options before the command: the global ones and --version. */
+static const struct option main_long[] = {
+    {"segment", required_argument, NULL, 's'},
+    {"port", required_argument, NULL, 'p'},
+    {"json", no_argument, NULL, 'j'},
+    {"lock-timeout", required_argument, NULL, 'T'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
 int diag_parse(diag *d, const diag_cmd *c, int argc, char **argv, const char *shortopts,
                const struct option *longopts, diag_opt_fn on, void *ctx)
 {
@@ -267,9 +280,13 @@ int main(int argc, char **argv)
     int opt;
     opterr = 0;
     /* '+': stop at the command; its own options are parsed by the command. */
-    while ((opt = getopt_long(argc, argv, "+:s:p:jT:h", global_long, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:s:p:jT:hV", main_long, NULL)) != -1) {
         if (opt == 'h') {
             main_help(&d, stdout);
+            return DIAG_EXIT_OK;
+        }
+        if (opt == 'V') { /* kvcoordd --version's line, from the same macros */
+            printf("%s %s (segment layout version %u)\n", d.prog, KVC_VERSION, KVC_LAYOUT_VERSION);
             return DIAG_EXIT_OK;
         }
         if (opt == '?' || opt == ':') {

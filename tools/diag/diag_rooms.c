@@ -33,7 +33,8 @@ static const char rooms_help[] =
     "OUTPUT\n"
     "  --json: {\"schema\", \"command\": \"rooms\", \"segment\", \"state_filter\" (name or\n"
     "  null), \"limit\", \"count\" (rooms matching), \"shown\", \"rooms\": [{\"room\",\n"
-    "  \"state\", \"state_code\", \"participants\", \"joined\", \"released\", \"local\": [state\n"
+    "  \"state\", \"state_value\" (as GET /rooms/R), \"state_code\" (the same, older\n"
+    "  name), \"participants\", \"joined\", \"released\", \"local\": [state\n"
     "  or -1 per rank], \"opened_ns\", \"opened_utc\", \"updated_ns\", \"updated_utc\",\n"
     "  \"failure\": null or {\"origin_rank\", \"origin_pid\", \"origin_node\",\n"
     "  \"from_another_node\", \"code\", \"time_ns\",\n"
@@ -112,6 +113,9 @@ static json_t *room_json(const kvc_room_info *r)
     json_t *o = json_object(), *local = json_array();
     json_object_set_new(o, "room", diag_jroom(r->room));
     json_object_set_new(o, "state", json_string(kvc_poll_name(r->state)));
+    /* HTTP's name (GET /rooms/R); state_code, the same number, stays
+     * within schema 1 (docs/diag.md: fields are never renamed). */
+    json_object_set_new(o, "state_value", diag_jint(r->state));
     json_object_set_new(o, "state_code", diag_jint(r->state));
     json_object_set_new(o, "participants", diag_jint(r->participants));
     json_object_set_new(o, "joined", diag_jint(r->joined));
