@@ -71,3 +71,10 @@ add_test(NAME http_register_rules
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_register_rules.py
           --daemon $<TARGET_FILE:kvcoordd> --worker $<TARGET_FILE:kvcoord-worker>)
 set_tests_properties(http_register_rules PROPERTIES LABELS "http" TIMEOUT 300)
+
+# --body-timeout counts from each request's own head: a pipelined second
+# request on a keep-alive connection is not cut by the first one's deadline.
+add_test(NAME http_body_timeout
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_body_timeout.py
+          --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_body_timeout PROPERTIES LABELS "http" TIMEOUT 300)

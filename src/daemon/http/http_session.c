@@ -629,8 +629,14 @@ static void conn_process(struct server *s, struct conn *c)
         int between = c->http.phase == HCONN_IDLE;
         enum hconn_event ev = hconn_parse(&c->http, c->rbuf + c->roff, c->rlen - c->roff, &used);
         c->roff += (uint32_t)used;
-        if (between && used) /* the first bytes of a request: its latency starts */
+        if (between && used) { /* the first bytes of a request: its latency starts */
             c->req_start_ns = kvc__mono_ns();
+            /* and its own head and body deadlines: never the previous
+             * request's, which update_deadline may not have cleared (it
+             * was deferred, parked, or ended in this same pass) */
+            c->head_start_ms = s->now_ms;
+            c->body_start_ms = 0;
+        }
         if (ev == HCONN_REQUEST)
             serve(s, c);
         else if (ev == HCONN_CONTINUE)
