@@ -6,10 +6,8 @@
  */
 #include "xfer_cma.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sock_holder.h"
 #include "xfer_conn.h"
 
 /* ---- identity ------------------------------------------------------------------ */
@@ -418,73 +417,20 @@ static int id_check(kvt_engine *e, const cma_id *id, char *why, size_t cap)
 
 /* ---- whose socket ------------------------------------------------------------------ */
 
-/* An address as /proc/net/tcp{,6} prints it ("0100007F:1F90"); the file
- * to look in.  NULL: not an inet address. */
-static const char *proc_addr(const struct sockaddr_storage *sa, char *out, size_t cap)
-{
-    if (sa->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const void *)sa;
-        kvt__str(out, cap, "%08X:%04X", (unsigned)a->sin_addr.s_addr, ntohs(a->sin_port));
-        return "/proc/net/tcp";
-    }
-    if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const void *)sa;
-        uint32_t w[4];
-        memcpy(w, &a->sin6_addr, sizeof w);
-        kvt__str(out, cap, "%08X%08X%08X%08X:%04X", w[0], w[1], w[2], w[3], ntohs(a->sin6_port));
-        return "/proc/net/tcp6";
-    }
-    return NULL;
-}
-
 /* The inode of the socket at the other end of connection fd, from this
- * network namespace's table: its line has the peer's address as local and
- * ours as remote.  0: not found (the peer is in another network
- * namespace, or gone). */
-static unsigned long peer_socket_inode(int fd)
+ * network namespace's table (src/common/sock_holder.h: its row has the
+ * peer's address as local and ours as remote).  0: not found (the peer is
+ * in another network namespace, or gone). */
+static uint64_t peer_socket_inode(int fd)
 {
     struct sockaddr_storage me, him;
     socklen_t ml = sizeof me, hl = sizeof him;
-    char want_l[64], want_r[64], line[512], l[64], r[64];
     if (getsockname(fd, (struct sockaddr *)&me, &ml) ||
         getpeername(fd, (struct sockaddr *)&him, &hl))
         return 0;
-    const char *path = proc_addr(&him, want_l, sizeof want_l);
-    if (!path || !proc_addr(&me, want_r, sizeof want_r))
-        return 0;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    unsigned long ino = 0, v;
-    while (!ino && fgets(line, sizeof line, f))
-        if (sscanf(line, " %*d: %63s %63s %*x %*x:%*x %*x:%*x %*x %*u %*u %lu", l, r, &v) == 3 &&
-            v && !strcasecmp(l, want_l) && !strcasecmp(r, want_r))
-            ino = v;
-    fclose(f);
-    return ino;
-}
-
-/* Whether process pid holds socket inode ino among its fds.  0, or the
- * errno (EACCES: its fds may not be listed from here; ENOENT: not its). */
-static int pid_holds(uint32_t pid, unsigned long ino)
-{
-    char path[64], want[48], got[48];
-    snprintf(path, sizeof path, "/proc/%u/fd", pid);
-    snprintf(want, sizeof want, "socket:[%lu]", ino);
-    DIR *d = opendir(path);
-    if (!d)
-        return errno;
-    int rc = ENOENT;
-    for (struct dirent *de; rc && (de = readdir(d));) {
-        ssize_t n = readlinkat(dirfd(d), de->d_name, got, sizeof got - 1);
-        if (n > 0) {
-            got[n] = '\0';
-            if (!strcmp(got, want))
-                rc = 0;
-        }
-    }
-    closedir(d);
-    return rc;
+    struct kvc__sock_row row;
+    kvc__sock_find_pair(&him, &me, &row);
+    return row.found ? row.inode : 0;
 }
 
 /* Open a pidfd on the peer (best effort: without one, exit is seen by
@@ -522,12 +468,12 @@ static int prove(kvt__conn *c, const cma_id *id, char *why, size_t cap)
         kvt__str(why, cap, "pid %u does not hold the handshake's nonce: not the peer", id->pid);
         return EACCES;
     }
-    unsigned long ino = peer_socket_inode(c->fd);
+    uint64_t ino = peer_socket_inode(c->fd);
     if (!ino) {
         kvt__str(why, cap, "the peer's end of the connection is not in this network namespace");
         return EXDEV;
     }
-    rc = pid_holds(id->pid, ino);
+    rc = kvc__sock_pid_holds((int32_t)id->pid, ino);
     if (rc == ENOENT) {
         kvt__str(why, cap, "pid %u does not hold the peer's end of the connection: not the peer",
                  id->pid);

@@ -18,7 +18,14 @@
 #include "inspect.h"
 #include "internal.h"
 #include "net.h"
+#include "proc_sockets.h"
+#include "sock_holder.h"
 #include "xfer_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 /* ---- host:port: kvcoordd's --listen and the transfer engine ------------ */
 
@@ -490,12 +497,112 @@ static void test_names_one_source(void **st)
     kvc_unlink(name);
 }
 
+/* ---- /proc socket holders: kvcoordd's owner scans and the engine's check -- */
+
+/* A child connected to *port of 127.0.0.1, holding its end until killed;
+ * *fd: our accepted end. */
+static pid_t connected_child(int lfd, int *fd)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(lfd);
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a))
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    *fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(*fd >= 0);
+    return pid;
+}
+
+/* sock_holder.h answers what kvcoordd (proc_sockets.h: peer_process, the
+ * owner of a PUT /route; port_holder_find) and the transfer engine (the
+ * same-host check: the peer's socket inode, then whether the named pid
+ * holds it) ask, for one real loopback connection to a child. */
+static void test_sock_holder_same_answer(void **st)
+{
+    (void)st;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    socklen_t al = sizeof a;
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    int fd;
+    pid_t child = connected_child(lfd, &fd);
+
+    /* the engine's question: the peer's end (local = its address) */
+    struct sockaddr_storage me, him;
+    socklen_t ml = sizeof me, hl = sizeof him;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &ml), 0);
+    assert_int_equal(getpeername(fd, (struct sockaddr *)&him, &hl), 0);
+    char text[64];
+    assert_string_equal(kvc__sock_proc_addr(&him, text, sizeof text), "/proc/net/tcp");
+    char want[64];
+    snprintf(want, sizeof want, "0100007F:%04X", ntohs(((struct sockaddr_in *)&him)->sin_port));
+    assert_string_equal(text, want);
+    struct kvc__sock_row peer_row, my_row;
+    kvc__sock_find_pair(&him, &me, &peer_row);
+    kvc__sock_find_pair(&me, &him, &my_row);
+    assert_true(peer_row.found && my_row.found);
+    assert_false(peer_row.listening);
+    assert_int_equal(peer_row.uid, getuid());
+    assert_true(peer_row.inode && peer_row.inode != my_row.inode);
+    assert_int_equal(kvc__sock_pid_holds(child, peer_row.inode), 0);
+    assert_int_equal(kvc__sock_pid_holds(getpid(), peer_row.inode), ENOENT); /* not the peer */
+    assert_int_equal(kvc__sock_pid_holds(getpid(), my_row.inode), 0);
+
+    /* kvcoordd's question: the one process holding the peer's end */
+    struct kvc__sock_holders h;
+    kvc__sock_holders(peer_row.inode, peer_row.uid, true, &h);
+    assert_int_equal(h.first, child);
+    assert_false(h.many);
+    int32_t pid = 0;
+    uint64_t start = 0;
+    assert_int_equal(peer_process(fd, &pid, &start), 0);
+    kvc_proc_stat ps;
+    assert_int_equal(kvc_proc_stat_read(child, &ps), KVC_OK);
+    assert_int_equal(pid, child);
+    assert_int_equal(start, ps.start);
+    /* our own end: held by this process only, which the scan leaves out */
+    kvc__sock_holders(my_row.inode, my_row.uid, true, &h);
+    assert_int_equal(h.first, 0);
+
+    /* who holds the port: our listening socket (this process not named) */
+    struct kvc__sock_row port_row;
+    kvc__sock_find_port(ntohs(a.sin_port), &port_row);
+    assert_true(port_row.found && port_row.listening);
+    struct port_holder ph;
+    assert_true(port_holder_find(ntohs(a.sin_port), &ph));
+    assert_true(ph.listening);
+    assert_int_equal(ph.inode, port_row.inode);
+    assert_int_equal(ph.pid, 0);
+
+    /* the child gone: it holds nothing, and the pair's row is gone or
+     * held by no process */
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    assert_int_equal(kvc__sock_pid_holds(child, peer_row.inode), ENOENT);
+    assert_int_not_equal(peer_process(fd, &pid, &start), 0);
+    close(fd);
+    close(lfd);
+    kvc__sock_find_port(ntohs(a.sin_port), &port_row);
+    assert_false(port_row.found && port_row.listening);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostport_same_rule),
         cmocka_unit_test(test_hostport_limits),
         cmocka_unit_test(test_proc_stat_same_answer),
+        cmocka_unit_test(test_sock_holder_same_answer),
         cmocka_unit_test(test_rank_seqlock_same_answer),
         cmocka_unit_test(test_room_state_same_answer),
         cmocka_unit_test(test_utf8_same_rule),

@@ -18,6 +18,7 @@
 
 #include "kvcoord/kvcoord.h"
 #include "peer_recent.h"
+#include "sock_holder.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -25,31 +26,6 @@ static struct {
     uint64_t start;
 } recent[PEER_RECENT_MAX];
 static unsigned next_slot;
-
-/* Does pid hold socket:[ino] in one of its descriptors? */
-static int holds(int32_t pid, const char *want)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *fds = opendir(path);
-    if (!fds)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(fds))) {
-        char link[320], target[64];
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(link, sizeof link, "%s/%s", path, e->d_name);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n <= 0)
-            continue;
-        target[n] = 0;
-        found = !strcmp(target, want);
-    }
-    closedir(fds);
-    return found;
-}
 
 /* Append pid's children (every thread's /proc/PID/task/TID/children) to
  * list[*n..cap); returns -1 when cap was reached. */
@@ -86,14 +62,15 @@ static int children(int32_t pid, int32_t *list, size_t *n, size_t cap)
 
 /* Does a descendant of pid hold the socket too (a fork after connect)?
  * 1 yes, or too many descendants to tell; 0 no. */
-static int shared_below(int32_t pid, const char *want)
+static int shared_below(int32_t pid, unsigned long ino)
 {
     int32_t list[PEER_RECENT_DESCENDANTS];
     size_t n = 0;
     if (children(pid, list, &n, PEER_RECENT_DESCENDANTS))
         return 1;
     for (size_t i = 0; i < n; i++) {
-        if (holds(list[i], want) || children(list[i], list, &n, PEER_RECENT_DESCENDANTS))
+        if (!kvc__sock_pid_holds(list[i], ino) ||
+            children(list[i], list, &n, PEER_RECENT_DESCENDANTS))
             return 1;
     }
     return 0;
@@ -116,8 +93,6 @@ int32_t peer_recent_find(unsigned long ino, uint64_t *start)
 {
     if (disabled())
         return 0;
-    char want[48];
-    snprintf(want, sizeof want, "socket:[%lu]", ino);
     int32_t pids[PEER_RECENT_MAX];
     uint64_t starts[PEER_RECENT_MAX];
     size_t n = 0;
@@ -130,9 +105,10 @@ int32_t peer_recent_find(unsigned long ino, uint64_t *start)
     pthread_mutex_unlock(&mu);
     for (size_t i = 0; i < n; i++) {
         kvc_proc_stat st;
-        if (kvc_proc_stat_read(pids[i], &st) || st.start != starts[i] || !holds(pids[i], want))
+        if (kvc_proc_stat_read(pids[i], &st) || st.start != starts[i] ||
+            kvc__sock_pid_holds(pids[i], ino))
             continue;
-        if (shared_below(pids[i], want))
+        if (shared_below(pids[i], ino))
             return 0; /* several holders, or cannot tell: the full scan says */
         *start = starts[i];
         return pids[i];

@@ -1,178 +1,40 @@
 /*
- * proc_sockets.c - which process holds a TCP socket (proc_sockets.h): one
- * table scan (sock_find: a row of /proc/net/tcp{,6} by local port, or by
- * local and remote address) and one holder scan (sock_holders: the
- * processes whose /proc/PID/fd names the socket's inode), used by both
- * questions.
+ * proc_sockets.c - which process holds a TCP socket (proc_sockets.h): the
+ * two questions kvcoordd asks, answered with src/common/sock_holder.h's
+ * scanner (the table row, then the processes holding its inode), the one
+ * the transfer engine's same-host check uses too.
  */
 #include "peer_recent.h"
 #include "proc_sockets.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvcoord/kvcoord.h"
 #include "proc_watch.h"
-
-#define TCP_LISTEN 0x0A /* include/net/tcp_states.h */
-
-/* ---- /proc/net/tcp{,6} ----------------------------------------------------- */
-
-/* What a socket row is looked up by: its local port (port 0: not), or its
- * local and remote addresses as /proc writes them ("0100007F:1F90"). */
-struct sock_key {
-    uint16_t port;
-    const char *local, *remote;
-};
-
-struct sock_row {
-    bool found, listening;
-    uint32_t uid;
-    uint64_t inode;
-};
-
-/* The row of file matching key into *row; by port a listening socket wins
- * over one only bound (a row without inode - TIME_WAIT - never matches). */
-static void sock_find(const char *file, const struct sock_key *key, struct sock_row *row)
-{
-    FILE *f = fopen(file, "re");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        char l[64], r[64];
-        unsigned st, uid;
-        unsigned long inode;
-        if (sscanf(line, " %*u: %63s %63s %x %*x:%*x %*x:%*x %*x %u %*u %lu", l, r, &st, &uid,
-                   &inode) != 5 ||
-            !inode)
-            continue; /* the heading, or TIME_WAIT (no inode, blocks no SO_REUSEADDR bind) */
-        if (key->port) {
-            const char *colon = strrchr(l, ':');
-            if (!colon || strtoul(colon + 1, NULL, 16) != key->port)
-                continue;
-            if (row->found && (row->listening || st != TCP_LISTEN))
-                continue;
-        } else if (strcmp(l, key->local) || strcmp(r, key->remote)) {
-            continue;
-        }
-        *row = (struct sock_row){
-            .found = true, .listening = st == TCP_LISTEN, .uid = uid, .inode = inode};
-        if (!key->port)
-            break; /* an address pair names one socket */
-    }
-    fclose(f);
-}
-
-/* ---- /proc/PID/fd ------------------------------------------------------------ */
-
-struct holders {
-    int32_t first; /* the first holder found (0: none) */
-    bool many;     /* another process holds it too */
-    bool saw_all;  /* every process that could hold it was readable */
-};
-
-/* Whether process dir `pid` of /proc (procfd) holds socket `want` open.
- * An unreadable one (another user's) clears saw_all if it could be the
- * holder. */
-static bool holds(int procfd, const char *pid, const char *want, struct holders *h)
-{
-    char path[300], link[64];
-    snprintf(path, sizeof path, "%s/fd", pid);
-    int dfd = openat(procfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        if (errno == EACCES)
-            h->saw_all = false;
-        return false;
-    }
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return false;
-    }
-    size_t wlen = strlen(want);
-    bool found = false;
-    struct dirent *e;
-    while (!found && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        ssize_t n = readlinkat(dfd, e->d_name, link, sizeof link - 1);
-        found = n > 0 && (size_t)n == wlen && !memcmp(link, want, wlen);
-    }
-    closedir(d);
-    return found;
-}
-
-/* The processes holding socket inode (created by uid), this one excluded;
- * stop_at_many: stop once a second holder is found.  Only processes of
- * that uid are looked at (a stat of their /proc entry, no descriptor
- * listing for the others): a socket is held by the user who made it,
- * unless passed on (SCM_RIGHTS, setuid after bind), which this misses. */
-static void sock_holders(uint64_t inode, uint32_t uid, bool stop_at_many, struct holders *h)
-{
-    *h = (struct holders){.saw_all = true};
-    char want[48];
-    snprintf(want, sizeof want, "socket:[%llu]", (unsigned long long)inode);
-    int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = procfd < 0 ? NULL : fdopendir(procfd);
-    if (!d) {
-        if (procfd >= 0)
-            close(procfd);
-        h->saw_all = false;
-        return;
-    }
-    long self = (long)getpid();
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        struct stat sb;
-        if (*end || pid <= 0 || pid == self)
-            continue;
-        if (fstatat(procfd, e->d_name, &sb, 0) || sb.st_uid != uid)
-            continue; /* gone, or another user's */
-        if (!holds(procfd, e->d_name, want, h))
-            continue;
-        if (h->first && h->first != (int32_t)pid) {
-            h->many = true;
-            if (stop_at_many)
-                break;
-            continue;
-        }
-        h->first = (int32_t)pid;
-        if (!stop_at_many)
-            break; /* the first is enough */
-    }
-    closedir(d);
-}
+#include "sock_holder.h"
 
 /* ---- who holds a port ---------------------------------------------------------- */
 
 bool port_holder_find(uint16_t port, struct port_holder *h)
 {
     memset(h, 0, sizeof *h);
-    struct sock_key key = {.port = port};
-    struct sock_row row = {0};
-    sock_find("/proc/net/tcp", &key, &row);
-    sock_find("/proc/net/tcp6", &key, &row);
+    struct kvc__sock_row row;
+    kvc__sock_find_port(port, &row);
     if (!row.found)
         return false;
     h->socket = true;
     h->listening = row.listening;
     h->uid = row.uid;
     h->inode = row.inode;
-    struct holders who;
-    sock_holders(row.inode, row.uid, false, &who);
+    struct kvc__sock_holders who;
+    kvc__sock_holders(row.inode, row.uid, false, &who);
     h->saw_all = who.saw_all;
     h->pid = who.first;
     if (h->pid) {
@@ -210,29 +72,6 @@ static struct proc_watch *_Atomic watch; /* peer_process_watch() */
 
 void peer_process_watch(struct proc_watch *pw) { atomic_store(&watch, pw); }
 
-/* The address of sa as /proc/net/tcp{,6} writes it: the raw 32-bit words of
- * the address in host byte order as %08X each, then ':' and the port as
- * %04X. */
-static int proc_addr(const struct sockaddr_storage *sa, char *buf, size_t cap, int *v6)
-{
-    if (sa->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
-        *v6 = 0;
-        return snprintf(buf, cap, "%08X:%04X", a->sin_addr.s_addr, ntohs(a->sin_port)) < 0 ? -1 : 0;
-    }
-    if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
-        uint32_t w[4];
-        memcpy(w, &a->sin6_addr, sizeof w);
-        *v6 = 1;
-        return snprintf(buf, cap, "%08X%08X%08X%08X:%04X", w[0], w[1], w[2], w[3],
-                        ntohs(a->sin6_port)) < 0
-                   ? -1
-                   : 0;
-    }
-    return -1;
-}
-
 static int is_local(const struct sockaddr_storage *peer, const struct sockaddr_storage *self)
 {
     if (peer->ss_family == AF_INET) {
@@ -258,10 +97,6 @@ int peer_process(int fd, int32_t *pid, uint64_t *start)
         return -1;
     if (!is_local(&peer, &self))
         return -1;
-    char p[64], s[64];
-    int v6p, v6s;
-    if (proc_addr(&peer, p, sizeof p, &v6p) || proc_addr(&self, s, sizeof s, &v6s))
-        return -1;
     /* A registrant seen before, its socket asked of the kernel by address
      * (pd/peer_recent.h): no read of /proc/net/tcp nor of every process. */
     uint64_t seen_start = 0;
@@ -274,13 +109,12 @@ int peer_process(int fd, int32_t *pid, uint64_t *start)
         return 0;
     }
     /* The peer's socket: local = its address (our peer), remote = ours. */
-    struct sock_key key = {.local = p, .remote = s};
-    struct sock_row row = {0};
-    sock_find(v6p ? "/proc/net/tcp6" : "/proc/net/tcp", &key, &row);
+    struct kvc__sock_row row;
+    kvc__sock_find_pair(&peer, &self, &row);
     if (!row.found)
         return -1;
-    struct holders who;
-    sock_holders(row.inode, row.uid, true, &who);
+    struct kvc__sock_holders who;
+    kvc__sock_holders(row.inode, row.uid, true, &who);
     if (who.first <= 0 || who.many)
         return -1;
     kvc_proc_stat st;

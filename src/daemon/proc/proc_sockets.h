@@ -1,8 +1,9 @@
 /*
  * proc_sockets.h - which process holds a TCP socket, read from /proc: the
  * socket's row in /proc/net/tcp{,6} (its inode and owner's uid), then the
- * process whose /proc/PID/fd names "socket:[inode]".  One scanner for the
- * two questions kvcoordd asks:
+ * process whose /proc/PID/fd names "socket:[inode]" (src/common/
+ * sock_holder.h: the one scanner, the transfer engine's too).  The two
+ * questions kvcoordd asks:
  *
  *  - who holds a port (port_holder_find): for the EADDRINUSE message at
  *    start;
