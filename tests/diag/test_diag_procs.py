@@ -15,32 +15,18 @@ Usage: test_diag_procs.py --daemon PATH --diag PATH --worker PATH
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import Daemon, discard, new_name  # noqa: E402
+from kvctest import (Daemon, Worker, discard, new_name, proc_state, wait_for,  # noqa: E402
+                     wait_log, wait_state)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
-
-
-def proc_state(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def wait_for(pred, what):
-    end = time.monotonic() + DEADLINE
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError("never: " + what)
-        time.sleep(0.02)
 
 
 def diag(segment, *args, json_out=True):
@@ -56,23 +42,13 @@ def findings(doc, check):
 class DiagProcs(unittest.TestCase):
     def test_stopped_worker_is_a_finding(self):
         d = Daemon(new_name("diagprocs"), exe=ARGS.daemon)
-        info = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump({"rank": 0, "transfer_engine_info": {
-            "session_id": "127.0.0.1:17000", "weights_info_dict": {"w": [1, 2, 3]}}}, info)
-        info.close()
-        out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
-        w = subprocess.Popen([ARGS.worker, "--segment", d.segment, "--info", info.name,
-                              "--linger"], stdin=subprocess.DEVNULL, stdout=out,
-                             stderr=subprocess.STDOUT)
+        w = None
         try:
-            def registered():
-                with open(out.name, encoding="utf-8", errors="replace") as f:
-                    return "kvcoord-worker: rank=0" in f.read()
-            wait_for(registered, "the worker's registration")
+            w = Worker(ARGS.worker, d.segment)
             rc, doc = diag(d.segment, "check")
             self.assertEqual((rc, doc["verdict"]), (0, "healthy"), doc)
             os.kill(w.pid, signal.SIGSTOP)
-            wait_for(lambda: proc_state(w.pid) == "T", "the worker stopped")
+            wait_state(w.pid, "T")
             rc, doc = diag(d.segment, "check")
             self.assertEqual((rc, doc["verdict"]), (1, "degraded"), doc)
             f = findings(doc, "procs.alive")
@@ -104,12 +80,9 @@ class DiagProcs(unittest.TestCase):
             rc, doc = diag(d.segment, "check")
             self.assertEqual((rc, doc["verdict"]), (0, "healthy"), doc)
         finally:
-            os.kill(w.pid, signal.SIGCONT)
-            w.send_signal(signal.SIGTERM)
-            w.wait(DEADLINE)
+            if w:
+                w.stop()
             d.stop()
-            for p in (info.name, out.name):
-                os.unlink(p)
 
     def test_adopted_segment_names_its_daemon(self):
         d = Daemon(new_name("diagadopt"), exe=ARGS.daemon)
@@ -121,10 +94,7 @@ class DiagProcs(unittest.TestCase):
                                    d.segment], stdin=subprocess.DEVNULL, stdout=log,
                                   stderr=subprocess.STDOUT)
         try:
-            def listening():
-                with open(log.name, encoding="utf-8", errors="replace") as f:
-                    return re.search(r"listening addr=", f.read()) is not None
-            wait_for(listening, "the second kvcoordd listening")
+            wait_log(log.name, r"listening addr=", "the second kvcoordd listening", proc=second)
             rc, doc = diag(d.segment, "check")
             f = findings(doc, "header.creator")
             self.assertEqual(len(f), 1, doc["findings"])

@@ -21,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import Daemon  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon, wait_state  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -31,19 +31,6 @@ REG = {"attn_tp_size": 1, "attn_tp_rank": 0, "attn_cp_size": 1, "attn_cp_rank": 
        "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1, "pp_rank": 0, "system_dp_size": 1,
        "system_dp_rank": 0, "rank_ip": "10.0.0.1", "rank_port": 17000, "page_size": 64,
        "kv_cache_dtype": "auto"}
-
-
-def proc_state(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def wait_state(pid, want):
-    end = time.monotonic() + DEADLINE
-    while proc_state(pid) != want:
-        if time.monotonic() > end:
-            raise AssertionError("pid %d never reached state %s" % (pid, want))
-        time.sleep(0.01)
 
 
 def diag(segment, *args, json_out=True):

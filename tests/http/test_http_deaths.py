@@ -24,22 +24,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
-import test_http_raw as raw
-from test_http_raw import Conn, Daemon
-
-DEADLINE = 30
-
-
-def wait_for(pred, what):
-    deadline = time.monotonic() + DEADLINE
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import test_http_raw as raw  # noqa: E402
+from test_http_raw import Conn, Daemon  # noqa: E402
+from kvctest import Worker, wait_for  # noqa: E402  (the tests' one helper module)
 
 
 def pidfd_info_exit():
@@ -99,22 +90,11 @@ class DeathsTest(unittest.TestCase):
     def test_worker_in_pid_namespace_named_by_host_pid(self):
         if os.geteuid() != 0 or not shutil.which("unshare"):
             self.skipTest("needs root and unshare(1)")
-        info = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump({"rank": 0, "transfer_engine_info": {
-            "session_id": "127.0.0.1:17000", "weights_info_dict": {"w": [4096, 1024, 2]}}},
-            info)
-        info.close()
-        out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
         t_start = time.time()
-        ns = subprocess.Popen(
-            ["unshare", "--pid", "--fork", "--kill-child", ARGS.worker, "--segment",
-             self.d.segment, "--info", info.name, "--linger"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        w = Worker(ARGS.worker, self.d.segment, weights={"w": [4096, 1024, 2]},
+                   prefix=["unshare", "--pid", "--fork", "--kill-child"])
+        ns = w.proc
         try:
-            def registered():
-                with open(out.name, encoding="utf-8", errors="replace") as f:
-                    return "kvcoord-worker: rank=0" in f.read()
-            wait_for(registered, "the worker's registration")
             # The worker: unshare's child, pid 1 in its namespace.
             with open("/proc/%d/task/%d/children" % (ns.pid, ns.pid)) as f:
                 host_pid = int(f.read().split()[0])
@@ -128,7 +108,7 @@ class DeathsTest(unittest.TestCase):
             if ns.poll() is None:
                 ns.kill()
                 ns.wait()
-            os.unlink(info.name)
+            w.stop()
         line = [l for l in self.d.output().splitlines() if "proc_dead rank=0" in l][0]
         print("\n%s" % line, file=sys.stderr)
         self.assertIn(" pid=%d " % host_pid, line)

@@ -18,17 +18,14 @@ Usage: test_http_register_rules.py --daemon PATH --worker PATH
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
-import test_http_raw as raw
-from test_http_raw import Conn, Daemon, detail
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import test_http_raw as raw  # noqa: E402
+from test_http_raw import Conn, Daemon, detail  # noqa: E402
+from kvctest import Worker  # noqa: E402  (the tests' one helper module)
 
-DEADLINE = 30
 WID = '{"w":[4096,1024,2]}'
 
 
@@ -43,32 +40,17 @@ def tei(sid="10.0.0.9:1", wid=WID):
 class RegisterRules(unittest.TestCase):
     def setUp(self):
         self.d = Daemon()
-        self.info = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump({"rank": 0, "transfer_engine_info": {
-            "session_id": "127.0.0.1:17000", "weights_info_dict": {"w": [1, 2, 3]}}}, self.info)
-        self.info.close()
-        self.out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
-        self.worker = subprocess.Popen(
-            [ARGS.worker, "--segment", self.d.segment, "--info", self.info.name, "--linger"],
-            stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            with open(self.out.name, encoding="utf-8", errors="replace") as f:
-                if "kvcoord-worker: rank=0" in f.read():
-                    break
-            self.assertIsNone(self.worker.poll(), "the worker exited")
-            self.assertLess(time.monotonic(), deadline, "the worker never registered")
-            time.sleep(0.02)
+        try:
+            self.worker = Worker(ARGS.worker, self.d.segment)
+        except BaseException:
+            self.d.stop()
+            raise
         self.c = Conn(self.d.port)
 
     def tearDown(self):
         self.c.close()
-        if self.worker.poll() is None:
-            self.worker.send_signal(signal.SIGTERM)
-            self.worker.wait()
+        self.worker.stop()
         self.d.stop()
-        for f in (self.info.name, self.out.name):
-            os.unlink(f)
 
     def put(self, data):
         return self.c.request("PUT", "/register_transfer_engine_info", data)

@@ -1,7 +1,9 @@
 """The Python tests' one helper module: unique segment names, small
 segments, forked children that report back over a pipe, a free loopback
 port (free_port), waiting for a condition (wait_for), a child's exit status
-decoded (exit_code), a real kvcoordd (Daemon) and raw HTTP on a socket
+decoded (exit_code), a line awaited in a process's log (wait_log), a
+process's state (proc_state, wait_state), a real kvcoordd (Daemon), a real
+kvcoord-worker registered in it (Worker) and raw HTTP on a socket
 (connect, read_answer, answer_complete, scrape: the /metrics samples).  One
 of each: a test that needs one imports it from here rather than writing its
 own.
@@ -129,6 +131,43 @@ def wait_for(cond, what="the condition", timeout=DEADLINE, step=0.005):
         time.sleep(step)
 
 
+def wait_log(path, pattern, what=None, proc=None, timeout=DEADLINE):
+    """Wait until the file at `path` (a process's log) holds a match of the
+    regular expression `pattern` (re.search, multi-line text) and return
+    that match (its groups are the caller's).  proc: the subprocess.Popen
+    writing it - its exit before the match is an AssertionError at once.
+    AssertionError("timed out waiting for <what>"), with the log's last
+    lines, after `timeout` seconds (a hang guard, never an assertion about
+    speed)."""
+    what = what or repr(pattern)
+    end = time.monotonic() + timeout
+    while True:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        m = re.search(pattern, text, re.M)
+        if m:
+            return m
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError("%s: the process exited (%s) first; its log:\n%s"
+                                 % (what, proc.returncode, text[-3000:]))
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for %s; the log:\n%s" % (what, text[-3000:]))
+        time.sleep(0.02)
+
+
+def proc_state(pid):
+    """Process pid's state letter from /proc/PID/stat ("S", "R", "T" when
+    stopped, "Z"...)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def wait_state(pid, want, timeout=DEADLINE):
+    """Wait until process pid is in state `want` (proc_state)."""
+    wait_for(lambda: proc_state(pid) == want, "pid %d in state %s" % (pid, want), timeout,
+             step=0.01)
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago (another process
     can take it before the caller binds: retry on EADDRINUSE where it matters)."""
@@ -239,16 +278,10 @@ class Daemon:
                "--max-rooms", "256", "--log-level", log_level, *extra]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env)
-        end = time.monotonic() + DEADLINE
-        while True:
-            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
-            if m:
-                self.port = int(m.group(1))
-                self.url = "http://127.0.0.1:%d" % self.port
-                return
-            if self.proc.poll() is not None or time.monotonic() > end:
-                raise AssertionError("kvcoordd did not start: " + self.output())
-            time.sleep(0.02)
+        m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
+                     proc=self.proc)
+        self.port = int(m.group(1))
+        self.url = "http://127.0.0.1:%d" % self.port
 
     def output(self):
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
@@ -282,3 +315,57 @@ class Daemon:
             sys.stderr.write(self.output())
         os.unlink(self.log.name)
         discard(self.segment)
+
+
+class Worker:
+    """kvcoord-worker (`exe`) attached to `segment` as rank `rank`, its
+    transfer_engine_info {session_id, weights_info_dict: weights} written
+    to a file it registers (--info, --linger: it stays until stopped), its
+    output in a log; returns once the worker logged its registration.
+    prefix: words run before it (e.g. ["unshare", "--pid", "--fork"]: proc
+    is then that program).  Attributes: proc (its Popen), pid, out (the
+    log's path)."""
+
+    def __init__(self, exe, segment, rank=0, *, session_id="127.0.0.1:17000",
+                 weights=None, prefix=()):
+        self.info = tempfile.NamedTemporaryFile("w", prefix="worker-", suffix=".json",
+                                                delete=False)
+        json.dump({"rank": rank, "transfer_engine_info": {
+            "session_id": session_id,
+            "weights_info_dict": {"w": [1, 2, 3]} if weights is None else weights}}, self.info)
+        self.info.close()
+        log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
+        self.out = log.name
+        self.proc = subprocess.Popen(
+            [*prefix, exe, "--segment", segment, "--info", self.info.name, "--linger"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.pid = self.proc.pid
+        try:
+            wait_log(self.out, r"kvcoord-worker: rank=%d\b" % rank, "the worker's registration",
+                     proc=self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def output(self):
+        with open(self.out, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        """SIGCONT (it may have been stopped), then SIGTERM, and wait (SIGKILL
+        after 30 s); removes its files.  Its exit code (exit_code's way)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for p in (self.info.name, self.out):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        return self.proc.returncode

@@ -21,6 +21,9 @@ import sys
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import wait_log  # noqa: E402  (the tests' one helper module)
+
 ARGS = None
 
 
@@ -59,20 +62,22 @@ class Stop(unittest.TestCase):
         except FileNotFoundError:
             pass
 
-    def start(self, argv, **kw):
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    def start(self, argv, out=subprocess.DEVNULL, **kw):
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, **kw)
         self.procs.append(p)
         return p
 
     def start_run(self, workers=2):
         """A daemon and workers as 'run' leaves them, with their pid files."""
-        d = self.start([os.path.join(self.root, "build", "kvcoordd"), "--listen", "127.0.0.1:0",
-                        "--segment", self.segment, "--fresh"])
+        log = os.path.join(self.root, "kvcoordd.log")
+        with open(log, "w") as out:
+            d = self.start([os.path.join(self.root, "build", "kvcoordd"), "--listen",
+                            "127.0.0.1:0", "--segment", self.segment, "--fresh"], out)
         ws = [self.start([os.path.join(self.root, "build", "kvcoord-worker"), "600"])
               for _ in range(workers)]
         self.write_pids(d.pid, [w.pid for w in ws])
-        time.sleep(0.3)  # the daemon has its signal mask (SIGTERM is a clean stop)
-        self.assertIsNone(d.poll(), "kvcoordd exited at start")
+        # listening: it has its signal mask (SIGTERM is a clean stop)
+        wait_log(log, r"listening addr=", "kvcoordd to listen", proc=d)
         return d, ws
 
     def write_pids(self, daemon, workers):
