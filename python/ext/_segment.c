@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -370,6 +371,46 @@ static const char *session_id_str(PyObject *o)
     return sid;
 }
 
+/* kvc_role_register(), noting in *held the pid of another process that
+ * held rank (a local registration) and still runs, else 0: the library
+ * replaces it silently (last writer wins, and the rank is then withdrawn
+ * when this process ends), so the binding says so (seg_register). */
+static kvc_err register_noting(kvc_segment *g, const char *role, uint32_t rank, const char *sid,
+                               const void *info, size_t len, uint64_t *gen, int32_t *held)
+{
+    kvc_rank_info prev = {0};
+    *held = 0;
+    if (kvc_role_lookup(g, role, rank, &prev) == KVC_OK && prev.pid > 0 &&
+        prev.pid != (int32_t)getpid() && !prev.origin[0] &&
+        (kill(prev.pid, 0) == 0 || errno == EPERM))
+        *held = prev.pid;
+    kvc_rank_info_free(&prev);
+    kvc_err e = kvc_role_register(g, role, rank, sid, info, len, gen);
+    if (e)
+        *held = 0;
+    return e;
+}
+
+/* A warning on the "kvcoord" logger that rank, held by live process pid,
+ * was replaced; returns -1 with an exception set when logging raised. */
+static int warn_replaced(uint32_t rank, const char *role, int32_t pid)
+{
+    PyObject *logging = PyImport_ImportModule("logging");
+    PyObject *logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "kvcoord") : NULL;
+    PyObject *r = logger ? PyObject_CallMethod(logger, "warning", "sIssi",
+                                               "rank %d%s%s was registered by process %d, which "
+                                               "still runs: this registration replaces it, and "
+                                               "this process's exit will withdraw the rank (the "
+                                               "other process's registration is not restored)",
+                                               (unsigned)rank, role && *role ? " role " : "",
+                                               role ? role : "", (int)pid)
+                         : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(logger);
+    Py_XDECREF(logging);
+    return r ? 0 : -1;
+}
+
 static PyObject *seg_register(SegmentObject *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"rank", "session_id", "weights_info_dict", "role", NULL};
@@ -384,11 +425,14 @@ static PyObject *seg_register(SegmentObject *s, PyObject *args, PyObject *kw)
     if (!sid || info_bytes(info, &view) < 0)
         return NULL;
     uint64_t gen = 0;
+    int32_t held = 0;
     int e;
-    KVCPY_RUN(s, e, kvc_role_register(g, role, rank, sid, view.buf, (size_t)view.len, &gen));
+    KVCPY_RUN(s, e, register_noting(g, role, rank, sid, view.buf, (size_t)view.len, &gen, &held));
     PyBuffer_Release(&view);
     if (e)
         return kvcpy_fail(e);
+    if (held && warn_replaced(rank, role, held) < 0)
+        return NULL;
     return PyLong_FromUnsignedLongLong(gen);
 }
 
@@ -713,7 +757,9 @@ static PyMethodDef seg_methods[] = {
      "receives) or bytes already holding a JSON object.\nErrors: TypeError (wrong types, "
      "values json cannot encode), ValueError (negative or huge rank, NaN), "
      "InvalidArgumentError (not a JSON object, empty session_id, rank >= max ranks, too "
-     "big), Error (arena full, lock busy).  " THREADS},
+     "big), Error (arena full, lock busy).  Replacing a rank that another process registered "
+     "and that still runs succeeds (last writer wins) and logs a warning on the 'kvcoord' "
+     "logger: this process's exit will withdraw the rank, the other's no longer does.  " THREADS},
     {"lookup", (PyCFunction)seg_lookup, METH_O,
      "lookup(rank) -> RankInfo\n\nRead rank's entry (lock-free): session_id, generation, raw "
      "JSON; weights_info_dict is decoded on first access.\nErrors: NotFoundError (a "

@@ -112,6 +112,36 @@ class RegisterRules(unittest.TestCase):
         self.assertIn(" warn http_register_replaces_live rank=0 role=target pid=%d "
                       'session_id_was="127.0.0.1:17000" session_id="10.0.0.9:1"'
                       % self.worker.pid, lines[0])
+        self.assertNotIn("rank_replaced", self.d.output())  # said once, by the HTTP route
+
+    def test_a_library_replacement_of_a_live_workers_rank_is_logged(self):
+        # A second worker registers rank 0 through the library while the
+        # first one runs: the daemon's rank watch names both.
+        info2 = self.info.name + ".2"
+        with open(info2, "w") as f:
+            json.dump({"rank": 0, "transfer_engine_info": {
+                "session_id": "127.0.0.1:17001", "weights_info_dict": {"w": [1, 2, 3]}}}, f)
+        out2 = tempfile.NamedTemporaryFile(prefix="worker2-", suffix=".log", delete=False)
+        w2 = subprocess.Popen(
+            [ARGS.worker, "--segment", self.d.segment, "--info", info2, "--linger"],
+            stdin=subprocess.DEVNULL, stdout=out2, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + DEADLINE
+            while "rank_replaced" not in self.d.output():
+                self.assertIsNone(w2.poll(), "the second worker exited")
+                self.assertLess(time.monotonic(), deadline, self.d.output())
+                time.sleep(0.02)
+            lines = [l for l in self.d.output().splitlines() if "rank_replaced" in l]
+            self.assertEqual(len(lines), 1, lines)
+            self.assertIn(" warn rank_replaced rank=0 ", lines[0])
+            self.assertIn(" pid=%d pid_was=%d " % (w2.pid, self.worker.pid), lines[0])
+            self.assertIn("is not restored", lines[0])
+            self.assertEqual(self.rank0_session(), "127.0.0.1:17001")
+        finally:
+            w2.send_signal(signal.SIGTERM)
+            w2.wait()
+            os.unlink(info2)
+            os.unlink(out2.name)
 
 
 def main():

@@ -248,6 +248,31 @@ class Ranks(SegmentCase):
         self.assertEqual(self.seg.register(3, "10.0.0.5:16003", {"x": [1, 2, 2]}), 2)
         self.assertEqual(self.seg.lookup(3).weights_info_dict, {"x": [1, 2, 2]})
 
+    def test_register_over_a_live_process_warns(self):
+        # Another process registers rank 4 and stays; ours replaces it.
+        code = ("import sys, time, kvcoord\n"
+                "s = kvcoord.Segment(sys.argv[1], role='worker', rank=4)\n"
+                "s.register(4, 'other:1', {'w': [1, 1, 1]})\n"
+                "print('ready', flush=True)\n"
+                "sys.stdin.read()\n")
+        other = subprocess.Popen([sys.executable, "-c", code, self.name], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(other.stdout.readline().strip(), "ready")
+            with self.assertLogs("kvcoord", "WARNING") as logs:
+                self.seg.register(4, "mine:1", WID)
+            self.assertEqual(len(logs.output), 1, logs.output)
+            self.assertIn("rank 4 was registered by process %d, which still runs: this "
+                          "registration replaces it" % other.pid, logs.output[0])
+            self.assertEqual(self.seg.lookup(4).session_id, "mine:1")
+            # ours again, or a rank nobody else holds: no warning
+            with self.assertNoLogs("kvcoord", "WARNING"):
+                self.seg.register(4, "mine:2", WID)
+                self.seg.register(5, "mine:1", WID)
+        finally:
+            other.stdin.close()
+            other.wait()
+
     def test_register_bytes_and_unicode(self):
         raw = b'{"a":  [1, 2, 3]}'
         self.seg.register(0, "[::1]:16000", raw)

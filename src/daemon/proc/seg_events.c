@@ -3,9 +3,12 @@
  */
 #include "seg_events.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -16,6 +19,7 @@ struct seg_events {
     uint32_t max_ranks;
     kvc_rank_info *list; /* max_ranks entries */
     uint64_t *gen;       /* last generation logged, by rank */
+    int32_t *pid;        /* its registrant then (a local registration), else 0 */
     uint32_t rank_epoch;
     int ranks_ok;           /* gen[] matches rank_epoch */
     uint64_t recoveries;    /* lock_recoveries last seen */
@@ -59,6 +63,28 @@ static void log_rank(const kvc_rank_info *ri)
                   ri->rank, ri->generation, (int)ri->pid, ri->note);
 }
 
+/* A local registration by another process over one whose registrant still
+ * runs: the library replaces it silently (last writer wins) and withdraws
+ * the rank when the new registrant ends, while the first one runs on; say
+ * so, naming both.  (An HTTP registration says so itself, as it is made:
+ * http_register_replaces_live.)  A pid reused since is a false alarm in a
+ * log line, never more. */
+static void replaced(struct seg_events *e, const kvc_rank_info *ri)
+{
+    int32_t was = e->pid[ri->rank], self = (int32_t)getpid();
+    int local = ri->state == KVC_RANK_REGISTERED && !ri->origin[0];
+    e->pid[ri->rank] = local ? ri->pid : 0;
+    if (!local || was <= 0 || was == ri->pid || was == self || ri->pid == self ||
+        (kill(was, 0) != 0 && errno != EPERM))
+        return;
+    log_event(LOG_WARN, "rank_replaced",
+              "rank=%u generation=%" PRIu64 " pid=%d pid_was=%d note=\"rank %u, registered by "
+              "process %d which still runs, was replaced by process %d: the rank is withdrawn "
+              "when process %d ends, and process %d's registration is not restored\"",
+              ri->rank, ri->generation, (int)ri->pid, (int)was, ri->rank, (int)was, (int)ri->pid,
+              (int)ri->pid, (int)was);
+}
+
 void seg_events_ranks(struct seg_events *e)
 {
     if (!e)
@@ -78,6 +104,7 @@ void seg_events_ranks(struct seg_events *e)
             continue;
         e->gen[ri->rank] = ri->generation;
         log_rank(ri);
+        replaced(e, ri);
     }
     e->rank_epoch = epoch;
     e->ranks_ok = 1;
@@ -147,8 +174,9 @@ int seg_events_init(struct seg_events **out, kvc_segment *seg)
     e->max_ranks = si.max_ranks ? si.max_ranks : 1;
     e->list = calloc(e->max_ranks, sizeof *e->list);
     e->gen = calloc(e->max_ranks, sizeof *e->gen);
+    e->pid = calloc(e->max_ranks, sizeof *e->pid);
     e->ring = calloc(KVC_FAILURE_RING, sizeof *e->ring);
-    if (!e->list || !e->gen || !e->ring) {
+    if (!e->list || !e->gen || !e->pid || !e->ring) {
         seg_events_free(e);
         return -1;
     }
@@ -157,8 +185,12 @@ int seg_events_init(struct seg_events **out, kvc_segment *seg)
     e->rank_epoch = kvc_rank_epoch(seg);
     long n = ranks_read(e);
     for (long i = 0; i < n; i++)
-        if (e->list[i].rank < e->max_ranks)
+        if (e->list[i].rank < e->max_ranks) {
             e->gen[e->list[i].rank] = e->list[i].generation;
+            e->pid[e->list[i].rank] =
+                e->list[i].state == KVC_RANK_REGISTERED && !e->list[i].origin[0] ? e->list[i].pid
+                                                                                 : 0;
+        }
     e->ranks_ok = n >= 0;
     *out = e;
     return 0;
@@ -170,6 +202,7 @@ void seg_events_free(struct seg_events *e)
         return;
     free(e->list);
     free(e->gen);
+    free(e->pid);
     free(e->ring);
     free(e);
 }
