@@ -24,7 +24,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import test_http_raw as raw  # noqa: E402
 from test_http_raw import Conn, Daemon, detail  # noqa: E402
-from kvctest import Worker  # noqa: E402  (the tests' one helper module)
+from kvctest import Worker, wait_log  # noqa: E402  (the tests' one helper module)
 
 WID = '{"w":[4096,1024,2]}'
 
@@ -117,20 +117,9 @@ class RegisterRules(unittest.TestCase):
     def test_a_library_replacement_of_a_live_workers_rank_is_logged(self):
         # A second worker registers rank 0 through the library while the
         # first one runs: the daemon's rank watch names both.
-        info2 = self.info.name + ".2"
-        with open(info2, "w") as f:
-            json.dump({"rank": 0, "transfer_engine_info": {
-                "session_id": "127.0.0.1:17001", "weights_info_dict": {"w": [1, 2, 3]}}}, f)
-        out2 = tempfile.NamedTemporaryFile(prefix="worker2-", suffix=".log", delete=False)
-        w2 = subprocess.Popen(
-            [ARGS.worker, "--segment", self.d.segment, "--info", info2, "--linger"],
-            stdin=subprocess.DEVNULL, stdout=out2, stderr=subprocess.STDOUT)
+        w2 = Worker(ARGS.worker, self.d.segment, session_id="127.0.0.1:17001")
         try:
-            deadline = time.monotonic() + DEADLINE
-            while "rank_replaced" not in self.d.output():
-                self.assertIsNone(w2.poll(), "the second worker exited")
-                self.assertLess(time.monotonic(), deadline, self.d.output())
-                time.sleep(0.02)
+            wait_log(self.d.log.name, r"rank_replaced", "the rank watch's line")
             lines = [l for l in self.d.output().splitlines() if "rank_replaced" in l]
             self.assertEqual(len(lines), 1, lines)
             self.assertIn(" warn rank_replaced rank=0 ", lines[0])
@@ -138,11 +127,7 @@ class RegisterRules(unittest.TestCase):
             self.assertIn("is not restored", lines[0])
             self.assertEqual(self.rank0_session(), "127.0.0.1:17001")
         finally:
-            w2.send_signal(signal.SIGTERM)
-            w2.wait()
-            os.unlink(info2)
-            os.unlink(out2.name)
-
+            w2.stop()
 
 def main():
     global ARGS
