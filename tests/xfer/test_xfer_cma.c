@@ -21,8 +21,7 @@
 #include <time.h>
 
 #include "testutil.h"
-#include "xfer_frame.h"
-#include "xfer_util.h"
+#include "xfer_raw.h"
 
 #define REGION (32u << 20)
 
@@ -41,6 +40,46 @@ typedef struct srv {
     int rd, cmd; /* reports from it; queries to it */
     char *desc;
 } srv;
+
+/* A serving process's engine, pipes and memory, for srv_events. */
+typedef struct srv_state {
+    kvt_engine *e;
+    int fd, cmd;
+    const unsigned char *buf, *dec;
+    size_t bytes;
+} srv_state;
+
+/* xu_serve_region's on_events: an srep per event, and one (room
+ * UINT64_MAX) per query byte on the command pipe.  Non-zero: the parent
+ * is gone. */
+static int srv_events(void *ctx, const kvt_event *ev, size_t n)
+{
+    srv_state *s = ctx;
+    struct pollfd pf = {s->cmd, POLLIN, 0};
+    bool query = poll(&pf, 1, 0) == 1;
+    if (query) {
+        char q;
+        if (read(s->cmd, &q, 1) != 1)
+            return -1;
+    }
+    for (size_t i = 0; i < n + query; i++) {
+        srep r;
+        memset(&r, 0, sizeof r);
+        if (i < n) {
+            r.room = ev[i].room;
+            r.state = (int32_t)ev[i].state;
+            r.code = ev[i].code;
+        } else {
+            r.room = UINT64_MAX; /* the query's answer */
+        }
+        r.sum = xu_sum(s->buf, s->bytes);
+        r.decoy_sum = s->dec ? xu_sum(s->dec, s->bytes) : 0;
+        kvt_engine_stat(s->e, &r.st);
+        if (xu_write_all(s->fd, &r, sizeof r))
+            return -1;
+    }
+    return 0;
+}
 
 /* A serving process: one region of `bytes` filled with pattern seed; a
  * decoy mapping of the same size at `decoy` (not registered) when not 0;
@@ -70,41 +109,11 @@ static void srv_main(int fd, int cmd, const char *listen, size_t bytes, uint64_t
     o.force_socket = (flags & SRV_FORCE) != 0;
     kvt_engine *e = xu_engine_create_retry(&o);
     unsigned char *buf = xu_map(bytes);
-    xu_fill(buf, bytes, seed);
-    char *desc = NULL;
-    if (kvt_mr_register(e, buf, bytes, NULL) || kvt_descriptor_export(e, &desc) ||
-        xu_send_str(fd, desc))
+    if (!buf)
         _exit(2);
-    free(desc);
-    for (;;) {
-        kvt_event ev[16];
-        size_t n;
-        if (kvt_progress(e, 20, ev, 16, &n))
-            _exit(3);
-        struct pollfd pf = {cmd, POLLIN, 0};
-        bool query = poll(&pf, 1, 0) == 1;
-        if (query) {
-            char q;
-            if (read(cmd, &q, 1) != 1)
-                _exit(0);
-        }
-        for (size_t i = 0; i < n + query; i++) {
-            srep r;
-            memset(&r, 0, sizeof r);
-            if (i < n) {
-                r.room = ev[i].room;
-                r.state = (int32_t)ev[i].state;
-                r.code = ev[i].code;
-            } else {
-                r.room = UINT64_MAX; /* the query's answer */
-            }
-            r.sum = xu_sum(buf, bytes);
-            r.decoy_sum = dec ? xu_sum(dec, bytes) : 0;
-            kvt_engine_stat(e, &r.st);
-            if (xu_write_all(fd, &r, sizeof r))
-                _exit(0);
-        }
-    }
+    xu_fill(buf, bytes, seed);
+    srv_state st = {e, fd, cmd, buf, dec, bytes};
+    xu_serve_region(e, buf, bytes, fd, 20, srv_events, &st);
 }
 
 static void srv_start(srv *s, const char *listen, uint64_t seed, unsigned flags, uint64_t decoy)
@@ -626,36 +635,14 @@ static int raw_connect(const char *desc)
 {
     char sid[128];
     desc_sid(desc, sid, sizeof sid);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)atoi(strrchr(sid, ':') + 1))};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    return fd;
+    return xu_raw_connect(atoi(strrchr(sid, ':') + 1));
 }
 
 static void send_frame(int fd, uint8_t type, int32_t status, uint64_t seq, uint64_t addr,
                        const void *payload, uint32_t plen)
 {
-    uint8_t h[KVT_HDR_LEN];
     kvt__frame f = {.type = type, .len = plen, .status = status, .seq = seq, .addr = addr};
-    kvt__frame_encode(&f, h);
-    assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
-    if (plen)
-        assert_int_equal(xu_write_all(fd, payload, plen), 0);
-}
-
-static int read_frame(int fd, kvt__frame *f, char *buf, size_t cap)
-{
-    uint8_t h[KVT_HDR_LEN];
-    char err[160];
-    if (xu_read_all(fd, h, sizeof h, 10000))
-        return -1;
-    assert_int_equal(kvt__frame_decode(h, KVT_FRAME_MAX, f, err, sizeof err), 0);
-    assert_true(f->len < cap);
-    assert_int_equal(xu_read_all(fd, buf, f->len, 10000), 0);
-    buf[f->len] = '\0';
-    return 0;
+    xu_raw_send(fd, &f, payload, plen);
 }
 
 /* HELLO offering the copy; the server's HELLO_OK must offer it too. */
@@ -672,7 +659,7 @@ static void raw_hello(int fd)
     send_frame(fd, KVT_F_HELLO, 0, 0, 0, b, (uint32_t)n);
     kvt__frame f;
     char buf[1024];
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_HELLO_OK);
     assert_int_equal(kvt__hello_decode((const uint8_t *)buf, f.len, &h, buf, sizeof buf), 0);
     assert_true(h.flags & KVT_HELLO_F_CMA);
@@ -711,7 +698,7 @@ static void test_wire_unproven(void **state)
     send_frame(fd, KVT_F_CMA_WRITE, 0, 1, 4096, tab, sizeof tab);
     kvt__frame f;
     char buf[4096];
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ERROR);
     assert_non_null(strstr(buf, "not proven"));
     close(fd);
@@ -754,7 +741,7 @@ static void test_wire_relay_refused(void **state)
     send_frame(fd, KVT_F_CMA_HELLO, 0, 0, 0, id, sizeof id);
     kvt__frame f;
     char buf[4096];
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_CMA_HELLO);
     assert_int_equal(f.status, 0);
     assert_int_equal(f.len, 92);
@@ -762,7 +749,7 @@ static void test_wire_relay_refused(void **state)
     struct iovec l = {buf + 76, 16}, r = {slot, 16};
     assert_int_equal(process_vm_writev(decoy, &l, 1, &r, 1, 0), 16);
     send_frame(fd, KVT_F_CMA_CHECK, 0, 0, 0, NULL, 0);
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_CMA_CHECK);
     assert_int_equal(f.status, EACCES);
     assert_non_null(strstr(buf, "does not hold the peer's end of the connection"));
@@ -771,7 +758,7 @@ static void test_wire_relay_refused(void **state)
     kvt__put64(tab + 8, 4096);
     kvt__put64(tab + 16, (uint64_t)(uintptr_t)slot);
     send_frame(fd, KVT_F_CMA_WRITE, 0, 1, 4096, tab, sizeof tab);
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ERROR);
     close(fd);
     kill(decoy, SIGKILL);

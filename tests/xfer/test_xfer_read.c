@@ -34,28 +34,10 @@ static void srv_main(int fd, const char *listen, size_t bytes, uint64_t seed, co
         o.io_timeout_ms = io_ms;
     kvt_engine *e = xu_engine_create_retry(&o);
     unsigned char *buf = xu_map(bytes);
-    xu_fill(buf, bytes, seed);
-    char *desc = NULL;
-    if (kvt_mr_register(e, buf, bytes, NULL) || kvt_descriptor_export(e, &desc) ||
-        xu_send_str(fd, desc))
+    if (!buf)
         _exit(2);
-    free(desc);
-    for (;;) {
-        kvt_event ev[16];
-        size_t n;
-        if (kvt_progress(e, 100, ev, 16, &n))
-            _exit(3);
-        for (size_t i = 0; i < n; i++) {
-            xu_report r;
-            memset(&r, 0, sizeof r);
-            r.room = ev[i].room;
-            r.state = (int32_t)ev[i].state;
-            r.code = ev[i].code;
-            r.sum = xu_sum(buf, bytes);
-            if (xu_write_all(fd, &r, sizeof r))
-                _exit(0);
-        }
-    }
+    xu_fill(buf, bytes, seed);
+    xu_serve_region(e, buf, bytes, fd, 100, xu_report_events, &(xu_serving){fd, buf, bytes});
 }
 
 static void srv_start(srv *s, const char *listen, size_t bytes, uint64_t seed, const char *token)

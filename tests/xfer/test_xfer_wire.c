@@ -10,8 +10,7 @@
 #include <sys/socket.h>
 
 #include "testutil.h"
-#include "xfer_frame.h"
-#include "xfer_util.h"
+#include "xfer_raw.h"
 
 #define REGION (4u << 20)
 
@@ -21,40 +20,11 @@ static int rport;
 static const char *seg_name;
 static kvc_segment *seg;
 
-static int raw_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
 static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room,
                        uint64_t addr, const void *payload, size_t plen)
 {
-    uint8_t h[KVT_HDR_LEN];
     kvt__frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
-    kvt__frame_encode(&f, h);
-    assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
-    if (plen)
-        assert_int_equal(xu_write_all(fd, payload, plen), 0);
-}
-
-/* Read one frame; payload (NUL-terminated) into buf.  -1 on EOF. */
-static int read_frame(int fd, kvt__frame *f, char *buf, size_t cap)
-{
-    uint8_t h[KVT_HDR_LEN];
-    char err[160];
-    if (xu_read_all(fd, h, sizeof h, 10000))
-        return -1;
-    assert_int_equal(kvt__frame_decode(h, KVT_FRAME_MAX, f, err, sizeof err), 0);
-    assert_true(f->len < cap);
-    assert_int_equal(xu_read_all(fd, buf, f->len, 10000), 0);
-    buf[f->len] = '\0';
-    return 0;
+    xu_raw_send(fd, &f, payload, plen);
 }
 
 static void hello(int fd, uint32_t version, const char *sid, uint64_t gen)
@@ -74,7 +44,7 @@ static void hello_ok(int fd, const char *sid)
     hello(fd, KVT_PROTOCOL_VERSION, sid, 42);
     kvt__frame f;
     char buf[1024];
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_HELLO_OK);
 }
 
@@ -83,7 +53,7 @@ static void expect_error(int fd, const char *msg)
 {
     kvt__frame f;
     char buf[4200];
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ERROR);
     if (!strstr(buf, msg))
         fail_msg("ERROR \"%s\" lacks \"%s\"", buf, msg);
@@ -117,7 +87,7 @@ static int group_teardown(void **state)
 static void test_garbage(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     const char junk[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n........";
     assert_int_equal(xu_write_all(fd, junk, sizeof junk), 0);
     expect_error(fd, "bad frame magic");
@@ -126,7 +96,7 @@ static void test_garbage(void **state)
 static void test_wrong_version(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello(fd, 2, "fake:1", 1);
     expect_error(fd, "incompatible protocol versions 2 vs 1");
 }
@@ -134,7 +104,7 @@ static void test_wrong_version(void **state)
 static void test_before_handshake(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     send_frame(fd, KVT_F_WRITE, 8, 1, 1, rbase, "12345678", 8);
     expect_error(fd, "unexpected frame WRITE before the handshake");
 }
@@ -142,7 +112,7 @@ static void test_before_handshake(void **state)
 static void test_oversized(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:2");
     send_frame(fd, KVT_F_WRITE, KVT_FRAME_MAX + 1, 1, 1, rbase, NULL, 0);
     expect_error(fd, "exceeds the limit");
@@ -151,7 +121,7 @@ static void test_oversized(void **state)
 static void test_reserved_bits(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:3");
     uint8_t h[KVT_HDR_LEN];
     kvt__frame f = {.type = KVT_F_DONE, .room = 1};
@@ -166,7 +136,7 @@ static void test_reserved_bits(void **state)
 static void test_outside_region(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:4");
     char data[100];
     memset(data, 'x', sizeof data);
@@ -175,19 +145,19 @@ static void test_outside_region(void **state)
     kvt__frame f;
     char buf[1024];
     for (uint64_t seq = 1; seq <= 2; seq++) {
-        assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+        assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
         assert_int_equal(f.type, KVT_F_NACK);
         assert_int_equal(f.seq, seq);
         assert_int_equal(f.status, EFAULT);
         assert_non_null(strstr(buf, "outside every region registered here"));
     }
     send_frame(fd, KVT_F_WRITE, 100, 3, 7, rbase, data, 100);
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ACK);
     assert_int_equal(f.seq, 3);
     assert_int_equal(f.addr, 1);
     send_frame(fd, KVT_F_DONE, 0, 1, 7, 100, NULL, 0);
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, 0);
     xu_report r;
@@ -198,9 +168,9 @@ static void test_outside_region(void **state)
     /* A DONE whose tally differs is refused, and the room fails. */
     send_frame(fd, KVT_F_WRITE, 100, 4, 8, rbase, data, 100);
     send_frame(fd, KVT_F_DONE, 0, 2, 8, 200, NULL, 0);
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ACK);
-    assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+    assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, EIO);
     assert_non_null(strstr(buf, "received 1 writes / 100 bytes, sender sent 2 / 200"));
@@ -218,7 +188,7 @@ static void test_outside_region(void **state)
 static void test_ack_coalesced(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:9");
     enum { N = 301, BAD = 151, LEN = 64 };
     size_t fl = KVT_HDR_LEN + LEN, total = (size_t)N * fl + KVT_HDR_LEN;
@@ -238,7 +208,7 @@ static void test_ack_coalesced(void **state)
     kvt__frame f;
     char buf[1024];
     for (;;) {
-        assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+        assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
         if (f.type == KVT_F_ACK) {
             assert_true(f.addr >= 1);
             acked += f.addr;
@@ -272,14 +242,14 @@ static void test_ack_coalesced(void **state)
 static void test_truncated(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:5");
     uint8_t h[KVT_HDR_LEN];
     kvt__frame f = {.type = KVT_F_WRITE, .len = 1000, .seq = 1, .room = 9, .addr = rbase};
     kvt__frame_encode(&f, h);
     assert_int_equal(xu_write_all(fd, h, 20), 0);
     close(fd);
-    fd = raw_connect(rport);
+    fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:6");
     send_frame(fd, KVT_F_WRITE, 1000, 1, 10, rbase, "0123456789", 10);
     usleep(100000);
@@ -300,7 +270,7 @@ static void test_truncated(void **state)
 static void test_stalled_frame(void **state)
 {
     (void)state;
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:7");
     send_frame(fd, KVT_F_WRITE, 1000, 1, 11, rbase, "0123456789", 10);
     xu_report r;
@@ -320,7 +290,7 @@ static void test_slow_large_write(void **state)
 {
     (void)state;
     enum { LEN = 320 << 10, PIECE = 16 << 10 };
-    int fd = raw_connect(rport);
+    int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:10");
     uint8_t h[KVT_HDR_LEN], *payload = malloc(LEN);
     for (size_t i = 0; i < LEN; i++)
@@ -336,7 +306,7 @@ static void test_slow_large_write(void **state)
     send_frame(fd, KVT_F_DONE, 0, 1, 23, LEN, NULL, 0);
     char buf[1024];
     do
-        assert_int_equal(read_frame(fd, &f, buf, sizeof buf), 0);
+        assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     while (f.type == KVT_F_ACK);
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, 0);
@@ -354,7 +324,7 @@ static void test_slow_large_write(void **state)
 static void test_still_serving(void **state)
 {
     (void)state;
-    int silent = raw_connect(rport);
+    int silent = xu_raw_connect(rport);
     kvt_engine *e = xu_sender(NULL, 0, 2, 0);
     void *src = xu_map(REGION);
     xu_fill(src, REGION, 3);

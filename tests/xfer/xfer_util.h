@@ -150,6 +150,65 @@ static inline kvt_engine *xu_engine_create_retry(const kvt_options *o)
     }
 }
 
+/* Child side of a test server, after its engine e is made: register
+ * region buf (bytes) on e, send its descriptor on fd (xu_send_str), then
+ * drive e for ever: after each kvt_progress(e, wait_ms, ...), on_events(
+ * ctx, ev, n) with what it returned (n may be 0: a turn to answer a
+ * query).  Never returns: the child exits 2 when the setup fails, 3 when
+ * kvt_progress fails, 0 when on_events returns non-zero (the parent is
+ * gone). */
+static inline void xu_serve_region(kvt_engine *e, void *buf, size_t bytes, int fd, int wait_ms,
+                                   int (*on_events)(void *ctx, const kvt_event *ev, size_t n),
+                                   void *ctx)
+{
+    char *desc = NULL;
+    if (kvt_mr_register(e, buf, bytes, NULL) || kvt_descriptor_export(e, &desc) ||
+        xu_send_str(fd, desc)) {
+        fprintf(stderr, "server: setup: %s\n", kvc_last_error());
+        _exit(2);
+    }
+    free(desc);
+    for (;;) {
+        kvt_event ev[16];
+        size_t n;
+        if (kvt_progress(e, wait_ms, ev, 16, &n)) {
+            fprintf(stderr, "server: kvt_progress: %s\n", kvc_last_error());
+            _exit(3);
+        }
+        if (on_events(ctx, ev, n))
+            _exit(0);
+    }
+}
+
+/* What xu_report_events reports to: the pipe, and the region whose
+ * checksum each report carries. */
+typedef struct xu_serving {
+    int fd;
+    const void *buf;
+    size_t bytes;
+} xu_serving;
+
+/* on_events of xu_serve_region (ctx: an xu_serving): one xu_report per
+ * event on ctx->fd.  Non-zero when the pipe is closed. */
+static inline int xu_report_events(void *ctx, const kvt_event *ev, size_t n)
+{
+    const xu_serving *s = ctx;
+    for (size_t i = 0; i < n; i++) {
+        xu_report r;
+        memset(&r, 0, sizeof r);
+        r.room = ev[i].room;
+        r.state = (int32_t)ev[i].state;
+        r.code = ev[i].code;
+        r.bytes = ev[i].bytes;
+        r.sum = xu_sum(s->buf, s->bytes);
+        snprintf(r.peer, sizeof r.peer, "%s", ev[i].peer);
+        snprintf(r.reason, sizeof r.reason, "%s", ev[i].reason);
+        if (xu_write_all(s->fd, &r, sizeof r))
+            return -1;
+    }
+    return 0;
+}
+
 /* Child body: engine on listen with one region of region_bytes (zeroed),
  * segment seg_name (NULL: none) as rank; descriptor then one report per
  * event on fd; runs until killed (xu_receiver_stop sends SIGTERM). */
@@ -184,34 +243,12 @@ static inline void xu_receiver_main(int fd, const char *listen, size_t region_by
         _exit(2);
     }
     unsigned char *buf = xu_map(region_bytes);
-    char *desc = NULL;
-    if (!buf || kvt_mr_register(e, buf, region_bytes, NULL) || kvt_descriptor_export(e, &desc) ||
-        xu_send_str(fd, desc)) {
-        fprintf(stderr, "receiver: setup: %s\n", kvc_last_error());
+    if (!buf) {
+        fprintf(stderr, "receiver: mmap of %zu bytes failed\n", region_bytes);
         _exit(2);
     }
-    free(desc);
-    for (;;) {
-        kvt_event ev[16];
-        size_t n;
-        if (kvt_progress(e, 100, ev, 16, &n)) {
-            fprintf(stderr, "receiver: kvt_progress: %s\n", kvc_last_error());
-            _exit(3);
-        }
-        for (size_t i = 0; i < n; i++) {
-            xu_report r;
-            memset(&r, 0, sizeof r);
-            r.room = ev[i].room;
-            r.state = (int32_t)ev[i].state;
-            r.code = ev[i].code;
-            r.bytes = ev[i].bytes;
-            r.sum = xu_sum(buf, region_bytes);
-            snprintf(r.peer, sizeof r.peer, "%s", ev[i].peer);
-            snprintf(r.reason, sizeof r.reason, "%s", ev[i].reason);
-            if (xu_write_all(fd, &r, sizeof r))
-                _exit(0);
-        }
-    }
+    xu_serve_region(e, buf, region_bytes, fd, 100, xu_report_events,
+                    &(xu_serving){fd, buf, region_bytes});
 }
 
 /* Fork a receiver; returns 0 with its descriptor read. */
