@@ -341,7 +341,30 @@ static void die_at(const char *point)
         raise(SIGKILL);
 }
 
-enum op { OP_STATE, OP_FAIL, OP_CREATE, OP_RELEASE };
+enum op { OP_STATE, OP_FAIL, OP_CREATE, OP_RELEASE, OP_DELETE };
+
+/* A child attached to segment name runs op and is SIGKILLed at point (the
+ * inject hook) inside it; s (attached here) sees its death as the kernel
+ * would tell a lock waiter.  The crash cases' one setup. */
+static void killed_inside(kvc_segment *s, const char *name, const char *point, enum op op)
+{
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
+        target = point;
+        kvc_test_set_inject(die_at);
+        switch (op) {
+        case OP_STATE: kvc_room_set_state(c, 100, 1, KVC_POLL_TRANSFERRING); break;
+        case OP_FAIL: kvc_room_fail(c, 100, 1, 5, "crashing writer", NULL); break;
+        case OP_CREATE: kvc_room_open(c, 101, 2, 0, KVC_ROOM_ROLE_PREFILL); break;
+        case OP_RELEASE: kvc_room_release(c, 100, 1); break;
+        case OP_DELETE: kvc_room_release(c, 7, 0); break; /* its only participant */
+        }
+        _exit(3);
+    }
+    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
+    tu_owner_died(s, child); /* the kernel's part, where it does not */
+}
 
 /* Compare the room as read now with the room before a killed update:
  * rolled back (committed 0) it reads exactly as before; committed it reads
@@ -375,21 +398,7 @@ static void crash_room_op(const char *name, const char *point, enum op op, int c
     kvc_room_info r101;
     int have101 = kvc_room_get(s, 101, 0, &r101) == KVC_OK;
     kvc_segment_stat(s, &sb);
-    pid_t child = fork();
-    if (child == 0) {
-        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
-        target = point;
-        kvc_test_set_inject(die_at);
-        switch (op) {
-        case OP_STATE: kvc_room_set_state(c, 100, 1, KVC_POLL_TRANSFERRING); break;
-        case OP_FAIL: kvc_room_fail(c, 100, 1, 5, "crashing writer", NULL); break;
-        case OP_CREATE: kvc_room_open(c, 101, 2, 0, KVC_ROOM_ROLE_PREFILL); break;
-        case OP_RELEASE: kvc_room_release(c, 100, 1); break;
-        }
-        _exit(3);
-    }
-    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
-    tu_owner_died(s, child); /* the kernel's part, where it does not */
+    killed_inside(s, name, point, op);
     /* Read without a lock while the dead writer's lock awaits recovery: old
      * or new, never a mix (a reader that keeps seeing an odd sequence takes
      * the lock, which recovers it). */
@@ -448,16 +457,7 @@ static void crash_delete(const char *name, const char *point, int deleted)
     assert_int_equal(kvc_room_open(s, 7, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
     kvc_segment_info sb, sa;
     kvc_segment_stat(s, &sb);
-    pid_t child = fork();
-    if (child == 0) {
-        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
-        target = point;
-        kvc_test_set_inject(die_at);
-        kvc_room_release(c, 7, 0);
-        _exit(3);
-    }
-    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
-    tu_owner_died(s, child);
+    killed_inside(s, name, point, OP_DELETE);
     kvc_room_info ri;
     for (int pass = 0; pass < 2; pass++) { /* before the recovery, then after it */
         assert_int_equal(kvc_room_get(s, 7, 0, &ri), deleted ? KVC_E_NOENT : KVC_OK);
