@@ -160,6 +160,11 @@ bool kvc__lock_held(kvc_segment *seg, int id);
  * by the segment's lock timeout.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE,
  * KVC_E_SYS. */
 kvc_err kvc__lock(kvc_segment *seg, int id);
+/* lock.c: kvc__lock, but a lock found held is first watched for up to
+ * spins pauses (re-tried whenever its owner mark clears) before the timed
+ * wait sleeps on it: for locks held well under the cost of a futex sleep
+ * and wake (the room stripes). */
+kvc_err kvc__lock_spin(kvc_segment *seg, int id, int spins);
 void kvc__unlock(kvc_segment *seg, int id);
 /* lock.c: lock id's mutex in the segment (header locks, then room stripes). */
 kvc_lock *kvc__lock_ptr(kvc_segment *seg, int id);

@@ -1,12 +1,14 @@
 /*
  * lock.c - the segment's robust process-shared mutexes.
  *
- * Every lock path goes through kvc__lock(): a bounded timed wait; on
- * EOWNERDEAD the lock's recovery function repairs the shared state the dead
- * owner may have half-written, and only then is the mutex marked consistent
- * (LMDB's order: repair first, then pthread_mutex_consistent).  The
- * recovery functions are the tables': each registers its own on the handle
- * (kvc__lock_register), so this file depends on no table.
+ * Every lock path goes through kvc__lock() (or kvc__lock_spin, for the
+ * room stripes: a held lock watched a bounded while first): a bounded
+ * timed wait; on EOWNERDEAD the lock's recovery function repairs the
+ * shared state the dead owner may have half-written, and only then is the
+ * mutex marked consistent (LMDB's order: repair first, then
+ * pthread_mutex_consistent).  The recovery functions are the tables': each
+ * registers its own on the handle (kvc__lock_register), so this file
+ * depends on no table.
  * ENOTRECOVERABLE is reported, never spun on.
  *
  * The wait's deadline is on CLOCK_MONOTONIC (pthread_mutex_clocklock, glibc
@@ -87,7 +89,20 @@ static kvc_err recovered(kvc_segment *seg, int id, kvc_lock *l)
     return KVC_OK;
 }
 
-kvc_err kvc__lock(kvc_segment *seg, int id)
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+kvc_err kvc__lock(kvc_segment *seg, int id) { return kvc__lock_spin(seg, id, 0); }
+
+kvc_err kvc__lock_spin(kvc_segment *seg, int id, int spins)
 {
     /* Every change goes through a lock: none is written into a segment
      * that was discarded (the header's flag, always), unlinked or replaced
@@ -101,6 +116,14 @@ kvc_err kvc__lock(kvc_segment *seg, int id)
     kvc_lock *l = kvc__lock_ptr(seg, id);
     /* Uncontended: no clock read.  A trylock reports a dead owner too. */
     int r = pthread_mutex_trylock(&l->mutex);
+    /* Held: watch it while its holder's mark is set (the holder clears it
+     * just before unlocking), trying again whenever it is not. */
+    for (int k = 0; r == EBUSY && k < spins; k++) {
+        if (atomic_load_explicit(&l->owner_pid, memory_order_relaxed))
+            spin_pause();
+        else
+            r = pthread_mutex_trylock(&l->mutex);
+    }
     if (r == 0) {
         note_owner(seg, l);
         return KVC_OK;
