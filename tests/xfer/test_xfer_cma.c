@@ -212,6 +212,8 @@ static kvt_engine *engine(int force)
     return e;
 }
 
+static kvt_engine *mover_engine(void) { return engine(0); }
+
 /* Events that arrived while another room's was awaited. */
 static kvt_event stash[64];
 static size_t nstash;
@@ -461,51 +463,17 @@ static void test_writer_killed(void **state)
     assert_int_equal(kvt_mr_register(srv_e, buf, REGION, NULL), KVC_OK);
     char *desc;
     assert_int_equal(kvt_descriptor_export(srv_e, &desc), KVC_OK);
-    int go[2];
-    assert_int_equal(pipe(go), 0);
-    pid_t pid = fork();
-    if (pid == 0) { /* a writer of the whole region, over and over */
-        kvt_engine *e = engine(0);
-        unsigned char *l = xu_map(REGION);
-        kvt_peer *p;
-        if (!e || kvt_mr_register(e, l, REGION, NULL) || kvt_peer_import(e, desc, strlen(desc), &p))
-            _exit(2);
-        kvt_run run = {(uint64_t)(uintptr_t)l, desc_base(desc), REGION};
-        for (uint64_t room = 1;; room++) {
-            if (kvt_submit(e, p, room, &run, 1, KVT_SUBMIT_NOROOM))
-                _exit(3);
-            kvt_event ev;
-            if (xu_wait_event(e, room, &ev) || ev.state != KVC_POLL_SUCCESS)
-                _exit(4);
-            if (room == 1 && write(go[1], "g", 1) != 1)
-                _exit(5);
-        }
-    }
-    close(go[1]);
-    struct pollfd pf = {go[0], POLLIN, 0};
-    for (int i = 0; i < 600 && poll(&pf, 1, 0) == 0; i++) {
-        kvt_event ev[4];
-        size_t n;
-        kvt_progress(srv_e, 50, ev, 4, &n);
-    }
-    char g;
-    assert_int_equal(read(go[0], &g, 1), 1);
+    /* a writer of the whole region, over and over */
+    pid_t pid = xu_mover_start(srv_e, mover_engine, desc, desc_base(desc), REGION, 0);
+    assert_true(pid > 0);
     kvt_stats st;
     assert_int_equal(kvt_engine_stat(srv_e, &st), KVC_OK);
     assert_true(st.same_host_bytes >= REGION);
     kill(pid, SIGKILL); /* while its next writes are in flight */
     waitpid(pid, NULL, 0);
-    kvc_err err = KVC_E_BUSY;
-    for (int i = 0; i < 200 && err == KVC_E_BUSY; i++) {
-        kvt_event ev[4];
-        size_t n;
-        assert_int_equal(kvt_progress(srv_e, 50, ev, 4, &n), KVC_OK);
-        err = kvt_mr_deregister(srv_e, buf);
-    }
-    assert_int_equal(err, KVC_OK);
+    assert_int_equal(xu_deregister_settled(srv_e, buf), KVC_OK);
     assert_int_equal(kvt_engine_stat(srv_e, &st), KVC_OK);
     assert_int_equal(st.conns_up, 0);
-    close(go[0]);
     free(desc);
     kvt_engine_destroy(srv_e);
     munmap(buf, REGION);

@@ -130,6 +130,8 @@ static kvt_engine *engine(uint32_t io_ms)
     return e;
 }
 
+static kvt_engine *mover_engine(void) { return engine(0); }
+
 static int setup(void **state)
 {
     ctx *c = calloc(1, sizeof *c);
@@ -419,35 +421,9 @@ static void test_reader_killed(void **state)
     assert_int_equal(kvt_mr_register(srv_e, buf, REGION, NULL), KVC_OK);
     char *desc;
     assert_int_equal(kvt_descriptor_export(srv_e, &desc), KVC_OK);
-    int go[2];
-    assert_int_equal(pipe(go), 0);
-    pid_t pid = fork();
-    if (pid == 0) { /* reader: reads the region over and over */
-        kvt_engine *e = engine(0);
-        unsigned char *l = xu_map(REGION);
-        kvt_peer *p;
-        if (!e || kvt_mr_register(e, l, REGION, NULL) || kvt_peer_import(e, desc, strlen(desc), &p))
-            _exit(2);
-        kvt_run run = {(uint64_t)(uintptr_t)l, desc_base(desc), REGION};
-        for (uint64_t room = 1;; room++) {
-            if (kvt_submit_read(e, p, room, &run, 1, KVT_SUBMIT_NOROOM))
-                _exit(3);
-            kvt_event ev;
-            if (xu_wait_event(e, room, &ev) || ev.state != KVC_POLL_SUCCESS)
-                _exit(4);
-            if (room == 1 && write(go[1], "g", 1) != 1)
-                _exit(5);
-        }
-    }
-    close(go[1]);
-    char g = 0;
-    struct pollfd pf = {go[0], POLLIN, 0};
-    for (int i = 0; i < 600 && poll(&pf, 1, 0) == 0; i++) {
-        kvt_event ev[4];
-        size_t n;
-        kvt_progress(srv_e, 50, ev, 4, &n);
-    }
-    assert_int_equal(read(go[0], &g, 1), 1);
+    /* reader: reads the region over and over */
+    pid_t pid = xu_mover_start(srv_e, mover_engine, desc, desc_base(desc), REGION, 1);
+    assert_true(pid > 0);
     for (int i = 0; i < 3; i++) { /* mid-transfer of the next rooms */
         kvt_event ev[4];
         size_t n;
@@ -455,19 +431,11 @@ static void test_reader_killed(void **state)
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    kvc_err err = KVC_E_BUSY;
-    for (int i = 0; i < 200 && err == KVC_E_BUSY; i++) {
-        kvt_event ev[4];
-        size_t n;
-        kvt_progress(srv_e, 50, ev, 4, &n);
-        err = kvt_mr_deregister(srv_e, buf);
-    }
-    assert_int_equal(err, KVC_OK);
+    assert_int_equal(xu_deregister_settled(srv_e, buf), KVC_OK);
     kvt_stats st;
     assert_int_equal(kvt_engine_stat(srv_e, &st), KVC_OK);
     assert_true(st.reads_served >= 2);
     assert_int_equal(st.conns_up, 0);
-    close(go[0]);
     free(desc);
     kvt_engine_destroy(srv_e);
     munmap(buf, REGION);

@@ -312,6 +312,70 @@ static inline int xu_wait_event(kvt_engine *e, uint64_t room, kvt_event *out)
     }
 }
 
+/* Fork a process that, with the engine make() returns, moves `bytes`
+ * between a region of its own and `remote` (in the region of descriptor
+ * desc) over and over, one room each (kvt_submit_read when reads, else
+ * kvt_submit); drive srv_e (the engine serving desc) until its first room
+ * succeeded.  Returns the child's pid - it moves on until killed -, or -1
+ * (reaped) when it failed first (its exit status 2..5 says where). */
+static inline pid_t xu_mover_start(kvt_engine *srv_e, kvt_engine *(*make)(void), const char *desc,
+                                   uint64_t remote, size_t bytes, int reads)
+{
+    int go[2];
+    if (pipe(go))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(go[0]);
+        kvt_engine *e = make();
+        unsigned char *l = xu_map(bytes);
+        kvt_peer *p;
+        if (!e || !l || kvt_mr_register(e, l, bytes, NULL) ||
+            kvt_peer_import(e, desc, strlen(desc), &p))
+            _exit(2);
+        kvt_run run = {(uint64_t)(uintptr_t)l, remote, bytes};
+        for (uint64_t room = 1;; room++) {
+            if ((reads ? kvt_submit_read : kvt_submit)(e, p, room, &run, 1, KVT_SUBMIT_NOROOM))
+                _exit(3);
+            kvt_event ev;
+            if (xu_wait_event(e, room, &ev) || ev.state != KVC_POLL_SUCCESS)
+                _exit(4);
+            if (room == 1 && write(go[1], "g", 1) != 1)
+                _exit(5);
+        }
+    }
+    close(go[1]);
+    struct pollfd pf = {go[0], POLLIN, 0};
+    while (pid > 0 && poll(&pf, 1, 0) == 0) {
+        kvt_event ev[4];
+        size_t n;
+        kvt_progress(srv_e, 50, ev, 4, &n);
+    }
+    char g;
+    if (pid > 0 && read(go[0], &g, 1) != 1) {
+        waitpid(pid, NULL, 0);
+        pid = -1;
+    }
+    close(go[0]);
+    return pid;
+}
+
+/* Drive e until region buf deregisters (KVC_E_BUSY while a transfer of
+ * it is still in flight), up to 200 rounds of 50 ms: KVC_OK, or the last
+ * refusal, or kvt_progress's error. */
+static inline kvc_err xu_deregister_settled(kvt_engine *e, void *buf)
+{
+    kvc_err err = KVC_E_BUSY;
+    for (int i = 0; i < 200 && err == KVC_E_BUSY; i++) {
+        kvt_event ev[4];
+        size_t n;
+        err = kvt_progress(e, 50, ev, 4, &n);
+        if (!err)
+            err = kvt_mr_deregister(e, buf);
+    }
+    return err;
+}
+
 /* A sender engine (TCP) with its own log. */
 static inline kvt_engine *xu_sender(kvc_segment *seg, uint32_t rank, uint32_t conns,
                                     uint32_t io_timeout_ms)
