@@ -189,10 +189,36 @@ def ttl_fold(i, name, store, n):
         return [polls, type(e).__name__, e.failure_reason, e.is_from_another_rank]
 
 
+def injection_at_run_time(i, name, store, n):
+    """sglang's failure injection turned on and off between steps (its
+    probability is read every step): on, the plain poll is sglang's helper's
+    (every room Failed, no poll() made); off, the C call's polls again."""
+    dist, utils, decode, common, mooncake = start(i, n, name, store)
+    group = dist.new_group(backend="gloo")
+    order = []
+    pollers = [Counted(300 + k, 1 + (k + i) % 4, order) for k in range(8)]
+    out = [utils.poll_and_all_reduce(pollers, group)]
+    os.environ["DISAGGREGATION_TEST_FAILURE_PROB"] = "1"
+    out.append(utils.poll_and_all_reduce(pollers, group))
+    calls_on = [p.calls for p in pollers]
+    del os.environ["DISAGGREGATION_TEST_FAILURE_PROB"]
+    out.append(utils.poll_and_all_reduce(pollers, group))
+    return {"out": out, "calls_on": calls_on, "calls": [p.calls for p in pollers],
+            "path": path_of(utils, group)}
+
+
 @unittest.skipUnless(has_collective(), "this build has no Segment.allreduce_min")
 class Variants(Segmented):
     def capacities(self):
         return dict(SMALL, room_ttl=0.3) if "ttl" in self.id() else SMALL
+
+    def test_failure_injection_read_every_step(self):
+        want = [min(1 + (k + i) % 4 for i in range(2)) for k in range(8)]
+        for r in self.run_ranks(2, injection_at_run_time):
+            self.assertEqual(r["path"], "kvcoord")
+            self.assertEqual(r["out"], [want, [0] * 8, want])
+            self.assertEqual(r["calls_on"], [1] * 8)  # injected: no poll() made
+            self.assertEqual(r["calls"], [2] * 8)
 
     def test_attn_cp_tp_group(self):
         res = self.run_ranks(4, cp_tp)
@@ -433,6 +459,37 @@ class PollsInC(Segmented):
         with self.assertRaises(kvcoord.Error) as cm:  # polls given: nothing to hand on
             self.seg.poll_allreduce(0x5e14, 1, 0, [3, 4, 2])
         self.assertFalse(hasattr(cm.exception, "polls"))
+
+    def test_a_poll_that_closes_the_segment(self):
+        # the rooms followed (the fold reads them, prefetched while polling):
+        # a poll() closing the segment unmaps it; the polls go on, nothing
+        # touches the segment after, the call fails closed handing them on
+        for k in range(6):
+            self.seg.room_open(200 + k, 0)
+        seg = self.seg
+
+        class Closer(Counted):
+            def poll(self):
+                seg.close()
+                return super().poll()
+
+        ps = self.pollers([3, 4, 2, 1, 3, 2])
+        ps[2] = Closer(202, 2, self.order)
+        follows = {200 + k: 1 for k in range(6)}
+        with self.assertRaises(kvcoord.Error) as cm:
+            self.seg.poll_allreduce(0x5e16, 1, 0, None, ps, follows)
+        self.assertEqual(cm.exception.polls, [3, 4, 2, 1, 3, 2])
+        self.assertEqual([p.calls for p in ps], [1] * 6)
+
+    def test_followed_rooms_polled_in_c(self):
+        for k in range(6):
+            self.seg.room_open(210 + k, 0)
+        self.seg.room_fail(213, 0, "by a rank")  # a rank's own failure: not folded
+        ps = [Counted(210 + k, a, self.order) for k, a in enumerate([3, 4, 2, 1, 3, 2])]
+        follows = {210 + k: 1 for k in range(6)}
+        got = self.seg.poll_allreduce(0x5e17, 1, 0, None, ps, follows)
+        self.assertEqual(got, [3, 4, 2, 1, 3, 2])
+        self.assertEqual([p.calls for p in ps], [1] * 6)
 
     def test_keywords_as_positionals(self):
         ps = self.pollers([2, 3])

@@ -165,18 +165,22 @@ def reduce(bridge, g, pg, pollers, polls, kind):
     try:
         return bridge.segment.poll_allreduce(g.gid, g.size, g.rank, polls, pollers,
                                              bridge.counts, bridge.timeout, kind)
-    except CollectiveError as e:
-        if e.dead:
-            bridge.members_died(g, e)
-            raise
-        err = e
-    except InvalidArgumentError as e:
-        if " of kind " in str(e):
-            raise InvalidArgumentError("%s [kvcoord.sglang kinds: %s]" % (e, "; ".join(
-                "%d %s" % kv for kv in sorted(KIND_NAMES.items())))) from None
-        raise
     except Error as e:
-        err = e
+        return failed(bridge, g, pg, pollers, polls, e)
+
+
+def failed(bridge, g, pg, pollers, polls, err):
+    """After Segment.poll_allreduce raised err (a kvcoord.Error) for reduce():
+    raise (a rank died, a mismatched call) or sglang's own reduction of the
+    polls (the group runs gloo from then on)."""
+    if isinstance(err, CollectiveError) and err.dead:
+        bridge.members_died(g, err)
+        raise err
+    if isinstance(err, InvalidArgumentError):
+        if " of kind " in str(err):
+            raise InvalidArgumentError("%s [kvcoord.sglang kinds: %s]" % (err, "; ".join(
+                "%d %s" % kv for kv in sorted(KIND_NAMES.items())))) from None
+        raise err
     if polls is None:  # polled by the C call before it failed: those polls, not new ones
         polls = getattr(err, "polls", None)
         if polls is None:  # it failed before polling (the segment closed)
@@ -263,14 +267,34 @@ def make(bridge, utils, originals):
             return False
         return tuple(bound.get(k) for k in _GATE_ARGS)
 
+    # The plain call's fast path, flattened into poll_and_all_reduce (each
+    # Python frame and lookup costs µs when cold, as it is every step):
+    # sglang's prefill and decode steps, a group in this segment, failure
+    # injection off (its probability read every step), the C call polling.
+    groups_get = groups.get
+    seg = bridge.segment
+    poll_c = getattr(seg, "poll_allreduce", None)
+    counts, timeout = bridge.counts, bridge.timeout
+    fast_prob = prob_fn if inject is not None and poll_c is not None else None
+
     if o_par is not None:
         bind_par = _binder(o_par, 2)
 
         def poll_and_all_reduce(pollers, gloo_group, *args, **kwargs):
-            g = group_of(gloo_group)
+            hit = groups_get(id(gloo_group))
+            g = hit[1] if hit is not None else resolve(bridge, gloo_group)
             if g is None:
                 return o_par(pollers, gloo_group, *args, **kwargs)
             if not (args or kwargs):  # sglang's prefill and decode steps: no gate
+                if type(g) is Group and fast_prob is not None:
+                    if fast_prob() > 0:
+                        return reduce(bridge, g, gloo_group, pollers, inject(pollers),
+                                      KIND_PLAIN)
+                    try:
+                        return poll_c(g.gid, g.size, g.rank, None, pollers, counts, timeout,
+                                      KIND_PLAIN)
+                    except Error as e:
+                        return failed(bridge, g, gloo_group, pollers, None, e)
                 return reduce(bridge, g, gloo_group, pollers, polls_or_none(pollers),
                               KIND_PLAIN)
             gate = gate_of(bind_par(args, kwargs), "poll_and_all_reduce")
