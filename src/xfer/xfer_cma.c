@@ -632,7 +632,8 @@ bool kvt__cma_frame(kvt__conn *c, kvt__wr *w, const void **pay, uint32_t *plen)
     if (c->cma != KVT_CMA_ON || !w->room)
         return false;
     if (w->rbytes) { /* a READ request: the same payload, answered by a grant */
-        w->hdr[4] = KVT_F_CMA_READ;
+        memcpy(w->chdr, w->hdr, KVT_HDR_LEN);
+        w->chdr[4] = KVT_F_CMA_READ;
         *pay = w->payload;
         *plen = w->plen;
         return true;
@@ -644,10 +645,28 @@ bool kvt__cma_frame(kvt__conn *c, kvt__wr *w, const void **pay, uint32_t *plen)
                     .seq = w->seq,
                     .room = w->room->room,
                     .addr = kvt__wr_cost(w)};
-    kvt__frame_encode(&f, w->hdr);
+    kvt__frame_encode(&f, w->chdr);
     *pay = w->cma;
     *plen = f.len;
     return true;
+}
+
+bool kvt__cma_falls_back(int err) { return err != EFAULT; }
+
+void kvt__cma_fell(kvt_engine *e, kvt__conn *c, int err, const char *why)
+{
+    if (c->cma == KVT_CMA_FELL)
+        return;
+    c->cma = KVT_CMA_FELL;
+    c->cma_err = err;
+    e->st.same_host_fallbacks++;
+    bool *logged = c->client ? &c->peer->cma_logged : c->rpeer ? &c->rpeer->cma_logged : NULL;
+    if (logged && !*logged) {
+        *logged = true;
+        kvt__log(e, KVT_LOG_WARN,
+                 "%s; the data of this connection to peer %s goes through the socket from now on",
+                 why, peer_name(c));
+    }
 }
 
 void kvt__cma_forget(kvt__conn *c)

@@ -70,6 +70,19 @@ int kvt__cma_pull(kvt_engine *e, kvt__conn *c, struct iovec *local, struct iovec
  * the table in w->cma, or CMA_READ) and *pay / *plen are what follows it. */
 bool kvt__cma_frame(kvt__conn *c, kvt__wr *w, const void **pay, uint32_t *plen);
 
+/* A copy that failed with err after the handshake: whether the transfer
+ * goes on through the socket instead (everything but EFAULT: a permission
+ * refused, the peer's pid check, a seccomp'd or missing syscall, no
+ * memory; EFAULT, a range not mapped, would fail through the socket too).
+ * An out-of-region request is refused before any copy and never falls
+ * back. */
+bool kvt__cma_falls_back(int err);
+
+/* The copy failed on c with err (why: kvt__cma_pull's reason): c's data
+ * goes through the socket from now on (KVT_CMA_FELL), counted in
+ * same_host_fallbacks, logged once per peer (WARN). */
+void kvt__cma_fell(kvt_engine *e, kvt__conn *c, int err, const char *why);
+
 /* c closes: its pidfd. */
 void kvt__cma_forget(kvt__conn *c);
 

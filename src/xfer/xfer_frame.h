@@ -41,7 +41,9 @@ enum kvt__ftype {
     KVT_F_HELLO_OK = 2,   /* server -> client: same payload, the server's values */
     KVT_F_WRITE = 3,      /* client -> server: len bytes for addr, room, seq */
     KVT_F_ACK = 4,        /* server -> client: writes up to seq applied (addr = count) */
-    KVT_F_NACK = 5,       /* server -> client: write seq refused; payload: reason */
+    KVT_F_NACK = 5,       /* server -> client: write seq refused; payload: reason;
+                             addr KVT_NACK_SOCKET: not refused, send it again
+                             through the socket (same-host copy fell back) */
     KVT_F_DONE = 6,       /* client -> server: room ends: seq writes, addr bytes */
     KVT_F_DONE_ACK = 7,   /* server -> client: room tally checked (status 0 = ok) */
     KVT_F_ABORT = 8,      /* client -> server: room aborted; payload: reason */
@@ -82,6 +84,13 @@ enum kvt__ftype {
     KVT_F_CMA_READ_END = 22 /* client -> server: read seq copied (or given up):
                                 unpin its runs */
 };
+
+/* A NACK's addr: the write was not refused but its same-host copy failed
+ * for a reason of the receiver's host (a permission, the pid check): the
+ * sender sends it again as a socket frame, and sends that connection's
+ * data through the socket from then on (xfer_cma.h).  An older sender,
+ * which ignores addr, fails the room as for any NACK. */
+#define KVT_NACK_SOCKET 1u
 /* The highest frame type a decoder accepts. */
 #define KVT_F_MAX KVT_F_CMA_READ_END
 

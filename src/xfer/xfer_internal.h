@@ -210,6 +210,8 @@ typedef struct kvt__wr {
      * (kvt__cma_frame); ncma 0: none. */
     const uint8_t *cma;
     uint32_t ncma;
+    uint8_t chdr[KVT_HDR_LEN]; /* the header of its CMA frame (hdr stays the
+                                  socket's, for a fallback) */
     uint8_t in_q, in_batch, in_fifo, acked;
     _Alignas(16) uint8_t owned[]; /* control payload copy (payload points here),
                                      a READ request's runs, a READ answer's iovecs */
@@ -276,6 +278,7 @@ typedef struct kvt__rpeer {
     uint64_t generation;
     uint32_t conns;  /* connections not closing */
     uint32_t nrooms; /* of rooms */
+    bool cma_logged; /* a same-host copy from it fell back (logged) */
     kvt__rroom *rooms;
     struct kvt__vqp *vqp; /* verbs: the QP its RDMA WRITEs arrive on */
 } kvt__rpeer;
@@ -291,7 +294,10 @@ typedef struct kvt__expect {
 enum kvt__cstate { CS_CONNECTING, CS_HELLO, CS_UP, CS_CLOSING };
 /* A connection's same-host copy: off, being negotiated (client: CMA_HELLO
  * sent; CMA_CHECK sent; server: waiting for CMA_CHECK), on. */
-enum { KVT_CMA_OFF, KVT_CMA_HELLO, KVT_CMA_CHECK, KVT_CMA_ON };
+enum { KVT_CMA_OFF, KVT_CMA_HELLO, KVT_CMA_CHECK, KVT_CMA_ON, KVT_CMA_FELL };
+/* KVT_CMA_FELL: the copy was on, then failed on this connection for a
+ * reason of the host's (xfer_cma.h, kvt__cma_falls_back): its data goes
+ * through the socket from then on. */
 enum kvt__rstate { RS_HDR, RS_CTL, RS_PAYLOAD, RS_SKIP, RS_RDATA, RS_WDATA };
 #define KVT_RIOV KVT_READ_ENTS_MAX /* iovecs of one recvmsg of READ data */
 
@@ -362,8 +368,9 @@ struct kvt__conn {
      * (it must hold the nonce it chose), the nonce we chose, the peer's
      * slot address.  Server: reads granted (CMA_READ_GO sent), their runs
      * pinned until CMA_READ_END, oldest first. */
-    uint8_t cma;    /* KVT_CMA_* */
-    bool cma_offer; /* server: both HELLOs carried KVT_HELLO_F_CMA */
+    uint8_t cma;     /* KVT_CMA_* */
+    int32_t cma_err; /* KVT_CMA_FELL: the errno of the failed copy */
+    bool cma_offer;  /* server: both HELLOs carried KVT_HELLO_F_CMA */
     uint32_t cma_pid;
     uint64_t cma_start; /* server: the start time the client claimed */
     int cma_pidfd;

@@ -296,7 +296,7 @@ void kvt__read_serve(kvt_engine *e, kvt__conn *c)
         return;
     }
     bool cma = c->cur.type == KVT_F_CMA_READ;
-    if (cma && c->cma != KVT_CMA_ON) {
+    if (cma && c->cma != KVT_CMA_ON && c->cma != KVT_CMA_FELL) {
         kvt__rx_proto_error(e, c, EPROTO,
                             "same-host read on a connection whose peer is not proven on this host");
         return;
@@ -379,7 +379,10 @@ void kvt__read_cma_go(kvt_engine *e, kvt__conn *c)
         remote[i] = (struct iovec){(void *)(uintptr_t)w->ent[i].raddr, (size_t)w->ent[i].len};
     }
     char why[KVC_REASON_MAX + 1];
-    int err = kvt__cma_pull(e, c, local, remote, w->nent, why, sizeof why);
+    /* A connection whose copy fell back copies no more (a grant for a
+     * request sent before that is given back and asked again). */
+    int err = c->cma == KVT_CMA_FELL ? c->cma_err
+                                     : kvt__cma_pull(e, c, local, remote, w->nent, why, sizeof why);
     /* The peer unpins its runs whatever the outcome. */
     kvt__wr *end = kvt__ctl_wr(KVT_F_CMA_READ_END, w->seq, c->cur.room, 0, err, NULL, 0);
     if (!end) {
@@ -392,6 +395,19 @@ void kvt__read_cma_go(kvt_engine *e, kvt__conn *c)
         c->rd = w;
         read_done(e, c); /* the room may end here */
         c->big = false;  /* no data on this connection: frames many to a recv */
+        return;
+    }
+    if (kvt__cma_falls_back(err)) {
+        /* Not the caller's doing (a permission, the pid check): the same
+         * request again as a socket READ (w->hdr), behind what is queued;
+         * the connection reads through the socket from now on.  Bytes the
+         * failed copy placed are overwritten by the answer. */
+        if (c->cma != KVT_CMA_FELL)
+            kvt__cma_fell(e, c, err, why);
+        w = rf_pop(c);
+        c->unacked_bytes += w->rbytes;
+        kvt__conn_enqueue(c, w);
+        e->net->kick(e, c);
         return;
     }
     kvt__log(e, KVT_LOG_WARN, "read of room %llu: %s", (unsigned long long)c->cur.room, why);

@@ -545,6 +545,26 @@ static void nack_write(kvt_engine *e, kvt__conn *c, int32_t code, const char *ms
         kvt__conn_enqueue(c, w);
 }
 
+/* The copy of the CMA_WRITE in c->cur failed with err for a reason of
+ * this host's (or failed earlier on c): the sender sends it again through
+ * the socket (NACK with KVT_NACK_SOCKET), and c copies no more. */
+static void nack_socket(kvt_engine *e, kvt__conn *c, int32_t err, const char *why)
+{
+    kvt__cma_fell(e, c, err, why);
+    char msg[KVC_REASON_MAX + 1];
+    kvt__str(msg, sizeof msg,
+             "same-host copy off on this connection (%s): send it through the socket",
+             strerror(c->cma_err));
+    flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
+    kvt__wr *w = kvt__ctl_wr(KVT_F_NACK, c->cur.seq, c->cur.room, KVT_NACK_SOCKET, c->cma_err, msg,
+                             (uint32_t)strlen(msg));
+    if (!w) {
+        kvt__conn_fail(e, c, ENOMEM, "receive", "out of memory");
+        return;
+    }
+    kvt__conn_enqueue(c, w);
+}
+
 /* CMA_WRITE: the runs checked against the registered regions exactly as
  * a WRITEV's (one outside refuses the whole frame, nothing written), kept
  * busy (deregistering refused) while they are copied from the sender's
@@ -555,7 +575,7 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
     uint64_t total = 0;
     char msg[KVC_REASON_MAX + 1];
     uint32_t n = c->ctl_len / KVT_CMA_ENT_LEN;
-    if (c->cma != KVT_CMA_ON) {
+    if (c->cma != KVT_CMA_ON && c->cma != KVT_CMA_FELL) {
         kvt__rx_proto_error(
             e, c, EPROTO, "same-host write on a connection whose peer is not proven on this host");
         return;
@@ -591,11 +611,19 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
     kvt__rroom *r = rroom_need(e, c, f->room);
     if (!r)
         return;
+    if (c->cma == KVT_CMA_FELL) { /* an earlier copy fell back: the socket */
+        nack_socket(e, c, c->cma_err, "");
+        return;
+    }
     for (uint32_t i = 0; i < n; i++) /* pinned against deregistration for the copy */
         kvt__region_find(e, c->wv[i].addr, c->wv[i].len)->busy++;
     c->wv_n = n;
     int err = kvt__cma_pull(e, c, local, remote, n, msg, sizeof msg);
     kvt__rx_wv_release(e, c);
+    if (err && kvt__cma_falls_back(err)) {
+        nack_socket(e, c, err, msg);
+        return;
+    }
     if (err) {
         nack_write(e, c, err, msg);
         return;
@@ -782,6 +810,19 @@ static void on_nack(kvt_engine *e, kvt__conn *c)
     if (!c->f_head)
         c->f_tail = NULL;
     w->in_fifo = 0;
+    if (c->cur.addr == KVT_NACK_SOCKET && w->ncma) {
+        /* Its copy fell back there: the same write again, as its socket
+         * frame (w->hdr), behind what is queued; the connection's data
+         * goes through the socket from now on.  Still pending: the room's
+         * DONE waits for its ACK. */
+        char why[KVC_REASON_MAX + 1];
+        kvt__str(why, sizeof why, "peer %s could not copy a write of room %llu: %.*s", c->peer->sid,
+                 (unsigned long long)c->cur.room, (int)c->ctl_len, c->ctl);
+        kvt__cma_fell(e, c, c->cur.status ? c->cur.status : EPERM, why);
+        kvt__conn_enqueue(c, w);
+        e->net->kick(e, c);
+        return;
+    }
     c->unacked_bytes -= kvt__wr_cost(w);
     char why[KVC_REASON_MAX + 1];
     kvt__str(why, sizeof why, "peer %s refused a write of room %llu: %.*s", c->peer->sid,

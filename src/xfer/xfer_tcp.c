@@ -406,7 +406,7 @@ void kvt__tcp_kick(kvt_engine *e, kvt__conn *c)
         w->in_batch = 1;
         c->batch[c->nbatch++] = w;
         c->iov_splice[c->niov] = 0;
-        c->iov[c->niov++] = (struct iovec){w->hdr, KVT_HDR_LEN};
+        c->iov[c->niov++] = (struct iovec){cma ? w->chdr : w->hdr, KVT_HDR_LEN};
         if (cma) {
             c->iov_splice[c->niov] = 0;
             c->iov[c->niov++] = (struct iovec){(void *)cpay, cplen};

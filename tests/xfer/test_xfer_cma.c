@@ -13,9 +13,14 @@
  * another process (which even holds the server's nonce, as a relay would
  * arrange) is refused because that process does not hold its socket. */
 #include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -33,6 +38,7 @@ typedef struct srep {
     int32_t state, code;
     uint64_t sum, decoy_sum; /* its region, the decoy mapping (0: none) */
     kvt_stats st;
+    int fell_logs; /* its WARN lines of a copy that fell back to the socket */
 } srep;
 
 typedef struct srv {
@@ -40,6 +46,33 @@ typedef struct srv {
     int rd, cmd; /* reports from it; queries to it */
     char *desc;
 } srv;
+
+/* From now on process_vm_readv fails with EPERM in every thread of this
+ * process, as under a container's seccomp profile (a real refusal by the
+ * kernel, after the same-host copy was negotiated).  0, or -1. */
+static int block_vm_readv(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog p = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+        return -1;
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &p);
+}
+
+static int srv_fell_logs;
+
+static void srv_log(void *ctx, int level, const char *msg)
+{
+    (void)ctx;
+    if (level <= KVT_LOG_WARN && strstr(msg, "goes through the socket from now on"))
+        srv_fell_logs++;
+    xu_quiet_log(NULL, level, msg);
+}
 
 /* A serving process's engine, pipes and memory, for srv_events. */
 typedef struct srv_state {
@@ -61,6 +94,8 @@ static int srv_events(void *ctx, const kvt_event *ev, size_t n)
         char q;
         if (read(s->cmd, &q, 1) != 1)
             return -1;
+        if (q == 's' && block_vm_readv()) /* 's': copy no more, then a report */
+            _exit(4);
     }
     for (size_t i = 0; i < n + query; i++) {
         srep r;
@@ -75,6 +110,7 @@ static int srv_events(void *ctx, const kvt_event *ev, size_t n)
         r.sum = xu_sum(s->buf, s->bytes);
         r.decoy_sum = s->dec ? xu_sum(s->dec, s->bytes) : 0;
         kvt_engine_stat(s->e, &r.st);
+        r.fell_logs = srv_fell_logs;
         if (xu_write_all(s->fd, &r, sizeof r))
             return -1;
     }
@@ -104,7 +140,7 @@ static void srv_main(int fd, int cmd, const char *listen, size_t bytes, uint64_t
     kvt_options_init(&o);
     o.backend = KVT_BACKEND_TCP;
     o.listen = listen;
-    o.log = xu_quiet_log;
+    o.log = srv_log;
     o.io_timeout_ms = 3000;
     o.force_socket = (flags & SRV_FORCE) != 0;
     kvt_engine *e = xu_engine_create_retry(&o);
@@ -151,7 +187,18 @@ static void srv_stop(srv *s)
     s->desc = NULL;
 }
 
-/* The server's state now (its reports of events before are skipped). */
+/* The server's state now (its reports of events before are skipped);
+ * after blocking its process_vm_readv when cmd is 's'. */
+static srep srv_cmd(srv *s, const char *cmd)
+{
+    srep r;
+    assert_int_equal(write(s->cmd, cmd, 1), 1);
+    do
+        assert_int_equal(xu_read_all(s->rd, &r, sizeof r, 10000), 0);
+    while (r.room != UINT64_MAX);
+    return r;
+}
+
 static srep srv_query(srv *s)
 {
     srep r;
@@ -597,6 +644,86 @@ static void test_eperm_fallback(void **state)
     ctx_close(c);
 }
 
+/* The server's copies start failing (EPERM by seccomp) after the copy
+ * was negotiated and used: the writes go on through the socket on the same
+ * connections, every room succeeds with the bytes right, the server logs
+ * it once; a write outside its regions is still refused. */
+static void test_copy_fails_later_write(void **state)
+{
+    ctx *c = *state;
+    scattered(c, true, 64u << 10, 64, 50);
+    srep r0 = srv_query(&c->s);
+    assert_true(r0.st.same_host_bytes >= (64u << 20) / 16);
+    srep r1 = srv_cmd(&c->s, "s");
+    assert_int_equal(r1.st.same_host_fallbacks, 0);
+    uint64_t before = r1.st.bytes_recv;
+    uint64_t bytes = scattered(c, true, 4096, 512, 51);
+    bytes += scattered(c, true, 64u << 10, 64, 52);
+    bytes += scattered(c, true, 1u << 20, 4, 53);
+    srep r = srv_query(&c->s);
+    assert_int_equal(r.st.same_host_bytes, r0.st.same_host_bytes); /* none copied since */
+    assert_int_equal(r.st.bytes_recv - before, bytes);
+    assert_true(r.st.same_host_fallbacks >= 1 && r.st.same_host_fallbacks <= 2); /* conns */
+    assert_int_equal(r.fell_logs, 1);                                            /* once per peer */
+    assert_int_equal(r.st.frames_refused, 0);
+    /* Outside the server's regions: refused as ever, not retried. */
+    kvt_run run = {(uint64_t)(uintptr_t)c->local, c->rbase + REGION - 4096, 8192};
+    kvt_peer *p2;
+    char *d2 = strdup(c->s.desc); /* a descriptor claiming a larger region */
+    char *len = strstr(d2, "\"length\":");
+    assert_non_null(len);
+    char big[64];
+    snprintf(big, sizeof big, "\"length\":%u", 2 * REGION);
+    char *rest = strchr(len, ',') ? strchr(len, ',') : strchr(len, '}');
+    char *d3 = malloc(strlen(d2) + 64);
+    sprintf(d3, "%.*s%s%s", (int)(len - d2), d2, big, rest);
+    assert_int_equal(kvt_peer_import(c->e, d3, strlen(d3), &p2), KVC_OK);
+    assert_int_equal(kvt_submit(c->e, p2, 54, &run, 1, 0), KVC_OK);
+    kvt_event ev = wait_ev(c->e, 54);
+    assert_int_equal(ev.state, KVC_POLL_FAILED);
+    if (!strstr(ev.reason, "outside every region"))
+        fail_msg("reason: %s", ev.reason);
+    free(d2);
+    free(d3);
+}
+
+/* This process's copies (its reads from the server) start failing after
+ * the copy was used: the reads go on through the socket, bytes right.  In
+ * a child: the seccomp filter cannot be taken off again. */
+static void test_copy_fails_later_read(void **state)
+{
+    ctx *p = *state;
+    pid_t pid = fork();
+    if (pid == 0) { /* its own engine (none is used across fork) */
+        ctx cc = *p, *c = &cc;
+        c->e = engine(0);
+        c->local = xu_map(REGION);
+        if (kvt_mr_register(c->e, c->local, REGION, NULL) ||
+            kvt_peer_import(c->e, c->s.desc, strlen(c->s.desc), &c->peer))
+            _exit(9);
+        kvt_stats st;
+        uint64_t b = scattered(c, false, 64u << 10, 64, 60);
+        if (kvt_engine_stat(c->e, &st) || st.same_host_bytes < b)
+            _exit(10);
+        if (block_vm_readv())
+            _exit(11);
+        b = scattered(c, false, 4096, 512, 61);
+        b += scattered(c, false, 1u << 20, 4, 62);
+        kvt_stats st2;
+        if (kvt_engine_stat(c->e, &st2) || st2.same_host_bytes != st.same_host_bytes)
+            _exit(12);
+        if (st2.same_host_fallbacks < 1 || st2.bytes_read - st.bytes_read != b)
+            _exit(13);
+        if (nwarned != 1 || !strstr(warned, "EPERM"))
+            _exit(14);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status))
+        fail_msg("reader child: status %#x (exit %d)", status, WEXITSTATUS(status));
+}
+
 /* ---- on the wire ---------------------------------------------------------------- */
 
 static int raw_connect(const char *desc)
@@ -751,6 +878,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_force_socket),
         cmocka_unit_test(test_force_socket_server),
         cmocka_unit_test(test_eperm_fallback),
+        cmocka_unit_test_setup_teardown(test_copy_fails_later_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_fails_later_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_unproven, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_relay_refused, setup, teardown),
     };
