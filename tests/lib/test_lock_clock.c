@@ -7,7 +7,10 @@
  *    lock is a trylock (no deadline, no clock read), counted too;
  *  - with a holder process keeping the lock, the wait measured on
  *    CLOCK_MONOTONIC lasts at least the lock timeout and ends in KVC_E_BUSY
- *    naming the holder. */
+ *    naming the holder;
+ *  - a room stripe found held is watched a bounded while before the timed
+ *    wait: no trylock again while the holder's owner mark is set, one per
+ *    round (KVC__STRIPE_SPINS) while it is clear, then one timed wait. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +20,7 @@
 #include "testutil.h"
 #include "tu_robust.h"
 #include "internal.h"
+#include "rooms_internal.h"
 
 static int clocklock_calls, clocklock_other_clock, timedlock_calls, trylock_calls;
 
@@ -133,11 +137,66 @@ static void test_wait_on_a_held_lock_is_measured_on_the_monotonic_clock(void **s
     kvc_unlink(name);
 }
 
+static void test_a_held_stripe_is_watched_a_bounded_while(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, 100);
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    int id = KVC_LOCK_ROOMS + (int)kvc__room_stripe(kvc__room_hash(9));
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        /* Every wait ends when the parent is gone (its pipe ends close),
+         * so a failed assertion there leaves no holder behind. */
+        close(up[0]);
+        close(down[1]);
+        kvc_segment *h = open_seg(name, KVC_OPEN_ATTACH, 100);
+        char c = 'l';
+        if (kvc__lock(h, id) != KVC_OK || write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+            _exit(1);
+        /* Still holding the mutex, as between the mark's clear and the
+         * unlock of kvc__unlock. */
+        atomic_store(&kvc__lock_ptr(h, id)->owner_pid, 0);
+        if (write(up[1], &c, 1) != 1)
+            _exit(1);
+        (void)!read(down[0], &c, 1);
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    char c;
+    assert_int_equal(read(up[0], &c, 1), 1);
+    /* Marked: one trylock, the watch, one timed wait. */
+    trylock_calls = clocklock_calls = 0;
+    assert_int_equal(kvc_room_open(s, 9, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_E_BUSY);
+    assert_int_equal(trylock_calls, 1);
+    assert_int_equal(clocklock_calls, 1);
+    assert_int_equal(write(down[1], "c", 1), 1);
+    assert_int_equal(read(up[0], &c, 1), 1);
+    /* Unmarked: a trylock every round of the watch, which is bounded. */
+    trylock_calls = clocklock_calls = 0;
+    assert_int_equal(kvc_room_open(s, 9, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_E_BUSY);
+    assert_int_equal(trylock_calls, 1 + KVC__STRIPE_SPINS);
+    assert_int_equal(clocklock_calls, 1);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    close(up[0]);
+    close(down[1]);
+    tu_owner_died(s, holder);
+    assert_int_equal(kvc_room_open(s, 9, 1, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_lock_is_a_monotonic_clocklock),
         cmocka_unit_test(test_wait_on_a_held_lock_is_measured_on_the_monotonic_clock),
+        cmocka_unit_test(test_a_held_stripe_is_watched_a_bounded_while),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
