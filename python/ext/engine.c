@@ -12,6 +12,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -498,9 +502,46 @@ static PyObject *mod_last_error(PyObject *mod, PyObject *unused)
     return Py_BuildValue("(Ks)", (unsigned long long)mce_last_error_ns(), mce_last_error());
 }
 
+/* The IPv4 and IPv6 addresses of this host's interfaces (getifaddrs). */
+static PyObject *mod_local_addresses(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    struct ifaddrs *ifa;
+    if (getifaddrs(&ifa))
+        return PyErr_SetFromErrno(PyExc_OSError);
+    PyObject *out = PyList_New(0);
+    for (struct ifaddrs *i = ifa; out && i; i = i->ifa_next) {
+        if (!i->ifa_addr ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        char a[INET6_ADDRSTRLEN] = "";
+        const void *src =
+            i->ifa_addr->sa_family == AF_INET
+                ? (const void *)&((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr
+                : (const void *)&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)
+                      ->sin6_addr;
+        if (!inet_ntop(i->ifa_addr->sa_family, src, a, sizeof a))
+            continue;
+        PyObject *t = Py_BuildValue("(ssO)", i->ifa_name, a,
+                                    (i->ifa_flags & IFF_LOOPBACK) ? Py_True : Py_False);
+        if (!t || PyList_Append(out, t)) {
+            Py_XDECREF(t);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(t);
+    }
+    freeifaddrs(ifa);
+    return out;
+}
+
 static PyMethodDef mod_methods[] = {
     {"last_error", mod_last_error, METH_NOARGS,
      "last_error() -> (monotonic ns, reason): the calling thread's last failure."},
+    {"local_addresses", mod_local_addresses, METH_NOARGS,
+     "local_addresses() -> [(interface, address, is_loopback)]: this host's IPv4 and IPv6 "
+     "addresses (getifaddrs); OSError when it fails."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef engine_module = {

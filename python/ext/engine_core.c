@@ -370,9 +370,17 @@ void mce_stats(mce *m, kvt_stats *st, uint64_t *calls_ok, uint64_t *calls_failed
 
 int mce_mr_register(mce *m, uint64_t addr, uint64_t len)
 {
-    if (!addr || !len)
-        return fail(m, MCE_ERR_INVALID_ARGUMENT, "register_memory: address 0x%llx length %llu",
-                    (unsigned long long)addr, (unsigned long long)len);
+    if (!addr && !len)
+        return fail(m, MCE_ERR_INVALID_ARGUMENT,
+                    "register_memory(0, 0): address 0 is NULL and length 0 registers nothing");
+    if (!addr)
+        return fail(m, MCE_ERR_INVALID_ARGUMENT,
+                    "register_memory(0, %llu): address 0 is NULL: pass the buffer's address",
+                    (unsigned long long)len);
+    if (!len)
+        return fail(m, MCE_ERR_INVALID_ARGUMENT,
+                    "register_memory(0x%llx, 0): length 0: nothing to register",
+                    (unsigned long long)addr);
     pthread_mutex_lock(&m->mu);
     kvc_err err = kvt_mr_register(m->e, (void *)(uintptr_t)addr, (size_t)len, NULL);
     char why[MCE_REASON];
@@ -403,10 +411,26 @@ int mce_mr_unregister(mce *m, uint64_t addr)
     pthread_mutex_lock(&m->mu);
     uint64_t len = mce_regions_len(&m->regions, addr);
     if (!len) {
+        /* Say why: NULL, inside a region (not its start), or unknown. */
+        const mce_region *in = NULL;
+        for (size_t i = 0; addr && i < m->regions.n && !in; i++)
+            if (addr > m->regions.v[i].addr && addr - m->regions.v[i].addr < m->regions.v[i].len)
+                in = &m->regions.v[i];
+        char why[160];
+        if (!addr)
+            snprintf(why, sizeof why, "address 0 is NULL");
+        else if (in)
+            snprintf(why, sizeof why,
+                     "0x%llx is inside the region registered at 0x%llx (+%llu), not its start: "
+                     "pass 0x%llx",
+                     (unsigned long long)addr, (unsigned long long)in->addr,
+                     (unsigned long long)in->len, (unsigned long long)in->addr);
+        else
+            snprintf(why, sizeof why, "0x%llx is not registered (%zu region%s registered)",
+                     (unsigned long long)addr, m->regions.n, m->regions.n == 1 ? "" : "s");
         pthread_mutex_unlock(&m->mu);
-        return fail(m, MCE_ERR_ADDRESS_NOT_REGISTERED,
-                    "unregister_memory: no registered region starts at 0x%llx",
-                    (unsigned long long)addr);
+        return fail(m, MCE_ERR_ADDRESS_NOT_REGISTERED, "unregister_memory(0x%llx): %s",
+                    (unsigned long long)addr, why);
     }
     while (touches(m, addr, addr + len)) /* calls reading or writing it finish first */
         pthread_cond_wait(&m->idle, &m->mu);

@@ -4,6 +4,7 @@ close()) return Mooncake's failure value (-1; 0 for a batch id) with
 last_error() set, on the engine and on the module, as sglang's callers
 (which test the return value) expect.  No peer, no daemon."""
 
+import ctypes
 import unittest
 
 import kvcoord.mooncake as km
@@ -74,6 +75,79 @@ class FailedInitialize(unittest.TestCase):
         self.assertIn("nvlink", km.last_error())
         self.assertEqual(e.initialize("", "P2PHANDSHAKE", "tcp", ""), -1)
         self.assertIn("empty", km.last_error())
+
+    def refused(self, hostname, *want):
+        e = TransferEngine()
+        self.assertEqual(e.initialize(hostname, "P2PHANDSHAKE", "tcp", ""), -1, hostname)
+        for w in want:
+            self.assertIn(w, e.last_error())
+        self.assertEqual(km.last_error(), e.last_error())
+        self.assertEqual(e.get_rpc_port(), -1)  # no engine was made
+        self.assertIn(NOT_INIT, e.last_error())
+
+    def test_unresolvable_name(self):
+        # .invalid never resolves (RFC 2606)
+        self.refused("no-such-host.invalid", "'no-such-host.invalid' does not resolve")
+
+    def test_address_not_on_this_host(self):
+        # TEST-NET-1 (RFC 5737) and the IPv6 documentation prefix: on no host
+        self.refused("192.0.2.1", "'192.0.2.1' (192.0.2.1) is not an address of this host",
+                     "127.0.0.1")
+        self.refused("[2001:db8::1]:0", "is not an address of this host")
+
+    def test_port_out_of_range(self):
+        self.refused("127.0.0.1:99999", "port '99999' is out of range (0..65535)")
+        self.refused("127.0.0.1:http", "port 'http' is out of range")
+
+    def test_what_works_still_works(self):
+        for h in ("127.0.0.1", "localhost", "127.0.0.1:65535", "0.0.0.0"):
+            e = TransferEngine()
+            self.assertEqual(e.initialize(h, "P2PHANDSHAKE", "tcp", ""), 0,
+                             "%s: %s" % (h, e.last_error()))
+            e.close()
+        import kvcoord._engine as ke
+        mine = [a for _, a, lo in ke.local_addresses() if not lo and ":" not in a]
+        if mine:  # a non-loopback address of this host
+            e = TransferEngine()
+            self.assertEqual(e.initialize(mine[0], "P2PHANDSHAKE", "tcp", ""), 0, e.last_error())
+            e.close()
+
+
+class MemoryArguments(unittest.TestCase):
+    """register_memory / unregister_memory say what is wrong with the
+    arguments, not only what they were."""
+
+    def setUp(self):
+        self.e = TransferEngine()
+        self.assertEqual(self.e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0)
+        self.buf = ctypes.create_string_buffer(1 << 16)
+        self.addr = ctypes.addressof(self.buf)
+
+    def tearDown(self):
+        self.e.close()
+
+    def check(self, rc, want_rc, *want):
+        self.assertEqual(rc, want_rc)
+        for w in want:
+            self.assertIn(w, self.e.last_error())
+
+    def test_register(self):
+        self.check(self.e.register_memory(0, 100), -1, "register_memory(0, 100)",
+                   "address 0 is NULL")
+        self.check(self.e.register_memory(4096, 0), -1, "register_memory(0x1000, 0)",
+                   "length 0: nothing to register")
+        self.check(self.e.register_memory(0, 0), -1, "address 0 is NULL",
+                   "length 0 registers nothing")
+
+    def test_unregister(self):
+        self.check(self.e.unregister_memory(0), -3, "unregister_memory(0x0)", "address 0 is NULL")
+        self.check(self.e.unregister_memory(self.addr), -3,
+                   "0x%x is not registered (0 regions registered)" % self.addr)
+        self.assertEqual(self.e.register_memory(self.addr, 1 << 16), 0)
+        self.check(self.e.unregister_memory(self.addr + 4096), -3,
+                   "0x%x is inside the region registered at 0x%x (+65536), not its start: "
+                   "pass 0x%x" % (self.addr + 4096, self.addr, self.addr))
+        self.assertEqual(self.e.unregister_memory(self.addr), 0)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@ the operation, the errno or work-completion status) and one log line
 
 import ctypes
 import functools
+import ipaddress
 import logging
 import os
+import socket
 import threading
 import time
 
@@ -87,7 +89,7 @@ def _transfer_timeout_s():
 
 def _split_host(local_hostname):
     """Mooncake's parseHostNameWithPort: "host", "host:port", "[v6]:port" or
-    a bare IPv6 address -> (host, port or 0)."""
+    a bare IPv6 address -> (host, port or 0, the port as written or "")."""
     h = local_hostname.strip()
     host, port = h, ""
     if h.startswith("["):
@@ -95,7 +97,34 @@ def _split_host(local_hostname):
         port = rest[1:] if rest.startswith(":") else ""
     elif h.count(":") == 1:
         host, port = h.split(":")
-    return host, int(port) if port.isdigit() and int(port) < 65536 else 0
+    return host, int(port) if port.isdigit() and int(port) < 65536 else 0, port
+
+
+def _check_local_host(host):
+    """None when host can be this engine's address, else why not: it does not
+    resolve, or none of its addresses is on this host (getifaddrs; the whole
+    loopback network counts, and the unspecified address, every address)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return "local_hostname %r does not resolve (%s): peers could not reach this engine" % (
+            host, getattr(exc, "strerror", None) or exc)
+    addrs = []
+    for family, _, _, _, sa in infos:
+        ip = ipaddress.ip_address(sa[0].split("%")[0])
+        if ip.is_unspecified or ip.is_loopback:
+            return None
+        addrs.append(ip)
+    try:
+        local = {ipaddress.ip_address(a.split("%")[0]) for _, a, _ in _engine.local_addresses()}
+    except OSError:
+        return None  # no list to check against: the bind decides
+    if any(a in local for a in addrs):
+        return None
+    return ("local_hostname %r (%s) is not an address of this host (its interfaces have %s): "
+            "peers would connect elsewhere" % (
+                host, ", ".join(sorted({str(a) for a in addrs})),
+                ", ".join(sorted(str(a) for a in local)) or "none"))
 
 
 class _Cuda:
@@ -182,13 +211,21 @@ class TransferEngine:
             return self._fail(-1, "initialize: protocol %r is not served by kvcoord's engine "
                               "(\"rdma\" or \"tcp\")" % (protocol,))
         backend = "tcp" if os.environ.get("MC_FORCE_TCP") else "auto"
-        host, port = _split_host(local_hostname or "")
+        host, port, written = _split_host(local_hostname or "")
+        if written and not (written.isdigit() and int(written) < 65536):
+            # Mooncake logs a warning and uses its default port; kvcoord
+            # refuses what cannot be meant.
+            return self._fail(-1, "initialize: local_hostname %r: port %r is out of range "
+                              "(0..65535)" % (local_hostname, written))
         # Mooncake picks a free rpc port under P2PHANDSHAKE and binds the one
         # in local_hostname only with MC_LEGACY_RPC_PORT_BINDING set: the same
         if not os.environ.get("MC_LEGACY_RPC_PORT_BINDING"):
             port = 0
         if not host:
             return self._fail(-1, "initialize: local_hostname is empty")
+        why = _check_local_host(host)
+        if why:
+            return self._fail(-1, "initialize: " + why)
         device = (device_name or "").split(",")[0].strip() or None
         try:
             e = _engine.Engine(host, backend, device, _transfer_timeout_s(),
