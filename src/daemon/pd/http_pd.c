@@ -308,22 +308,24 @@ struct pd_source {
     kvc_pd_status st;
 };
 
-/* Why this node's table holds withdrawn entries, for the 503 text: " N
- * entries withdrawn: <the latest one's note>" (the note the table
- * records, e.g. "its process 4242 exited with status 0"), with how many
- * of them share it when they differ; "" when none is withdrawn or the
- * list cannot be read. */
-static void withdrawn_why(kvc_segment *seg, uint32_t withdrawn, char *why, size_t cap)
+/* Why the table src answers from holds withdrawn entries, for the 503
+ * text: " N entries withdrawn: <the latest one's note>" (the note the
+ * table records, e.g. "its process 4242 exited with status 0"), with how
+ * many of them share it when they differ; "" when none is withdrawn or the
+ * entries cannot be read.  A mirrored table says what its node's does. */
+static void withdrawn_why(const struct pd_source *src, char *why, size_t cap)
 {
     why[0] = '\0';
-    if (!withdrawn)
+    if (!src->st.withdrawn)
         return;
     kvc_pd_rank *all = malloc(KVC_PD_MAX_RANKS * sizeof *all);
     size_t n = 0;
-    if (!all || kvc_pd_list(seg, all, KVC_PD_MAX_RANKS, &n)) {
-        free(all);
+    if (!all)
         return;
-    }
+    if (src->remote)
+        n = pd_mirror_ranks(src->mirror, src->node, all, KVC_PD_MAX_RANKS);
+    else if (kvc_pd_list(src->seg, all, KVC_PD_MAX_RANKS, &n))
+        n = 0;
     if (n > KVC_PD_MAX_RANKS)
         n = KVC_PD_MAX_RANKS;
     const kvc_pd_rank *last = NULL;
@@ -343,13 +345,12 @@ static void withdrawn_why(kvc_segment *seg, uint32_t withdrawn, char *why, size_
     free(all);
 }
 
-/* sglang's 503 text; for this node's table, followed by why its entries
- * were withdrawn (a client reads the status, as sglang's decode does). */
+/* sglang's 503 text, followed by why the table's entries were withdrawn
+ * (a client reads the status, as sglang's decode does). */
 static void not_ready(struct buf *out, const struct http_req *req, const struct pd_source *src)
 {
-    char why[KVC_NOTE_MAX + 96] = "";
-    if (!src->remote)
-        withdrawn_why(src->seg, src->st.withdrawn, why, sizeof why);
+    char why[KVC_NOTE_MAX + 96];
+    withdrawn_why(src, why, sizeof why);
     text(out, req, 503, CT_TEXT_AIO, src->remote ? src->extra : NULL,
          "Prefill server not fully registered yet (%u workers registered).%s", src->st.registered,
          why);

@@ -170,6 +170,17 @@ int pd_mirror_lookup(struct pd_mirror *m, const char *node, int32_t dp, int32_t 
     return p ? 0 : -1;
 }
 
+size_t pd_mirror_ranks(struct pd_mirror *m, const char *node, kvc_pd_rank *out, size_t cap)
+{
+    pthread_mutex_lock(&m->mu);
+    struct entry *x = find(m, node);
+    size_t n = x ? x->t.n : 0;
+    for (size_t i = 0; i < n && i < cap; i++)
+        out[i] = x->t.ranks[i];
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
 void pd_mirror_counts(struct pd_mirror *m, size_t *tables, size_t *live)
 {
     pthread_mutex_lock(&m->mu);

@@ -53,6 +53,10 @@ enum pd_pick pd_mirror_pick(struct pd_mirror *m, const char *node, kvc_pd_status
 int pd_mirror_lookup(struct pd_mirror *m, const char *node, int32_t dp, int32_t cp, int32_t tp,
                      int32_t pp, kvc_pd_rank *out);
 
+/* Up to cap entries of node's table (live and withdrawn) into out: how
+ * many it has (0 when node has no table). */
+size_t pd_mirror_ranks(struct pd_mirror *m, const char *node, kvc_pd_rank *out, size_t cap);
+
 /* Tables mirrored, and their live entries, for /metrics. */
 void pd_mirror_counts(struct pd_mirror *m, size_t *tables, size_t *live);
 
