@@ -25,7 +25,6 @@ import argparse
 import http.client
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -33,6 +32,9 @@ import tempfile
 import time
 import unittest
 import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import wait_for, wait_log  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -57,15 +59,9 @@ class Daemon:
             cmd.append("--fresh")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        end = time.monotonic() + 60
-        while True:
-            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None or time.monotonic() > end:
-                raise AssertionError("kvcoordd did not start: " + self.output())
-            time.sleep(0.02)
+        m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
+                     proc=self.proc)
+        self.port = int(m.group(1))
 
     def output(self):
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
@@ -124,14 +120,6 @@ def registration(tp, dp, **kw):
 def lookup(dp, tp):
     return "/route?prefill_dp_rank=%d&prefill_cp_rank=0&target_tp_rank=%d&target_pp_rank=0" % (
         dp, tp)
-
-
-def wait_for(pred, what):
-    end = time.monotonic() + DEADLINE
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
 
 
 class SglangAnswers(unittest.TestCase):

@@ -32,6 +32,9 @@ import unittest
 
 import requests
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import wait_log  # noqa: E402  (the tests' one helper module)
+
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
 INT63_MAX = (1 << 63) - 1
@@ -49,15 +52,9 @@ class Daemon:
             cmd.append("--fresh")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            m = re.search(r"listening addr=127\.0\.0\.1:(\d+)", self.output())
-            if m:
-                self.url = "http://127.0.0.1:%s" % m.group(1)
-                break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("kvcoordd did not start: " + self.output())
-            time.sleep(0.02)
+        m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
+                     proc=self.proc)
+        self.url = "http://127.0.0.1:%s" % m.group(1)
 
     def output(self):
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
