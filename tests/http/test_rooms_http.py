@@ -33,7 +33,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import wait_log  # noqa: E402  (the tests' one helper module)
+from kvctest import stop_process, wait_log  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -63,13 +63,7 @@ class Daemon:
     def stop(self):
         if self.log is None:
             return self.proc.returncode
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         if os.environ.get("KVC_KEEP_LOGS"):
             sys.stderr.write(self.output())
         os.unlink(self.log.name)

@@ -1,7 +1,7 @@
 """The Python tests' one helper module: unique segment names, small
 segments, forked children that report back over a pipe, a free loopback
 port (free_port), waiting for a condition (wait_for), a child's exit status
-decoded (exit_code), a line awaited in a process's log (wait_log), a
+decoded (exit_code), a child ended (stop_process), a line awaited in a process's log (wait_log), a
 process's state (proc_state, wait_state), a real kvcoordd (Daemon), a real
 kvcoord-worker registered in it (Worker) and raw HTTP on a socket
 (connect, read_answer, answer_complete, scrape: the /metrics samples).  One
@@ -260,6 +260,21 @@ def rss_kib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+def stop_process(proc, timeout=30):
+    """End subprocess proc: SIGCONT (it may have been stopped), then
+    SIGTERM, and wait; SIGKILL if it has not exited `timeout` seconds later.
+    Returns its exit code (exit_code's way: -N for signal N)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class Daemon:
     """kvcoordd serving a fresh segment `segment` on 127.0.0.1: on a port the
     kernel picks (port=0, read back from its "listening" log line) or on
@@ -303,14 +318,7 @@ class Daemon:
     def stop(self):
         """SIGCONT (it may have been stopped), then SIGTERM; SIGKILL if it
         has not exited 30 s later.  Removes its log and its segment."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         if os.environ.get("KVC_KEEP_LOGS"):
             sys.stderr.write(self.output())
         os.unlink(self.log.name)
@@ -355,14 +363,7 @@ class Worker:
     def stop(self):
         """SIGCONT (it may have been stopped), then SIGTERM, and wait (SIGKILL
         after 30 s); removes its files.  Its exit code (exit_code's way)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         for p in (self.info.name, self.out):
             try:
                 os.unlink(p)

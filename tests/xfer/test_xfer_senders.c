@@ -11,16 +11,12 @@
  *    goes on serving.
  * The receiver is an engine of this process, driven between the raw
  * socket's steps; its peers are raw sockets speaking the wire protocol. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 
 #include "testutil.h"
-#include "xfer_frame.h"
 #include "xfer_internal.h"
-#include "xfer_util.h"
+#include "xfer_raw.h"
 
 #define REGION (1u << 20)
 
@@ -58,42 +54,22 @@ static int readable(int fd)
     return poll(&p, 1, 0) > 0;
 }
 
-static int raw_connect(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rport)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    return fd;
-}
+static int raw_connect(void) { return xu_raw_connect(rport); }
 
 static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room,
                        uint64_t addr, const void *payload, size_t plen)
 {
-    uint8_t h[KVT_HDR_LEN];
     kvt__frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
-    kvt__frame_encode(&f, h);
-    assert_int_equal(xu_write_all(fd, h, sizeof h), 0);
-    if (plen)
-        assert_int_equal(xu_write_all(fd, payload, plen), 0);
+    xu_raw_send(fd, &f, payload, plen);
 }
 
 /* The next frame on fd, the engine driven while it is awaited; payload
  * (NUL-terminated) into buf.  -1 on end of stream. */
 static int next_frame(int fd, kvt__frame *f, char *buf, size_t cap)
 {
-    uint8_t h[KVT_HDR_LEN];
-    char err[160];
     while (!readable(fd))
         drive();
-    if (xu_read_all(fd, h, sizeof h, 10000))
-        return -1;
-    assert_int_equal(kvt__frame_decode(h, KVT_FRAME_MAX, f, err, sizeof err), 0);
-    assert_true(f->len < cap);
-    assert_int_equal(xu_read_all(fd, buf, f->len, 10000), 0);
-    buf[f->len] = '\0';
-    return 0;
+    return xu_raw_read(fd, f, buf, cap);
 }
 
 /* Connect and send HELLO as sid of generation gen; the answer's type. */
