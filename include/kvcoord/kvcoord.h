@@ -992,16 +992,6 @@ kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t size, uint
                            uint8_t *polls, const uint64_t *rooms, size_t n,
                            const kvc_coll_opts *opts, kvc_coll_failure *why);
 
-/* A hint for kvc_poll_allreduce's fold, for a caller that learns its rooms
- * one at a time with work between them (the Python binding, while it calls
- * each poller's poll()): stage 0 starts loading what locates room in the
- * segment, stage 1 (once that had time to arrive: the next poller's poll)
- * the room's slot, so that the fold finds them in cache.  Reads the
- * segment, changes nothing, returns nothing; a room not in the segment (or
- * KVC_ROOM_NONE, or a NULL seg) is no error.  seg must stay open during
- * the call.  Thread-safe. */
-void kvc_poll_prefetch(kvc_segment *seg, uint64_t room, int stage);
-
 /* Claim rank of group as the first kvc_allreduce_min call would (create
  * or re-form the group, or join its epoch), without a round: lets the ranks
  * of a group learn before their first round whether each can take part,

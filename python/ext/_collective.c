@@ -360,21 +360,6 @@ static int followed_room(PyObject *poller, PyObject *follows, uint64_t *room)
     return 0;
 }
 
-/* While the pollers are polled (each poll() a few hundred ns of Python):
- * start loading what the fold (kvc_poll_allreduce) will read of room i,
- * and of room i - 1 the slot its index entry, loaded meanwhile, names; the
- * fold then finds them in cache.  Only while the segment is open: with the
- * GIL held and close() not started it stays mapped (a poll() may have run
- * a close() from another thread). */
-static void prefetch_fold(SegmentObject *s, const uint64_t *rooms, Py_ssize_t i)
-{
-    if (!s->seg || s->closing || s->fork_gen != kvcpy_fork_gen)
-        return;
-    kvc_poll_prefetch(s->seg, rooms[i], 0);
-    if (i > 0)
-        kvc_poll_prefetch(s->seg, rooms[i - 1], 1);
-}
-
 /* polls[i]: this rank's poll of one room as int() makes it (an int, or an
  * object int() accepts when called: what pollers[i].poll() returned), in
  * 0..4.  -1 with an exception. */
@@ -562,7 +547,6 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
             if (polls[i] != 0 &&
                 followed_room(PySequence_Fast_GET_ITEM(pv, i), follows, &rooms[i]) < 0)
                 goto out;
-            prefetch_fold(s, rooms, i);
         }
     }
     if (call) { /* from here, a failure tells the polls made (attach_polls) */

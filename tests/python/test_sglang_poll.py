@@ -461,9 +461,9 @@ class PollsInC(Segmented):
         self.assertFalse(hasattr(cm.exception, "polls"))
 
     def test_a_poll_that_closes_the_segment(self):
-        # the rooms followed (the fold reads them, prefetched while polling):
-        # a poll() closing the segment unmaps it; the polls go on, nothing
-        # touches the segment after, the call fails closed handing them on
+        # the rooms followed (the fold would read them): a poll() closing
+        # the segment unmaps it; the polls go on, the call fails closed
+        # handing them on
         for k in range(6):
             self.seg.room_open(200 + k, 0)
         seg = self.seg

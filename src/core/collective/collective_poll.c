@@ -46,16 +46,6 @@ static void prefetch_slot(kvc_segment *seg, uint64_t room)
     __builtin_prefetch(&r->checked_ms[0]);
 }
 
-KVC_API void kvc_poll_prefetch(kvc_segment *seg, uint64_t room, int stage)
-{
-    if (!seg || room == KVC_ROOM_NONE)
-        return;
-    if (stage == 0)
-        prefetch_room(seg, room);
-    else
-        prefetch_slot(seg, room);
-}
-
 /* Fail polls[at[j]] (room rooms[at[j]]), j < k, whose room kvcoord itself
  * failed (a record no rank process made: a participant died, the TTL
  * passed), reading each as kvc_room_get does; a room already reclaimed by
