@@ -194,7 +194,10 @@ class TransferEngine:
     def initialize(self, local_hostname, metadata_server, protocol, device_name):
         """Start the engine: listen on local_hostname (port chosen at random;
         the session id is "host:port").  metadata_server must be
-        "P2PHANDSHAKE".  0 on success, -1 on failure (last_error() says why)."""
+        "P2PHANDSHAKE".  0 on success, -1 on failure (last_error() says why):
+        among others a local_hostname that does not resolve, none of whose
+        addresses is on this host, or whose port is not 0..65535 (Mooncake
+        accepts these and every peer fails later)."""
         return self.initialize_ext(local_hostname, metadata_server, protocol, device_name, "")
 
     def initialize_ext(self, local_hostname, metadata_server, protocol, device_name,
