@@ -167,7 +167,7 @@ static void srv_start(srv *s, const char *listen, uint64_t seed, unsigned flags,
     close(q[0]);
     s->rd = p[0];
     s->cmd = q[1];
-    s->desc = xu_recv_str(s->rd, 10000);
+    s->desc = xu_recv_str(s->rd, -1);
     assert_non_null(s->desc);
 }
 
@@ -194,7 +194,7 @@ static srep srv_cmd(srv *s, const char *cmd)
     srep r;
     assert_int_equal(write(s->cmd, cmd, 1), 1);
     do
-        assert_int_equal(xu_read_all(s->rd, &r, sizeof r, 10000), 0);
+        assert_int_equal(xu_read_all(s->rd, &r, sizeof r, -1), 0);
     while (r.room != UINT64_MAX);
     return r;
 }
@@ -204,7 +204,7 @@ static srep srv_query(srv *s)
     srep r;
     assert_int_equal(write(s->cmd, "q", 1), 1);
     do
-        assert_int_equal(xu_read_all(s->rd, &r, sizeof r, 10000), 0);
+        assert_int_equal(xu_read_all(s->rd, &r, sizeof r, -1), 0);
     while (r.room != UINT64_MAX);
     return r;
 }

@@ -51,7 +51,7 @@ static void peer_start(peer *p, const char *token)
         peer_main(fds[1], token);
     }
     close(fds[1]);
-    p->desc = xu_recv_str(fds[0], 10000);
+    p->desc = xu_recv_str(fds[0], -1);
     close(fds[0]);
     assert_non_null(p->desc);
     const char *a = strstr(p->desc, "\"session_id\":\"") + 14;

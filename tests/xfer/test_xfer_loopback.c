@@ -103,7 +103,7 @@ static void expect_success(ctx *c, uint64_t room, uint64_t bytes)
     assert_int_equal(ev.bytes, bytes);
     assert_int_equal(ev.side, KVT_SIDE_SENDER);
     xu_report r;
-    assert_int_equal(xu_read_all(c->rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(c->rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, room);
     assert_int_equal(r.state, KVC_POLL_SUCCESS);
     assert_int_equal(r.bytes, bytes);
@@ -212,7 +212,7 @@ static void test_concurrent_rooms(void **state)
     assert_int_equal(done, ROOMS);
     xu_report r;
     for (int i = 0; i < ROOMS; i++) {
-        assert_int_equal(xu_read_all(c->rx.rd, &r, sizeof r, 10000), 0);
+        assert_int_equal(xu_read_all(c->rx.rd, &r, sizeof r, -1), 0);
         assert_int_equal(r.state, KVC_POLL_SUCCESS);
     }
     assert_true(r.sum == xu_sum(c->mirror, REGION)); /* after the last room */

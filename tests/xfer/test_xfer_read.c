@@ -51,7 +51,7 @@ static void srv_start(srv *s, const char *listen, size_t bytes, uint64_t seed, c
     }
     close(p[1]);
     s->rd = p[0];
-    s->desc = xu_recv_str(s->rd, 10000);
+    s->desc = xu_recv_str(s->rd, -1);
     assert_non_null(s->desc);
 }
 

@@ -161,7 +161,7 @@ static void test_outside_region(void **state)
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, 0);
     xu_report r;
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, 7);
     assert_int_equal(r.state, KVC_POLL_SUCCESS);
     assert_string_equal(r.peer, "fake:4");
@@ -174,7 +174,7 @@ static void test_outside_region(void **state)
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, EIO);
     assert_non_null(strstr(buf, "received 1 writes / 100 bytes, sender sent 2 / 200"));
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.state, KVC_POLL_FAILED);
     close(fd);
 }
@@ -230,7 +230,7 @@ static void test_ack_coalesced(void **state)
     assert_int_equal(last, N);
     assert_int_equal(f.status, 0);
     xu_report r;
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, 21);
     assert_int_equal(r.state, KVC_POLL_SUCCESS);
     assert_int_equal(r.bytes, (uint64_t)(N - 1) * LEN);
@@ -255,7 +255,7 @@ static void test_truncated(void **state)
     usleep(100000);
     close(fd);
     xu_report r;
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, 10);
     assert_int_equal(r.state, KVC_POLL_FAILED);
     assert_non_null(strstr(r.reason, "fake:6"));
@@ -274,7 +274,7 @@ static void test_stalled_frame(void **state)
     hello_ok(fd, "fake:7");
     send_frame(fd, KVT_F_WRITE, 1000, 1, 11, rbase, "0123456789", 10);
     xu_report r;
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, 11);
     assert_int_equal(r.state, KVC_POLL_FAILED);
     assert_int_equal(r.code, ETIMEDOUT);
@@ -311,7 +311,7 @@ static void test_slow_large_write(void **state)
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, 0);
     xu_report r;
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, 23);
     assert_int_equal(r.state, KVC_POLL_SUCCESS);
     assert_int_equal(r.bytes, (uint64_t)LEN);
@@ -337,7 +337,7 @@ static void test_still_serving(void **state)
     assert_int_equal(xu_wait_event(e, 12, &ev), 0);
     assert_int_equal(ev.state, KVC_POLL_SUCCESS);
     xu_report r;
-    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, 10000), 0);
+    assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.state, KVC_POLL_SUCCESS);
     assert_true(r.sum == xu_sum(src, REGION));
     kvt_engine_destroy(e);

@@ -67,7 +67,9 @@ static inline int xu_write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-/* Read exactly n bytes within timeout_ms; 0 ok, -1 EOF/error/timeout. */
+/* Read exactly n bytes within timeout_ms (-1: no limit; a child's pipe ends
+ * with EOF when the child dies, and ctest's TIMEOUT catches a hang); 0 ok,
+ * -1 EOF/error/timeout. */
 static inline int xu_read_all(int fd, void *p, size_t n, int timeout_ms)
 {
     char *c = p;
@@ -265,7 +267,7 @@ static inline int xu_receiver_start(xu_receiver *r, const char *listen, size_t r
     }
     close(p[1]);
     r->rd = p[0];
-    r->desc = xu_recv_str(r->rd, 10000);
+    r->desc = xu_recv_str(r->rd, -1);
     return r->desc ? 0 : -1;
 }
 
