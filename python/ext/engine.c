@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,12 +74,27 @@ static kvt_run *runs_reserve(size_t n)
     return b->v;
 }
 
+/* o (an int, or an object with __index__) into *out when it is in
+ * 0..2**64-1; else -1 with ValueError (TypeError: not an integer) naming
+ * `what` (and [i] when i >= 0).  Never wraps: 2**64 + a is refused, not a. */
 static int u64_of(PyObject *o, uint64_t *out, const char *what, Py_ssize_t i)
 {
-    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    char name[96];
+    if (i >= 0)
+        snprintf(name, sizeof name, "%s[%zd]", what, i);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    PyObject *n = PyNumber_Index(o);
+    if (!n) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be an int in 0..2**64-1, not %R", name, o);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(n);
+    Py_DECREF(n);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int >= 0, not %R", what, i, o);
+        PyErr_Format(PyExc_ValueError, "%s must be an int in 0..2**64-1, not %R", name, o);
         return -1;
     }
     *out = v;
@@ -246,8 +262,10 @@ static PyObject *Engine_backend(EngineObject *self, PyObject *unused)
 
 static PyObject *Engine_register(EngineObject *self, PyObject *args)
 {
-    unsigned long long addr, len;
-    if (!PyArg_ParseTuple(args, "KK", &addr, &len) || enter(self))
+    PyObject *ao, *lo;
+    uint64_t addr, len;
+    if (!PyArg_ParseTuple(args, "OO", &ao, &lo) || u64_of(ao, &addr, "buffer_addr", -1) ||
+        u64_of(lo, &len, "capacity", -1) || enter(self))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -259,8 +277,9 @@ static PyObject *Engine_register(EngineObject *self, PyObject *args)
 
 static PyObject *Engine_unregister(EngineObject *self, PyObject *args)
 {
-    unsigned long long addr;
-    if (!PyArg_ParseTuple(args, "K", &addr) || enter(self))
+    PyObject *ao;
+    uint64_t addr;
+    if (!PyArg_ParseTuple(args, "O", &ao) || u64_of(ao, &addr, "buffer_addr", -1) || enter(self))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -307,8 +326,11 @@ static PyObject *Engine_transfer_one(EngineObject *self, PyObject *args)
 {
     const char *sid;
     int op;
-    unsigned long long b, p, l;
-    if (!PyArg_ParseTuple(args, "siKKK", &sid, &op, &b, &p, &l) || enter(self))
+    PyObject *bo, *po, *lo;
+    uint64_t b, p, l;
+    if (!PyArg_ParseTuple(args, "siOOO", &sid, &op, &bo, &po, &lo) ||
+        u64_of(bo, &b, "buffer", -1) || u64_of(po, &p, "peer_buffer_address", -1) ||
+        u64_of(lo, &l, "length", -1) || enter(self))
         return NULL;
     kvt_run run = {.laddr = b, .raddr = p, .len = l};
     int rc;
@@ -339,9 +361,11 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args)
 /* batch_wait(id, block) -> 1 done, -1 failed, -2 deadline passed, 0 pending */
 static PyObject *Engine_batch_wait(EngineObject *self, PyObject *args)
 {
-    unsigned long long id;
+    PyObject *io;
+    uint64_t id;
     int block;
-    if (!PyArg_ParseTuple(args, "Kp", &id, &block) || enter(self))
+    if (!PyArg_ParseTuple(args, "Op", &io, &block) || u64_of(io, &id, "batch_id", -1) ||
+        enter(self))
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS

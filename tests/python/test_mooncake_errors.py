@@ -150,5 +150,62 @@ class MemoryArguments(unittest.TestCase):
         self.assertEqual(self.e.unregister_memory(self.addr), 0)
 
 
+class IntegerRanges(unittest.TestCase):
+    """Every integer argument is taken only in 0..2**64-1: 2**64 + a is
+    refused with the call's failure value and a last_error() naming the
+    argument, never wrapped to a (nor a negative number to 2**64 - n)."""
+
+    RANGE = "0..2**64-1"
+
+    def setUp(self):
+        self.e = TransferEngine()
+        self.assertEqual(self.e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0)
+        self.buf = ctypes.create_string_buffer(1 << 16)
+        self.a = ctypes.addressof(self.buf)
+
+    def tearDown(self):
+        self.e.close()
+
+    def refused(self, rc, want_rc, name, *want):
+        self.assertEqual(rc, want_rc, name)
+        for w in (name, self.RANGE) + want:
+            self.assertIn(w, self.e.last_error(), name)
+
+    def test_memory(self):
+        a, big = self.a, 1 << 64
+        self.refused(self.e.register_memory(a + big, 4096), -1, "buffer_addr", str(a + big))
+        self.refused(self.e.register_memory(a + 4096, big + 4096), -1, "capacity")
+        self.refused(self.e.register_memory(big, 1), -1, "buffer_addr")
+        self.refused(self.e.register_memory(-a, 4096), -1, "buffer_addr")
+        self.refused(self.e.register_memory(a, -4096), -1, "capacity")
+        self.refused(self.e.register_memory(a, "4096"), -1, "capacity")
+        self.refused(self.e.batch_register_memory([a, a + big], [4096, 4096]), -1,
+                     "buffer_addr")
+        self.assertEqual(self.e.stats()["calls_failed"], 0)  # none reached the engine
+        # nothing was registered by any of these: a registers now, once
+        self.assertEqual(self.e.register_memory(a, 4096), 0, self.e.last_error())
+        self.refused(self.e.unregister_memory(a + big), -1, "buffer_addr")
+        self.refused(self.e.unregister_memory(-1), -1, "buffer_addr")
+        self.assertEqual(self.e.unregister_memory(a), 0)  # still registered until now
+
+    def test_transfers(self):
+        a, big, sid = self.a, 1 << 64, "127.0.0.1:1"
+        e = self.e
+        self.refused(e.transfer_sync_write(sid, a + big, a, 8), -1, "buffer",
+                     "write to " + sid)  # the operation named, as the engine does
+        self.refused(e.transfer_sync_read(sid, a, a - big, 8), -1, "peer_buffer_address")
+        self.refused(e.transfer_sync(sid, a, a, big + 8, TransferOpcode.Write), -1, "length")
+        self.refused(e.batch_transfer_sync_write(sid, [a, a], [a, a + big], [8, 8]), -1,
+                     "peer_buffer_addresses[1]")
+        self.refused(e.batch_transfer_sync_read(sid, [a], [a], [-8]), -1, "lengths[0]",
+                     "read from " + sid)
+        self.refused(e.batch_transfer_async_write(sid, [big], [a], [8]), 0, "buffers[0]",
+                     "write to " + sid)
+        self.refused(e.transfer_submit_write(sid, a, a, big), 0, "lengths[0]")
+        self.refused(e.transfer_check_status(big + 1), -1, "batch_id")
+        self.refused(e.transfer_check_status(-1), -1, "batch_id")
+        self.refused(e.get_batch_transfer_status([1, big]), -1, "batch_ids[1]")
+
+
 if __name__ == "__main__":
     unittest.main()

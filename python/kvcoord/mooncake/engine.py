@@ -29,6 +29,7 @@ import ctypes
 import functools
 import ipaddress
 import logging
+import operator
 import os
 import socket
 import threading
@@ -277,18 +278,26 @@ class TransferEngine:
         0, or negative (-1 invalid, -7 overlaps a registered region)."""
         del location  # NUMA/device placement: the engine has no use for it
         e = self._engine()
-        if _Cuda.is_device(buffer_addr) and e.backend() != "verbs":
+        if _is_u64(buffer_addr) and _Cuda.is_device(buffer_addr) and e.backend() != "verbs":
             return self._fail(-1, "register_memory 0x%x: CUDA device memory cannot be moved by "
                               "the TCP backend (kvcoord stages nothing through host memory): "
                               "use an RDMA device (verbs registers it, as Mooncake does) or "
                               "host memory" % buffer_addr)
-        return self._rc(e.register(buffer_addr, capacity))
+        try:
+            rc = e.register(buffer_addr, capacity)
+        except (TypeError, ValueError) as exc:
+            return self._fail(-1, "register_memory: %s" % exc)
+        return self._rc(rc)
 
     @_or_fail(-1)
     def unregister_memory(self, buffer_addr):
         """Deregister the region that starts at buffer_addr, once no call in
         flight uses it.  0, or -3 (not registered)."""
-        return self._rc(self._engine().unregister(buffer_addr))
+        try:
+            rc = self._engine().unregister(buffer_addr)
+        except (TypeError, ValueError) as exc:
+            return self._fail(-1, "unregister_memory: %s" % exc)
+        return self._rc(rc)
 
     @_or_fail(-1)
     def batch_register_memory(self, buffer_addresses, capacities, location="*"):
@@ -402,7 +411,14 @@ class TransferEngine:
         """Wait for every batch of batch_ids: 0 when all succeeded, -1 as soon as
         one failed or passed its deadline (the others are then released)."""
         e = self._engine()
-        ids = list(batch_ids)
+        try:
+            ids = list(batch_ids)
+        except TypeError as exc:
+            return self._fail(-1, "get_batch_transfer_status: %s" % exc)
+        for i, bid in enumerate(ids):
+            if not _is_u64(bid):
+                return self._fail(-1, "get_batch_transfer_status: batch_ids[%d] must be an int "
+                                  "in 0..2**64-1, not %r" % (i, bid))
         for i, bid in enumerate(ids):
             rc = e.batch_wait(bid, True)
             if rc != 1:
@@ -414,7 +430,11 @@ class TransferEngine:
     @_or_fail(-1)
     def transfer_check_status(self, batch_id):
         """1 done, -1 failed, -2 deadline passed, 0 still in flight."""
-        rc = self._engine().batch_wait(batch_id, False)
+        e = self._engine()
+        try:
+            rc = e.batch_wait(batch_id, False)
+        except (TypeError, ValueError) as exc:
+            return self._fail(-1, "transfer_check_status: %s" % exc)
         if rc < 0:
             self._note()
         return rc
@@ -476,14 +496,14 @@ class TransferEngine:
         try:
             rc = fn(*args)
         except (TypeError, ValueError) as exc:
-            return self._fail(-1, "%s: %s" % (args[0], exc))
+            return self._fail(-1, "%s: %s" % (_what(args[1], args[0]), exc))
         return self._rc(rc)
 
     def _submit(self, sid, op, bufs, peers, lens):
         try:
             bid = self._engine().submit(sid, op, bufs, peers, lens)
         except (TypeError, ValueError) as exc:
-            self._fail(-1, "%s: %s" % (sid, exc))
+            self._fail(-1, "%s: %s" % (_what(op, sid), exc))
             return 0
         if bid == 0:
             self._note()
@@ -530,6 +550,19 @@ class TransferOpcode:
 
 
 TransferEngine.TransferOpcode = TransferOpcode
+
+
+def _what(op, sid):
+    """"write to SID" / "read from SID", as the engine names an operation."""
+    return ("read from %s" if op == _engine.READ else "write to %s") % sid
+
+
+def _is_u64(v):
+    """v is an int (or has __index__) in 0..2**64-1, what the engine takes."""
+    try:
+        return 0 <= operator.index(v) < 1 << 64
+    except TypeError:
+        return False
 
 
 def _op(opcode):
