@@ -212,6 +212,49 @@ static void test_rejections(void **state)
     assert_rejected("GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400);
 }
 
+/* head_check of the tests: 401 unless the request carries an
+ * Authorization header. */
+static int check_token(void *arg, const struct http_req *req)
+{
+    (void)arg;
+    return req->authorization ? 0 : 401;
+}
+
+/* A peer without the token is refused 401 from the headers whatever size
+ * its body announces: the 413 (and the limit it names) is only for a peer
+ * that has the token, Content-Length and chunked alike. */
+static void test_token_before_body_size(void **state)
+{
+    (void)state;
+    const struct http_limits lim = {.max_head = 1024, .max_body = 100, .head_check = check_token};
+    const struct {
+        const char *in;
+        int status;
+    } cases[] = {
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 300000000\r\n\r\n", 401},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 401},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 401},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
+         "Content-Length: 101\r\n\r\n",
+         413},
+        {"PUT /x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n65\r\n",
+         413},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct http_conn c;
+        size_t used;
+        hconn_init(&c, &lim);
+        enum hconn_event ev = hconn_parse(&c, cases[i].in, strlen(cases[i].in), &used);
+        if (ev != HCONN_ERROR || c.err_status != cases[i].status)
+            fail_msg("case %zu: event %d status %d, wanted an error %d", i, ev, c.err_status,
+                     cases[i].status);
+        if (cases[i].status == 401)
+            assert_null(strstr(c.err_detail, "100")); /* the limit is not told */
+        hconn_free(&c);
+    }
+}
+
 /* RFC 9112 3.2 and 5.2: an HTTP/1.1 request needs exactly one Host; a
  * header line folded onto the next (obs-fold) is refused, wherever the
  * bytes are split. */
@@ -414,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_chunked_split_anywhere),
         cmocka_unit_test(test_expect_continue),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_token_before_body_size),
         cmocka_unit_test(test_host_and_obs_fold),
         cmocka_unit_test(test_head_limit),
         cmocka_unit_test(test_targets),

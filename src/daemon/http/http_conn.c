@@ -329,8 +329,6 @@ static int on_headers_complete(http_parser *p)
         return fail(c, 400, "Malformed HTTP request: unsupported HTTP version");
     if (c->te_count && !value_is(c->te, c->te_len, sizeof c->te, "chunked"))
         return fail(c, 501, "Unsupported Transfer-Encoding (only chunked is accepted)");
-    if (p->content_length != UINT64_MAX && p->content_length > c->lim->max_body)
-        return body_too_large(c);
     if (c->auth_count) {
         c->req.authorization = c->auth;
         c->req.authorization_len = c->auth_len;
@@ -345,11 +343,15 @@ static int on_headers_complete(http_parser *p)
         return 0;
     c->req.method = p->method;
     if (body_expected(p)) {
-        /* Refused from the headers alone: the body is never buffered. */
+        /* Refused from the headers alone: the body is never buffered.  The
+         * token is checked before the size, so a peer without it learns
+         * nothing of the limit (a chunked body is measured later still). */
         int st = c->lim->head_check ? c->lim->head_check(c->lim->head_arg, &c->req) : 0;
         if (st >= 100)
             return fail(c, st, st == 401 ? "Unauthorized" : "Request refused");
         c->untrusted = st == HEAD_UNTRUSTED;
+        if (!(p->flags & F_CHUNKED) && p->content_length > c->lim->max_body)
+            return body_too_large(c);
         if (!(p->flags & F_CHUNKED) && reserve(c, p->content_length))
             return 0;
     }

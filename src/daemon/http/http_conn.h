@@ -18,9 +18,10 @@
  *           5.2)
  *       414 request line over max_head bytes (no header field begun)
  *       431 request line + headers over max_head bytes
+ *       401 (or another status) from head_check: refused from the headers,
+ *           before the body's size is looked at
  *       413 body over max_body bytes (declared or received)
  *       503 body over what is left of the daemon-wide budget (max_buffered)
- *       401 (or another status) from head_check: refused from the headers
  *       417 an Expect other than 100-continue
  *       501 a Transfer-Encoding other than chunked
  * Memory stays bounded whatever arrives: only the URL (bounded by
