@@ -15,6 +15,9 @@ PROTOCOL_VERSION: int
 def last_error() -> Tuple[int, str]:
     """(monotonic ns, reason) of the calling thread's last failure."""
 
+def local_addresses() -> List[Tuple[str, str, bool]]:
+    """This host's IPv4 and IPv6 addresses: (interface, address, is_loopback)."""
+
 @final  # not subclassable (no Py_TPFLAGS_BASETYPE)
 class Engine:
     def __init__(

@@ -25,7 +25,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import unittest
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import wait_for, wait_log  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon as KvcDaemon, wait_for  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -42,41 +41,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOPOLOGY = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
 
 
+def Daemon(segment, fresh=True, extra=()):
+    """kvctest's kvcoordd on segment `segment` (256 rooms, debug log)."""
+    return KvcDaemon(segment, extra, exe=ARGS.daemon, fresh=fresh)
+
+
 def segment_name(tag):
     return "kvctest-pd-%d-%s" % (os.getpid(), tag)
-
-
-class Daemon:
-    """kvcoordd on a free port serving segment `segment`."""
-
-    def __init__(self, segment, fresh=True, extra=()):
-        self.segment = segment
-        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-pd-", suffix=".log",
-                                               delete=False)
-        cmd = [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", segment, "--max-rooms",
-               "256", "--log-level", "debug", *extra]
-        if fresh:
-            cmd.append("--fresh")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
-                     proc=self.proc)
-        self.port = int(m.group(1))
-
-    def output(self):
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def stop(self, discard=True):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
-        os.unlink(self.log.name)
-        if discard:
-            try:
-                os.unlink("/dev/shm/" + self.segment)
-            except FileNotFoundError:
-                pass
 
 
 class Client:

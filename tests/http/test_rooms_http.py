@@ -33,42 +33,16 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import stop_process, wait_log  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon as KvcDaemon  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
 INT63_MAX = (1 << 63) - 1
 
 
-class Daemon:
-    """kvcoordd on a free port serving segment `segment`."""
-
-    def __init__(self, segment, fresh=True):
-        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-rooms-", suffix=".log",
-                                               delete=False)
-        cmd = [ARGS.daemon, "--listen", "127.0.0.1:0", "--segment", segment,
-               "--log-level", "debug"]
-        if fresh:
-            cmd.append("--fresh")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
-                     proc=self.proc)
-        self.url = "http://127.0.0.1:%s" % m.group(1)
-
-    def output(self):
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        if self.log is None:
-            return self.proc.returncode
-        stop_process(self.proc)
-        if os.environ.get("KVC_KEEP_LOGS"):
-            sys.stderr.write(self.output())
-        os.unlink(self.log.name)
-        self.log = None
-        return self.proc.returncode
+def Daemon(segment, fresh=True):
+    """kvctest's kvcoordd on segment `segment`, the daemon's own room cap."""
+    return KvcDaemon(segment, exe=ARGS.daemon, fresh=fresh, max_rooms=None)
 
 
 class Worker:
@@ -413,7 +387,7 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertNotRegex(self.daemon.output(), r"proc_dead .*\bpid=%d\b" % w.proc.pid)
 
     def test_worker_dead_while_daemon_down_is_reaped_at_start(self):
-        self.assertEqual(self.daemon.stop(), 0)
+        self.assertEqual(self.daemon.stop(discard=False), 0)
         room = 9009
         w = self.worker(6, "--room", str(room), "--room-participants", "8")
         w.wait_ready("room=%d" % room)

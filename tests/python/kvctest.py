@@ -62,6 +62,9 @@ def discard(name):
         pass
 
 
+_discard = discard  # for Daemon.stop, whose argument has its name
+
+
 class SegmentCase(unittest.TestCase):
     """A fresh small segment per test (self.name, self.seg: a client handle)."""
 
@@ -276,31 +279,54 @@ def stop_process(proc, timeout=30):
 
 
 class Daemon:
-    """kvcoordd serving a fresh segment `segment` on 127.0.0.1: on a port the
-    kernel picks (port=0, read back from its "listening" log line) or on
-    `port`.  exe: the daemon (default $KVCOORD_DAEMON; the test is skipped
-    without one); extra: more options; env: the daemon's environment.
-    Attributes: proc (its Popen), port, url, log (its stdout+stderr file)."""
+    """kvcoordd serving segment `segment` on 127.0.0.1: on a port the kernel
+    picks (port=0, read back from its "listening" log line) or on `port`.
+    exe: the daemon (default $KVCOORD_DAEMON; the test is skipped without
+    one); extra: more options; env: the daemon's environment; fresh: pass
+    --fresh (a new segment) or adopt the existing one; max_rooms and
+    log_level: those options (None: the daemon's default).  start() runs it
+    again on the same segment after sigkill() or stop(discard=False) (a
+    restart: a new process, a new port when port=0).  Attributes: proc (its
+    Popen), port, url, log (its stdout+stderr file, one per start)."""
 
-    def __init__(self, segment, extra=(), *, exe=None, port=0, log_level="debug", env=None):
-        path = exe or os.environ.get("KVCOORD_DAEMON")
-        if not path:
+    def __init__(self, segment, extra=(), *, exe=None, port=0, log_level="debug", env=None,
+                 fresh=True, max_rooms=256):
+        self.exe = exe or os.environ.get("KVCOORD_DAEMON")
+        if not self.exe:
             raise unittest.SkipTest("KVCOORD_DAEMON not set (run the tests through ctest)")
-        self.segment = segment
+        self.segment, self.extra, self.env = segment, list(extra), env
+        self.want_port, self.log_level, self.max_rooms = port, log_level, max_rooms
+        self.log = None
+        self.start(fresh)
+
+    def start(self, fresh=False):
+        """Start kvcoordd (fresh: on a new segment); returns once it listens."""
+        self._close_log()
         self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-py-", suffix=".log",
                                                delete=False)
-        cmd = [path, "--listen", "127.0.0.1:%d" % port, "--segment", segment, "--fresh",
-               "--max-rooms", "256", "--log-level", log_level, *extra]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env)
+        cmd = [self.exe, "--listen", "127.0.0.1:%d" % self.want_port, "--segment", self.segment]
+        cmd += ["--fresh"] if fresh else []
+        cmd += ["--max-rooms", str(self.max_rooms)] if self.max_rooms is not None else []
+        cmd += ["--log-level", self.log_level] if self.log_level is not None else []
+        self.proc = subprocess.Popen(cmd + self.extra, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=self.env)
         m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
                      proc=self.proc)
         self.port = int(m.group(1))
         self.url = "http://127.0.0.1:%d" % self.port
+        return self
 
     def output(self):
+        """The current start's log, all of it."""
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
+
+    def log_tail(self, n=4000):
+        """The last n characters of the current start's log."""
+        return self.output()[-n:]
+
+    def alive(self):
+        return self.proc.poll() is None
 
     def request(self, method, path, body=None, headers=None):
         """One HTTP request on a new connection: (status, body text).  A
@@ -315,14 +341,30 @@ class Daemon:
         finally:
             c.close()
 
-    def stop(self):
-        """SIGCONT (it may have been stopped), then SIGTERM; SIGKILL if it
-        has not exited 30 s later.  Removes its log and its segment."""
-        stop_process(self.proc)
-        if os.environ.get("KVC_KEEP_LOGS"):
-            sys.stderr.write(self.output())
-        os.unlink(self.log.name)
-        discard(self.segment)
+    def sigkill(self):
+        """SIGKILL it and reap it (the segment stays)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait()
+
+    def stop(self, discard=True):
+        """stop_process() it (SIGCONT, SIGTERM, SIGKILL after 30 s) and
+        remove its log; with discard, its segment too.  Returns its exit
+        code; a second call only returns it."""
+        rc = stop_process(self.proc)
+        if self.log is not None:
+            if os.environ.get("KVC_KEEP_LOGS"):
+                sys.stderr.write(self.output())
+            self._close_log()
+            if discard:
+                _discard(self.segment)
+        return rc
+
+    def _close_log(self):
+        if self.log is not None:
+            self.log.close()
+            os.unlink(self.log.name)
+            self.log = None
 
 
 class Worker:
