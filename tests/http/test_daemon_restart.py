@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,9 @@ import time
 import unittest
 
 import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import Daemon  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 TIMEOUT = 30
@@ -48,12 +50,6 @@ FIRST_NEW_RANK = 100
 WORKER_RANKS = (10, 11)
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def weights(n, seed):
     base = 0x7F2A00000000 + (seed % 4096) * (1 << 36)
     return {"model.layers.%d.mlp.gate_up_proj.weight.v%d" % (i, seed): [base + i * 4096, 4096 + seed, 2]
@@ -63,69 +59,6 @@ def weights(n, seed):
 def body(rank, session_id, wid):
     return {"rank": rank, "transfer_engine_info": {"session_id": session_id,
                                                    "weights_info_dict": wid}}
-
-
-class Daemon:
-    def __init__(self, segment, workdir):
-        self.segment = segment
-        self.workdir = workdir
-        self.proc = None
-        self.port = None
-        self.log_path = None
-        self.starts = 0
-
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.port
-
-    def log_tail(self):
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-4000:]
-        except (OSError, TypeError):
-            return "(no log)"
-
-    def start(self, fresh):
-        last = ""
-        for _ in range(5):
-            self.starts += 1
-            self.port = free_port()
-            self.log_path = os.path.join(self.workdir, "kvcoordd-%d.log" % self.starts)
-            cmd = [ARGS.daemon, "--listen", "127.0.0.1:%d" % self.port,
-                   "--segment", self.segment] + (["--fresh"] if fresh else [])
-            with open(self.log_path, "w") as log:
-                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + START_DEADLINE
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                        return
-                except requests.RequestException:
-                    pass
-                time.sleep(0.05)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError("kvcoordd never answered /health: %s\n%s"
-                                     % (" ".join(cmd), self.log_tail()))
-            last = "exit status %s:\n%s" % (self.proc.returncode, self.log_tail())
-        raise AssertionError("kvcoordd did not start (%s)" % last)
-
-    def sigkill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def sigterm(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return "hung after SIGTERM (killed)"
 
 
 class Registrar(threading.Thread):
@@ -190,7 +123,7 @@ class DaemonRestart(unittest.TestCase):
     def setUp(self):
         self.workdir = tempfile.mkdtemp(prefix="kvctest-restart-")
         self.segment = "kvctest-restart-%d" % os.getpid()
-        self.daemon = Daemon(self.segment, self.workdir)
+        self.daemon = None
         self.workers = []
         self.expected = {}   # rank -> (session_id, wid)
 
@@ -203,9 +136,9 @@ class DaemonRestart(unittest.TestCase):
                 except subprocess.TimeoutExpired:
                     w.kill()
                     w.wait()
-        if self.daemon.proc is not None and self.daemon.proc.poll() is None:
-            self.daemon.proc.kill()
-            self.daemon.proc.wait()
+        if self.daemon is not None:
+            self.daemon.sigkill()
+            self.daemon.stop(discard=False)
         for name in self.shm_names():
             os.unlink(os.path.join("/dev/shm", name))
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -286,7 +219,7 @@ class DaemonRestart(unittest.TestCase):
         self.fail("rank %d registered by kvcoord-worker never became visible" % rank)
 
     def test_sigkill_and_restart_keeps_acknowledged_registrations(self):
-        self.daemon.start(fresh=True)
+        self.daemon = Daemon(self.segment, exe=ARGS.daemon, max_rooms=None, log_level=None)
         self.assert_one_segment("after the first start")
 
         # 1. Eight TP ranks over HTTP, two through the library.
@@ -363,7 +296,7 @@ class DaemonRestart(unittest.TestCase):
         self.assert_one_segment("after the second restart")
         self.assert_all_served("after the second restart")
 
-        rc = self.daemon.sigterm()
+        rc = self.daemon.stop(discard=False)
         self.assertEqual(rc, 0, "kvcoordd exited with %r after SIGTERM\n%s"
                          % (rc, self.daemon.log_tail()))
         # SIGTERM may keep the segment (for the next start) or remove it;

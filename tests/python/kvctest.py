@@ -296,7 +296,7 @@ class Daemon:
             raise unittest.SkipTest("KVCOORD_DAEMON not set (run the tests through ctest)")
         self.segment, self.extra, self.env = segment, list(extra), env
         self.want_port, self.log_level, self.max_rooms = port, log_level, max_rooms
-        self.log = None
+        self.log, self.final_output = None, ""
         self.start(fresh)
 
     def start(self, fresh=False):
@@ -317,7 +317,9 @@ class Daemon:
         return self
 
     def output(self):
-        """The current start's log, all of it."""
+        """The current start's log, all of it (after stop(): as it ended)."""
+        if self.log is None:
+            return self.final_output
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
 
@@ -362,6 +364,7 @@ class Daemon:
 
     def _close_log(self):
         if self.log is not None:
+            self.final_output = self.output()
             self.log.close()
             os.unlink(self.log.name)
             self.log = None
