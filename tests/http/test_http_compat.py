@@ -23,115 +23,27 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import requests
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import Daemon  # noqa: E402  (the tests' one helper module)
+
 ARGS = None
 TIMEOUT = 30          # seconds per HTTP request: a guard against hangs only
-START_DEADLINE = 30   # seconds for kvcoordd to answer /health
 
 REGISTER = "/register_transfer_engine_info"
 LOOKUP = "/get_transfer_engine_info"
 
 
-def free_port():
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def shm_path(segment):
     return os.path.join("/dev/shm", segment)
 
-
-class Daemon:
-    """One kvcoordd process on a free loopback port."""
-
-    def __init__(self, segment, workdir, extra=(), fresh=True, tag="kvcoordd"):
-        self.segment = segment
-        self.workdir = workdir
-        self.extra = list(extra)
-        self.fresh = fresh
-        self.tag = tag
-        self.proc = None
-        self.port = None
-        self.log_path = None
-        self.log = None
-
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.port
-
-    def log_tail(self, n=4000):
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-n:]
-        except OSError:
-            return "(no log)"
-
-    def start(self):
-        last = ""
-        for attempt in range(5):
-            self.port = free_port()
-            self.log_path = os.path.join(self.workdir, "%s-%d.log" % (self.tag, attempt))
-            self.log = open(self.log_path, "w", encoding="utf-8")
-            cmd = [ARGS.daemon, "--listen", "127.0.0.1:%d" % self.port,
-                   "--segment", self.segment] + (["--fresh"] if self.fresh else []) + self.extra
-            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + START_DEADLINE
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    r = requests.get(self.url + "/health", timeout=2)
-                    if r.status_code == 200:
-                        return self
-                except requests.RequestException:
-                    pass
-                time.sleep(0.05)
-            if self.proc.poll() is None:   # alive but never healthy: give up
-                self.proc.kill()
-                self.proc.wait()
-                self.log.close()
-                raise AssertionError("kvcoordd (%s) never answered /health within %ds:\n%s"
-                                     % (" ".join(cmd), START_DEADLINE, self.log_tail()))
-            self.log.close()
-            last = "exit status %s, log:\n%s" % (self.proc.returncode, self.log_tail())
-            # Perhaps the port was taken between free_port() and bind: retry.
-        raise AssertionError("kvcoordd did not start (%s)" % last)
-
-    def stop(self):
-        """SIGTERM; returns the exit status."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            rc = "hung after SIGTERM (killed)"
-        self.log.close()
-        return rc
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if self.log:
-            self.log.close()
-
-
-# ---- helpers ---------------------------------------------------------------
 
 def weights(n, seed=0, prefix="model.layers"):
     """A small weights_info_dict: name -> [data_ptr, numel, element_size]."""
@@ -173,7 +85,7 @@ class CompatBase(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         try:
-            rc = cls.daemon.stop()
+            rc = cls.daemon.stop(discard=False)
             tail = cls.daemon.log_tail()
         finally:
             for p in [shm_path(cls.segment)] + glob.glob(shm_path(cls.segment) + ".*"):
@@ -255,7 +167,7 @@ class HttpCompat(CompatBase):
     def setUpClass(cls):
         cls.workdir = tempfile.mkdtemp(prefix="kvctest-compat-")
         cls.segment = "kvctest-compat-%d" % os.getpid()
-        cls.daemon = Daemon(cls.segment, cls.workdir).start()
+        cls.daemon = Daemon(cls.segment, exe=ARGS.daemon, max_rooms=None, log_level=None)
 
     # ---- health ----
 
@@ -623,8 +535,8 @@ class HttpBodyCap(CompatBase):
     def setUpClass(cls):
         cls.workdir = tempfile.mkdtemp(prefix="kvctest-compat-cap-")
         cls.segment = "kvctest-compat-cap-%d" % os.getpid()
-        cls.daemon = Daemon(cls.segment, cls.workdir, tag="kvcoordd-cap",
-                            extra=["--max-body-bytes", str(cls.CAP)]).start()
+        cls.daemon = Daemon(cls.segment, ["--max-body-bytes", str(cls.CAP)], exe=ARGS.daemon,
+                            max_rooms=None, log_level=None)
 
     def big_body(self, rank, size):
         b = body(rank, "10.0.0.%d:1" % rank, {})
@@ -650,7 +562,7 @@ class HttpBodyCap(CompatBase):
                 # The server may answer 413 and close before reading the body;
                 # the client then fails while still sending.  Confirm with curl,
                 # which reads the early response.
-                path = os.path.join(self.daemon.workdir, "big.json")
+                path = os.path.join(self.workdir, "big.json")
                 with open(path, "wb") as f:
                     f.write(raw)
                 status, _, data = curl("-X", "PUT", "-H", "Content-Type: application/json",
