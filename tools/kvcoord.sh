@@ -51,6 +51,9 @@ Commands:
         the run is left running, so also when nothing was (no pid files, or
         every process had already exited: it says so); exits 1, naming the
         pid, when the run's port still answers (a kvcoordd started by hand).
+        The segment is kept; stop names any worker's rank it still holds (a
+        worker killed while kvcoordd could not reap it) and the kvcoord-diag
+        repair command that withdraws it.
   test [--sanitize | --arm64]
         Install missing Debian packages, check the formatting (clang-format),
         build build/ (warnings are errors) and run its ctest suite; meanwhile,
@@ -234,10 +237,34 @@ cmd_stop() {
     if [[ -f $RUN_DIR/segment ]]; then
         local segment
         segment=$(<"$RUN_DIR/segment")
-        [[ -e /dev/shm/$segment ]] &&
-            log "segment /dev/shm/$segment kept (rm it to discard): HTTP registrations survive a restart; the workers' ranks were withdrawn as they exited"
+        [[ -e /dev/shm/$segment ]] && segment_note "$segment"
     fi
     return 0
+}
+
+segment_note() { # segment_note SEGMENT: what the kept segment still serves
+    # A worker withdraws its rank as it exits, or kvcoordd reaps it; one
+    # killed (SIGKILL after a SIGSTOP, say) while kvcoordd was not running
+    # to reap it leaves its rank registered: ask the segment, never assume.
+    local segment=$1 diag=$ROOT/build/kvcoord-diag left
+    local kept="segment /dev/shm/$segment kept (rm it to discard): HTTP registrations survive a restart"
+    if [[ ! -x $diag ]]; then
+        log "$kept"
+        return 0
+    fi
+    # "rank R (pid P)" of every worker's rank still registered by a dead pid
+    if ! left=$("$diag" --segment "$segment" --json ranks 2>/dev/null | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+print(", ".join("rank %d (pid %d)" % (r["rank"], r["pid"]) for r in d["ranks"]
+                if r["state"] == "registered" and r["owned_by_worker"] and not r["pid_alive"]))
+'); then
+        log "$kept; the workers' ranks could not be read (see: build/kvcoord-diag --segment $segment ranks)"
+    elif [[ -z $left ]]; then
+        log "$kept; the workers' ranks were withdrawn as they exited"
+    else
+        log "$kept; but these workers' ranks are still registered: $left (killed before they withdrew them, with no kvcoordd running to reap them): lookups hand out their dead sessions until 'build/kvcoord-diag --segment $segment repair' withdraws them (HTTP registrations stay)"
+    fi
 }
 
 wait_health() { # wait_health URL DAEMON_PID

@@ -10,12 +10,18 @@ processes had already exited (it says so, exit 0), when some had, when a pid
 file's pid now belongs to another program (left alone), with no pid files,
 and for a bad argument (usage, exit 2).
 
-Usage: test_kvcoord_sh.py --script tools/kvcoord.sh --daemon KVCOORDD --work DIR
+With a real kvcoord-worker and kvcoord-diag: what stop says of the kept
+segment is what it holds (a worker's rank left registered by a dead pid is
+named, with the command that withdraws it).
+
+Usage: test_kvcoord_sh.py --script tools/kvcoord.sh --daemon KVCOORDD
+                          --worker KVCOORD_WORKER --diag KVCOORD_DIAG --work DIR
 """
 
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +113,41 @@ class Stop(unittest.TestCase):
         self.assertNotIn("SIGKILL", out)
         self.assertEqual(d.wait(10), 0)  # SIGTERM: a clean stop
         self.assertNoPidFiles()
+
+    def test_segment_note_tells_what_is_left(self):
+        # A real worker registers rank 0; it and kvcoordd are stopped
+        # (SIGSTOP), so stop SIGKILLs them and no one withdraws the rank.
+        os.unlink(os.path.join(self.root, "build", "kvcoord-worker"))
+        os.symlink(os.path.realpath(ARGS.worker), os.path.join(self.root, "build", "kvcoord-worker"))
+        os.symlink(os.path.realpath(ARGS.diag), os.path.join(self.root, "build", "kvcoord-diag"))
+        with open(os.path.join(self.run_dir, "segment"), "w") as f:
+            f.write(self.segment + "\n")
+        info = os.path.join(self.root, "rank-0.json")
+        with open(info, "w") as f:
+            f.write('{"rank":0,"transfer_engine_info":{"session_id":"127.0.0.1:16000",'
+                    '"weights_info_dict":{"w":[4096,64,2]}}}')
+        d, _ = self.start_run(workers=0)
+        wlog = os.path.join(self.root, "worker.log")
+        with open(wlog, "w") as out:
+            w = self.start([os.path.join(self.root, "build", "kvcoord-worker"), "--segment",
+                            self.segment, "--info", info, "--linger"], out)
+        wait_log(wlog, r"kvcoord-worker: rank=0 ", "the worker to register", proc=w)
+        self.write_pids(d.pid, [w.pid])
+        for p in (w, d):
+            os.kill(p.pid, signal.SIGSTOP)
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("SIGKILL %d" % w.pid, out)
+        self.assertNotIn("withdrawn as they exited", out)
+        self.assertIn("still registered: rank 0 (pid %d)" % w.pid, out)
+        self.assertIn("'build/kvcoord-diag --segment %s repair'" % self.segment, out)
+        # the command named clears it; then stop says the ranks are gone
+        subprocess.run([ARGS.diag, "--segment", self.segment, "repair"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.write_pids(d.pid, [])
+        rc, out, err = self.stop()
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("the workers' ranks were withdrawn as they exited", out)
 
     def test_stop_when_everything_had_already_exited(self):
         d, ws = self.start_run()
@@ -236,6 +277,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--script", required=True)
     p.add_argument("--daemon", required=True)
+    p.add_argument("--worker", required=True)
+    p.add_argument("--diag", required=True)
     p.add_argument("--work", required=True)
     ARGS, rest = p.parse_known_args()
     os.makedirs(ARGS.work, exist_ok=True)

@@ -29,6 +29,7 @@ if(TARGET kvcoordd)
     COMMAND ${PYTHON3} ${KVC_TOOLS_TEST_DIR}/test_kvcoord_sh.py
             --script ${CMAKE_SOURCE_DIR}/tools/kvcoord.sh
             --daemon $<TARGET_FILE:kvcoordd>
+            --worker $<TARGET_FILE:kvcoord-worker> --diag $<TARGET_FILE:kvcoord-diag>
             --work ${KVC_TOOLS_WORK_DIR}/kvcoord_sh)
   set_tests_properties(tools_kvcoord_sh PROPERTIES LABELS "tools" TIMEOUT 300)
 endif()
