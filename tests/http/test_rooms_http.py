@@ -197,8 +197,13 @@ class RoomsHttpTest(unittest.TestCase):
             ({"rank": 1, "reason": "x", "code": "110"}, "Invalid field 'code'"),
             ({"rank": 1, "reason": "x", "code": 1 << 31}, "Invalid field 'code'"),
             # a repeated key: parsers disagree on which occurrence counts
-            ('{"rank": 5, "rank": 6, "reason": "x"}', "Duplicate field at line 1"),
-            ('{"rank": 5, "reason": "x", "reason": "y"}', "Duplicate field at line 1"),
+            # (registration's words: one wording on every route)
+            ('{"rank": 5, "rank": 6, "reason": "x"}',
+             "Duplicate field 'rank': it occurs 2 times; send each field once"),
+            ('{"rank": 5, "reason": "x", "reason": "y", "reason": "z"}',
+             "Duplicate field 'reason': it occurs 3 times; send each field once"),
+            ('{"rank": 5, "reason": "x", "code": 1, "code": 2}',
+             "Duplicate field 'code': it occurs 2 times; send each field once"),
         ]
         for body, detail in cases:
             r = self.put_failure(9, body)

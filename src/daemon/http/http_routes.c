@@ -217,22 +217,41 @@ int route_bad_field(struct buf *out, const struct http_req *req, const char *fie
     return -1;
 }
 
+int route_duplicate_field(struct buf *out, const struct http_req *req, const char *field,
+                          unsigned times)
+{
+    route_detailf(out, req, 400, "Duplicate field '%s': it occurs %u times; send each field once",
+                  field, times);
+    return -1;
+}
+
 /* The request body as JSON, or NULL after answering 400 with jansson's
  * reason and position.  \u0000 is parsed (JSON_ALLOW_NUL) so that the
  * caller refuses it naming the field, as registration does, instead of
- * jansson's "\u0000 is not allowed without JSON_ALLOW_NUL".  A repeated
- * key is refused (JSON_REJECT_DUPLICATES), as registration refuses a
- * repeated field: parsers disagree on which occurrence counts. */
-json_t *route_parse_body(const struct http_req *req, struct buf *out)
+ * jansson's "\u0000 is not allowed without JSON_ALLOW_NUL".  A field the
+ * route reads occurs at most once, as in a registration: parsers disagree
+ * on which occurrence of a repeated key counts.  It is counted by
+ * kvc__json_scan (as registration counts), so the 400 names the field and
+ * its count in registration's words; a key the route does not read may
+ * repeat (jansson keeps the last), as in a registration. */
+json_t *route_parse_body(const struct http_req *req, struct buf *out, const char *const *fields,
+                         size_t nfields)
 {
+    struct kvc_json_watch w[8];
+    if (nfields > sizeof w / sizeof w[0])
+        nfields = sizeof w / sizeof w[0];
+    memset(w, 0, sizeof w);
+    for (size_t i = 0; i < nfields; i++)
+        w[i].parent = -1, w[i].key = fields[i];
+    if (!kvc__json_scan(req->body, req->body_len, w, nfields, NULL, NULL))
+        for (size_t i = 0; i < nfields; i++)
+            if (w[i].seen > 1) {
+                route_duplicate_field(out, req, fields[i], w[i].seen);
+                return NULL;
+            }
     json_error_t jerr;
-    json_t *root = json_loadb(req->body, req->body_len,
-                              JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_duplicate_key)
-        route_detailf(out, req, 400,
-                      "Duplicate field at line %d, column %d (%s); send each field once", jerr.line,
-                      jerr.column, jerr.text);
-    else if (!root)
+    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (!root)
         route_detailf(out, req, 400, "Invalid JSON at line %d, column %d: %s", jerr.line,
                       jerr.column, jerr.text);
     return root;

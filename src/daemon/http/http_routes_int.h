@@ -108,8 +108,14 @@ const char *route_withdrawn_suffix(const char *note, char *buf, size_t cap);
 /* 400 naming a missing (why NULL) or invalid field; returns -1. */
 int route_bad_field(struct buf *out, const struct http_req *req, const char *field,
                     const char *why);
-/* The request body as JSON, or NULL after answering 400. */
-json_t *route_parse_body(const struct http_req *req, struct buf *out);
+/* 400 "Duplicate field 'F': it occurs N times; send each field once", the
+ * one wording of a repeated field on every route; returns -1. */
+int route_duplicate_field(struct buf *out, const struct http_req *req, const char *field,
+                          unsigned times);
+/* The request body as JSON, or NULL after answering 400: invalid JSON, or
+ * one of the top-level fields[0..nfields) (nfields <= 8) given twice. */
+json_t *route_parse_body(const struct http_req *req, struct buf *out, const char *const *fields,
+                         size_t nfields);
 
 /* ---- handlers (route_fn), one file per family ------------------------------ */
 

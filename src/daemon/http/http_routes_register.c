@@ -46,12 +46,8 @@ static int register_unique(const struct http_req *req, struct buf *out,
                            const struct kvc_json_watch *w)
 {
     for (int i = 0; i < W_COUNT; i++)
-        if (w[i].seen > 1) {
-            route_detailf(out, req, 400,
-                          "Duplicate field '%s': it occurs %u times; send each field once",
-                          register_field[i], w[i].seen);
-            return -1;
-        }
+        if (w[i].seen > 1)
+            return route_duplicate_field(out, req, register_field[i], w[i].seen);
     return 0;
 }
 

@@ -209,7 +209,8 @@ static void put_room_failure(struct routes *r, const struct http_req *req, struc
     int32_t asking; /* who reads the answer: ?rank=R, else an outside observer */
     if (asking_rank(req, out, NULL, &asking))
         return;
-    json_t *root = route_parse_body(req, out);
+    static const char *const fields[] = {"rank", "reason", "code"};
+    json_t *root = route_parse_body(req, out, fields, sizeof fields / sizeof fields[0]);
     if (!root)
         return;
     uint32_t rank = 0;       /* set by failure_body when it returns 0; */
