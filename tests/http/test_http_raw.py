@@ -24,75 +24,32 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kvctest import Daemon as KvcDaemon  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 TIMEOUT = 30.0  # socket timeout: a hang guard, not an assertion
 MAX_BODY = 1 << 20  # --max-body-bytes of the main daemon
 
 
-class Daemon:
-    """A kvcoordd process on a free port with its own fresh segment."""
+class Daemon(KvcDaemon):
+    """kvctest's kvcoordd on a fresh segment of its own: extra, its options;
+    host, the loopback address it listens on; the daemon's own log level
+    and room cap."""
 
     count = 0
 
     def __init__(self, *extra, host="127.0.0.1"):
         Daemon.count += 1
-        self.segment = "kvctest-http-raw-%d-%d" % (os.getpid(), Daemon.count)
-        self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-", suffix=".log", delete=False)
-        self.final_output = None
-        listen = ("[%s]:0" if ":" in host else "%s:0") % host
-        self.proc = subprocess.Popen(
-            [ARGS.daemon, "--listen", listen, "--segment", self.segment, "--fresh"]
-            + list(extra),
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = self._wait_listening(listen[:-1])
-
-    def _wait_listening(self, prefix):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            m = re.search(r"listening addr=%s(\d+)" % re.escape(prefix), self.output())
-            if m:
-                return int(m.group(1))
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        self.stop()
-        raise AssertionError("kvcoordd did not start listening: " + self.output())
-
-    def output(self):
-        if self.final_output is not None:
-            return self.final_output
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def rss_kib(self):
-        with open("/proc/%d/status" % self.proc.pid, encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        super().__init__("kvctest-http-raw-%d-%d" % (os.getpid(), Daemon.count), extra,
+                         exe=ARGS.daemon, host=host, max_rooms=None, log_level=None)
 
     def stop(self, sig=signal.SIGTERM):
-        """Signal, reap (SIGKILL after a long grace), unlink; returns the status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        try:
-            os.unlink("/dev/shm/" + self.segment)
-        except FileNotFoundError:
-            pass
-        if self.final_output is None:
-            self.final_output = self.output()
-            self.log.close()
-            os.unlink(self.log.name)
-        return self.proc.returncode
+        """Signal (SIGKILL after a long grace), reap, unlink; the status."""
+        return super().stop(sig=sig)
 
 
 class Conn:

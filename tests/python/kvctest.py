@@ -263,13 +263,13 @@ def rss_kib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def stop_process(proc, timeout=30):
-    """End subprocess proc: SIGCONT (it may have been stopped), then
-    SIGTERM, and wait; SIGKILL if it has not exited `timeout` seconds later.
-    Returns its exit code (exit_code's way: -N for signal N)."""
+def stop_process(proc, timeout=30, sig=signal.SIGTERM):
+    """End subprocess proc: SIGCONT (it may have been stopped), then `sig`
+    (SIGTERM), and wait; SIGKILL if it has not exited `timeout` seconds
+    later.  Returns its exit code (exit_code's way: -N for signal N)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGCONT)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -279,8 +279,9 @@ def stop_process(proc, timeout=30):
 
 
 class Daemon:
-    """kvcoordd serving segment `segment` on 127.0.0.1: on a port the kernel
-    picks (port=0, read back from its "listening" log line) or on `port`.
+    """kvcoordd serving segment `segment` on `host` (127.0.0.1; "::1" for
+    IPv6): on a port the kernel picks (port=0, read back from its
+    "listening" log line) or on `port`.
     exe: the daemon (default $KVCOORD_DAEMON; the test is skipped without
     one); extra: more options; env: the daemon's environment; fresh: pass
     --fresh (a new segment) or adopt the existing one; max_rooms and
@@ -290,12 +291,13 @@ class Daemon:
     Popen), port, url, log (its stdout+stderr file, one per start)."""
 
     def __init__(self, segment, extra=(), *, exe=None, port=0, log_level="debug", env=None,
-                 fresh=True, max_rooms=256):
+                 fresh=True, max_rooms=256, host="127.0.0.1"):
         self.exe = exe or os.environ.get("KVCOORD_DAEMON")
         if not self.exe:
             raise unittest.SkipTest("KVCOORD_DAEMON not set (run the tests through ctest)")
         self.segment, self.extra, self.env = segment, list(extra), env
         self.want_port, self.log_level, self.max_rooms = port, log_level, max_rooms
+        self.host = ("[%s]" if ":" in host else "%s") % host
         self.log, self.final_output = None, ""
         self.start(fresh)
 
@@ -304,16 +306,17 @@ class Daemon:
         self._close_log()
         self.log = tempfile.NamedTemporaryFile(prefix="kvcoordd-py-", suffix=".log",
                                                delete=False)
-        cmd = [self.exe, "--listen", "127.0.0.1:%d" % self.want_port, "--segment", self.segment]
+        cmd = [self.exe, "--listen", "%s:%d" % (self.host, self.want_port), "--segment",
+               self.segment]
         cmd += ["--fresh"] if fresh else []
         cmd += ["--max-rooms", str(self.max_rooms)] if self.max_rooms is not None else []
         cmd += ["--log-level", self.log_level] if self.log_level is not None else []
         self.proc = subprocess.Popen(cmd + self.extra, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=self.env)
-        m = wait_log(self.log.name, r"listening addr=127\.0\.0\.1:(\d+)", "kvcoordd to listen",
-                     proc=self.proc)
+        m = wait_log(self.log.name, r"listening addr=%s:(\d+)" % re.escape(self.host),
+                     "kvcoordd to listen", proc=self.proc)
         self.port = int(m.group(1))
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "http://%s:%d" % (self.host, self.port)
         return self
 
     def output(self):
@@ -333,7 +336,7 @@ class Daemon:
     def request(self, method, path, body=None, headers=None):
         """One HTTP request on a new connection: (status, body text).  A
         dict or list body is sent as JSON."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=DEADLINE)
+        c = http.client.HTTPConnection(self.host.strip("[]"), self.port, timeout=DEADLINE)
         try:
             if isinstance(body, (dict, list)):
                 body = json.dumps(body)
@@ -343,17 +346,25 @@ class Daemon:
         finally:
             c.close()
 
+    def rss_kib(self):
+        """Its resident set now, KiB (VmRSS)."""
+        with open("/proc/%d/status" % self.proc.pid, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
     def sigkill(self):
         """SIGKILL it and reap it (the segment stays)."""
         if self.proc.poll() is None:
             self.proc.kill()
         return self.proc.wait()
 
-    def stop(self, discard=True):
-        """stop_process() it (SIGCONT, SIGTERM, SIGKILL after 30 s) and
-        remove its log; with discard, its segment too.  Returns its exit
-        code; a second call only returns it."""
-        rc = stop_process(self.proc)
+    def stop(self, discard=True, sig=signal.SIGTERM):
+        """stop_process() it (SIGCONT, `sig`, SIGKILL after 30 s) and remove
+        its log; with discard, its segment too.  Returns its exit code; a
+        second call only returns it."""
+        rc = stop_process(self.proc, sig=sig)
         if self.log is not None:
             if os.environ.get("KVC_KEEP_LOGS"):
                 sys.stderr.write(self.output())
