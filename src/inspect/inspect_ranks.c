@@ -115,6 +115,7 @@ typedef struct rank_scan {
     kvc__tally seq, slot, owner;
     blob *blobs;
     uint32_t nblobs;
+    uint32_t nconfigs; /* of nblobs, parallelism configs (the rest: ranks' info) */
 } rank_scan;
 
 static void scan_rank(kvc__ck *ck, rank_scan *rs, uint32_t r, enum kvc__access a)
@@ -166,8 +167,10 @@ static void scan_other_tables(kvc__ck *ck, rank_scan *rs, enum kvc__access a)
                 kvc__ck_problem(ck, &rs->slot, KVC_SEV_BROKEN,
                                 "rank %u of rank table %u: published descriptor invalid: %s", r, t,
                                 why);
-            else if (p.state == KVC_RANK_REGISTERED)
+            else if (p.state == KVC_RANK_REGISTERED) {
                 rs->blobs[rs->nblobs++] = (blob){p.blob_off / KVC_BLOCK, p.blob_blocks, r};
+                rs->nconfigs += t >= KVC_TABLE_PARALLELISM;
+            }
         }
     }
 }
@@ -182,8 +185,17 @@ static void check_overlap(kvc__ck *ck, rank_scan *rs)
             kvc__ck_problem(ck, &t, KVC_SEV_BROKEN, "ranks %u and %u share arena blocks from %llu",
                             x->rank, y->rank, (unsigned long long)y->first);
     }
-    kvc__ck_settle(ck, &t, "the info of the %u registered ranks occupies disjoint arena blocks",
-                   rs->nblobs);
+    /* Count what is counted: ranks' info (every role) and parallelism
+     * configs, which share the arena. */
+    uint32_t ranks = rs->nblobs - rs->nconfigs;
+    if (rs->nconfigs)
+        kvc__ck_settle(ck, &t,
+                       "the info of the %u registered ranks and %u parallelism "
+                       "config%s occupies disjoint arena blocks",
+                       ranks, rs->nconfigs, rs->nconfigs == 1 ? "" : "s");
+    else
+        kvc__ck_settle(ck, &t, "the info of the %u registered ranks occupies disjoint arena blocks",
+                       ranks);
 }
 
 /* Bits of word w that the published blobs cover (blobs sorted; *k advances). */
@@ -249,7 +261,7 @@ void kvc__check_ranks(kvc__ck *ck)
 {
     const kvc_header *h = ck->seg->hdr;
     enum kvc__access a = kvc__ck_take(ck, KVC_LOCK_RANKS);
-    rank_scan rs = {{"ranks.seq", 0, 0}, {"ranks.slot", 0, 0}, {"ranks.owner", 0, 0}, NULL, 0};
+    rank_scan rs = {{"ranks.seq", 0, 0}, {"ranks.slot", 0, 0}, {"ranks.owner", 0, 0}, NULL, 0, 0};
     rs.blobs = malloc((size_t)h->max_ranks * KVC_RANK_TABLES * sizeof *rs.blobs);
     if (!rs.blobs) {
         kvc__ck_give(ck, KVC_LOCK_RANKS, a);

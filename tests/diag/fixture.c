@@ -8,6 +8,8 @@
  *   empty           nothing registered
  *   ranks8          ranks 0..7 registered by this process (a client, so they
  *                   survive its death), rank 7 with an IPv6 session_id
+ *   ranks8pcfg      ranks8, and rank 0's parallelism config (its blob shares
+ *                   the arena)
  *   bignum          rank 0 registered with a weights_info_dict holding numbers a
  *                   double or an int64 cannot hold (2^64-1, 1E400, 0.10)
  *   rooms           rooms 1001..1005 in every KVPoll state (2 participants, both
@@ -264,6 +266,12 @@ static pid_t scenario(kvc_segment *s, const char *what)
     if (!strcmp(what, "ranks8")) {
         reg_range(s, 7);
         reg(s, 7, "[2001:db8::7]:16007", 17);
+    } else if (!strcmp(what, "ranks8pcfg")) {
+        static const char cfg[] = "{\"tp_size\": 8, \"dp_size\": 1}";
+        reg_range(s, 7);
+        reg(s, 7, "[2001:db8::7]:16007", 17);
+        check(kvc_parallelism_register(s, NULL, 0, cfg, sizeof cfg - 1, NULL),
+              "kvc_parallelism_register");
     } else if (!strcmp(what, "bignum")) {
         static const char v[] =
             "{\"w\": [18446744073709551615, -9223372036854775808, 1E400, 0.10]}";

@@ -401,6 +401,19 @@ class EightRanks(Base):
                 self.assertGreater(e["registered_ns"], 0)
                 self.assertTrue(e["registered_utc"].endswith("Z"))
 
+    def test_overlap_counts_what_it_counts(self):
+        # ranks.overlap names the ranks' info and the parallelism configs
+        # apart (it said "9 registered ranks" beside ranks.count's 8)
+        for scenario, want in (
+                ("ranks8", "the info of the 8 registered ranks occupies disjoint arena blocks"),
+                ("ranks8pcfg", "the info of the 8 registered ranks and 1 parallelism config "
+                 "occupies disjoint arena blocks")):
+            with Fixture(scenario) as fx:
+                doc = self.assert_check(fx.name, 0)
+                msg = {f["check"]: f["message"] for f in doc["findings"]}
+                self.assertEqual(msg["ranks.overlap"], want, scenario)
+                self.assertEqual(msg["ranks.count"], "ranks_registered (8) matches the entries")
+
     def test_cluster_without_etcd_is_healthy(self):
         """`cluster` with no --etcd reads the segment only: exit 0 when it can."""
         with Fixture("ranks8") as fx:
