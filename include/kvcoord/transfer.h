@@ -275,9 +275,11 @@ typedef struct kvt_peer kvt_peer;
 
 /* Import a peer's descriptor (JSON text, len bytes, not necessarily
  * NUL-terminated).  A descriptor with a session_id already known updates
- * that peer: its regions are replaced, and when its generation differs (the
- * peer restarted or registered again) the peer's unhealthy mark is cleared
- * and its old connections are closed.  *out receives the peer.
+ * that peer: its regions are replaced and its unhealthy mark is cleared
+ * (whoever imports it vouches that the peer answers: fetched from it, its
+ * descriptor says so); when its generation differs (the peer restarted or
+ * registered again) its old connections are also closed.  *out receives
+ * the peer.
  * Staleness: every connection's handshake carries the peer's generation.
  * When it differs from the generation of the imported descriptor (the
  * peer restarted at the same session_id since, its regions are not the

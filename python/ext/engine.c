@@ -171,14 +171,15 @@ static void engine_close_now(EngineObject *self)
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"host",  "backend",  "device", "timeout_s",
-                          "token", "fetch_ms", "port",   NULL};
+    static char *kwl[] = {"host",     "backend", "device",        "timeout_s", "token",
+                          "fetch_ms", "port",    "io_timeout_ms", NULL};
     const char *host, *backend = "auto", *device = NULL, *token = NULL;
     double timeout_s = 30.0;
     unsigned int fetch_ms = 5000;
+    unsigned int io_timeout_ms = 0;
     int port = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|szdzIi", kwl, &host, &backend, &device,
-                                     &timeout_s, &token, &fetch_ms, &port))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|szdzIiI", kwl, &host, &backend, &device,
+                                     &timeout_s, &token, &fetch_ms, &port, &io_timeout_ms))
         return -1;
     if (port < 0 || port > 65535) {
         PyErr_Format(PyExc_ValueError, "port must be 0..65535, not %d", port);
@@ -192,7 +193,8 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw)
                   .port = (uint16_t)port,
                   .device = device,
                   .token = token,
-                  .fetch_ms = fetch_ms};
+                  .fetch_ms = fetch_ms,
+                  .io_timeout_ms = io_timeout_ms};
     if (kvt_backend_parse(backend, &o.backend) != KVC_OK) {
         PyErr_Format(PyExc_ValueError, "backend must be auto, tcp or verbs, not %s", backend);
         return -1;
@@ -508,7 +510,8 @@ static PyMethodDef Engine_methods[] = {
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcoord._engine.Engine",
     .tp_doc = "Engine(host, backend='auto', device=None, timeout_s=30.0, token=None, "
-              "fetch_ms=5000): kvcoord's transfer engine shared by many threads; see "
+              "fetch_ms=5000, port=0, io_timeout_ms=0 (the engine's 10000)): kvcoord's transfer "
+              "engine shared by many threads; see "
               "kvcoord.mooncake.",
     .tp_basicsize = sizeof(EngineObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -280,6 +280,8 @@ int mce_create(const mce_opts *o, mce **out)
     ko.backend = o->backend;
     ko.verbs_device = o->device && *o->device ? o->device : NULL;
     ko.token = m->token;
+    if (o->io_timeout_ms)
+        ko.io_timeout_ms = o->io_timeout_ms;
     ko.log = engine_log;
     ko.log_ctx = m;
     char listen[300];

@@ -36,13 +36,14 @@ enum { MCE_WRITE = 0, MCE_READ = 1 };
 typedef struct mce mce;
 
 typedef struct mce_opts {
-    const char *host;    /* host of the session id ("host:rpc_port"); listened on */
-    uint16_t port;       /* rpc port, 0: a free one */
-    kvt_backend backend; /* AUTO: verbs where a device exists, else TCP */
-    const char *device;  /* verbs device, NULL or "": the first usable */
-    uint64_t timeout_ns; /* a call's deadline before its bytes' share */
-    uint32_t fetch_ms;   /* deadline of one descriptor fetch */
-    const char *token;   /* engine token, NULL: none */
+    const char *host;       /* host of the session id ("host:rpc_port"); listened on */
+    uint16_t port;          /* rpc port, 0: a free one */
+    kvt_backend backend;    /* AUTO: verbs where a device exists, else TCP */
+    const char *device;     /* verbs device, NULL or "": the first usable */
+    uint64_t timeout_ns;    /* a call's deadline before its bytes' share */
+    uint32_t fetch_ms;      /* deadline of one descriptor fetch */
+    const char *token;      /* engine token, NULL: none */
+    uint32_t io_timeout_ms; /* the engine's io_timeout_ms, 0: its default */
 } mce_opts;
 
 /* Create the engine and start its progress thread.  0, or -1 with the

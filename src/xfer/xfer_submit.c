@@ -131,20 +131,23 @@ void kvt__peer_fail(kvt_engine *e, kvt_peer *p, int32_t code, const char *fmt, .
     }
 }
 
-/* Clear the unhealthy mark: the peer registered again (new generation). */
+/* A descriptor of p was imported: clear the unhealthy mark (the importer
+ * vouches for the peer: the binding fetched the descriptor from it, so it
+ * answers), and when the generation changed close the old connections,
+ * which lead to the old process (or nowhere). */
 void kvt__peer_renew(kvt_engine *e, kvt_peer *p, uint64_t generation)
 {
-    if (p->generation && p->generation != generation) {
-        /* Old connections lead to the old process (or nowhere). */
+    bool restarted = p->generation && p->generation != generation;
+    if (restarted) {
         for (uint32_t i = 0; i < e->o.conns_per_peer; i++)
             if (p->conns[i])
                 kvt__conn_close(e, p->conns[i]);
         e->rdma->peer_down(e, p);
-        if (p->unhealthy_until_ns)
-            kvt__log(e, KVT_LOG_INFO, "peer %s registered again (generation %llu): healthy", p->sid,
-                     (unsigned long long)generation);
-        p->unhealthy_until_ns = 0;
     }
+    if (p->unhealthy_until_ns > kvc__mono_ns())
+        kvt__log(e, KVT_LOG_INFO, "peer %s %s (generation %llu): healthy", p->sid,
+                 restarted ? "registered again" : "answered again", (unsigned long long)generation);
+    p->unhealthy_until_ns = 0;
     p->generation = generation;
 }
 

@@ -337,6 +337,40 @@ class PeerFailures(EngineCase):
                          self.engine.last_error())
         self.assertEqual(second.hash([[0, 65536]]), sha_of(m, [[0, 65536]]))
 
+    def test_peer_paused_then_resumed(self):
+        """A peer stopped (SIGSTOP) past the io timeout is marked unhealthy;
+        once it runs again (SIGCONT) the next call, a second or two later,
+        fetches its descriptor again and succeeds (the mark is not kept for
+        its 30 s TTL)."""
+        if not _engine.HAVE_FETCH:
+            self.skipTest("this build's transfer engine cannot fetch descriptors")
+        os.environ["KVCOORD_TRANSFER_IO_TIMEOUT_MS"] = "500"
+        try:
+            e = TransferEngine()
+            self.assertEqual(e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0,
+                             e.last_error())
+        finally:
+            del os.environ["KVCOORD_TRANSFER_IO_TIMEOUT_MS"]
+        try:
+            p = Peer(size=MiB, seed=None)
+            self.peers.append(p)
+            m, a = buffer(MiB, seed=21)
+            self.assertEqual(e.register_memory(a, MiB), 0, e.last_error())
+            self.assertEqual(e.transfer_sync_write(p.sid, a, p.addr, 65536), 0, e.last_error())
+            p.proc.send_signal(signal.SIGSTOP)
+            try:
+                self.assertEqual(e.transfer_sync_write(p.sid, a, p.addr, 65536), -1)
+                self.assertIn(p.sid, e.last_error())
+                wait_for(lambda: e.stats()["peers_unhealthy"] == 1, "the peer marked unhealthy")
+            finally:
+                p.proc.send_signal(signal.SIGCONT)
+            time.sleep(1.5)
+            self.assertEqual(e.transfer_sync_write(p.sid, a, p.addr, MiB), 0, e.last_error())
+            self.assertEqual(p.hash([[0, MiB]]), sha_of(m, [[0, MiB]]))
+            self.assertEqual(e.stats()["peers_unhealthy"], 0)
+        finally:
+            e.close()
+
 
 @unittest.skipUnless(_engine.HAVE_READ and _engine.HAVE_FETCH,
                      "this build's transfer engine has no READ or no descriptor fetch")

@@ -472,8 +472,8 @@ static void test_sender_handshake_deadline(void **state)
 }
 
 /* No acknowledgement: the write deadline fails the room; the peer is then
- * unhealthy (submits refused, with the time left) until it registers
- * again with a new generation. */
+ * unhealthy (submits refused, with the time left) until its descriptor
+ * is imported again (same generation or a new one). */
 static void test_sender_ack_deadline_unhealthy(void **state)
 {
     (void)state;
@@ -495,8 +495,18 @@ static void test_sender_ack_deadline_unhealthy(void **state)
     kvc_room_info ri;
     assert_int_equal(kvc_room_get(seg, 1100, 0, &ri), KVC_OK);
     assert_int_equal(ri.state, KVC_POLL_FAILED);
+    /* Its descriptor imported again, the same generation (the peer was
+     * only slow, or paused, and answers again): healthy at once, not
+     * after the TTL. */
+    int port = atoi(strrchr(pi.session_id, ':') + 1);
+    char *d = fake_desc(port, 5, KVT_PROTOCOL_VERSION);
+    assert_int_equal(kvt_peer_import(e, d, strlen(d), &p), KVC_OK);
+    free(d);
+    assert_int_equal(kvt_peer_stat(e, p, &pi), KVC_OK);
+    assert_int_equal(pi.healthy, 1);
+    assert_int_equal(pi.unhealthy_left_ms, 0);
     /* Registered again with a new generation: healthy. */
-    char *d = fake_desc(atoi(strrchr(pi.session_id, ':') + 1), 2, KVT_PROTOCOL_VERSION);
+    d = fake_desc(port, 2, KVT_PROTOCOL_VERSION);
     assert_int_equal(kvt_peer_import(e, d, strlen(d), &p), KVC_OK);
     free(d);
     assert_int_equal(kvt_peer_stat(e, p, &pi), KVC_OK);

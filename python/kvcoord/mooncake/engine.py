@@ -231,9 +231,14 @@ class TransferEngine:
         if why:
             return self._fail(-1, "initialize: " + why)
         device = (device_name or "").split(",")[0].strip() or None
+        io_ms = os.environ.get("KVCOORD_TRANSFER_IO_TIMEOUT_MS", "").strip()
+        if io_ms and not (io_ms.isdigit() and 0 < int(io_ms) < 1 << 32):
+            return self._fail(-1, "initialize: KVCOORD_TRANSFER_IO_TIMEOUT_MS %r is not a "
+                              "number of milliseconds in 1..2**32-1" % (io_ms,))
         try:
             e = _engine.Engine(host, backend, device, _transfer_timeout_s(),
-                               os.environ.get("KVCOORD_TRANSFER_TOKEN") or None, port=port)
+                               os.environ.get("KVCOORD_TRANSFER_TOKEN") or None, port=port,
+                               io_timeout_ms=int(io_ms or 0))
         except (OSError, ValueError) as exc:
             return self._fail(-1, "initialize on %s: %s" % (host, exc))
         with self._lock:
