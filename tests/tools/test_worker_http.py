@@ -20,7 +20,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import free_port  # noqa: E402  (the tests' one helper module)
+from kvctest import free_port, stop_process  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 TP = 8
@@ -30,18 +30,6 @@ STRESS_RANK = 100
 def read_body(path):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def stop(proc, sig=signal.SIGTERM, timeout=10):
-    """Signal proc and reap it; SIGKILL if it outlives timeout.  Returns its status."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
 
 
 def run_worker(*args, timeout=60):
@@ -172,7 +160,7 @@ class WorkerCliTest(unittest.TestCase):
         w = Worker("wait-signal", "kvctest-tools-never-%d" % os.getpid(), 0, info,
                    "--timeout-ms", "60000")
         time.sleep(0.2)
-        self.assertEqual(stop(w.proc, signal.SIGINT), 1)
+        self.assertEqual(stop_process(w.proc, sig=signal.SIGINT), 1)
         self.assertIn("stopped by", w.output())
 
 
@@ -218,7 +206,7 @@ class WorkerHttpTest(unittest.TestCase):
                 except requests.RequestException:
                     pass
                 time.sleep(0.05)
-            stop(cls.daemon)
+            stop_process(cls.daemon)
             cls.daemon_log.close()
         with open(os.path.join(ARGS.work, "kvcoordd.log"), encoding="utf-8") as f:
             raise AssertionError("kvcoordd did not become healthy: " + f.read()[-2000:])
@@ -226,9 +214,9 @@ class WorkerHttpTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         for w in cls.workers:
-            stop(w.proc)
+            stop_process(w.proc)
         if cls.daemon is not None:
-            stop(cls.daemon)
+            stop_process(cls.daemon)
             cls.daemon_log.close()
         try:
             os.unlink("/dev/shm/" + cls.segment)
@@ -306,7 +294,7 @@ class WorkerHttpTest(unittest.TestCase):
             self.assertEqual(data["remote_instance_transfer_engine_info"],
                              [tei["session_id"], tei["weights_info_dict"]])
         finally:
-            self.assertEqual(stop(w.proc), 0)
+            self.assertEqual(stop_process(w.proc), 0)
 
     def test_6_same_registration_again_is_accepted(self):
         """A worker restarted with the same info registers again (exit 0)."""
@@ -327,7 +315,7 @@ class WorkerHttpTest(unittest.TestCase):
         w = Worker("worker-killed", self.segment, TP + 1, info)
         w.wait_registered()
         self.assertEqual(self.get(TP + 1).status_code, 200)
-        stop(w.proc, signal.SIGKILL)
+        stop_process(w.proc, sig=signal.SIGKILL)
         deadline = time.monotonic() + 10
         while self.get(TP + 1).status_code == 200 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -339,7 +327,7 @@ class WorkerHttpTest(unittest.TestCase):
         for w in self.workers:
             self.assertIsNone(w.proc.poll(), "a lingering worker exited early")
         for w in self.workers:
-            self.assertEqual(stop(w.proc), 0, w.output())
+            self.assertEqual(stop_process(w.proc), 0, w.output())
 
 
 def generate(model, out, *extra):

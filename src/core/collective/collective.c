@@ -73,17 +73,6 @@ static uint32_t cpus_usable(void)
     return n;
 }
 
-static void spin_pause(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 /* ---- a round ------------------------------------------------------------ */
 
 typedef struct call {
@@ -179,7 +168,7 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
         }
         if ((i & 63) == 63 && kvc__mono_ns() >= spin_end)
             break;
-        spin_pause();
+        kvc__spin_pause();
     }
     uint64_t bit = 1ull << c->rank;
     atomic_fetch_or(&g->sleepers, bit);

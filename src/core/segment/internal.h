@@ -155,6 +155,20 @@ _Noreturn void kvc__assert_fail(const char *what, const char *file, int line);
  * For kvc__assert only: another process's lock may change meanwhile. */
 bool kvc__lock_held(kvc_segment *seg, int id);
 
+/* A busy-wait's pause between two looks at a shared word: PAUSE on x86,
+ * YIELD on arm64 (each tells the core a spin is under way, sparing the
+ * sibling thread and the memory order machinery), else a compiler barrier. */
+static inline void kvc__spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
 /* lock.c: take lock id, recovering a dead owner's state (the recovery
  * registered for that lock) before marking the mutex consistent.  Bounded
  * by the segment's lock timeout.  Errors: KVC_E_BUSY, KVC_E_NOTRECOVERABLE,

@@ -89,17 +89,6 @@ static kvc_err recovered(kvc_segment *seg, int id, kvc_lock *l)
     return KVC_OK;
 }
 
-static inline void spin_pause(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 kvc_err kvc__lock(kvc_segment *seg, int id) { return kvc__lock_spin(seg, id, 0); }
 
 kvc_err kvc__lock_spin(kvc_segment *seg, int id, int spins)
@@ -120,7 +109,7 @@ kvc_err kvc__lock_spin(kvc_segment *seg, int id, int spins)
      * just before unlocking), trying again whenever it is not. */
     for (int k = 0; r == EBUSY && k < spins; k++) {
         if (atomic_load_explicit(&l->owner_pid, memory_order_relaxed))
-            spin_pause();
+            kvc__spin_pause();
         else
             r = pthread_mutex_trylock(&l->mutex);
     }
