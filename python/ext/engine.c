@@ -360,7 +360,8 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args)
     return PyLong_FromUnsignedLongLong(id);
 }
 
-/* batch_wait(id, block) -> 1 done, -1 failed, -2 deadline passed, 0 pending */
+/* batch_wait(id, block) -> 1 done, -1 failed, -2 deadline passed, 0 pending,
+ * -3 unknown (never submitted, or its end already reported) */
 static PyObject *Engine_batch_wait(EngineObject *self, PyObject *args)
 {
     PyObject *io;
@@ -497,7 +498,7 @@ static PyMethodDef Engine_methods[] = {
     {"submit", (PyCFunction)Engine_submit, METH_VARARGS,
      "submit(sid, op, buffers, peer_addrs, lengths) -> batch id (0: failed)"},
     {"batch_wait", (PyCFunction)Engine_batch_wait, METH_VARARGS,
-     "batch_wait(id, block) -> 1 done, -1 failed, -2 deadline passed, 0 pending"},
+     "batch_wait(id, block) -> 1 done, -1 failed, -2 deadline passed, 0 pending, -3 unknown"},
     {"probe", (PyCFunction)Engine_probe, METH_VARARGS, "probe(sid) -> 0 / -1 (handshake)"},
     {"peer_add", (PyCFunction)Engine_peer_add, METH_VARARGS, "peer_add(json) -> 0 / -1"},
     {"descriptor", (PyCFunction)Engine_descriptor, METH_NOARGS, "This engine's descriptor."},

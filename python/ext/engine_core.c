@@ -777,7 +777,7 @@ int mce_batch_wait(mce *m, uint64_t id, int block)
         w = w->next;
     if (!w) {
         pthread_mutex_unlock(&m->mu);
-        return fail(m, -1, "batch %llu: unknown or already waited for", (unsigned long long)id);
+        return fail(m, -3, "batch %llu: unknown or already waited for", (unsigned long long)id);
     }
     int rc = wait_locked(m, w, block);
     if (rc == 0) {

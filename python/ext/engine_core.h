@@ -74,7 +74,7 @@ int mce_transfer(mce *m, const char *sid, int op, kvt_run *runs, size_t n);
  * mce_last_error()).  mce_batch_wait: 1 done, -1 failed (reason set), -2
  * deadline passed, 0 pending (only when block is 0).  An id is consumed
  * by the first answer other than 0 pending; a consumed or unknown id
- * gives -1. */
+ * gives -3 (reason set). */
 uint64_t mce_submit(mce *m, const char *sid, int op, kvt_run *runs, size_t n);
 int mce_batch_wait(mce *m, uint64_t id, int block);
 

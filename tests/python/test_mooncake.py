@@ -174,7 +174,17 @@ class Transfers(EngineCase):
         while (st := e.transfer_check_status(bid)) == 0 and time.monotonic() < end:
             time.sleep(0.001)
         self.assertEqual(st, 1)
-        self.assertEqual(e.transfer_check_status(bid), -1)  # consumed
+        # consumed, as Mooncake frees it: -1, and last_error() says so
+        self.assertEqual(e.transfer_check_status(bid), -1)
+        self.assertIn("transfer_check_status: batch %d was already collected: "
+                      "transfer_check_status reported 1 (done) for it" % bid, e.last_error())
+        self.assertEqual(e.get_batch_transfer_status([bid]), -1)
+        self.assertIn("get_batch_transfer_status: batch %d was already collected" % bid,
+                      e.last_error())
+        self.assertEqual(e.transfer_check_status(ids[0]), -1)
+        self.assertIn("get_batch_transfer_status reported 1 (done)", e.last_error())
+        self.assertEqual(e.transfer_check_status(bid + 1000), -1)
+        self.assertIn("batch %d is unknown" % (bid + 1000), e.last_error())
         # failures: negative, with a reason, logged once
         with self.assertLogs("kvcoord.mooncake", "WARNING") as logs:
             self.assertEqual(e.batch_transfer_sync_write(peer.sid, [a], [peer.addr], []), -1)

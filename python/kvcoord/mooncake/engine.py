@@ -25,6 +25,7 @@ the operation, the errno or work-completion status) and one log line
 (logger "kvcoord.mooncake") per failed call.  See docs/mooncake.md.
 """
 
+import collections
 import ctypes
 import functools
 import ipaddress
@@ -189,6 +190,9 @@ class TransferEngine:
         self._e = None
         self._lock = threading.Lock()
         self._errors = threading.local()
+        # batch id -> (call, status) of its collection (ids are never
+        # reused): only to say why a collected batch is unknown now
+        self._collected = collections.OrderedDict()
 
     # ---- set-up -----------------------------------------------------------------
 
@@ -425,21 +429,26 @@ class TransferEngine:
                 return self._fail(-1, "get_batch_transfer_status: batch_ids[%d] must be an int "
                                   "in 0..2**64-1, not %r" % (i, bid))
         for i, bid in enumerate(ids):
-            rc = e.batch_wait(bid, True)
+            rc = self._wait(e, bid, True, "get_batch_transfer_status")
             if rc != 1:
                 for rest in ids[i + 1:]:
-                    e.batch_wait(rest, False)
-                return self._rc(-1)
+                    self._wait(e, rest, False, "get_batch_transfer_status (released)", quiet=True)
+                return self._rc(-1) if rc != _UNKNOWN else -1
         return 0
 
     @_or_fail(-1)
     def transfer_check_status(self, batch_id):
-        """1 done, -1 failed, -2 deadline passed, 0 still in flight."""
+        """1 done, -1 failed, -2 deadline passed, 0 still in flight.  A
+        batch is forgotten once this returned 1, -1 or -2 for it (or
+        get_batch_transfer_status returned for it), as Mooncake frees it
+        then: asked again it is -1, last_error() saying what it reported."""
         e = self._engine()
         try:
-            rc = e.batch_wait(batch_id, False)
+            rc = self._wait(e, batch_id, False, "transfer_check_status")
         except (TypeError, ValueError) as exc:
             return self._fail(-1, "transfer_check_status: %s" % exc)
+        if rc == _UNKNOWN:
+            return -1
         if rc < 0:
             self._note()
         return rc
@@ -514,6 +523,28 @@ class TransferEngine:
             self._note()
         return bid
 
+    def _wait(self, e, bid, block, call, quiet=False):
+        """e.batch_wait(bid, block) -> 1, -1, -2, 0, or _UNKNOWN (an id never
+        submitted or already collected; last_error() says which, unless
+        quiet).  A batch whose end is reported here is recorded as collected."""
+        rc = e.batch_wait(bid, block)
+        with self._lock:
+            if rc in (1, -1, -2):
+                self._collected[bid] = (call, rc)
+                while len(self._collected) > _COLLECTED_MAX:
+                    self._collected.popitem(last=False)
+                return rc
+            was = self._collected.get(bid) if rc == _UNKNOWN else None
+        if rc == _UNKNOWN and not quiet:
+            if was:
+                self._fail(-1, "%s: batch %d was already collected: %s reported %d (%s) for it; "
+                           "a batch is forgotten once its end is reported, as Mooncake frees "
+                           "it then" % (call, bid, was[0], was[1], _STATUS[was[1]]))
+            else:
+                self._fail(-1, "%s: batch %d is unknown (not a batch id of this engine, or "
+                           "collected long ago)" % (call, bid))
+        return rc
+
     def _rc(self, rc):
         if rc != 0:
             self._note()
@@ -555,6 +586,11 @@ class TransferOpcode:
 
 
 TransferEngine.TransferOpcode = TransferOpcode
+
+
+_UNKNOWN = -3  # batch_wait: no such batch in flight
+_COLLECTED_MAX = 4096  # collected batch ids remembered, for last_error()
+_STATUS = {1: "done", -1: "failed", -2: "deadline passed"}
 
 
 def _what(op, sid):
