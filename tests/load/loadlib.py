@@ -10,14 +10,12 @@ import json
 import os
 import re
 import resource
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import free_port  # noqa: E402,F401  (the tests' one helper; loadlib.free_port)
+import kvctest  # noqa: E402  (the tests' one helper module)
 
 REGISTER = "/register_transfer_engine_info"
 LOOKUP = "/get_transfer_engine_info"
@@ -46,88 +44,30 @@ def reg_body(rank, session_id, wid):
         "session_id": session_id, "weights_info_dict": wid}}).encode()
 
 
-class Daemon:
-    """kvcoordd on 127.0.0.1:<free port>, log in a temp dir."""
+class Daemon(kvctest.Daemon):
+    """kvctest's kvcoordd (info-level log, which has the listening line; the
+    daemon's room cap), started by start(fresh) (which returns it), with
+    the load tests' fd and RSS probes; stop() keeps the segment
+    (unlink_segment() removes it)."""
 
-    def __init__(self, exe, segment, args=(), workdir=None):
-        self.exe = exe
-        self.segment = segment
-        self.args = list(args)
-        self.workdir = workdir or tempfile.mkdtemp(prefix="kvcload-")
-        self.proc = None
-        self.port = None
-        self.starts = 0
-        self.log_path = None
+    def __init__(self, exe, segment, args=()):
+        super().__init__(segment, args, exe=exe, log_level="info", max_rooms=None, run=False)
 
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def start(self, fresh=True, deadline_s=30):
-        for _ in range(5):  # a free port can be taken between bind and listen
-            self.starts += 1
-            self.port = free_port()
-            self.log_path = os.path.join(self.workdir, "kvcoordd-%d.log" % self.starts)
-            cmd = [self.exe, "--listen", "127.0.0.1:%d" % self.port, "--segment", self.segment,
-                   "--log-level", "warn"] + (["--fresh"] if fresh else []) + self.args
-            with open(self.log_path, "w") as log:
-                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL)
-            end = time.monotonic() + deadline_s
-            while time.monotonic() < end and self.proc.poll() is None:
-                try:
-                    if get(self.port, "/health", timeout=2)[0] == 200:
-                        return self
-                except OSError:
-                    pass
-                time.sleep(0.05)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError("kvcoordd never answered /health\n" + self.log_tail())
-        raise AssertionError("kvcoordd did not start\n" + self.log_tail())
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def sigkill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+    def start(self, fresh=True):
+        return super().start(fresh)
 
     def stop(self):
-        """SIGTERM; returns the exit status."""
-        if not self.alive():
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return "hung after SIGTERM"
+        """SIGTERM (SIGKILL after 30 s); returns the exit status."""
+        return super().stop(discard=False)
 
     def unlink_segment(self):
-        try:
-            os.unlink("/dev/shm/" + self.segment)
-        except FileNotFoundError:
-            pass
-
-    def log_tail(self, n=3000):
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-n:]
-        except (OSError, TypeError):
-            return "(no log)"
+        kvctest.discard(self.segment)
 
     def fds(self):
         return len(os.listdir("/proc/%d/fd" % self.pid))
 
     def rss_kb(self):
-        with open("/proc/%d/status" % self.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return self.rss_kib()
 
     def wait_fds(self, baseline, deadline_s=60):
         """Wait until the daemon's fd count is back to baseline (connections

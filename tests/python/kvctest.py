@@ -285,21 +285,23 @@ class Daemon:
     exe: the daemon (default $KVCOORD_DAEMON; the test is skipped without
     one); extra: more options; env: the daemon's environment; fresh: pass
     --fresh (a new segment) or adopt the existing one; max_rooms and
-    log_level: those options (None: the daemon's default).  start() runs it
+    log_level: those options (None: the daemon's default); run=False: not
+    started until start() is called.  start() runs it
     again on the same segment after sigkill() or stop(discard=False) (a
     restart: a new process, a new port when port=0).  Attributes: proc (its
     Popen), port, url, log (its stdout+stderr file, one per start)."""
 
     def __init__(self, segment, extra=(), *, exe=None, port=0, log_level="debug", env=None,
-                 fresh=True, max_rooms=256, host="127.0.0.1"):
+                 fresh=True, max_rooms=256, host="127.0.0.1", run=True):
         self.exe = exe or os.environ.get("KVCOORD_DAEMON")
         if not self.exe:
             raise unittest.SkipTest("KVCOORD_DAEMON not set (run the tests through ctest)")
         self.segment, self.extra, self.env = segment, list(extra), env
         self.want_port, self.log_level, self.max_rooms = port, log_level, max_rooms
         self.host = ("[%s]" if ":" in host else "%s") % host
-        self.log, self.final_output = None, ""
-        self.start(fresh)
+        self.log, self.final_output, self.proc, self.port = None, "", None, None
+        if run:
+            self.start(fresh)
 
     def start(self, fresh=False):
         """Start kvcoordd (fresh: on a new segment); returns once it listens."""
@@ -330,8 +332,12 @@ class Daemon:
         """The last n characters of the current start's log."""
         return self.output()[-n:]
 
+    @property
+    def pid(self):
+        return self.proc.pid
+
     def alive(self):
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def request(self, method, path, body=None, headers=None):
         """One HTTP request on a new connection: (status, body text).  A
@@ -363,7 +369,9 @@ class Daemon:
     def stop(self, discard=True, sig=signal.SIGTERM):
         """stop_process() it (SIGCONT, `sig`, SIGKILL after 30 s) and remove
         its log; with discard, its segment too.  Returns its exit code; a
-        second call only returns it."""
+        second call only returns it (None when it never started)."""
+        if self.proc is None:
+            return None
         rc = stop_process(self.proc, sig=sig)
         if self.log is not None:
             if os.environ.get("KVC_KEEP_LOGS"):
