@@ -315,8 +315,13 @@ class Daemon:
         cmd += ["--log-level", self.log_level] if self.log_level is not None else []
         self.proc = subprocess.Popen(cmd + self.extra, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=self.env)
-        m = wait_log(self.log.name, r"listening addr=%s:(\d+)" % re.escape(self.host),
-                     "kvcoordd to listen", proc=self.proc)
+        try:
+            m = wait_log(self.log.name, r"listening addr=%s:(\d+)" % re.escape(self.host),
+                         "kvcoordd to listen", proc=self.proc)
+        except BaseException:  # never leave a daemon behind a failed start
+            self.proc.kill()
+            self.proc.wait()
+            raise
         self.port = int(m.group(1))
         self.url = "http://%s:%d" % (self.host, self.port)
         return self
