@@ -33,7 +33,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import Daemon as KvcDaemon  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon as KvcDaemon, wait_for  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -80,17 +80,6 @@ class Worker:
         os.unlink(self.info.name)
         os.unlink(self.out.name)
         return self.proc.returncode
-
-
-def wait_until(pred, what):
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.05)
 
 
 class RoomsHttpTest(unittest.TestCase):
@@ -344,7 +333,7 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertEqual(v["local"][1]["state"], "Transferring")
         self.assertIsNone(v["failure"])
         os.kill(w.proc.pid, signal.SIGKILL)  # not reaped yet: the daemon sees it exit
-        wait_until(lambda: self.lookup(1).status_code == 404, "rank 1 to be withdrawn")
+        wait_for(lambda: self.lookup(1).status_code == 404, "rank 1 to be withdrawn")
         r = self.lookup(1)
         self.assertEqual(
             r.json()["detail"],
@@ -364,7 +353,7 @@ class RoomsHttpTest(unittest.TestCase):
         # (what the lookups above saw): wait for it rather than read at once.
         pat = re.compile(r"proc_dead rank=1 pid=%d how=\"killed by signal 9 \(Killed\)\" "
                          r"rooms_failed=1 ranks_withdrawn=1" % w.proc.pid)
-        wait_until(lambda: pat.search(self.daemon.output()), "the proc_dead log line")
+        wait_for(lambda: pat.search(self.daemon.output()), "the proc_dead log line")
 
     def test_killed_and_reaped_worker_rank_withdrawn(self):
         w = self.worker(3)
@@ -372,7 +361,7 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertEqual(self.lookup(3).status_code, 200)
         w.proc.kill()
         w.proc.wait()  # reaped at once: the daemon may only see it gone
-        wait_until(lambda: self.lookup(3).status_code == 404, "rank 3 to be withdrawn")
+        wait_for(lambda: self.lookup(3).status_code == 404, "rank 3 to be withdrawn")
         r = self.lookup(3)
         self.assertIn("rank 3's process %d" % w.proc.pid, r.json()["detail"])
 
@@ -412,7 +401,7 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertNotIn("proc_watch pid=%d " % self.daemon.proc.pid, self.daemon.output())
         w = self.worker(7)
         w.wait_ready("generation=")
-        wait_until(lambda: "proc_watch pid=%d " % w.proc.pid in self.daemon.output(),
+        wait_for(lambda: "proc_watch pid=%d " % w.proc.pid in self.daemon.output(),
                    "the worker to be watched")
         self.assertNotIn("proc_watch pid=%d " % self.daemon.proc.pid, self.daemon.output())
 

@@ -16,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import kvctest  # noqa: E402  (the tests' one helper module)
+from kvctest import free_port  # noqa: E402,F401  (loadlib.free_port, for tests/robust)
 
 REGISTER = "/register_transfer_engine_info"
 LOOKUP = "/get_transfer_engine_info"
@@ -50,7 +51,8 @@ class Daemon(kvctest.Daemon):
     the load tests' fd and RSS probes; stop() keeps the segment
     (unlink_segment() removes it)."""
 
-    def __init__(self, exe, segment, args=()):
+    def __init__(self, exe, segment, args=(), workdir=None):
+        del workdir  # kvctest keeps the log in a temporary file
         super().__init__(segment, args, exe=exe, log_level="info", max_rooms=None, run=False)
 
     def start(self, fresh=True):
