@@ -22,13 +22,19 @@ import time
 import unittest
 import urllib.request
 
-from kvctest import DEADLINE, Daemon, new_name, wait_for
+from kvctest import DEADLINE, Daemon, new_name, proc_state, wait_for
 
 from kvcoord import _engine
 from kvcoord.mooncake import TransferEngine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
+
+
+def all_threads_stopped(pid):
+    """Whether every thread of process pid is stopped (state T; a thread's
+    id reads in /proc as a process's)."""
+    return all(proc_state(int(t)) == "T" for t in os.listdir("/proc/%d/task" % pid))
 
 
 class Peer:
@@ -369,6 +375,8 @@ class PeerFailures(EngineCase):
             self.assertEqual(e.transfer_sync_write(p.sid, a, p.addr, 65536), 0, e.last_error())
             p.proc.send_signal(signal.SIGSTOP)
             try:
+                # kill() returns before every thread of the peer has stopped
+                wait_for(lambda: all_threads_stopped(p.proc.pid), "the peer's threads to stop")
                 self.assertEqual(e.transfer_sync_write(p.sid, a, p.addr, 65536), -1)
                 self.assertIn(p.sid, e.last_error())
                 wait_for(lambda: e.stats()["peers_unhealthy"] == 1, "the peer marked unhealthy")
