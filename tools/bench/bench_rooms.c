@@ -76,21 +76,7 @@ static void stats(uint64_t *v, size_t n, double *p50, double *p99)
 
 static kvc_segment *open_seg(const char *name, kvc_open_mode mode)
 {
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = mode;
-    o.role = KVC_ROLE_CLIENT;
-    o.max_ranks = 16;
-    o.arena_bytes = 1 << 20;
-    o.max_info_bytes = 1 << 16;
-    o.max_rooms = 4096;
-    kvc_segment *s = NULL;
-    if (kvc_open(&o, &s) != KVC_OK) {
-        fprintf(stderr, "kvcoord-bench rooms: %s\n", kvc_last_error());
-        exit(1);
-    }
-    return s;
+    return bench_rooms_open(name, mode, "kvcoord-bench rooms");
 }
 
 /* Sample k of 2 x rounds: a room failure or a pipe wake-up.  The two kinds

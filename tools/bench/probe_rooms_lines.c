@@ -36,6 +36,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "bench_rooms.h"
 #include "internal.h"
 
 enum { SHARED, PRIVATE, SPLIT, SLOTSPLIT, MODES, MAX_ROUNDS = 64 };
@@ -49,21 +50,7 @@ struct sync {
 
 static kvc_segment *open_seg(const char *name, kvc_open_mode mode)
 {
-    kvc_options o;
-    kvc_options_init(&o);
-    o.name = name;
-    o.mode = mode;
-    o.role = KVC_ROLE_CLIENT;
-    o.max_ranks = 16;
-    o.arena_bytes = 1 << 20;
-    o.max_info_bytes = 1 << 16;
-    o.max_rooms = 4096; /* as kvcoord-bench rooms */
-    kvc_segment *s = NULL;
-    if (kvc_open(&o, &s) != KVC_OK) {
-        fprintf(stderr, "kvcoord-probe-rooms: %s\n", kvc_last_error());
-        exit(1);
-    }
-    return s;
+    return bench_rooms_open(name, mode, "kvcoord-probe-rooms");
 }
 
 /* TSC ticks (x86), else CLOCK_MONOTONIC ns. */
