@@ -332,40 +332,19 @@ static int teardown(void **state)
     return 0;
 }
 
-static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        v[i] = i;
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (uint32_t i = n - 1; i > 0; i--) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        uint32_t j = (uint32_t)(x % (i + 1));
-        uint32_t t = v[i];
-        v[i] = v[j];
-        v[j] = t;
-    }
-}
-
 /* n pages of `page` bytes written to the server (write) or read from it,
  * every other page of both regions in a random order on each side
  * (nothing an engine could merge); the bytes checked on the side written.
  * Returns the bytes moved. */
 static uint64_t scattered(ctx *c, bool write, uint32_t page, uint32_t n, uint64_t room)
 {
-    uint32_t slots = REGION / page / 2;
-    assert_true(n <= slots);
-    uint32_t *pl = malloc(slots * sizeof *pl), *pr = malloc(slots * sizeof *pr);
-    shuffle(pl, slots, room);
-    shuffle(pr, slots, room + 1);
     kvt_run *runs = calloc(n, sizeof *runs);
+    assert_int_equal(xu_scatter(runs, n, page, REGION, (uintptr_t)c->local, c->rbase, room), 0);
     unsigned char *want = xu_map(REGION);
     xu_fill(c->local, REGION, room * 7 + 3);
     memcpy(want, write ? c->mirror : c->local, REGION);
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t lo = (uint64_t)pl[i] * 2 * page, ro = (uint64_t)pr[i] * 2 * page;
-        runs[i] = (kvt_run){(uint64_t)(uintptr_t)c->local + lo, c->rbase + ro, page};
+        uint64_t lo = runs[i].laddr - (uintptr_t)c->local, ro = runs[i].raddr - c->rbase;
         if (write)
             memcpy(want + ro, c->local + lo, page);
         else
@@ -386,8 +365,6 @@ static uint64_t scattered(ctx *c, bool write, uint32_t page, uint32_t n, uint64_
     }
     munmap(want, REGION);
     free(runs);
-    free(pl);
-    free(pr);
     return (uint64_t)page * n;
 }
 

@@ -159,39 +159,17 @@ static int teardown(void **state)
     return 0;
 }
 
-static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
-{
-    for (uint32_t i = 0; i < n; i++)
-        v[i] = i;
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (uint32_t i = n - 1; i > 0; i--) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        uint32_t j = (uint32_t)(x % (i + 1));
-        uint32_t t = v[i];
-        v[i] = v[j];
-        v[j] = t;
-    }
-}
-
 /* n pages of `page` bytes, every other page of both regions, in a random
  * order on each side: nothing an engine could merge. */
 static void scattered(ctx *c, uint32_t page, uint32_t n, uint64_t room)
 {
-    uint32_t slots = REGION / page / 2;
-    assert_true(n <= slots);
-    uint32_t *pl = malloc(slots * sizeof *pl), *pr = malloc(slots * sizeof *pr);
-    shuffle(pl, slots, room);
-    shuffle(pr, slots, room + 1);
     kvt_run *runs = calloc(n, sizeof *runs);
+    assert_int_equal(xu_scatter(runs, n, page, REGION, (uintptr_t)c->local, c->rbase, room), 0);
     unsigned char *want = xu_map(REGION);
     memcpy(want, c->local, REGION);
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t lo = (uint64_t)pl[i] * 2 * page, ro = (uint64_t)pr[i] * 2 * page;
-        runs[i] = (kvt_run){(uint64_t)(uintptr_t)c->local + lo, c->rbase + ro, page};
-        memcpy(want + lo, c->mirror + ro, page);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(want + (runs[i].laddr - (uintptr_t)c->local), c->mirror + (runs[i].raddr - c->rbase),
+               page);
     assert_int_equal(kvt_submit_read(c->e, c->peer, room, runs, n, 0), KVC_OK);
     kvt_event ev = wait_ev(c->e, room);
     if (ev.state != KVC_POLL_SUCCESS)
@@ -201,8 +179,6 @@ static void scattered(ctx *c, uint32_t page, uint32_t n, uint64_t room)
     assert_true(xu_sum(c->local, REGION) == xu_sum(want, REGION));
     munmap(want, REGION);
     free(runs);
-    free(pl);
-    free(pr);
 }
 
 static void test_scattered_4k(void **state) { scattered(*state, 4096, 1024, 1); }
@@ -229,16 +205,12 @@ static void test_write_then_read(void **state)
 {
     ctx *c = *state;
     enum { N = 256, PG = 64 << 10 };
-    uint32_t slots = REGION / PG / 2, *pl = malloc(slots * 4), *pr = malloc(slots * 4);
-    shuffle(pl, slots, 8);
-    shuffle(pr, slots, 9);
     xu_fill(c->local, REGION, 21);
     kvt_run w[N], r[N];
-    for (uint32_t i = 0; i < N; i++) {
-        uint64_t lo = (uint64_t)pl[i] * 2 * PG, ro = (uint64_t)pr[i] * 2 * PG;
-        w[i] = (kvt_run){(uint64_t)(uintptr_t)c->local + lo, c->rbase + ro, PG};
-        memcpy(c->mirror + ro, c->local + lo, PG);
-    }
+    assert_int_equal(xu_scatter(w, N, PG, REGION, (uintptr_t)c->local, c->rbase, 8), 0);
+    for (uint32_t i = 0; i < N; i++)
+        memcpy(c->mirror + (w[i].raddr - c->rbase), c->local + (w[i].laddr - (uintptr_t)c->local),
+               PG);
     assert_int_equal(kvt_submit(c->e, c->peer, 50, w, N, 0), KVC_OK);
     kvt_event ev = wait_ev(c->e, 50);
     if (ev.state != KVC_POLL_SUCCESS)
@@ -251,8 +223,6 @@ static void test_write_then_read(void **state)
     assert_int_equal(kvt_submit_read(c->e, c->peer, 51, r, N, 0), KVC_OK);
     assert_int_equal(wait_ev(c->e, 51).state, KVC_POLL_SUCCESS);
     assert_true(xu_sum(c->local, REGION) == xu_sum(c->mirror, REGION));
-    free(pl);
-    free(pr);
 }
 
 /* A WRITEV with one run outside the server's regions: the whole frame is

@@ -46,6 +46,46 @@ static inline void xu_fill(void *p, size_t n, uint64_t seed)
     }
 }
 
+/* v[0..n) := a permutation of 0..n-1, shuffled by stream seed. */
+static inline void xu_shuffle(uint32_t *v, uint32_t n, uint64_t seed)
+{
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = i;
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t j = (uint32_t)(x % (i + 1));
+        uint32_t t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+/* runs[0..n) := n runs of `page` bytes, every other page of a local and a
+ * remote region of `region` bytes each (at laddr, raddr), in a random
+ * order on each side (seeds seed, seed + 1): nothing an engine could
+ * merge.  n must be at most region / page / 2; returns -1 if not. */
+static inline int xu_scatter(kvt_run *runs, uint32_t n, uint32_t page, uint64_t region,
+                             uint64_t laddr, uint64_t raddr, uint64_t seed)
+{
+    uint32_t slots = (uint32_t)(region / page / 2);
+    if (n > slots)
+        return -1;
+    uint32_t *pl = malloc(slots * sizeof *pl), *pr = malloc(slots * sizeof *pr);
+    if (!pl || !pr)
+        abort();
+    xu_shuffle(pl, slots, seed);
+    xu_shuffle(pr, slots, seed + 1);
+    for (uint32_t i = 0; i < n; i++)
+        runs[i] =
+            (kvt_run){laddr + (uint64_t)pl[i] * 2 * page, raddr + (uint64_t)pr[i] * 2 * page, page};
+    free(pl);
+    free(pr);
+    return 0;
+}
+
 static inline void *xu_map(size_t n)
 {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
