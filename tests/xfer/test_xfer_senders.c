@@ -56,13 +56,6 @@ static int readable(int fd)
 
 static int raw_connect(void) { return xu_raw_connect(rport); }
 
-static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room,
-                       uint64_t addr, const void *payload, size_t plen)
-{
-    kvt__frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
-    xu_raw_send(fd, &f, payload, plen);
-}
-
 /* The next frame on fd, the engine driven while it is awaited; payload
  * (NUL-terminated) into buf.  -1 on end of stream. */
 static int next_frame(int fd, kvt__frame *f, char *buf, size_t cap)
@@ -76,14 +69,7 @@ static int next_frame(int fd, kvt__frame *f, char *buf, size_t cap)
 static int hello(const char *sid, uint64_t gen, int *fd_out, char *msg, size_t cap)
 {
     int fd = raw_connect();
-    kvt__hello h;
-    memset(&h, 0, sizeof h);
-    h.version = KVT_PROTOCOL_VERSION;
-    h.generation = gen;
-    snprintf(h.session_id, sizeof h.session_id, "%s", sid);
-    uint8_t b[600];
-    size_t n = kvt__hello_encode(&h, b, sizeof b);
-    send_frame(fd, KVT_F_HELLO, (uint32_t)n, 0, 0, 0, b, n);
+    xu_raw_hello(fd, KVT_PROTOCOL_VERSION, sid, gen);
     kvt__frame f;
     assert_int_equal(next_frame(fd, &f, msg, cap), 0);
     *fd_out = fd;
@@ -152,7 +138,7 @@ static void test_restarts(void **state)
         prev = fd;
     }
     /* An open room (one write, no DONE) of generation 300, then 301. */
-    send_frame(prev, KVT_F_WRITE, 100, 1, 7, (uint64_t)(uintptr_t)region, region + 4096, 100);
+    xu_raw_frame(prev, KVT_F_WRITE, 100, 1, 7, (uint64_t)(uintptr_t)region, region + 4096, 100);
     kvt_stats st;
     do {
         drive();
@@ -239,7 +225,7 @@ static void test_rooms_cap(void **state)
         } while (st.writes_recv - base < room);
     }
     nevs = 0;
-    send_frame(fd, KVT_F_WRITE, 1, room + 1, room, (uint64_t)(uintptr_t)region, region, 1);
+    xu_raw_frame(fd, KVT_F_WRITE, 1, room + 1, room, (uint64_t)(uintptr_t)region, region, 1);
     expect_closed(fd, "rooms open here, the most one sender may");
     drive_until_senders(0);
     assert_true(nevs > 0); /* the open rooms failed (the first 64 are kept here) */

@@ -20,28 +20,9 @@ static int rport;
 static const char *seg_name;
 static kvc_segment *seg;
 
-static void send_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room,
-                       uint64_t addr, const void *payload, size_t plen)
-{
-    kvt__frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
-    xu_raw_send(fd, &f, payload, plen);
-}
-
-static void hello(int fd, uint32_t version, const char *sid, uint64_t gen)
-{
-    kvt__hello h;
-    memset(&h, 0, sizeof h);
-    h.version = version;
-    h.generation = gen;
-    snprintf(h.session_id, sizeof h.session_id, "%s", sid);
-    uint8_t b[600];
-    size_t n = kvt__hello_encode(&h, b, sizeof b);
-    send_frame(fd, KVT_F_HELLO, (uint32_t)n, 0, 0, 0, b, n);
-}
-
 static void hello_ok(int fd, const char *sid)
 {
-    hello(fd, KVT_PROTOCOL_VERSION, sid, 42);
+    xu_raw_hello(fd, KVT_PROTOCOL_VERSION, sid, 42);
     kvt__frame f;
     char buf[1024];
     assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
@@ -97,7 +78,7 @@ static void test_wrong_version(void **state)
 {
     (void)state;
     int fd = xu_raw_connect(rport);
-    hello(fd, 2, "fake:1", 1);
+    xu_raw_hello(fd, 2, "fake:1", 1);
     expect_error(fd, "incompatible protocol versions 2 vs 1");
 }
 
@@ -105,7 +86,7 @@ static void test_before_handshake(void **state)
 {
     (void)state;
     int fd = xu_raw_connect(rport);
-    send_frame(fd, KVT_F_WRITE, 8, 1, 1, rbase, "12345678", 8);
+    xu_raw_frame(fd, KVT_F_WRITE, 8, 1, 1, rbase, "12345678", 8);
     expect_error(fd, "unexpected frame WRITE before the handshake");
 }
 
@@ -114,7 +95,7 @@ static void test_oversized(void **state)
     (void)state;
     int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:2");
-    send_frame(fd, KVT_F_WRITE, KVT_FRAME_MAX + 1, 1, 1, rbase, NULL, 0);
+    xu_raw_frame(fd, KVT_F_WRITE, KVT_FRAME_MAX + 1, 1, 1, rbase, NULL, 0);
     expect_error(fd, "exceeds the limit");
 }
 
@@ -140,8 +121,9 @@ static void test_outside_region(void **state)
     hello_ok(fd, "fake:4");
     char data[100];
     memset(data, 'x', sizeof data);
-    send_frame(fd, KVT_F_WRITE, 100, 1, 7, 0x1000, data, 100);
-    send_frame(fd, KVT_F_WRITE, 100, 2, 7, rbase + REGION - 50, data, 100); /* straddles the end */
+    xu_raw_frame(fd, KVT_F_WRITE, 100, 1, 7, 0x1000, data, 100);
+    xu_raw_frame(fd, KVT_F_WRITE, 100, 2, 7, rbase + REGION - 50, data,
+                 100); /* straddles the end */
     kvt__frame f;
     char buf[1024];
     for (uint64_t seq = 1; seq <= 2; seq++) {
@@ -151,12 +133,12 @@ static void test_outside_region(void **state)
         assert_int_equal(f.status, EFAULT);
         assert_non_null(strstr(buf, "outside every region registered here"));
     }
-    send_frame(fd, KVT_F_WRITE, 100, 3, 7, rbase, data, 100);
+    xu_raw_frame(fd, KVT_F_WRITE, 100, 3, 7, rbase, data, 100);
     assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ACK);
     assert_int_equal(f.seq, 3);
     assert_int_equal(f.addr, 1);
-    send_frame(fd, KVT_F_DONE, 0, 1, 7, 100, NULL, 0);
+    xu_raw_frame(fd, KVT_F_DONE, 0, 1, 7, 100, NULL, 0);
     assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_DONE_ACK);
     assert_int_equal(f.status, 0);
@@ -166,8 +148,8 @@ static void test_outside_region(void **state)
     assert_int_equal(r.state, KVC_POLL_SUCCESS);
     assert_string_equal(r.peer, "fake:4");
     /* A DONE whose tally differs is refused, and the room fails. */
-    send_frame(fd, KVT_F_WRITE, 100, 4, 8, rbase, data, 100);
-    send_frame(fd, KVT_F_DONE, 0, 2, 8, 200, NULL, 0);
+    xu_raw_frame(fd, KVT_F_WRITE, 100, 4, 8, rbase, data, 100);
+    xu_raw_frame(fd, KVT_F_DONE, 0, 2, 8, 200, NULL, 0);
     assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
     assert_int_equal(f.type, KVT_F_ACK);
     assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);
@@ -251,7 +233,7 @@ static void test_truncated(void **state)
     close(fd);
     fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:6");
-    send_frame(fd, KVT_F_WRITE, 1000, 1, 10, rbase, "0123456789", 10);
+    xu_raw_frame(fd, KVT_F_WRITE, 1000, 1, 10, rbase, "0123456789", 10);
     usleep(100000);
     close(fd);
     xu_report r;
@@ -272,7 +254,7 @@ static void test_stalled_frame(void **state)
     (void)state;
     int fd = xu_raw_connect(rport);
     hello_ok(fd, "fake:7");
-    send_frame(fd, KVT_F_WRITE, 1000, 1, 11, rbase, "0123456789", 10);
+    xu_raw_frame(fd, KVT_F_WRITE, 1000, 1, 11, rbase, "0123456789", 10);
     xu_report r;
     assert_int_equal(xu_read_all(rx.rd, &r, sizeof r, -1), 0);
     assert_int_equal(r.room, 11);
@@ -303,7 +285,7 @@ static void test_slow_large_write(void **state)
         assert_int_equal(xu_write_all(fd, payload + off, PIECE), 0);
         usleep(150000);
     }
-    send_frame(fd, KVT_F_DONE, 0, 1, 23, LEN, NULL, 0);
+    xu_raw_frame(fd, KVT_F_DONE, 0, 1, 23, LEN, NULL, 0);
     char buf[1024];
     do
         assert_int_equal(xu_raw_read(fd, &f, buf, sizeof buf), 0);

@@ -38,6 +38,28 @@ static inline void xu_raw_send(int fd, const kvt__frame *f, const void *payload,
         assert_int_equal(xu_write_all(fd, payload, plen), 0);
 }
 
+/* Send a frame of these header fields (len as given, possibly a lie) and
+ * plen bytes of payload. */
+static inline void xu_raw_frame(int fd, uint8_t type, uint32_t len, uint64_t seq, uint64_t room,
+                                uint64_t addr, const void *payload, size_t plen)
+{
+    kvt__frame f = {.type = type, .len = len, .seq = seq, .room = room, .addr = addr};
+    xu_raw_send(fd, &f, payload, plen);
+}
+
+/* Send HELLO as session sid, generation gen, protocol version. */
+static inline void xu_raw_hello(int fd, uint32_t version, const char *sid, uint64_t gen)
+{
+    kvt__hello h;
+    memset(&h, 0, sizeof h);
+    h.version = version;
+    h.generation = gen;
+    snprintf(h.session_id, sizeof h.session_id, "%s", sid);
+    uint8_t b[600];
+    size_t n = kvt__hello_encode(&h, b, sizeof b);
+    xu_raw_frame(fd, KVT_F_HELLO, (uint32_t)n, 0, 0, 0, b, n);
+}
+
 /* Read one frame into *f, its payload NUL-terminated into buf (cap bytes,
  * more than the payload).  0, or -1 on EOF (or nothing for 10 s). */
 static inline int xu_raw_read(int fd, kvt__frame *f, char *buf, size_t cap)
