@@ -51,8 +51,7 @@ class Daemon(kvctest.Daemon):
     the load tests' fd and RSS probes; stop() keeps the segment
     (unlink_segment() removes it)."""
 
-    def __init__(self, exe, segment, args=(), workdir=None):
-        del workdir  # kvctest keeps the log in a temporary file
+    def __init__(self, exe, segment, args=()):
         super().__init__(segment, args, exe=exe, log_level="info", max_rooms=None, run=False)
 
     def start(self, fresh=True):

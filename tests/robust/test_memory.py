@@ -143,7 +143,7 @@ def run(args):
             f.write(token + "\n")
         os.chmod(path, 0o600)
         extra += ["--auth-token-file", path]
-    d = loadlib.Daemon(args.daemon, "kvctest-mem-%d" % os.getpid(), extra, workdir=work)
+    d = loadlib.Daemon(args.daemon, "kvctest-mem-%d" % os.getpid(), extra)
     d.start()
     try:
         base = rss(d.pid)
