@@ -31,6 +31,11 @@ def version():
         return re.search(r'#define KVC_VERSION "([^"]+)"', f.read()).group(1)
 
 
+def entry_points():
+    with open(os.path.join(HERE, "entry_points.txt"), encoding="utf-8") as f:
+        return f.read()
+
+
 class CMakeExtension(Extension):
     """A module CMake builds: `target` in python/CMakeLists.txt."""
 
@@ -79,7 +84,8 @@ setup(
                  CMakeExtension("kvcoord._engine", "kvcoord_python_engine")],
     cmdclass={"build_ext": CMakeBuild},
     # sglang's plugin framework (sglang.srt.plugins.load_plugins) runs it in every
-    # sglang process: docs/mooncake.md, "sglang on it, unchanged"
-    entry_points={"sglang.srt.plugins": ["kvcoord = kvcoord.sglang_plugin:load"]},
+    # sglang process: docs/mooncake.md, "sglang on it, unchanged".  One file, which
+    # python/CMakeLists.txt installs too (the .deb's kvcoord-VERSION.dist-info).
+    entry_points=entry_points(),
     zip_safe=False,
 )

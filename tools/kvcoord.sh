@@ -505,6 +505,7 @@ deb_pass() {
         --customize-hook='chroot "$1" kvcoordd --version' \
         --customize-hook='chroot "$1" kvcoord-diag --help >/dev/null' \
         --customize-hook='chroot "$1" python3 -c "import kvcoord, kvcoord.sglang"' \
+        --customize-hook='chroot "$1" python3 -c "from importlib.metadata import entry_points as e; assert [p.value for p in e(group=\"sglang.srt.plugins\")] == [\"kvcoord.sglang_plugin:load\"]"' \
         --customize-hook='test -f "$1/usr/include/kvcoord/kvcoord.h"' \
         --customize-hook='find "$1/usr/lib" -name kvcoord.pc | grep -q .' \
         bookworm /dev/null

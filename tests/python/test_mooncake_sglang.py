@@ -154,9 +154,12 @@ class Adoption(unittest.TestCase):
 PLUGIN = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from kvcoord import sglang_plugin
+from importlib.metadata import entry_points
 import kvcoord.mooncake, kvcoord.sglang
-sglang_plugin.load()   # what sglang's load_plugins() calls
+# what sglang's load_plugins() does: the group's entry points, loaded and called
+# (found in the build tree's kvcoord-VERSION.dist-info, as in the .deb's)
+(ep,) = [e for e in entry_points(group="sglang.srt.plugins") if e.name == "kvcoord"]
+ep.load()()
 from mooncake.engine import TransferEngine
 assert TransferEngine is kvcoord.mooncake.TransferEngine, TransferEngine
 import importlib
