@@ -37,58 +37,16 @@ int kvcpy_collective_init(PyObject *m)
     return 0;
 }
 
-/* A group id: an int 0..2**64-1.  1, or 0 with TypeError / ValueError. */
-static int conv_group(PyObject *o, uint64_t *out)
-{
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "group must be an int, not %.100s", Py_TYPE(o)->tp_name);
-        return 0;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(o);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "group must be in 0..2**64-1, not %R", o);
-        return 0;
-    }
-    *out = (uint64_t)v;
-    return 1;
-}
-
 /* Raise CollectiveError for e (KVC_E_PEER, KVC_E_TIMEDOUT) from *why. */
 static PyObject *raise_collective(kvc_err e, const kvc_coll_failure *why)
 {
-    PyObject *exc = PyObject_CallFunction(kvcpy_CollectiveError, "s", kvc_last_error());
-    if (!exc)
-        return NULL;
-    PyObject *ranks = PyList_New(0);
-    for (int r = 0; ranks && r < 64; r++) {
-        if (!(why->ranks >> r & 1))
-            continue;
-        PyObject *v = PyLong_FromLong(r);
-        if (!v || PyList_Append(ranks, v) < 0)
-            Py_CLEAR(ranks);
-        Py_XDECREF(v);
-    }
-    PyObject *attrs[][2] = {
-        {PyUnicode_FromString("code"), PyLong_FromLong((long)e)},
-        {PyUnicode_FromString("code_name"), PyUnicode_FromString(kvc_strerror(e))},
-        {PyUnicode_FromString("ranks"), ranks},
-        {PyUnicode_FromString("dead"), PyBool_FromLong(why->dead)},
-        {PyUnicode_FromString("group"), PyLong_FromUnsignedLongLong(why->group)},
-        {PyUnicode_FromString("generation"), PyLong_FromUnsignedLongLong(why->generation)},
-        {PyUnicode_FromString("pid"), PyLong_FromLong(why->pid)},
+    const kvcpy_attr attrs[] = {
+        {"dead", PyBool_FromLong(why->dead)},
+        {"group", PyLong_FromUnsignedLongLong(why->group)},
+        {"generation", PyLong_FromUnsignedLongLong(why->generation)},
+        {"pid", PyLong_FromLong(why->pid)},
     };
-    int ok = 1;
-    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
-        if (!attrs[i][0] || !attrs[i][1] || PyObject_SetAttr(exc, attrs[i][0], attrs[i][1]) < 0)
-            ok = 0;
-        Py_XDECREF(attrs[i][0]);
-        Py_XDECREF(attrs[i][1]);
-    }
-    if (ok)
-        PyErr_SetObject(kvcpy_CollectiveError, exc);
-    Py_DECREF(exc);
-    return NULL;
+    return kvcpy_raise_coll(e, why->ranks, attrs, sizeof attrs / sizeof *attrs);
 }
 
 /* data as a PyMem copy of its bytes: a contiguous buffer of 1-byte items
@@ -270,7 +228,8 @@ PyObject *kvcpy_allreduce_min(SegmentObject *s, PyObject *args, PyObject *kw)
     uint64_t group;
     unsigned long long size, rank, kind = 0;
     double timeout = 30.0;
-    if (!conv_group(group_o, &group) || !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
+    if (!kvcpy_conv_group(group_o, &group) ||
+        !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
         !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank) ||
         (kind_o && !kvcpy_conv_uint(kind_o, 0xffff, "kind", "", &kind)) ||
         (timeout_o && !kvcpy_conv_timeout(timeout_o, &timeout)))
@@ -313,7 +272,8 @@ PyObject *kvcpy_allreduce_join(SegmentObject *s, PyObject *args, PyObject *kw)
         return NULL;
     uint64_t group;
     unsigned long long size, rank;
-    if (!conv_group(group_o, &group) || !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
+    if (!kvcpy_conv_group(group_o, &group) ||
+        !kvcpy_conv_uint(size_o, UINT32_MAX, "size", "", &size) ||
         !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank))
         return NULL;
     int e;
@@ -471,7 +431,7 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
     uint64_t group;
     unsigned long long size, rank, kind = 0;
     double timeout = 30.0;
-    if (!conv_group(o[0], &group) || !kvcpy_conv_uint(o[1], UINT32_MAX, "size", "", &size) ||
+    if (!kvcpy_conv_group(o[0], &group) || !kvcpy_conv_uint(o[1], UINT32_MAX, "size", "", &size) ||
         !kvcpy_conv_uint(o[2], UINT32_MAX, "rank", "", &rank) ||
         (o[7] && !kvcpy_conv_uint(o[7], 0xffff, "kind", "", &kind)) ||
         (o[6] && !kvcpy_conv_timeout(o[6], &timeout)))

@@ -25,41 +25,16 @@ typedef struct {
 /* Raise CollectiveError for e from *why. */
 static PyObject *raise_hier(kvc_err e, const kvc_hier_failure *why)
 {
-    PyObject *exc = PyObject_CallFunction(kvcpy_CollectiveError, "s", kvc_last_error());
-    if (!exc)
-        return NULL;
-    PyObject *ranks = PyList_New(0);
-    for (int r = 0; ranks && r < 64; r++) {
-        if (!(why->ranks >> r & 1))
-            continue;
-        PyObject *v = PyLong_FromLong(r);
-        if (!v || PyList_Append(ranks, v) < 0)
-            Py_CLEAR(ranks);
-        Py_XDECREF(v);
-    }
-    PyObject *attrs[][2] = {
-        {PyUnicode_FromString("code"), PyLong_FromLong((long)e)},
-        {PyUnicode_FromString("code_name"), PyUnicode_FromString(kvc_strerror(e))},
-        {PyUnicode_FromString("ranks"), ranks},
-        {PyUnicode_FromString("dead"), PyBool_FromLong(why->dead)},
-        {PyUnicode_FromString("mismatch"), PyBool_FromLong(why->mismatch)},
-        {PyUnicode_FromString("node"), PyLong_FromLong(why->node)},
-        {PyUnicode_FromString("group"), PyLong_FromUnsignedLongLong(why->group)},
-        {PyUnicode_FromString("generation"), PyLong_FromUnsignedLongLong(why->step)},
-        {PyUnicode_FromString("step"), PyLong_FromUnsignedLongLong(why->step)},
-        {PyUnicode_FromString("pid"), PyLong_FromLong(why->pid)},
+    const kvcpy_attr attrs[] = {
+        {"dead", PyBool_FromLong(why->dead)},
+        {"mismatch", PyBool_FromLong(why->mismatch)},
+        {"node", PyLong_FromLong(why->node)},
+        {"group", PyLong_FromUnsignedLongLong(why->group)},
+        {"generation", PyLong_FromUnsignedLongLong(why->step)},
+        {"step", PyLong_FromUnsignedLongLong(why->step)},
+        {"pid", PyLong_FromLong(why->pid)},
     };
-    int ok = 1;
-    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
-        if (!attrs[i][0] || !attrs[i][1] || PyObject_SetAttr(exc, attrs[i][0], attrs[i][1]) < 0)
-            ok = 0;
-        Py_XDECREF(attrs[i][0]);
-        Py_XDECREF(attrs[i][1]);
-    }
-    if (ok)
-        PyErr_SetObject(kvcpy_CollectiveError, exc);
-    Py_DECREF(exc);
-    return NULL;
+    return kvcpy_raise_coll(e, why->ranks, attrs, sizeof attrs / sizeof *attrs);
 }
 
 /* A sequence of n ints 0..max into out; 0, or -1 with an exception. */
@@ -102,19 +77,10 @@ static int hier_init(HierObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "HierGroup is already initialised");
         return -1;
     }
+    uint64_t group;
     unsigned long long size, rank;
-    if (!PyLong_Check(group_o) || PyBool_Check(group_o)) {
-        PyErr_Format(PyExc_TypeError, "group must be an int, not %.100s",
-                     Py_TYPE(group_o)->tp_name);
-        return -1;
-    }
-    unsigned long long group = PyLong_AsUnsignedLongLong(group_o);
-    if (group == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "group must be in 0..2**64-1, not %R", group_o);
-        return -1;
-    }
-    if (!kvcpy_conv_uint(size_o, KVC_COLL_MAX_SIZE, "size", "", &size) ||
+    if (!kvcpy_conv_group(group_o, &group) ||
+        !kvcpy_conv_uint(size_o, KVC_COLL_MAX_SIZE, "size", "", &size) ||
         !kvcpy_conv_uint(rank_o, UINT32_MAX, "rank", "", &rank))
         return -1;
     uint32_t node_of[KVC_COLL_MAX_SIZE];

@@ -5,7 +5,9 @@
  * Files: _module.c (module, exceptions, argument conversion, fork rule),
  * _segment.c (the Segment type: open/close and the rank table), _rankinfo.c
  * (RankInfo objects), _rooms.c (rooms, failure records, processes),
- * _collective.c (the all-reduce and CollectiveError).
+ * _collective.c (the all-reduce and CollectiveError), _hier.c (HierGroup),
+ * _coll_error.c (what those two share: the group id, raising
+ * CollectiveError).
  *
  * Every call that can block (locks, futex waits, /proc reads) runs with the
  * GIL released, inside seg_enter()/seg_leave() (KVCPY_RUN), which keep
@@ -198,6 +200,22 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
 extern const char kvcpy_doc_poll_allreduce[];
 /* close() starting on g: wake its collective waiters (they give up). */
 void kvcpy_coll_closing(kvc_segment *g);
+
+/* _coll_error.c.  "O&" converter of a group id: an int (not a bool)
+ * 0..2**64-1 into the uint64_t *out; 1, or 0 with TypeError / ValueError. */
+int kvcpy_conv_group(PyObject *o, void *out);
+/* An attribute to set: its name and its value (a new reference, or NULL
+ * when making it failed with an exception set). */
+typedef struct {
+    const char *name;
+    PyObject *value;
+} kvcpy_attr;
+/* Raise CollectiveError (message: kvc_last_error()) for a collective that
+ * failed with e: .code and .code_name of e, .ranks the list of the ranks
+ * whose bits are set in ranks (lowest first), then the n attributes of
+ * extra.  Releases every extra[i].value, in all cases.  Returns NULL, with
+ * CollectiveError set, or the error (MemoryError) met while making it. */
+PyObject *kvcpy_raise_coll(kvc_err e, uint64_t ranks, const kvcpy_attr *extra, size_t n);
 int kvcpy_collective_init(PyObject *m);
 
 /* _hier.c: kvcoord.HierGroup (kvcoord/hier.h) and host_addresses(), added to
