@@ -24,16 +24,13 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import Daemon as KvcDaemon, wait_for  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon as KvcDaemon, Worker, wait_for  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -43,43 +40,6 @@ INT63_MAX = (1 << 63) - 1
 def Daemon(segment, fresh=True):
     """kvctest's kvcoordd on segment `segment`, the daemon's own room cap."""
     return KvcDaemon(segment, exe=ARGS.daemon, fresh=fresh, max_rooms=None)
-
-
-class Worker:
-    """A lingering kvcoord-worker for one rank, optionally in a room."""
-
-    def __init__(self, segment, rank, *extra):
-        self.info = tempfile.NamedTemporaryFile("w", prefix="rank-", suffix=".json",
-                                                delete=False)
-        json.dump({"rank": rank, "transfer_engine_info": {
-            "session_id": "127.0.0.1:%d" % (17000 + rank),
-            "weights_info_dict": {"layer.%d.weight" % rank: [4096 * rank, 1024, 2]}}},
-            self.info)
-        self.info.close()
-        self.out = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [ARGS.worker, "--segment", segment, "--rank", str(rank), "--info", self.info.name,
-             "--linger"] + list(extra),
-            stdin=subprocess.DEVNULL, stdout=self.out, stderr=subprocess.STDOUT)
-
-    def output(self):
-        with open(self.out.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def wait_ready(self, marker):
-        deadline = time.monotonic() + DEADLINE
-        while marker not in self.output():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("worker not ready (%s): %s" % (marker, self.output()))
-            time.sleep(0.02)
-
-    def reap(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        os.unlink(self.info.name)
-        os.unlink(self.out.name)
-        return self.proc.returncode
 
 
 class RoomsHttpTest(unittest.TestCase):
@@ -96,7 +56,7 @@ class RoomsHttpTest(unittest.TestCase):
     def tearDown(self):
         try:
             for w in self.workers:
-                w.reap()
+                w.stop(signal.SIGKILL)
             self.http.close()
             self.assertEqual(self.daemon.stop(), 0)
         finally:
@@ -106,7 +66,8 @@ class RoomsHttpTest(unittest.TestCase):
                 pass
 
     def worker(self, rank, *extra):
-        w = Worker(self.segment, rank, *extra)
+        w = Worker(ARGS.worker, self.segment, rank, session_id="127.0.0.1:%d" % (17000 + rank),
+                   weights={"layer.%d.weight" % rank: [4096 * rank, 1024, 2]}, extra=extra)
         self.workers.append(w)
         return w
 
@@ -296,7 +257,7 @@ class RoomsHttpTest(unittest.TestCase):
         room = 4242
         w = self.worker(2, "--room", str(room), "--room-participants", "4",
                         "--fail", "transfer to 10.0.0.7:17000 timed out", "--fail-code", "110")
-        w.wait_ready("failure=kept")
+        w.wait_output("failure=kept")
         for asking, other in ((None, True), (0, True), (2, False)):
             params = {} if asking is None else {"rank": asking}
             r = self.get("/rooms/%d" % room, params=params)
@@ -327,7 +288,7 @@ class RoomsHttpTest(unittest.TestCase):
         room = 7001
         w = self.worker(1, "--room", str(room), "--room-participants", "2",
                         "--room-state", "transferring")
-        w.wait_ready("room=%d" % room)
+        w.wait_output(r"room=%d\b" % room)
         self.assertEqual(self.lookup(1).status_code, 200)
         v = self.get("/rooms/%d" % room).json()
         self.assertEqual(v["local"][1]["state"], "Transferring")
@@ -347,7 +308,7 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertIn("pid %d" % w.proc.pid, f["reason"])
         self.assertIn("signal 9", f["reason"])
         self.assertIs(f["is_from_another_rank"], True)
-        self.assertEqual(w.reap(), -signal.SIGKILL)
+        self.assertEqual(w.stop(signal.SIGKILL), -signal.SIGKILL)
         self.workers.remove(w)
         # The log line is written after the room failed and the rank went
         # (what the lookups above saw): wait for it rather than read at once.
@@ -357,7 +318,6 @@ class RoomsHttpTest(unittest.TestCase):
 
     def test_killed_and_reaped_worker_rank_withdrawn(self):
         w = self.worker(3)
-        w.wait_ready("generation=")
         self.assertEqual(self.lookup(3).status_code, 200)
         w.proc.kill()
         w.proc.wait()  # reaped at once: the daemon may only see it gone
@@ -370,7 +330,6 @@ class RoomsHttpTest(unittest.TestCase):
         # withdraws its rank at once (the library does it on the last close);
         # it is not a dead process for the daemon to reap.
         w = self.worker(4)
-        w.wait_ready("generation=")
         self.assertEqual(self.lookup(4).status_code, 200)
         w.proc.send_signal(signal.SIGTERM)
         self.assertEqual(w.proc.wait(DEADLINE), 0)
@@ -384,7 +343,7 @@ class RoomsHttpTest(unittest.TestCase):
         self.assertEqual(self.daemon.stop(discard=False), 0)
         room = 9009
         w = self.worker(6, "--room", str(room), "--room-participants", "8")
-        w.wait_ready("room=%d" % room)
+        w.wait_output(r"room=%d\b" % room)
         w.proc.kill()
         w.proc.wait()
         self.daemon = Daemon(self.segment, fresh=False)
@@ -400,7 +359,6 @@ class RoomsHttpTest(unittest.TestCase):
     def test_daemon_does_not_watch_itself(self):
         self.assertNotIn("proc_watch pid=%d " % self.daemon.proc.pid, self.daemon.output())
         w = self.worker(7)
-        w.wait_ready("generation=")
         wait_for(lambda: "proc_watch pid=%d " % w.proc.pid in self.daemon.output(),
                    "the worker to be watched")
         self.assertNotIn("proc_watch pid=%d " % self.daemon.proc.pid, self.daemon.output())

@@ -401,10 +401,11 @@ class Worker:
     output in a log; returns once the worker logged its registration.
     prefix: words run before it (e.g. ["unshare", "--pid", "--fork"]: proc
     is then that program).  Attributes: proc (its Popen), pid, out (the
-    log's path)."""
+    log's path).  extra: more options after --linger (e.g. ["--room", "7",
+    "--room-participants", "2"]: a room it opens and sets)."""
 
     def __init__(self, exe, segment, rank=0, *, session_id="127.0.0.1:17000",
-                 weights=None, prefix=()):
+                 weights=None, prefix=(), extra=()):
         self.info = tempfile.NamedTemporaryFile("w", prefix="worker-", suffix=".json",
                                                 delete=False)
         json.dump({"rank": rank, "transfer_engine_info": {
@@ -414,7 +415,7 @@ class Worker:
         log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)
         self.out = log.name
         self.proc = subprocess.Popen(
-            [*prefix, exe, "--segment", segment, "--info", self.info.name, "--linger"],
+            [*prefix, exe, "--segment", segment, "--info", self.info.name, "--linger", *extra],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.pid = self.proc.pid
@@ -429,10 +430,16 @@ class Worker:
         with open(self.out, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    def stop(self):
-        """SIGCONT (it may have been stopped), then SIGTERM, and wait (SIGKILL
-        after 30 s); removes its files.  Its exit code (exit_code's way)."""
-        stop_process(self.proc)
+    def wait_output(self, pattern, what=None):
+        """wait_log on its log: the match of regular expression `pattern`
+        (its exit first: AssertionError)."""
+        return wait_log(self.out, pattern, what, proc=self.proc)
+
+    def stop(self, sig=signal.SIGTERM):
+        """SIGCONT (it may have been stopped), then `sig` (SIGTERM), and wait
+        (SIGKILL after 30 s); removes its files.  Its exit code (exit_code's
+        way).  Once it has exited: only its files are removed."""
+        stop_process(self.proc, sig=sig)
         for p in (self.info.name, self.out):
             try:
                 os.unlink(p)
