@@ -25,26 +25,15 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import time
 
 import kvcoord
+from benchlib import free_port, pct, read_all  # tools/bench/benchlib.py
 
 WARMUP = 20
 BLOCK = 50  # steps of one kind in a row; the kinds alternate, block by block
-
-
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def polls_of(seed, step, rank, rooms):
@@ -114,13 +103,7 @@ def run(size, steps, rooms, seed):
             kids.append((pid, r))
         kv, gl, disagree, failed = [], [], 0, 0
         for pid, r in kids:
-            data = b""
-            while True:
-                c = os.read(r, 1 << 20)
-                if not c:
-                    break
-                data += c
-            os.close(r)
+            data = read_all(r)
             _, status = os.waitpid(pid, 0)
             if status or not data:
                 failed += 1

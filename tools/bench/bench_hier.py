@@ -36,13 +36,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "hier"))
 
 import hiernet  # noqa: E402
 import hiertest  # noqa: E402
+from benchlib import pct  # noqa: E402  (tools/bench/benchlib.py)
 
 RANK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_hier_rank.py")
-
-
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(q * len(v)))]
 
 
 def run(net, per, steps, rooms, path):

@@ -25,9 +25,7 @@ Needs Debian's python3-requests, python3-fastapi, python3-uvicorn, python3-torch
 import argparse
 import json
 import os
-import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,26 +33,16 @@ import tempfile
 import time
 
 import kvcoord
+from benchlib import free_port, pct, read_all  # tools/bench/benchlib.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 TP = 8
 
 
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
 def fmt(name, us):
     return "%-44s median %9.2f us   p99 %9.2f us   (n=%d)" % (name, statistics.median(us),
                                                                pct(us, 0.99), len(us))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def llama_rank0():
@@ -221,13 +209,7 @@ def run_group(target, *args):
         kids.append((pid, r))
     samples = []
     for pid, r in kids:
-        data = b""
-        while True:
-            c = os.read(r, 1 << 20)
-            if not c:
-                break
-            data += c
-        os.close(r)
+        data = read_all(r)
         os.waitpid(pid, 0)
         if data:
             samples += json.loads(data)
@@ -346,16 +328,11 @@ def failure_round(n):
                 else:
                     time.sleep(0.0005)  # let the waiter reach its read
                     os.write(go_w, str(time.monotonic_ns()).encode())
-        data = b""
-        while True:
-            c = os.read(res_r, 1 << 20)
-            if not c:
-                break
-            data += c
+        data = read_all(res_r)
         if done is not None:
             seg.room_release(done, 0)
     _, status = os.waitpid(pid, 0)
-    for fd in (ready_r, go_w, res_r):
+    for fd in (ready_r, go_w):
         os.close(fd)
     kvcoord.unlink(name)
     if status or not data:

@@ -30,28 +30,17 @@ import json
 import mmap
 import os
 import random
-import socket
 import statistics
 import sys
 import time
 
 import kvcoord
+from benchlib import free_port, pct, read_all  # tools/bench/benchlib.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "..", "tests", "python", "fake_sglang")
 WARMUP = 20
 ADDR = "10.0.0.9:8998"
-
-
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def child(rank, size, name, port, steps, rooms, seed, out_w, clock):
@@ -163,13 +152,7 @@ def run(size, steps, rooms, seed):
             kids.append((pid, r))
         gl, kv, bare, disagree, failed = [], [], [], 0, 0
         for pid, r in kids:
-            data = b""
-            while True:
-                c = os.read(r, 1 << 20)
-                if not c:
-                    break
-                data += c
-            os.close(r)
+            data = read_all(r)
             _, status = os.waitpid(pid, 0)
             if status or not data:
                 failed += 1
