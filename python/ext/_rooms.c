@@ -64,6 +64,21 @@ int kvcpy_rooms_init_types(void)
 
 /* ---- building results --------------------------------------------------- */
 
+/* Fill the n items of struct sequence o with v (each stolen; a NULL one,
+ * whose making failed with an exception set, becomes None there).  o, or
+ * NULL once o is released when any v[i] was NULL. */
+static PyObject *seq_fill(PyObject *o, PyObject *const v[], int n)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        bad |= v[i] == NULL;
+        PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : (Py_INCREF(Py_None), Py_None));
+    }
+    if (bad)
+        Py_CLEAR(o);
+    return o;
+}
+
 static PyObject *failure_build(const kvc_failure_info *f)
 {
     PyObject *o = PyStructSequence_New(&kvcpy_FailureInfoType);
@@ -83,14 +98,7 @@ static PyObject *failure_build(const kvc_failure_info *f)
         PyUnicode_DecodeUTF8(f->origin_node, (Py_ssize_t)strlen(f->origin_node), "replace"),
         PyBool_FromLong(f->from_another_node),
     };
-    int bad = 0;
-    for (int i = 0; i < 10; i++) {
-        bad |= v[i] == NULL;
-        PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : (Py_INCREF(Py_None), Py_None));
-    }
-    if (bad)
-        Py_CLEAR(o);
-    return o;
+    return seq_fill(o, v, 10);
 }
 
 /* The last FailureInfo built and the record it was built from (GIL held).
@@ -153,14 +161,7 @@ static PyObject *room_new(const kvc_room_info *r)
         local_tuple(r),
         fail,
     };
-    int bad = 0;
-    for (int i = 0; i < 9; i++) {
-        bad |= v[i] == NULL;
-        PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : (Py_INCREF(Py_None), Py_None));
-    }
-    if (bad)
-        Py_CLEAR(o);
-    return o;
+    return seq_fill(o, v, 9);
 }
 
 /* kvcpy_list_of() makers: failure records, rooms, processes. */
@@ -301,17 +302,29 @@ const char kvcpy_doc_room_get[] =
     "and how it ended.\nErrors: NotFoundError (a KeyError: no such room, or reclaimed), "
     "Error (lock busy).  " THREADS;
 
-PyObject *kvcpy_room_get(SegmentObject *s, PyObject *args, PyObject *kw)
+/* room_get's and check_room's read: (room, rank=None) into *ri; 0, or -1
+ * with an exception set. */
+static int room_read(SegmentObject *s, PyObject *args, PyObject *kw, kvc_room_info *ri)
 {
     static char *kwlist[] = {"room", "rank", NULL};
     uint64_t room;
     int32_t asking = -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&", kwlist, kvcpy_conv_room, &room, conv_asking,
                                      &asking))
-        return NULL;
+        return -1;
+    int e;
+    KVCPY_RUN(s, e, kvc_room_get(g, room, asking, ri));
+    if (e) {
+        kvcpy_fail(e);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *kvcpy_room_get(SegmentObject *s, PyObject *args, PyObject *kw)
+{
     kvc_room_info ri;
-    ROOM_CALL(s, kvc_room_get(g, room, asking, &ri));
-    return room_new(&ri);
+    return room_read(s, args, kw, &ri) < 0 ? NULL : room_new(&ri);
 }
 
 /* kvcoord.KVTransferError, registered by the package (_register_transfer_error). */
@@ -409,14 +422,9 @@ const char kvcpy_doc_check_room[] =
 
 PyObject *kvcpy_check_room(SegmentObject *s, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"room", "rank", NULL};
-    uint64_t room;
-    int32_t asking = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&", kwlist, kvcpy_conv_room, &room, conv_asking,
-                                     &asking))
-        return NULL;
     kvc_room_info ri;
-    ROOM_CALL(s, kvc_room_get(g, room, asking, &ri));
+    if (room_read(s, args, kw, &ri) < 0)
+        return NULL;
     return ri.has_failure ? raise_transfer_error(&ri.failure) : room_new(&ri);
 }
 
@@ -637,14 +645,7 @@ static PyObject *proc_new(const kvc_proc_info *p)
         PyLong_FromUnsignedLongLong(p->attached_ns),
         PyBool_FromLong(p->alive),
     };
-    int bad = 0;
-    for (int i = 0; i < 6; i++) {
-        bad |= v[i] == NULL;
-        PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : (Py_INCREF(Py_None), Py_None));
-    }
-    if (bad)
-        Py_CLEAR(o);
-    return o;
+    return seq_fill(o, v, 6);
 }
 
 static PyObject *proc_item(const void *item) { return proc_new(item); }
