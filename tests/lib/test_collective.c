@@ -17,14 +17,23 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* Attach as a client.  The segment's locks wait up to the hang guard, not
+ * the 2 s default: eight children attaching at once on a loaded machine
+ * (load 46 in a fresh-machine run) waited out 2 s on the process table.
+ * A failure is said on stderr, since callers are forked children. */
 static kvc_segment *open_client(const char *name)
 {
     kvc_options o;
     kvc_options_init(&o);
     o.name = name;
     o.role = KVC_ROLE_CLIENT;
+    o.lock_timeout_ms = LONG_WAIT_MS;
     kvc_segment *s = NULL;
-    return kvc_open(&o, &s) == KVC_OK ? s : NULL;
+    kvc_err e = kvc_open(&o, &s);
+    if (e)
+        fprintf(stderr, "pid %d: kvc_open(%s): %s: %s\n", (int)getpid(), name, kvc_strerror(e),
+                kvc_last_error());
+    return e ? NULL : s;
 }
 
 static uint64_t mix(uint64_t x)
