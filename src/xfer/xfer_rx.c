@@ -414,6 +414,47 @@ static void flush_acks(kvt_engine *e, kvt__conn *c)
     kvt__conn_enqueue(c, w);
 }
 
+/* NACK write c->cur (outside the regions, or its copy failed): status
+ * code, reason msg, logged. */
+static void nack_write(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg)
+{
+    e->st.frames_refused++;
+    kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
+    flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
+    kvt__wr *w =
+        kvt__ctl_wr(KVT_F_NACK, c->cur.seq, c->cur.room, 0, code, msg, (uint32_t)strlen(msg));
+    if (w)
+        kvt__conn_enqueue(c, w);
+}
+
+/* NACK write c->cur: its run i (c->wv[i], of a WRITEV or CMA_WRITE) is
+ * outside every registered region. */
+static void nack_run_outside(kvt_engine *e, kvt__conn *c, uint32_t i)
+{
+    char msg[240];
+    kvt__str(msg, sizeof msg,
+             "write of %llu bytes to 0x%llx (run %u of write %llu, room %llu) is outside every "
+             "region registered here",
+             (unsigned long long)c->wv[i].len, (unsigned long long)c->wv[i].addr, i,
+             (unsigned long long)c->cur.seq, (unsigned long long)c->cur.room);
+    nack_write(e, c, EFAULT, msg);
+}
+
+/* Write c->cur applied (bytes of payload): counted in its room r (NULL:
+ * gone) and in the engine's statistics, acknowledged by the next ACK. */
+static void write_applied(kvt_engine *e, kvt__conn *c, kvt__rroom *r, uint64_t bytes)
+{
+    if (r) {
+        r->writes++;
+        r->bytes += bytes;
+    }
+    e->st.writes_recv++;
+    e->st.bytes_recv += bytes;
+    c->ack_seq = c->cur.seq;
+    c->ack_count++;
+    c->ack_bytes += bytes;
+}
+
 static void on_write_header(kvt_engine *e, kvt__conn *c)
 {
     kvt__frame *f = &c->cur;
@@ -423,13 +464,7 @@ static void on_write_header(kvt_engine *e, kvt__conn *c)
         kvt__str(msg, sizeof msg,
                  "write of %u bytes to 0x%llx (room %llu) is outside every region registered here",
                  f->len, (unsigned long long)f->addr, (unsigned long long)f->room);
-        e->st.frames_refused++;
-        kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
-        flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
-        kvt__wr *w =
-            kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
-        if (w)
-            kvt__conn_enqueue(c, w);
+        nack_write(e, c, EFAULT, msg);
         c->rstate = RS_SKIP;
         c->left = f->len;
         return;
@@ -448,16 +483,7 @@ static void on_write_applied(kvt_engine *e, kvt__conn *c)
 {
     c->dreg->busy--;
     c->dreg = NULL;
-    kvt__rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
-    if (r) {
-        r->writes++;
-        r->bytes += c->cur.len;
-    }
-    e->st.writes_recv++;
-    e->st.bytes_recv += c->cur.len;
-    c->ack_seq = c->cur.seq;
-    c->ack_count++;
-    c->ack_bytes += c->cur.len;
+    write_applied(e, c, rroom_get(e, c->rpeer, c->cur.room, false), c->cur.len);
     c->rstate = RS_HDR;
 }
 
@@ -481,18 +507,7 @@ static void on_writev(kvt_engine *e, kvt__conn *c)
     for (int i = 0; i < n; i++) {
         if (kvt__region_find(e, c->wv[i].addr, c->wv[i].len))
             continue;
-        kvt__str(msg, sizeof msg,
-                 "write of %llu bytes to 0x%llx (run %d of write %llu, room %llu) is outside every "
-                 "region registered here",
-                 (unsigned long long)c->wv[i].len, (unsigned long long)c->wv[i].addr, i,
-                 (unsigned long long)f->seq, (unsigned long long)f->room);
-        e->st.frames_refused++;
-        kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
-        flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
-        kvt__wr *w =
-            kvt__ctl_wr(KVT_F_NACK, f->seq, f->room, 0, EFAULT, msg, (uint32_t)strlen(msg));
-        if (w)
-            kvt__conn_enqueue(c, w);
+        nack_run_outside(e, c, (uint32_t)i);
         c->rstate = RS_SKIP;
         c->left = total;
         return;
@@ -519,30 +534,8 @@ static void wv_step(kvt_engine *e, kvt__conn *c, const uint8_t *src, size_t n)
     if (c->left)
         return;
     kvt__rx_wv_release(e, c);
-    kvt__rroom *r = rroom_get(e, c->rpeer, c->cur.room, false);
-    if (r) {
-        r->writes++;
-        r->bytes += c->cur.addr;
-    }
-    e->st.writes_recv++;
-    e->st.bytes_recv += c->cur.addr;
-    c->ack_seq = c->cur.seq;
-    c->ack_count++;
-    c->ack_bytes += c->cur.addr;
+    write_applied(e, c, rroom_get(e, c->rpeer, c->cur.room, false), c->cur.addr);
     c->rstate = RS_HDR;
-}
-
-/* NACK write f->seq (outside the regions, or its copy failed): status
- * code, reason msg, logged. */
-static void nack_write(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg)
-{
-    e->st.frames_refused++;
-    kvt__log(e, KVT_LOG_WARN, "peer %s: %s", c->rpeer->sid, msg);
-    flush_acks(e, c); /* keep the ACK/NACK order the sender expects */
-    kvt__wr *w =
-        kvt__ctl_wr(KVT_F_NACK, c->cur.seq, c->cur.room, 0, code, msg, (uint32_t)strlen(msg));
-    if (w)
-        kvt__conn_enqueue(c, w);
 }
 
 /* The copy of the CMA_WRITE in c->cur failed with err for a reason of
@@ -596,12 +589,7 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
     const uint8_t *src = (const uint8_t *)c->ctl + (size_t)n * KVT_READ_ENT_LEN;
     for (uint32_t i = 0; i < n; i++) {
         if (!kvt__region_find(e, c->wv[i].addr, c->wv[i].len)) {
-            kvt__str(msg, sizeof msg,
-                     "write of %llu bytes to 0x%llx (run %u of write %llu, room %llu) is outside "
-                     "every region registered here",
-                     (unsigned long long)c->wv[i].len, (unsigned long long)c->wv[i].addr, i,
-                     (unsigned long long)f->seq, (unsigned long long)f->room);
-            nack_write(e, c, EFAULT, msg);
+            nack_run_outside(e, c, i);
             return;
         }
         local[i] = (struct iovec){(void *)(uintptr_t)c->wv[i].addr, (size_t)c->wv[i].len};
@@ -628,13 +616,7 @@ static void on_cma_write(kvt_engine *e, kvt__conn *c)
         nack_write(e, c, err, msg);
         return;
     }
-    r->writes++;
-    r->bytes += total;
-    e->st.writes_recv++;
-    e->st.bytes_recv += total;
-    c->ack_seq = f->seq;
-    c->ack_count++;
-    c->ack_bytes += total;
+    write_applied(e, c, r, total);
 }
 
 void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c)
