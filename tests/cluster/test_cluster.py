@@ -34,6 +34,9 @@ ARGS = None
 ETCD = None
 TTL = 2
 SLACK = 8  # seconds past the TTL a wait may take before the test gives up
+# A hang guard, not a promise: how long etcd's members may take to elect a
+# leader again once restarted (at load 46 in a fresh-machine run, past 10 s).
+RECOVER = 120
 
 
 def setUpModule():
@@ -78,7 +81,7 @@ class Base(unittest.TestCase):
         self.nodes.append(n)
         return n.start()
 
-    def visible(self, node, rank, body=None, origin=None):
+    def visible(self, node, rank, body=None, origin=None, within=TTL + SLACK):
         def check():
             st, b, h = node.lookup(rank)
             if st != 200:
@@ -88,9 +91,9 @@ class Base(unittest.TestCase):
             if origin is not None and h.get("X-Kvcoord-Origin") != origin:
                 return None
             return (st, b, h)
-        v, took = cl.wait_for(check, TTL + SLACK)
+        v, took = cl.wait_for(check, within)
         self.assertTrue(v, "rank %d not visible on %s (body/origin as expected) within %d s; "
-                           "last: %r" % (rank, node.name, TTL + SLACK, node.lookup(rank)[:2]))
+                           "last: %r" % (rank, node.name, within, node.lookup(rank)[:2]))
         return took
 
     def gone(self, node, rank):
@@ -827,8 +830,8 @@ class UnhealthyEtcd(Base):
             ETCD.start_member(1)
             ETCD.start_member(2)
         t0 = time.monotonic()
-        self.visible(b, 0, origin="A")
-        self.visible(b, 1, origin="A")
+        self.visible(b, 0, origin="A", within=RECOVER)
+        self.visible(b, 1, origin="A", within=RECOVER)
         print("quorum back -> B has both of A's ranks after %.3f s" % (time.monotonic() - t0))
 
     def test_all_members_stopped_register_restart_converges(self):
@@ -851,15 +854,15 @@ class UnhealthyEtcd(Base):
         finally:
             ETCD.restart()
         t0 = time.monotonic()
-        self.visible(b, 0, origin="A")
-        self.visible(b, 1, origin="A")
+        self.visible(b, 0, origin="A", within=RECOVER)
+        self.visible(b, 1, origin="A", within=RECOVER)
         print("etcd restarted -> B has both of A's ranks after %.3f s" % (time.monotonic() - t0))
-        v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 1, 10)
+        v, _ = cl.wait_for(lambda: a.metrics()["kvcoord_cluster_etcd_up"] == 1, RECOVER)
         self.assertTrue(v)
         # Recovered: GET /cluster no longer shows the outage's error.
         for n in (a, b):
             v, _ = cl.wait_for(lambda: (lambda e: e["up"] and e["last_error"] == "")(
-                n.cluster_view()["etcd"]), 10)
+                n.cluster_view()["etcd"]), RECOVER)
             self.assertTrue(v, n.cluster_view())
 
 
