@@ -23,13 +23,13 @@ if(TARGET kvcoordd)
   add_executable(test_options ${KVC_OPS_DIR}/test_options.c)
   target_link_libraries(test_options PRIVATE kvcoordd_lib ${CMOCKA_LIB})
   add_test(NAME test_options COMMAND test_options $<TARGET_FILE:kvcoordd>)
-  set_tests_properties(test_options PROPERTIES LABELS "unit;ops" TIMEOUT 120)
+  set_tests_properties(test_options PROPERTIES LABELS "unit;ops" TIMEOUT 600)
 endif()
 
 # The exposition of a segment in a known state, checked by promtool.
 add_test(NAME ops_metrics_promtool
   COMMAND sh ${KVC_OPS_DIR}/test_promtool.sh $<TARGET_FILE:test_metrics> ${KVC_OPS_WORK}/promtool)
-set_tests_properties(ops_metrics_promtool PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 120)
+set_tests_properties(ops_metrics_promtool PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 600)
 
 # tools/kvcoordd@.service, verified with systemd-analyze.
 set(KVC_OPS_DAEMON "")
@@ -39,7 +39,7 @@ endif()
 add_test(NAME ops_unit_verify
   COMMAND sh ${KVC_OPS_DIR}/test_unit.sh ${CMAKE_SOURCE_DIR}/tools/kvcoordd@.service
           ${KVC_OPS_WORK}/unit ${KVC_OPS_DAEMON})
-set_tests_properties(ops_unit_verify PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 120)
+set_tests_properties(ops_unit_verify PROPERTIES LABELS "ops" SKIP_RETURN_CODE 77 TIMEOUT 600)
 
 # cmake --install into a temporary prefix, then build and run a program
 # against the installed library with pkg-config (shared, then static).
@@ -77,7 +77,7 @@ endif()
 # neither liburing nor libibverbs.
 add_test(NAME ops_symbols
   COMMAND sh ${KVC_OPS_DIR}/test_symbols.sh $<TARGET_FILE:kvcoord> $<TARGET_FILE:kvcoord-transfer>)
-set_tests_properties(ops_symbols PROPERTIES LABELS "ops;unit" TIMEOUT 60)
+set_tests_properties(ops_symbols PROPERTIES LABELS "ops;unit" TIMEOUT 600)
 
 # The C program of docs/library.md, extracted and compiled exactly as printed,
 # then the README's Python and curl examples, in that order, against one real
