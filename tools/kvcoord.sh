@@ -55,7 +55,9 @@ Commands:
         worker killed while kvcoordd could not reap it) and the kvcoord-diag
         repair command that withdraws it.
   test [--sanitize | --arm64]
-        Install missing Debian packages, check the formatting (clang-format),
+        Install missing Debian packages, check the formatting (clang-format)
+        and the commit messages since b92aca3 (a subject of at most 72
+        characters, then a blank line),
         build build/ (warnings are errors) and run its ctest suite; meanwhile,
         niced, build the libraries and programs with gcc Release, Debug and
         MinSizeRel and with clang (build-matrix/), libkvcoord and its tests
@@ -426,6 +428,34 @@ format_check() {
     (cd "$ROOT" && clang-format --dry-run --Werror "${files[@]}")
 }
 
+# Commit messages from SUBJECTS_FROM on (older history stays as it was): a
+# subject of at most 72 characters, then a blank line before any body.  A
+# checkout without that commit (a tarball, a shallow clone) is not checked.
+SUBJECTS_FROM=b92aca31633a83bf42afeeabe55e0d747575cd60
+subject_check() {
+    if ! git -C "$ROOT" cat-file -e "$SUBJECTS_FROM^{commit}" 2>/dev/null; then
+        log "commit messages: $SUBJECTS_FROM is not in this checkout; not checked"
+        return 0
+    fi
+    log "commit messages since $SUBJECTS_FROM: subject <= 72 characters, then a blank line"
+    local bad
+    bad=$(git -C "$ROOT" log --format='%h%x1f%B%x1e' "$SUBJECTS_FROM..HEAD" | python3 -c '
+import sys
+for c in sys.stdin.buffer.read().decode("utf-8", "replace").split("\x1e"):
+    if "\x1f" not in c:
+        continue
+    h, msg = c.lstrip("\n").split("\x1f", 1)
+    lines = msg.split("\n")
+    if len(lines[0]) > 72:
+        print("%s: a subject of %d characters: %s" % (h, len(lines[0]), lines[0]))
+    elif len(lines) > 1 and lines[1].strip():
+        print("%s: no blank line after the subject: %s" % (h, lines[0]))
+')
+    [[ -z $bad ]] && return 0
+    printf '%s\n' "$bad" >&2
+    return 1
+}
+
 # The build types and the other compiler a user may pick: each must build
 # with zero warnings (-Werror here; users do not get -Werror).  Libraries and
 # programs only: the tests are built (gcc: build/, build-asan/; clang: the
@@ -593,6 +623,7 @@ cmd_test() {
         timed suite-asan run_suite build-asan || status=1
     else
         timed format format_check || status=1
+        timed subjects subject_check || status=1
         timed build build build
         # The other builds in the background while the suites run: ASan's
         # first (its suite starts once the plain one is done), the build
