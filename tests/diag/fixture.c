@@ -178,7 +178,7 @@ static pid_t child(enum child_job job, const char *point, int hold)
         die_point = point;
         notify_fd = hold ? fds[1] : -1;
         if (point)
-            kvc_test_set_inject(die_at);
+            kvc__test_set_inject(die_at);
         char *v = info(3, 99);
         if (job == JOB_REREGISTER)
             kvc_rank_register(c, 1, "10.9.9.9:1", v, strlen(v), NULL);

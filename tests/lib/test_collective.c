@@ -398,7 +398,7 @@ static int kill_child(const char *name, uint64_t group, uint32_t rank, int exter
             for (;;)
                 pause();
         }
-        kvc_test_set_inject(die_at);
+        kvc__test_set_inject(die_at);
         run_steps(s, group, KILL_SIZE, rank, 7, KILL_STEP, KILL_STEP + 10);
         return 12; /* not reached: killed at the point */
     }
@@ -846,7 +846,7 @@ static void test_kill_claiming(void **st)
         pid_t pid = fork();
         if (pid == 0) {
             kvc_segment *c = open_client(name);
-            kvc_test_set_inject(die_at);
+            kvc__test_set_inject(die_at);
             uint8_t v[1] = {0};
             kvc_allreduce_min(c, 5, 1, 0, v, 1, 10);
             _exit(1);

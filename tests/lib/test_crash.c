@@ -72,7 +72,7 @@ static void crash_at(const char *name, const struct point *pt, uint32_t rank, in
         kvc_segment *c = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER);
         target = pt->name;
         notify_fd = external ? fds[1] : -1;
-        kvc_test_set_inject(die_at);
+        kvc__test_set_inject(die_at);
         kvc_rank_register(c, rank, "host-b:2", v2, strlen(v2), NULL);
         _exit(3); /* not reached: the point must be hit */
     }
@@ -140,7 +140,7 @@ static void crash_role_at(const char *name, const struct point *pt, uint32_t ran
         kvc_segment *c = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER);
         target = pt->name;
         notify_fd = -1;
-        kvc_test_set_inject(die_at);
+        kvc__test_set_inject(die_at);
         write_kind(c, kind, rank, "host-b:2", v2);
         _exit(3); /* not reached: the point must be hit */
     }

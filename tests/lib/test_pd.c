@@ -248,7 +248,7 @@ static void test_writer_killed_rolled_back(void **state)
         if (c == 0) {
             kvc_segment *cs = tu_open(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER);
             die_point = points[k];
-            kvc_test_set_inject(die_at);
+            kvc__test_set_inject(die_at);
             kvc_pd_registration r2 = reg(0, 0);
             r2.rank_ip = "10.9.9.9";
             r2.rank_port = 19999;

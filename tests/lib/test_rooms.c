@@ -357,7 +357,7 @@ static void killed_inside(kvc_segment *s, const char *name, const char *point, e
     if (child == 0) {
         kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
         target = point;
-        kvc_test_set_inject(die_at);
+        kvc__test_set_inject(die_at);
         switch (op) {
         case OP_STATE: kvc_room_set_state(c, 100, 1, KVC_POLL_TRANSFERRING); break;
         case OP_FAIL: kvc_room_fail(c, 100, 1, 5, "crashing writer", NULL); break;

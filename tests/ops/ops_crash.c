@@ -44,7 +44,7 @@ static void worker(const char *segment, int in_lock, uint32_t rank)
     if (in_lock) /* a first registration, so the crash is in a re-registration */
         kvc_rank_register(seg, rank, "10.0.0.9:1", info, sizeof info - 1, NULL);
     if (in_lock)
-        kvc_test_set_inject(die_at);
+        kvc__test_set_inject(die_at);
     kvc_rank_register(seg, rank, in_lock ? "10.0.0.9:2" : "10.0.0.9:1", info, sizeof info - 1,
                       NULL);
     raise(SIGKILL);

@@ -61,11 +61,11 @@ int main(int argc, char **argv)
     if (!strcmp(lock_name, "ranks")) {
         static const char info[] = "{\"held.weight\":[140000000000,1024,2]}";
         stop_point = "reg.allocated";
-        kvc_test_set_inject(at_point);
+        kvc__test_set_inject(at_point);
         e = kvc_rank_register(seg, 999, "10.0.0.99:1", info, sizeof info - 1, NULL);
     } else if (!strcmp(lock_name, "rooms")) {
         stop_point = "room.creating";
-        kvc_test_set_inject(at_point);
+        kvc__test_set_inject(at_point);
         e = kvc_room_open(seg, 4242, 1, 0, KVC_ROOM_ROLE_PREFILL);
     } else if (!strcmp(lock_name, "procs")) {
         e = kvc__lock(seg, KVC_LOCK_PROCS);
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "lock_holder: unknown lock '%s'\n", lock_name);
         return 2;
     }
-    kvc_test_set_inject(NULL);
+    kvc__test_set_inject(NULL);
     if (e)
         fprintf(stderr, "lock_holder: %s\n", kvc_last_error());
     kvc_close(seg);

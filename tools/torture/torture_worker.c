@@ -154,7 +154,7 @@ void torture_worker(const struct torture_opts *o, unsigned w, unsigned round, in
     kvc_segment *s;
     if (kvc_open(&opts, &s) != KVC_OK)
         _exit(2);
-    kvc_test_set_inject(maybe_die);
+    kvc__test_set_inject(maybe_die);
     for (uint64_t n = 0; !stop; n++) {
         uint64_t v = ((uint64_t)round << 32) | ((uint64_t)w << 24) | (n & 0xffffff);
         if (rand_r(&seed) % 2)
@@ -162,7 +162,7 @@ void torture_worker(const struct torture_opts *o, unsigned w, unsigned round, in
         else
             room_op(s, out_fd, v, &seed);
     }
-    kvc_test_set_inject(NULL);
+    kvc__test_set_inject(NULL);
     kvc_close(s);
     _exit(0);
 }

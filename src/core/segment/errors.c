@@ -57,6 +57,6 @@ kvc_err kvc__fail(kvc_err err, const char *fmt, ...)
     return err;
 }
 
-kvc_inject_fn kvc__inject;
+kvc__inject_fn kvc__inject;
 
-KVC_API void kvc_test_set_inject(kvc_inject_fn fn) { kvc__inject = fn; }
+void kvc__test_set_inject(kvc__inject_fn fn) { kvc__inject = fn; }

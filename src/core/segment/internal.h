@@ -397,9 +397,9 @@ void kvc__proc_set_rank(kvc_segment *seg, int32_t rank);
 /* Crash-injection hook for tests: when set, called at each named point
  * inside critical sections ("reg.locked", ...).  Tests make it SIGKILL the
  * process.  Not part of the public API. */
-typedef void (*kvc_inject_fn)(const char *point);
-KVC_API void kvc_test_set_inject(kvc_inject_fn fn);
-extern kvc_inject_fn kvc__inject;
+typedef void (*kvc__inject_fn)(const char *point);
+void kvc__test_set_inject(kvc__inject_fn fn);
+extern kvc__inject_fn kvc__inject;
 #define KVC_INJECT(point)       \
     do {                        \
         if (kvc__inject)        \
