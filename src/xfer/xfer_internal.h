@@ -566,6 +566,10 @@ void kvt__wr_free(kvt_engine *e, kvt__wr *w);
 void kvt__rx_wv_release(kvt_engine *e, kvt__conn *c);
 /* xfer_rx.c: a protocol error on input (ERROR frame to the peer, close). */
 void kvt__rx_proto_error(kvt_engine *e, kvt__conn *c, int32_t code, const char *msg);
+/* xfer_rx.c: c's control bytes (a HELLO, HELLO_OK or DESC_REQ) decoded
+ * into *h.  0; or EPROTONOSUPPORT (another protocol version) or EPROTO
+ * (malformed), the reason in msg (cap bytes), for the caller to fail c. */
+int32_t kvt__rx_hello(const kvt__conn *c, kvt__hello *h, char *msg, size_t cap);
 
 /* xfer_rx.c: a client connection's handshake is over: it is up, data may
  * flow (the peer's backlog is pumped). */

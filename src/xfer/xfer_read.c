@@ -426,16 +426,10 @@ void kvt__read_cma_go(kvt_engine *e, kvt__conn *c)
 void kvt__desc_serve(kvt_engine *e, kvt__conn *c)
 {
     kvt__hello h;
-    char err[160], msg[256];
-    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
-    if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
-        kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
-                 h.version, KVT_PROTOCOL_VERSION);
-        kvt__rx_proto_error(e, c, EPROTONOSUPPORT, msg);
-        return;
-    }
-    if (bad) {
-        kvt__rx_proto_error(e, c, EPROTO, err);
+    char msg[256];
+    int32_t code = kvt__rx_hello(c, &h, msg, sizeof msg);
+    if (code) {
+        kvt__rx_proto_error(e, c, code, msg);
         return;
     }
     if (e->token && !kvt__token_equal(e->token_pad, h.token)) {

@@ -362,19 +362,29 @@ static kvt__rpeer *rpeer_get(kvt_engine *e, const kvt__hello *h, int32_t *code, 
     return rp;
 }
 
+int32_t kvt__rx_hello(const kvt__conn *c, kvt__hello *h, char *msg, size_t cap)
+{
+    char err[160];
+    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, h, err, sizeof err);
+    if (c->ctl_len >= 4 && h->version != KVT_PROTOCOL_VERSION) {
+        kvt__str(msg, cap, "incompatible protocol versions %u vs %u (peer vs this engine)",
+                 h->version, KVT_PROTOCOL_VERSION);
+        return EPROTONOSUPPORT;
+    }
+    if (bad) {
+        kvt__str(msg, cap, "%s", err);
+        return EPROTO;
+    }
+    return 0;
+}
+
 static void on_hello(kvt_engine *e, kvt__conn *c)
 {
     kvt__hello h;
-    char err[160], msg[256];
-    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
-    if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
-        kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
-                 h.version, KVT_PROTOCOL_VERSION);
-        proto_error(e, c, EPROTONOSUPPORT, msg);
-        return;
-    }
-    if (bad) {
-        proto_error(e, c, EPROTO, err);
+    char msg[256];
+    int32_t code = kvt__rx_hello(c, &h, msg, sizeof msg);
+    if (code) {
+        proto_error(e, c, code, msg);
         return;
     }
     /* The token: compared in constant time (kvt__token_equal), whatever
@@ -386,7 +396,6 @@ static void on_hello(kvt_engine *e, kvt__conn *c)
         proto_error(e, c, EACCES, msg);
         return;
     }
-    int32_t code = 0;
     kvt__rpeer *rp = rpeer_get(e, &h, &code, msg, sizeof msg);
     if (!rp) {
         proto_error(e, c, code, msg);
@@ -675,16 +684,10 @@ static void on_abort(kvt_engine *e, kvt__conn *c)
 static void on_hello_ok(kvt_engine *e, kvt__conn *c)
 {
     kvt__hello h;
-    char err[160], msg[256];
-    int bad = kvt__hello_decode((const uint8_t *)c->ctl, c->ctl_len, &h, err, sizeof err);
-    if (c->ctl_len >= 4 && h.version != KVT_PROTOCOL_VERSION) {
-        kvt__str(msg, sizeof msg, "incompatible protocol versions %u vs %u (peer vs this engine)",
-                 h.version, KVT_PROTOCOL_VERSION);
-        kvt__conn_fail(e, c, EPROTONOSUPPORT, "handshake", msg);
-        return;
-    }
-    if (bad) {
-        kvt__conn_fail(e, c, EPROTO, "handshake", err);
+    char msg[256];
+    int32_t code = kvt__rx_hello(c, &h, msg, sizeof msg);
+    if (code) {
+        kvt__conn_fail(e, c, code, "handshake", msg);
         return;
     }
     kvt_peer *p = c->peer;
