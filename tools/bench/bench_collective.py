@@ -30,7 +30,7 @@ import sys
 import time
 
 import kvcoord
-from benchlib import free_port, pct, read_all  # tools/bench/benchlib.py
+from benchlib import free_port, pct, run_ranks  # tools/bench/benchlib.py
 
 WARMUP = 20
 BLOCK = 50  # steps of one kind in a row; the kinds alternate, block by block
@@ -85,26 +85,10 @@ def run(size, steps, rooms, seed):
     name = "kvcbench-coll-%d-%d" % (os.getpid(), size)
     keeper = kvcoord.Segment(name, mode="fresh", role="none", max_rooms=1024, world_size=size)
     port = free_port()
-    kids = []
     try:
-        for rank in range(size):
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(r)
-                code = 0
-                try:
-                    child(rank, size, name, port, steps, rooms, seed, w)
-                except BaseException as e:
-                    sys.stderr.write("rank %d: %r\n" % (rank, e))
-                    code = 1
-                os._exit(code)
-            os.close(w)
-            kids.append((pid, r))
         kv, gl, disagree, failed = [], [], 0, 0
-        for pid, r in kids:
-            data = read_all(r)
-            _, status = os.waitpid(pid, 0)
+        for status, data in run_ranks(
+                size, lambda rank, w: child(rank, size, name, port, steps, rooms, seed, w)):
             if status or not data:
                 failed += 1
                 continue

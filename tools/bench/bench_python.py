@@ -33,7 +33,7 @@ import tempfile
 import time
 
 import kvcoord
-from benchlib import free_port, pct, read_all  # tools/bench/benchlib.py
+from benchlib import free_port, pct, read_all, run_ranks  # tools/bench/benchlib.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -192,25 +192,8 @@ def poll_child_torch(rank, port, iters, out_w):
 
 
 def run_group(target, *args):
-    kids = []
-    for rank in range(TP):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            code = 0
-            try:
-                target(rank, *args, w)
-            except BaseException as e:
-                sys.stderr.write("rank %d: %r\n" % (rank, e))
-                code = 1
-            os._exit(code)
-        os.close(w)
-        kids.append((pid, r))
     samples = []
-    for pid, r in kids:
-        data = read_all(r)
-        os.waitpid(pid, 0)
+    for _, data in run_ranks(TP, lambda rank, w: target(rank, *args, w)):
         if data:
             samples += json.loads(data)
     return samples

@@ -35,7 +35,7 @@ import sys
 import time
 
 import kvcoord
-from benchlib import free_port, pct, read_all  # tools/bench/benchlib.py
+from benchlib import free_port, pct, run_ranks  # tools/bench/benchlib.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "..", "tests", "python", "fake_sglang")
@@ -132,28 +132,12 @@ def run(size, steps, rooms, seed):
     name = "kvcbench-sglpoll-%d-%d" % (os.getpid(), size)
     keeper = kvcoord.Segment(name, mode="fresh", role="none", max_rooms=4096, world_size=size)
     port = free_port()
-    kids = []
     # sync() in child: the start time, each rank's barrier count, rank 0's go
     clock = memoryview(mmap.mmap(-1, 8 * (size + 2))).cast("Q")
     try:
-        for rank in range(size):
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(r)
-                code = 0
-                try:
-                    child(rank, size, name, port, steps, rooms, seed, w, clock)
-                except BaseException as e:
-                    sys.stderr.write("rank %d: %r\n" % (rank, e))
-                    code = 1
-                os._exit(code)
-            os.close(w)
-            kids.append((pid, r))
         gl, kv, bare, disagree, failed = [], [], [], 0, 0
-        for pid, r in kids:
-            data = read_all(r)
-            _, status = os.waitpid(pid, 0)
+        for status, data in run_ranks(
+                size, lambda rank, w: child(rank, size, name, port, steps, rooms, seed, w, clock)):
             if status or not data:
                 failed += 1
                 continue

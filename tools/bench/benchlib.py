@@ -7,6 +7,7 @@ module beside it: `from benchlib import free_port, pct, read_all`.
 
 import os
 import socket
+import sys
 
 
 def free_port():
@@ -23,6 +24,35 @@ def pct(v, q):
     interpolation; v must not be empty)."""
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def run_ranks(n, target):
+    """Fork n processes, ranks 0..n-1, each calling target(rank, w), w the
+    write end of a pipe of its own, then leaving with os._exit: 0, or 1
+    when target raised (the exception on stderr, "rank R: ...").  Once all
+    are started, read each pipe to its end and reap its process, rank by
+    rank.  Returns [(status, data)] in rank order: os.waitpid's status and
+    the bytes the rank wrote."""
+    kids = []
+    for rank in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            code = 0
+            try:
+                target(rank, w)
+            except BaseException as e:
+                sys.stderr.write("rank %d: %r\n" % (rank, e))
+                code = 1
+            os._exit(code)
+        os.close(w)
+        kids.append((pid, r))
+    results = []
+    for pid, r in kids:
+        data = read_all(r)
+        results.append((os.waitpid(pid, 0)[1], data))
+    return results
 
 
 def read_all(fd):
