@@ -327,7 +327,11 @@ static int poll_value(PyObject *o, Py_ssize_t i, int called, uint8_t *out)
 {
     long v = -2;
     int overflow = 0; /* out of range too */
-    if (PyLong_CheckExact(o)) {
+    if (PyLong_CheckExact(o) ||
+        (called && PyLong_Check(o) && Py_TYPE(o)->tp_as_number &&
+         Py_TYPE(o)->tp_as_number->nb_int == PyLong_Type.tp_as_number->nb_int)) {
+        /* an int, or an int subclass whose int() is int's own (sglang's
+         * KVPoll, an IntEnum): int() of it is its value */
         v = PyLong_AsLongAndOverflow(o, &overflow);
     } else if (called) { /* int(poller.poll()), as sglang's list comprehension */
         PyObject *iv = PyNumber_Long(o);
@@ -423,11 +427,9 @@ const char kvcpy_doc_poll_allreduce[] =
 PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
-    static PyObject *s_poll;
     PyObject *o[8] = {NULL, NULL, NULL, NULL, Py_None, Py_None, NULL, NULL};
     if (poll_args(args, nargs, kwnames, o) < 0)
         return NULL;
-    PyObject *polls_o = o[3], *pollers_o = o[4], *follows = o[5];
     uint64_t group;
     unsigned long long size, rank, kind = 0;
     double timeout = 30.0;
@@ -436,6 +438,15 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
         (o[7] && !kvcpy_conv_uint(o[7], 0xffff, "kind", "", &kind)) ||
         (o[6] && !kvcpy_conv_timeout(o[6], &timeout)))
         return NULL;
+    return kvcpy_poll_run(s, group, (uint32_t)size, (uint32_t)rank, o[3], o[4], o[5], timeout,
+                          (uint32_t)kind);
+}
+
+PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32_t rank,
+                         PyObject *polls_o, PyObject *pollers_o, PyObject *follows, double timeout,
+                         uint32_t kind)
+{
+    static PyObject *s_poll;
     if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows)) {
         PyErr_Format(PyExc_TypeError, "follows must be a dict, a set or None, not %.100s",
                      Py_TYPE(follows)->tp_name);
@@ -514,15 +525,11 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
         polled = 1;
     }
     stop_ctx sc = {s, _PyOS_IsMainThread(), 0};
-    kvc_coll_opts co = {.timeout_ms = timeout_to_ms(timeout),
-                        .kind = (uint32_t)kind,
-                        .stop = stop_hook,
-                        .stop_arg = &sc};
+    kvc_coll_opts co = {
+        .timeout_ms = timeout_to_ms(timeout), .kind = kind, .stop = stop_hook, .stop_arg = &sc};
     kvc_coll_failure why;
     int e;
-    KVCPY_RUN(s, e,
-              kvc_poll_allreduce(g, group, (uint32_t)size, (uint32_t)rank, polls, rooms, (size_t)n,
-                                 &co, &why));
+    KVCPY_RUN(s, e, kvc_poll_allreduce(g, group, size, rank, polls, rooms, (size_t)n, &co, &why));
     if (after_wait(&sc) < 0 || coll_failed(s, e, &why, "poll_allreduce"))
         goto out;
     if (!(res = PyList_New(n)))

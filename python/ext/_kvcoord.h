@@ -198,6 +198,16 @@ extern const char kvcpy_doc_allreduce_join[];
 PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames);
 extern const char kvcpy_doc_poll_allreduce[];
+/* Segment.poll_allreduce's work once its arguments are converted (also the
+ * installed poll's C path, _pollcall.c): polls_o None (poll pollers_o
+ * here) or a sequence; follows a dict, a set or None.  The result list, or
+ * NULL with the exception poll_allreduce raises. */
+PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32_t rank,
+                         PyObject *polls_o, PyObject *pollers_o, PyObject *follows, double timeout,
+                         uint32_t kind);
+/* _pollcall.c: kvcoord._kvcoord.PollCall, added to module m (-1 with an
+ * exception set on error). */
+int kvcpy_pollcall_init(PyObject *m);
 /* close() starting on g: wake its collective waiters (they give up). */
 void kvcpy_coll_closing(kvc_segment *g);
 

@@ -3,7 +3,7 @@
 # pure-Python parts (kvcoord/__init__.py, kvcoord.sglang, ...) carry their
 # annotations in their source (PEP 561, py.typed).  Units: timeouts in
 # seconds, *_ns in nanoseconds since the Unix epoch, sizes in bytes.
-from typing import Mapping, Any, Dict, List, Optional, Sequence, Set, Tuple, TypeVar, Union, Final, final
+from typing import Callable, Mapping, Any, Dict, List, Optional, Sequence, Set, Tuple, TypeVar, Union, Final, final
 
 from _typeshed import structseq  # the checkers' own (typeshed), as os.stat_result's
 
@@ -57,6 +57,16 @@ class HierGroup:
                  fds: Optional[Sequence[int]] = ...) -> None: ...
     def allreduce_min(self, data: bytes, tag: int = ..., timeout: Optional[float] = ...) -> bytes: ...
     def close(self) -> None: ...
+
+# kvcoord.sglang's installed poll_and_all_reduce, its plain path in C
+# (internal: built by kvcoord.sglang.poll.make()).
+@final
+class PollCall:
+    def __init__(self, segment: Segment, slow: Callable[..., List[int]],
+                 groups: Dict[int, Any], group_type: type, prob: Callable[[], float],
+                 injected: Callable[..., List[int]], failed: Callable[..., List[int]],
+                 follows: Any, timeout: float) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> List[int]: ...
 
 COLL_GROUPS: int
 COLL_MAX_SIZE: int

@@ -207,6 +207,30 @@ def injection_at_run_time(i, name, store, n):
             "path": path_of(utils, group)}
 
 
+def installed_call(i, name, store, n):
+    """The installed poll_and_all_reduce is a PollCall (its plain path in C)
+    dressed as the wrapper: the plain call, a call with sglang's keyword
+    arguments (the wrapper's way) and a gate of Nones give the same answer,
+    polling each poller once per call; read from a class it is itself, and
+    bound on an instance as a function is."""
+    dist, utils, decode, common, mooncake = start(i, n, name, store)
+    group = dist.new_group(backend="gloo")
+    f = utils.poll_and_all_reduce
+    order = []
+    pollers = [Counted(400 + k, 1 + (k + i) % 4, order) for k in range(8)]
+    out = [f(pollers, group), f(pollers, group, decode_reqs=None),
+           f(pollers, group, None, None, None)]
+
+    class Holder:
+        call = f
+
+    return {"type": type(f).__name__, "name": f.__name__, "wrapped": callable(f.__wrapped__),
+            "original": f.__kvcoord_original__.__module__, "out": out,
+            "calls": [p.calls for p in pollers], "class_get": Holder.call is f,
+            "bound": Holder().call.__self__.__class__.__name__,
+            "path": path_of(utils, group)}
+
+
 @unittest.skipUnless(has_collective(), "this build has no Segment.allreduce_min")
 class Variants(Segmented):
     def capacities(self):
@@ -219,6 +243,19 @@ class Variants(Segmented):
             self.assertEqual(r["out"], [want, [0] * 8, want])
             self.assertEqual(r["calls_on"], [1] * 8)  # injected: no poll() made
             self.assertEqual(r["calls"], [2] * 8)
+
+    def test_the_installed_call_in_c(self):
+        want = [min(1 + (k + i) % 4 for i in range(2)) for k in range(8)]
+        for r in self.run_ranks(2, installed_call):
+            self.assertEqual(r["type"], "PollCall")
+            self.assertEqual(r["name"], "poll_and_all_reduce")
+            self.assertTrue(r["wrapped"])
+            self.assertEqual(r["original"], "sglang.srt.disaggregation.utils")
+            self.assertEqual(r["path"], "kvcoord")
+            self.assertEqual(r["out"], [want] * 3)
+            self.assertEqual(r["calls"], [3] * 8)
+            self.assertTrue(r["class_get"])
+            self.assertEqual(r["bound"], "Holder")
 
     def test_attn_cp_tp_group(self):
         res = self.run_ranks(4, cp_tp)

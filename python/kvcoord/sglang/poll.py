@@ -15,7 +15,12 @@ decode steps) with sglang's failure injection off (its _get_failure_prob,
 read every step), the C call makes the polls itself: each poller's own
 poll(), as int() takes it, in order - sglang's list comprehension without
 its frames - and a call failing after them hands them to the gloo
-fallback (.polls) rather than polling twice.
+fallback (.polls) rather than polling twice.  That plain call (two
+positional arguments, a group in this segment, the injection off) is taken
+in C too: the installed poll_and_all_reduce is a kvcoord._kvcoord.PollCall
+(python/ext/_pollcall.c) making the wrapper's decisions and handing every
+other call to it (its __wrapped__); a Python frame with *args and **kwargs
+cost 1.5-4 us cold.
 
 Which path a group takes is decided once per process group by a handshake
 (gloo all_gather_object: every rank's node and segment identity, pid and
@@ -46,12 +51,13 @@ it joined room N"), and so is every room followed later; rooms it had
 joined are failed by the library's liveness check.
 """
 
+import functools
 import inspect
 import logging
 import os
 import zlib
 
-from .. import CollectiveError, Error, InvalidArgumentError
+from .. import CollectiveError, Error, InvalidArgumentError, _kvcoord
 from . import hier as _hier_poll
 
 log = logging.getLogger(__name__)
@@ -311,6 +317,19 @@ def make(bridge, utils, originals):
                           KIND_GATED if gated else KIND_PLAIN)
 
         out["poll_and_all_reduce"] = poll_and_all_reduce
+        if fast_prob is not None and isinstance(seg, _kvcoord.Segment):
+            # the plain path above in C (python/ext/_pollcall.c), the same
+            # decisions; every other call goes to the wrapper above
+            def injected(pollers, gloo_group, g):
+                return reduce(bridge, g, gloo_group, pollers, inject(pollers), KIND_PLAIN)
+
+            def failed_plain(g, gloo_group, pollers, err):
+                return failed(bridge, g, gloo_group, pollers, None, err)
+
+            fast = _kvcoord.PollCall(seg, poll_and_all_reduce, groups, Group, fast_prob,
+                                     injected, failed_plain, counts, timeout)
+            functools.update_wrapper(fast, poll_and_all_reduce)
+            out["poll_and_all_reduce"] = fast
 
     if o_cp is not None:
 
