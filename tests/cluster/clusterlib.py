@@ -45,6 +45,18 @@ def wait_for(pred, timeout, step=0.02):
     return last[0], time.monotonic() - t0
 
 
+def all_threads_stopped(pid):
+    """Whether every thread of process pid is stopped (state T; a thread's
+    id reads in /proc as a process's; one that ended meanwhile counts)."""
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            if kvctest.proc_state(int(t)) != "T":
+                return False
+        except FileNotFoundError:
+            pass
+    return True
+
+
 class Etcd:
     """Three etcd members on loopback ports with their own data dirs."""
 
@@ -87,9 +99,17 @@ class Etcd:
 
     def freeze(self, *members):
         """SIGSTOP members: their sockets stay open and the kernel still
-        accepts connections and answers TCP keep-alives; nothing answers."""
-        for i in members or range(3):
-            os.kill(self.member_pid(i), signal.SIGSTOP)
+        accepts connections and answers TCP keep-alives; nothing answers.
+        Returns once every thread of each member has stopped: kill() only
+        starts the stop, and until one of a member's threads runs to carry
+        it out the others go on answering (a put answered 40-150 ms after
+        every member was sent SIGSTOP, on a loaded host)."""
+        pids = [self.member_pid(i) for i in members or range(3)]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        for pid in pids:
+            kvctest.wait_for(lambda p=pid: all_threads_stopped(p),
+                             "every thread of etcd member pid %d stopped" % pid, step=0.001)
 
     def thaw(self, *members):
         for i in members or range(3):

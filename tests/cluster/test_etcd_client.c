@@ -5,6 +5,7 @@
  * values of a megabyte, fail-over when a member is killed, and
  * authentication (right and wrong password).
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <setjmp.h>
@@ -239,7 +240,41 @@ static void test_failover(void **state)
     etcd_close(c);
 }
 
-/* SIGSTOP or SIGCONT member i (its pid file in the fixture's directory). */
+/* Whether every thread of process pid is stopped (state T in
+ * /proc/PID/task/TID/stat); fails the test when the process is gone. */
+static int all_threads_stopped(int pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        fail_msg("etcd member pid %d is gone", pid);
+    int all = 1;
+    struct dirent *e;
+    while (all && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[384], buf[512];
+        snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* the thread ended */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *r = strrchr(buf, ')');
+        all = r && r[1] && (r[2] == 'T' || r[2] == 't');
+    }
+    closedir(d);
+    return all;
+}
+
+/* SIGSTOP or SIGCONT member i (its pid file in the fixture's directory).
+ * SIGSTOP returns once every thread of the member has stopped: kill()
+ * only starts the stop, which one thread carries out when it next runs,
+ * and until then the member's other threads go on answering (seen: a put
+ * answered 40-150 ms after every member was sent SIGSTOP, on a loaded
+ * host).  The wait's hang guard is ctest's TIMEOUT. */
 static void signal_member(int i, int sig)
 {
     char path[300];
@@ -250,6 +285,8 @@ static void signal_member(int i, int sig)
     assert_int_equal(fscanf(f, "%d", &pid), 1);
     fclose(f);
     assert_int_equal(kill(pid, sig), 0);
+    while (sig == SIGSTOP && !all_threads_stopped(pid))
+        usleep(1000);
 }
 
 struct blind_watch {
