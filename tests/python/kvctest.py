@@ -171,6 +171,26 @@ def wait_state(pid, want, timeout=DEADLINE):
              step=0.01)
 
 
+def handles(pid, sig):
+    """Whether process pid has taken signal `sig` from its default action: a
+    handler installed (SigCgt of /proc/PID/status) or the signal blocked, to
+    be taken by sigwait or a signalfd (SigBlk)."""
+    masks = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("SigCgt", "SigBlk"):
+                masks[key] = int(value, 16)
+    return bool((masks["SigCgt"] | masks["SigBlk"]) >> (int(sig) - 1) & 1)
+
+
+def wait_handles(pid, sig, timeout=DEADLINE):
+    """Wait until process pid handles signal `sig` (handles): before that, a
+    signal sent to a just-started program takes its default action."""
+    wait_for(lambda: handles(pid, sig), "pid %d handling signal %d" % (pid, int(sig)), timeout,
+             step=0.01)
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago (another process
     can take it before the caller binds: retry on EADDRINUSE where it matters)."""

@@ -20,7 +20,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import free_port, stop_process  # noqa: E402  (the tests' one helper module)
+from kvctest import free_port, stop_process, wait_handles  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 TP = 8
@@ -159,7 +159,9 @@ class WorkerCliTest(unittest.TestCase):
         info = os.path.join(ARGS.work, "llama", "rank-0.json")
         w = Worker("wait-signal", "kvctest-tools-never-%d" % os.getpid(), 0, info,
                    "--timeout-ms", "60000")
-        time.sleep(0.2)
+        # its handler installed, not a fixed 0.2 s (under ASan at load 20 the
+        # SIGINT came first and killed it)
+        wait_handles(w.proc.pid, signal.SIGINT)
         self.assertEqual(stop_process(w.proc, sig=signal.SIGINT), 1)
         self.assertIn("stopped by", w.output())
 
