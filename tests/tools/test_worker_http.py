@@ -20,7 +20,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import free_port, stop_process, wait_handles  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon, stop_process, wait_handles  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 TP = 8
@@ -180,7 +180,9 @@ class WorkerHttpTest(unittest.TestCase):
                                   os.path.join(cls.info_dir, "rank-0.json"),
                                   "--timeout-ms", "60000"))
         try:
-            cls.start_daemon()
+            # kvcoordd with its own defaults (no --max-rooms, no --log-level)
+            cls.daemon = Daemon(cls.segment, exe=ARGS.daemon, log_level=None, max_rooms=None)
+            cls.url = cls.daemon.url
             for r in range(1, TP):
                 cls.workers.append(Worker("worker-%d" % r, cls.segment, r,
                                           os.path.join(cls.info_dir, "rank-%d.json" % r)))
@@ -190,36 +192,11 @@ class WorkerHttpTest(unittest.TestCase):
             raise
 
     @classmethod
-    def start_daemon(cls):
-        for _ in range(3):  # the free port may be taken between probe and bind
-            cls.port = free_port()
-            cls.url = "http://127.0.0.1:%d" % cls.port
-            cls.daemon_log = open(os.path.join(ARGS.work, "kvcoordd.log"), "w",
-                                  encoding="utf-8")
-            cls.daemon = subprocess.Popen(
-                [ARGS.daemon, "--fresh", "--segment", cls.segment,
-                 "--listen", "127.0.0.1:%d" % cls.port],
-                stdout=cls.daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and cls.daemon.poll() is None:
-                try:
-                    if requests.get(cls.url + "/health", timeout=1).status_code == 200:
-                        return
-                except requests.RequestException:
-                    pass
-                time.sleep(0.05)
-            stop_process(cls.daemon)
-            cls.daemon_log.close()
-        with open(os.path.join(ARGS.work, "kvcoordd.log"), encoding="utf-8") as f:
-            raise AssertionError("kvcoordd did not become healthy: " + f.read()[-2000:])
-
-    @classmethod
     def tearDownClass(cls):
         for w in cls.workers:
             stop_process(w.proc)
         if cls.daemon is not None:
-            stop_process(cls.daemon)
-            cls.daemon_log.close()
+            cls.daemon.stop()
         try:
             os.unlink("/dev/shm/" + cls.segment)
         except FileNotFoundError:
