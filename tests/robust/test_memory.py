@@ -187,7 +187,10 @@ def run(args):
         else:
             assert counts.get(503, 0) >= CONNS - 256 * MIB // BODY, counts
             assert peak["RssAnon"] - base["RssAnon"] < (256 + 64) * MIB, peak
-            assert flood.closed_after, "no body was admitted"
+            # Admitted: not refused with 503.  Whether an admitted body got to
+            # its trickled tail or was closed by --body-timeout on the way (ASan
+            # at load 25: 60 MiB not sent within 5 s) depends on the machine.
+            assert any(st != 503 for st in flood.status.values()), "no body was admitted"
         assert d.alive(), d.log_tail()
     finally:
         rc = d.stop()
