@@ -25,9 +25,12 @@
 
 static struct etcd_fixture fx;
 
+/* A client whose per-member timeout is a hang guard: no call here goes to
+ * a frozen member (a killed one refuses at once), and a healthy put of a
+ * megabyte took more than 3 s per member at load 30. */
 static etcd *open_client(void)
 {
-    struct etcd_conf conf = {.endpoints = fx.endpoints, .timeout_ms = 3000};
+    struct etcd_conf conf = {.endpoints = fx.endpoints, .timeout_ms = 60000};
     char err[256];
     etcd *c = NULL;
     if (etcd_open(&conf, &c, err, sizeof err))
@@ -35,10 +38,13 @@ static etcd *open_client(void)
     return c;
 }
 
-static void ok(etcd *c, int rc)
+/* The call on this line of the test succeeded (cmocka reports the line
+ * of fail_msg, so the caller's is in the message). */
+#define ok(c, rc) ok_at((c), (rc), __LINE__)
+static void ok_at(etcd *c, int rc, int line)
 {
     if (rc)
-        fail_msg("etcd call failed: %s", etcd_error(c));
+        fail_msg("etcd call at line %d failed: %s", line, etcd_error(c));
 }
 
 static void test_put_range_delete(void **state)
@@ -236,6 +242,11 @@ static void test_failover(void **state)
     ok(c, etcd_member_status(c, etcd_endpoint_at(c, 1), &leader, &rev));
     assert_true(leader != 0);
     assert_int_equal(etcd_fixture_run(&fx, "start-member", "0"), 0);
+    /* start-member does not wait: member 0 back in the cluster (its status
+     * names a leader) before the tests that follow start their calls with
+     * it.  The wait's hang guard is ctest's TIMEOUT. */
+    while (etcd_member_status(c, etcd_endpoint_at(c, 0), &leader, &rev) || !leader)
+        usleep(100 * 1000);
     ok(c, etcd_delete(c, "/t/fo/", 1, NULL));
     etcd_close(c);
 }
@@ -355,10 +366,23 @@ static void test_frozen_member(void **state)
     etcd_close(c);
 }
 
+/* After test_frozen_member, failed or not: no member left stopped for the
+ * tests that follow. */
+static int thaw_members(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        signal_member(i, SIGCONT);
+    return 0;
+}
+
 static int etcdctl(const char *args)
 {
     char line[1024];
-    snprintf(line, sizeof line, "ETCDCTL_API=3 etcdctl --endpoints=%s %s >/dev/null 2>&1",
+    /* Its 2 s dial and 5 s command timeouts become hang guards. */
+    snprintf(line, sizeof line,
+             "ETCDCTL_API=3 etcdctl --dial-timeout=60s --command-timeout=60s --endpoints=%s %s "
+             ">/dev/null 2>&1",
              fx.endpoints, args);
     return system(line);
 }
@@ -378,7 +402,10 @@ static void test_auth(void **state)
     assert_int_equal(etcdctl("user add root:s3cret"), 0);
     assert_int_equal(etcdctl("auth enable"), 0);
 
-    struct etcd_conf conf = {.endpoints = fx.endpoints, .user = "root", .password_file = pw};
+    /* The timeout a hang guard, as open_client's (the default 2 s ran out
+     * on an authentication at load 30). */
+    struct etcd_conf conf = {
+        .endpoints = fx.endpoints, .user = "root", .password_file = pw, .timeout_ms = 60000};
     char err[256];
     etcd *c;
     assert_int_equal(etcd_open(&conf, &c, err, sizeof err), 0);
@@ -423,7 +450,7 @@ int main(void)
         cmocka_unit_test(test_watch_stream),
         cmocka_unit_test(test_watch_stop_idle),
         cmocka_unit_test(test_failover),
-        cmocka_unit_test(test_frozen_member),
+        cmocka_unit_test_teardown(test_frozen_member, thaw_members),
         cmocka_unit_test(test_auth),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
