@@ -12,7 +12,11 @@ Checked, in each document:
     file or directory exists (a trailing :LINE is dropped; auth.[ch] means
     both files; names with <placeholders>, globs or "..." are checked up to
     the directory before the placeholder);
-  - a bare NAME.md names a file of the repository.
+  - a bare NAME.md names a file of the repository;
+  - a layout version said to be this build's ("this build reads N", "layout
+    version N, as this build", "this build ... uses layout version N") is
+    KVC_LAYOUT_VERSION of include/kvcoord/kvcoord.h, and in "layout version
+    N (this build reads M)" N is not above M.
 Prints each miss as DOC:LINE: what, and exits 1 if there is any.
 Usage: test_doc_paths.py REPO_ROOT
 """
@@ -58,6 +62,33 @@ def inside(path):
     return real == ROOT or real.startswith(ROOT + os.sep)
 
 
+def build_layout_version():
+    with open(os.path.join(ROOT, "include", "kvcoord", "kvcoord.h"), encoding="utf-8") as f:
+        m = re.search(r"^#define KVC_LAYOUT_VERSION (\d+)u?\b", f.read(), re.M)
+    return int(m.group(1)) if m else None
+
+
+BUILD_SAYS = [re.compile(r"this build reads (\d+)"),
+              re.compile(r"layout version (\d+), as this build"),
+              re.compile(r"this build(?: of kvcoord)? uses layout version (\d+)")]
+SHOWN = re.compile(r"layout version\s+(\d+) \(this build reads (\d+)\)")
+
+
+def check_layout(line, build):
+    """Misses of a line that quotes the build's layout version."""
+    out = []
+    for rx in BUILD_SAYS:
+        for m in rx.finditer(line):
+            if int(m.group(1)) != build:
+                out.append("says this build's layout version is %s; it is %d (kvcoord.h)"
+                           % (m.group(1), build))
+    for m in SHOWN.finditer(line):
+        if int(m.group(1)) > int(m.group(2)):
+            out.append("shows a segment of layout version %s newer than the build's %s"
+                       % (m.group(1), m.group(2)))
+    return out
+
+
 def check_path(p):
     """The existing-path test for a path named in prose; None when fine."""
     p = re.sub(r":\d+(-\d+)?$", "", p)
@@ -80,6 +111,9 @@ def check_path(p):
 
 def main():
     misses = []
+    layout = build_layout_version()
+    if layout is None:
+        misses.append("include/kvcoord/kvcoord.h: no #define KVC_LAYOUT_VERSION")
     mdfiles = {}
     for dirpath, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if not d.startswith(".") and not d.startswith("build")]
@@ -119,6 +153,8 @@ def main():
                 why = check_path(m.group(1))
                 if why:
                     misses.append("%s: %s" % (where, why))
+            if layout is not None:
+                misses.extend("%s: %s" % (where, why) for why in check_layout(line, layout))
             for m in MDNAME.finditer(text):
                 if m.group(1) not in mdfiles:
                     misses.append("%s: names %s, which is not in the repository" % (where, m.group(1)))
