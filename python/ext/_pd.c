@@ -61,8 +61,16 @@ static int pd_int(PyObject *o, const char *what, long long lo, long long hi, lon
 
 /* ---- pd_register ------------------------------------------------------- */
 
+/* A required key is missing: the library's bad-input error with the words
+ * of kvcoordd's 400 for the same body ("Missing field 'KEY'"); returns 0. */
+static int missing_field(const char *key)
+{
+    PyErr_Format(kvcpy_InvalidError, "Missing field '%s'", key);
+    return 0;
+}
+
 /* registration[key] as an int in lo..hi into *out; 1 ok, 0 with an
- * exception (KeyError naming a missing key, as sglang's data[key]). */
+ * exception (InvalidArgumentError naming a missing required key). */
 static int dict_int(PyObject *d, const char *key, int required, int strict, long long lo,
                     long long hi, int32_t *out, int *given)
 {
@@ -70,9 +78,9 @@ static int dict_int(PyObject *d, const char *key, int required, int strict, long
     if (!v) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError))
             return 0;
-        if (required)
-            return 0;
         PyErr_Clear();
+        if (required)
+            return missing_field(key);
         if (given)
             *given = 0;
         return 1;
@@ -103,10 +111,10 @@ static int dict_str(PyObject *d, const char *key, int required, const char **out
     *out = NULL;
     *keep = PyMapping_GetItemString(d, key);
     if (!*keep) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError) || required)
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
             return 0;
         PyErr_Clear();
-        return 1;
+        return required ? missing_field(key) : 1;
     }
     if (*keep == Py_None && !required)
         return 1;
@@ -156,7 +164,7 @@ static PyObject *pd_register(SegmentObject *s, PyObject *d)
         !dict_str(d, "load_balance_method", 0, &lbm_s, &lbm))
         goto out;
     if (!PyMapping_HasKeyString(d, "kv_cache_dtype")) { /* sglang's data["kv_cache_dtype"] */
-        PyErr_SetString(PyExc_KeyError, "kv_cache_dtype");
+        missing_field("kv_cache_dtype");
         goto out;
     }
     /* sglang: data.get("load_balance_method", "follow_bootstrap_room"). */
@@ -344,9 +352,10 @@ static PyMethodDef kvcpy_pd_methods[] = {
      "system_dp_rank, rank_ip, rank_port, page_size, kv_cache_dtype, and optional\n"
      "prefill_http_port, load_balance_method, enable_dsa_cache_layer_split).\n"
      "The entry is this process's: it is withdrawn when the process ends.\n"
-     "Registering the same (dp, cp, tp, pp) again replaces it.  Raises KeyError\n"
-     "(a required key missing), TypeError, kvcoord.InvalidArgumentError (a value\n"
-     "out of range), kvcoord.FullError."},
+     "Registering the same (dp, cp, tp, pp) again replaces it.  Raises\n"
+     "kvcoord.InvalidArgumentError (a ValueError: a required key missing, \"Missing\n"
+     "field 'KEY'\" as kvcoordd's 400, or a value out of range), TypeError,\n"
+     "kvcoord.FullError."},
     {"pd_lookup", KW pd_lookup, METH_VARARGS | METH_KEYWORDS,
      "pd_lookup(dp_group, cp_rank, tp_rank, pp_rank) -> dict\n\n"
      "The prefill rank's entry: rank_ip, rank_port, pid (its registering process,\n"

@@ -54,8 +54,17 @@ class Tables(SegmentCase):
     def test_bad_registrations_store_nothing(self):
         b = body(0)
         del b["page_size"]
-        with self.assertRaises(KeyError):
+        with self.assertRaisesRegex(kvcoord.InvalidArgumentError, "^Missing field 'page_size'$"):
             self.seg.pd_register(b)
+        # A missing field is bad input named as kvcoordd's 400 names it, not a bare KeyError.
+        for given, missing in (({"attn_tp_size": 1}, "attn_tp_rank"),
+                               ({k: v for k, v in body(0).items() if k != "rank_ip"}, "rank_ip"),
+                               ({k: v for k, v in body(0).items() if k != "kv_cache_dtype"},
+                                "kv_cache_dtype")):
+            with self.assertRaises(ValueError) as cm:
+                self.seg.pd_register(given)
+            self.assertNotIsInstance(cm.exception, KeyError)
+            self.assertEqual(str(cm.exception), "Missing field '%s'" % missing)
         with self.assertRaisesRegex(kvcoord.InvalidArgumentError, "attn_tp_rank 2 out of range"):
             self.seg.pd_register(body(2))
         with self.assertRaises(TypeError):

@@ -124,6 +124,11 @@ class Semantics(Case):
             ksg.install(self.seg, 2, size=2)
         with self.assertRaises(ValueError):
             ksg.install(self.seg, -1)
+        # More participants than a room holds: refused at install, the limit named.
+        for size in (kvcoord.ROOM_MAX_PARTICIPANTS + 1, 100):
+            with self.assertRaisesRegex(ValueError, r"^size %d exceeds the 32 participants "
+                                        r"a bootstrap room holds" % size):
+                ksg.install(self.seg, 0, size=size)
         with self.assertRaises(TypeError):
             ksg.install(42, 0)
         patched = ksg.install(self.name, 3)  # size: the segment's world size (8)

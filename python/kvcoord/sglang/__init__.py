@@ -106,7 +106,8 @@ def install(segment: Union[str, Segment, None], rank: int, *, size: Optional[int
     missing; the message says "sglang is not installed for this Python
     (...)" with the import's own error), SegmentNotFoundError and
     the other Segment() errors, ValueError (rank, size or timeout out of
-    range), TypeError (segment of another type), RuntimeError (already
+    range; a size, or the segment's world size taken for it, above
+    kvcoord.ROOM_MAX_PARTICIPANTS (32), the participants a room holds), TypeError (segment of another type), RuntimeError (already
     installed).  Not thread-safe against sglang running meanwhile: call it
     before."""
     return _sgl_install.install(segment, rank, size=size, timeout=timeout,

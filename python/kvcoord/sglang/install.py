@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 
-from .. import Segment
+from .. import ROOM_MAX_PARTICIPANTS, Segment
 from . import pd as _sgl_pd, poll as _sgl_poll
 from .bridge import Bridge
 
@@ -151,6 +151,15 @@ def _open(segment):
                     % type(segment).__name__)
 
 
+def _check_room_size(size, what):
+    """ValueError when size is more participants than a room holds."""
+    if size is not None and size > ROOM_MAX_PARTICIPANTS:
+        raise ValueError("%s %d exceeds the %d participants a bootstrap room holds "
+                         "(kvcoord.ROOM_MAX_PARTICIPANTS): pass the TP group's ranks on "
+                         "this node, at most %d" % (what, size, ROOM_MAX_PARTICIPANTS,
+                                                   ROOM_MAX_PARTICIPANTS))
+
+
 def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
             transfer_engine=False):
     """See kvcoord.sglang.install."""
@@ -159,6 +168,7 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
         raise ValueError("rank must be an int >= 0, not %r" % (rank,))
     if size is not None and (not isinstance(size, int) or not rank < size):
         raise ValueError("size must be an int > rank (%d), not %r" % (rank, size))
+    _check_room_size(size, "size")
     if not timeout > 0:
         raise ValueError("timeout must be > 0 seconds, not %r" % (timeout,))
     _sgl_pd.options(pd_bootstrap)  # TypeError before anything changes
@@ -175,6 +185,12 @@ def install(segment, rank, *, size=None, timeout=30.0, pd_bootstrap=None,
         seg, owned = _open(segment)
         if seg is not None and size is None:
             size = seg.stat()["world_size"]
+            try:
+                _check_room_size(size, "the segment's world size (size's default)")
+            except ValueError:
+                if owned:
+                    seg.close()
+                raise
         if seg is not None and not rank < size:
             if owned:
                 seg.close()
