@@ -280,10 +280,14 @@ class RawHttpTest(unittest.TestCase):
             self.assertEqual(headers["content-type"], "application/json")
             self.assertTrue(detail(answer).startswith(want), (body, answer))
         self.assertEqual(self.lookup(50)[0], 404)  # nothing stored by a rejected request
-        status, _, body = c.request("PUT", "/register_transfer_engine_info",
-                                    registration(5000, "h:1"))
-        self.assertEqual(status, 400)
-        self.assertIn("max ranks", detail(body))
+        # One wording for the rank limit, whether the library or the daemon refuses.
+        for rank in (5000, 2**32 - 1, 2**64 - 1):
+            status, _, body = c.request("PUT", "/register_transfer_engine_info",
+                                        registration(rank, "h:1"))
+            self.assertEqual(status, 400)
+            self.assertEqual(detail(body),
+                             "Failed to register rank %d: rank %d exceeds the segment's max "
+                             "ranks (1024; ranks are 0..1023)" % (rank, rank))
 
     def test_large_registration_on_helper_thread(self):
         """Bodies over 64 KiB are handled off the loop: answers stay in order,

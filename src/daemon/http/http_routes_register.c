@@ -69,11 +69,11 @@ static int register_rank(struct routes *r, const struct http_req *req, struct bu
         kvc__json_integer(req->body, jr->start, jr->end, &negative, &v);
     if (negative)
         return route_bad_field(out, req, name, "must be a non-negative integer");
-    if (v >= UINT32_MAX) { /* beyond what the library takes */
+    if (v >= UINT32_MAX) { /* beyond what the library takes; its wording (kvc__rank_check) */
         route_detailf(out, req, 400,
                       "Failed to register rank %" PRIu64 ": rank %" PRIu64
-                      " exceeds the segment's max ranks (%u)",
-                      v, v, r->max_ranks);
+                      " exceeds the segment's max ranks (%u; ranks are 0..%u)",
+                      v, v, r->max_ranks, r->max_ranks - 1);
         return -1;
     }
     *rank = (uint32_t)v;
