@@ -6,6 +6,8 @@ rank that does not arrive; bad arguments."""
 import os
 import random
 import signal
+import tempfile
+import time
 import unittest
 
 import kvcoord
@@ -95,6 +97,22 @@ def killed_child(rank, name, victim_steps):
         return {"msg": None}
 
 
+def reaped_child(rank, name, go):
+    """Three ranks take one round; rank 2 then SIGKILLs itself, and ranks 0
+    and 1 call again only once the parent has reaped it (go exists)."""
+    with kvcoord.Segment(name, role="worker", rank=rank) as seg:
+        seg.allreduce_min(0x309, 3, rank, [rank] * 8, timeout=LONG)
+        if rank == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        while not os.path.exists(go):
+            time.sleep(0.01)
+        try:
+            seg.allreduce_min(0x309, 3, rank, [rank] * 8, timeout=LONG)
+        except kvcoord.CollectiveError as e:
+            return {"msg": str(e), "ranks": e.ranks, "dead": e.dead}
+        return {"msg": None}
+
+
 def late_child(rank, name):
     with kvcoord.Segment(name, role="worker", rank=rank) as seg:
         # Both enter the timed call together (a barrier of their own), so
@@ -123,6 +141,28 @@ class PeerFailures(SegmentCase):
             self.assertTrue(r["dead"])
             self.assertTrue(r["is_error"])
             self.assertEqual(r["again"], [[3], True])
+
+    def test_reaped_rank_says_how_it_ended(self):
+        # The trial's case: kvcoordd reaped the SIGKILLed rank (its process
+        # entry freed, its pid cleared) before the others looked: they say it
+        # died and how, as its rooms do, not that it "left".
+        go = os.path.join(tempfile.mkdtemp(prefix="kvc-coll-"), "go")
+        kids = fork_children(3, reaped_child, self.name, go)
+        victim = kids[2][0]
+        os.waitid(os.P_PID, victim, os.WEXITED | os.WNOWAIT)  # dead, still a zombie
+        self.assertEqual(self.seg.reap_dead(), 1)
+        open(go, "w").close()
+        res = collect(kids, skip=(victim,))
+        _, status = os.waitpid(victim, 0)
+        self.assertEqual(exit_code(status), -signal.SIGKILL)
+        os.unlink(go)
+        os.rmdir(os.path.dirname(go))
+        for i in range(2):
+            self.assertNotIn("error", res[i], res[i].get("error"))
+            r = res[i]["result"]
+            self.assertIn("rank 2 of group 0x309 died (pid %d, killed by signal 9 (Killed))"
+                          % victim, r["msg"], "rank %d" % i)
+            self.assertEqual((r["ranks"], r["dead"]), ([2], True))
 
     def test_rank_that_does_not_arrive(self):
         # Rank 2 never calls: ranks 0 and 1 time out naming it.

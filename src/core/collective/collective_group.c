@@ -68,6 +68,20 @@ bool kvc__coll_owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, 
     if (st == KVC__SLOT_ALIVE)
         return true;
     if (st == KVC__SLOT_GONE) {
+        /* Reaped (kvc_proc_reap: the dead mark and how it ended stay in the
+         * entry, its pid cleared) rather than closed: say how it ended, as
+         * its rooms' failures do.  The entry's gen is read again after the
+         * copy: a new process taking the slot bumps it before clearing how. */
+        if (atomic_load_explicit(&p->gen, memory_order_acquire) == gen &&
+            atomic_load_explicit(&p->dead, memory_order_acquire)) {
+            char how[KVC_HOW_MAX + 1];
+            snprintf(how, sizeof how, "%s", p->how);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&p->gen, memory_order_relaxed) == gen && how[0]) {
+                snprintf(what, cap, "died (pid %d, %s)", (int)known_pid, how);
+                return false;
+            }
+        }
         snprintf(what, cap, "left (pid %d closed its segment handle or was reaped)",
                  (int)known_pid);
         return false;
