@@ -10,11 +10,14 @@
   would), the README's first Python example ("## Using it directly") runs
   as printed, with the Quick start's rank 0 registered first: what the C
   program left behind (its failed room) must not trip it.
+- docs/mooncake.md's "Using it" example (two kvcoord.mooncake engines on
+  127.0.0.1) runs as printed and prints what its comments say (--mooncake,
+  with --pythonpath).
 - The curl block of "## HTTP API" runs against that kvcoordd with PORT set to
   its port: the registration answers OK and the lookup returns what it sent.
 
 Usage: test_readme_snippet.py --readme README.md --library docs/library.md
-       --include DIR --libdir DIR --daemon kvcoordd --cc CC [--pythonpath DIR]
+       --include DIR --libdir DIR --daemon kvcoordd --cc CC [--pythonpath DIR [--mooncake docs/mooncake.md]]
        [--sanitize]
 """
 import argparse
@@ -99,11 +102,49 @@ def run_python_example(code, segment, pythonpath):
         holder.wait(30)
 
 
+def printed_comments(code):
+    """What a documented example says it prints, in order: the comment after
+    each print(...) on its line, or on the comment line right below it."""
+    lines, want = code.split("\n"), []
+    for i, line in enumerate(lines):
+        if not line.lstrip().startswith("print("):
+            continue
+        m = re.search(r"\)\s+#\s?(.*)$", line)
+        if m:
+            want.append(m.group(1).strip())
+        elif i + 1 < len(lines) and lines[i + 1].lstrip().startswith("#"):
+            want.append(lines[i + 1].lstrip()[1:].strip())
+    return want
+
+
+def run_mooncake_example(path, pythonpath):
+    """docs/mooncake.md's "Using it" block, as printed: it must exit 0 and
+    print what its comments say, line for line."""
+    code = block_after(open(path, encoding="utf-8").read(), "## Using it", "python")
+    want = printed_comments(code)
+    if len(want) < 2:
+        fail("mooncake.md's example does not say what it prints")
+    work = tempfile.mkdtemp(prefix="kvc-mooncake-doc-")
+    with open(os.path.join(work, "example.py"), "w", encoding="utf-8") as f:
+        f.write(code)
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    r = subprocess.run([sys.executable, "example.py"], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=120, check=False)
+    shutil.rmtree(work, ignore_errors=True)
+    print("mooncake.md's example:\n" + r.stdout + r.stderr)
+    if r.returncode != 0:
+        fail("mooncake.md's example exited %d" % r.returncode)
+    got = r.stdout.rstrip("\n").split("\n")
+    if got != want:
+        fail("mooncake.md's example printed %r; its comments say %r" % (got, want))
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--readme", "--library", "--include", "--libdir", "--daemon", "--cc"):
         ap.add_argument(a, required=True)
     ap.add_argument("--pythonpath", help="the build's python/ (runs the Python example too)")
+    ap.add_argument("--mooncake", help="docs/mooncake.md (its example runs with --pythonpath)")
     ap.add_argument("--sanitize", action="store_true")
     args = ap.parse_args()
     text = open(args.readme, encoding="utf-8").read()
@@ -152,6 +193,8 @@ def main():
 
         if args.pythonpath:
             run_python_example(python, segment, args.pythonpath)
+            if args.mooncake:
+                run_mooncake_example(args.mooncake, args.pythonpath)
 
         script = curl.replace("PORT=6789", "PORT=%d" % port, 1)
         if script == curl:

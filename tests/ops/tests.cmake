@@ -88,7 +88,8 @@ if(KVCOORD_SANITIZE)
 elseif(TARGET kvcoord_python)
   # the Python example too (an instrumented extension would need the
   # sanitizer runtimes preloaded into the interpreter: plain builds only)
-  set(KVC_README_SANITIZE --pythonpath ${CMAKE_BINARY_DIR}/python)
+  set(KVC_README_SANITIZE --pythonpath ${CMAKE_BINARY_DIR}/python
+      --mooncake ${CMAKE_SOURCE_DIR}/docs/mooncake.md)
 endif()
 add_test(NAME ops_readme_examples
   COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_readme_snippet.py --readme ${CMAKE_SOURCE_DIR}/README.md
