@@ -1071,13 +1071,22 @@ kvc_err kvc_proc_reap(kvc_segment *seg, int32_t pid, uint64_t start, const char 
  * (may be NULL) receives how many.  Errors: those of kvc_proc_reap(). */
 kvc_err kvc_proc_reap_dead(kvc_segment *seg, size_t *reaped);
 
+/* How often a process watcher calls kvc_proc_watch_beat() (ms), and the
+ * age (ms) past which readers no longer trust its beat. */
+#define KVC_PROC_WATCH_BEAT_MS 100
+#define KVC_PROC_WATCH_STALE_MS 500
+
 /* Declare (watching non-zero) that the calling process watches the death
  * of every attached process and reaps each at once with kvc_proc_reap(),
  * which marks it dead in the process table before failing its rooms - as
  * kvcoordd's pidfd watch does.  While such beats are fresh (the last one
- * less than 3 s old: call it every second), kvc_room_get() judges the
- * liveness of participants from those marks alone, with no system call;
- * otherwise it reads /proc (at most every 100 ms per participant).
+ * less than KVC_PROC_WATCH_STALE_MS old: call it every
+ * KVC_PROC_WATCH_BEAT_MS), kvc_room_get() judges the liveness of
+ * participants from those marks alone, with no system call; otherwise it
+ * reads /proc (at most every 100 ms per participant).  So a watcher that
+ * dies (SIGKILL) stops being trusted within KVC_PROC_WATCH_STALE_MS of its
+ * last beat: a participant dead by then fails its rooms at the first read
+ * past that (+ at most 100 ms), whatever the watcher missed.
  * watching 0: the caller stops watching (only clears its own beat).
  * Thread- and process-safe; no lock.  Errors: KVC_E_INVAL (NULL). */
 kvc_err kvc_proc_watch_beat(kvc_segment *seg, int watching);

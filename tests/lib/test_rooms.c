@@ -305,6 +305,73 @@ static void test_watched_liveness_from_marks(void **st)
     kvc_unlink(name);
 }
 
+/* ---- a watcher SIGKILLed, then a participant: trust ends in time ------ */
+
+/* The README's promise: rooms fail at once even with kvcoordd down.  A
+ * watcher (as kvcoordd) beats every KVC_PROC_WATCH_BEAT_MS and is
+ * SIGKILLed, then a participant is SIGKILLed (nobody marks it dead).  The
+ * first read later than the watcher's death + KVC_PROC_WATCH_STALE_MS +
+ * the /proc re-check interval (+ 50 ms for the coarse clock) must see the
+ * room Failed.  (With the old 3 s staleness it read Bootstrapping.) */
+static void test_watcher_death_ends_trust(void **st)
+{
+    (void)st;
+    TU_SKIP_UNLESS(tu_probe_self_stat());
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, NO_TTL_MS);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t watcher = fork();
+    if (watcher == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_DAEMON, 0, 0);
+        kvc_proc_watch_beat(c, 1);
+        (void)!write(fds[1], "w", 1);
+        for (;;) {
+            usleep(KVC_PROC_WATCH_BEAT_MS * 1000);
+            kvc_proc_watch_beat(c, 1);
+        }
+    }
+    pid_t part = fork();
+    if (part == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        kvc_room_open(c, 7001, 2, 1, KVC_ROOM_ROLE_DECODE);
+        (void)!write(fds[1], "p", 1);
+        for (;;)
+            pause();
+    }
+    char ch;
+    assert_int_equal(read(fds[0], &ch, 1), 1);
+    assert_int_equal(read(fds[0], &ch, 1), 1);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 7001, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_BOOTSTRAPPING);
+    kill(watcher, SIGKILL);
+    waitpid(watcher, NULL, 0);
+    uint64_t dead_ns = kvc__seg_mono_ns(); /* its last beat was before this */
+    kill(part, SIGKILL);
+    waitpid(part, NULL, 0);
+    uint64_t bound_ns =
+        dead_ns + (uint64_t)(KVC_PROC_WATCH_STALE_MS + KVC__LIVENESS_RECHECK_MS + 50) * 1000000ull;
+    /* Readers poll as rank 0 would; before the bound nothing is asserted
+     * (the beat may go stale sooner on a loaded machine: /proc then
+     * answers at once). */
+    for (;;) {
+        uint64_t t = kvc__seg_mono_ns();
+        assert_int_equal(kvc_room_get(s, 7001, 0, &ri), KVC_OK);
+        if (t > bound_ns)
+            break;
+        usleep(20000);
+    }
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    char want[48];
+    snprintf(want, sizeof want, "rank 1 (pid %d)", (int)part);
+    assert_non_null(strstr(ri.failure.reason, want));
+    close(fds[0]);
+    close(fds[1]);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 /* ---- a participant that closes its last handle without releasing ------ */
 
 static void test_close_fails_unreleased_rooms(void **st)
@@ -858,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_success_needs_all_and_is_sticky),
         cmocka_unit_test(test_dead_participant_fails_room),
         cmocka_unit_test(test_watched_liveness_from_marks),
+        cmocka_unit_test(test_watcher_death_ends_trust),
         cmocka_unit_test(test_close_fails_unreleased_rooms),
         cmocka_unit_test(test_crash_inside_room_updates),
         cmocka_unit_test(test_crash_deleting_room),

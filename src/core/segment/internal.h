@@ -229,8 +229,10 @@ static inline uint32_t kvc__ix_tag(uint64_t h) { return (uint32_t)(h >> 26); }
 /* With no process watcher beating, a reader of a room looks a participant
  * up in /proc at most this often (outside any lock). */
 #define KVC__LIVENESS_RECHECK_MS 100
-/* A watcher's beat older than this is not trusted (it beats every second). */
-#define KVC__WATCH_STALE_MS 3000
+/* A watcher's beat older than this is not trusted (it beats every
+ * KVC_PROC_WATCH_BEAT_MS): the bound, after a watcher's death, on the time
+ * readers keep trusting dead marks it no longer sets. */
+#define KVC__WATCH_STALE_MS KVC_PROC_WATCH_STALE_MS
 
 /* liveness.c (see its comment): the process table's liveness locks and
  * the namespace-free monotonic clock of every stamp kept in the segment. */

@@ -31,11 +31,14 @@
  * kvc_exit_unknown_text() says what is known (gone, when it started, not
  * our child).
  *
- * Each 1 s tick after a complete scan publishes a watch beat
- * (kvc_proc_watch_beat): while it is fresh, kvc_room_get() in every process
- * judges the liveness of room participants from the dead marks
- * kvc_proc_reap() sets, with no system call; the beat is withdrawn at stop.
- * The same tick sweeps rooms past their TTL (kvc_room_sweep) every few
+ * Once a complete scan is done, the thread publishes a watch beat
+ * (kvc_proc_watch_beat) every KVC_PROC_WATCH_BEAT_MS (100 ms, its own
+ * timer): while it is fresh (KVC_PROC_WATCH_STALE_MS, 500 ms),
+ * kvc_room_get() in every process judges the liveness of room participants
+ * from the dead marks kvc_proc_reap() sets, with no system call.  The beat
+ * is short so that a daemon that dies (SIGKILL) stops being trusted within
+ * half a second: readers then look at /proc themselves.  It is withdrawn
+ * at stop.  The 1 s tick sweeps rooms past their TTL (kvc_room_sweep) every few
  * seconds, logs what changed in the segment (seg_events.h), keeps the
  * rooms figures of GET /metrics warm and checks the segment file
  * (seg_watch.h).  The daemon never watches itself.
@@ -529,10 +532,6 @@ static void proc_exited(struct proc_watch *pw, uint32_t slot)
 static void procs_tick(struct proc_watch *pw)
 {
     procs_check(pw, 0);
-    /* Every attached process is watched (or reaped) now: readers of rooms
-     * may judge liveness from the process table's dead marks. */
-    if (pw->scanned)
-        kvc_proc_watch_beat(pw->seg, 1);
     pd_upkeep_run(&pw->pd, pw->seg);
     if (++pw->ticks % ROOM_SWEEP_TICKS)
         return;
@@ -596,15 +595,29 @@ static void *watcher_main(void *arg)
 {
     struct proc_watch *pw = arg;
     struct epoll_event evs[EVENTS_MAX];
-    uint64_t next_tick = kvc__mono_ms() + TICK_MS;
+    uint64_t next_tick = kvc__mono_ms() + TICK_MS, next_beat = 0;
     while (!atomic_load(&pw->stop)) {
         uint64_t now = kvc__mono_ms();
         uint64_t next =
             pw->unwatched && pw->next_poll_ms < next_tick ? pw->next_poll_ms : next_tick;
+        if (pw->scanned && next_beat < next)
+            next = next_beat;
         int timeout = now >= next ? 0 : (int)(next - now);
         int n = epoll_wait(pw->epfd, evs, EVENTS_MAX, timeout);
         if (atomic_load(&pw->stop))
             break;
+        /* Every attached process is watched (or reaped) once a scan is
+         * complete: readers of rooms may judge liveness from the process
+         * table's dead marks while this beat is fresh.  A wake for the beat
+         * alone does nothing else (the file and segment looks keep their
+         * pace). */
+        if (pw->scanned && kvc__mono_ms() >= next_beat) {
+            kvc_proc_watch_beat(pw->seg, 1);
+            now = kvc__mono_ms();
+            next_beat = now + KVC_PROC_WATCH_BEAT_MS;
+            if (n == 0 && now < next_tick && !(pw->unwatched && now >= pw->next_poll_ms))
+                continue;
+        }
         int poked = 0;
         for (int i = 0; i < n; i++) {
             if (evs[i].data.u64 == POKE_TAG) {
