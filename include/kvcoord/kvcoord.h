@@ -279,6 +279,9 @@ typedef struct kvc_segment_info {
     uint32_t rooms_live; /* rooms in the table */
     uint32_t room_ttl_ms;
     uint64_t failures_total; /* failure records ever kept */
+    /* Failed rooms no participant had joined, evicted to make room for a
+     * new room in a full table (kvc_room_open), since creation. */
+    uint64_t rooms_evicted;
 } kvc_segment_info;
 
 /* Fill *out from the header (reads only; no lock taken).  Errors: KVC_E_INVAL. */
@@ -649,8 +652,13 @@ typedef struct kvc_room_info {
  * out of range for room ID: it has N participants (ranks 0..N-1)", with
  * "; participants 0 means the segment's world size, N" when 0 was passed,
  * count differing from the room's), KVC_E_FULL (as many active rooms
- * as the segment's max rooms: no active room is ever evicted), KVC_E_BUSY,
- * KVC_E_NOTRECOVERABLE. */
+ * as the segment's max rooms, none of them evictable), KVC_E_BUSY,
+ * KVC_E_NOTRECOVERABLE.  A full table (or stripe) first evicts the oldest
+ * Failed room that no participant ever joined (a failure reported,
+ * kvc_room_fail(), for a room nobody opened; its record stays in the
+ * failure ring): such reports cannot fill the table against new rooms.
+ * Joined rooms are never evicted.  Opening an evicted room later finds it
+ * Failed with its record while the ring (KVC_FAILURE_RING) still holds it. */
 kvc_err kvc_room_open(kvc_segment *seg, uint64_t room, uint32_t participants, uint32_t rank,
                       kvc_room_role role);
 

@@ -571,6 +571,142 @@ static void test_crash_deleting_room(void **st)
     kvc_unlink(name);
 }
 
+/* ---- Failed rooms nobody joined: evicted for a new room ---------------- */
+
+#define EVICT_MAX 16 /* below 32: every stripe holds the whole table */
+
+/* Failures reported for ids nobody opened fill the table (max 16); a
+ * worker's new room then evicts the oldest of them (its failure stays in
+ * the ring), counted in rooms_evicted.  (The old code: KVC_E_FULL.) */
+static void test_unjoined_failures_evicted(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, EVICT_MAX, NO_TTL_MS);
+    for (uint64_t id = 1; id <= EVICT_MAX; id++) {
+        assert_int_equal(kvc_room_fail(s, 1000 + id, 0, 5, "reported, never opened", NULL), KVC_OK);
+        usleep(5000); /* distinct coarse stamps: oldest first is 1001 */
+    }
+    kvc_segment_info si;
+    kvc_segment_stat(s, &si);
+    assert_int_equal(si.rooms_live, EVICT_MAX);
+    assert_int_equal(si.rooms_evicted, 0);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        _exit(c && kvc_room_open(c, 77, 2, 0, KVC_ROOM_ROLE_PREFILL) == KVC_OK ? 0 : 1);
+    }
+    assert_int_equal(tu_wait_exit(child), 0);
+    kvc_segment_stat(s, &si);
+    assert_int_equal(si.rooms_live, EVICT_MAX);
+    assert_int_equal(si.rooms_evicted, 1);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 1001, -1, &ri), KVC_E_NOENT); /* the oldest */
+    assert_int_equal(kvc_room_get(s, 1002, -1, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    /* Its failure is still in the node's ring. */
+    kvc_failure_info f[EVICT_MAX + 1];
+    size_t n = 0, found = 0;
+    assert_int_equal(kvc_failures_recent(s, f, EVICT_MAX + 1, &n), KVC_OK);
+    for (size_t i = 0; i < n; i++)
+        found += f[i].room == 1001;
+    assert_int_equal(found, 1);
+    /* A late joiner of the evicted room sees its failure (from the ring);
+     * its room takes the place of the next oldest (1002). */
+    assert_int_equal(kvc_room_open(s, 1001, 0, 0, KVC_ROOM_ROLE_DECODE), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 1001, 0, &ri), KVC_OK);
+    assert_int_equal(ri.state, KVC_POLL_FAILED);
+    assert_non_null(strstr(ri.failure.reason, "reported, never opened"));
+    assert_int_equal(kvc_room_get(s, 1002, -1, &ri), KVC_E_NOENT);
+    /* A new report for a new id evicts the next oldest, not 507/FULL. */
+    assert_int_equal(kvc_room_fail(s, 2000, 0, 5, "another", NULL), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 1003, -1, &ri), KVC_E_NOENT);
+    kvc_segment_stat(s, &si);
+    assert_int_equal(si.rooms_evicted, 3);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* A Failed room someone joined is never evicted: a table of those stays
+ * full (KVC_E_FULL), and only the one nobody joined goes. */
+static void test_joined_failures_kept(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_WORKER, EVICT_MAX, NO_TTL_MS);
+    for (uint64_t id = 1; id < EVICT_MAX; id++) {
+        assert_int_equal(kvc_room_open(s, id, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+        assert_int_equal(kvc_room_fail(s, id, 0, 5, "joined, then failed", NULL), KVC_OK);
+    }
+    usleep(5000);
+    assert_int_equal(kvc_room_fail(s, 500, 0, 5, "never opened, newest", NULL), KVC_OK);
+    assert_int_equal(kvc_room_open(s, 600, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    kvc_room_info ri;
+    assert_int_equal(kvc_room_get(s, 500, -1, &ri), KVC_E_NOENT);
+    for (uint64_t id = 1; id < EVICT_MAX; id++) {
+        assert_int_equal(kvc_room_get(s, id, -1, &ri), KVC_OK);
+        assert_int_equal(ri.state, KVC_POLL_FAILED);
+    }
+    assert_int_equal(kvc_room_open(s, 601, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_E_FULL);
+    kvc_segment_info si;
+    kvc_segment_stat(s, &si);
+    assert_int_equal(si.rooms_evicted, 1);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+/* A writer SIGKILLed inside an eviction: before its commit the evicted
+ * room is back whole, after it the room is gone; either way the table
+ * stays consistent and the next open succeeds. */
+static void crash_evict(const char *point, int evicted)
+{
+    const char *name = tu_name();
+    kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, EVICT_MAX, NO_TTL_MS);
+    for (uint64_t id = 1; id <= EVICT_MAX; id++) {
+        assert_int_equal(kvc_room_fail(s, 1000 + id, 0, 5, "never opened", NULL), KVC_OK);
+        usleep(5000);
+    }
+    kvc_segment_info sb, sa;
+    kvc_segment_stat(s, &sb);
+    pid_t child = fork();
+    if (child == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_NONE, 0, 0);
+        target = point;
+        kvc__test_set_inject(die_at);
+        kvc_room_open(c, 77, 2, 0, KVC_ROOM_ROLE_PREFILL);
+        _exit(3);
+    }
+    assert_int_equal(tu_wait_exit(child), TU_KILLED(SIGKILL));
+    tu_owner_died(s, child);
+    kvc_room_info ri;
+    for (int pass = 0; pass < 2; pass++) { /* before the recovery, then after it */
+        kvc_err e = kvc_room_get(s, 1001, -1, &ri);
+        assert_int_equal(e, evicted ? KVC_E_NOENT : KVC_OK);
+        if (!evicted) {
+            assert_int_equal(ri.state, KVC_POLL_FAILED);
+            assert_non_null(strstr(ri.failure.reason, "never opened"));
+        }
+        assert_int_equal(kvc_room_sweep(s, NULL), KVC_OK);
+    }
+    kvc_segment_stat(s, &sa);
+    assert_int_equal(sa.lock_recoveries, sb.lock_recoveries + 1);
+    assert_int_equal(sa.rooms_live, sb.rooms_live - (uint32_t)evicted);
+    assert_int_equal(kvc_room_open(s, 77, 2, 0, KVC_ROOM_ROLE_PREFILL), KVC_OK);
+    kvc_segment_stat(s, &sa);
+    assert_int_equal(sa.rooms_live, EVICT_MAX);
+    assert_int_equal(kvc_room_get(s, 77, 0, &ri), KVC_OK);
+    assert_int_equal(kvc_room_get(s, 1001, -1, &ri), KVC_E_NOENT);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
+static void test_crash_evicting(void **st)
+{
+    (void)st;
+    crash_evict("room.evicting", 0);
+    crash_evict("room.entry_tombed", 1);
+}
+
 /* Two processes creating rooms of one stripe take slots of their own
  * parts of it (issue 30: a new room does not land on lines the other
  * process wrote), and a process whose part is full takes any free slot. */
@@ -930,6 +1066,9 @@ int main(void)
         cmocka_unit_test(test_crash_inside_room_updates),
         cmocka_unit_test(test_crash_deleting_room),
         cmocka_unit_test(test_rooms_land_in_own_part),
+        cmocka_unit_test(test_unjoined_failures_evicted),
+        cmocka_unit_test(test_joined_failures_kept),
+        cmocka_unit_test(test_crash_evicting),
         cmocka_unit_test(test_load_full_and_ttl),
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_fail_adopt),

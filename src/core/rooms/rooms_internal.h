@@ -186,11 +186,28 @@ void kvc__room_unreserve(kvc_segment *seg);
 /* KVC_E_NOENT with the message that room does not exist (no lock). */
 kvc_err kvc__no_room(uint64_t room);
 
+/* Evict the oldest Failed room no participant ever joined (its failure
+ * stays in the ring), to make room for a new room in stripe s: from stripe
+ * s when it is full, else (the table is full) from any stripe.  Takes each
+ * stripe's lock in turn, never two at once; called without a lock.
+ * *evicted: whether one was.  Errors: those of kvc__stripe_lock. */
+kvc_err kvc__room_evict(kvc_segment *seg, uint32_t s, bool *evicted);
+
+/* rooms_ring.c: the newest failure record of room in the ring (no lock;
+ * copied under its claim word), false when none is left. */
+bool kvc__ring_find(kvc_segment *seg, uint64_t room, kvc_failure_rec *out);
+/* Give room r of stripe s (lock held, just created) failure record f, read
+ * from the ring, in one update (no new ring entry): a late joiner of an
+ * evicted room sees its failure. */
+void kvc__room_refail(kvc_segment *seg, uint32_t s, kvc_room *r, const kvc_failure_rec *f);
+
 /* An operation run under room's stripe lock: s its stripe, h its hash. */
 typedef kvc_err (*kvc__locked_op)(kvc_segment *seg, uint32_t s, uint64_t h, void *arg);
 /* Take room's stripe lock, run op, release it (waking the stripe's waiters
  * when it changed); a full table is swept (kvc_room_sweep, every stripe,
- * one lock at a time) and op tried once more.  Called without a lock.
+ * one lock at a time) and op tried once more; still full, the oldest
+ * Failed room nobody joined is evicted (kvc__room_evict) and op tried
+ * again.  Called without a lock.
  * Inline: each public call's op is then a direct call, as when the rooms
  * were one file. */
 static inline kvc_err kvc__with_stripe(kvc_segment *seg, uint64_t room, kvc__locked_op op,
@@ -205,9 +222,15 @@ static inline kvc_err kvc__with_stripe(kvc_segment *seg, uint64_t room, kvc__loc
         uint32_t ep = atomic_load(&seg->stripes[s].epoch);
         e = op(seg, s, h, arg);
         kvc__stripe_unlock(seg, s, ep);
-        size_t reclaimed = 0;
-        if (e != KVC_E_FULL || attempt > 0 || kvc_room_sweep(seg, &reclaimed) || !reclaimed)
+        if (e != KVC_E_FULL || attempt > 2)
             return e;
+        size_t reclaimed = 0;
+        bool evicted = false;
+        if (attempt == 0 && !kvc_room_sweep(seg, &reclaimed) && reclaimed)
+            continue;
+        kvc_err ev = kvc__room_evict(seg, s, &evicted);
+        if (ev || !evicted)
+            return ev ? ev : e;
     }
 }
 

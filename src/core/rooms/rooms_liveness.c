@@ -19,6 +19,7 @@
  * table; kvc__rooms_fail_proc by session.c).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "rooms_internal.h"
@@ -85,6 +86,80 @@ KVC_API kvc_err kvc_room_sweep(kvc_segment *seg, size_t *reclaimed)
         sweep_stripe(seg, s, reclaimed);
         kvc__stripe_unlock(seg, s, ep);
     }
+    return KVC_OK;
+}
+
+/* Whether r (lock held) may be evicted for a new room: Failed, and no
+ * participant ever joined it (a failure reported before anyone opened it). */
+static bool evictable(const kvc_room *r)
+{
+    if (r->slot != KVC_SLOT_USED || r->terminal != KVC_POLL_FAILED)
+        return false;
+    for (uint32_t p = 0; p < r->participants && p < KVC_ROOM_MAX_PARTICIPANTS; p++)
+        if (r->part[p].pid)
+            return false;
+    return true;
+}
+
+/* The oldest evictable room of stripe s (lock held), or NULL. */
+static kvc_room *oldest_evictable(kvc_segment *seg, uint32_t s)
+{
+    kvc_room *t = kvc__stripe_table(seg, s), *best = NULL;
+    for (uint32_t i = 0; i < seg->hdr->stripe_slots; i++)
+        if (evictable(&t[i]) && (!best || t[i].updated_mono < best->updated_mono))
+            best = &t[i];
+    return best;
+}
+
+/* Remove room r of stripe s (lock held) in one update, as the sweep does;
+ * its failure stays in the ring. */
+static void evict(kvc_segment *seg, uint32_t s, kvc_room *r)
+{
+    kvc__upd u;
+    uint64_t now = kvc__now_coarse_ns();
+    _Atomic uint64_t *entry = kvc__room_entry(seg, s, r);
+    kvc__upd_begin(&u, seg, s, r, offsetof(kvc_room, part), 0)->slot = KVC_SLOT_FREE;
+    kvc__stripe_uncount(seg, s);
+    KVC_INJECT("room.evicting");
+    kvc__upd_commit(&u, now);
+    kvc__entry_delete(seg, s, entry);
+    kvc__room_unreserve(seg);
+    atomic_fetch_add_explicit(&seg->stripes[s].evicted, 1, memory_order_relaxed);
+}
+
+kvc_err kvc__room_evict(kvc_segment *seg, uint32_t s, bool *evicted)
+{
+    *evicted = false;
+    uint32_t first = s, last = s; /* a full stripe: only its own rooms help */
+    if (__atomic_load_n(&seg->stripes[s].rooms_live, __ATOMIC_RELAXED) + 1 < seg->hdr->stripe_slots)
+        first = 0, last = KVC_ROOM_STRIPES - 1; /* the table is full: any stripe's */
+    /* Find the oldest, one stripe lock at a time, then evict it if it is
+     * still the same evictable room. */
+    uint32_t at_s = UINT32_MAX;
+    uint64_t id = 0, mono = UINT64_MAX;
+    for (uint32_t i = first; i <= last; i++) {
+        kvc_err e = kvc__stripe_lock(seg, i);
+        if (e)
+            return e;
+        uint32_t ep = atomic_load(&seg->stripes[i].epoch);
+        kvc_room *r = oldest_evictable(seg, i);
+        if (r && r->updated_mono < mono)
+            at_s = i, id = r->id, mono = r->updated_mono;
+        kvc__stripe_unlock(seg, i, ep);
+    }
+    if (at_s == UINT32_MAX)
+        return KVC_OK;
+    kvc_err e = kvc__stripe_lock(seg, at_s);
+    if (e)
+        return e;
+    uint32_t ep = atomic_load(&seg->stripes[at_s].epoch);
+    uint64_t h = kvc__room_hash(id);
+    kvc_room *r = kvc__stripe_find(seg, at_s, h, id);
+    if (r && evictable(r)) {
+        evict(seg, at_s, r);
+        *evicted = true;
+    }
+    kvc__stripe_unlock(seg, at_s, ep);
     return KVC_OK;
 }
 

@@ -185,6 +185,28 @@ static bool ring_read(kvc_segment *seg, uint64_t k, kvc_failure_rec *out)
     return false;
 }
 
+bool kvc__ring_find(kvc_segment *seg, uint64_t room, kvc_failure_rec *out)
+{
+    uint64_t total = atomic_load(&seg->hdr->failures_total);
+    for (uint64_t k = total; k > 0 && total - k < KVC_FAILURE_RING; k--)
+        if (ring_read(seg, k - 1, out) && out->room == room)
+            return true;
+    return false;
+}
+
+void kvc__room_refail(kvc_segment *seg, uint32_t s, kvc_room *r, const kvc_failure_rec *f)
+{
+    kvc__upd u;
+    uint64_t now = kvc__now_coarse_ns();
+    kvc_room *w = kvc__upd_begin(&u, seg, s, r, kvc__room_len_failure(), 0);
+    w->failure = *f;
+    w->has_failure = 1;
+    w->terminal = KVC_POLL_FAILED;
+    w->updated_ns = now;
+    w->updated_mono = kvc__seg_mono_coarse_ns();
+    kvc__upd_commit(&u, now);
+}
+
 void kvc__ring_origins(kvc_segment *seg, const uint64_t *rooms, int32_t *origin, size_t n)
 {
     size_t left = n;

@@ -234,7 +234,9 @@ typedef struct kvc_room_stripe {
     _Atomic uint32_t epoch;
     _Atomic uint32_t waiters;
     uint32_t rooms_live; /* USED slots of the stripe; rebuilt by recovery */
-    uint32_t pad;
+    /* Failed rooms nobody joined evicted for a new room (kvc__room_evict;
+     * a statistic: a writer dying in the eviction may leave it one low). */
+    _Atomic uint32_t evicted;
     kvc_undo undo;
 } __attribute__((aligned(64))) kvc_room_stripe;
 

@@ -729,6 +729,8 @@ KVC_API kvc_err kvc_segment_stat(kvc_segment *seg, kvc_segment_info *out)
     out->max_rooms = h->max_rooms;
     for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++) /* each read without its lock */
         out->rooms_live += __atomic_load_n(&seg->stripes[s].rooms_live, __ATOMIC_RELAXED);
+    for (uint32_t s = 0; s < KVC_ROOM_STRIPES; s++)
+        out->rooms_evicted += atomic_load_explicit(&seg->stripes[s].evicted, memory_order_relaxed);
     out->room_ttl_ms = h->room_ttl_ms;
     out->failures_total = atomic_load(&h->failures_total);
     return KVC_OK;
