@@ -276,6 +276,9 @@ static void render_segment_header(struct buf *out, kvc_segment *seg, const kvc_s
     family(out, "kvcoord_failures_total", "counter",
            "Room failure records kept since the segment's creation.");
     sample(out, "kvcoord_failures_total", si->failures_total);
+    family(out, "kvcoord_rooms_evicted_total", "counter",
+           "Failed rooms no participant joined, evicted from a full room table for a new room.");
+    sample(out, "kvcoord_rooms_evicted_total", si->rooms_evicted);
 }
 
 static void render_ranks(struct buf *out, kvc_segment *seg)
