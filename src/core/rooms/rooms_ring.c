@@ -188,9 +188,14 @@ static bool ring_read(kvc_segment *seg, uint64_t k, kvc_failure_rec *out)
 bool kvc__ring_find(kvc_segment *seg, uint64_t room, kvc_failure_rec *out)
 {
     uint64_t total = atomic_load(&seg->hdr->failures_total);
-    for (uint64_t k = total; k > 0 && total - k < KVC_FAILURE_RING; k--)
-        if (ring_read(seg, k - 1, out) && out->room == room)
+    for (uint64_t k = total; k > 0 && total - k < KVC_FAILURE_RING; k--) {
+        /* A peek at the id first (one line per entry, no claim word): only
+         * an entry that may be room's is read under its claim word. */
+        uint64_t id;
+        kvc_seq_load(&id, &seg->failures[(k - 1) % KVC_FAILURE_RING].rec.room, sizeof id);
+        if (id == room && ring_read(seg, k - 1, out) && out->room == room)
             return true;
+    }
     return false;
 }
 
