@@ -682,6 +682,7 @@ static PyObject *seg_stat(SegmentObject *s, PyObject *unused)
     SET_U(d, "rooms_live", si.rooms_live);
     SET_U(d, "room_ttl_ms", si.room_ttl_ms);
     SET_U(d, "failures_total", si.failures_total);
+    SET_U(d, "rooms_evicted", si.rooms_evicted);
     if (!ok)
         Py_CLEAR(d);
     return d;

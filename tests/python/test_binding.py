@@ -605,6 +605,27 @@ class Rooms(SegmentCase):
         with self.assertRaises(KeyError):
             s.room_get(42)
 
+    def test_reported_failures_do_not_fill_the_table(self):
+        # Failures reported for rooms nobody opened fill an 8-room table; a
+        # worker's new room evicts the oldest (FullError before), which a
+        # late joiner still finds Failed (from the ring).
+        name = new_name("evict")
+        try:
+            with kvcoord.Segment(name, mode="fresh", rank=0, **dict(SMALL, max_rooms=8)) as s:
+                for i in range(8):
+                    self.assertTrue(s.room_fail(100 + i, 0, "reported, never opened"))
+                    time.sleep(0.005)  # distinct coarse stamps: 100 is the oldest
+                s.room_open(200, 0, 2, "prefill")
+                self.assertEqual(s.stat()["rooms_evicted"], 1)
+                with self.assertRaises(KeyError):
+                    s.room_get(100)
+                s.room_open(100, 0, 2, "prefill")  # evicts 101
+                self.assertIs(s.room_state(100), kvcoord.KVPoll.Failed)
+                self.assertEqual(s.room_failure(100, 0).reason, "reported, never opened")
+                self.assertEqual(s.stat()["rooms_evicted"], 2)
+        finally:
+            discard(name)
+
     def test_timed_out_room_names_no_rank(self):
         name = new_name("ttl")
         try:
