@@ -260,6 +260,21 @@ static void test_dead_participant_fails_room(void **st)
 
 /* ---- liveness from a watcher's marks ------------------------------------ */
 
+/* Fork a worker that opens room (2 participants) as rank 1, writes a byte
+ * to ready_fd and waits to be killed; its pid. */
+static pid_t fork_participant(const char *name, uint64_t room, int ready_fd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
+        kvc_room_open(c, room, 2, 1, KVC_ROOM_ROLE_DECODE);
+        (void)!write(ready_fd, "p", 1);
+        for (;;)
+            pause();
+    }
+    return pid;
+}
+
 /* While a watcher beats, readers trust the process table: a participant
  * that died but is not marked yet still counts as alive (no /proc read),
  * and the dead mark alone fails the room with the reason the mark names. */
@@ -272,14 +287,7 @@ static void test_watched_liveness_from_marks(void **st)
     kvc_segment *s = open_seg(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON, 128, NO_TTL_MS);
     int fds[2];
     assert_int_equal(pipe(fds), 0);
-    pid_t child = fork();
-    if (child == 0) {
-        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
-        kvc_room_open(c, 77, 2, 1, KVC_ROOM_ROLE_DECODE);
-        (void)!write(fds[1], "x", 1);
-        for (;;)
-            pause();
-    }
+    pid_t child = fork_participant(name, 77, fds[1]);
     char ch;
     assert_int_equal(read(fds[0], &ch, 1), 1);
     assert_int_equal(kvc_proc_watch_beat(s, 1), KVC_OK);
@@ -331,14 +339,7 @@ static void test_watcher_death_ends_trust(void **st)
             kvc_proc_watch_beat(c, 1);
         }
     }
-    pid_t part = fork();
-    if (part == 0) {
-        kvc_segment *c = open_seg(name, KVC_OPEN_ATTACH, KVC_ROLE_WORKER, 0, 0);
-        kvc_room_open(c, 7001, 2, 1, KVC_ROOM_ROLE_DECODE);
-        (void)!write(fds[1], "p", 1);
-        for (;;)
-            pause();
-    }
+    pid_t part = fork_participant(name, 7001, fds[1]);
     char ch;
     assert_int_equal(read(fds[0], &ch, 1), 1);
     assert_int_equal(read(fds[0], &ch, 1), 1);
