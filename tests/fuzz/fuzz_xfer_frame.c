@@ -105,6 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(strcmp(kvt__ftype_name(f.type), "unknown"), "known type without a name");
         uint32_t lim = f.type == KVT_F_WRITE || f.type == KVT_F_READ_DATA ? max_write
                        : f.type == KVT_F_DESC                             ? KVT_DESC_FRAME_MAX
+                       : f.type == KVT_F_CMA_WRITE                        ? KVT_CMA_CTL_MAX
                                                                           : KVT_CTL_MAX;
         FZ_CHECK(f.len <= lim, "payload of %u bytes accepted for %s", f.len,
                  kvt__ftype_name(f.type));
