@@ -129,7 +129,7 @@ struct cluster_stats {
     int name_conflict;     /* this node's name is held by another kvcoordd (its URL below) */
     char name_holder[256]; /* as long as a node record's URL */
     char endpoint[128];    /* member answering */
-    char last_error[256];
+    char last_error[640];  /* what failed: an etcd error (up to 512 bytes) with its hint */
 };
 
 void cluster_get_stats(struct cluster *c, struct cluster_stats *out);
