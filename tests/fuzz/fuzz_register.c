@@ -22,6 +22,8 @@
 #include <http_parser.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
@@ -95,14 +97,64 @@ static json_t *reference(const uint8_t *data, size_t size, int *tolerated)
     return v;
 }
 
-/* 1 when some object of the body repeats a key (jansson's reading). */
-static int repeated_key(const uint8_t *data, size_t size)
+/* 1 when jansson refuses data, read with JSON_REJECT_DUPLICATES, for a
+ * repeated key. */
+static int jansson_repeats(const char *data, size_t size, enum json_error_code *code)
 {
     json_error_t je;
-    json_t *v = json_loadb((const char *)data, size,
-                           JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
+    json_t *v =
+        json_loadb(data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
     json_decref(v);
-    return !v && json_error_code(&je) == json_error_duplicate_key;
+    *code = v ? json_error_unknown : json_error_code(&je);
+    return !v && *code == json_error_duplicate_key;
+}
+
+/* A private-use code point that data holds neither as UTF-8 nor as a
+ * \uXXXX escape (any case), or 0 when every one of them occurs. */
+static unsigned unused_code_point(const uint8_t *data, size_t size)
+{
+    for (unsigned c = 0xE000; c <= 0xF8FF; c++) {
+        char utf8[3] = {(char)(0xE0 | (c >> 12)), (char)(0x80 | ((c >> 6) & 0x3F)),
+                        (char)(0x80 | (c & 0x3F))};
+        char lo[16], up[16];
+        snprintf(lo, sizeof lo, "\\u%04x", c);
+        snprintf(up, sizeof up, "\\u%04X", c);
+        if (!memmem(data, size, utf8, 3) && !memmem(data, size, lo, 6) &&
+            !memmem(data, size, up, 6))
+            return c;
+    }
+    return 0;
+}
+
+/* 1 when some object of the body repeats a key (jansson's reading).
+ * jansson refuses a "\u0000" in a key before it looks for repeats, and
+ * kvcoord's scanner takes such keys as valid JSON: then every "\u0000"
+ * escape becomes one of a code point the body holds nowhere else, which
+ * keeps keys that differed different and keys that were equal equal. */
+static int repeated_key(const uint8_t *data, size_t size)
+{
+    enum json_error_code code;
+    if (jansson_repeats((const char *)data, size, &code))
+        return 1;
+    unsigned c;
+    if (code != json_error_null_byte_in_key || !(c = unused_code_point(data, size)))
+        return 0;
+    char *copy = malloc(size ? size : 1);
+    FZ_CHECK(copy, "out of memory");
+    memcpy(copy, data, size);
+    char with[16];
+    snprintf(with, sizeof with, "\\u%04x", c);
+    for (size_t i = 0; i + 1 < size; i++) {
+        if (copy[i] != '\\')
+            continue;
+        /* an escape: its two bytes (or six) are consumed together */
+        if (i + 6 <= size && !memcmp(copy + i + 1, "u0000", 5))
+            memcpy(copy + i, with, 6);
+        i++;
+    }
+    int repeats = jansson_repeats(copy, size, &code);
+    free(copy);
+    return repeats;
 }
 
 static void via_route(const uint8_t *data, size_t size)
