@@ -397,7 +397,39 @@ run_suite() { # run_suite DIR : ctest; returns its status
     # those that measure time, memory or throughput, or take a port through
     # a gap, are RUN_SERIAL in their tests.cmake and run alone.
     log "ctest --test-dir $1 -j$TEST_JOBS"
-    ctest --test-dir "$ROOT/$1" --output-on-failure -j"$TEST_JOBS"
+    ctest_in "$1" --output-on-failure -j"$TEST_JOBS"
+}
+
+# ctest_in DIR ARGS... : ctest in $ROOT/DIR; a DIR whose run failed is kept
+# for failure_summary.
+FAILED_DIRS=()
+ctest_in() {
+    local dir=$1 st=0
+    shift
+    ctest --test-dir "$ROOT/$dir" "$@" || st=$?
+    ((st == 0)) || FAILED_DIRS+=("$dir")
+    return "$st"
+}
+
+# What failed, again at the very end of the output (where a CI page that
+# keeps only the end of a long log still shows it): the failed steps, each
+# failed test's name and the end of its output from ctest's LastTest.log.
+failure_summary() {
+    ((${#FAILED_STEPS[@]})) && log "failed steps: ${FAILED_STEPS[*]}"
+    local dir list name
+    for dir in "${FAILED_DIRS[@]}"; do
+        list=$ROOT/$dir/Testing/Temporary/LastTestsFailed.log
+        [[ -f $list ]] || continue
+        log "$dir: failed tests: $(cut -d: -f2- "$list" | tr '\n' ' ')"
+        while IFS=: read -r _ name; do
+            log "$dir: the end of $name's output ($dir/Testing/Temporary/LastTest.log has all of it)"
+            awk -v n="$name" '
+                { line = $0 }
+                sub(/^[0-9]+\/[0-9]+ Testing: /, "", line) && line == n { p = 1; next }
+                p && /^<end of output>/ { exit }
+                p' "$ROOT/$dir/Testing/Temporary/LastTest.log" | tail -n 60
+        done <"$list"
+    done
 }
 
 # The libFuzzer targets (tests/fuzz), each for a bounded time.  Only they
@@ -414,7 +446,7 @@ fuzz_run() {
     local secs=$FUZZ_SECONDS
     ((secs > 0)) || { log "fuzz pass skipped (KVCOORD_FUZZ_SECONDS=0)"; return 0; }
     log "ctest --test-dir build-fuzz -L fuzz (${secs} s per target)"
-    ctest --test-dir "$ROOT/build-fuzz" -L fuzz --output-on-failure -j"$JOBS"
+    ctest_in build-fuzz -L fuzz --output-on-failure -j"$JOBS"
 }
 
 # Every C source and header formatted as .clang-format says (one style for
@@ -499,8 +531,7 @@ arm64_build() {
 arm64_run() {
     log "ctest --test-dir build-arm64 (qemu-aarch64-static, ${ARM64_TIMEOUT} s per test)"
     local status=0 log=$ROOT/build-arm64/Testing/Temporary/LastTest.log
-    ctest --test-dir "$ROOT/build-arm64" --timeout "$ARM64_TIMEOUT" --output-on-failure \
-        -j"$JOBS" || status=1
+    ctest_in build-arm64 --timeout "$ARM64_TIMEOUT" --output-on-failure -j"$JOBS" || status=1
     if [[ -f $log ]] && grep -q '^# .*qemu-user' "$log"; then
         log "arm64: what qemu-user lacks, and the cases skipped for it (tests/lib/tu_probe.h):"
         grep -E '^# .*qemu-user' "$log" | sort -u
@@ -573,11 +604,13 @@ wait_step() {
 # step went (a failed one: the end of its log); returns 1 if any failed.
 # Run "$@" as step NAME: its seconds are logged and kept for the summary.
 STEP_TIMES=()
+FAILED_STEPS=()
 timed() { # timed NAME COMMAND...
     local name=$1 t0=$SECONDS st=0
     shift
     "$@" || st=$?
     STEP_TIMES+=("$name $((SECONDS - t0))s")
+    ((st == 0)) || FAILED_STEPS+=("$name (exit $st)")
     log "step $name: $((SECONDS - t0)) s (exit $st; load $(cut -d' ' -f1-3 /proc/loadavg))"
     return "$st"
 }
@@ -663,6 +696,7 @@ cmd_test() {
     fi
     log "step times (bg- = in the background, niced): ${STEP_TIMES[*]}; total ${SECONDS}s; load $(cut -d' ' -f1-3 /proc/loadavg)"
     if ((status)); then
+        failure_summary
         log "FAILED: see the output above"
     else
         log "all test suites passed"
