@@ -94,8 +94,8 @@ def every_wait_child(i, name, ready_w):
     with kvcoord.Segment(name, role="client") as seg:
         seg.room_open(4242, 0, 2)
         for what, wait in sorted(WAITS.items()):
-            os.write(ready_w, b"r")
-            try:
+            try:  # a SIGINT that comes before the wait starts ends it too
+                os.write(ready_w, b"r")
                 wait(seg)
                 out[what] = "returned"
             except KeyboardInterrupt:
