@@ -40,12 +40,12 @@ set_tests_properties(test_xfer_twonode PROPERTIES LABELS "xfer;twonode" RUN_SERI
 # line); a smoke test, no figure is judged.
 add_test(NAME bench_transfer_smoke
          COMMAND kvcoord-bench transfer --backend tcp --block 64K --batch 4 --conns 2 --duration 0.3 --json)
-set_tests_properties(bench_transfer_smoke PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
+set_tests_properties(bench_transfer_smoke PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 300
                      PASS_REGULAR_EXPRESSION "\"rooms_failed\":0,.*\"gb_per_s\"")
 # --read: the same rooms pulled with kvt_submit_read.
 add_test(NAME bench_transfer_smoke_read
          COMMAND kvcoord-bench transfer --read --block 64K --batch 8 --conns 2 --duration 0.3 --json)
-set_tests_properties(bench_transfer_smoke_read PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
+set_tests_properties(bench_transfer_smoke_read PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 300
                      PASS_REGULAR_EXPRESSION "\"op\":\"read\",.*\"rooms_failed\":0,.*\"gb_per_s\"")
 # The like-for-like mode of bench_transfer.sh: every write of a room from one
 # source block into one destination block, processes pinned (CPU 0 exists
@@ -53,7 +53,7 @@ set_tests_properties(bench_transfer_smoke_read PROPERTIES LABELS "xfer;bench-smo
 add_test(NAME bench_transfer_smoke_ws1
          COMMAND kvcoord-bench transfer --backend tcp --block 64K --batch 4 --working-set 1
                  --conns 1 --pin 0,0 --duration 0.3 --json)
-set_tests_properties(bench_transfer_smoke_ws1 PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 60
+set_tests_properties(bench_transfer_smoke_ws1 PROPERTIES LABELS "xfer;bench-smoke" TIMEOUT 300
                      PASS_REGULAR_EXPRESSION "\"working_set\":1,.*\"rooms_failed\":0,.*\"cpu_s_per_gb\"")
 # transfer --compare: iperf3 (started by the bench), splice on and off in one
 # run; the JSON summary names all three figures (77: no iperf3, skipped).
