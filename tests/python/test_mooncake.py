@@ -308,7 +308,8 @@ class PeerFailures(EngineCase):
         th[1].join()
         rc, t0, t1, why = result["doomed"][-1]
         self.assertEqual(rc, -1)
-        self.assertLess(t1 - killed_at, 3.0, why)
+        # seen dead, not waited out: the io timeout is 10 s (docs/mooncake.md)
+        self.assertLess(t1 - killed_at, 9.0, why)
         self.assertIn(doomed.sid, why)
         self.assertTrue(all(r[0] == 0 for r in result["doomed"][:-1]))
         alive_rcs = [r[0] for r in result["alive"]]
@@ -316,7 +317,7 @@ class PeerFailures(EngineCase):
         # later calls to the dead peer fail fast, with the reason
         t0 = time.monotonic()
         self.assertEqual(self.engine.transfer_sync_write(doomed.sid, a, doomed.addr, 4096), -1)
-        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertLess(time.monotonic() - t0, 9.0)  # not the 10 s io timeout
         self.assertIn(doomed.sid, self.engine.last_error())
 
     def test_peer_restarted_at_the_same_session_id(self):
