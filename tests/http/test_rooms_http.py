@@ -12,6 +12,9 @@ set their KVPoll state (or record a failure) in it, as co-located ranks do.
   signal, its room fails with a reason naming its rank and signal 9.
 - A worker that detaches cleanly (SIGTERM) keeps its registration.
 - A worker that died while the daemon was down is reaped when it starts.
+- Failures PUT for rooms nobody opened never fill the table: past its
+  --max-rooms the oldest of them are evicted and counted, and a worker's
+  new room still opens.
 
 Waits poll HTTP with generous deadlines that only keep a broken daemon from
 hanging the test; nothing asserts how fast anything happens.
@@ -30,7 +33,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import Daemon as KvcDaemon, Worker, wait_for  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon as KvcDaemon, Worker, scrape, wait_for  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -252,6 +255,36 @@ class RoomsHttpTest(unittest.TestCase):
             r = self.get("/failures", params={"limit": bad})
             self.assertEqual(r.status_code, 400, bad)
             self.assertEqual(r.json()["detail"], "Invalid limit parameter")
+
+    def test_reported_failures_never_fill_the_table(self):
+        seg = self.segment + "-small"
+        small = KvcDaemon(seg, exe=ARGS.daemon, max_rooms=8)
+        w = None
+        try:
+            for room in range(500, 520):  # 20 ids nobody opened, 8 slots
+                r = self.http.put("%s/rooms/%d/failure" % (small.url, room), timeout=DEADLINE,
+                                  data=json.dumps({"rank": 0, "reason": "reported %d" % room}))
+                self.assertEqual(r.status_code, 200, r.text)
+                self.assertIs(r.json()["kept"], True)
+            self.assertEqual(scrape(small.port)["kvcoord_rooms_evicted_total"], 12)
+            v = self.http.get("%s/rooms/519" % small.url, timeout=DEADLINE).json()
+            self.assertEqual((v["state"], v["failure"]["reason"]), ("Failed", "reported 519"))
+            # a worker's room opens in the full table: one more unjoined room goes
+            w = Worker(ARGS.worker, seg, 0, extra=("--room", "7100", "--room-participants", "2",
+                                                   "--room-state", "transferring"))
+            w.wait_output(r"room=7100\b")
+            v = self.http.get("%s/rooms/7100" % small.url, timeout=DEADLINE).json()
+            self.assertEqual(v["local"][0]["state"], "Transferring")
+            self.assertIsNone(v["failure"])
+            self.assertEqual(scrape(small.port)["kvcoord_rooms_evicted_total"], 13)
+        finally:
+            if w:
+                w.stop(signal.SIGKILL)
+            small.stop()
+            try:
+                os.unlink("/dev/shm/" + seg)
+            except FileNotFoundError:
+                pass
 
     def test_library_failure_read_over_http(self):
         room = 4242
