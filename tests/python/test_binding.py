@@ -221,9 +221,11 @@ class Open(unittest.TestCase):
             discard(name)
 
     def test_default_name_from_port(self):
+        # a port whose default segment nobody on this machine has made
+        port = next(p for p in range(1, 65536) if not os.path.exists("/dev/shm/kvcoord-%d" % p))
         with self.assertRaises(FileNotFoundError) as cm:
-            kvcoord.Segment(port=1)
-        self.assertIn("kvcoord-1", str(cm.exception))
+            kvcoord.Segment(port=port)
+        self.assertIn("kvcoord-%d" % port, str(cm.exception))
 
 
 class Ranks(SegmentCase):
@@ -623,6 +625,11 @@ class Rooms(SegmentCase):
                 self.assertIs(s.room_state(100), kvcoord.KVPoll.Failed)
                 self.assertEqual(s.room_failure(100, 0).reason, "reported, never opened")
                 self.assertEqual(s.stat()["rooms_evicted"], 2)
+                # a later report of an evicted room is not the first: the
+                # ring's failure wins (101 was evicted just above)
+                self.assertFalse(s.room_fail(101, 1, "reported again"))
+                self.assertEqual(s.room_failure(101, 0).reason, "reported, never opened")
+                self.assertEqual(s.room_failure(101, 0).origin_rank, 0)
         finally:
             discard(name)
 

@@ -69,12 +69,6 @@ static kvc_err open_locked(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t ro
     if (!r) {
         if ((e = kvc__room_create(seg, s, h, room, participants, &r)))
             return e;
-        /* A stripe that evicted Failed rooms nobody joined: a late joiner
-         * of one sees its failure, from the ring while it is there. */
-        kvc_failure_rec f;
-        if (atomic_load_explicit(&seg->stripes[s].evicted, memory_order_relaxed) &&
-            kvc__ring_find(seg, room, &f))
-            kvc__room_refail(seg, s, r, &f);
     }
     if (asked != 0 && asked != r->participants)
         return kvc__fail(KVC_E_INVAL, "room %llu has %u participant%s, not %u",

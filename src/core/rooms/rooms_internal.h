@@ -174,7 +174,8 @@ static inline _Atomic uint64_t *kvc__room_entry(kvc_segment *seg, uint32_t s, co
 void kvc__entry_delete(kvc_segment *seg, uint32_t s, _Atomic uint64_t *e);
 /* Create room id in stripe s with participants (their states Bootstrapping,
  * nobody joined), reserving it against max rooms; KVC_E_FULL (message set)
- * when the table or the stripe is full. */
+ * when the table or the stripe is full.  A room of an id the stripe evicted
+ * is created Failed with its failure from the ring, while it is there. */
 kvc_err kvc__room_create(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
                          uint32_t participants, kvc_room **out);
 /* Find room (stripe s), creating it with participants when participants != 0

@@ -235,6 +235,12 @@ kvc_err kvc__room_create(kvc_segment *seg, uint32_t s, uint64_t h, uint64_t id,
                    kvc__ix_used(h, (uint32_t)(r - kvc__stripe_table(seg, s))));
     __atomic_store_n(&st->rooms_live, st->rooms_live + 1, __ATOMIC_RELAXED);
     kvc__upd_commit(&u, now);
+    /* A stripe that evicted Failed rooms nobody joined: a room created again
+     * takes its failure from the ring while it is there, so a late joiner
+     * sees it and a later report is not the first (first wins). */
+    kvc_failure_rec f;
+    if (atomic_load_explicit(&st->evicted, memory_order_relaxed) && kvc__ring_find(seg, id, &f))
+        kvc__room_refail(seg, s, r, &f);
     *out = r;
     return KVC_OK;
 }
