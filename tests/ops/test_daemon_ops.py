@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""test_daemon_ops.py --daemon KVCOORDD --crash OPS_CRASH --work DIR: issue 7
-end to end on a running kvcoordd: readiness over NOTIFY_SOCKET, the auth
-matrix over HTTP, GET /metrics (promtool and values), the log lines of a
-registration (over HTTP and by a worker through the library), a failure
+"""test_daemon_ops.py --daemon KVCOORDD --crash OPS_CRASH --worker KVCOORD_WORKER
+--work DIR: issue 7 end to end on a running kvcoordd: readiness over
+NOTIFY_SOCKET, the auth matrix over HTTP, GET /metrics (promtool and
+values), the log lines of a registration (over HTTP and by a staying
+worker through the library, each once), a failure
 record and a lock recovery (a worker SIGKILLed inside the rank lock), SIGHUP
 token reload, an empty configured token, a world-readable token file; and
 workers that register and are SIGKILLed and reaped at once: each one's rank
@@ -105,6 +106,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--crash", required=True)
+    ap.add_argument("--worker", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     helptext = subprocess.run([a.daemon, "--help"], capture_output=True, text=True).stdout
@@ -232,6 +234,23 @@ def main():
         text = d.request("GET", "/metrics")[2].decode()
         if "kvcoord_dead_processes_total 6" not in text.splitlines():
             fail("kvcoord_dead_processes_total after 6 dead workers:\n" + text)
+
+        # a worker that stays attached: its registration through the library
+        # is logged (the daemon's look comes while the rank is there; the
+        # quick workers above may all have died between two looks)
+        info = os.path.join(a.work, "rank-16.json")
+        with open(info, "w") as f:
+            f.write(json.dumps({"rank": 16, "transfer_engine_info": {
+                "session_id": "10.0.0.5:16016", "weights_info_dict": {}}}))
+        w = subprocess.Popen([a.worker, "--segment", d.segment, "--rank", "16", "--info", info,
+                              "--linger"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: re.search(r" info register rank=16 generation=1 ",
+                                       open(d.log_path).read()),
+                     "the staying worker's registration in the log", step=0.02)
+        finally:
+            w.terminate()
+            w.wait()
     finally:
         d.stop()
     log = open(d.log_path).read()
@@ -249,13 +268,14 @@ def main():
     # are one line: a worker that registers and dies at once may show only
     # its withdrawal)
     worker_regs = 0
-    for rank in [2] + list(range(10, 15)):
+    for rank in [2] + list(range(10, 15)) + [16]:
         n = len(re.findall(r" info register rank=%d generation=1 " % rank, log))
         if n > 1:
             fail("rank %d's registration logged %d times" % (rank, n))
         worker_regs += n
-    if worker_regs == 0:
-        fail("no registration made by a worker was logged")
+    if worker_regs < 2:  # the staying worker's, and one quick worker's at least
+        print("note: %d of 6 quick workers' registrations logged (overloaded machine?)"
+              % (worker_regs - 1))
     if len(re.findall(r" warn lock_recovered ", log)) != 1:
         fail("want one lock_recovered line")
     fails = re.findall(r" warn failure room=7 origin_rank=1 .*code=5 reason=\"test\"", log)

@@ -56,7 +56,8 @@ target_link_libraries(ops_crash PRIVATE kvcoord_core_private)
 if(TARGET kvcoordd)
   add_test(NAME ops_daemon
     COMMAND ${PYTHON3} ${KVC_OPS_DIR}/test_daemon_ops.py --daemon $<TARGET_FILE:kvcoordd>
-            --crash $<TARGET_FILE:ops_crash> --work ${KVC_OPS_WORK}/daemon)
+            --crash $<TARGET_FILE:ops_crash> --worker $<TARGET_FILE:kvcoord-worker>
+            --work ${KVC_OPS_WORK}/daemon)
   set_tests_properties(ops_daemon PROPERTIES LABELS "ops;http" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 

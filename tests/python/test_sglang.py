@@ -98,6 +98,10 @@ class BootstrapServer(unittest.TestCase):
             while not port_open(self.port):
                 self.assertLess(time.monotonic(), end)
                 time.sleep(0.02)
+            # serving: the server's own look (/health, 2 s) then finds it at
+            # once, on a loaded machine too (a daemon still starting up there
+            # answered late and was not adopted)
+            self.assertEqual(requests.get(self.url + "/health", timeout=DEADLINE).status_code, 200)
             with EngineInfoBootstrapServer("127.0.0.1", self.port) as server:
                 self.assertTrue(server.adopted)
                 self.assertIsNone(server.pid)

@@ -93,8 +93,10 @@ class Stop(unittest.TestCase):
             f.write("".join("%d\n" % w for w in workers))
 
     def stop(self, *args):
+        # a hang guard: stop waits up to 5 s per group of processes, and at
+        # load 20 its bash loops alone took past 60 s
         r = subprocess.run(["bash", self.script, "stop"] + list(args), capture_output=True,
-                           text=True, timeout=60)
+                           text=True, timeout=240)
         return r.returncode, r.stdout, r.stderr
 
     def assertNoPidFiles(self):

@@ -31,7 +31,7 @@ if(TARGET kvcoordd)
             --daemon $<TARGET_FILE:kvcoordd>
             --worker $<TARGET_FILE:kvcoord-worker> --diag $<TARGET_FILE:kvcoord-diag>
             --work ${KVC_TOOLS_WORK_DIR}/kvcoord_sh)
-  set_tests_properties(tools_kvcoord_sh PROPERTIES LABELS "tools" TIMEOUT 300)
+  set_tests_properties(tools_kvcoord_sh PROPERTIES LABELS "tools" TIMEOUT 600)
 endif()
 
 # kvcoord-bench rate, the open-loop load generator of tools/bench/bench_http.sh:
