@@ -44,6 +44,7 @@ and never reach sglang: its own bookkeeping goes on.
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -137,6 +138,16 @@ def _find_kvcoordd():
     return found
 
 
+def _listening(host, port):
+    """True when something accepts TCP connections on host:port (a refused
+    or failed connect within 2 s is False)."""
+    try:
+        socket.create_connection((host.strip("[]"), port), timeout=2.0).close()
+        return True
+    except OSError:
+        return False
+
+
 def _health(host, port, timeout):
     """True when an HTTP server on host:port answers GET /health with OK."""
     h = "[%s]" % host if ":" in host else host
@@ -180,17 +191,20 @@ class _InfoView:
 class EngineInfoBootstrapServer:
     """sglang's engine-info bootstrap server, served by kvcoordd.
 
-    EngineInfoBootstrapServer(host, port): when a kvcoordd already serves
-    host:port (GET /health answers and its segment kvcoord-<port> exists) it is
-    adopted; otherwise one is started (`kvcoordd --listen host:port --segment
-    kvcoord-<port>`, found as _find_kvcoordd() says) and waited for, up to
-    `start_timeout` seconds.  Workers register over HTTP exactly as with
+    EngineInfoBootstrapServer(host, port): when something listens on
+    host:port it must be a kvcoordd (GET /health answers OK within
+    `start_timeout` seconds, however busy it is, and its segment
+    kvcoord-<port> exists), and it is adopted; when nothing listens there one
+    is started (`kvcoordd --listen host:port --segment kvcoord-<port>`, found
+    as _find_kvcoordd() says) and waited for, up to `start_timeout` seconds,
+    until that very process is attached to the segment.  Workers register over HTTP exactly as with
     sglang's server, or through the segment directly.  close() stops a
     kvcoordd this object started (SIGTERM; the segment and its registrations
     stay for the next start) and detaches; an adopted one keeps running.
 
-    Errors: FileNotFoundError (no kvcoordd binary), OSError (the port answers
-    but is not kvcoordd, or kvcoordd exited: the message has its log),
+    Errors: FileNotFoundError (no kvcoordd binary), OSError (the port is
+    taken by something that is not a kvcoordd, or kvcoordd exited: the
+    message has its log),
     TimeoutError (it did not come up in time).
     """
 
@@ -203,13 +217,22 @@ class EngineInfoBootstrapServer:
         self._proc: Optional[subprocess.Popen] = None
         self._log = None
         self.lock = threading.Lock()
-        if not self._adopt():
+        if not self._adopt(start_timeout):
             self._start(kvcoordd or _find_kvcoordd(), list(daemon_args), start_timeout, log_path)
         self.transfer_engine_info = _InfoView(self)
 
-    def _adopt(self):
-        if not _health(self.host, self.port, 2.0):
+    def _adopt(self, timeout):
+        # Something listening is waited for (a busy kvcoordd may answer
+        # /health late); only a port nobody listens on starts one.
+        if not _listening(self.host, self.port):
             return False
+        end = time.monotonic() + timeout
+        while not _health(self.host, self.port, 2.0):
+            if time.monotonic() > end:
+                raise OSError("%s:%d accepts connections but did not answer GET /health with OK "
+                              "within %g s: it is not a kvcoordd serving that port"
+                              % (self.host, self.port, timeout))
+            time.sleep(0.05)
         try:
             self.segment = Segment(self.segment_name, role="client")
         except SegmentNotFoundError:
@@ -233,10 +256,15 @@ class EngineInfoBootstrapServer:
                                  log_path or "pass log_path= to keep its log"))
             if _health(self.host, self.port, 0.5):
                 try:
-                    self.segment = Segment(self.segment_name, role="client")
-                    break
+                    seg = Segment(self.segment_name, role="client")
                 except SegmentNotFoundError:
-                    pass
+                    seg = None
+                # the kvcoordd started here, not one that took the port meanwhile
+                if seg and any(p.pid == self._proc.pid for p in seg.procs()):
+                    self.segment = seg
+                    break
+                if seg:
+                    seg.close()
             if time.monotonic() > end:
                 self.close()
                 raise TimeoutError("kvcoordd did not serve %s:%d within %g s"
