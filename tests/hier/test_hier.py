@@ -5,9 +5,10 @@ across "hosts": network namespaces on one machine joined by a bridge
 made by kvcoord._hier.handshake through that world.
 
  - 2x2, 2x4, 2x8 and 3x2 ranks: 1,000 random steps (lengths 0..200, KVPoll
-   values), the HierGroup's answer equal to gloo's all_reduce(MIN) of the
-   same step on every rank and step (and, every 10th step, to the MIN
-   computed from every rank's inputs).
+   values; 200 steps in an ASan build, where a step costs 5-10 times more),
+   the HierGroup's answer equal to gloo's all_reduce(MIN) of the same step
+   on every rank and step (and, every 10th step, to the MIN computed from
+   every rank's inputs).
  - a rank SIGKILLed (a non-leader; a node's leader): every other rank, on
    both hosts, fails with CollectiveError naming that rank and its host,
    dead, by death detection (before the 30 s timeout); every later call
@@ -27,7 +28,8 @@ made by kvcoord._hier.handshake through that world.
  - kvcoord.sglang.install() on the sglang-shaped fixture: sglang's
    poll_and_all_reduce of a group spanning the hosts runs hierarchically
    when every rank runs kvcoord, said once in the log, through gloo when a
-   rank does not; every answer equal to sglang's original.
+   rank does not; every answer equal to sglang's original (300 steps, 150
+   in an ASan build).
 Deadlines only guard against hangs; measured times are printed, not judged
 (beyond "before the 30 s timeout" where a death or a mismatch must be seen
 without waiting for it).  Needs root and ip(8); skipped otherwise.
@@ -41,9 +43,19 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import hiernet  # noqa: E402
 import hiertest  # noqa: E402
+import kvctest  # noqa: E402  (the tests' one helper module)
 from hiertest import Ranks  # noqa: E402
+
+# Steps per Agreement case, and per Installed case (its mixed step is step
+# 100).  Each of the 8 lengths and the value mixes come up many times in 200
+# steps: an ASan build (a step there costs 5-10 times more) runs every case
+# with the fewer steps.
+SANITIZED = kvctest.sanitized()
+STEPS = 200 if SANITIZED else 1000
+INSTALLED_STEPS = 150 if SANITIZED else 300
 
 
 def layout(hosts, per):
@@ -96,7 +108,7 @@ class HierBase(unittest.TestCase):
 
 
 class Agreement(HierBase):
-    def agree(self, per, steps=1000):
+    def agree(self, per, steps=STEPS):
         lay = layout(self.hosts, per)
         t0 = time.monotonic()
         self.start(lay, "gloo", steps=steps)
@@ -274,7 +286,7 @@ class Installed(HierBase):
 
     def run_installed(self, per_rank=None):
         lay = layout(self.hosts, 2)
-        self.ranks = Ranks(self.net, lay, self.segs, "installed", steps=300,
+        self.ranks = Ranks(self.net, lay, self.segs, "installed", steps=INSTALLED_STEPS,
                            root=os.path.dirname(os.path.dirname(hiertest.HERE)),
                            per_rank=per_rank or {})
         return [self.ranks.expect(r, "done", deadline=600) for r in range(len(lay))]

@@ -3,8 +3,9 @@ segments, forked children that report back over a pipe, a free loopback
 port (free_port), waiting for a condition (wait_for), a child's exit status
 decoded (exit_code), a child ended (stop_process), a line awaited in a process's log (wait_log), a
 process's state (proc_state, wait_state), a real kvcoordd (Daemon), a real
-kvcoord-worker registered in it (Worker) and raw HTTP on a socket
-(connect, read_answer, answer_complete, scrape: the /metrics samples).  One
+kvcoord-worker registered in it (Worker), raw HTTP on a socket
+(connect, read_answer, answer_complete, scrape: the /metrics samples) and
+whether a binary is an ASan build (sanitized).  One
 of each: a test that needs one imports it from here rather than writing its
 own.
 
@@ -270,6 +271,23 @@ def scrape(port):
             name, value = line.split()[:2]
             out[name] = float(value)
     return out
+
+
+def sanitized(path=None):
+    """Whether the binary at `path` (default: the kvcoord extension this
+    interpreter imports) is built with AddressSanitizer (KVCOORD_SANITIZE):
+    it then names the ASan runtime's entry point.  A test may run fewer
+    repetitions of the same cases there (every case still runs); False when
+    the file cannot be read."""
+    if path is None:
+        if kvcoord is None:
+            return False
+        path = kvcoord._kvcoord.__file__
+    try:
+        with open(path, "rb") as f:
+            return b"__asan_init" in f.read()
+    except OSError:
+        return False
 
 
 def exit_code(status):
