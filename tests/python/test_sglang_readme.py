@@ -1,6 +1,7 @@
-"""The README's install() snippet (## Adopting it in sglang) runs as printed,
-against the sglang-shaped fixture, on a fresh segment in place of the
-Quick start's kvcoord-6789 (the one change: the segment's name)."""
+"""The README's install() snippet (## Adopting it in sglang) runs as
+docs/python.md says to try it without sglang (its PYTHONPATH, the
+sglang-shaped test fixture), on a fresh segment in place of the Quick
+start's kvcoord-6789 (the one change: the segment's name)."""
 
 import os
 import re
@@ -21,6 +22,24 @@ def snippet():
     return re.compile(r"^```python\n(.*?)^```$", re.S | re.M).search(text, at).group(1)
 
 
+def documented_pythonpath():
+    """docs/python.md's command for the snippet without sglang, its
+    PYTHONPATH resolved: build/python in this build, the fixture in the
+    checkout."""
+    text = open(os.path.join(SRC, "docs", "python.md"), encoding="utf-8").read()
+    at = text.index("## Trying the sglang snippet without sglang")
+    m = re.compile(r"^PYTHONPATH=(\S+) /usr/bin/python3 snippet.py$", re.M).search(text, at)
+    assert m, "docs/python.md does not show the snippet's command"
+    build = os.environ.get("KVCOORD_BUILD_DIR", os.path.join(SRC, "build"))
+    paths = []
+    for p in m.group(1).split(":"):
+        assert p in ("build/python", "tests/python/fake_sglang"), p
+        paths.append(os.path.join(build, "python") if p == "build/python"
+                     else os.path.join(SRC, p))
+    assert os.path.samefile(paths[-1], FAKE), paths
+    return os.pathsep.join(paths)
+
+
 class ReadmeSnippet(unittest.TestCase):
     def test_runs_as_printed(self):
         code = snippet()
@@ -32,7 +51,7 @@ class ReadmeSnippet(unittest.TestCase):
             ours = code.replace('"kvcoord-6789"', repr(name))
             self.assertNotEqual(ours, code, "the snippet does not name kvcoord-6789")
             env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([FAKE, env.get("PYTHONPATH", "")])
+            env["PYTHONPATH"] = documented_pythonpath()
             r = subprocess.run([sys.executable, "-c", ours], env=env, capture_output=True,
                                text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
