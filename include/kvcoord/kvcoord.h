@@ -1000,6 +1000,18 @@ kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t size, uint
                            uint8_t *polls, const uint64_t *rooms, size_t n,
                            const kvc_coll_opts *opts, kvc_coll_failure *why);
 
+/* A hint before kvc_poll_allreduce(): start loading into the CPU's cache,
+ * without waiting, the i-th room (in fold order: i-th of the rooms[] it
+ * read) of the calling thread's last kvc_poll_allreduce() on seg.  A caller
+ * that makes its polls one at a time before the call (the Python binding
+ * calls each poller's poll()) calls it with i = 0, 1, ... as it goes: a
+ * step's rooms are mostly the last step's, and the fold then finds them in
+ * cache instead of waiting for each.  Changes no result and no state: seg
+ * is only compared with that call's handle and never read, so a closed
+ * handle, a reclaimed room or an i past those rooms costs nothing.  Never
+ * fails.  Thread-safe (per thread, no lock). */
+void kvc_poll_prefetch(const kvc_segment *seg, size_t i);
+
 /* Claim rank of group as the first kvc_allreduce_min call would (create
  * or re-form the group, or join its epoch), without a round: lets the ranks
  * of a group learn before their first round whether each can take part,

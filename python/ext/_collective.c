@@ -495,6 +495,7 @@ PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32
                 PyErr_SetString(PyExc_RuntimeError, "pollers changed size during the polls");
                 goto out;
             }
+            kvc_poll_prefetch(s->seg, (size_t)i); /* the fold's room i, while sglang's poll runs */
             PyObject *argv[2] = {NULL, PySequence_Fast_GET_ITEM(pv, i)};
             Py_INCREF(argv[1]);
             PyObject *r = PyObject_VectorcallMethod(s_poll, argv + 1,

@@ -992,6 +992,16 @@ static void test_poll_fold_and_join(void **st)
     assert_int_equal(kvc_poll_allreduce(s, 0x70, 1, 0, polls, rooms, 5, NULL, NULL), KVC_OK);
     uint8_t want[5] = {3, 0, 3, 4, 2};
     assert_memory_equal(polls, want, 5);
+    /* That fold's hints (kvc_poll_prefetch) change nothing: room 7, failed
+     * by kvcoord since, is seen by the next call, which reads it anew. */
+    for (size_t i = 0; i < 8; i++)
+        kvc_poll_prefetch(s, i);
+    kvc_poll_prefetch(NULL, 0);
+    assert_int_equal(kvc_room_fail_adopt(s, 7, KVC_ORIGIN_RANK_NONE, 110, "timed out", 0, NULL),
+                     KVC_OK);
+    uint8_t again[5] = {3, 3, 3, 4, 2}, want2[5] = {3, 0, 0, 4, 2};
+    assert_int_equal(kvc_poll_allreduce(s, 0x70, 1, 0, again, rooms, 5, NULL, NULL), KVC_OK);
+    assert_memory_equal(again, want2, 5);
     polls[0] = 9;
     assert_int_equal(kvc_poll_allreduce(s, 0x70, 1, 0, polls, NULL, 5, NULL, NULL), KVC_E_INVAL);
     /* Joining without a round, then a size mismatch from an unheld rank:

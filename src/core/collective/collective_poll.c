@@ -7,7 +7,16 @@
  * which kvcoord.sglang's installed poll_and_all_reduce* call).  Lock rule:
  * none taken here (room reads are lock-free; kvc_room_get takes a room's
  * stripe lock only to fail a room whose participant died).
+ *
+ * Hints (kvc_poll_prefetch): each thread keeps where the rooms of its last
+ * fold lie (their index entries and slots, as addresses) so that its next
+ * call's caller can start loading them while it makes its polls: a poll
+ * step's rooms are mostly the last step's, in the same order, and the
+ * fold's reads otherwise wait for their misses (the rooms were written by
+ * other ranks since).  Addresses only: a hint is prefetched, never read,
+ * so one of a closed segment or a reclaimed room costs nothing.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -17,6 +26,29 @@
  * out of cache), the reclaimed ones looked up in the failure ring in one
  * pass. */
 #define BATCH 64
+
+#define HINTS 256 /* rooms hinted per thread: the Python binding's POLL_STACK */
+
+/* The calling thread's last fold on handle seg: its n rooms' index entries
+ * and slots, in fold order. */
+static _Thread_local struct {
+    uintptr_t seg;
+    uint32_t n;
+    uintptr_t ix[HINTS], slot[HINTS];
+} hints;
+
+KVC_API void kvc_poll_prefetch(const kvc_segment *seg, size_t i)
+{
+    if ((uintptr_t)seg != hints.seg || i >= hints.n)
+        return;
+    const char *r = (const char *)hints.slot[i];
+    __builtin_prefetch((const void *)hints.ix[i]);
+    if (!r)
+        return;
+    __builtin_prefetch(r);      /* the head: seq, id, state, failure flag */
+    __builtin_prefetch(r + 64); /* the first participants */
+    __builtin_prefetch(r + offsetof(kvc_room, checked_ms)); /* the liveness check stamps */
+}
 
 /* Start loading room's home index entry (layout.h), where most rooms'
  * probes end; the room slot it names is read once the entry is in. */
@@ -29,8 +61,8 @@ static void prefetch_room(kvc_segment *seg, uint64_t room)
 }
 
 /* Then the room slot that entry names (its head, first participants and
- * liveness check stamps), if it names one. */
-static void prefetch_slot(kvc_segment *seg, uint64_t room)
+ * liveness check stamps), if it names one; noted as hint `at` (fold order). */
+static void prefetch_slot(kvc_segment *seg, uint64_t room, size_t at)
 {
     uint64_t h = kvc__room_hash(room);
     uint32_t n = seg->hdr->stripe_slots;
@@ -38,9 +70,14 @@ static void prefetch_slot(kvc_segment *seg, uint64_t room)
     uint64_t e =
         atomic_load_explicit(&seg->room_index[base + kvc__room_home(h, n)], memory_order_relaxed);
     uint32_t b = (uint32_t)e - 2u;
-    if ((uint32_t)e < 2 || b >= n)
+    const kvc_room *r = (uint32_t)e < 2 || b >= n ? NULL : seg->rooms + base + b;
+    if (at < HINTS) {
+        hints.ix[at] = (uintptr_t)&seg->room_index[base + kvc__room_home(h, n)];
+        hints.slot[at] = (uintptr_t)r;
+        hints.n = (uint32_t)at + 1;
+    }
+    if (!r)
         return;
-    const kvc_room *r = seg->rooms + base + b;
     __builtin_prefetch(r);
     __builtin_prefetch((const char *)r + 64);
     __builtin_prefetch(&r->checked_ms[0]);
@@ -51,7 +88,7 @@ static void prefetch_slot(kvc_segment *seg, uint64_t room)
  * passed), reading each as kvc_room_get does; a room already reclaimed by
  * its newest record in the ring of recent failures. */
 static void fold_batch(kvc_segment *seg, uint8_t *polls, const uint64_t *rooms, const size_t *at,
-                       size_t k)
+                       size_t k, size_t done)
 {
     uint64_t gone[BATCH];
     size_t gone_at[BATCH];
@@ -59,7 +96,7 @@ static void fold_batch(kvc_segment *seg, uint8_t *polls, const uint64_t *rooms, 
     for (size_t j = 0; j < k; j++)
         prefetch_room(seg, rooms[at[j]]);
     for (size_t j = 0; j < k; j++)
-        prefetch_slot(seg, rooms[at[j]]);
+        prefetch_slot(seg, rooms[at[j]], done + j);
     for (size_t j = 0; j < k; j++) {
         bool ours = false;
         kvc_err e = kvc__room_failed_by_kvcoord(seg, rooms[at[j]], &ours);
@@ -95,17 +132,20 @@ KVC_API kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t si
                              "state 0..4",
                              i, (unsigned)polls[i]);
     size_t at[BATCH];
-    size_t k = 0;
+    size_t k = 0, done = 0;
+    hints.seg = (uintptr_t)seg;
+    hints.n = 0;
     for (size_t i = 0; rooms && i < n; i++) {
         if (rooms[i] == KVC_ROOM_NONE || polls[i] == KVC_POLL_FAILED)
             continue;
         at[k++] = i;
         if (k == BATCH) {
-            fold_batch(seg, polls, rooms, at, k);
+            fold_batch(seg, polls, rooms, at, k, done);
+            done += k;
             k = 0;
         }
     }
     if (k)
-        fold_batch(seg, polls, rooms, at, k);
+        fold_batch(seg, polls, rooms, at, k, done);
     return kvc_allreduce_min_opt(seg, group, size, rank, polls, n, opts, why);
 }
