@@ -1160,13 +1160,13 @@ class Auth(Base):
             for ep in ETCD.endpoints.split(","):
                 v, _ = cl.wait_for(lambda: subprocess.run(
                     ["etcdctl", "--endpoints=" + ep, "get", "x"], capture_output=True,
-                    env=dict(os.environ, ETCDCTL_API="3")).returncode != 0, 10)
+                    env=dict(os.environ, ETCDCTL_API="3")).returncode != 0, RECOVER)
                 self.assertTrue(v)
             if frozen_at_start:
                 ETCD.freeze()
                 try:
                     a = self.node("A", extra=["--etcd-user", "root", "--etcd-password-file", bad])
-                    v, _ = cl.wait_for(lambda: "etcd_unreachable" in a.logtext(), 10)
+                    v, _ = cl.wait_for(lambda: "etcd_unreachable" in a.logtext(), RECOVER)
                     self.assertTrue(v, a.logtext())
                 finally:
                     ETCD.thaw()
@@ -1175,11 +1175,11 @@ class Auth(Base):
                 a = self.node("A", extra=["--etcd-user", "root", "--etcd-password-file", bad])
             b = self.node("B", extra=["--etcd-user", "root", "--etcd-password-file", pw])
             a.register(0, "h:0", info(2, "p"))
-            v, _ = cl.wait_for(lambda: "invalid user ID or password" in a.logtext(), 10)
+            v, _ = cl.wait_for(lambda: "invalid user ID or password" in a.logtext(), RECOVER)
             self.assertTrue(v, a.logtext())
             self.assertIn("authentication of user 'root' failed", a.logtext())
             v, _ = cl.wait_for(lambda: "invalid user ID or password" in
-                               a.cluster_view()["etcd"]["last_error"], 10)
+                               a.cluster_view()["etcd"]["last_error"], RECOVER)
             self.assertTrue(v, a.cluster_view())
             self.assertFalse(a.cluster_view()["etcd"]["up"])
             out = ETCD.ctl("get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only",
@@ -1190,12 +1190,18 @@ class Auth(Base):
             b.register(1, "h:1", info(2, "p1"))
             v, _ = cl.wait_for(lambda: "ranks/B/1" in ETCD.ctl(
                 "get", "--prefix", "/kvcoord/%s/" % self.cluster, "--keys-only",
-                user="root:s3cret").stdout, 10)
+                user="root:s3cret").stdout, RECOVER)
             self.assertTrue(v)
         finally:
-            ETCD.ctl("auth", "disable", user="root:s3cret")
+            # Auth left enabled would fail every later test of the module
+            # (their nodes have no password): retried until done, asserted.
+            v, _ = cl.wait_for(lambda: ETCD.ctl("auth", "disable",
+                                                user="root:s3cret").returncode == 0, RECOVER)
+            self.assertTrue(v, "etcdctl auth disable kept failing")
             # Refused by a member that has not applied the disable yet.
-            cl.wait_for(lambda: ETCD.ctl("user", "delete", "root").returncode == 0, 10)
+            v, _ = cl.wait_for(lambda: ETCD.ctl("user", "delete", "root").returncode == 0,
+                               RECOVER)
+            self.assertTrue(v, "etcdctl user delete root kept failing")
             ETCD.ctl("role", "delete", "root")  # etcdctl auth enable made it
 
 
