@@ -467,6 +467,46 @@ class RawHttpTest(unittest.TestCase):
                          registration(20, "x", entries=50)["transfer_engine_info"]["weights_info_dict"])
         self.assertEqual(c.request("GET", "/health")[2], b"OK")  # still usable
 
+    def test_chunked_framing_rfc9112(self):
+        # RFC 9112 7.1: CRLF after a chunk's data and after a chunk-size line, no
+        # control byte in an extension.  http-parser alone took "XX" for the CRLF
+        # (a strict proxy in front would split the stream elsewhere): a 400 naming
+        # the fault, the connection closed, nothing stored.
+        head = (b"PUT /register_transfer_engine_info HTTP/1.1\r\nHost: t\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+        for rank, (size_line, after, want) in enumerate((
+                (b"%x\r\n", b"XX", "chunk data not followed by CRLF"),
+                (b"%x\r\n", b"\n", "chunk data not followed by CRLF"),
+                (b"%x\rZ", b"\r\n", "chunk size line not ended by CRLF"),
+                (b"%x;a=b\nc\r\n", b"\r\n", "chunk size line not ended by CRLF"),
+                (b"%x;a=\x7f\r\n", b"\r\n", "control byte in a chunk extension")), 30):
+            body = json.dumps(registration(rank, "cx:%d" % rank)).encode()
+            raw = head + size_line % len(body) + body + after + b"0\r\n\r\n"
+            for pieces in (1, len(raw)):  # whole, then byte by byte
+                c = self.conn()
+                c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                step = -(-len(raw) // pieces)
+                try:
+                    for i in range(0, len(raw), step):
+                        c.send(raw[i:i + step])
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # refused before the last byte: the answer is read below
+                got = self.assert_error_then_close(c, 400)
+                self.assertEqual(got, "Malformed HTTP request: " + want, raw)
+                self.assertEqual(self.lookup(rank)[0], 404, raw)
+        # well-framed, byte by byte: extensions (BWS too), trailers, then the
+        # connection still serves the next request
+        body = json.dumps(registration(39, "cx:39")).encode()
+        raw = (head + b"%x ;a=b;c=\"d e\"\r\n" % 5 + body[:5] + b"\r\n"
+               + b"%X\r\n" % (len(body) - 5) + body[5:] + b"\r\n00;z\r\nX-T: 1\r\n\r\n")
+        c = self.conn()
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(raw)):
+            c.send(raw[i:i + 1])
+        self.assertEqual(c.response()[:3:2], (200, b"OK"))
+        self.assertEqual(self.lookup(39)[0], 200)
+        self.assertEqual(c.request("GET", "/health")[2], b"OK")
+
     def test_expect_100_continue(self):
         payload = json.dumps(registration(21, "10.0.0.21:1")).encode()
         c = self.conn()

@@ -297,6 +297,102 @@ static void test_host_and_obs_fold(void **state)
     hconn_free(&c);
 }
 
+/* Feed in byte by byte; returns the last event. */
+static enum hconn_event feed_bytes(struct http_conn *c, const char *in, size_t len)
+{
+    enum hconn_event ev = HCONN_MORE;
+    size_t used;
+    for (size_t n = 0; ev == HCONN_MORE && n < len; n++)
+        ev = hconn_parse(c, in + n, 1, &used);
+    return ev;
+}
+
+/* RFC 9112 7.1: a chunked body's framing is checked (http-parser without
+ * HTTP_PARSER_STRICT does not), in one piece or byte by byte; a CR in the
+ * head or the trailers must be followed by LF (RFC 9112 2.2). */
+static void test_chunked_framing(void **state)
+{
+    (void)state;
+#define CHUNKED_HEAD "PUT /r HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    static const struct {
+        const char *in;
+        const char *detail;
+    } bad[] = {
+        {CHUNKED_HEAD "2\r\nabXX0\r\n\r\n", "chunk data not followed by CRLF"},
+        {CHUNKED_HEAD "2\r\nab\rX0\r\n\r\n", "chunk data not followed by CRLF"},
+        {CHUNKED_HEAD "2\r\nab\n0\r\n\r\n", "chunk data not followed by CRLF"},
+        {CHUNKED_HEAD "2\rZab\r\n0\r\n\r\n", "chunk size line not ended by CRLF"},
+        {CHUNKED_HEAD "2;a=b\nZ\r\nab\r\n0\r\n\r\n", "chunk size line not ended by CRLF"},
+        {CHUNKED_HEAD "2;a=\x01\r\nab\r\n0\r\n\r\n", "control byte in a chunk extension"},
+        {CHUNKED_HEAD "2 x\r\nab\r\n0\r\n\r\n", "chunk extension without ';'"},
+        {CHUNKED_HEAD "0\rX\r\n", "chunk size line not ended by CRLF"},
+        /* a CR inside a line: http-parser's own "LF character expected" */
+        {CHUNKED_HEAD "0\r\nX-T: 1\rZ\r\n", ""},
+        {CHUNKED_HEAD "0\r\n\rZ", "header line not ended by CRLF"},
+        {CHUNKED_HEAD "0\r\nX-T: 1\r\n 2\r\n\r\n", "obs-fold"},
+        {"PUT /r HTTP/1.1\r\nHost: x\rZTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", ""},
+        {"PUT /r HTTP/1.1\rZHost: x\r\n\r\n", ""},
+        {"PUT /r HTTP/1.1\r\nHost: x\r\n\rZ", "header line not ended by CRLF"},
+        /* the empty lines skipped before a request do not end its head */
+        {"\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nA: 1\r\n 2\r\n\r\n", "obs-fold"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int bytes = 0; bytes < 2; bytes++) {
+            struct http_conn c;
+            size_t used;
+            hconn_init(&c, &limits);
+            size_t len = strlen(bad[i].in);
+            enum hconn_event ev =
+                bytes ? feed_bytes(&c, bad[i].in, len) : hconn_parse(&c, bad[i].in, len, &used);
+            if (ev != HCONN_ERROR || c.err_status != 400 || !strstr(c.err_detail, bad[i].detail) ||
+                strncmp(c.err_detail, "Malformed HTTP request: ", 24))
+                fail_msg("case %zu (%s): event %d status %d detail %s", i,
+                         bytes ? "byte by byte" : "whole", ev, c.err_status,
+                         c.err_detail ? c.err_detail : "-");
+            hconn_free(&c);
+        }
+    }
+    /* Well-framed: extensions (BWS included), upper-case hex, leading
+     * zeros, trailers, then a pipelined request, whole or byte by byte. */
+    const char ok[] = CHUNKED_HEAD "3 ;a=b;c=\"d e\"\r\nabc\r\n00A\r\n0123456789\r\n"
+                                   "000;z\r\nX-T: 1\r\nY: 2\r\n\r\n"
+                                   "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int bytes = 0; bytes < 2; bytes++) {
+        struct http_conn c;
+        size_t used;
+        hconn_init(&c, &limits);
+        size_t off = 0;
+        enum hconn_event ev;
+        if (bytes) {
+            ev = HCONN_MORE;
+            for (; ev == HCONN_MORE && off < sizeof ok - 1; off++)
+                ev = hconn_parse(&c, ok + off, 1, &used);
+        } else {
+            ev = hconn_parse(&c, ok, sizeof ok - 1, &used);
+            off = used;
+        }
+        assert_int_equal(ev, HCONN_REQUEST);
+        assert_int_equal(c.req.body_len, 13);
+        assert_memory_equal(c.req.body, "abc0123456789", 13);
+        hconn_done(&c);
+        assert_int_equal(hconn_parse(&c, ok + off, sizeof ok - 1 - off, &used), HCONN_REQUEST);
+        assert_int_equal(c.req.method, HTTP_GET);
+        assert_int_equal(off + used, sizeof ok - 1);
+        hconn_free(&c);
+    }
+    /* With Expect: 100-continue, the scan starts after the 100. */
+    struct http_conn c;
+    size_t used;
+    const char cont[] = "PUT /r HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                        "Transfer-Encoding: chunked\r\n\r\n1\r\nab\r\n0\r\n\r\n";
+    hconn_init(&c, &limits);
+    assert_int_equal(hconn_parse(&c, cont, sizeof cont - 1, &used), HCONN_CONTINUE);
+    assert_int_equal(hconn_parse(&c, cont + used, sizeof cont - 1 - used, &used), HCONN_ERROR);
+    assert_non_null(strstr(c.err_detail, "chunk data not followed by CRLF"));
+    hconn_free(&c);
+#undef CHUNKED_HEAD
+}
+
 static void test_head_limit(void **state)
 {
     (void)state;
@@ -459,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_token_before_body_size),
         cmocka_unit_test(test_host_and_obs_fold),
+        cmocka_unit_test(test_chunked_framing),
         cmocka_unit_test(test_head_limit),
         cmocka_unit_test(test_targets),
         cmocka_unit_test(test_json_escape),

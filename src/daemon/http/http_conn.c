@@ -21,6 +21,24 @@
 
 enum { KEEP_NONE = 0, KEEP_EXPECT = 1, KEEP_TE = 2, KEEP_AUTH = 3 };
 
+/* head_scan()'s states (fold_st) */
+enum { FOLD_START = 0, FOLD_LINE, FOLD_CR, FOLD_BOL, FOLD_BOL_CR, FOLD_DONE };
+
+/* chunk_scan()'s states (chunk_st) */
+enum {
+    CK_OFF = 0,  /* no chunked body being read (or its head not ended yet) */
+    CK_HEAD_END, /* next byte: the head's last (head_scan's) */
+    CK_SIZE0,    /* a chunk-size's first digit */
+    CK_SIZE,     /* more digits, BWS, ';' or CR */
+    CK_BWS,      /* whitespace after the size: ';' must follow */
+    CK_EXT,      /* chunk extensions, up to CR */
+    CK_SIZE_LF,  /* the LF of the chunk-size line */
+    CK_DATA,     /* chunk_left bytes of data */
+    CK_DATA_CR,  /* the CRLF after the data */
+    CK_DATA_LF,
+    CK_TRAILERS /* the trailer section: head_scan checks it */
+};
+
 static struct http_conn *conn_of(http_parser *p) { return p->data; }
 
 /* Stop the parser and report ev from hconn_parse(). */
@@ -355,6 +373,11 @@ static int on_headers_complete(http_parser *p)
         if (!(p->flags & F_CHUNKED) && reserve(c, p->content_length))
             return 0;
     }
+    /* A chunked body's framing is checked as it arrives (chunk_scan), from
+     * the head's last byte: pausing here leaves that byte unconsumed. */
+    int chunked = (p->flags & F_CHUNKED) && !p->upgrade;
+    if (chunked)
+        c->chunk_st = CK_HEAD_END;
     /* RFC 9110 10.1.1: Expect is ignored in HTTP/1.0 requests. */
     if (c->expect_len && p->http_minor >= 1) {
         if (!value_is(c->expect, c->expect_len, sizeof c->expect, "100-continue"))
@@ -362,7 +385,7 @@ static int on_headers_complete(http_parser *p)
         if (body_expected(p))
             return stop_with(c, HCONN_CONTINUE);
     }
-    return 0;
+    return chunked ? stop_with(c, HCONN_MORE) : 0;
 }
 
 /* A chunk announces its size first: refuse one that cannot fit before it
@@ -426,7 +449,7 @@ static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
 {
     if (e == HPE_HEADER_OVERFLOW) {
         /* http-parser's own limit, met before a callback: the head scan
-         * (head_folded) says whether the request line had ended. */
+         * (head_scan) says whether the request line had ended. */
         c->err_status = head_too_large(c, !c->line_seen);
         c->err_detail = c->err_buf;
     } else if (e == HPE_INVALID_CONTENT_LENGTH) {
@@ -459,55 +482,188 @@ static enum hconn_event parser_error(struct http_conn *c, enum http_errno e)
     return HCONN_ERROR;
 }
 
-/* obs-fold (RFC 9112 5.2): a header line that starts with a space or a
- * tab continues the previous one.  http-parser joins such lines, so the
- * bytes the parser consumed are scanned here for a line start followed by
- * whitespace, from the request line to the blank line ending the head;
- * the state carries over from one call to the next. */
-enum { FOLD_LINE = 0, FOLD_BOL, FOLD_BOL_CR, FOLD_DONE };
+/* The head (RFC 9112 2.2, 5.2).  http-parser, built without
+ * HTTP_PARSER_STRICT as Debian ships it, joins a header line that starts
+ * with a space or a tab to the previous one (obs-fold) and takes any byte
+ * after the CR of the blank line ending the head (or the trailers) for its
+ * LF.  So the bytes the parser consumed are scanned here, from the request
+ * line (after the empty lines the parser skips before it) to that blank
+ * line: a line start followed by whitespace, or a CR not followed by LF,
+ * is refused.  The trailer section of a chunked body is scanned the same
+ * way (from FOLD_BOL).  The state carries over from one call to the next.
+ * Returns NULL, or what is wrong. */
 
-static int head_folded(struct http_conn *c, const char *p, size_t n)
+static const char *head_scan(struct http_conn *c, const char *p, size_t n)
 {
     unsigned st = c->fold_st;
     for (size_t i = 0; i < n && st != FOLD_DONE; i++) {
         char b = p[i];
-        if (st == FOLD_LINE && b == '\n')
-            c->line_seen = 1;
-        if (st == FOLD_LINE)
-            st = b == '\n' ? FOLD_BOL : FOLD_LINE;
-        else if (st == FOLD_BOL && (b == ' ' || b == '\t'))
-            return 1;
+        if ((st == FOLD_CR || st == FOLD_BOL_CR) && b != '\n')
+            return "Malformed HTTP request: header line not ended by CRLF";
+        if (st == FOLD_BOL && (b == ' ' || b == '\t'))
+            return "Malformed HTTP request: header line folded onto the next (obs-fold)";
+        if (st == FOLD_START)
+            st = b == '\r' || b == '\n' ? FOLD_START : FOLD_LINE;
         else if (st == FOLD_BOL)
             st = b == '\r' ? FOLD_BOL_CR : b == '\n' ? FOLD_DONE : FOLD_LINE;
-        else /* FOLD_BOL_CR */
-            st = b == '\n' ? FOLD_DONE : FOLD_LINE;
+        else if (st == FOLD_BOL_CR)
+            st = FOLD_DONE;
+        else { /* FOLD_LINE, FOLD_CR */
+            if (b == '\n')
+                c->line_seen = 1;
+            st = b == '\n' ? FOLD_BOL : b == '\r' ? FOLD_CR : FOLD_LINE;
+        }
     }
     c->fold_st = (unsigned char)st;
-    return 0;
+    return NULL;
+}
+
+/* A chunked body's framing (RFC 9112 7.1).  http-parser without
+ * HTTP_PARSER_STRICT takes any two bytes after a chunk's data for its
+ * CRLF, any byte after a chunk-size line's CR for its LF, and anything up
+ * to a CR (LF included) as chunk extensions: a proxy in front that reads
+ * chunks strictly would split the stream elsewhere (request smuggling).
+ * So the body bytes the parser consumed are checked here, byte for byte
+ * except the data, which is counted:
+ *   chunk      = chunk-size [ BWS ";" ext ] CRLF chunk-data CRLF
+ *   last-chunk = 1*"0" [ BWS ";" ext ] CRLF, then the trailer section,
+ *                scanned as the head is (head_scan) and parsed by
+ *                http-parser as header lines
+ * where ext holds no control byte but HTAB (names and values are not
+ * looked at further: they are ignored).  on_headers_complete pauses the
+ * parser just before the head's last byte, so the scan knows where the
+ * body starts; the state (chunk_st, chunk_left) carries over from one call
+ * to the next and is reset with each request. */
+
+static int hex_digit(char b)
+{
+    return b >= '0' && b <= '9'   ? b - '0'
+           : b >= 'a' && b <= 'f' ? b - 'a' + 10
+           : b >= 'A' && b <= 'F' ? b - 'A' + 10
+                                  : -1;
+}
+
+static const char *chunk_scan(struct http_conn *c, const char *p, size_t n)
+{
+    static const char size_crlf[] = "Malformed HTTP request: chunk size line not ended by CRLF";
+    static const char data_crlf[] = "Malformed HTTP request: chunk data not followed by CRLF";
+    static const char bad_size[] =
+        "Malformed HTTP request: invalid chunk size (not hexadecimal, or above 2^64-1)";
+    unsigned st = c->chunk_st;
+    for (size_t i = 0; i < n && st != CK_TRAILERS; i++) {
+        unsigned char b = (unsigned char)p[i];
+        int h = hex_digit((char)b);
+        switch (st) {
+        case CK_HEAD_END: st = CK_SIZE0; break;
+        case CK_SIZE0:
+            if (h < 0)
+                return bad_size;
+            c->chunk_left = (uint64_t)h;
+            st = CK_SIZE;
+            break;
+        case CK_SIZE:
+            if (h >= 0 && c->chunk_left > (UINT64_MAX >> 4)) /* http-parser refuses it first */
+                return bad_size;
+            if (h >= 0)
+                c->chunk_left = c->chunk_left * 16 + (uint64_t)h;
+            else if (b == ' ' || b == '\t')
+                st = CK_BWS;
+            else if (b == ';')
+                st = CK_EXT;
+            else if (b == '\r')
+                st = CK_SIZE_LF;
+            else
+                return b == '\n' ? size_crlf : bad_size;
+            break;
+        case CK_BWS:
+            if (b == ';')
+                st = CK_EXT;
+            else if (b != ' ' && b != '\t')
+                return "Malformed HTTP request: chunk extension without ';'";
+            break;
+        case CK_EXT:
+            if (b == '\r')
+                st = CK_SIZE_LF;
+            else if (b == '\n')
+                return size_crlf;
+            else if ((b < 0x20 && b != '\t') || b == 0x7f)
+                return "Malformed HTTP request: control byte in a chunk extension";
+            break;
+        case CK_SIZE_LF:
+            if (b != '\n')
+                return size_crlf;
+            if (c->chunk_left == 0) { /* the last chunk: trailers follow */
+                st = CK_TRAILERS;
+                c->fold_st = FOLD_BOL;
+                c->chunk_st = (unsigned char)st;
+                return head_scan(c, p + i + 1, n - i - 1);
+            }
+            st = CK_DATA;
+            break;
+        case CK_DATA: {
+            size_t k = n - i; /* this byte and the ones after it */
+            if (k > c->chunk_left)
+                k = (size_t)c->chunk_left;
+            c->chunk_left -= k;
+            i += k - 1;
+            if (c->chunk_left == 0)
+                st = CK_DATA_CR;
+            break;
+        }
+        case CK_DATA_CR:
+            if (b != '\r')
+                return data_crlf;
+            st = CK_DATA_LF;
+            break;
+        case CK_DATA_LF:
+            if (b != '\n')
+                return data_crlf;
+            st = CK_SIZE0;
+            break;
+        }
+    }
+    c->chunk_st = (unsigned char)st;
+    return NULL;
 }
 
 enum hconn_event hconn_parse(struct http_conn *c, const char *data, size_t len, size_t *consumed)
 {
-    c->event = HCONN_MORE;
     if (c->phase == HCONN_IDLE) { /* the next bytes start a request */
-        c->fold_st = FOLD_LINE;
+        c->fold_st = FOLD_START;
         c->line_seen = 0;
+        c->chunk_st = CK_OFF;
     }
-    *consumed = http_parser_execute(&c->parser, &settings, data, len);
-    enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (e == HPE_PAUSED)
-        http_parser_pause(&c->parser, 0);
-    if (c->fold_st != FOLD_DONE && head_folded(c, data, *consumed)) {
-        c->err_status = 400;
-        c->err_detail = "Malformed HTTP request: header line folded onto the next (obs-fold)";
-        c->err_extra = NULL;
-        return HCONN_ERROR;
+    size_t total = 0;
+    enum http_errno e;
+    for (;;) {
+        c->event = HCONN_MORE;
+        /* chunk_st set by on_headers_complete during this execute: what
+         * it consumed is head. */
+        int in_body = c->chunk_st != CK_OFF;
+        size_t n = http_parser_execute(&c->parser, &settings, data + total, len - total);
+        e = HTTP_PARSER_ERRNO(&c->parser);
+        if (e == HPE_PAUSED)
+            http_parser_pause(&c->parser, 0);
+        const char *bad = c->fold_st != FOLD_DONE ? head_scan(c, data + total, n) : NULL;
+        if (!bad && in_body)
+            bad = chunk_scan(c, data + total, n);
+        total += n;
+        *consumed = total;
+        if (bad) {
+            c->err_status = 400;
+            c->err_detail = bad;
+            c->err_extra = NULL;
+            return HCONN_ERROR;
+        }
+        /* on_headers_complete's pause at a chunked head's end: go on. */
+        if (!(e == HPE_PAUSED && c->event == HCONN_MORE && total < len))
+            break;
     }
     if (e == HPE_PAUSED)
         return c->event;
     if (e != HPE_OK)
         return parser_error(c, e);
-    if (*consumed < len) /* cannot happen without an error or a pause */
+    if (total < len) /* cannot happen without an error or a pause */
         return parser_error(c, HPE_UNKNOWN);
     return HCONN_MORE;
 }

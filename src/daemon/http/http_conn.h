@@ -15,7 +15,10 @@
  *           percent-escape in the path, HTTP version other than 1.x, an
  *           HTTP/1.1 request without Host or with more than one (RFC 9112
  *           3.2), a header line folded onto the next (obs-fold, RFC 9112
- *           5.2)
+ *           5.2), a CR not followed by LF in the head or the trailers, a
+ *           chunked body's framing other than RFC 9112 7.1's (a chunk's
+ *           data not followed by CRLF, a chunk-size line not ended by
+ *           CRLF, a control byte in a chunk extension)
  *       414 request line over max_head bytes (no header field begun)
  *       431 request line + headers over max_head bytes
  *       401 (or another status) from head_check: refused from the headers,
@@ -34,6 +37,7 @@
 
 #include <http_parser.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "auth.h"
 #include "buf.h"
@@ -112,8 +116,10 @@ struct http_conn {
     unsigned char keep;     /* 0 none, 1 Expect, 2 Transfer-Encoding, 3 Authorization */
     unsigned char te_count;
     unsigned char host_count; /* Host header fields seen (RFC 9112 3.2: exactly one) */
-    unsigned char fold_st;    /* where the obs-fold scan of the head is (http_conn.c) */
+    unsigned char fold_st;    /* where the scan of the head (or trailers) is (http_conn.c) */
     unsigned char line_seen;  /* that scan met the request line's end (414 or 431) */
+    unsigned char chunk_st;   /* where the chunked-framing scan of the body is (http_conn.c) */
+    uint64_t chunk_left;      /* ... the chunk size read, then its data bytes still due */
     char expect[24];
     unsigned char expect_len;
     char te[32];
