@@ -291,8 +291,9 @@ PyObject *kvcpy_allreduce_join(SegmentObject *s, PyObject *args, PyObject *kw)
 
 #define POLL_STACK 256 /* rooms polled without allocating */
 
-/* rooms[i] for poller i: its bootstrap_room when `follows` (a dict or set)
- * holds it, else KVC_ROOM_NONE.  -1 with an exception (a bad follows). */
+/* rooms[i] for poller i: its bootstrap_room when `follows` (a dict, set or
+ * RoomSet) holds it, else KVC_ROOM_NONE.  -1 with an exception (a bad
+ * follows). */
 static int followed_room(PyObject *poller, PyObject *follows, uint64_t *room)
 {
     static PyObject *attr;
@@ -302,6 +303,15 @@ static int followed_room(PyObject *poller, PyObject *follows, uint64_t *room)
     PyObject *r = PyObject_GetAttr(poller, attr);
     if (!r) {
         PyErr_Clear(); /* no room: nothing to fold */
+        return 0;
+    }
+    if (Py_IS_TYPE(follows, &kvcpy_RoomSetType)) { /* ids in C: no Python hashing */
+        unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : 0;
+        if (!PyLong_Check(r) || (v == (unsigned long long)-1 && PyErr_Occurred()))
+            PyErr_Clear(); /* not a room id: not followed */
+        else if (kvcpy_roomset_has(follows, (uint64_t)v))
+            *room = (uint64_t)v;
+        Py_DECREF(r);
         return 0;
     }
     int in = PyDict_Check(follows) ? PyDict_Contains(follows, r) : PySet_Contains(follows, r);
@@ -413,7 +423,7 @@ const char kvcpy_doc_poll_allreduce[] =
     "pollers[i].poll() is called here, in order, and taken as int() takes it (what "
     "sglang's [int(p.poll()) for p in pollers] gives; an exception it raises propagates "
     "before any reduction); for each i whose poll is "
-    "not Failed and whose pollers[i].bootstrap_room is in `follows` (a dict or set of the "
+    "not Failed and whose pollers[i].bootstrap_room is in `follows` (a dict, set or RoomSet of the "
     "rooms this process follows in the segment), a room kvcoord itself failed (a "
     "participant died, the room TTL passed) makes polls[i] Failed; then the element-wise "
     "MIN over the group's ranks, as allreduce_min (same group, rounds and errors; kind "
@@ -447,8 +457,11 @@ PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32
                          uint32_t kind)
 {
     static PyObject *s_poll;
-    if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows)) {
-        PyErr_Format(PyExc_TypeError, "follows must be a dict, a set or None, not %.100s",
+    int roomset = Py_IS_TYPE(follows, &kvcpy_RoomSetType);
+    if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows) && !roomset) {
+        PyErr_Format(PyExc_TypeError,
+                     "follows must be a dict, a set, a kvcoord._kvcoord.RoomSet or None, not "
+                     "%.100s",
                      Py_TYPE(follows)->tp_name);
         return NULL;
     }
@@ -464,7 +477,9 @@ PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32
     if (!call && !(pl = PySequence_Fast(polls_o, "polls must be a sequence of ints 0..4")))
         return NULL;
     int fold = follows != Py_None && pollers_o != Py_None &&
-               (PyDict_Check(follows) ? PyDict_GET_SIZE(follows) : PySet_GET_SIZE(follows)) > 0;
+               (roomset                 ? kvcpy_roomset_len(follows)
+                : PyDict_Check(follows) ? PyDict_GET_SIZE(follows)
+                                        : PySet_GET_SIZE(follows)) > 0;
     if ((call || fold) && !(pv = PySequence_Fast(pollers_o, "pollers must be a sequence")))
         goto out0;
     Py_ssize_t n = call ? PySequence_Fast_GET_SIZE(pv) : PySequence_Fast_GET_SIZE(pl);

@@ -200,7 +200,7 @@ PyObject *kvcpy_poll_allreduce(SegmentObject *s, PyObject *const *args, Py_ssize
 extern const char kvcpy_doc_poll_allreduce[];
 /* Segment.poll_allreduce's work once its arguments are converted (also the
  * installed poll's C path, _pollcall.c): polls_o None (poll pollers_o
- * here) or a sequence; follows a dict, a set or None.  The result list, or
+ * here) or a sequence; follows a dict, a set, a RoomSet or None.  The result list, or
  * NULL with the exception poll_allreduce raises. */
 PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32_t rank,
                          PyObject *polls_o, PyObject *pollers_o, PyObject *follows, double timeout,
@@ -208,6 +208,13 @@ PyObject *kvcpy_poll_run(SegmentObject *s, uint64_t group, uint32_t size, uint32
 /* _pollcall.c: kvcoord._kvcoord.PollCall, added to module m (-1 with an
  * exception set on error). */
 int kvcpy_pollcall_init(PyObject *m);
+/* _roomset.c: kvcoord._kvcoord.RoomSet, added to module m (-1 with an
+ * exception set on error); whether set (a RoomSet) holds room id, and how
+ * many it holds (GIL held). */
+extern PyTypeObject kvcpy_RoomSetType;
+int kvcpy_roomset_init(PyObject *m);
+int kvcpy_roomset_has(PyObject *set, uint64_t id);
+Py_ssize_t kvcpy_roomset_len(PyObject *set);
 /* close() starting on g: wake its collective waiters (they give up). */
 void kvcpy_coll_closing(kvc_segment *g);
 

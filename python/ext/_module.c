@@ -461,7 +461,7 @@ PyMODINIT_FUNC PyInit__kvcoord(void)
     if (!m)
         return NULL;
     if (add_errors(m) < 0 || kvcpy_collective_init(m) < 0 || kvcpy_hier_init(m) < 0 ||
-        kvcpy_pollcall_init(m) < 0 || add_constants(m) < 0 ||
+        kvcpy_pollcall_init(m) < 0 || kvcpy_roomset_init(m) < 0 || add_constants(m) < 0 ||
         PyModule_AddObjectRef(m, "Segment", (PyObject *)&kvcpy_SegmentType) < 0 ||
         PyModule_AddObjectRef(m, "RankInfo", (PyObject *)&kvcpy_RankInfoType) < 0 ||
         PyModule_AddObjectRef(m, "RoomInfo", (PyObject *)&kvcpy_RoomInfoType) < 0 ||

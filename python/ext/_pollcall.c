@@ -37,7 +37,7 @@ typedef struct {
     PyObject *prob;       /* sglang's _get_failure_prob */
     PyObject *injected;   /* (pollers, process group, Group) -> polls */
     PyObject *failed;     /* (Group, process group, pollers, err) -> polls */
-    PyObject *follows;    /* the bridge's followed rooms (dict or set) */
+    PyObject *follows;    /* the bridge's followed rooms (dict, set or RoomSet) */
     double timeout;
     PyObject *cached; /* the Group whose numbers follow (read-only once made) */
     uint64_t gid;
@@ -164,9 +164,10 @@ static PyObject *pollcall_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                                          "callable");
         return NULL;
     }
-    if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows)) {
+    if (follows != Py_None && !PyDict_Check(follows) && !PyAnySet_Check(follows) &&
+        !Py_IS_TYPE(follows, &kvcpy_RoomSetType)) {
         PyErr_Format(PyExc_TypeError,
-                     "PollCall: follows must be a dict, a set or None, not "
+                     "PollCall: follows must be a dict, a set, a RoomSet or None, not "
                      "%.100s",
                      Py_TYPE(follows)->tp_name);
         return NULL;

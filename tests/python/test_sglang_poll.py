@@ -528,6 +528,49 @@ class PollsInC(Segmented):
         self.assertEqual(got, [3, 4, 2, 1, 3, 2])
         self.assertEqual([p.calls for p in ps], [1] * 6)
 
+    def test_a_room_set_folds_what_changed_between_calls(self):
+        """The followed rooms as a RoomSet (the bridge's, looked up in C): a room
+        whose other participant is SIGKILLed between two calls polls Failed in
+        the second (kvcoord failed it), a room the set stopped holding does
+        not, and the hints the first call left (kvc_poll_prefetch) change
+        nothing."""
+        rooms = (230, 231, 232)
+        rs = kvcoord._kvcoord.RoomSet()
+        for room in rooms:
+            self.seg.room_open(room, 0, 2)
+            self.assertTrue(rs.add(room))
+        self.assertFalse(rs.add(231))
+        self.assertFalse(rs.add(-1))  # never a room id: never held
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # rank 1 of rooms 230 and 232, then killed
+            try:
+                seg = kvcoord.Segment(self.name, role="client")
+                seg.room_open(230, 1, 2)
+                seg.room_open(232, 1, 2)
+                os.write(w, b"j")
+                time.sleep(3600)
+            finally:
+                os._exit(1)
+        os.close(w)
+        try:
+            self.assertEqual(os.read(r, 1), b"j")
+            ps = [Counted(room, 3, self.order) for room in rooms]
+            self.assertEqual(self.seg.poll_allreduce(0x5e18, 1, 0, None, ps, rs), [3, 3, 3])
+        finally:
+            os.close(r)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        self.assertTrue(rs.discard(232))
+        self.assertFalse(rs.discard(232))
+        self.assertEqual((len(rs), 230 in rs, 232 in rs), (2, True, False))
+        time.sleep(0.25)  # past the 100 ms a participant's liveness is trusted without a test
+        # 232 (its participant dead too) is no longer followed: left as polled
+        self.assertEqual(self.seg.poll_allreduce(0x5e18, 1, 0, None, ps, rs), [0, 3, 3])
+        self.assertEqual(self.seg.room_get(230, 0).failure.origin_pid, 0)  # kvcoord's
+        rs.clear()
+        self.assertEqual(len(rs), 0)
+
     def test_keywords_as_positionals(self):
         ps = self.pollers([2, 3])
         got = self.seg.poll_allreduce(group=0x5e15, size=1, rank=0, polls=None, pollers=ps,

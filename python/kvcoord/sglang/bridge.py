@@ -20,7 +20,7 @@ import os
 import re
 import threading
 
-from .. import FAILURE_RING, ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError
+from .. import FAILURE_RING, ORIGIN_RANK_NONE, UNKNOWN_REASON, Error, NotFoundError, _kvcoord
 
 # This module's logger (kvcoord.sglang.bridge), as each module of the package
 # has its own: docs/python.md, "Logging".
@@ -60,6 +60,7 @@ class Bridge:
         self.lock = threading.Lock()
         self.follows = {}  # (id(manager), room) -> True: the manager follows the room
         self.counts = {}  # room -> managers of this process following it
+        self.followed = _kvcoord.RoomSet()  # counts' rooms, in C: the poll's lookups
         self.kv_failures = {}  # room -> FailureInfo kvcoord itself recorded (seen in a poll)
         self.raised = set()  # (id(manager), room) whose node-wide reason was raised (popped)
         self.groups = {}  # id(process group) -> (group, Group or None)
@@ -107,6 +108,8 @@ class Bridge:
                 n = self.counts.get(room, 0)
                 self.counts[room] = n + 1
                 opening = n == 0
+                if opening:
+                    self.followed.add(room)
             else:
                 opening = False
         try:
@@ -179,6 +182,7 @@ class Bridge:
                 self.counts[room] = n
                 return
             self.counts.pop(room, None)
+            self.followed.discard(room)
         self.kv_failures.pop(room, None)
         try:
             self.segment.room_release(room, self.rank)
@@ -208,6 +212,7 @@ class Bridge:
             rooms = list(self.counts)
             self.follows.clear()
             self.counts.clear()
+            self.followed.clear()
         for room in rooms:
             try:
                 self.segment.room_release(room, self.rank)

@@ -10,7 +10,9 @@ the room TTL passed) polls Failed on the rank that sees it, and the
 element-wise MIN over the process group's ranks runs in the node's segment
 (futex-woken, failing fast naming a dead rank).  The per-step Python work
 is sglang's own plus one dict lookup; nothing is allocated but the list
-returned (up to 256 rooms).  In the plain variant (sglang's prefill and
+returned (up to 256 rooms).  Each poller's room is looked up in the
+bridge's followed rooms kept in C (a RoomSet beside its dict) and the
+fold's rooms are loaded while the polls run (kvc_poll_prefetch).  In the plain variant (sglang's prefill and
 decode steps) with sglang's failure injection off (its _get_failure_prob,
 read every step), the C call makes the polls itself: each poller's own
 poll(), as int() takes it, in order - sglang's list comprehension without
@@ -170,9 +172,15 @@ def reduce(bridge, g, pg, pollers, polls, kind):
         return _hier_poll.reduce(bridge, g, pollers, polls, kind)
     try:
         return bridge.segment.poll_allreduce(g.gid, g.size, g.rank, polls, pollers,
-                                             bridge.counts, bridge.timeout, kind)
+                                             _follows(bridge), bridge.timeout, kind)
     except Error as e:
         return failed(bridge, g, pg, pollers, polls, e)
+
+
+def _follows(bridge):
+    """The followed rooms for Segment.poll_allreduce: the bridge's RoomSet (the
+    same rooms as its dict, looked up in C) for the extension's Segment."""
+    return bridge.followed if isinstance(bridge.segment, _kvcoord.Segment) else bridge.counts
 
 
 def failed(bridge, g, pg, pollers, polls, err):
@@ -280,7 +288,7 @@ def make(bridge, utils, originals):
     groups_get = groups.get
     seg = bridge.segment
     poll_c = getattr(seg, "poll_allreduce", None)
-    counts, timeout = bridge.counts, bridge.timeout
+    counts, timeout = _follows(bridge), bridge.timeout
     fast_prob = prob_fn if inject is not None and poll_c is not None else None
 
     if o_par is not None:
