@@ -333,11 +333,15 @@ void kvc_rank_info_free(kvc_rank_info *ri);
  * session_id: NUL-terminated, 1..KVC_SESSION_ID_MAX bytes, stored verbatim
  * (IPv6 literals included).  info_json/info_len: the weights_info_dict, a
  * JSON object (validated), stored byte for byte.  Re-registration overwrites
- * and bumps the generation; an identical one (same bytes, entry registered,
- * by this same process) changes nothing and succeeds.  The same bytes from
- * another process are a change of owner: written and the generation bumped,
- * so the rank is withdrawn with the process that registered it last, not
- * with an earlier one (a worker's ranks go with it; a daemon's stay).  The new info is written to the inactive
+ * and bumps the generation; an identical one (same bytes, entry registered)
+ * changes nothing and succeeds when it comes from the process that made
+ * the entry, or when neither is a worker's (role KVC_ROLE_WORKER: withdrawn
+ * at its exit) - a daemon's or a client's same bytes from another process,
+ * e.g. a restarted kvcoordd's, keep the generation and the entry's pid.
+ * The same bytes from or over a worker's registration by another process
+ * are a change of owner: written and the generation bumped, so the rank is
+ * withdrawn with the process that registered it last, not with an earlier
+ * one (a worker's ranks go with it; a daemon's stay).  The new info is written to the inactive
  * half of the entry and published by one store: a crash at any instruction
  * leaves the old or the new value, never a mix.  *gen_out (may be NULL)
  * receives the entry's generation afterwards.  Wakes kvc_rank_wait()ers.

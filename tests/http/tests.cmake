@@ -78,3 +78,11 @@ add_test(NAME http_body_timeout
   COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_body_timeout.py
           --daemon $<TARGET_FILE:kvcoordd>)
 set_tests_properties(http_body_timeout PROPERTIES LABELS "http" TIMEOUT 300)
+
+# Registration edges: an identical registration through a restarted
+# kvcoordd keeps the generation; "rank": -0 is rank 0 (sglang's reading);
+# "role": null is a 400; ?wait_ms= on a role that cannot exist is at once.
+add_test(NAME http_register_edges
+  COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_http_register_edges.py
+          --daemon $<TARGET_FILE:kvcoordd>)
+set_tests_properties(http_register_edges PROPERTIES LABELS "http" TIMEOUT 300)

@@ -183,6 +183,68 @@ static void test_same_bytes_from_another_process_take_over(void **st)
     kvc_unlink(name);
 }
 
+/* In a child: rank 6 registered with (sid, info) through a handle of
+ * role `role`, which is then closed; 0, else what failed. */
+static int register_from_child(const char *name, kvc_role role, const char *sid, const char *info)
+{
+    kvc_segment *c = tu_open(name, KVC_OPEN_ATTACH, role);
+    if (!c)
+        return 10;
+    kvc_err e = kvc_rank_register(c, 6, sid, info, strlen(info), NULL);
+    kvc_close(c);
+    return e ? 11 : 0;
+}
+
+static pid_t register_in_child(const char *name, kvc_role role, const char *sid, const char *info)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(register_from_child(name, role, sid, info));
+    assert_int_equal(tu_wait_exit(pid), 0);
+    return pid;
+}
+
+/* Between registrations no exit withdraws (a daemon's, a client's), the
+ * same bytes from another process change nothing: a kvcoordd restarted on
+ * the segment re-registering its predecessor's HTTP registration keeps the
+ * generation (and the pid of the process that made the last change).  A
+ * worker's registration of the same bytes is still a change of owner. */
+static void test_same_bytes_unowned_from_another_process_keep(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_DAEMON);
+    char *info = tu_info(8, 6);
+    pid_t first = register_in_child(name, KVC_ROLE_DAEMON, "127.0.0.1:17006", info);
+    kvc_rank_info ri = {0};
+    assert_int_equal(kvc_rank_lookup(s, 6, &ri), KVC_OK);
+    uint64_t gen = ri.generation;
+    assert_int_equal(ri.pid, first);
+    register_in_child(name, KVC_ROLE_DAEMON, "127.0.0.1:17006", info); /* the "restart" */
+    assert_int_equal(kvc_rank_lookup(s, 6, &ri), KVC_OK);
+    assert_int_equal(ri.generation, gen);
+    assert_int_equal(ri.pid, first);
+    register_in_child(name, KVC_ROLE_CLIENT, "127.0.0.1:17006", info);
+    uint64_t g2 = 0;
+    assert_int_equal(kvc_rank_register(s, 6, "127.0.0.1:17006", info, strlen(info), &g2), KVC_OK);
+    assert_int_equal(g2, gen); /* this daemon too */
+    /* Other bytes are a change, whoever sends them. */
+    pid_t other = register_in_child(name, KVC_ROLE_DAEMON, "127.0.0.1:17007", info);
+    assert_int_equal(kvc_rank_lookup(s, 6, &ri), KVC_OK);
+    assert_int_equal(ri.generation, gen + 1);
+    assert_int_equal(ri.pid, other);
+    /* A worker's same bytes take the rank over (withdrawn at its exit). */
+    pid_t w = register_in_child(name, KVC_ROLE_WORKER, "127.0.0.1:17007", info);
+    kvc_err e = kvc_rank_lookup(s, 6, &ri); /* withdrawn once the worker's exit is seen */
+    assert_true(e == KVC_OK || e == KVC_E_WITHDRAWN);
+    assert_true(ri.generation > gen + 1);
+    assert_true(e == KVC_E_WITHDRAWN || ri.pid == w);
+    free(info);
+    kvc_rank_info_free(&ri);
+    kvc_close(s);
+    kvc_unlink(name);
+}
+
 static void test_reader_in_other_process_wakes(void **st)
 {
     (void)st;
@@ -235,6 +297,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eight_workers_register_and_read_all),
         cmocka_unit_test(test_same_bytes_from_another_process_take_over),
+        cmocka_unit_test(test_same_bytes_unowned_from_another_process_keep),
         cmocka_unit_test(test_reader_in_other_process_wakes),
         cmocka_unit_test(test_proc_wait_change_wakes_on_attach),
     };

@@ -154,11 +154,18 @@ static bool same_registration(const kvc_segment *seg, const kvc_rank_slot *cur, 
         cur->info_len != info_len || cur->origin_generation != o->generation ||
         strncmp(cur->origin, o->name, sizeof cur->origin))
         return false;
-    /* The same bytes from another process are not a no-op: that process
-     * takes the rank over, or the first one's exit would withdraw the rank
-     * from under the one that registered it last (and still runs). */
+    /* The same bytes from another process are not a no-op when either
+     * registration is a worker's (owned: withdrawn at its exit): the new
+     * process takes the rank over, or the first one's exit would withdraw
+     * the rank from under the one that registered it last (and still runs).
+     * Between registrations no exit withdraws (kvcoordd's over HTTP, a
+     * client's, a mirror), which process wrote the bytes changes nothing a
+     * reader sees: a kvcoordd restarted on the segment re-registering what
+     * its predecessor stored keeps the generation. */
     bool owned = seg->role == KVC_ROLE_WORKER && !o->name[0];
-    if (cur->pid != seg->pid || cur->pid_start != seg->start || (bool)cur->owned != owned)
+    if ((bool)cur->owned != owned)
+        return false;
+    if (owned && (cur->pid != seg->pid || cur->pid_start != seg->start))
         return false;
     const unsigned char *blob = seg->arena + cur->blob_off;
     return kvc_seq_equal(blob, sid, sid_len) && kvc_seq_equal(blob + sid_len, info, info_len);
