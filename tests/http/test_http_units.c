@@ -95,6 +95,28 @@ static void test_parse_uint(void **state)
     assert_int_equal(parse_uint("1.0", 10, &v), -1);
 }
 
+/* A rank parameter: "-0" is 0 (Python's int(), sglang's FastAPI), any
+ * other sign refused. */
+static void test_parse_rank(void **state)
+{
+    (void)state;
+    uint64_t v = 9;
+    assert_int_equal(parse_rank("-0", &v), 0);
+    assert_int_equal(v, 0);
+    v = 9;
+    assert_int_equal(parse_rank("-000", &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(parse_rank("12", &v), 0);
+    assert_int_equal(v, 12);
+    assert_int_equal(parse_rank("2147483648", &v), -1);
+    assert_int_equal(parse_rank("-", &v), -1);
+    assert_int_equal(parse_rank("-1", &v), -1);
+    assert_int_equal(parse_rank("-01", &v), -1);
+    assert_int_equal(parse_rank("--0", &v), -1);
+    assert_int_equal(parse_rank("+0", &v), -1);
+    assert_int_equal(parse_rank("", &v), -1);
+}
+
 /* ---- http_conn.c ------------------------------------------------------------ */
 
 static const struct http_limits limits = {.max_head = 1024, .max_body = 100};
@@ -549,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_peers_table),
         cmocka_unit_test(test_query_parse),
         cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_parse_rank),
         cmocka_unit_test(test_pipelined_requests),
         cmocka_unit_test(test_chunked_split_anywhere),
         cmocka_unit_test(test_expect_continue),

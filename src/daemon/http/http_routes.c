@@ -133,7 +133,7 @@ int route_rank_params(const struct http_req *req, struct buf *out, uint32_t *ran
         resp_detail(out, req, 400, "Missing rank parameter", NULL);
         return -1;
     }
-    if (want[0].too_long || parse_uint(rv, INT32_MAX, &v)) {
+    if (want[0].too_long || parse_rank(rv, &v)) {
         resp_detail(out, req, 400, "Invalid rank parameter", NULL);
         return -1;
     }

@@ -127,6 +127,29 @@ static void write_lookup_error(struct buf *out, const struct http_req *req, uint
                       kvc_last_error());
 }
 
+/* A role no registration can ever use: not in use while the segment's
+ * KVC_RANK_ROLES roles are all taken (a name stays taken while the segment
+ * lasts).  Writes the 404 saying so and returns 1; else 0. */
+_Static_assert(KVC_RANK_ROLES == 4, "role_cannot_exist names 4 roles");
+
+static int role_cannot_exist(struct routes *r, const struct http_req *req, struct buf *out,
+                             uint32_t rank, const char *role)
+{
+    char names[KVC_RANK_ROLES][KVC_ROLE_NAME_MAX + 1];
+    size_t n = 0;
+    if (!role[0] || !strcmp(role, KVC_DEFAULT_ROLE) ||
+        kvc_role_names(r->seg, names, KVC_RANK_ROLES, &n) != KVC_OK || n < KVC_RANK_ROLES)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], role))
+            return 0;
+    route_detailf(out, req, 404,
+                  "No transfer engine info for rank %u (role %s: the segment keeps %d roles, all "
+                  "taken (%s, %s, %s, %s), so no registration can use it)",
+                  rank, role, KVC_RANK_ROLES, names[0], names[1], names[2], names[3]);
+    return 1;
+}
+
 /* One lookup of the slot's rank; parks when allowed and the rank is absent. */
 static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const struct http_req *req,
                                  struct buf *out, int may_park)
@@ -147,6 +170,8 @@ static enum route_rc lookup_once(struct routes *r, struct route_slot *s, const s
                    plain && r->cache ? &r->cache[s->park_rank % ANSWER_CACHE_SLOTS] : NULL, epoch);
         return ROUTE_DONE;
     }
+    if (e == KVC_E_NOENT && role_cannot_exist(r, req, out, s->park_rank, s->park_role))
+        return ROUTE_DONE;
     if (may_park && (e == KVC_E_NOENT || e == KVC_E_WITHDRAWN))
         return ROUTE_PARK;
     write_lookup_error(out, req, s->park_rank, s->park_role, e, &s->ri,

@@ -40,7 +40,7 @@ static int asking_rank(const struct http_req *req, struct buf *out, struct query
     *asking = -1;
     uint64_t v;
     if (want[0].found) {
-        if (want[0].too_long || parse_uint(rv, INT32_MAX, &v)) {
+        if (want[0].too_long || parse_rank(rv, &v)) {
             resp_detail(out, req, 400, "Invalid rank parameter", NULL);
             return -1;
         }

@@ -129,3 +129,15 @@ int parse_uint(const char *s, uint64_t max, uint64_t *out)
     *out = v;
     return 0;
 }
+
+int parse_rank(const char *s, uint64_t *out)
+{
+    if (*s == '-') {
+        uint64_t v;
+        if (parse_uint(s + 1, 0, &v))
+            return -1;
+        *out = 0;
+        return 0;
+    }
+    return parse_uint(s, INT32_MAX, out);
+}

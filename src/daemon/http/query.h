@@ -56,4 +56,10 @@ const char *query_error_text(int rc);
  * or -1. */
 int parse_uint(const char *s, uint64_t max, uint64_t *out);
 
+/* A rank parameter: parse_uint(s, INT32_MAX, out), and "-0" (a minus sign
+ * before digits that are all 0) is 0, as Python's int() and sglang's
+ * FastAPI server read it (and as a body's "rank": -0 is read); any other
+ * sign is refused.  Returns 0 and sets *out, or -1. */
+int parse_rank(const char *s, uint64_t *out);
+
 #endif /* KVC_QUERY_H */
