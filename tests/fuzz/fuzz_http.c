@@ -21,10 +21,17 @@
  *   - 100 Continue is exactly "HTTP/1.1 100 Continue\r\n\r\n";
  *   - HCONN_MORE consumed every byte, and every other event made progress
  *     or produced an answer; a parked lookup resumed as expired answers.
+ * And the pieces do not change the framing: both runs see the same events
+ * (requests and 100s at the same offsets, an error at the same place in
+ * the sequence), so state carried across calls (the head and chunk scans)
+ * is checked against the one-piece run.  Which error may differ (a long
+ * bad target is 400 in one piece, 414 when the parser hands it over in
+ * pieces): the status and detail are printed, not compared.
  */
 #include <http_parser.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -178,10 +185,41 @@ static void check_response(const char *p, size_t n, int is_head, int must_close)
     }
 }
 
+/* The events of one run, to compare the two (error: status, detail). */
+#define MAX_EVENTS 64
+struct fz_events {
+    size_t n;
+    struct {
+        int ev, status;
+        size_t off;       /* input offset after a request or 100 (0 for an error) */
+        char detail[160]; /* copied: it may be in the connection's buffer */
+    } e[MAX_EVENTS];
+};
+
+static void fz_log_event(struct fz_events *log, int ev, int status, size_t off, const char *detail)
+{
+    if (log->n < MAX_EVENTS) {
+        log->e[log->n].ev = ev, log->e[log->n].status = status, log->e[log->n].off = off;
+        snprintf(log->e[log->n].detail, sizeof log->e[log->n].detail, "%s", detail ? detail : "");
+    }
+    log->n++;
+}
+
+static void same_events(const struct fz_events *a, const struct fz_events *b)
+{
+    FZ_CHECK(a->n == b->n, "%zu events in one piece, %zu in pieces", a->n, b->n);
+    for (size_t i = 0; i < a->n && i < MAX_EVENTS; i++)
+        FZ_CHECK(a->e[i].ev == b->e[i].ev && a->e[i].off == b->e[i].off,
+                 "event %zu: %d %d at %zu (%s) in one piece, %d %d at %zu (%s) in pieces", i,
+                 a->e[i].ev, a->e[i].status, a->e[i].off, a->e[i].detail, b->e[i].ev,
+                 b->e[i].status, b->e[i].off, b->e[i].detail);
+}
+
 /* Feed data to one connection in pieces: piece sizes come from the
  * xorshift state (0: everything at once). */
-static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
+static void run_conn(const uint8_t *data, size_t size, uint32_t rng, struct fz_events *log)
 {
+    log->n = 0;
     struct http_conn hc;
     struct route_slot slot;
     struct buf out = {0};
@@ -216,6 +254,7 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
             FZ_CHECK(off == avail, "HCONN_MORE left %zu bytes unconsumed", avail - off);
             continue;
         case HCONN_CONTINUE:
+            fz_log_event(log, ev, 100, off, NULL);
             resp_continue(&out);
             sent = fz_sent_bytes(&out, start, &n_sent);
             check_response(sent, n_sent, 0, 0);
@@ -225,6 +264,7 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
                 .method = HTTP_GET, .http_minor = 1, .keep_alive = 0};
             FZ_CHECK(hc.err_status >= 400 && hc.err_status <= 599 && hc.err_detail,
                      "error event with status %d", hc.err_status);
+            fz_log_event(log, ev, hc.err_status, 0, hc.err_detail);
             resp_detail(&out, &closing_req, hc.err_status, hc.err_detail, NULL);
             sent = fz_sent_bytes(&out, start, &n_sent);
             check_response(sent, n_sent, 0, 1);
@@ -234,6 +274,7 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
         case HCONN_REQUEST: break;
         }
         const struct http_req *req = &hc.req;
+        fz_log_event(log, ev, 0, off, NULL);
         FZ_CHECK(req->path_len == 0 || req->path, "path NULL");
         enum route_rc rc = routes_dispatch(routes, &slot, req, &out);
         buf_flatten(&out); /* shared bodies into the bytes checked */
@@ -265,11 +306,13 @@ static void run_conn(const uint8_t *data, size_t size, uint32_t rng)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static struct fz_events whole, pieces;
     setup();
-    run_conn(data, size, 0);
+    run_conn(data, size, 0, &whole);
     uint32_t seed = 0x9e3779b9u ^ (uint32_t)size;
     for (size_t i = 0; i < size && i < 16; i++)
         seed = seed * 31 + data[i];
-    run_conn(data, size, seed ? seed : 1);
+    run_conn(data, size, seed ? seed : 1, &pieces);
+    same_events(&whole, &pieces);
     return 0;
 }
