@@ -297,6 +297,13 @@ int options_parse(int argc, char **argv, struct options *o)
             opt_print_version(stdout);
             return -1;
         }
+        /* A value given twice is refused, not the last one taken: a
+           unit's --listen repeated in its KVCOORD_OPTS would otherwise
+           override it unseen. */
+        if (opt_rows[i].arg && (o->given >> i & 1))
+            return usage_error("option '--%s' is given more than once (again as '%s'): give "
+                               "it once",
+                               opt_rows[i].name, optarg);
         int rc = take_value(o, &opt_rows[i], optarg);
         if (rc)
             return rc;

@@ -455,6 +455,8 @@ const char opt_usage_head[] =
     "Options:\n";
 const char opt_usage_tail[] =
     "\n"
+    "Each option with a value is given once: a second --listen (or any other)\n"
+    "is a usage error naming it, never a silent override.\n"
     "SIZE is a number of bytes with an optional K, M or G suffix (powers of\n"
     "1024; KiB, MiB and GiB are accepted too).  Capacities (--world-size,\n"
     "--max-ranks, --max-info-bytes, --arena-bytes, --max-rooms, --max-procs,\n"
@@ -491,8 +493,9 @@ const char opt_usage_tail[] =
     "  0  stopped by SIGINT or SIGTERM (or --help, --version)\n"
     "  1  could not listen, read the token, open the segment or run the server;\n"
     "     or the segment file was truncated, unlinked or replaced under it\n"
-    "  2  usage error (unknown option, bad value, options that cannot work\n"
-    "     together such as --world-size above the 32 participants of a room)\n"
+    "  2  usage error (unknown option, bad value, an option with a value given\n"
+    "     twice, options that cannot work together such as --world-size above\n"
+    "     the 32 participants of a room)\n"
     "\n"
     "Examples:\n"
     "  kvcoordd\n"

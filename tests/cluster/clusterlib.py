@@ -147,9 +147,12 @@ class Node:
         self.proc = None
 
     def start(self, wait=True):
-        args = [self.daemon, "--listen", "127.0.0.1:%d" % self.port, "--segment", self.segment,
-                "--max-rooms", "1024", "--arena-bytes", "256M", "--etcd-ttl", str(self.ttl),
-                "--cluster", self.cluster, "--node", self.name]
+        args = [self.daemon, "--listen", "127.0.0.1:%d" % self.port, "--segment", self.segment]
+        # these defaults unless extra gives its own (kvcoordd refuses an option twice)
+        for opt, value in (("--max-rooms", "1024"), ("--arena-bytes", "256M")):
+            if opt not in self.extra:
+                args += [opt, value]
+        args += ["--etcd-ttl", str(self.ttl), "--cluster", self.cluster, "--node", self.name]
         if self.endpoints:
             args += ["--etcd", self.endpoints]
         if self.fresh:

@@ -268,7 +268,8 @@ class HelpAndUsage(Base):
                   "--lock-timeout must be an integer in 1..3600000")]
         for opt, values, text in cases:
             for v in values:
-                p = subprocess.run([ARGS.diag, "--segment", name, opt, v, "status"],
+                seg = [] if opt == "--port" else ["--segment", name]  # alternatives
+                p = subprocess.run([ARGS.diag] + seg + [opt, v, "status"],
                                    capture_output=True, text=True, check=False)
                 self.assertEqual(p.returncode, EXIT_USAGE, (opt, v, p.stderr))
                 self.assertIn("%s, not '%s'" % (text, v), p.stderr)

@@ -130,6 +130,32 @@ class ExitStatus(unittest.TestCase):
         rc, _, err = run([w])
         self.assertIn("no arguments: --info FILE is required", err)
 
+    def test_repeated_option_with_a_value_is_refused(self):
+        # Not the last one taken silently: exit 2 naming the option (and
+        # the second value), before anything runs.
+        b = lambda n: os.path.join(ARGS.bin, n)
+        cases = [
+            ([b("kvcoordd"), "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:1",
+              "--auth-token-file", "/nonexistent/kvcoord-test-token"],  # accepted: exit 1
+             "kvcoordd: option '--listen' is given more than once (again as '127.0.0.1:1')"),
+            ([b("kvcoord-diag"), "--segment", "a", "status", "--segment", "b"],
+             "kvcoord-diag status: option '--segment' is given more than once (again as 'b')"),
+            ([b("kvcoord-diag"), "--segment", "a", "--segment", "b", "status"],
+             "kvcoord-diag: option '--segment' is given more than once (again as 'b')"),
+            ([b("kvcoord-diag"), "--port", "6789", "status", "--segment", "b"],
+             "--segment and --port both name the segment"),
+            ([b("kvcoord-diag"), "rooms", "--limit", "1", "--limit", "2"],
+             "option '--limit' is given more than once (again as '2')"),
+            ([b("kvcoord-worker"), "--info", "f", "--rank", "1", "-r", "2"],
+             "kvcoord-worker: option '--rank' is given more than once (again as '2')"),
+        ]
+        for argv, want in cases:
+            with self.subTest(argv=argv[1:]):
+                rc, out, err = run(argv)
+                self.assertEqual((rc, out), (2, ""), err)
+                self.assertIn(want, err)
+                self.assertIn("give it once" if "both" not in want else "give one", err)
+
     def test_one_range_per_value(self):
         # --lock-timeout: kvcoordd, kvcoord-diag and Python's lock_timeout
         # take 1..3600000 ms (KVC_LIMIT_LOCK_TIMEOUT_MS); a rank: diag's

@@ -174,6 +174,30 @@ static void test_per_peer_cap_above_max_conns(void **st)
     assert_non_null(strstr(out, "is above --max-conns 10"));
 }
 
+/* An option with a value given twice: exit 2 naming it (the last one used
+ * to win silently); a flag given twice stays harmless. */
+static void test_repeat_refused(void **st)
+{
+    (void)st;
+    /* NO_TOKEN: a daemon that accepted the repeat exits 1 at start (no hang) */
+    int rc = run(
+        2, (const char *[]){"--listen", "127.0.0.1:0", "--listen", "127.0.0.1:1", NO_TOKEN, NULL});
+    assert_int_equal(rc, 2);
+    if (!strstr(out, "kvcoordd: option '--listen' is given more than once (again as "
+                     "'127.0.0.1:1'): give it once"))
+        fail_msg("not named: %s", out);
+    assert_non_null(strstr(out, "Try 'kvcoordd --help'"));
+    rc = run(2, (const char *[]){"--max-conns=10", "--max-conns", "10", NO_TOKEN, NULL});
+    assert_int_equal(rc, 2); /* the same value too, any spelling */
+    assert_non_null(strstr(out, "option '--max-conns' is given more than once"));
+    rc = run(2, (const char *[]){"--fresh", "--fresh", "--world-size", "99", NULL});
+    assert_int_equal(rc, 2); /* refused for the world size, not the repeated flag */
+    assert_null(strstr(out, "more than once"));
+    rc = run(1, (const char *[]){"--help", NULL});
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "Each option with a value is given once"));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -185,6 +209,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_help_lists_every_row),
         cmocka_unit_test(test_numeric_values_checked),
         cmocka_unit_test(test_per_peer_cap_above_max_conns),
+        cmocka_unit_test(test_repeat_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,7 +71,7 @@ class Prober:
 
 
 def daemon(seg, extra=(), fresh=True):
-    d = loadlib.Daemon(ARGS.daemon, seg, ["--max-rooms", "64", "--log-level", "info"] + list(extra))
+    d = loadlib.Daemon(ARGS.daemon, seg, ["--max-rooms", "64"] + list(extra))  # log level: info
     d.start(fresh=fresh)
     st = loadlib.get(d.port, loadlib.REGISTER, method="PUT",
                      body=loadlib.reg_body(0, "10.4.0.1:16000", loadlib.weights(64, 0)))[0]
@@ -186,13 +186,13 @@ def case_other_version():
         refused_while_served(seg, d, "its creator")
         assert d.stop() == 0
         # A daemon that reused the segment (not its creator) serves it.
-        d = loadlib.Daemon(ARGS.daemon, seg, ["--log-level", "info"])
+        d = loadlib.Daemon(ARGS.daemon, seg)  # log level: info
         d.start(fresh=False)
         refused_while_served(seg, d, "a kvcoordd that reused it")
         set_version(seg, 5)
         d.proc.kill()  # nobody serves it any more: now it is moved aside
         d.proc.wait()
-        d = loadlib.Daemon(ARGS.daemon, seg, ["--log-level", "info"])
+        d = loadlib.Daemon(ARGS.daemon, seg)  # log level: info
         d.start(fresh=False)
         aside = glob.glob(shm(seg) + ".invalid-*")
         assert len(aside) == 1, glob.glob(shm(seg) + "*")

@@ -165,10 +165,33 @@ int diag_poll_state(const char *s)
     return -1;
 }
 
+/* An option with a value given twice (before or after the command):
+ * refused, never the last one taken silently.  Returns -1. */
+static int given_twice(diag *d, const diag_cmd *c, const char *name, const char *arg)
+{
+    return diag_usage_error(d, c,
+                            "option '--%s' is given more than once (again as '%s'): give it "
+                            "once",
+                            name, arg);
+}
+
 /* Handle one global option; 1 if it was one, -1 on a bad value. */
 static int global_opt(diag *d, const diag_cmd *c, int opt, const char *arg)
 {
     uint64_t v = 0;
+    if ((opt == 's' || opt == 'p') && d->seg_opt) {
+        if (d->seg_opt == opt)
+            return given_twice(d, c, opt == 's' ? "segment" : "port", arg);
+        return diag_usage_error(d, c,
+                                "--segment and --port both name the segment: give one of them, "
+                                "once");
+    }
+    if (opt == 'T' && d->lock_timeout_given)
+        return given_twice(d, c, "lock-timeout", arg);
+    if (opt == 's' || opt == 'p')
+        d->seg_opt = (char)opt;
+    if (opt == 'T')
+        d->lock_timeout_given = 1;
     switch (opt) {
     case 's':
         if (kvc_name_check(arg) != KVC_OK)
@@ -222,7 +245,7 @@ int diag_parse(diag *d, const diag_cmd *c, int argc, char **argv, const char *sh
     snprintf(shorts, sizeof shorts, ":s:p:jT:h%s", shortopts ? shortopts : "");
     optind = 0; /* glibc: full re-initialisation for this argv */
     opterr = 0;
-    int opt;
+    int opt, seen[32] = {0};
     while ((opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
         if (opt == 'h') {
             diag_cmd_help(d, c, stdout);
@@ -235,6 +258,9 @@ int diag_parse(diag *d, const diag_cmd *c, int argc, char **argv, const char *sh
         int g = global_opt(d, c, opt, optarg);
         if (g < 0)
             return -1;
+        for (size_t k = 0; g == 0 && k < n; k++)
+            if (all[k].val == opt && all[k].has_arg == required_argument && seen[k]++)
+                return given_twice(d, c, all[k].name, optarg);
         if (g == 0 && (!on || on(ctx, opt, optarg) < 0))
             return -1;
     }

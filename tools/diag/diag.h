@@ -38,6 +38,8 @@ typedef struct diag {
     char segment[KVC_NAME_MAX + 1];
     int json;
     uint32_t lock_timeout_ms;
+    char seg_opt; /* 's' or 'p' once one named the segment, else 0 */
+    int lock_timeout_given;
 } diag;
 
 typedef struct diag_cmd {

@@ -177,12 +177,19 @@ static int parse_args(int argc, char **argv, worker_args *a)
         {NULL, 0, NULL, 0},
     };
     long v;
-    int c;
+    int c, seen[sizeof opts / sizeof *opts] = {0};
 
     *a = (worker_args){
         .rank = -1, .timeout_ms = DEFAULT_TIMEOUT_MS, .room_state = KVC_POLL_TRANSFERRING};
     argv[0] = (char *)prog; /* getopt's own messages name the tool as the others do */
     while ((c = getopt_long(argc, argv, "i:r:s:lt:h", opts, NULL)) != -1) {
+        /* An option with a value given twice is refused, not the last one
+           taken silently. */
+        for (size_t k = 0; opts[k].name; k++)
+            if (opts[k].val == c && opts[k].has_arg == required_argument && seen[k]++)
+                return usage_fail("option '--%s' is given more than once (again as '%s'): give "
+                                  "it once",
+                                  opts[k].name, optarg);
         switch (c) {
         case 'i': a->info_path = optarg; break;
         case 's': a->segment = optarg; break;
