@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hex.h"
+
 #if defined(__GNUC__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -57,22 +59,12 @@ static int fail(struct scan *s, size_t off, const char *why)
     return -1;
 }
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 /* Four hex digits at p[i..i+4) (i + 4 <= len checked by the caller). */
 static long hex4(const unsigned char *p)
 {
     long v = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hexval(p[k]);
+        int h = kvc__hex_digit(p[k]);
         if (h < 0)
             return -1;
         v = v << 4 | h;

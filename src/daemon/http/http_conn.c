@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hex.h"
 #include "query.h"
 
 #define URL_KEEP 4096       /* URL buffer kept between requests */
@@ -535,14 +536,6 @@ static const char *head_scan(struct http_conn *c, const char *p, size_t n)
  * body starts; the state (chunk_st, chunk_left) carries over from one call
  * to the next and is reset with each request. */
 
-static int hex_digit(char b)
-{
-    return b >= '0' && b <= '9'   ? b - '0'
-           : b >= 'a' && b <= 'f' ? b - 'a' + 10
-           : b >= 'A' && b <= 'F' ? b - 'A' + 10
-                                  : -1;
-}
-
 static const char *chunk_scan(struct http_conn *c, const char *p, size_t n)
 {
     static const char size_crlf[] = "Malformed HTTP request: chunk size line not ended by CRLF";
@@ -552,7 +545,7 @@ static const char *chunk_scan(struct http_conn *c, const char *p, size_t n)
     unsigned st = c->chunk_st;
     for (size_t i = 0; i < n && st != CK_TRAILERS; i++) {
         unsigned char b = (unsigned char)p[i];
-        int h = hex_digit((char)b);
+        int h = kvc__hex_digit(b);
         switch (st) {
         case CK_HEAD_END: st = CK_SIZE0; break;
         case CK_SIZE0:

@@ -5,16 +5,7 @@
 
 #include <string.h>
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "hex.h"
 
 long pct_decode(char *dst, const char *src, size_t n, int plus_is_space)
 {
@@ -24,8 +15,8 @@ long pct_decode(char *dst, const char *src, size_t n, int plus_is_space)
         if (c == '%') {
             if (n - i < 3)
                 return QUERY_EESCAPE;
-            int hi = hexval((unsigned char)src[i + 1]);
-            int lo = hexval((unsigned char)src[i + 2]);
+            int hi = kvc__hex_digit((unsigned char)src[i + 1]);
+            int lo = kvc__hex_digit((unsigned char)src[i + 2]);
             if (hi < 0 || lo < 0)
                 return QUERY_EESCAPE;
             c = (char)(hi << 4 | lo);
