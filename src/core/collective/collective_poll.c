@@ -29,6 +29,16 @@
 
 #define HINTS 256 /* rooms hinted per thread: the Python binding's POLL_STACK */
 
+/* Start loading what the fold reads of room slot r: its head (seq, id,
+ * state, failure flag), its first participants and its liveness check
+ * stamps.  Addresses only: nothing is read. */
+static void prefetch_lines(const kvc_room *r)
+{
+    __builtin_prefetch(r);
+    __builtin_prefetch((const char *)r + 64);
+    __builtin_prefetch(&r->checked_ms[0]);
+}
+
 /* The calling thread's last fold on handle seg: its n rooms' index entries
  * and slots, in fold order. */
 static _Thread_local struct {
@@ -41,13 +51,9 @@ KVC_API void kvc_poll_prefetch(const kvc_segment *seg, size_t i)
 {
     if ((uintptr_t)seg != hints.seg || i >= hints.n)
         return;
-    const char *r = (const char *)hints.slot[i];
     __builtin_prefetch((const void *)hints.ix[i]);
-    if (!r)
-        return;
-    __builtin_prefetch(r);      /* the head: seq, id, state, failure flag */
-    __builtin_prefetch(r + 64); /* the first participants */
-    __builtin_prefetch(r + offsetof(kvc_room, checked_ms)); /* the liveness check stamps */
+    if (hints.slot[i])
+        prefetch_lines((const kvc_room *)hints.slot[i]);
 }
 
 /* Start loading room's home index entry (layout.h), where most rooms'
@@ -67,20 +73,17 @@ static void prefetch_slot(kvc_segment *seg, uint64_t room, size_t at)
     uint64_t h = kvc__room_hash(room);
     uint32_t n = seg->hdr->stripe_slots;
     size_t base = (size_t)kvc__room_stripe(h) * n;
-    uint64_t e =
-        atomic_load_explicit(&seg->room_index[base + kvc__room_home(h, n)], memory_order_relaxed);
+    const _Atomic uint64_t *ix = &seg->room_index[base + kvc__room_home(h, n)];
+    uint64_t e = atomic_load_explicit(ix, memory_order_relaxed);
     uint32_t b = (uint32_t)e - 2u;
     const kvc_room *r = (uint32_t)e < 2 || b >= n ? NULL : seg->rooms + base + b;
     if (at < HINTS) {
-        hints.ix[at] = (uintptr_t)&seg->room_index[base + kvc__room_home(h, n)];
+        hints.ix[at] = (uintptr_t)ix;
         hints.slot[at] = (uintptr_t)r;
         hints.n = (uint32_t)at + 1;
     }
-    if (!r)
-        return;
-    __builtin_prefetch(r);
-    __builtin_prefetch((const char *)r + 64);
-    __builtin_prefetch(&r->checked_ms[0]);
+    if (r)
+        prefetch_lines(r);
 }
 
 /* Fail polls[at[j]] (room rooms[at[j]]), j < k, whose room kvcoord itself
