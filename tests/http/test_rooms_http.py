@@ -33,7 +33,7 @@ import unittest
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from kvctest import Daemon as KvcDaemon, Worker, scrape, wait_for  # noqa: E402  (the tests' one helper module)
+from kvctest import Daemon as KvcDaemon, Worker, discard, scrape, wait_for  # noqa: E402  (the tests' one helper module)
 
 ARGS = None
 DEADLINE = 30.0  # hang guard for waits, not an assertion
@@ -281,10 +281,7 @@ class RoomsHttpTest(unittest.TestCase):
             if w:
                 w.stop(signal.SIGKILL)
             small.stop()
-            try:
-                os.unlink("/dev/shm/" + seg)
-            except FileNotFoundError:
-                pass
+            discard(seg)
 
     def test_library_failure_read_over_http(self):
         room = 4242
