@@ -227,7 +227,8 @@ class EngineInfoBootstrapServer:
         if not _listening(self.host, self.port):
             return False
         end = time.monotonic() + timeout
-        while not _health(self.host, self.port, 2.0):
+        # each look waits at most what is left of the timeout (2 s at most)
+        while not _health(self.host, self.port, min(2.0, max(0.05, end - time.monotonic()))):
             if time.monotonic() > end:
                 raise OSError("%s:%d accepts connections but did not answer GET /health with OK "
                               "within %g s: it is not a kvcoordd serving that port"
