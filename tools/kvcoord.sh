@@ -462,11 +462,11 @@ format_check() {
 
 # Commit messages after SUBJECTS_FROM (older history stays as it was: main's
 # history is never rewritten): a subject of at most 72 characters, then a
-# blank line before any body.  SUBJECTS_FROM is 583b29a: three commits up to
-# it (52fd659, 86f137c and 583b29a itself) have subjects of 73-74
+# blank line before any body.  SUBJECTS_FROM is 4bbcd88: it and three
+# commits before it (52fd659, 86f137c, 583b29a) have subjects of 73-75
 # characters.  A checkout without that commit (a tarball, a shallow clone)
 # is not checked.
-SUBJECTS_FROM=583b29a5b106f0029d58ab9f59285d537e31f479
+SUBJECTS_FROM=4bbcd88819f97abf32eacb5218f62aa3fc915f50
 subject_check() {
     if ! git -C "$ROOT" cat-file -e "$SUBJECTS_FROM^{commit}" 2>/dev/null; then
         log "commit messages: $SUBJECTS_FROM is not in this checkout; not checked"
