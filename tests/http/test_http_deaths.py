@@ -48,7 +48,7 @@ def pd_registration(tp):
 
 class DeathsTest(unittest.TestCase):
     def setUp(self):
-        self.d = Daemon()
+        self.d = Daemon("--log-level", "debug")  # logs proc_watch
 
     def tearDown(self):
         self.assertEqual(self.d.stop(), 0, self.d.output()[-3000:])
@@ -101,6 +101,12 @@ class DeathsTest(unittest.TestCase):
             with open("/proc/%d/status" % host_pid) as f:
                 nspid = [l.split()[1:] for l in f if l.startswith("NSpid:")][0]
             self.assertEqual(nspid, [str(host_pid), "1"])
+            # Killed only once the daemon watches it: a worker that dies
+            # before the daemon's scan opens its pidfd is found gone, and
+            # how it ended (its parent is unshare, not the daemon) is then
+            # unknown.  Under load that scan can come later than the kill.
+            wait_for(lambda: "proc_watch pid=%d " % host_pid in self.d.output(),
+                     "the daemon to watch the worker")
             os.kill(host_pid, 9)
             ns.wait()
             wait_for(lambda: "proc_dead rank=0" in self.d.output(), "the worker's reaping")

@@ -376,8 +376,14 @@ static int watch_add(struct proc_watch *pw, const kvc_proc_info *p, int fd)
                           .os_pid = os_pid,
                           .pidfd = fd,
                           .seen = 1};
-    log_event(LOG_DEBUG, "proc_watch", "pid=%d rank=%d role=%d", (int)p->pid, (int)p->rank,
-              (int)p->role);
+    /* Named as proc_dead names it: pid as our /proc shows it, ns_pid when
+     * its own namespace calls it otherwise. */
+    if (os_pid != p->pid)
+        log_event(LOG_DEBUG, "proc_watch", "pid=%d rank=%d role=%d ns_pid=%d", (int)os_pid,
+                  (int)p->rank, (int)p->role, (int)p->pid);
+    else
+        log_event(LOG_DEBUG, "proc_watch", "pid=%d rank=%d role=%d", (int)p->pid, (int)p->rank,
+                  (int)p->role);
     return 1;
 }
 
