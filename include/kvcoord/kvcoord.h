@@ -998,6 +998,13 @@ kvc_err kvc_allreduce_min_opt(kvc_segment *seg, uint64_t group, uint32_t size, u
  * (0); then the element-wise MIN of polls over the group's ranks
  * (kvc_allreduce_min_opt) is written back into polls.  rooms may be NULL
  * (no room followed).  A room that cannot be read is left as polled.
+ * A room a call of this thread found not failed by kvcoord is not read
+ * again for at most 100 ms (the period of a reader's own liveness checks)
+ * while no failure record is written in the segment (kvc_room_epoch: with
+ * kvcoordd running, it fails a dead process's rooms as it reaps it), no
+ * process attaches or leaves it, and no such room's TTL can have passed:
+ * any of these, and the next call reads every room again.  Without
+ * kvcoordd, a participant's death is so found at most 200 ms after it.
  * Allocates nothing (but once per reclaimed room looked up in the ring).
  * Errors: those of kvc_allreduce_min_opt.  Thread-safe as it is. */
 kvc_err kvc_poll_allreduce(kvc_segment *seg, uint64_t group, uint32_t size, uint32_t rank,

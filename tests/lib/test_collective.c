@@ -1018,6 +1018,82 @@ static void test_poll_fold_and_join(void **st)
     close_unlink(s, name);
 }
 
+/* Ranks of test_poll_fold_trusted: each opens 4 rooms as participant 1 of
+ * 2 and reports; rank 0 is then killed; rank 1, woken, closes its handle
+ * without releasing them (it leaves the process table), reports, and
+ * stays alive until the parent lets it go. */
+static int trusted_child(const char *name, uint32_t rank, int ready_fd, int go_fd)
+{
+    kvc_segment *c = open_client(name);
+    for (uint64_t r = 0; r < 4; r++)
+        if (kvc_room_open(c, 3000 + rank * 4 + r, 2, 1, KVC_ROOM_ROLE_DECODE) != KVC_OK)
+            return 1;
+    char x;
+    (void)!write(ready_fd, "r", 1);
+    (void)!read(go_fd, &x, 1);
+    kvc_close(c);
+    (void)!write(ready_fd, "c", 1);
+    (void)!read(go_fd, &x, 1);
+    return 0;
+}
+
+/* The rooms a fold found not failed by kvcoord are trusted for a while
+ * (collective_poll.c): a participant killed (no kvcoordd: the readers'
+ * own liveness checks find it) and one that left the process table
+ * without releasing its rooms are still folded in as Failed; a room
+ * nobody left stays as polled.  (A hang guard, not a time limit: 3000
+ * folds 10 ms apart.) */
+static void test_poll_fold_trusted(void **st)
+{
+    (void)st;
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    pid_t pids[2];
+    int ready, go;
+    char x[2];
+    tu_fork_gated(name, 2, trusted_child, pids, &ready, &go);
+    assert_int_equal(read(ready, x, 1), 1);
+    assert_int_equal(read(ready, x + 1, 1), 1);
+    enum { N = 9 };
+    uint64_t rooms[N];
+    uint8_t polls[N];
+    for (int i = 0; i < N; i++) {
+        rooms[i] = 3000 + (uint64_t)i; /* 3008: this process's alone */
+        assert_int_equal(kvc_room_open(s, rooms[i], i < 8 ? 2 : 1, 0, KVC_ROOM_ROLE_PREFILL),
+                         KVC_OK);
+        polls[i] = KVC_POLL_TRANSFERRING;
+    }
+    for (int round = 0; round < 3; round++) { /* found clean, then trusted */
+        assert_int_equal(kvc_poll_allreduce(s, 0x73, 1, 0, polls, rooms, N, NULL, NULL), KVC_OK);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(polls[i], KVC_POLL_TRANSFERRING);
+    }
+    assert_int_equal(kill(pids[0], SIGKILL), 0);
+    assert_int_equal(tu_wait_exit(pids[0]), TU_KILLED(SIGKILL));
+    assert_int_equal(write(go, "g", 1), 1); /* rank 1 closes its handle */
+    assert_int_equal(read(ready, x, 1), 1);
+    assert_int_equal(x[0], 'c');
+    int failed = 0;
+    for (int tries = 0; tries < 3000 && failed < 8; tries++) {
+        for (int i = 0; i < N; i++)
+            polls[i] = KVC_POLL_TRANSFERRING;
+        assert_int_equal(kvc_poll_allreduce(s, 0x73, 1, 0, polls, rooms, N, NULL, NULL), KVC_OK);
+        failed = 0;
+        for (int i = 0; i < 8; i++)
+            failed += polls[i] == KVC_POLL_FAILED;
+        if (failed < 8)
+            usleep(10000);
+    }
+    assert_int_equal(failed, 8);
+    assert_int_equal(polls[8], KVC_POLL_TRANSFERRING);
+    close(go);
+    close(ready);
+    assert_int_equal(tu_wait_exit(pids[1]), 0);
+    for (int i = 0; i < N; i++)
+        kvc_room_release(s, rooms[i], 0);
+    close_unlink(s, name);
+}
+
 /* Rooms reclaimed after they failed: the newest record of each in the ring
  * of recent failures says whose the failure was (more than one batch of
  * rooms, so that the batches and the one ring pass per batch are crossed). */
@@ -1073,6 +1149,7 @@ int main(void)
         cmocka_unit_test(test_kind_mismatch),
         cmocka_unit_test(test_stop_hook),
         cmocka_unit_test(test_poll_fold_and_join),
+        cmocka_unit_test(test_poll_fold_trusted),
         cmocka_unit_test(test_poll_fold_reclaimed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -247,6 +247,7 @@ typedef struct kvc__upd {
     uint64_t ix_new;        /* what it writes there */
     kvc_failure_slot *ring; /* claimed ring entry, or NULL */
     uint64_t ring_n;        /* 1 + its index */
+    bool failure;           /* it writes a failure record (ring entry or not) */
     kvc_room w;             /* the new bytes, made here (private) first */
 } kvc__upd;
 

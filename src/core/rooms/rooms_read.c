@@ -378,9 +378,10 @@ KVC_API kvc_err kvc_room_list(kvc_segment *seg, int state_filter, kvc_room_info 
  * failed room - Failed with a record no rank process made - judging it as
  * kvc_room_get() does (a dead participant or a TTL passed is applied under
  * the lock first), copying only what that needs.  Errors: kvc_room_get's. */
-kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours)
+kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours, uint64_t *ttl_at)
 {
     *ours = false;
+    *ttl_at = 0;
     KVC_ROOM_ARG(room);
     uint64_t h = kvc__room_hash(room);
     uint32_t s = kvc__room_stripe(h);
@@ -400,5 +401,9 @@ kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours)
     }
     *ours = kvc__room_state(&copy) == KVC_POLL_FAILED && copy.has_failure &&
             copy.failure.origin_pid == 0;
+    if (!*ours)
+        *ttl_at = copy.terminal >= 0
+                      ? UINT64_MAX
+                      : copy.updated_mono + (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
     return KVC_OK;
 }

@@ -102,6 +102,7 @@ void kvc__put_failure(kvc__upd *u, uint32_t origin, int32_t code, const char *re
     if (node)
         snprintf(f->node, sizeof f->node, "%s", node);
     KVC_INJECT("room.failure_half");
+    u->failure = true;
     r->has_failure = 1;
     r->terminal = KVC_POLL_FAILED;
     r->updated_ns = time_ns;
@@ -204,6 +205,7 @@ void kvc__room_refail(kvc_segment *seg, uint32_t s, kvc_room *r, const kvc_failu
     kvc__upd u;
     uint64_t now = kvc__now_coarse_ns();
     kvc_room *w = kvc__upd_begin(&u, seg, s, r, kvc__room_len_failure(), 0);
+    u.failure = true;
     w->failure = *f;
     w->has_failure = 1;
     w->terminal = KVC_POLL_FAILED;

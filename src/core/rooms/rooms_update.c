@@ -37,6 +37,7 @@ kvc_room *kvc__upd_begin(kvc__upd *u, kvc_segment *seg, uint32_t s, kvc_room *r,
     u->r = r;
     u->len = len;
     u->ring = with_ring ? kvc__ring_claim(u) : NULL;
+    u->failure = false;
     u->ix = NULL;
     kvc_undo *un = &u->st->undo;
     atomic_store_explicit(&un->ix_off, 0, memory_order_relaxed);
@@ -98,9 +99,15 @@ void kvc__upd_commit(kvc__upd *u, uint64_t now_real)
     if (u->ring) {
         kvc__ring_release(u->ring);
         u->st->undo.ring_off = 0;
+    }
+    if (u->ring || u->failure) {
+        /* A failure record (with its ring entry, or without: the ring's
+         * entry was held, or the record came back from the ring) moves the
+         * failure epoch: kvc_room_wait_change()ers wake (kvcoordd's cluster
+         * view publishes it at once: one system call per failure), and
+         * kvc_poll_allreduce's folds stop trusting the rooms they found
+         * clean. */
         atomic_fetch_add(&u->seg->hdr->room_epoch, 1);
-        /* A failure record wakes kvc_room_wait_change()ers (kvcoordd's
-         * cluster view publishes it at once): one system call per failure. */
         kvc__futex_wake_all(&u->seg->hdr->room_epoch);
     }
     atomic_fetch_add(&u->st->epoch, 1);

@@ -348,8 +348,11 @@ int kvc__rank_snapshot(kvc_rank_entry *e, kvc_rank_slot *sl, uint64_t *seq, uint
 kvc_poll kvc__room_state(const kvc_room *r);
 kvc_room *kvc__room_find(kvc_segment *seg, uint64_t id);
 /* rooms_read.c, for kvc_poll_allreduce: whether kvcoord itself failed room
- * (judged as kvc_room_get does); kvc_room_get's errors. */
-kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours);
+ * (judged as kvc_room_get does); kvc_room_get's errors.  *ttl_at: when
+ * *ours is false and the room was read without the lock, the monotonic ns
+ * (kvc__seg_mono_coarse_ns) at which its TTL could fail it next
+ * (UINT64_MAX: terminal, never); else 0. */
+kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours, uint64_t *ttl_at);
 /* rooms_ring.c: for each of the n rooms, the origin pid of its newest
  * record in the failure ring (0: kvcoord made it), -1 when the ring holds
  * none; one pass over the ring, reading two fields per entry.  Lock-free. */
