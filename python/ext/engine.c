@@ -52,6 +52,8 @@ static void run_buf_free(void *p)
 
 static kvt_run *runs_reserve(size_t n)
 {
+    if (n == 0) /* an empty batch: still a buffer (NULL means an error) */
+        n = 1;
     run_buf *b = pthread_getspecific(runs_key);
     if (!b) {
         b = calloc(1, sizeof *b);

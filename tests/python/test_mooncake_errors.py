@@ -6,6 +6,7 @@ last_error() set, on the engine and on the module, as sglang's callers
 
 import ctypes
 import socket
+import threading
 import unittest
 
 import kvcoord.mooncake as km
@@ -212,6 +213,49 @@ class IntegerRanges(unittest.TestCase):
         self.refused(e.transfer_check_status(big + 1), -1, "batch_id")
         self.refused(e.transfer_check_status(-1), -1, "batch_id")
         self.refused(e.get_batch_transfer_status([1, big]), -1, "batch_ids[1]")
+
+
+class EmptyBatches(unittest.TestCase):
+    """An empty batch is a failed call (-1; 0 for a batch id) with
+    last_error() saying so, never an exception: also as a thread's first
+    batch (each call below runs on a new thread, whose run buffer is not
+    allocated yet; it raised SystemError there)."""
+
+    def setUp(self):
+        self.e = TransferEngine()
+        self.assertEqual(self.e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0)
+        self.peer = TransferEngine()
+        self.assertEqual(self.peer.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", ""), 0)
+        self.sid = self.peer.get_session_id()
+
+    def tearDown(self):
+        self.e.close()
+        self.peer.close()
+
+    def on_new_thread(self, call):
+        out = []
+
+        def run():
+            try:
+                out.append(("rc", call(), self.e.last_error()))
+            except BaseException as exc:  # the defect: an exception escaped
+                out.append(("raised", exc, None))
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        return out[0]
+
+    def test_empty_batches_fail_with_their_value(self):
+        e, sid = self.e, self.sid
+        for name, call, want in (
+                ("sync write", lambda: e.batch_transfer_sync_write(sid, [], [], []), -1),
+                ("sync read", lambda: e.batch_transfer_sync_read(sid, [], [], []), -1),
+                ("sync", lambda: e.batch_transfer_sync(sid, [], [], [], TransferOpcode.Write), -1),
+                ("async write", lambda: e.batch_transfer_async_write(sid, [], [], []), 0),
+                ("async read", lambda: e.batch_transfer_async_read(sid, [], [], []), 0)):
+            how, rc, err = self.on_new_thread(call)
+            self.assertEqual((how, rc), ("rc", want), name)
+            self.assertIn("no entries", err, name)
 
 
 if __name__ == "__main__":
