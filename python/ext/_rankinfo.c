@@ -149,6 +149,18 @@ static int ri_decode(RankInfoObject *o)
      * does not need the GIL to release it. */
     PyThread_acquire_lock(o->once, WAIT_LOCK);
     PyObject *d = PyObject_CallOneArg(loads, o->raw);
+    if (!d && PyErr_ExceptionMatches(PyExc_RecursionError)) {
+        /* kvcoordd and the library take up to 2048 levels (json_scan.h);
+         * Python's decoder stops at its recursion limit (1000 frames by
+         * default): said as what it is, the bytes still readable. */
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "weights_info_dict (%zd bytes) nests deeper than Python's json decoder "
+                     "allows at this recursion limit (sys.getrecursionlimit() = %d); its bytes "
+                     "are in .raw",
+                     PyBytes_Check(o->raw) ? PyBytes_GET_SIZE(o->raw) : (Py_ssize_t)-1,
+                     Py_GetRecursionLimit());
+    }
     if (d) {
         o->decoded = d;
         if (!PyObject_GC_IsTracked((PyObject *)o))

@@ -271,7 +271,8 @@ const struct opt_row opt_rows[] = {
      .arg = "FILE",
      .off = TEXT(auth_file),
      .fn = check_file,
-     .help = "mutating requests (registration, withdrawal, room failures) need "
+     .help = "mutating requests (registrations, PD bootstrap included; withdrawal; room "
+             "failures) need "
              "'Authorization: Bearer TOKEN', TOKEN being FILE's contents less one trailing "
              "newline; FILE must not be accessible by others (chmod o-rwx).  Without it the "
              "token comes from the environment variable KVCOORD_AUTH_TOKEN; with neither, "

@@ -77,6 +77,20 @@ class RankInfoCase(unittest.TestCase):
         gc.collect()
         self.assertIsNone(alive())
 
+    def test_deeper_than_python_decodes_is_a_value_error(self):
+        # kvcoordd and the library take 2048 levels; Python's json stops at
+        # its recursion limit: a ValueError saying so, the bytes kept.
+        deep = b'{"w": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+        self.seg.register(1, "h:2", deep)
+        info = self.seg.lookup(1)
+        with self.assertRaises(ValueError) as cm:
+            info.weights_info_dict
+        self.assertIn("nests deeper than Python's json decoder allows", str(cm.exception))
+        self.assertIn("sys.getrecursionlimit() = %d" % sys.getrecursionlimit(), str(cm.exception))
+        self.assertEqual(info.raw, deep)
+        with self.assertRaises(ValueError):  # again: the same, not a half-decoded dict
+            info.weights_info_dict
+
     def test_undecoded_rankinfo_is_not_tracked(self):
         """Before its first decode a RankInfo holds only str and bytes."""
         ri = self.seg.lookup(0)

@@ -201,6 +201,9 @@ class EngineInfoBootstrapServer:
     sglang's server, or through the segment directly.  close() stops a
     kvcoordd this object started (SIGTERM; the segment and its registrations
     stay for the next start) and detaches; an adopted one keeps running.
+    Without close() a started kvcoordd outlives this Python process (it is
+    a process of its own, unlike sglang's server thread): the next server
+    on that port adopts it, and SIGTERM stops it.
 
     Errors: FileNotFoundError (no kvcoordd binary), OSError (the port is
     taken by something that is not a kvcoordd, or kvcoordd exited: the
