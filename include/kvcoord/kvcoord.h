@@ -919,7 +919,10 @@ typedef struct kvc_coll_failure {
  *    live ones (above).
  *  - KVC_E_TIMEDOUT: a member did not arrive within the timeout of a rank
  *    that waited for it: "rank 3 of group 0x2a did not arrive within 30000
- *    ms (generation 17)"; a rank that arrives at a round its peers gave up
+ *    ms (generation 17)", or, when the lowest such rank's process (of this
+ *    PID namespace) is stopped, "... within 30000 ms: rank 3: its process
+ *    42 is stopped (state T: SIGSTOP, or a debugger) (generation 17)"; a
+ *    rank that arrives at a round its peers gave up
  *    fails at once with their reason ("...; this rank arrived after its
  *    peers gave up the call"); a member that stayed inside an earlier
  *    round past the timeout while alive ("stayed inside an earlier round",

@@ -349,6 +349,54 @@ static void test_never_arrives(void **st)
     close_unlink(s, name);
 }
 
+/* Rank 1 of test_stopped_rank_named: takes its rank, reports, waits. */
+static int joined_child(const char *name, uint32_t rank, int ready_fd, int go_fd)
+{
+    (void)rank;
+    kvc_segment *c = open_client(name);
+    if (kvc_coll_join(c, 0x1b0, 2, 1) != KVC_OK)
+        return 1;
+    char x;
+    (void)!write(ready_fd, "r", 1);
+    (void)!read(go_fd, &x, 1);
+    kvc_close(c);
+    return 0;
+}
+
+/* A rank that does not arrive because its process is stopped (SIGSTOP) is
+ * named as stopped, not only as late.  (Skipped under qemu-user, whose
+ * processes record a start time that /proc/PID/stat does not show: the
+ * check of the entry's start time then says nothing, as it should.) */
+static void test_stopped_rank_named(void **st)
+{
+    (void)st;
+    TU_SKIP_UNLESS(tu_probe_self_stat());
+    const char *name = tu_name();
+    kvc_segment *s = tu_open(name, KVC_OPEN_FRESH, KVC_ROLE_CLIENT);
+    int ready, go;
+    pid_t pid;
+    /* one child, as rank 1: tu_fork_gated's rank 0 runs joined_child */
+    tu_fork_gated(name, 1, joined_child, &pid, &ready, &go);
+    char x;
+    assert_int_equal(read(ready, &x, 1), 1);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, WUNTRACED), pid);
+    assert_true(WIFSTOPPED(status));
+    uint8_t v[1] = {3};
+    assert_int_equal(kvc_allreduce_min(s, 0x1b0, 2, 0, v, 1, 200), KVC_E_TIMEDOUT);
+    char want[96];
+    snprintf(want, sizeof want, "rank 1: its process %d is stopped (state T", (int)pid);
+    if (!strstr(kvc_last_error(), "rank 1 of group 0x1b0 did not arrive within 200 ms") ||
+        !strstr(kvc_last_error(), want))
+        fail_msg("%s", kvc_last_error());
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    close(go);
+    close(ready);
+    assert_int_equal(tu_wait_exit(pid), 0);
+    close_unlink(s, name);
+}
+
 /* ---- a rank SIGKILLed mid-call -------------------------------------------- */
 
 #define KILL_SIZE 4
@@ -1136,6 +1184,7 @@ int main(void)
         cmocka_unit_test(test_random_8),
         cmocka_unit_test(test_len_mismatch),
         cmocka_unit_test(test_never_arrives),
+        cmocka_unit_test(test_stopped_rank_named),
         cmocka_unit_test(test_kill_published),
         cmocka_unit_test(test_kill_arrived),
         cmocka_unit_test(test_kill_reduced),

@@ -150,6 +150,26 @@ static void wait_note(uint64_t *avg, uint64_t arrived)
     *avg = *avg + d / WAIT_AVG_DIV - *avg / WAIT_AVG_DIV;
 }
 
+/* What a late rank's note adds when its process is stopped (SIGSTOP, a
+ * debugger: /proc/PID/stat state T or t) rather than slow: owner is its
+ * member's claim (process table slot + 1, generation << 32), pid its own
+ * pid.  Said only for a process of this PID namespace whose start time is
+ * the entry's (elsewhere its pid names nothing here); what stays "" else. */
+static void stopped_what(kvc_segment *seg, uint64_t owner, int32_t pid, char *what, size_t cap)
+{
+    uint32_t slot = (uint32_t)owner - 1, gen = (uint32_t)(owner >> 32);
+    if ((uint32_t)owner == 0 || slot >= seg->max_procs || pid <= 0)
+        return;
+    const kvc_proc *p = &seg->procs[slot];
+    kvc_proc_stat ps;
+    if (atomic_load_explicit(&p->gen, memory_order_acquire) != gen || !p->pid_ns ||
+        p->pid_ns != seg->pid_ns || kvc_proc_stat_read(pid, &ps) != KVC_OK ||
+        ps.start != p->start || (ps.state != 'T' && ps.state != 't'))
+        return;
+    snprintf(what, cap, "its process %d is stopped (state %c: SIGSTOP, or a debugger)", (int)pid,
+             ps.state);
+}
+
 /* Wait for round gen (this rank arrived; word w) to be decided. */
 static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
 {
@@ -198,6 +218,9 @@ static uint64_t wait_round(call *c, uint64_t gen, uint64_t w)
                 n.ranks = ~(1ull << c->rank) & (c->size == 64 ? ~0ull : (1ull << c->size) - 1);
             int lo = lowest(n.ranks);
             n.pid = lo >= 0 ? atomic_load(&g->member[lo].pid) : 0;
+            if (lo >= 0)
+                stopped_what(c->seg, atomic_load(&g->member[lo].owner), n.pid, n.what,
+                             sizeof n.what);
             kvc__coll_try_abort(g, c->rank, gen, w, &n);
             continue;
         }

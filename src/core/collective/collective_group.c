@@ -255,6 +255,12 @@ kvc_err kvc__coll_fail_round(uint64_t group, uint64_t gen, uint32_t rank, const 
                          "%u ms (pid %d is alive but does not go on; generation %llu)%s",
                          list, (unsigned long long)group, n->timeout_ms, (int)n->pid,
                          (unsigned long long)gen, tail);
+    if (n->what[0]) /* the lowest of them is stopped (collective.c, stopped_what) */
+        return kvc__fail(KVC_E_TIMEDOUT,
+                         "rank%s %s of group 0x%llx did not arrive within %u ms: rank %d: %s "
+                         "(generation %llu)%s",
+                         many ? "s" : "", list, (unsigned long long)group, n->timeout_ms,
+                         lowest(n->ranks), n->what, (unsigned long long)gen, tail);
     return kvc__fail(KVC_E_TIMEDOUT,
                      "rank%s %s of group 0x%llx did not arrive within %u ms "
                      "(generation %llu)%s",
