@@ -214,6 +214,17 @@ class IntegerRanges(unittest.TestCase):
         self.refused(e.transfer_check_status(-1), -1, "batch_id")
         self.refused(e.get_batch_transfer_status([1, big]), -1, "batch_ids[1]")
 
+    def test_opcode_other_than_read_or_write_raises(self):
+        # the caller's mistake, not a failed transfer (docs/mooncake.md)
+        a, sid = self.a, "127.0.0.1:1"
+        for bad in (7, -1, "write", 1.0, None):
+            with self.assertRaises(ValueError) as cm:
+                self.e.transfer_sync(sid, a, a, 8, bad)
+            self.assertIn("opcode must be TransferOpcode.Read or .Write, not %r" % (bad,),
+                          str(cm.exception))
+            with self.assertRaises(ValueError):
+                self.e.batch_transfer_sync(sid, [a], [a], [8], bad)
+
 
 class EmptyBatches(unittest.TestCase):
     """An empty batch is a failed call (-1; 0 for a batch id) with

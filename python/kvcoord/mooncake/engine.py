@@ -607,7 +607,12 @@ def _is_u64(v):
 
 
 def _op(opcode):
-    v = int(opcode)
+    """opcode's value (TransferOpcode.Read or .Write, or their ints);
+    ValueError naming it for anything else (a str, a float, another int)."""
+    try:
+        v = operator.index(opcode)
+    except TypeError:
+        v = None
     if v not in (_engine.READ, _engine.WRITE):
         raise ValueError("opcode must be TransferOpcode.Read or .Write, not %r" % (opcode,))
     return v
