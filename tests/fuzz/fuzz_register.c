@@ -126,32 +126,55 @@ static unsigned unused_code_point(const uint8_t *data, size_t size)
     return 0;
 }
 
+/* A copy of data that jansson can read where only the scanner's deliberate
+ * differences stopped it, keys kept apart as they were: every "\u0000"
+ * escape becomes one of code point c (which the body holds nowhere else),
+ * and every number outside strings becomes "0" padded with spaces (so
+ * integers past 2^63 and reals past a double's range read).  The caller
+ * frees it. */
+static char *tamed(const uint8_t *data, size_t size, unsigned c)
+{
+    char *copy = malloc(size ? size : 1);
+    FZ_CHECK(copy, "out of memory");
+    memcpy(copy, data, size);
+    char with[16];
+    snprintf(with, sizeof with, "\\u%04x", c);
+    int in_string = 0;
+    for (size_t i = 0; i < size; i++) {
+        if (in_string) {
+            if (copy[i] == '"')
+                in_string = 0;
+            else if (copy[i] == '\\') { /* an escape: consumed together */
+                if (i + 6 <= size && !memcmp(copy + i + 1, "u0000", 5))
+                    memcpy(copy + i, with, 6);
+                i++;
+            }
+        } else if (copy[i] == '"') {
+            in_string = 1;
+        } else if (copy[i] == '-' || (copy[i] >= '0' && copy[i] <= '9')) {
+            copy[i] = '0';
+            while (i + 1 < size && strchr("0123456789+-.eE", copy[i + 1]) && copy[i + 1])
+                copy[++i] = ' ';
+        }
+    }
+    return copy;
+}
+
 /* 1 when some object of the body repeats a key (jansson's reading).
- * jansson refuses a "\u0000" in a key before it looks for repeats, and
- * kvcoord's scanner takes such keys as valid JSON: then every "\u0000"
- * escape becomes one of a code point the body holds nowhere else, which
- * keeps keys that differed different and keys that were equal equal. */
+ * jansson refuses a "\u0000" in a key and numbers past its range before it
+ * looks for repeats, where kvcoord's scanner reads on: then jansson reads
+ * tamed()'s copy, in which keys that differed still differ and keys that
+ * were equal are still equal. */
 static int repeated_key(const uint8_t *data, size_t size)
 {
     enum json_error_code code;
     if (jansson_repeats((const char *)data, size, &code))
         return 1;
     unsigned c;
-    if (code != json_error_null_byte_in_key || !(c = unused_code_point(data, size)))
+    if ((code != json_error_null_byte_in_key && code != json_error_numeric_overflow) ||
+        !(c = unused_code_point(data, size)))
         return 0;
-    char *copy = malloc(size ? size : 1);
-    FZ_CHECK(copy, "out of memory");
-    memcpy(copy, data, size);
-    char with[16];
-    snprintf(with, sizeof with, "\\u%04x", c);
-    for (size_t i = 0; i + 1 < size; i++) {
-        if (copy[i] != '\\')
-            continue;
-        /* an escape: its two bytes (or six) are consumed together */
-        if (i + 6 <= size && !memcmp(copy + i + 1, "u0000", 5))
-            memcpy(copy + i, with, 6);
-        i++;
-    }
+    char *copy = tamed(data, size, c);
     int repeats = jansson_repeats(copy, size, &code);
     free(copy);
     return repeats;
