@@ -26,6 +26,25 @@ def have_etcd():
     return os.access("/usr/bin/etcd", os.X_OK)
 
 
+def logs_if_failed(test, nodes, lines=60):
+    """From a tearDown: when test failed, print to stderr the last lines of
+    each node's log, so that a failure in CI,
+    where the logs are removed, shows what the daemons saw."""
+    result = getattr(getattr(test, "_outcome", None), "result", None)
+    bad = getattr(result, "failures", []) + getattr(result, "errors", [])
+    if not any(t is test for t, _ in bad):
+        return
+    for n in nodes:
+        try:
+            with open(n.log, encoding="utf-8", errors="replace") as f:
+                kept = f.read().splitlines()
+        except OSError as e:
+            kept = ["(log unreadable: %s)" % e]
+        sys.stderr.write("---- node %s's log, last %d lines of %d ----\n"
+                         % (n.name, min(lines, len(kept)), len(kept)))
+        sys.stderr.write("\n".join(kept[-lines:]) + "\n")
+
+
 def wait_for(pred, timeout, step=0.02):
     """kvctest.wait_for's loop with this library's answer: (pred's last
     value, seconds waited), the value false when timeout seconds passed (the

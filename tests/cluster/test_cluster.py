@@ -62,6 +62,7 @@ class Base(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="kvc-cl-")
 
     def tearDown(self):
+        cl.logs_if_failed(self, self.nodes)
         for n in self.nodes:
             try:
                 n.stop()

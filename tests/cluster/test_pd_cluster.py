@@ -91,6 +91,7 @@ class Base(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="kvc-pdcl-")
 
     def tearDown(self):
+        cl.logs_if_failed(self, self.nodes)
         for p in self.children:
             if p.poll() is None:
                 p.kill()

@@ -125,6 +125,7 @@ class Base(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="kvc-sr-")
 
     def tearDown(self):
+        cl.logs_if_failed(self, self.nodes)
         for r in self.ranks:
             r.close()
         for n in self.nodes:
@@ -392,6 +393,48 @@ class EtcdTrouble(Base):
         print("etcd down 10 s, A's push refused (the nodes' tokens differ): no room failed; "
               "the failure recorded meanwhile reached B %.3f s after etcd was back"
               % ((rec["t_ns"] - t_back) / 1e9))
+
+    def test_lease_lost_in_an_outage_keeps_the_room_records(self):
+        """A failure published before etcd hangs past the lease TTL: A's
+        lease is lost and replaced, and the room's record is put again
+        under the new lease.  Before, it went with the old lease, and a
+        node whose watch was down while it lived never learned of it."""
+        a, b, prefill, decode = self.pd()
+        rooms = [4300, 4301]
+        self.open_shared(a, b, prefill, decode, rooms)
+        prefill[0].fail(4301, 5, "before the outage")
+        for d in decode:
+            rec = d.failed(20)
+            self.assertIsNotNone(rec, "the failure did not cross")
+            self.assertEqual(rec["room"], 4301)
+        key = "/kvcoord/%s/rooms/4301" % self.cluster
+
+        def holder():  # the lease the key lives under, or None without the key
+            out = ETCD.ctl("get", key, "-w", "json")
+            kvs = json.loads(out.stdout).get("kvs") if out.returncode == 0 else None
+            return int(kvs[0].get("lease", 0)) if kvs else None
+
+        ok, _ = cl.wait_for(lambda: holder() is not None, 30)
+        self.assertTrue(ok, "A never published the failure to etcd")
+        old = a.cluster_view()["lease"]
+        self.assertEqual(holder(), old["id"])
+        ETCD.freeze(0, 1, 2)
+        try:
+            time.sleep(10)
+        finally:
+            ETCD.thaw(0, 1, 2)
+        ok, _ = cl.wait_for(lambda: a.cluster_view()["lease"]["lost"] > old["lost"]
+                            and a.cluster_view()["lease"]["id"] not in (0, old["id"]), 60)
+        self.assertTrue(ok, "A's lease was not replaced after etcd hung 10 s (TTL %d s): %r"
+                        % (TTL, a.cluster_view()["lease"]))
+        ok, _ = cl.wait_for(lambda: holder() == a.cluster_view()["lease"]["id"], 60)
+        self.assertTrue(ok, "the room's record is not under A's new lease: key's lease %r, "
+                        "A's %r" % (holder(), a.cluster_view()["lease"]))
+        self.assertIn("room_failures_republished rooms=1", a.logtext())
+        for d in decode:
+            self.assertIsNone(d.failed(0.5), "a room failed (again) after etcd came back")
+        print("etcd down 10 s, A's lease lost and replaced: the room's record is under the "
+              "new lease")
 
 
 class Push(Base):

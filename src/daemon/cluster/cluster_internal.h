@@ -515,8 +515,17 @@ void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns);
  * total; NULL (nothing to free, *seen unchanged) when none is new or the
  * ring cannot be read now.  Shared by the publisher and the push. */
 kvc_failure_info *cluster__failures_since(struct cluster *c, uint64_t *seen, size_t *n);
-/* Publish the queued failures, create-only; 0, or -1 when etcd failed. */
+/* Publish the queued failures, create-only; 0, or -1 when etcd failed.
+ * This node's own record found under another lease is put again under
+ * this one. */
 int cluster__publish_rooms(struct cluster *c);
+/* A new session (lease): the rooms/<room> keys published under the lost
+ * lease are gone with it, so the failures of those rooms still held by the
+ * segment are queued again (their records as first written), and the rest
+ * forgotten.  Otherwise a node whose watch was down while the key lived
+ * (etcd back after a hang, the lease then revoked) never learns of the
+ * failure.  Cluster thread only. */
+void cluster__rooms_session(struct cluster *c);
 /* etcd's rooms/<room> value of a failure of this node (malloc'd; NULL: out
  * of memory).  Any thread (reads cfg only). */
 char *cluster__room_record(const struct cluster *c, const struct pending_room *p);

@@ -179,6 +179,41 @@ static int expire_published(struct cluster *c)
     return 0;
 }
 
+void cluster__rooms_session(struct cluster *c)
+{
+    struct cluster_rooms *R = &c->rooms;
+    size_t queued = 0, gone = 0;
+    for (size_t i = 0; i < R->npub; i++) {
+        uint64_t room = R->pub[R->pub_head + i].room;
+        kvc_room_info ri;
+        if (kvc_room_get(c->cfg.seg, room, -1, &ri) != KVC_OK || !ri.has_failure ||
+            ri.failure.from_another_node) {
+            gone++; /* reclaimed: its TTL has passed here, and so on the other nodes */
+            continue;
+        }
+        if (R->npending >= PENDING_ROOMS_MAX) {
+            log_event(LOG_WARN, "room_failure_not_published",
+                      "room=%" PRIu64 " note=\"%d failures wait for etcd already\"", room,
+                      PENDING_ROOMS_MAX);
+            continue;
+        }
+        struct pending_room *p = &R->pending[R->npending++];
+        p->room = room;
+        p->origin_rank = ri.failure.origin_rank;
+        p->code = ri.failure.code;
+        p->pid = ri.failure.origin_pid;
+        p->time_ns = ri.failure.time_ns;
+        snprintf(p->reason, sizeof p->reason, "%s", ri.failure.reason);
+        queued++;
+    }
+    if (queued || gone)
+        log_event(LOG_INFO, "room_failures_republished",
+                  "rooms=%zu gone=%zu note=\"the room records of the lost lease, put again "
+                  "under the new one\"",
+                  queued, gone);
+    R->npub = R->pub_head = 0;
+}
+
 /* Publish the pending failures, create-only, under the node's lease: the
  * first record of a room wins cluster-wide; a node that loses takes the
  * winner's record. */
@@ -212,7 +247,20 @@ int cluster__publish_rooms(struct cluster *c)
             published_add(c, p->room);
         } else if (!cur.value || !cluster__adopt_room(c, cur.value, cur.value_len)) {
             STAT_ADD(c, rooms_lost_race, 1);
-        } /* else: this node's own record, published before a restart */
+        } else if (cur.lease != c->ses.lease) {
+            /* This node's own record under an earlier lease (published
+             * before a restart, or a put that timed out while etcd hung
+             * and was carried out after): it goes with that lease, so it
+             * is put again under this one. */
+            r = etcd_put(c->ses.ec, key, cur.value, cur.value_len, c->ses.lease, NULL);
+            if (r) {
+                etcd_kv_free(&cur);
+                cluster__etcd_failed(c, "room record re-put");
+                rc = -1;
+                break;
+            }
+            published_add(c, p->room);
+        }
         etcd_kv_free(&cur);
     }
     memmove(c->rooms.pending, c->rooms.pending + done,

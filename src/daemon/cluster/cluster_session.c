@@ -226,6 +226,7 @@ static int start_session(struct cluster *c)
         }
     cluster__pd_session(c);
     cluster__follow_session(c);
+    cluster__rooms_session(c);
     uint64_t now = kvc__mono_ns();
     c->ses.lease_granted_mono = now;
     c->ses.next_keepalive = now + (uint64_t)c->cfg.ttl_s * 1000000000ull / 3;
