@@ -157,10 +157,10 @@ static void wait_note(uint64_t *avg, uint64_t arrived)
  * the entry's (elsewhere its pid names nothing here); what stays "" else. */
 static void stopped_what(kvc_segment *seg, uint64_t owner, int32_t pid, char *what, size_t cap)
 {
-    uint32_t slot = (uint32_t)owner - 1, gen = (uint32_t)(owner >> 32);
-    if ((uint32_t)owner == 0 || slot >= seg->max_procs || pid <= 0)
+    uint32_t gen;
+    const kvc_proc *p = kvc__coll_owner_entry(seg, owner, &gen);
+    if (!p || pid <= 0)
         return;
-    const kvc_proc *p = &seg->procs[slot];
     kvc_proc_stat ps;
     if (atomic_load_explicit(&p->gen, memory_order_acquire) != gen || !p->pid_ns ||
         p->pid_ns != seg->pid_ns || kvc_proc_stat_read(pid, &ps) != KVC_OK ||

@@ -48,12 +48,13 @@
 bool kvc__coll_owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, bool test,
                            char *what, size_t cap)
 {
-    uint32_t slot = (uint32_t)owner - 1, gen = (uint32_t)(owner >> 32);
-    if ((uint32_t)owner == 0 || slot >= seg->max_procs) {
+    uint32_t gen;
+    kvc_proc *p = kvc__coll_owner_entry(seg, owner, &gen);
+    if (!p) {
         snprintf(what, cap, "left (no process table entry)");
         return false;
     }
-    kvc_proc *p = &seg->procs[slot];
+    uint32_t slot = (uint32_t)(p - seg->procs);
     bool same = atomic_load_explicit(&p->gen, memory_order_acquire) == gen &&
                 atomic_load_explicit(&p->pid, memory_order_acquire) != 0;
     if (same && atomic_load_explicit(&p->dead, memory_order_acquire)) {

@@ -124,6 +124,18 @@ static inline void wake(kvc_coll_group *g)
 
 /* ---- collective_group.c -------------------------------------------------- */
 
+/* The process table entry a member's owner word names (the claim: process
+ * table slot + 1 in the low 32 bits, the entry's generation in the high
+ * 32), and that generation in *gen; NULL when the word names no entry (0,
+ * or a slot past the table).  Reads nothing shared: whether the entry is
+ * still that process is the caller's check of p->gen against *gen. */
+static inline kvc_proc *kvc__coll_owner_entry(kvc_segment *seg, uint64_t owner, uint32_t *gen)
+{
+    uint32_t slot = (uint32_t)owner - 1;
+    *gen = (uint32_t)(owner >> 32);
+    return (uint32_t)owner == 0 || slot >= seg->max_procs ? NULL : &seg->procs[slot];
+}
+
 /* Liveness of a member's owner (owner_alive in collective_group.c). */
 bool kvc__coll_owner_alive(kvc_segment *seg, uint64_t owner, int32_t known_pid, bool test,
                            char *what, size_t cap);

@@ -90,6 +90,14 @@ static inline size_t kvc__room_len(const kvc_room *r) { return kvc__room_len_of(
 
 static inline size_t kvc__room_len_failure(void) { return offsetof(kvc_room, checked_ms); }
 
+/* When room r (a copy or the slot) times out: its last update plus the
+ * segment's room TTL, in kvc__seg_mono_coarse_ns()'s clock (CLOCK_MONOTONIC
+ * ns).  A room idle past it fails with the TTL's reason. */
+static inline uint64_t kvc__room_ttl_at(const kvc_segment *seg, const kvc_room *r)
+{
+    return r->updated_mono + (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
+}
+
 /* ---- locked access ------------------------------------------------------- */
 
 /* One room fewer in stripe s (lock held; read unlocked by rooms_in_use). */

@@ -40,8 +40,7 @@ void kvc__room_apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const kv
         snprintf(reason, sizeof reason, "rank %u (%s) %s", v->rank, who, v->how);
         kvc__record_failure(seg, s, r, v->rank, ESRCH, reason, 0);
     } else if (v->what == 2) {
-        uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
-        if (kvc__seg_mono_coarse_ns() <= r->updated_mono + ttl_ns)
+        if (kvc__seg_mono_coarse_ns() <= kvc__room_ttl_at(seg, r))
             return;
         snprintf(reason, sizeof reason, "room %llu timed out: no update for %u ms (room TTL)",
                  (unsigned long long)r->id, seg->hdr->room_ttl_ms);
@@ -52,11 +51,10 @@ void kvc__room_apply_verdict(kvc_segment *seg, uint32_t s, kvc_room *r, const kv
 /* Sweep stripe s (lock held): fail and reclaim rooms idle past the TTL. */
 static void sweep_stripe(kvc_segment *seg, uint32_t s, size_t *reclaimed)
 {
-    uint64_t ttl_ns = (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
     kvc_room *t = kvc__stripe_table(seg, s);
     for (uint32_t i = 0; i < seg->hdr->stripe_slots; i++) {
         kvc_room *r = &t[i];
-        if (r->slot != KVC_SLOT_USED || kvc__seg_mono_coarse_ns() <= r->updated_mono + ttl_ns)
+        if (r->slot != KVC_SLOT_USED || kvc__seg_mono_coarse_ns() <= kvc__room_ttl_at(seg, r))
             continue;
         kvc__verdict v = {.what = 2};
         kvc__room_apply_verdict(seg, s, r, &v); /* records the timeout if not terminal */

@@ -207,7 +207,7 @@ static void judge(kvc_segment *seg, kvc_room *where, const kvc_room *r, kvc__ver
         return;
     const kvc_header *h = seg->hdr;
     uint64_t now = kvc__seg_mono_coarse_ns();
-    if (now > r->updated_mono + (uint64_t)h->room_ttl_ms * 1000000ull) {
+    if (now > kvc__room_ttl_at(seg, r)) {
         v->what = 2;
         return;
     }
@@ -402,8 +402,6 @@ kvc_err kvc__room_failed_by_kvcoord(kvc_segment *seg, uint64_t room, bool *ours,
     *ours = kvc__room_state(&copy) == KVC_POLL_FAILED && copy.has_failure &&
             copy.failure.origin_pid == 0;
     if (!*ours)
-        *ttl_at = copy.terminal >= 0
-                      ? UINT64_MAX
-                      : copy.updated_mono + (uint64_t)seg->hdr->room_ttl_ms * 1000000ull;
+        *ttl_at = copy.terminal >= 0 ? UINT64_MAX : kvc__room_ttl_at(seg, &copy);
     return KVC_OK;
 }
