@@ -247,13 +247,14 @@ int cluster__publish_rooms(struct cluster *c)
             published_add(c, p->room);
         } else if (!cur.value || !cluster__adopt_room(c, cur.value, cur.value_len)) {
             STAT_ADD(c, rooms_lost_race, 1);
-        } else if (cur.lease != c->ses.lease) {
-            /* This node's own record under an earlier lease (published
-             * before a restart, or a put that timed out while etcd hung
-             * and was carried out after): it goes with that lease, so it
-             * is put again under this one. */
-            r = etcd_put(c->ses.ec, key, cur.value, cur.value_len, c->ses.lease, NULL);
-            if (r) {
+        } else {
+            /* This node's own record: published before a restart, or by a
+             * put that timed out while etcd hung and was carried out
+             * after.  Under an earlier lease it goes with that lease, so it
+             * is put again under this one; either way it is this session's
+             * to put again if this lease is lost too. */
+            if (cur.lease != c->ses.lease &&
+                etcd_put(c->ses.ec, key, cur.value, cur.value_len, c->ses.lease, NULL)) {
                 etcd_kv_free(&cur);
                 cluster__etcd_failed(c, "room record re-put");
                 rc = -1;
