@@ -21,7 +21,15 @@
  * a segment of its own (nothing shared), which is how far this machine
  * lets P processes scale at all; the last ratio is shared
  * over private.  Both run on segments created for the ops run (empty room
- * tables).
+ * tables).  And what the machine charges for sharing at all: the one-way
+ * hand-over of a cache line between two processes spinning on it in turn
+ * (median of LINE_RUNS runs), beside the private 2-process cycle's time
+ * per process.  A cycle on a new room takes its stripe's lock; each of two
+ * processes is as likely as the other to have taken a stripe last, so
+ * half the shared cycles at least wait for that line: shared / private at
+ * 2 processes is at most cycle / (cycle + hand-over / 2) for any design
+ * in which creating a room of a random id writes one line that the other
+ * creator also writes.  Printed as that bound.
  *
  * get: 8 forked participant processes open one room (8 participants) and
  * set their states, then stay alive; this process - not a participant -
@@ -39,7 +47,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -189,6 +199,53 @@ static double run_ops(const char *name, char (*privates)[64], unsigned procs, do
     double elapsed = (double)(kvc__mono_ns() - start) / 1e9;
     munmap(counts, procs * sizeof(uint64_t));
     return (double)total / elapsed;
+}
+
+#define LINE_RUNS 5
+#define LINE_HANDOVERS 200000 /* per run, even */
+
+/* One cache line handed between this process and a forked one, each
+ * waiting for the other's count before writing its own (yielding now and
+ * then, should both share a CPU): ns per one-way hand-over, the median of
+ * LINE_RUNS runs; 0 when the fork fails. */
+static double run_line_handover(void)
+{
+    _Atomic uint64_t *ball =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (ball == MAP_FAILED)
+        return 0;
+    double ns[LINE_RUNS];
+    unsigned done = 0;
+    for (unsigned run = 0; run < LINE_RUNS; run++) {
+        atomic_store(ball, 0);
+        pid_t pid = fork();
+        if (pid < 0)
+            break;
+        unsigned mine = pid == 0; /* the child writes the odd counts */
+        uint64_t start = kvc__mono_ns();
+        for (uint64_t i = mine; i < LINE_HANDOVERS; i += 2) {
+            for (unsigned spins = 0; atomic_load_explicit(ball, memory_order_acquire) != i;)
+                if (++spins % 4096 == 0)
+                    sched_yield();
+            atomic_store_explicit(ball, i + 1, memory_order_release);
+        }
+        if (pid == 0)
+            _exit(0);
+        while (atomic_load_explicit(ball, memory_order_acquire) != LINE_HANDOVERS)
+            sched_yield();
+        ns[done++] = (double)(kvc__mono_ns() - start) / LINE_HANDOVERS;
+        waitpid(pid, NULL, 0);
+    }
+    munmap((void *)ball, 4096);
+    if (!done)
+        return 0;
+    for (unsigned i = 1; i < done; i++) /* insertion sort of <= LINE_RUNS */
+        for (unsigned j = i; j > 0 && ns[j - 1] > ns[j]; j--) {
+            double x = ns[j];
+            ns[j] = ns[j - 1];
+            ns[j - 1] = x;
+        }
+    return done % 2 ? ns[done / 2] : (ns[done / 2 - 1] + ns[done / 2]) / 2;
 }
 
 #define OPS_COUNTS 3
@@ -393,7 +450,10 @@ int bench_rooms_main(int argc, char **argv)
                    "ops: room cycles per second (open, 3 state updates, poll, release) with 1,\n"
                    "2 and 8 processes, --duration seconds each (default 2) cut into --slices\n"
                    "slices (default 5) run in turn, medians over slices; ratio to 1 process;\n"
-                   "baseline: the same processes each on a private segment (nothing shared).\n");
+                   "baseline: the same processes each on a private segment (nothing shared);\n"
+                   "and the machine's one-way hand-over of a cache line between 2 processes,\n"
+                   "with the bound it puts on shared / private when creating a room writes one\n"
+                   "line the other creator also writes (half the cycles wait for it).\n");
             return 0;
         default: return 2;
         }
@@ -415,6 +475,11 @@ int bench_rooms_main(int argc, char **argv)
     run_ops_slices(name, (unsigned)slices, duration, &ops);
     kvc_close(owner);
     kvc_unlink(name);
+    /* The private 2-process cycle per process, and the bound one shared
+     * line per new room puts on shared / private (the file's top). */
+    double line = run_line_handover();
+    double cycle = ops.priv[1] > 0 ? 2e9 / ops.priv[1] : 0;
+    double bound = cycle > 0 ? cycle / (cycle + line / 2) : 0;
     if (json) {
         printf("{\"propagation_us\":{\"median\":%.1f,\"p99\":%.1f},\"pipe_wake_us\":{\"median\":"
                "%.1f,\"p99\":%.1f},\"ratio\":%.2f,\"room_cycles_per_s\":{\"1\":%.0f,\"2\":%.0f,"
@@ -423,11 +488,14 @@ int bench_rooms_main(int argc, char **argv)
                "\"private_scale\":{\"2\":%.2f,\"8\":%.2f},"
                "\"shared_vs_private\":{\"1\":%.2f,\"2\":%.2f,\"8\":%.2f},\"slices\":%lu,"
                "\"room_get_ns\":%.1f,\"rank_lookup_ns\":%.1f,\"get_ratio\":%.2f,"
-               "\"room_get_watched_ns\":%.1f,\"rank_lookup_watched_ns\":%.1f}\n",
+               "\"room_get_watched_ns\":%.1f,\"rank_lookup_watched_ns\":%.1f,"
+               "\"line_handover_ns\":%.1f,\"private_cycle_ns_2\":%.1f,"
+               "\"one_shared_line_bound_2\":%.2f}\n",
                prop[0], prop[1], prop[2], prop[3], prop[0] / prop[2], ops.shared[0], ops.shared[1],
                ops.shared[2], ops.shared_scale[1], ops.shared_scale[2], ops.priv[0], ops.priv[1],
                ops.priv[2], ops.priv_scale[1], ops.priv_scale[2], ops.vs_priv[0], ops.vs_priv[1],
-               ops.vs_priv[2], slices, get[0], get[1], get[0] / get[1], get[2], get[3]);
+               ops.vs_priv[2], slices, get[0], get[1], get[0] / get[1], get[2], get[3], line, cycle,
+               bound);
         return 0;
     }
     printf("kvc_room_get of a room joined by %d live processes, from another process "
@@ -452,5 +520,10 @@ int bench_rooms_main(int argc, char **argv)
                "%.2fx; shared / private %.2fx\n",
                ops_procs[i], ops_procs[i] > 1 ? "es" : "  ", ops.shared[i], ops.shared[i] * 6,
                ops.shared_scale[i], ops.priv[i], ops.priv_scale[i], ops.vs_priv[i]);
+    printf("the machine: a cache line handed between 2 processes, one way: median %.0f ns "
+           "(%d runs);\n  a private 2-process cycle: %.0f ns per process; so one shared line per "
+           "new room\n  (half the cycles wait for it) bounds shared / private at 2 processes at "
+           "%.2fx\n",
+           line, LINE_RUNS, cycle, bound);
     return 0;
 }
