@@ -336,7 +336,16 @@ void cluster__follow_node_left(struct cluster *c, const char *node)
         c->ses.trouble_mono = now; /* no answer: our own trouble */
     else if (left <= 0)
         c->ses.trouble_mono = now;
-    if (c->ses.trouble_mono && now - c->ses.trouble_mono < 2 * ttl + 1000000000ull &&
+    /* The watch's trouble is this node's too: a live node whose lease
+     * lapsed in an outage that left this node's lease and requests alone
+     * (their keep-alives fell on each side of the outage) is seen leaving
+     * by a watch that went blind or slow meanwhile. */
+    pthread_mutex_lock(&c->in.mu);
+    uint64_t trouble = c->in.watch_trouble;
+    pthread_mutex_unlock(&c->in.mu);
+    if (c->ses.trouble_mono > trouble)
+        trouble = c->ses.trouble_mono;
+    if (trouble && now - trouble < 2 * ttl + 1000000000ull &&
         f->nleft < sizeof f->left / sizeof f->left[0]) {
         /* Right after this node's own trouble with etcd: the node may be
          * alive and only its lease lapsed in the outage.  It has a TTL

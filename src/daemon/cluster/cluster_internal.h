@@ -240,6 +240,11 @@ struct cluster_inbox {
     uint64_t watch_heard;           /* monotonic ns: the watch last knew itself current (a message,
                               an answered probe, a snapshot); 0: never */
     char watch_endpoint[128];       /* the member of the stream, or of the last one */
+    uint64_t watch_tick;            /* monotonic ns: the stream's last idle turn (at most 100 ms
+                                       apart while nothing blocks it) */
+    uint64_t watch_trouble;         /* monotonic ns: the watch last found etcd failing or slow (a
+                              stream or snapshot that failed, a blind member, a probe or
+                              snapshot slower than a quarter of the member bound); 0: never */
     int restart_watch;              /* the cluster thread asks for a new stream */
     int stop, clean;                /* cluster_stop() asks every thread to end */
 };

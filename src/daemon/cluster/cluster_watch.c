@@ -74,8 +74,15 @@ static void on_watch_current(void *arg, int64_t rev)
 {
     (void)rev;
     struct cluster *c = arg;
+    uint64_t now = kvc__mono_ns();
     pthread_mutex_lock(&c->in.mu);
-    c->in.watch_heard = kvc__mono_ns();
+    /* Since the stream's last idle turn, only a probe of its member ran:
+     * one that took this long met an etcd that was not answering (every
+     * member frozen, then resumed before the probe's bound), which may have
+     * let live nodes' leases lapse. */
+    if (c->in.watch_tick && now - c->in.watch_tick > (uint64_t)c->cfg.call_ms * 250000ull)
+        c->in.watch_trouble = now;
+    c->in.watch_heard = now;
     pthread_mutex_unlock(&c->in.mu);
 }
 
@@ -83,6 +90,7 @@ static int on_watch_idle(void *arg)
 {
     struct cluster *c = arg;
     pthread_mutex_lock(&c->in.mu);
+    c->in.watch_tick = kvc__mono_ns();
     int stop = c->in.stop || c->in.restart_watch;
     c->in.restart_watch = 0;
     pthread_mutex_unlock(&c->in.mu);
@@ -93,15 +101,20 @@ static int on_watch_idle(void *arg)
  * follows it there), which confirms the mirror now. */
 static void set_watch_state(struct cluster *c, int up, const char *endpoint)
 {
+    uint64_t now = kvc__mono_ns();
     pthread_mutex_lock(&c->in.mu);
     if (up) {
         c->in.watch_up = 1;
         c->in.watch_down_since = 0;
-        c->in.watch_heard = kvc__mono_ns();
+        c->in.watch_heard = now;
+        c->in.watch_tick = now;
         snprintf(c->in.watch_endpoint, sizeof c->in.watch_endpoint, "%s", endpoint);
-    } else if (c->in.watch_up || !c->in.watch_down_since) {
-        c->in.watch_up = 0;
-        c->in.watch_down_since = kvc__mono_ns();
+    } else {
+        c->in.watch_trouble = now; /* etcd failed the watch: this node's trouble with it */
+        if (c->in.watch_up || !c->in.watch_down_since) {
+            c->in.watch_up = 0;
+            c->in.watch_down_since = now;
+        }
     }
     pthread_mutex_unlock(&c->in.mu);
 }
@@ -143,6 +156,7 @@ void *cluster__watch_main(void *arg)
         etcd_kv *kvs;
         size_t n;
         int64_t rev;
+        uint64_t t0 = kvc__mono_ns();
         if (etcd_range_prefix(w, c->cfg.prefix, &kvs, &n, &rev)) {
             set_watch_state(c, 0, NULL);
             if (!logged++)
@@ -165,6 +179,11 @@ void *cluster__watch_main(void *arg)
             continue;
         }
         b->snapshot = 1, b->kvs = kvs, b->nkv = n, b->rev = rev;
+        if (kvc__mono_ns() - t0 > (uint64_t)c->cfg.call_ms * 250000ull) {
+            pthread_mutex_lock(&c->in.mu); /* a slow snapshot: as a slow probe */
+            c->in.watch_trouble = kvc__mono_ns();
+            pthread_mutex_unlock(&c->in.mu);
+        }
         set_watch_state(c, 1, etcd_endpoint(w));
         enqueue(c, b);
         int64_t last;
