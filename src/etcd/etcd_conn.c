@@ -149,6 +149,10 @@ void etcd_set_deadline(etcd *c, long deadline_ms)
 {
     c->deadline_ms = deadline_ms > 0 ? deadline_ms : 0;
 }
+void etcd_set_watch_quiet(etcd *c, long quiet_ms)
+{
+    c->watch_quiet_ms = quiet_ms > 0 ? quiet_ms : 0;
+}
 const char *etcd_error(const etcd *c) { return c->err; }
 const char *etcd_endpoint(const etcd *c) { return c->urls[c->cur]; }
 size_t etcd_endpoint_count(const etcd *c) { return c->nurls; }

@@ -34,6 +34,26 @@ static uint64_t lease_limit(const struct cluster *c)
     return limit;
 }
 
+/* The watch's probe interval, ms: a quarter of the shortest lease TTL of
+ * the nodes, this node's included (within cfg.quiet_ms's bounds).  An
+ * outage long enough to let the shortest lease lapse then meets a probe of
+ * the watch, unanswered or slow: this node's trouble with etcd, so that
+ * node's departure is taken as etcd's doing (cluster_follow.c), even when
+ * this node's own, longer, lease and requests came through. */
+static uint32_t watch_quiet(const struct cluster *c)
+{
+    uint32_t q = c->cfg.quiet_ms;
+    for (size_t i = 0; i < c->peers.nnodes; i++) {
+        int64_t t = c->peers.nodes[i].ttl;
+        uint32_t v = t > 0 && t < 3600 ? (uint32_t)t * 250 : q;
+        if (v < 250)
+            v = 250;
+        if (v < q)
+            q = v;
+    }
+    return q;
+}
+
 /* The mirror is what the watch last confirmed (heard: a message, an
  * answered probe, a snapshot; monotonic ns).  Unconfirmed once the watch
  * is down, or quiet past its probe interval by more than a probe of a
@@ -166,6 +186,10 @@ static void *cluster_main(void *arg)
             free(b->ev);
             free(b);
         }
+        uint32_t quiet = watch_quiet(c);
+        pthread_mutex_lock(&c->in.mu);
+        c->in.watch_quiet_ms = quiet;
+        pthread_mutex_unlock(&c->in.mu);
         if (rooms)
             cluster__scan_failures(c, 0);
         check_confirmed(c, heard, watch_up); /* a drop due goes before any etcd call */

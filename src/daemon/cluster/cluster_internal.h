@@ -242,6 +242,10 @@ struct cluster_inbox {
     char watch_endpoint[128];       /* the member of the stream, or of the last one */
     uint64_t watch_tick;            /* monotonic ns: the stream's last idle turn (at most 100 ms
                                        apart while nothing blocks it) */
+    uint32_t watch_quiet_ms;        /* the stream's probe interval: a quarter of the shortest
+                                       lease TTL of the nodes (cfg.quiet_ms's bounds), set by the
+                                       cluster thread */
+    etcd *watch_ec;                 /* the watch thread's handle (that thread's alone) */
     uint64_t watch_trouble;         /* monotonic ns: the watch last found etcd failing or slow (a
                               stream or snapshot that failed, a blind member, a probe or
                               snapshot slower than a quarter of the member bound); 0: never */

@@ -68,6 +68,17 @@ static int on_watch_events(void *arg, const etcd_event *ev, size_t n, int64_t re
     return 0;
 }
 
+/* How long a probe or a snapshot may take before the watch counts etcd as
+ * slow, ms: a quarter of the member bound, at most the probe interval (a
+ * peer's short lease may lapse in an outage that short).  Under c->in.mu. */
+static uint64_t slow_ms(const struct cluster *c)
+{
+    uint64_t ms = c->cfg.call_ms / 4;
+    if (c->in.watch_quiet_ms && c->in.watch_quiet_ms < ms)
+        ms = c->in.watch_quiet_ms;
+    return ms;
+}
+
 /* The stream is known current (a message, or its member answered the
  * probe after a quiet spell). */
 static void on_watch_current(void *arg, int64_t rev)
@@ -80,7 +91,7 @@ static void on_watch_current(void *arg, int64_t rev)
      * one that took this long met an etcd that was not answering (every
      * member frozen, then resumed before the probe's bound), which may have
      * let live nodes' leases lapse. */
-    if (c->in.watch_tick && now - c->in.watch_tick > (uint64_t)c->cfg.call_ms * 250000ull)
+    if (c->in.watch_tick && now - c->in.watch_tick > slow_ms(c) * 1000000ull)
         c->in.watch_trouble = now;
     c->in.watch_heard = now;
     pthread_mutex_unlock(&c->in.mu);
@@ -91,6 +102,8 @@ static int on_watch_idle(void *arg)
     struct cluster *c = arg;
     pthread_mutex_lock(&c->in.mu);
     c->in.watch_tick = kvc__mono_ns();
+    if (c->in.watch_ec && c->in.watch_quiet_ms)
+        etcd_set_watch_quiet(c->in.watch_ec, c->in.watch_quiet_ms);
     int stop = c->in.stop || c->in.restart_watch;
     c->in.restart_watch = 0;
     pthread_mutex_unlock(&c->in.mu);
@@ -144,6 +157,9 @@ void *cluster__watch_main(void *arg)
         log_event(LOG_ERROR, "etcd_watch_failed", "err=\"%s\"", err);
         return NULL;
     }
+    pthread_mutex_lock(&c->in.mu);
+    c->in.watch_ec = w;
+    pthread_mutex_unlock(&c->in.mu);
     uint32_t backoff = 0;
     int logged = 0;
     for (;;) {
@@ -179,11 +195,10 @@ void *cluster__watch_main(void *arg)
             continue;
         }
         b->snapshot = 1, b->kvs = kvs, b->nkv = n, b->rev = rev;
-        if (kvc__mono_ns() - t0 > (uint64_t)c->cfg.call_ms * 250000ull) {
-            pthread_mutex_lock(&c->in.mu); /* a slow snapshot: as a slow probe */
+        pthread_mutex_lock(&c->in.mu); /* a slow snapshot: as a slow probe */
+        if (kvc__mono_ns() - t0 > slow_ms(c) * 1000000ull)
             c->in.watch_trouble = kvc__mono_ns();
-            pthread_mutex_unlock(&c->in.mu);
-        }
+        pthread_mutex_unlock(&c->in.mu);
         set_watch_state(c, 1, etcd_endpoint(w));
         enqueue(c, b);
         int64_t last;
@@ -202,6 +217,9 @@ void *cluster__watch_main(void *arg)
         if (watch_sleep(c, BACKOFF_MIN_MS))
             break;
     }
+    pthread_mutex_lock(&c->in.mu);
+    c->in.watch_ec = NULL;
+    pthread_mutex_unlock(&c->in.mu);
     etcd_close(w);
     return NULL;
 }

@@ -81,6 +81,11 @@ void etcd_close(etcd *c);
  * for the calls that follow.  Only the handle's owner thread. */
 void etcd_set_deadline(etcd *c, long deadline_ms);
 
+/* Change how long a watch stream of the handle may stay without a message
+ * before its member is probed (etcd_conf.watch_quiet_ms; 0: never), from
+ * the stream's next turn on.  Only the handle's owner thread. */
+void etcd_set_watch_quiet(etcd *c, long quiet_ms);
+
 /* Message of the handle's last failed call ("" if none).  Owned by c. */
 const char *etcd_error(const etcd *c);
 
