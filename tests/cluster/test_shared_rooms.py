@@ -278,6 +278,31 @@ class NodeLeaves(Base):
         print("node B SIGKILLed: A's prefill rooms Failed after %.3f s (lease TTL %d s)"
               % (took, TTL))
 
+    def test_decode_node_frozen_past_its_ttl_learns_its_rooms_failed(self):
+        """B (decode) frozen past its TTL: A fails the shared rooms (B left),
+        and a prefill failure recorded meanwhile is not recorded over that.
+        B, resumed, must learn that A gave them up; before, nothing told
+        it, and its decode ranks waited out the room TTL (300 s)."""
+        a, b, prefill, decode = self.pd(tokens=("token-of-A", "token-of-B"))
+        rooms = [3300, 3301]
+        self.open_shared(a, b, prefill, decode, rooms)
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        try:
+            ok, _ = cl.wait_for(lambda: a.room(3301)[1]["state"] == "Failed", TTL + 10)
+            self.assertTrue(ok, "A did not fail the rooms of B, frozen past its TTL")
+            prefill[0].fail(3301, 9, "recorded after B left")
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        t0 = time.time_ns()
+        seen = self.all_failed(decode, rooms, 30)
+        for rec in seen.values():
+            f = rec["failure"]
+            self.assertEqual((f["reason"], f["origin_node"]),
+                             ("node B left the cluster (its lease ended)", "A"))
+        print("node B (decode) frozen past its TTL, resumed: its decode ranks saw the shared "
+              "rooms Failed (A gave them up) %.3f s after SIGCONT"
+              % ((max(r["t_ns"] for r in seen.values()) - t0) / 1e9))
+
     def test_prefill_node_frozen_past_its_ttl_then_resumed(self):
         a, b, prefill, decode = self.pd()
         rooms = [3200, 3201]

@@ -429,6 +429,12 @@ static void fail_shared(struct cluster *c, int ni, const char *node)
         int changed = 0;
         if (kvc_room_fail_mirror(c->cfg.seg, &fi, &changed) == KVC_OK && changed) {
             failed++;
+            /* Published as this node's record of the room: a node that
+             * only looked gone (frozen, cut off from etcd past its TTL)
+             * and comes back learns from it that this side gave up the
+             * room, instead of waiting for it until the room TTL; this
+             * side's own later failure of the room is not recorded. */
+            cluster__queue_failure(c, &fi);
             log_event(LOG_WARN, "room_failed_node_left", "room=%" PRIu64 " node=%s reason=\"%s\"",
                       rooms[k], node, fi.reason);
         }

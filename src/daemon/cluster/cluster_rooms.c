@@ -105,6 +105,23 @@ kvc_failure_info *cluster__failures_since(struct cluster *c, uint64_t *seen, siz
     return f;
 }
 
+void cluster__queue_failure(struct cluster *c, const kvc_failure_info *f)
+{
+    if (c->rooms.npending >= PENDING_ROOMS_MAX) {
+        log_event(LOG_WARN, "room_failure_not_published",
+                  "room=%" PRIu64 " note=\"%d failures wait for etcd already\"", f->room,
+                  PENDING_ROOMS_MAX);
+        return;
+    }
+    struct pending_room *p = &c->rooms.pending[c->rooms.npending++];
+    p->room = f->room;
+    p->origin_rank = f->origin_rank;
+    p->code = f->code;
+    p->pid = f->origin_pid;
+    p->time_ns = f->time_ns;
+    snprintf(p->reason, sizeof p->reason, "%s", f->reason);
+}
+
 void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
 {
     size_t n;
@@ -114,19 +131,7 @@ void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
     for (size_t i = n; i-- > 0;) { /* oldest first */
         if (f[i].time_ns < not_before_ns || f[i].from_another_node || adopted_has(c, f[i].room))
             continue;
-        if (c->rooms.npending >= PENDING_ROOMS_MAX) {
-            log_event(LOG_WARN, "room_failure_not_published",
-                      "room=%" PRIu64 " note=\"%d failures wait for etcd already\"", f[i].room,
-                      PENDING_ROOMS_MAX);
-            continue;
-        }
-        struct pending_room *p = &c->rooms.pending[c->rooms.npending++];
-        p->room = f[i].room;
-        p->origin_rank = f[i].origin_rank;
-        p->code = f[i].code;
-        p->pid = f[i].origin_pid;
-        p->time_ns = f[i].time_ns;
-        snprintf(p->reason, sizeof p->reason, "%s", f[i].reason);
+        cluster__queue_failure(c, &f[i]);
     }
     free(f);
 }
