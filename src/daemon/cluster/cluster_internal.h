@@ -70,6 +70,7 @@
 #define BACKOFF_MAX_MS 3000
 #define ADOPTED_RING 8192
 #define PENDING_ROOMS_MAX 4096
+#define FAILURES_READ_TRIES 8 /* reads of the failure ring until its count holds still */
 #define CONFLICTS_SHOWN 64
 #define KEY_MAX 256
 

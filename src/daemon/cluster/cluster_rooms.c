@@ -88,21 +88,34 @@ char *cluster__room_record(const struct cluster *c, const struct pending_room *p
  * REALTIME; 0: none left out) and the ones taken from other nodes. */
 kvc_failure_info *cluster__failures_since(struct cluster *c, uint64_t *seen, size_t *n)
 {
-    kvc_segment_info si;
-    *n = 0;
-    if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == *seen)
-        return NULL;
-    uint64_t d = si.failures_total - *seen;
-    if (d > KVC_FAILURE_RING)
-        d = KVC_FAILURE_RING;
-    kvc_failure_info *f = calloc(d, sizeof *f);
-    if (!f || kvc_failures_recent(c->cfg.seg, f, d, n) != KVC_OK) {
-        free(f);
+    /* kvc_failures_recent() gives the newest d records as of its own look:
+     * a record added between the count and the read would push the oldest
+     * of the d out of the answer, and *seen past it, for good.  So the
+     * count is taken again after the read, and the read repeated until
+     * both agree (a storm of failures that never lets them: the last read,
+     * as before). */
+    for (int attempt = 0;; attempt++) {
+        kvc_segment_info si, after;
         *n = 0;
-        return NULL;
+        if (kvc_segment_stat(c->cfg.seg, &si) != KVC_OK || si.failures_total == *seen)
+            return NULL;
+        uint64_t d = si.failures_total - *seen;
+        if (d > KVC_FAILURE_RING)
+            d = KVC_FAILURE_RING;
+        kvc_failure_info *f = calloc(d, sizeof *f);
+        if (!f || kvc_failures_recent(c->cfg.seg, f, d, n) != KVC_OK) {
+            free(f);
+            *n = 0;
+            return NULL;
+        }
+        if (attempt < FAILURES_READ_TRIES && kvc_segment_stat(c->cfg.seg, &after) == KVC_OK &&
+            after.failures_total != si.failures_total) {
+            free(f);
+            continue;
+        }
+        *seen = si.failures_total;
+        return f;
     }
-    *seen = si.failures_total;
-    return f;
 }
 
 void cluster__queue_failure(struct cluster *c, const kvc_failure_info *f)
@@ -191,8 +204,9 @@ void cluster__rooms_session(struct cluster *c)
     for (size_t i = 0; i < R->npub; i++) {
         uint64_t room = R->pub[R->pub_head + i].room;
         kvc_room_info ri;
-        if (kvc_room_get(c->cfg.seg, room, -1, &ri) != KVC_OK || !ri.has_failure ||
-            ri.failure.from_another_node) {
+        /* Whatever its origin: this node put it (its own failure, or the
+         * room it failed for a departed node, cluster__queue_failure). */
+        if (kvc_room_get(c->cfg.seg, room, -1, &ri) != KVC_OK || !ri.has_failure) {
             gone++; /* reclaimed: its TTL has passed here, and so on the other nodes */
             continue;
         }
