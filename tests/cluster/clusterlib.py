@@ -28,8 +28,8 @@ def have_etcd():
 
 def logs_if_failed(test, nodes, lines=60):
     """From a tearDown: when test failed, print to stderr the last lines of
-    each node's log, so that a failure in CI,
-    where the logs are removed, shows what the daemons saw."""
+    each node's log, so that a failure in CI, where the logs are removed,
+    shows what the daemons saw."""
     result = getattr(getattr(test, "_outcome", None), "result", None)
     bad = getattr(result, "failures", []) + getattr(result, "errors", [])
     if not any(t is test for t, _ in bad):

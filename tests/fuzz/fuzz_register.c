@@ -153,7 +153,7 @@ static char *tamed(const uint8_t *data, size_t size, unsigned c)
             in_string = 1;
         } else if (copy[i] == '-' || (copy[i] >= '0' && copy[i] <= '9')) {
             copy[i] = '0';
-            while (i + 1 < size && strchr("0123456789+-.eE", copy[i + 1]) && copy[i + 1])
+            while (i + 1 < size && copy[i + 1] && strchr("0123456789+-.eE", copy[i + 1]))
                 copy[++i] = ' ';
         }
     }

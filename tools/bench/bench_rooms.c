@@ -202,6 +202,23 @@ static double run_ops(const char *name, char (*privates)[64], unsigned procs, do
     return (double)total / elapsed;
 }
 
+#define OPS_COUNTS 3
+#define OPS_MAX_PROCS 8
+#define OPS_MAX_SLICES 100
+
+static double median_d(double *v, size_t n)
+{
+    double t[OPS_MAX_SLICES];
+    memcpy(t, v, n * sizeof *t);
+    for (size_t i = 1; i < n; i++) /* n <= 100: insertion sort */
+        for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
 #define LINE_RUNS 5
 #define LINE_HANDOVERS 200000 /* per run, even */
 
@@ -238,32 +255,7 @@ static double run_line_handover(void)
         waitpid(pid, NULL, 0);
     }
     munmap((void *)ball, 4096);
-    if (!done)
-        return 0;
-    for (unsigned i = 1; i < done; i++) /* insertion sort of <= LINE_RUNS */
-        for (unsigned j = i; j > 0 && ns[j - 1] > ns[j]; j--) {
-            double x = ns[j];
-            ns[j] = ns[j - 1];
-            ns[j - 1] = x;
-        }
-    return done % 2 ? ns[done / 2] : (ns[done / 2 - 1] + ns[done / 2]) / 2;
-}
-
-#define OPS_COUNTS 3
-#define OPS_MAX_PROCS 8
-#define OPS_MAX_SLICES 100
-
-static double median_d(double *v, size_t n)
-{
-    double t[OPS_MAX_SLICES];
-    memcpy(t, v, n * sizeof *t);
-    for (size_t i = 1; i < n; i++) /* n <= 100: insertion sort */
-        for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    return done ? median_d(ns, done) : 0;
 }
 
 /* The ops figures: per process count, median cycles/s on the shared

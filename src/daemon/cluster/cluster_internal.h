@@ -517,8 +517,9 @@ int cluster__publish_dirty(struct cluster *c);
 /* Take a room failure record of another node; 1 when it is this node's own. */
 int cluster__adopt_room(struct cluster *c, const char *value, size_t len);
 /* Queue one failure for publishing as this node's record of its room (the
- * record names this node, whatever f->origin_node says). */
-void cluster__queue_failure(struct cluster *c, const kvc_failure_info *f);
+ * record names this node, whatever f->origin_node says): 1, or 0 (logged)
+ * when PENDING_ROOMS_MAX failures wait already. */
+int cluster__queue_failure(struct cluster *c, const kvc_failure_info *f);
 /* Queue the failures recorded since the last look, leaving out those
  * recorded before not_before_ns (CLOCK_REALTIME; 0: none left out). */
 void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns);

@@ -118,13 +118,13 @@ kvc_failure_info *cluster__failures_since(struct cluster *c, uint64_t *seen, siz
     }
 }
 
-void cluster__queue_failure(struct cluster *c, const kvc_failure_info *f)
+int cluster__queue_failure(struct cluster *c, const kvc_failure_info *f)
 {
     if (c->rooms.npending >= PENDING_ROOMS_MAX) {
         log_event(LOG_WARN, "room_failure_not_published",
                   "room=%" PRIu64 " note=\"%d failures wait for etcd already\"", f->room,
                   PENDING_ROOMS_MAX);
-        return;
+        return 0;
     }
     struct pending_room *p = &c->rooms.pending[c->rooms.npending++];
     p->room = f->room;
@@ -133,6 +133,7 @@ void cluster__queue_failure(struct cluster *c, const kvc_failure_info *f)
     p->pid = f->origin_pid;
     p->time_ns = f->time_ns;
     snprintf(p->reason, sizeof p->reason, "%s", f->reason);
+    return 1;
 }
 
 void cluster__scan_failures(struct cluster *c, uint64_t not_before_ns)
@@ -210,20 +211,7 @@ void cluster__rooms_session(struct cluster *c)
             gone++; /* reclaimed: its TTL has passed here, and so on the other nodes */
             continue;
         }
-        if (R->npending >= PENDING_ROOMS_MAX) {
-            log_event(LOG_WARN, "room_failure_not_published",
-                      "room=%" PRIu64 " note=\"%d failures wait for etcd already\"", room,
-                      PENDING_ROOMS_MAX);
-            continue;
-        }
-        struct pending_room *p = &R->pending[R->npending++];
-        p->room = room;
-        p->origin_rank = ri.failure.origin_rank;
-        p->code = ri.failure.code;
-        p->pid = ri.failure.origin_pid;
-        p->time_ns = ri.failure.time_ns;
-        snprintf(p->reason, sizeof p->reason, "%s", ri.failure.reason);
-        queued++;
+        queued += (size_t)cluster__queue_failure(c, &ri.failure);
     }
     if (queued || gone)
         log_event(LOG_INFO, "room_failures_republished",
